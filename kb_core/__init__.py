@@ -1,0 +1,10 @@
+"""KB Workbench's domain package. Front ends use :class:`KnowledgeBaseService` and its sessions."""
+
+import logging
+
+from kb_core.errors import KBError
+from kb_core.service import KnowledgeBaseService, Session, open_service
+
+logging.getLogger(__name__).addHandler(logging.NullHandler())
+
+__all__ = ["KBError", "KnowledgeBaseService", "Session", "open_service"]

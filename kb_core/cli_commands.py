@@ -1,0 +1,1 @@
+"""Registration of the CLI commands beyond knowledge-base management."""

@@ -1,0 +1,407 @@
+"""The import pipeline: parse → chunk → embed → write a segment → commit.
+
+Files are parsed concurrently in worker threads (each parse runs in an isolated process with a
+time limit, see :mod:`kb_core.parsing`), so parsing overlaps embedding; chunks from several files
+share embedding batches. Finished documents are committed in segments of roughly
+``COMMIT_CHUNKS`` chunks, so a long import shows its documents as it goes and a killed import
+loses only the uncommitted tail: a document is either fully indexed (ready) or absent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import threading
+import uuid
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kb_core.errors import DocumentNotFound, KBError, ParseError
+from kb_core.store import Change, KBStore, Manifest, StagedSegment, catalog, utc_now
+from kb_core.store.atomic import remove_stale_temporaries, write_json_atomically
+
+logger = logging.getLogger(__name__)
+
+EMBED_BATCH = 64
+COMMIT_CHUNKS = 2048
+PARSE_WORKERS = 2
+
+
+@dataclass
+class FileProgress:
+    file_path: str
+    status: str = "pending"  # pending → parsing → embedding → ready | failed
+    chunks_total: int = 0
+    chunks_embedded: int = 0
+    error: str | None = None
+    doc_name: str | None = None
+
+
+@dataclass
+class ImportProgress:
+    """Handed to the progress callback after every step. Counts only grow."""
+
+    files: list[FileProgress]
+    files_parsed: int = 0
+    chunks_total: int = 0
+    chunks_embedded: int = 0
+
+    @property
+    def files_total(self) -> int:
+        return len(self.files)
+
+    @property
+    def files_done(self) -> int:
+        return sum(1 for f in self.files if f.status in ("ready", "failed"))
+
+
+ProgressCallback = Callable[[ImportProgress], None]
+
+
+@dataclass
+class ImportSource:
+    path: Path
+    display_name: str  # the name the document gets (before clash renaming)
+    source: str = "path"  # path | upload | bundle
+    reported_path: str = ""  # what the result shows as file_path
+
+
+@dataclass
+class _PendingDocument:
+    index: int
+    source: ImportSource
+    doc_id: str
+    file_type: str
+    text: str
+    chunks: list[Any]
+    size_bytes: int
+    sha256: str
+    chunk_size: int
+    vectors: list[np.ndarray | None] = field(default_factory=list)
+    replaces: tuple[str, str] | None = None  # (segment id, doc id) this document supersedes
+
+    @property
+    def embedded(self) -> bool:
+        return all(v is not None for v in self.vectors)
+
+
+def timestamped_name(name: str, taken: set[str], now: datetime | None = None) -> str:
+    """``report.docx`` → ``report_20261121-153000.docx``; a counter follows if that is taken too."""
+    stamp = (now or datetime.now(UTC)).strftime("%Y%m%d-%H%M%S")
+    stem, dot, suffix = name.rpartition(".")
+    if not dot or not stem:
+        stem, suffix = name, ""
+    candidate = f"{stem}_{stamp}{'.' + suffix if suffix else ''}"
+    counter = 2
+    while candidate.casefold() in taken:
+        candidate = f"{stem}_{stamp}-{counter}{'.' + suffix if suffix else ''}"
+        counter += 1
+    return candidate
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+class JobFile:
+    """Publishes in-flight documents (pending/parsing/embedding) so other processes can list them."""
+
+    def __init__(self, store: KBStore, progress: ImportProgress) -> None:
+        self.folder = store.root / "jobs"
+        self.folder.mkdir(exist_ok=True)
+        remove_stale_temporaries(self.folder)
+        self.path = self.folder / f"{os.getpid()}-{uuid.uuid4().hex[:8]}.json"
+        self.progress = progress
+
+    def publish(self) -> None:
+        rows = [
+            {"file_path": f.file_path, "name": f.doc_name, "status": f.status}
+            for f in self.progress.files
+            if f.status in ("pending", "parsing", "embedding")
+        ]
+        write_json_atomically(self.path, {"pid": os.getpid(), "documents": rows})
+
+    def close(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+def in_flight_documents(store: KBStore) -> list[dict[str, Any]]:
+    """Documents other imports are working on now; files of dead processes are removed."""
+    from kb_core.store.atomic import owner_pid, pid_is_alive, read_json
+
+    folder = store.root / "jobs"
+    rows: list[dict[str, Any]] = []
+    if not folder.is_dir():
+        return rows
+    for path in folder.glob("*.json"):
+        pid = owner_pid(path.name)
+        if pid is None or not pid_is_alive(pid):
+            path.unlink(missing_ok=True)  # an import killed mid-way: its uncommitted documents are absent
+            continue
+        try:
+            rows.extend(read_json(path).get("documents", []))
+        except (FileNotFoundError, ValueError):
+            continue
+    return rows
+
+
+class Importer:
+    """Imports files into one KB. ``live_documents`` gives the KB's live documents under the lock."""
+
+    def __init__(
+        self,
+        store: KBStore,
+        embedder: Any,
+        live_documents: Callable[[Manifest], list[dict[str, Any]]],
+        *,
+        analyzer: Any,
+        parse: Callable[[Path], Any],
+        chunker: Callable[[Any, int], list[Any]],
+    ) -> None:
+        self.store = store
+        self.embedder = embedder
+        self.live_documents = live_documents
+        self.analyzer = analyzer
+        self.parse = parse
+        self.chunker = chunker
+
+    def run(
+        self,
+        sources: Sequence[ImportSource],
+        chunk_size: int,
+        progress_callback: ProgressCallback | None = None,
+        replaces: dict[int, tuple[str, str]] | None = None,
+    ) -> tuple[list[FileProgress], list[dict[str, Any]]]:
+        """Import ``sources``; return per-file progress and the committed document rows."""
+        progress = ImportProgress(files=[FileProgress(file_path=s.reported_path or str(s.path)) for s in sources])
+        job = JobFile(self.store, progress)
+        lock = threading.Lock()
+
+        def notify() -> None:
+            if progress_callback is not None:
+                try:
+                    progress_callback(progress)
+                except Exception:  # a broken progress display must not break the import
+                    logger.exception("progress callback failed")
+
+        def prepare(index: int) -> _PendingDocument:
+            source = sources[index]
+            with lock:
+                progress.files[index].status = "parsing"
+            parsed = self.parse(source.path)
+            chunks = self.chunker(parsed, chunk_size)
+            if not chunks:
+                raise ParseError(f"{source.display_name}: the document has no text to index.", code="EMPTY_DOCUMENT")
+            size = source.path.stat().st_size
+            return _PendingDocument(
+                index=index,
+                source=source,
+                doc_id=f"doc_{uuid.uuid4().hex[:16]}",
+                file_type=parsed.file_type,
+                text=parsed.text,
+                chunks=chunks,
+                size_bytes=size,
+                sha256=_sha256(source.path),
+                chunk_size=chunk_size,
+                vectors=[None] * len(chunks),
+                replaces=(replaces or {}).get(index),
+            )
+
+        committed: list[dict[str, Any]] = []
+        ready: list[_PendingDocument] = []
+        queue: list[tuple[_PendingDocument, int]] = []
+        job.publish()
+        notify()
+        try:
+            with ThreadPoolExecutor(max_workers=PARSE_WORKERS, thread_name_prefix="kb-parse") as pool:
+                futures: list[Future[_PendingDocument]] = [pool.submit(prepare, i) for i in range(len(sources))]
+                for index, future in enumerate(futures):
+                    try:
+                        document = future.result()
+                    except KBError as exc:
+                        self._fail(progress, index, exc.message)
+                    except Exception as exc:  # a parser bug must fail one file, not the import
+                        logger.exception("unexpected failure importing %s", sources[index].path)
+                        self._fail(progress, index, f"unexpected error: {type(exc).__name__}")
+                    else:
+                        state = progress.files[index]
+                        state.status = "embedding"
+                        state.chunks_total = len(document.chunks)
+                        progress.chunks_total += len(document.chunks)
+                        queue.extend((document, i) for i in range(len(document.chunks)))
+                        ready.append(document)
+                    progress.files_parsed += 1
+                    job.publish()
+                    notify()
+                    while len(queue) >= EMBED_BATCH:
+                        self._embed(queue[:EMBED_BATCH], progress, notify)
+                        del queue[:EMBED_BATCH]
+                    if sum(len(d.chunks) for d in ready if d.embedded) >= COMMIT_CHUNKS:
+                        committed += self._commit([d for d in ready if d.embedded], progress)
+                        ready = [d for d in ready if not d.embedded]
+                        job.publish()
+                        notify()
+            while queue:
+                self._embed(queue[:EMBED_BATCH], progress, notify)
+                del queue[:EMBED_BATCH]
+            if ready:
+                committed += self._commit(ready, progress)
+            job.publish()
+            notify()
+        except KBError as exc:
+            # Embedding or the store failed: what is not committed fails with the reason.
+            for state in progress.files:
+                if state.status not in ("ready", "failed"):
+                    state.status, state.error = "failed", exc.message
+            notify()
+        finally:
+            job.close()
+        return progress.files, committed
+
+    @staticmethod
+    def _fail(progress: ImportProgress, index: int, message: str) -> None:
+        state = progress.files[index]
+        state.status, state.error = "failed", message
+
+    def _embed(
+        self, batch: list[tuple[_PendingDocument, int]], progress: ImportProgress, notify: Callable[[], None]
+    ) -> None:
+        vectors = self.embedder.embed_documents([doc.chunks[i].content for doc, i in batch])
+        for (doc, i), vector in zip(batch, vectors, strict=True):
+            doc.vectors[i] = vector
+            progress.files[doc.index].chunks_embedded += 1
+        progress.chunks_embedded += len(batch)
+        notify()
+
+    def _commit(self, documents: list[_PendingDocument], progress: ImportProgress) -> list[dict[str, Any]]:
+        staged = self.store.stage_segment()
+        try:
+            rows = self.write_segment(staged, documents)
+
+            def plan(manifest: Manifest) -> Change:
+                # Names and replacements are decided under the lock, against the newest manifest.
+                live = self.live_documents(manifest)
+                taken = {str(d["name"]).casefold() for d in live if d["status"] == "ready"}
+                tombstones: dict[str, dict[str, int]] = {}
+                for document, row in zip(documents, rows, strict=True):
+                    if document.replaces is not None:
+                        segment_id, doc_id = document.replaces
+                        old = [d for d in live if d["segment_id"] == segment_id and d["doc_id"] == doc_id]
+                        if not old:
+                            raise DocumentNotFound(
+                                f"Document '{row['name']}' was deleted or changed meanwhile; nothing was updated."
+                            )
+                        tombstones.setdefault(segment_id, {})[doc_id] = int(old[0]["chunk_count"])
+                        continue
+                    for old in live:  # re-importing a name that failed before replaces the failed entry
+                        if old["status"] == "failed" and str(old["name"]).casefold() == row["name"].casefold():
+                            tombstones.setdefault(old["segment_id"], {})[old["doc_id"]] = 0
+                    if row["name"].casefold() in taken:
+                        row["name"] = timestamped_name(row["name"], taken)
+                    taken.add(row["name"].casefold())
+                catalog.write_documents(staged.path, rows)
+                return Change(add=(staged,), tombstones=tombstones)
+
+            self.store.commit(plan)
+        except BaseException:
+            self.store.discard(staged)
+            raise
+        for document, row in zip(documents, rows, strict=True):
+            state = progress.files[document.index]
+            state.status, state.doc_name = "ready", row["name"]
+        return rows
+
+    def write_segment(self, staged: StagedSegment, documents: list[_PendingDocument]) -> list[dict[str, Any]]:
+        now = utc_now()
+        doc_rows: list[dict[str, Any]] = []
+        chunk_rows: list[dict[str, Any]] = []
+        text_rows: list[dict[str, Any]] = []
+        vectors: list[np.ndarray] = []
+        for document in documents:
+            suffix = document.source.path.suffix.lower() or f".{document.file_type}"
+            original = Path("files") / f"{document.doc_id}{suffix}"
+            shutil.copyfile(document.source.path, staged.path / original)
+            doc_rows.append(
+                {
+                    "doc_id": document.doc_id,
+                    "name": document.source.display_name,
+                    "file_name": document.source.path.name,
+                    "file_path": document.source.reported_path or str(document.source.path),
+                    "file_type": document.file_type,
+                    "source": document.source.source,
+                    "size_bytes": document.size_bytes,
+                    "sha256": document.sha256,
+                    "chunk_size": document.chunk_size,
+                    "status": "ready",
+                    "error": None,
+                    "chunk_count": len(document.chunks),
+                    "created_at": now,
+                    "updated_at": now,
+                    "original": str(original),
+                }
+            )
+            text_rows.append({"doc_id": document.doc_id, "text": document.text})
+            for chunk, vector in zip(document.chunks, document.vectors, strict=True):
+                chunk_rows.append(
+                    {
+                        "chunk_id": f"chk_{uuid.uuid4().hex[:16]}",
+                        "doc_id": document.doc_id,
+                        "chunk_index": chunk.chunk_index,
+                        "content": chunk.content,
+                        "tokens": chunk.tokens,
+                        "chapter": chunk.chapter,
+                        "page": chunk.page,
+                        "start_char": chunk.start,
+                        "end_char": chunk.end,
+                    }
+                )
+                vectors.append(vector)
+        write_segment_files(
+            staged, doc_rows, chunk_rows, text_rows, np.vstack(vectors).astype(np.float32), self.embedder, self.analyzer
+        )
+        return doc_rows
+
+
+def write_segment_files(
+    staged: StagedSegment,
+    doc_rows: list[dict[str, Any]],
+    chunk_rows: list[dict[str, Any]],
+    text_rows: list[dict[str, Any]],
+    vectors: np.ndarray,
+    embedder: Any,
+    analyzer: Any,
+) -> None:
+    """Write every file of a staged segment; ``segment.json`` last, marking it complete."""
+    from kb_core.keyword_index import KeywordSegment
+    from kb_core.vector_index import VectorSegment
+
+    catalog.write_documents(staged.path, doc_rows)
+    catalog.write_chunks(staged.path, chunk_rows)
+    catalog.write_texts(staged.path, text_rows)
+    KeywordSegment.build([row["content"] for row in chunk_rows], analyzer).save(staged.path)
+    VectorSegment.build(vectors).save(staged.path)
+    staged.rows, staged.documents = len(chunk_rows), len(doc_rows)
+    catalog.write_segment_info(
+        staged.path,
+        catalog.SegmentInfo(
+            id=staged.id,
+            rows=len(chunk_rows),
+            documents=len(doc_rows),
+            model_key=str(getattr(embedder, "model_key", "")),
+            dimension=int(vectors.shape[1]) if len(vectors) else int(getattr(embedder, "dimension", 0)),
+            analyzer=str(getattr(analyzer, "name", "")),
+            created_at=utc_now(),
+        ),
+    )

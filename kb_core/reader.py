@@ -1,0 +1,144 @@
+"""Read-side view of a knowledge base: the newest manifest plus its loaded, immutable segments.
+
+A :class:`KBReader` checks the manifest version on every call (one ``listdir``) and reloads only
+segments it has not seen, so readers see committed changes from other processes without a
+restart, and never take a lock. Segments are immutable, so loaded ones are cached by id.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from kb_core.store import catalog
+from kb_core.store.kb_store import KBStore, Manifest
+
+if TYPE_CHECKING:
+    from kb_core.keyword_index import KeywordSegment
+    from kb_core.vector_index import VectorSegment
+
+logger = logging.getLogger(__name__)
+
+
+class LoadedSegment:
+    """One segment's catalog rows and indexes, loaded lazily and cached for the process."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.info = catalog.read_segment_info(folder)
+        self.id = self.info.id
+        self._lock = threading.Lock()
+
+    @cached_property
+    def documents(self) -> pd.DataFrame:
+        return catalog.read_documents(self.folder)
+
+    @cached_property
+    def chunk_doc_ids(self) -> np.ndarray:
+        return catalog.read_chunks(self.folder, ["doc_id"])["doc_id"].to_numpy(dtype=object)
+
+    @cached_property
+    def chunks(self) -> pd.DataFrame:
+        return catalog.read_chunks(self.folder)
+
+    @cached_property
+    def keyword(self) -> KeywordSegment:
+        from kb_core.keyword_index import KeywordSegment
+
+        return KeywordSegment.load(self.folder)
+
+    @cached_property
+    def vectors(self) -> VectorSegment:
+        from kb_core.vector_index import VectorSegment
+
+        return VectorSegment.load(self.folder)
+
+    def text(self, doc_id: str) -> str | None:
+        return catalog.read_text(self.folder, doc_id)
+
+    def original_path(self, relative: str) -> Path:
+        return self.folder / relative
+
+
+@dataclass
+class Snapshot:
+    """A consistent read view: one manifest version and its live rows."""
+
+    kb_id: str
+    manifest: Manifest
+    segments: list[LoadedSegment]
+    cache: dict[str, Any] = field(default_factory=dict)  # per-snapshot derived state (searchers)
+
+    @property
+    def version(self) -> int:
+        return self.manifest.version
+
+    def live_mask(self, index: int) -> np.ndarray:
+        key = f"live:{index}"
+        if key not in self.cache:
+            segment = self.segments[index]
+            deleted = self.manifest.tombstones.get(segment.id, {})
+            doc_ids = segment.chunk_doc_ids
+            if deleted:
+                mask = ~np.isin(doc_ids, np.array(list(deleted), dtype=object))
+            else:
+                mask = np.ones(len(doc_ids), dtype=bool)
+            self.cache[key] = mask
+        return self.cache[key]
+
+    def documents(self) -> pd.DataFrame:
+        """Live documents of every segment, with a ``segment_id`` column."""
+        if "documents" not in self.cache:
+            frames = []
+            for segment in self.segments:
+                frame = segment.documents
+                deleted = self.manifest.tombstones.get(segment.id, {})
+                if deleted:
+                    frame = frame[~frame["doc_id"].isin(list(deleted))]
+                frames.append(frame.assign(segment_id=segment.id))
+            if frames:
+                self.cache["documents"] = pd.concat(frames, ignore_index=True)
+            else:
+                empty = pd.DataFrame(columns=[*catalog.DOCUMENTS_SCHEMA.names, "segment_id"])
+                self.cache["documents"] = empty
+        return self.cache["documents"]
+
+    def segment_by_id(self, segment_id: str) -> LoadedSegment | None:
+        for segment in self.segments:
+            if segment.id == segment_id:
+                return segment
+        return None
+
+
+class KBReader:
+    def __init__(self, store: KBStore) -> None:
+        self.store = store
+        self._segments: dict[str, LoadedSegment] = {}
+        self._snapshot: Snapshot | None = None
+        self._lock = threading.Lock()
+
+    def snapshot(self) -> Snapshot:
+        version = self.store.latest_version()
+        with self._lock:
+            if self._snapshot is not None and self._snapshot.version == version:
+                return self._snapshot
+            manifest = self.store.manifest()
+            segments = []
+            for ref in manifest.segments:
+                loaded = self._segments.get(ref.id)
+                if loaded is None:
+                    loaded = LoadedSegment(self.store.segment_dir(ref.id))
+                    self._segments[ref.id] = loaded
+                segments.append(loaded)
+            wanted = {ref.id for ref in manifest.segments}
+            for stale in set(self._segments) - wanted:
+                del self._segments[stale]
+            self._snapshot = Snapshot(self.store.kb_id, manifest, segments)
+            return self._snapshot

@@ -1,0 +1,113 @@
+"""Crash-safe file writes: write a temporary file, fsync it, rename it into place, fsync the folder.
+
+A reader in another process sees either the old file or the new one, never a torn one, and a
+process killed at any instant leaves at most a temporary file that :func:`remove_stale_temporaries`
+cleans up later.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+TEMP_MARKER = ".tmp-"
+
+
+def temporary_sibling(path: Path) -> Path:
+    """A unique temporary name in the same folder (so the final rename is atomic), tagged with our pid."""
+    return path.with_name(f".{path.name}{TEMP_MARKER}{os.getpid()}-{uuid.uuid4().hex[:8]}")
+
+
+def fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomically(path: Path, write: Callable[[Path], None], *, replace: bool = True) -> None:
+    """Call ``write(tmp)`` and move the result to ``path`` atomically.
+
+    With ``replace=False`` the final step is ``os.link``, which fails with FileExistsError when
+    ``path`` already exists: two writers can never both believe they created the same file.
+    """
+    tmp = temporary_sibling(path)
+    try:
+        write(tmp)
+        with open(tmp, "rb") as handle:
+            os.fsync(handle.fileno())
+        if replace:
+            os.replace(tmp, path)
+        else:
+            os.link(tmp, path)
+            tmp.unlink()
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    fsync_directory(path.parent)
+
+
+def write_bytes_atomically(path: Path, data: bytes, *, replace: bool = True, mode: int | None = None) -> None:
+    def write(tmp: Path) -> None:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+        fd = os.open(tmp, flags, 0o600 if mode is None else mode)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+
+    write_atomically(path, write, replace=replace)
+
+
+def write_json_atomically(path: Path, value: Any, *, replace: bool = True, mode: int | None = None) -> None:
+    data = json.dumps(value, ensure_ascii=False, indent=1, sort_keys=True).encode("utf-8")
+    if mode is None:
+        write_bytes_atomically(path, data, replace=replace, mode=0o644)
+    else:
+        write_bytes_atomically(path, data, replace=replace, mode=mode)
+
+
+def read_json(path: Path) -> Any:
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def pid_is_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def owner_pid(name: str) -> int | None:
+    """The pid encoded in a temporary or staging name (``...tmp-<pid>-<hex>`` or ``<pid>-<hex>``)."""
+    tail = name.rsplit(TEMP_MARKER, 1)[-1] if TEMP_MARKER in name else name
+    head = tail.split("-", 1)[0]
+    return int(head) if head.isdigit() else None
+
+
+def remove_stale_temporaries(directory: Path) -> int:
+    """Delete temporary files left by processes that no longer exist. Returns how many were removed."""
+    removed = 0
+    if not directory.is_dir():
+        return 0
+    for entry in directory.iterdir():
+        if TEMP_MARKER not in entry.name:
+            continue
+        pid = owner_pid(entry.name)
+        if pid is not None and pid_is_alive(pid) and pid != os.getpid():
+            continue
+        try:
+            entry.unlink()
+            removed += 1
+        except FileNotFoundError:
+            pass
+    return removed

@@ -1,0 +1,107 @@
+"""The catalog tables of a segment, as parquet files an analyst can open with pandas or duckdb.
+
+``documents.parquet``, ``chunks.parquet`` and ``texts.parquet`` live in each segment folder.
+A document deleted later stays in its segment's files but is listed in the manifest's
+tombstones; :func:`load_catalog` applies them and returns the live tables.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from kb_core.store.atomic import write_atomically, write_json_atomically
+
+DOCUMENTS_SCHEMA = pa.schema(
+    [
+        ("doc_id", pa.string()),
+        ("name", pa.string()),
+        ("file_name", pa.string()),
+        ("file_path", pa.string()),
+        ("file_type", pa.string()),
+        ("source", pa.string()),  # upload | path | bundle
+        ("size_bytes", pa.int64()),
+        ("sha256", pa.string()),
+        ("chunk_size", pa.int64()),
+        ("status", pa.string()),  # ready | failed
+        ("error", pa.string()),
+        ("chunk_count", pa.int64()),
+        ("created_at", pa.string()),
+        ("updated_at", pa.string()),
+        ("original", pa.string()),  # path of the kept original, relative to the segment folder
+    ]
+)
+
+CHUNKS_SCHEMA = pa.schema(
+    [
+        ("chunk_id", pa.string()),
+        ("doc_id", pa.string()),
+        ("chunk_index", pa.int32()),
+        ("content", pa.string()),
+        ("tokens", pa.int32()),
+        ("chapter", pa.string()),
+        ("page", pa.int32()),
+        ("start_char", pa.int64()),
+        ("end_char", pa.int64()),
+    ]
+)
+
+TEXTS_SCHEMA = pa.schema([("doc_id", pa.string()), ("text", pa.string())])
+
+
+def _write_table(path: Path, rows: list[dict[str, Any]], schema: pa.Schema) -> None:
+    table = pa.Table.from_pylist(rows, schema=schema)
+    write_atomically(path, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
+
+
+def write_documents(folder: Path, rows: list[dict[str, Any]]) -> None:
+    _write_table(folder / "documents.parquet", rows, DOCUMENTS_SCHEMA)
+
+
+def write_chunks(folder: Path, rows: list[dict[str, Any]]) -> None:
+    _write_table(folder / "chunks.parquet", rows, CHUNKS_SCHEMA)
+
+
+def write_texts(folder: Path, rows: list[dict[str, Any]]) -> None:
+    _write_table(folder / "texts.parquet", rows, TEXTS_SCHEMA)
+
+
+@dataclass(frozen=True)
+class SegmentInfo:
+    id: str
+    rows: int
+    documents: int
+    model_key: str
+    dimension: int
+    analyzer: str
+    created_at: str
+
+
+def write_segment_info(folder: Path, info: SegmentInfo) -> None:
+    """Written last: its presence marks the staged segment complete."""
+    write_json_atomically(folder / "segment.json", info.__dict__)
+
+
+def read_segment_info(folder: Path) -> SegmentInfo:
+    with open(folder / "segment.json", encoding="utf-8") as handle:
+        return SegmentInfo(**json.load(handle))
+
+
+def read_documents(folder: Path) -> pd.DataFrame:
+    return pq.read_table(folder / "documents.parquet", schema=DOCUMENTS_SCHEMA).to_pandas()
+
+
+def read_chunks(folder: Path, columns: list[str] | None = None) -> pd.DataFrame:
+    return pq.read_table(folder / "chunks.parquet", columns=columns).to_pandas()
+
+
+def read_text(folder: Path, doc_id: str) -> str | None:
+    table = pq.read_table(folder / "texts.parquet", filters=[("doc_id", "=", doc_id)])
+    values = table.column("text").to_pylist()
+    return values[0] if values else None

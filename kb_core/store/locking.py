@@ -1,0 +1,42 @@
+"""Inter-process writer locks.
+
+``filelock`` uses ``flock`` on POSIX, which the kernel releases when the holder dies, so a writer
+killed with SIGKILL never leaves a stale lock behind. Readers never take these locks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from filelock import FileLock, Timeout
+
+from kb_core.errors import LockTimeout
+
+DEFAULT_LOCK_TIMEOUT_SECONDS = 120.0
+
+
+@contextmanager
+def writer_lock(path: Path, timeout: float = DEFAULT_LOCK_TIMEOUT_SECONDS) -> Iterator[None]:
+    lock = FileLock(str(path), timeout=timeout)
+    try:
+        lock.acquire()
+    except Timeout as exc:
+        raise LockTimeout(
+            f"Another process has held the write lock {path} for more than {timeout:.0f} s; try again later."
+        ) from exc
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def try_writer_lock(path: Path) -> FileLock | None:
+    """The lock if it is free right now, else None (for opportunistic clean-up)."""
+    lock = FileLock(str(path), timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        return None
+    return lock

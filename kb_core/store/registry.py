@@ -1,0 +1,246 @@
+"""The home directory and its registry of knowledge bases.
+
+Layout of a home (everything addressed by KB id, never by name)::
+
+    HOME/
+      home.json                 format version
+      registry.json             the knowledge bases (atomic replace; the commit point of create/delete)
+      knowledge_bases.parquet   the same rows for analysts (pandas/duckdb), rewritten with the registry
+      registry.lock             writers of the registry serialise here
+      secrets/KB_ID.key         embedding API keys, mode 0600 in a 0700 folder
+      sessions/cli.json         the CLI's current KB
+      kbs/KB_ID/                one knowledge base (see kb_store.py)
+      cache/embeddings.sqlite   embedding cache shared by all KBs and processes
+      trash/                    KB folders being deleted
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from kb_core.errors import KBNotFound, StoreError
+from kb_core.store.atomic import (
+    read_json,
+    remove_stale_temporaries,
+    write_atomically,
+    write_bytes_atomically,
+    write_json_atomically,
+)
+from kb_core.store.locking import try_writer_lock, writer_lock
+
+logger = logging.getLogger(__name__)
+
+HOME_FORMAT_VERSION = 1
+
+
+def utc_now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:16]}"
+
+
+@dataclass(frozen=True)
+class KnowledgeBaseRecord:
+    id: str
+    name: str
+    chunk_size: int
+    embedding_model: str
+    embedding_endpoint: str | None
+    has_api_key: bool
+    created_at: str
+    search_settings: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, value: dict[str, Any]) -> KnowledgeBaseRecord:
+        return cls(
+            id=value["id"],
+            name=value["name"],
+            chunk_size=int(value["chunk_size"]),
+            embedding_model=value["embedding_model"],
+            embedding_endpoint=value.get("embedding_endpoint"),
+            has_api_key=bool(value.get("has_api_key", False)),
+            created_at=value["created_at"],
+            search_settings=dict(value.get("search_settings") or {}),
+        )
+
+
+KNOWLEDGE_BASES_SCHEMA = pa.schema(
+    [
+        ("id", pa.string()),
+        ("name", pa.string()),
+        ("chunk_size", pa.int64()),
+        ("embedding_model", pa.string()),
+        ("embedding_endpoint", pa.string()),
+        ("created_at", pa.string()),
+    ]
+)
+
+
+class Home:
+    """A KB home folder. Cheap to construct; safe to share between processes."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root.expanduser().resolve()
+        try:
+            for sub in ("kbs", "cache", "sessions", "trash"):
+                (self.root / sub).mkdir(parents=True, exist_ok=True)
+            secrets = self.root / "secrets"
+            secrets.mkdir(exist_ok=True)
+            os.chmod(secrets, 0o700)
+        except OSError as exc:
+            raise StoreError(f"Cannot use {self.root} as a KB home: {exc.strerror or exc}") from exc
+        if not (self.root / "home.json").exists():
+            with self.registry_lock():
+                if not (self.root / "home.json").exists():
+                    self._write_registry([])
+                    write_json_atomically(self.root / "home.json", {"format_version": HOME_FORMAT_VERSION})
+        self.clean_up()
+
+    # -- paths ---------------------------------------------------------------------------------
+    @property
+    def registry_path(self) -> Path:
+        return self.root / "registry.json"
+
+    def kb_dir(self, kb_id: str) -> Path:
+        return self.root / "kbs" / kb_id
+
+    @property
+    def embedding_cache_path(self) -> Path:
+        return self.root / "cache" / "embeddings.sqlite"
+
+    @contextmanager
+    def registry_lock(self) -> Iterator[None]:
+        with writer_lock(self.root / "registry.lock"):
+            yield
+
+    # -- registry ------------------------------------------------------------------------------
+    def knowledge_bases(self) -> list[KnowledgeBaseRecord]:
+        try:
+            document = read_json(self.registry_path)
+        except FileNotFoundError:
+            return []
+        except ValueError as exc:
+            raise StoreError(f"The registry {self.registry_path} is unreadable: {exc}") from exc
+        return [KnowledgeBaseRecord.from_json(item) for item in document.get("knowledge_bases", [])]
+
+    def get(self, kb_id: str) -> KnowledgeBaseRecord:
+        for record in self.knowledge_bases():
+            if record.id == kb_id:
+                return record
+        raise KBNotFound(f"Knowledge base id '{kb_id}' does not exist.", details={"kb_id": kb_id})
+
+    def _write_registry(self, records: list[KnowledgeBaseRecord]) -> None:
+        write_json_atomically(
+            self.registry_path,
+            {"format_version": HOME_FORMAT_VERSION, "knowledge_bases": [r.to_json() for r in records]},
+        )
+        table = pa.Table.from_pandas(
+            pd.DataFrame(
+                [{k: getattr(r, k) for k in KNOWLEDGE_BASES_SCHEMA.names} for r in records],
+                columns=KNOWLEDGE_BASES_SCHEMA.names,
+            ),
+            schema=KNOWLEDGE_BASES_SCHEMA,
+            preserve_index=False,
+        )
+        write_atomically(self.root / "knowledge_bases.parquet", lambda tmp: pq.write_table(table, tmp))
+
+    def add(self, record: KnowledgeBaseRecord) -> None:
+        """Append a record. The caller holds the registry lock and has created the KB folder."""
+        records = self.knowledge_bases()
+        records.append(record)
+        self._write_registry(records)
+
+    def update(self, record: KnowledgeBaseRecord) -> None:
+        with self.registry_lock():
+            records = [record if r.id == record.id else r for r in self.knowledge_bases()]
+            self._write_registry(records)
+
+    def update_search_settings(self, kb_id: str, settings: dict[str, Any]) -> KnowledgeBaseRecord:
+        with self.registry_lock():
+            records = self.knowledge_bases()
+            for index, record in enumerate(records):
+                if record.id == kb_id:
+                    records[index] = replace(record, search_settings=dict(settings))
+                    self._write_registry(records)
+                    return records[index]
+        raise KBNotFound(f"Knowledge base id '{kb_id}' does not exist.", details={"kb_id": kb_id})
+
+    def remove(self, kb_id: str) -> None:
+        """Drop a KB: the registry write is the commit point; the folder goes to trash, then away."""
+        records = self.knowledge_bases()
+        self._write_registry([r for r in records if r.id != kb_id])
+        self._discard_folder(self.kb_dir(kb_id))
+        secret = self.secret_path(kb_id)
+        if secret.exists():
+            secret.unlink()
+
+    def _discard_folder(self, folder: Path) -> None:
+        if not folder.exists():
+            return
+        target = self.root / "trash" / f"{folder.name}-{uuid.uuid4().hex[:8]}"
+        os.replace(folder, target)
+        shutil.rmtree(target, ignore_errors=True)
+
+    # -- secrets -------------------------------------------------------------------------------
+    def secret_path(self, kb_id: str) -> Path:
+        return self.root / "secrets" / f"{kb_id}.key"
+
+    def store_api_key(self, kb_id: str, api_key: str) -> None:
+        write_bytes_atomically(self.secret_path(kb_id), api_key.encode("utf-8"), mode=0o600)
+
+    def api_key(self, kb_id: str) -> str | None:
+        try:
+            return self.secret_path(kb_id).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+
+    # -- sessions ------------------------------------------------------------------------------
+    def read_session(self, name: str) -> dict[str, Any]:
+        try:
+            return dict(read_json(self.root / "sessions" / f"{name}.json"))
+        except (FileNotFoundError, ValueError):
+            return {}
+
+    def write_session(self, name: str, value: dict[str, Any]) -> None:
+        write_json_atomically(self.root / "sessions" / f"{name}.json", value)
+
+    # -- recovery ------------------------------------------------------------------------------
+    def clean_up(self) -> None:
+        """Remove what crashed writers left behind. Skipped when another writer is active."""
+        lock = try_writer_lock(self.root / "registry.lock")
+        if lock is None:
+            return
+        try:
+            remove_stale_temporaries(self.root)
+            remove_stale_temporaries(self.root / "secrets")
+            remove_stale_temporaries(self.root / "sessions")
+            for leftover in (self.root / "trash").iterdir():
+                shutil.rmtree(leftover, ignore_errors=True)
+            known = {r.id for r in self.knowledge_bases()}
+            for folder in (self.root / "kbs").iterdir():
+                if folder.name not in known:
+                    logger.info("Removing %s: a knowledge base folder that no registry entry owns", folder)
+                    self._discard_folder(folder)
+            for secret in (self.root / "secrets").glob("*.key"):
+                if secret.stem not in known:
+                    secret.unlink()
+        finally:
+            lock.release()
