@@ -1,0 +1,214 @@
+"""Text analysis for keyword search: one multilingual analyzer, identified by a name string.
+
+The analyzer turns text into index terms the same way at index time and at query time:
+
+1. Unicode NFKC normalisation (full-width ``ＡＢＣ１２３`` becomes ``ABC123``, compatibility
+   ideographs fold) and case folding.
+2. The text is split into runs: CJK runs (Han, kana, Hangul) and word runs (letters and digits of
+   any other script).
+3. Word runs: a possessive ``'s`` is dropped, inner apostrophes are removed (``don't`` → ``dont``),
+   optional English stop words are removed (Lucene's default English stop set), and the word is
+   optionally stemmed with a Snowball stemmer (PyStemmer).
+4. Han runs are segmented with jieba in search mode (words plus their sub-words, so ``知识库``
+   gives ``知识``, ``知识库`` …), and/or split into overlapping character bigrams (``知识``, ``识库``);
+   kana and Hangul runs always use bigrams (jieba's dictionary is Chinese).
+
+Library choices: PyStemmer is the C Snowball implementation Lucene's stemmers are ported from;
+jieba is the most widely used Chinese segmenter and ships its dictionary inside the wheel. Both
+are loaded lazily, once per process, behind locks.
+
+The analyzer's :attr:`Analyzer.name` is stored with an index so a searcher can refuse an index
+built with different analysis; :func:`analyzer_from_name` rebuilds the analyzer from it.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import unicodedata
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+from kb_core.errors import InvalidArgument
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["ANALYZER_FAMILY", "ENGLISH_STOP_WORDS", "Analyzer", "analyzer_from_name", "default_analyzer"]
+
+ANALYZER_FAMILY = "multilingual-v1"
+
+# Lucene's EnglishAnalyzer.ENGLISH_STOP_WORDS_SET (the classic 33-word list, also Elasticsearch's `_english_`).
+ENGLISH_STOP_WORDS: frozenset[str] = frozenset(
+    [
+        "a", "an", "and", "are", "as", "at", "be", "but", "by", "for", "if", "in", "into", "is", "it", "no",
+        "not", "of", "on", "or", "such", "that", "the", "their", "then", "there", "these", "they", "this", "to",
+        "was", "will", "with",
+    ]
+)
+_STOP_LISTS: dict[str, frozenset[str]] = {"en": ENGLISH_STOP_WORDS}
+_STEMMER_ALIASES = {"en": "english"}
+_CJK_MODES = ("jieba", "bigram", "jieba+bigram")
+
+_HAN = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002ffff\U00030000-\U0003134f"
+_KANA_HANGUL = "\u3040-\u30ff\u31f0-\u31ff\u1100-\u11ff\u3130-\u318f\uac00-\ud7af"
+_TOKEN_RE = re.compile(
+    rf"(?P<han>[{_HAN}]+)"
+    rf"|(?P<cjk>[{_KANA_HANGUL}]+)"
+    rf"|(?P<word>[^\W_{_HAN}{_KANA_HANGUL}]+(?:'[^\W_{_HAN}{_KANA_HANGUL}]+)*)"
+)
+
+_PIECE_RE = re.compile(r"\w+(?:'\w+)*")
+_CJK_RE = re.compile(f"[{_HAN}{_KANA_HANGUL}]")
+
+_jieba_lock = threading.Lock()
+_jieba_tokenizer: Any = None
+
+
+def _jieba() -> Any:
+    """The process-wide jieba tokenizer, initialised once, quietly (jieba logs to stderr by default)."""
+    global _jieba_tokenizer
+    if _jieba_tokenizer is None:
+        with _jieba_lock:
+            if _jieba_tokenizer is None:
+                with warnings.catch_warnings():
+                    # jieba 0.42 imports pkg_resources, which warns on import under new setuptools.
+                    warnings.simplefilter("ignore")
+                    import jieba
+                logging.getLogger("jieba").setLevel(logging.WARNING)
+                jieba.setLogLevel(logging.WARNING)
+                tokenizer = jieba.Tokenizer()
+                tokenizer.initialize()
+                logger.debug("jieba dictionary loaded")
+                _jieba_tokenizer = tokenizer
+    return _jieba_tokenizer
+
+
+_stemmers = threading.local()
+
+
+def _stemmer(algorithm: str) -> Any:
+    """A per-thread PyStemmer object: Stemmer instances must not be shared between threads."""
+    cache: dict[str, Any] | None = getattr(_stemmers, "cache", None)
+    if cache is None:
+        cache = {}
+        _stemmers.cache = cache
+    stemmer = cache.get(algorithm)
+    if stemmer is None:
+        import Stemmer
+
+        stemmer = Stemmer.Stemmer(algorithm)
+        cache[algorithm] = stemmer
+    return stemmer
+
+
+def _bigrams(run: str) -> list[str]:
+    if len(run) == 1:
+        return [run]
+    return [run[i : i + 2] for i in range(len(run) - 1)]
+
+
+@dataclass(frozen=True)
+class Analyzer:
+    """Multilingual analyzer; see the module docstring for the pipeline.
+
+    ``stem``: a PyStemmer algorithm (``"en"`` = ``"english"``) or ``None``; ``stop``: ``"en"`` or ``None``;
+    ``cjk``: ``"jieba"``, ``"bigram"`` or ``"jieba+bigram"``.
+    """
+
+    stem: str | None = "en"
+    stop: str | None = "en"
+    cjk: str = "jieba+bigram"
+
+    def __post_init__(self) -> None:
+        if self.cjk not in _CJK_MODES:
+            raise InvalidArgument(f"unknown CJK mode {self.cjk!r}; accepted: {', '.join(_CJK_MODES)}")
+        if self.stop is not None and self.stop not in _STOP_LISTS:
+            raise InvalidArgument(f"unknown stop-word list {self.stop!r}; accepted: {', '.join(_STOP_LISTS)}, none")
+        if self.stem is not None:
+            import Stemmer
+
+            algorithm = _STEMMER_ALIASES.get(self.stem, self.stem)
+            if algorithm not in Stemmer.algorithms():
+                raise InvalidArgument(
+                    f"unknown stemmer {self.stem!r}; accepted: en, none, {', '.join(Stemmer.algorithms())}"
+                )
+
+    @property
+    def name(self) -> str:
+        """Identity string stored with an index, e.g. ``multilingual-v1:stem=en:stop=en:cjk=jieba+bigram``."""
+        return f"{ANALYZER_FAMILY}:stem={self.stem or 'none'}:stop={self.stop or 'none'}:cjk={self.cjk}"
+
+    def tokens(self, text: str) -> list[str]:
+        """Index terms of ``text``, in order of appearance (CJK sub-words follow their run)."""
+        if not text:
+            return []
+        # "_" is a word character to the regex engine but a separator to people (snake_case, file_names).
+        text = unicodedata.normalize("NFKC", text).casefold().replace("\u2019", "'").replace("_", " ")
+        stop = _STOP_LISTS[self.stop] if self.stop is not None else frozenset()
+        out: list[str] = []
+        word_positions: list[int] = []
+        for piece in _PIECE_RE.findall(text):
+            if piece.isascii() or _CJK_RE.search(piece) is None:
+                self._word(piece, stop, out, word_positions)
+                continue
+            for match in _TOKEN_RE.finditer(piece):
+                run = match.group()
+                if match.lastgroup == "word":
+                    self._word(run, stop, out, word_positions)
+                elif match.lastgroup == "han":
+                    out.extend(self._han(run))
+                else:
+                    out.extend(_bigrams(run))
+        if self.stem is not None and word_positions:
+            stemmer = _stemmer(_STEMMER_ALIASES.get(self.stem, self.stem))
+            if len(word_positions) == len(out):
+                return stemmer.stemWords(out)  # one C call for the whole text
+            for i, stemmed in zip(word_positions, stemmer.stemWords([out[i] for i in word_positions]), strict=True):
+                out[i] = stemmed
+        return out
+
+    @staticmethod
+    def _word(word: str, stop: frozenset[str], out: list[str], word_positions: list[int]) -> None:
+        if "'" in word:
+            if word.endswith("'s"):
+                word = word[:-2]
+            word = word.replace("'", "")
+        if word and word not in stop:
+            word_positions.append(len(out))
+            out.append(word)
+
+    def _han(self, run: str) -> list[str]:
+        out: list[str] = []
+        if self.cjk != "bigram":
+            out.extend(w for w in _jieba().cut_for_search(run) if w.strip())
+            if self.cjk == "jieba" or len(run) == 1:
+                return out
+        out.extend(_bigrams(run))
+        return out
+
+
+def default_analyzer() -> Analyzer:
+    """The analyzer new knowledge bases use (defaults chosen by BM25 nDCG@10, see benchmarks/bench_keyword.py)."""
+    return Analyzer()
+
+
+def analyzer_from_name(name: str) -> Analyzer:
+    """Rebuild the analyzer whose :attr:`Analyzer.name` is ``name``."""
+    parts = name.split(":")
+    if not parts or parts[0] != ANALYZER_FAMILY:
+        raise InvalidArgument(f"unknown analyzer {name!r}; accepted: names starting with {ANALYZER_FAMILY!r}")
+    options: dict[str, str] = {}
+    for part in parts[1:]:
+        key, sep, value = part.partition("=")
+        if not sep or key not in ("stem", "stop", "cjk") or key in options:
+            raise InvalidArgument(f"bad analyzer option {part!r} in {name!r}; accepted: stem=…, stop=…, cjk=…")
+        options[key] = value
+    if set(options) != {"stem", "stop", "cjk"}:
+        raise InvalidArgument(f"analyzer name {name!r} must set stem, stop and cjk")
+    return Analyzer(
+        stem=None if options["stem"] == "none" else options["stem"],
+        stop=None if options["stop"] == "none" else options["stop"],
+        cjk=options["cjk"],
+    )
