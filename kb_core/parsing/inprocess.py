@@ -1,0 +1,90 @@
+"""Parse one file in the current process: size check, type detection, dispatch to a parser."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from kb_core.errors import ParseError
+from kb_core.parsing.base import (
+    CORRUPT_DOCUMENT,
+    FILE_NOT_FOUND,
+    FILE_TOO_LARGE,
+    SUPPORTED_TYPES,
+    UNSUPPORTED_FORMAT,
+    ParsedDocument,
+    ParseLimits,
+    parse_error,
+)
+from kb_core.parsing.detect import sniff
+
+logger = logging.getLogger(__name__)
+_HEAD_BYTES = 4096
+
+
+def check_file(path: Path, limits: ParseLimits) -> int:
+    """Existence and size checks done before any byte is read; returns the size."""
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        raise parse_error(FILE_NOT_FOUND, path, f"the file {path} does not exist") from None
+    except OSError as exc:
+        raise parse_error(FILE_NOT_FOUND, path, f"the file {path} cannot be accessed ({exc.strerror})") from None
+    if not path.is_file():
+        raise parse_error(FILE_NOT_FOUND, path, f"{path} is not a regular file")
+    if stat.st_size > limits.max_file_bytes:
+        raise parse_error(
+            FILE_TOO_LARGE,
+            path,
+            f"it is {stat.st_size / 1e6:.1f} MB, over the limit of {limits.max_file_bytes / 1e6:.1f} MB",
+        )
+    return stat.st_size
+
+
+def _read(path: Path, limit: int) -> bytes:
+    try:
+        with path.open("rb") as fh:
+            data = fh.read(limit + 1)
+    except OSError as exc:
+        raise parse_error(FILE_NOT_FOUND, path, f"the file cannot be read ({exc.strerror})") from None
+    if len(data) > limit:  # grew after the stat
+        raise parse_error(FILE_TOO_LARGE, path, f"it is over the limit of {limit / 1e6:.1f} MB")
+    return data
+
+
+def parse_file_inprocess(path: Path, limits: ParseLimits = ParseLimits()) -> ParsedDocument:  # noqa: B008
+    """Parse ``path`` in this process, without a timeout. For callers that isolate parsing themselves."""
+    path = Path(path)
+    check_file(path, limits)
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(_HEAD_BYTES)
+    except OSError as exc:
+        raise parse_error(FILE_NOT_FOUND, path, f"the file cannot be read ({exc.strerror})") from None
+    file_type, reason = sniff(path, head)
+    if file_type not in SUPPORTED_TYPES:
+        raise parse_error(UNSUPPORTED_FORMAT, path, f"it is {reason}; supported are .txt (text), .docx and .doc (Word)")
+    logger.debug("parsing %s as %s (%s)", path, file_type, reason)
+    try:
+        if file_type == "txt":
+            from kb_core.parsing.txt_parser import parse_txt
+
+            return parse_txt(path, _read(path, limits.max_file_bytes))
+        if file_type == "docx":
+            from kb_core.parsing.docx_parser import parse_docx
+
+            return parse_docx(path, limits)
+        from kb_core.parsing.doc_parser import parse_doc
+
+        if not head.startswith(b"\xd0\xcf\x11\xe0"):
+            raise parse_error(CORRUPT_DOCUMENT, path, "it is named like a Word file but is not one (no OLE2 header)")
+        return parse_doc(path)
+    except ParseError:
+        raise
+    except (MemoryError, RecursionError) as exc:
+        raise parse_error(
+            CORRUPT_DOCUMENT, path, f"the document is too deeply nested or too large to parse ({type(exc).__name__})"
+        ) from None
+    except Exception as exc:  # a parser bug or a malformed file we did not foresee: never leak other exception types
+        logger.warning("unexpected %s while parsing %s", type(exc).__name__, path, exc_info=True)
+        raise parse_error(CORRUPT_DOCUMENT, path, f"the file is malformed ({type(exc).__name__}: {exc})") from None
