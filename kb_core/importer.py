@@ -72,6 +72,10 @@ class ImportSource:
     display_name: str  # the name the document gets (before clash renaming)
     source: str = "path"  # path | upload | bundle
     reported_path: str = ""  # what the result shows as file_path
+    # update_document re-imports a kept original under the same id, superseding its old copy
+    doc_id: str | None = None
+    created_at: str | None = None
+    replaces: tuple[str, str] | None = None  # (segment id, doc id)
 
 
 @dataclass
@@ -182,7 +186,6 @@ class Importer:
         sources: Sequence[ImportSource],
         chunk_size: int,
         progress_callback: ProgressCallback | None = None,
-        replaces: dict[int, tuple[str, str]] | None = None,
     ) -> tuple[list[FileProgress], list[dict[str, Any]]]:
         """Import ``sources``; return per-file progress and the committed document rows."""
         progress = ImportProgress(files=[FileProgress(file_path=s.reported_path or str(s.path)) for s in sources])
@@ -208,7 +211,7 @@ class Importer:
             return _PendingDocument(
                 index=index,
                 source=source,
-                doc_id=f"doc_{uuid.uuid4().hex[:16]}",
+                doc_id=source.doc_id or f"doc_{uuid.uuid4().hex[:16]}",
                 file_type=parsed.file_type,
                 text=parsed.text,
                 chunks=chunks,
@@ -216,7 +219,7 @@ class Importer:
                 sha256=_sha256(source.path),
                 chunk_size=chunk_size,
                 vectors=[None] * len(chunks),
-                replaces=(replaces or {}).get(index),
+                replaces=source.replaces,
             )
 
         committed: list[dict[str, Any]] = []
@@ -347,7 +350,7 @@ class Importer:
                     "status": "ready",
                     "error": None,
                     "chunk_count": len(document.chunks),
-                    "created_at": now,
+                    "created_at": document.source.created_at or now,
                     "updated_at": now,
                     "original": str(original),
                 }

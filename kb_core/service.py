@@ -16,8 +16,19 @@ from typing import Any
 
 from kb_core.config import resolve_home
 from kb_core.envelope import Envelope, enveloped, ok
-from kb_core.errors import InvalidArgument, KBExists, KBIsCurrent, KBNotFound, NoCurrentKB
-from kb_core.store import Home, KBStore, KnowledgeBaseRecord, new_id, utc_now
+from kb_core.errors import (
+    DocumentNotFound,
+    InvalidArgument,
+    KBError,
+    KBExists,
+    KBIsCurrent,
+    KBNotFound,
+    NoCurrentKB,
+    StoreError,
+)
+from kb_core.importer import Importer, ImportProgress, ImportSource, in_flight_documents
+from kb_core.reader import KBReader
+from kb_core.store import Change, Home, KBStore, KnowledgeBaseRecord, new_id, utc_now
 from kb_core.validation import (
     name_key,
     validate_chunk_size,
@@ -26,6 +37,14 @@ from kb_core.validation import (
 )
 
 logger = logging.getLogger(__name__)
+
+
+def default_parse_limits() -> Any:
+    # parsing is imported lazily: it pulls in lxml and python-docx
+    from kb_core.parsing import ParseLimits
+
+    return ParseLimits()
+
 
 DEFAULT_EMBEDDING_MODEL = "all-MiniLM-L6-v2"
 CLI_SESSION = "cli"
@@ -39,12 +58,14 @@ class KnowledgeBaseService:
         home: str | Path | None = None,
         *,
         embedder_factory: Callable[[KnowledgeBaseRecord, str | None], Any] | None = None,
+        parse_limits: Any = None,
     ) -> None:
         self.home = Home(resolve_home(home))
         self._embedder_factory = embedder_factory
         self._lock = threading.RLock()
-        self._readers: dict[str, Any] = {}
+        self._readers: dict[str, KBReader] = {}
         self._embedders: dict[str, Any] = {}
+        self._parse_limits = parse_limits
 
     # -- sessions ------------------------------------------------------------------------------
     def session(self, persistent_name: str | None = None) -> Session:
@@ -119,6 +140,59 @@ class KnowledgeBaseService:
         with self._lock:
             self._readers.pop(record.id, None)
         logger.info("Deleted knowledge base %s (%s)", record.name, record.id)
+
+    def reader(self, kb_id: str) -> KBReader:
+        with self._lock:
+            reader = self._readers.get(kb_id)
+            if reader is None:
+                store = self.kb_store(kb_id)
+                store.clean_up()
+                reader = KBReader(store)
+                self._readers[kb_id] = reader
+            return reader
+
+    def embedder(self, record: KnowledgeBaseRecord) -> Any:
+        """The KB's embedder, loaded once per process, behind the shared embedding cache."""
+        key = f"{record.embedding_model}|{record.embedding_endpoint or ''}|{record.id if record.has_api_key else ''}"
+        with self._lock:
+            embedder = self._embedders.get(key)
+            if embedder is None:
+                api_key = self.home.api_key(record.id) if record.has_api_key else None
+                if self._embedder_factory is not None:
+                    embedder = self._embedder_factory(record, api_key)
+                else:
+                    from kb_core.embedding import CachedEmbedder, EmbeddingCache, get_embedder
+
+                    embedder = CachedEmbedder(
+                        get_embedder(record.embedding_model, record.embedding_endpoint, api_key),
+                        EmbeddingCache(self.home.embedding_cache_path),
+                    )
+                self._embedders[key] = embedder
+            return embedder
+
+    def importer(self, record: KnowledgeBaseRecord) -> Importer:
+        from kb_core.analysis import default_analyzer
+        from kb_core.chunking import chunk_document
+        from kb_core.parsing import parse_file
+
+        embedder = self.embedder(record)
+        reader = self.reader(record.id)
+        limits = self._parse_limits or default_parse_limits()
+
+        def live_documents(manifest: Any) -> list[dict[str, Any]]:
+            snapshot = reader.snapshot()
+            if snapshot.version != manifest.version:
+                raise StoreError("The knowledge base changed while committing; try again.")
+            return snapshot.documents().to_dict("records")
+
+        return Importer(
+            self.kb_store(record.id),
+            embedder,
+            live_documents,
+            analyzer=default_analyzer(),
+            parse=lambda path: parse_file(path, limits),
+            chunker=lambda parsed, size: chunk_document(parsed, embedder.tokenizer, size),
+        )
 
     def kb_counts(self, record: KnowledgeBaseRecord) -> tuple[int, int]:
         try:
@@ -225,6 +299,191 @@ class Session:
             )
         self.service.delete_kb(record)
         return ok(f"Deleted knowledge base '{record.name}' with all its documents.", {"kb_name": record.name})
+
+    # -- documents -----------------------------------------------------------------------------
+    @enveloped
+    def import_document(
+        self,
+        file_paths: Sequence[str],
+        chunk_size: int | None = None,
+        *,
+        progress: Callable[[ImportProgress], None] | None = None,
+        display_names: Sequence[str] | None = None,
+        source: str = "path",
+        kb_name: str | None = None,
+    ) -> Envelope:
+        """Import files into the current KB. ``display_names`` name uploads (the app passes the browser's names)."""
+        record = self.resolve_kb(kb_name)
+        if isinstance(file_paths, str) or not isinstance(file_paths, Sequence) or not file_paths:
+            raise InvalidArgument("file_paths must be a non-empty list of file paths.", details={"field": "file_paths"})
+        if display_names is not None and len(display_names) != len(file_paths):
+            raise InvalidArgument("display_names must name each file in file_paths.")
+        size = record.chunk_size if chunk_size is None else validate_chunk_size(chunk_size)
+        results: list[dict[str, Any] | None] = [None] * len(file_paths)
+        sources: list[ImportSource] = []
+        positions: list[int] = []
+        for index, raw in enumerate(file_paths):
+            path = Path(str(raw)).expanduser()
+            if not path.is_absolute():
+                path = Path.cwd() / path
+            if not path.is_file():
+                reason = "is a folder, not a file" if path.is_dir() else "does not exist"
+                results[index] = {"file_path": str(raw), "error": f"{raw} {reason}."}
+                continue
+            name = display_names[index] if display_names is not None else path.name
+            sources.append(
+                ImportSource(path=path, display_name=_safe_document_name(name), source=source, reported_path=str(raw))
+            )
+            positions.append(index)
+        if sources:
+            states, _ = self.service.importer(record).run(sources, size, progress)
+            for position, state in zip(positions, states, strict=True):
+                if state.status == "ready":
+                    results[position] = {
+                        "file_path": state.file_path,
+                        "doc_name": state.doc_name,
+                        "chunk_count": state.chunks_total,
+                    }
+                else:
+                    results[position] = {"file_path": state.file_path, "error": state.error or "import failed"}
+        succeeded = [r for r in results if r is not None and "error" not in r]
+        failed = [r for r in results if r is not None and "error" in r]
+        data = {
+            "total": len(file_paths),
+            "success_count": len(succeeded),
+            "failed_count": len(failed),
+            "success_files": succeeded,
+            "failed_files": failed,
+        }
+        message = f"Imported {len(succeeded)} of {len(file_paths)} file(s) into '{record.name}'"
+        message += f"; {len(failed)} failed." if failed else "."
+        envelope = ok(message, data)
+        envelope["success"] = bool(succeeded)
+        if not succeeded:
+            envelope["error"] = {"code": "IMPORT_FAILED", "details": {}}
+        return envelope
+
+    def _live_document(self, record: KnowledgeBaseRecord, doc_name: str) -> dict[str, Any]:
+        if not isinstance(doc_name, str) or not doc_name.strip():
+            raise InvalidArgument("doc_name must be a non-empty string.", details={"field": "doc_name"})
+        documents = self.service.reader(record.id).snapshot().documents()
+        key = doc_name.strip().casefold()
+        matches = documents[documents["name"].str.casefold() == key]
+        if matches.empty:
+            names = documents["name"].tolist()
+            shown = ", ".join(repr(n) for n in names[:10]) + (" …" if len(names) > 10 else "")
+            raise DocumentNotFound(
+                f"Document {doc_name!r} is not in knowledge base '{record.name}'. Documents: {shown or 'none'}.",
+                details={"doc_name": doc_name},
+            )
+        return matches.iloc[0].to_dict()
+
+    @enveloped
+    def list_documents(self, kb_name: str | None = None) -> Envelope:
+        record = self.resolve_kb(kb_name)
+        reader = self.service.reader(record.id)
+        documents = reader.snapshot().documents()
+        rows = [_document_row(d) for d in documents.to_dict("records")]
+        for flight in in_flight_documents(reader.store):
+            rows.append(
+                {
+                    "id": None,
+                    "name": flight.get("name") or Path(flight["file_path"]).name,
+                    "file_path": flight["file_path"],
+                    "file_type": Path(flight["file_path"]).suffix.lstrip(".").lower(),
+                    "chunk_size": None,
+                    "created_at": None,
+                    "updated_at": None,
+                    "status": flight["status"],
+                    "chunk_count": 0,
+                    "size_bytes": None,
+                    "error": None,
+                }
+            )
+        return ok(f"{len(rows)} document(s) in '{record.name}'.", {"documents": rows, "count": len(rows)})
+
+    @enveloped
+    def delete_document(self, doc_name: str, kb_name: str | None = None) -> Envelope:
+        record = self.resolve_kb(kb_name)
+        reader = self.service.reader(record.id)
+        document = self._live_document(record, doc_name)
+
+        def plan(manifest: Any) -> Change:
+            if manifest.is_deleted(document["segment_id"], document["doc_id"]) or not any(
+                s.id == document["segment_id"] for s in manifest.segments
+            ):
+                raise DocumentNotFound(f"Document {doc_name!r} was already deleted.", details={"doc_name": doc_name})
+            return Change(tombstones={document["segment_id"]: {document["doc_id"]: int(document["chunk_count"])}})
+
+        reader.store.commit(plan)
+        return ok(f"Deleted document '{document['name']}' and its chunks.", {"doc_name": document["name"]})
+
+    @enveloped
+    def update_document(
+        self,
+        doc_name: str,
+        chunk_size: int,
+        kb_name: str | None = None,
+        progress: Callable[[ImportProgress], None] | None = None,
+    ) -> Envelope:
+        record = self.resolve_kb(kb_name)
+        size = validate_chunk_size(chunk_size)
+        document = self._live_document(record, doc_name)
+        if document["status"] != "ready":
+            raise InvalidArgument(f"Document {doc_name!r} failed to import; import it again instead of updating.")
+        segment = self.service.reader(record.id).snapshot().segment_by_id(document["segment_id"])
+        if segment is None:
+            raise DocumentNotFound(f"Document {doc_name!r} was changed meanwhile; try again.")
+        original = segment.original_path(document["original"])
+        source = ImportSource(
+            path=original,
+            display_name=document["name"],
+            source=document["source"],
+            reported_path=document["file_path"],
+            doc_id=document["doc_id"],
+            created_at=document["created_at"],
+            replaces=(document["segment_id"], document["doc_id"]),
+        )
+        states, _ = self.service.importer(record).run([source], size, progress)
+        state = states[0]
+        if state.status != "ready":
+            raise KBError(f"Updating {doc_name!r} failed: {state.error}", code="UPDATE_FAILED")
+        return ok(
+            f"Re-chunked '{document['name']}' into {state.chunks_total} chunk(s) of at most {size} tokens.",
+            {
+                "doc_id": document["doc_id"],
+                "doc_name": document["name"],
+                "chunk_count": state.chunks_total,
+                "chunk_size": size,
+            },
+        )
+
+
+def _safe_document_name(name: str) -> str:
+    """A document name from a file name: no folders, no control characters, not empty."""
+    import unicodedata
+
+    base = str(name).replace("\\", "/").rsplit("/", 1)[-1]
+    base = "".join(c for c in unicodedata.normalize("NFC", base) if unicodedata.category(c) not in ("Cc", "Cf"))
+    base = base.strip().lstrip(".") or "document"
+    return base[:200]
+
+
+def _document_row(document: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": document["doc_id"],
+        "name": document["name"],
+        "file_path": document["file_path"],
+        "file_type": document["file_type"],
+        "chunk_size": int(document["chunk_size"]),
+        "created_at": document["created_at"],
+        "updated_at": document["updated_at"],
+        "status": document["status"],
+        "chunk_count": int(document["chunk_count"]),
+        "size_bytes": int(document["size_bytes"]),
+        "source": document["source"],
+        "error": document["error"],
+    }
 
 
 def open_service(home: str | Path | None = None) -> KnowledgeBaseService:

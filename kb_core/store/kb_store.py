@@ -181,15 +181,24 @@ class KBStore:
     # -- writing -------------------------------------------------------------------------------
     @contextmanager
     def lock(self) -> Iterator[None]:
-        if not self.exists():
-            raise KBNotFound(f"Knowledge base id '{self.kb_id}' no longer exists.")
-        with writer_lock(self.root / "write.lock"):
-            yield
+        try:
+            with writer_lock(self.root / "write.lock"):
+                # the KB may have been deleted while we waited for its lock
+                if not self.exists():
+                    raise KBNotFound(f"Knowledge base id '{self.kb_id}' no longer exists.")
+                yield
+        except FileNotFoundError as exc:
+            raise KBNotFound(f"Knowledge base id '{self.kb_id}' no longer exists.") from exc
 
     def stage_segment(self) -> StagedSegment:
         segment_id = f"seg_{time.strftime('%Y%m%d%H%M%S')}_{uuid.uuid4().hex[:10]}"
         path = self.root / "staging" / f"{os.getpid()}-{segment_id}"
-        (path / "files").mkdir(parents=True)
+        if not self.exists():
+            raise KBNotFound(f"Knowledge base id '{self.kb_id}' no longer exists.")
+        try:
+            (path / "files").mkdir(parents=True)
+        except FileNotFoundError as exc:
+            raise KBNotFound(f"Knowledge base id '{self.kb_id}' no longer exists.") from exc
         return StagedSegment(id=segment_id, path=path)
 
     def discard(self, staged: StagedSegment) -> None:

@@ -1,0 +1,312 @@
+"""Split a parsed document into chunks of at most ``chunk_size`` tokens of the embedder's tokenizer.
+
+How chunks are cut, in order of preference:
+
+1. Whole blocks (paragraphs) are packed together while they fit.
+2. A block too long for one chunk is cut at sentence ends (``. ! ?`` followed by a space, Chinese
+   ``。！？；``, and newlines).
+3. A single sentence too long for one chunk is cut between tokens, at a word start where there is one.
+
+A chunk never spans a chapter change (its ``chapter`` is that of its blocks; its ``page`` is the page of the
+block it starts in). Consecutive chunks of one chapter share about ``overlap_tokens`` tokens: the next chunk
+starts that far back, at a sentence start when one is close enough, else at a word start. The overlap is
+shrunk rather than letting a chunk grow past ``chunk_size``.
+
+Every chunk's ``content`` is exactly ``doc.text[start:end]`` and its ``tokens`` is the tokenizer's count of
+that content, which is checked to be ``<= chunk_size`` (a chunk that would re-tokenise longer is split again).
+
+Speed: the document is tokenised once (batch path, one call per document) and all cutting happens in token
+index space with binary searches, so a 1 MB text chunks in about a second. Chunk token counts are then checked by
+re-counting in one batch call: all chunks for tokenizers not marked ``boundary_exact``, only the chunks with
+a cut inside a word for those that are (BERT WordPiece, the hashing tokenizer).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import unicodedata
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+
+from kb_core.embedding.base import Tokenizer, count_batch, offsets_batch
+from kb_core.errors import InvalidArgument
+
+if TYPE_CHECKING:
+    from kb_core.parsing import ParsedDocument
+
+log = logging.getLogger(__name__)
+
+# A sentence ends after . ! ? (plus closing quotes/brackets) when whitespace or the end follows, after Chinese
+# full stops/exclamations/questions/semicolons (no space needed), or at a newline. The cut is after the match.
+_SENTENCE_END = re.compile(r"(?=[.!?…。！？；\n])(?:[.!?…]+[\"'”’)\]]*(?=\s|$)|[。！？；!?]+[”’」』）)\]]*|\n)\s*")
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One piece of a document; ``content == doc.text[start:end]``."""
+
+    chunk_index: int
+    content: str
+    tokens: int
+    chapter: str | None
+    page: int | None
+    start: int
+    end: int
+
+
+class _Block(Protocol):
+    text: str
+    chapter: str | None
+    page: int | None
+
+
+class _Document(Protocol):
+    @property
+    def blocks(self) -> Sequence[_Block]: ...
+
+    @property
+    def text(self) -> str: ...
+
+    def block_offsets(self) -> list[tuple[int, int]]: ...
+
+
+def default_overlap(chunk_size: int) -> int:
+    """About 10% of ``chunk_size`` (0 for tiny chunks)."""
+    return max(0, round(chunk_size * 0.1)) if chunk_size >= 10 else 0
+
+
+def _is_word_char(ch: str) -> bool:
+    # CJK ideographs are alphanumeric to Python, but a cut between two of them is a clean word boundary.
+    return ch.isalnum() and not unicodedata.name(ch, "").startswith(("CJK ", "HIRAGANA", "KATAKANA", "HANGUL"))
+
+
+class _Cutter:
+    """Token-index-space cutting of one document (see the module docstring)."""
+
+    def __init__(self, text: str, starts: np.ndarray, ends: np.ndarray, sentence_starts: np.ndarray) -> None:
+        self.text = text
+        self.starts = starts
+        self.ends = ends
+        self.sentences = sentence_starts
+
+    def clean(self, k: int) -> bool:
+        """Whether cutting before token ``k`` leaves whole words on both sides."""
+        if k <= 0 or k >= len(self.starts):
+            return True
+        s = int(self.starts[k])
+        if s != int(self.ends[k - 1]):
+            return True
+        return not (_is_word_char(self.text[s - 1]) and _is_word_char(self.text[s]))
+
+    def last_in(self, marks: np.ndarray, lo: int, hi: int) -> int | None:
+        """Largest element of sorted ``marks`` in ``(lo, hi]``."""
+        i = int(np.searchsorted(marks, hi, side="right")) - 1
+        if i >= 0 and marks[i] > lo:
+            return int(marks[i])
+        return None
+
+    def first_in(self, marks: np.ndarray, lo: int, hi: int) -> int | None:
+        """Smallest element of sorted ``marks`` in ``[lo, hi)``."""
+        i = int(np.searchsorted(marks, lo, side="left"))
+        if i < len(marks) and marks[i] < hi:
+            return int(marks[i])
+        return None
+
+    def token_cut(self, lo: int, hi: int) -> int:
+        """A cut in ``(lo, hi]``: the last clean one in its upper half, else ``hi``."""
+        floor = max(lo + 1, lo + (hi - lo) // 2)
+        for k in range(hi, floor - 1, -1):
+            if self.clean(k):
+                return k
+        return hi
+
+    def choose_end(self, fresh: int, at_block_start: bool, run_end: int, blocks: np.ndarray, size: int,
+                   reserve: int) -> int:
+        """Where the chunk whose new text starts at token ``fresh`` ends.
+
+        From a block start, whole blocks are packed into the full budget (the overlap shrinks to fit). Inside an
+        oversized block, ``reserve`` tokens are kept free for the overlap when a sentence end allows it.
+        """
+        full = min(fresh + size, run_end)
+        lim = max(fresh + 1, min(full, fresh + size - reserve))
+        if at_block_start:
+            candidates = ((blocks, full), (self.sentences, lim), (self.sentences, full))
+        else:
+            candidates = ((blocks, lim), (self.sentences, lim), (blocks, full), (self.sentences, full))
+        for marks, hi in candidates:
+            end = self.last_in(marks, fresh, hi)
+            if end is not None:
+                return end
+        return self.token_cut(fresh, lim)
+
+    def overlap_start(self, prev_start: int, fresh: int, end: int, size: int, overlap: int) -> int:
+        lo = max(prev_start + 1, fresh - overlap, end - size)
+        if overlap <= 0 or lo >= fresh:
+            return fresh
+        s = self.first_in(self.sentences, lo, fresh)
+        if s is not None and 2 * (fresh - s) >= overlap:
+            return s
+        for k in range(lo, fresh):
+            if self.clean(k):
+                return k
+        return lo
+
+
+def _validate(chunk_size: int, overlap_tokens: int | None) -> int:
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+        raise InvalidArgument(f"chunk_size must be a positive number of tokens, got {chunk_size!r}")
+    overlap = default_overlap(chunk_size) if overlap_tokens is None else overlap_tokens
+    if isinstance(overlap, bool) or not isinstance(overlap, int) or not 0 <= overlap < chunk_size:
+        raise InvalidArgument(
+            f"overlap_tokens must be an integer from 0 to chunk_size - 1 ({chunk_size - 1}), got {overlap_tokens!r}"
+        )
+    return overlap
+
+
+def chunk_document(
+    doc: ParsedDocument | _Document,
+    tokenizer: Tokenizer,
+    chunk_size: int,
+    overlap_tokens: int | None = None,
+) -> list[Chunk]:
+    """Chunks of ``doc`` of at most ``chunk_size`` tokens; ``overlap_tokens`` defaults to :func:`default_overlap`."""
+    overlap = _validate(chunk_size, overlap_tokens)
+    text = doc.text
+    blocks = list(doc.blocks)
+    if not blocks:
+        return []
+    block_spans = doc.block_offsets()
+    per_block = offsets_batch(tokenizer, [text[s:e] for s, e in block_spans])
+
+    arrays: list[np.ndarray] = []
+    first_token: list[int] = []
+    n_tokens = 0
+    for (bs, _), spans in zip(block_spans, per_block, strict=True):
+        first_token.append(n_tokens)
+        arr = np.array(spans, dtype=np.int64).reshape(-1, 2)
+        arr = arr[arr[:, 1] > arr[:, 0]] + bs  # zero-width tokens have no text to cut at
+        arrays.append(arr)
+        n_tokens += len(arr)
+    if n_tokens == 0:
+        return []
+    spans_all = np.concatenate(arrays)
+    starts = np.ascontiguousarray(spans_all[:, 0])
+    ends = np.ascontiguousarray(spans_all[:, 1])
+    first = np.asarray(first_token, dtype=np.int64)
+
+    marks = [m.end() for m in _SENTENCE_END.finditer(text)]
+    sentence_tokens = np.searchsorted(starts, np.asarray(marks, dtype=np.int64), side="left") if marks else first
+    sentences = np.unique(np.concatenate([sentence_tokens, first, [n_tokens]]))
+    cutter = _Cutter(text, starts, ends, sentences)
+
+    # Runs of consecutive blocks with one chapter, in token index space.
+    runs: list[tuple[int, int, str | None]] = []
+    for i, block in enumerate(blocks):
+        lo = int(first[i])
+        hi = int(first[i + 1]) if i + 1 < len(blocks) else n_tokens
+        if hi <= lo:
+            continue
+        if runs and runs[-1][2] == block.chapter and runs[-1][1] == lo:
+            runs[-1] = (runs[-1][0], hi, block.chapter)
+        else:
+            runs.append((lo, hi, block.chapter))
+
+    ranges: list[tuple[int, int, str | None]] = []
+    for run_start, run_end, chapter in runs:
+        block_marks = first[(first > run_start) & (first <= run_end)]
+        block_marks = np.unique(np.concatenate([block_marks, [run_end]]))
+        fresh, prev_start = run_start, None
+        while fresh < run_end:
+            reserve = overlap if prev_start is not None else 0
+            at_block_start = fresh == run_start or cutter.first_in(block_marks, fresh, fresh + 1) is not None
+            end = cutter.choose_end(fresh, at_block_start, run_end, block_marks, chunk_size, reserve)
+            start = fresh if prev_start is None else cutter.overlap_start(prev_start, fresh, end, chunk_size, overlap)
+            ranges.append((start, end, chapter))
+            prev_start, fresh = start, end
+
+    return _finish(ranges, cutter, tokenizer, chunk_size, blocks, first)
+
+
+def _span(cutter: _Cutter, a: int, b: int) -> tuple[int, int]:
+    cs, ce = int(cutter.starts[a]), int(cutter.ends[b - 1])
+    piece = cutter.text[cs:ce]
+    lead = len(piece) - len(piece.lstrip())
+    trail = len(piece) - len(piece.rstrip())
+    return cs + lead, max(cs + lead, ce - trail)
+
+
+def _split_chars(text: str, s: int, e: int, tokenizer: Tokenizer, chunk_size: int) -> list[tuple[int, int, int]]:
+    """Cut one token's text into longest prefixes that count ``<= chunk_size`` (only for tiny chunk sizes)."""
+    out: list[tuple[int, int, int]] = []
+    while s < e:
+        lo, hi = s + 1, e  # the longest fitting prefix end, by binary search; one character always goes
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if tokenizer.count(text[s:mid]) <= chunk_size:
+                lo = mid
+            else:
+                hi = mid - 1
+        piece = text[s:lo]
+        if piece.strip():
+            ps = s + len(piece) - len(piece.lstrip())
+            pe = lo - (len(piece) - len(piece.rstrip()))
+            out.append((ps, pe, tokenizer.count(text[ps:pe])))
+        s = lo
+    return out
+
+
+def _finish(
+    ranges: list[tuple[int, int, str | None]],
+    cutter: _Cutter,
+    tokenizer: Tokenizer,
+    chunk_size: int,
+    blocks: Sequence[_Block],
+    first: np.ndarray,
+) -> list[Chunk]:
+    """Check every chunk's real token count; split any that re-tokenises too long (cuts inside words can)."""
+    # (char start, char end, tokens, chapter, first token index)
+    accepted: list[tuple[int, int, int, str | None, int]] = []
+    pending = ranges
+    if getattr(tokenizer, "boundary_exact", False):
+        pending = []
+        for a, b, chapter in ranges:
+            if cutter.clean(a) and cutter.clean(b):
+                accepted.append((*_span(cutter, a, b), b - a, chapter, a))
+            else:
+                pending.append((a, b, chapter))
+    while pending:
+        spans = [_span(cutter, a, b) for a, b, _ in pending]
+        counts = count_batch(tokenizer, [cutter.text[s:e] for s, e in spans])
+        again: list[tuple[int, int, str | None]] = []
+        for (a, b, chapter), (s, e), n in zip(pending, spans, counts, strict=True):
+            if n <= chunk_size:
+                accepted.append((s, e, n, chapter, a))
+            elif b - a <= 1:
+                # A word piece alone ("##ilis" -> "il", "##is") can re-tokenise longer than a tiny chunk_size.
+                accepted += [(ps, pe, pn, chapter, a) for ps, pe, pn in _split_chars(cutter.text, s, e, tokenizer,
+                                                                                     chunk_size)]
+            else:
+                mid = cutter.token_cut(a, a + (b - a) // 2) if b - a > 2 else a + 1
+                mid = min(max(mid, a + 1), b - 1)
+                again += [(a, mid, chapter), (mid, b, chapter)]
+        pending = again
+
+    chunks: list[Chunk] = []
+    for s, e, n, chapter, a in sorted(accepted):
+        block_index = int(np.searchsorted(first, a, side="right")) - 1
+        chunks.append(
+            Chunk(
+                chunk_index=len(chunks),
+                content=cutter.text[s:e],
+                tokens=n,
+                chapter=chapter,
+                page=blocks[block_index].page,
+                start=s,
+                end=e,
+            )
+        )
+    return chunks

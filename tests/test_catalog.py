@@ -1,0 +1,76 @@
+"""Catalog rows survive a round trip through parquet unchanged (hypothesis)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from tempfile import TemporaryDirectory
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kb_core.store import catalog
+
+text = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=200)
+optional_text = st.none() | text
+int32 = st.integers(min_value=0, max_value=2**31 - 1)
+
+chunk_rows = st.lists(
+    st.fixed_dictionaries(
+        {
+            "chunk_id": text,
+            "doc_id": text,
+            "chunk_index": int32,
+            "content": text,
+            "tokens": int32,
+            "chapter": optional_text,
+            "page": st.none() | int32,
+            "start_char": st.integers(min_value=0, max_value=2**40),
+            "end_char": st.integers(min_value=0, max_value=2**40),
+        }
+    ),
+    max_size=20,
+)
+
+document_rows = st.lists(
+    st.fixed_dictionaries(
+        {
+            "doc_id": text,
+            "name": text,
+            "file_name": text,
+            "file_path": text,
+            "file_type": st.sampled_from(["txt", "docx", "doc"]),
+            "source": st.sampled_from(["path", "upload", "bundle"]),
+            "size_bytes": st.integers(min_value=0, max_value=2**50),
+            "sha256": text,
+            "chunk_size": st.integers(min_value=32, max_value=8192),
+            "status": st.sampled_from(["ready", "failed"]),
+            "error": optional_text,
+            "chunk_count": st.integers(min_value=0, max_value=10**6),
+            "created_at": text,
+            "updated_at": text,
+            "original": text,
+        }
+    ),
+    max_size=10,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=chunk_rows)
+def test_chunk_rows_round_trip(rows: list[dict]) -> None:
+    with TemporaryDirectory() as folder:
+        catalog.write_chunks(Path(folder), rows)
+        frame = catalog.read_chunks(Path(folder))
+        back = [{k: (None if v != v else v) for k, v in r.items()} for r in frame.to_dict("records")]
+        back = [{k: (int(v) if k in ("page",) and v is not None else v) for k, v in r.items()} for r in back]
+        assert back == rows
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=document_rows)
+def test_document_rows_round_trip(rows: list[dict]) -> None:
+    with TemporaryDirectory() as folder:
+        catalog.write_documents(Path(folder), rows)
+        frame = catalog.read_documents(Path(folder))
+        back = [{k: (None if v is None or v != v else v) for k, v in r.items()} for r in frame.to_dict("records")]
+        assert back == rows
