@@ -5,7 +5,8 @@ the WordDocument stream, the CLX piece table in the 0Table/1Table stream, and ea
 UTF-16LE or as 8-bit "compressed" cp1252 text (FcCompressed.fCompressed). There is no maintained
 pure-Python .doc text extractor to lean on (textract/antiword wrap external binaries).
 
-Paragraph styles are not read, so blocks from .doc files have ``chapter=None``. Table rows are
+Paragraph styles are not read, so blocks from .doc files have ``chapter=None``. Tracked deletions
+(sprmCFRMarkDel in the character formatting pages) are left out. Table rows are
 recognised from the cell marks alone (a row ends with two consecutive 0x07 marks), so a row whose
 last cell is empty may be split in two.
 Word 6/95 files (nFib < 0xC0) are read from their single-byte text (fcMin..fcMac, or their
@@ -37,6 +38,9 @@ _WIDENT_97 = 0xA5EC
 _WIDENT_6 = 0xA5DC
 _NFIB_97 = 0xC0
 _FC_CLX_INDEX = 33
+_FC_CHPX_INDEX = 12
+_SPRM_CF_RMARK_DEL = 0x0800
+_SPRA_SIZES = (1, 1, 2, 4, 2, 2, -1, 3)
 _MAX_PIECES = 1_000_000
 _MAX_GARBAGE = 0.1
 # Language id (FIB lid) -> Windows codepage, for Word 6/95 8-bit text. Full lids first, then primary ids.
@@ -102,7 +106,61 @@ def _read_plcpcd(clx: bytes) -> list[tuple[int, int, int, bool]]:
     return pieces
 
 
-def _text_from_pieces(stream: bytes, pieces: list[tuple[int, int, int, bool]], limit_cp: int, wide: bool) -> str:
+def _deleted_ranges(wd: bytes, table: bytes, fc_plcf: int, lcb_plcf: int) -> list[tuple[int, int]]:
+    """WordDocument byte ranges whose character formatting sets sprmCFRMarkDel (tracked deletions)."""
+    if lcb_plcf < 8 or fc_plcf + lcb_plcf > len(table) or (lcb_plcf - 4) % 8:
+        return []
+    n = (lcb_plcf - 4) // 8
+    pns = struct.unpack_from(f"<{n}I", table, fc_plcf + 4 * (n + 1))
+    ranges: list[tuple[int, int]] = []
+    for pn in pns:
+        page = wd[(pn & 0x3FFFFF) * 512 : (pn & 0x3FFFFF) * 512 + 512]
+        if len(page) != 512:
+            raise _Corrupt("a character formatting page lies outside the WordDocument stream")
+        crun = page[511]
+        if 4 * (crun + 1) + crun > 511:
+            raise _Corrupt("a character formatting page is malformed")
+        fcs = struct.unpack_from(f"<{crun + 1}I", page, 0)
+        for i in range(crun):
+            offset = page[4 * (crun + 1) + i] * 2
+            if offset and _grpprl_deletes(page[offset + 1 : offset + 1 + page[offset]]):
+                ranges.append((fcs[i], fcs[i + 1]))
+    return ranges
+
+
+def _grpprl_deletes(grpprl: bytes) -> bool:
+    pos = 0
+    while pos + 2 <= len(grpprl):
+        sprm = struct.unpack_from("<H", grpprl, pos)[0]
+        pos += 2
+        size = _SPRA_SIZES[sprm >> 13]
+        if size < 0:  # variable length: the first operand byte is the size
+            size = 1 + (grpprl[pos] if pos < len(grpprl) else 0)
+        if sprm == _SPRM_CF_RMARK_DEL and pos < len(grpprl) and grpprl[pos] in (1, 0x81):
+            return True
+        pos += size
+    return False
+
+
+def _mask_deleted(chars: str, start: int, step: int, deleted: list[tuple[int, int]]) -> str:
+    """Replace the characters stored at deleted byte ranges with NUL (dropped later), keeping CPs aligned."""
+    end = start + step * len(chars)
+    out = chars
+    for d0, d1 in deleted:
+        lo, hi = max(d0, start), min(d1, end)
+        if lo < hi:
+            i, j = (lo - start + step - 1) // step, (hi - start + step - 1) // step
+            out = out[:i] + "\x00" * (j - i) + out[j:]
+    return out
+
+
+def _text_from_pieces(
+    stream: bytes,
+    pieces: list[tuple[int, int, int, bool]],
+    limit_cp: int,
+    wide: bool,
+    deleted: list[tuple[int, int]] | None = None,
+) -> str:
     """Characters [0, limit_cp) of the document. UTF-16 surrogates stay separate so CPs line up."""
     out: list[str] = []
     for cp_start, cp_end, fc, compressed in pieces:
@@ -114,12 +172,14 @@ def _text_from_pieces(stream: bytes, pieces: list[tuple[int, int, int, bool]], l
             raw = stream[start : start + count]
             if len(raw) != count:
                 raise _Corrupt(f"a text piece points past the end of the WordDocument stream (offset {start})")
-            out.append(_decode_8bit(raw))
+            chars = _decode_8bit(raw)
+            out.append(_mask_deleted(chars, start, 1, deleted) if deleted else chars)
         else:
             raw = stream[fc : fc + 2 * count]
             if len(raw) != 2 * count:
                 raise _Corrupt(f"a text piece points past the end of the WordDocument stream (offset {fc})")
-            out.append(raw.decode("utf-16-le", errors="surrogatepass"))
+            chars = raw.decode("utf-16-le", errors="surrogatepass")
+            out.append(_mask_deleted(chars, fc, 2, deleted) if deleted else chars)
     return "".join(out)
 
 
@@ -211,7 +271,7 @@ def text_to_blocks(text: str, track_pages: bool) -> list[TextBlock]:
     return blocks
 
 
-def _fib_counts(wd: bytes) -> tuple[dict[str, int], int, int]:
+def _fib_counts(wd: bytes) -> tuple[dict[str, int], int]:
     """Character counts of each story, and (fcClx, lcbClx) from a Word 97+ FIB."""
     off = 0x20
     csw = _u16(wd, off)
@@ -226,8 +286,7 @@ def _fib_counts(wd: bytes) -> tuple[dict[str, int], int, int]:
     cb_fclcb = _u16(wd, off)
     if cb_fclcb <= _FC_CLX_INDEX:
         raise _Corrupt("the file information block has no piece table location")
-    blob = off + 2
-    return counts, _u32(wd, blob + 8 * _FC_CLX_INDEX), _u32(wd, blob + 8 * _FC_CLX_INDEX + 4)
+    return counts, off + 2
 
 
 def _read_word97(ole: olefile.OleFileIO, wd: bytes, flags: int) -> tuple[str, str, str, str, str]:
@@ -235,12 +294,20 @@ def _read_word97(ole: olefile.OleFileIO, wd: bytes, flags: int) -> tuple[str, st
     if not ole.exists(table_name):
         raise _Corrupt(f"the {table_name} stream named by the FIB is missing")
     table = ole.openstream(table_name).read()
-    counts, fc_clx, lcb_clx = _fib_counts(wd)
+    counts, blob = _fib_counts(wd)
+    fc_clx, lcb_clx = _u32(wd, blob + 8 * _FC_CLX_INDEX), _u32(wd, blob + 8 * _FC_CLX_INDEX + 4)
     if lcb_clx == 0 or fc_clx + lcb_clx > len(table):
         raise _Corrupt(f"the piece table lies outside the {table_name} stream")
     pieces = _read_plcpcd(table[fc_clx : fc_clx + lcb_clx])
     total = sum(counts.values())
-    text = _text_from_pieces(wd, pieces, total, wide=True)
+    try:
+        deleted = _deleted_ranges(
+            wd, table, _u32(wd, blob + 8 * _FC_CHPX_INDEX), _u32(wd, blob + 8 * _FC_CHPX_INDEX + 4)
+        )
+    except (_Corrupt, struct.error) as exc:  # formatting is damaged: keep the text, lose revision marks
+        logger.debug("character formatting unreadable, tracked deletions kept: %s", exc)
+        deleted = []
+    text = _text_from_pieces(wd, pieces, total, wide=True, deleted=deleted)
     main_end = counts["ccpText"]
     ftn_end = main_end + counts["ccpFtn"]
     edn_start = ftn_end + counts["ccpHdd"] + counts["ccpMcr"] + counts["ccpAtn"]
