@@ -9,8 +9,9 @@ Paragraph styles are not read, so blocks from .doc files have ``chapter=None``. 
 (sprmCFRMarkDel in the character formatting pages) are left out. Table rows are
 recognised from the cell marks alone (a row ends with two consecutive 0x07 marks), so a row whose
 last cell is empty may be split in two.
-Word 6/95 files (nFib < 0xC0) are read from their single-byte text (fcMin..fcMac, or their
-in-stream piece table) as cp1252.
+Word 6/95 files (nFib < 0xC0) are read from their 8-bit text (fcMin..fcMac, or their in-stream
+piece table) in the codepage of the FIB language id, or one chosen by charset_normalizer among
+the Windows codepages when the language says Western but the bytes do not look Western.
 """
 
 from __future__ import annotations
