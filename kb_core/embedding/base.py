@@ -1,0 +1,80 @@
+"""The embedding interfaces every backend implements, and small shared helpers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+ProgressCallback = Callable[[int], None]
+"""Called with the number of texts just finished (an increment, like ``tqdm.update``)."""
+
+
+@runtime_checkable
+class Tokenizer(Protocol):
+    """Counts tokens the way a model sees them, without special tokens."""
+
+    def count(self, text: str) -> int: ...
+
+    def offsets(self, text: str) -> list[tuple[int, int]]:
+        """Character span ``(start, end)`` of each token in ``text``, in order."""
+        ...
+
+
+@runtime_checkable
+class BatchTokenizer(Tokenizer, Protocol):
+    """A tokenizer with a fast path for many texts at once (optional; chunking uses it when present)."""
+
+    def count_batch(self, texts: Sequence[str]) -> list[int]: ...
+
+    def offsets_batch(self, texts: Sequence[str]) -> list[list[tuple[int, int]]]: ...
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Turns texts into L2-normalised float32 vectors.
+
+    ``model_key`` is a stable identity of the model (it keys caches and is stored with indexes), e.g.
+    ``"local:all-MiniLM-L6-v2"`` or ``"endpoint:http://host/v1#model"``.
+    """
+
+    model_key: str
+    dimension: int
+    max_input_tokens: int | None
+    tokenizer: Tokenizer
+
+    def embed_documents(self, texts: Sequence[str], progress: ProgressCallback | None = None) -> np.ndarray:
+        """float32 array of shape ``(len(texts), dimension)``, each row L2-normalised."""
+        ...
+
+    def embed_query(self, text: str) -> np.ndarray:
+        """float32 array of shape ``(dimension,)``, L2-normalised."""
+        ...
+
+
+def count_batch(tokenizer: Tokenizer, texts: Sequence[str]) -> list[int]:
+    """Token counts of many texts, through the tokenizer's batch path when it has one."""
+    fn = getattr(tokenizer, "count_batch", None)
+    if fn is not None:
+        return list(fn(texts))
+    return [tokenizer.count(t) for t in texts]
+
+
+def offsets_batch(tokenizer: Tokenizer, texts: Sequence[str]) -> list[list[tuple[int, int]]]:
+    """Token spans of many texts, through the tokenizer's batch path when it has one."""
+    fn = getattr(tokenizer, "offsets_batch", None)
+    if fn is not None:
+        return list(fn(texts))
+    return [tokenizer.offsets(t) for t in texts]
+
+
+def l2_normalize(vectors: np.ndarray) -> np.ndarray:
+    """Row-wise L2 normalisation to float32; zero rows stay zero instead of becoming NaN."""
+    arr = np.asarray(vectors, dtype=np.float32)
+    if arr.ndim == 1:
+        norm = float(np.linalg.norm(arr))
+        return arr / norm if norm > 0 else arr.copy()
+    norms = np.linalg.norm(arr, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return (arr / norms).astype(np.float32, copy=False)

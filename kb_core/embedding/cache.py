@@ -1,0 +1,184 @@
+"""Persistent embedding cache shared by several processes, and an embedder that uses it.
+
+Vectors are stored in one SQLite file (stdlib ``sqlite3``: no server, safe for concurrent readers and writers
+in WAL mode with a busy timeout), keyed by ``(model_key, sha256(text))``. Re-embedding unchanged text
+therefore costs a lookup, not model time, in this process and in any other using the same file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import sqlite3
+import threading
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from kb_core.embedding.base import Embedder, ProgressCallback, Tokenizer
+from kb_core.errors import StoreError
+
+log = logging.getLogger(__name__)
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS embeddings (
+    model_key TEXT NOT NULL,
+    text_sha256 BLOB NOT NULL,
+    dim INTEGER NOT NULL,
+    vector BLOB NOT NULL,
+    PRIMARY KEY (model_key, text_sha256)
+) WITHOUT ROWID
+"""
+_LOOKUP_BATCH = 500  # stays far below SQLite's bound-parameter limit
+
+
+def text_digest(text: str) -> bytes:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
+
+
+class EmbeddingCache:
+    """``(model_key, sha256(text)) -> float32 vector`` in a SQLite file; safe across threads and processes."""
+
+    def __init__(self, path: str | Path, *, busy_timeout: float = 30.0) -> None:
+        self.path = Path(path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._conn = sqlite3.connect(str(self.path), timeout=busy_timeout, check_same_thread=False,
+                                         isolation_level=None)
+            self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
+            self._conn.execute("PRAGMA journal_mode = WAL")
+            self._conn.execute("PRAGMA synchronous = NORMAL")
+            self._conn.execute(_SCHEMA)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open the embedding cache {self.path}: {exc}") from exc
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"EmbeddingCache({str(self.path)!r})"
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def __enter__(self) -> EmbeddingCache:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def get_many(self, model_key: str, digests: Sequence[bytes]) -> dict[bytes, np.ndarray]:
+        """Vectors found for the given text digests (missing ones are simply absent)."""
+        found: dict[bytes, np.ndarray] = {}
+        unique = list(dict.fromkeys(digests))
+        try:
+            with self._lock:
+                for s in range(0, len(unique), _LOOKUP_BATCH):
+                    part = unique[s : s + _LOOKUP_BATCH]
+                    marks = ",".join("?" * len(part))
+                    rows = self._conn.execute(
+                        "SELECT text_sha256, dim, vector FROM embeddings"
+                        f" WHERE model_key = ? AND text_sha256 IN ({marks})",
+                        [model_key, *part],
+                    ).fetchall()
+                    for digest, dim, blob in rows:
+                        vec = np.frombuffer(blob, dtype=np.float32)
+                        if vec.shape[0] == dim:
+                            found[bytes(digest)] = vec
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot read the embedding cache {self.path}: {exc}") from exc
+        return found
+
+    def put_many(self, model_key: str, items: Iterable[tuple[bytes, np.ndarray]]) -> None:
+        rows = [
+            (model_key, digest, int(vec.shape[0]), np.ascontiguousarray(vec, dtype=np.float32).tobytes())
+            for digest, vec in items
+        ]
+        if not rows:
+            return
+        try:
+            with self._lock:
+                self._conn.execute("BEGIN IMMEDIATE")
+                try:
+                    self._conn.executemany("INSERT OR REPLACE INTO embeddings VALUES (?, ?, ?, ?)", rows)
+                except BaseException:
+                    self._conn.execute("ROLLBACK")
+                    raise
+                self._conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot write to the embedding cache {self.path}: {exc}") from exc
+
+    def count(self, model_key: str | None = None) -> int:
+        with self._lock:
+            if model_key is None:
+                return int(self._conn.execute("SELECT COUNT(*) FROM embeddings").fetchone()[0])
+            return int(
+                self._conn.execute("SELECT COUNT(*) FROM embeddings WHERE model_key = ?", (model_key,)).fetchone()[0]
+            )
+
+
+class CachedEmbedder:
+    """An :class:`~kb_core.embedding.base.Embedder` that asks ``cache`` first and embeds only the misses.
+
+    Queries are not cached (they are short, rarely repeated, and some backends embed them differently).
+    """
+
+    def __init__(self, embedder: Embedder, cache: EmbeddingCache) -> None:
+        self.inner = embedder
+        self.cache = cache
+
+    def __repr__(self) -> str:
+        return f"CachedEmbedder({self.inner!r}, {self.cache!r})"
+
+    @property
+    def model_key(self) -> str:
+        return self.inner.model_key
+
+    @property
+    def dimension(self) -> int:
+        return self.inner.dimension
+
+    @property
+    def max_input_tokens(self) -> int | None:
+        return self.inner.max_input_tokens
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        return self.inner.tokenizer
+
+    def embed_documents(self, texts: Sequence[str], progress: ProgressCallback | None = None) -> np.ndarray:
+        texts = list(texts)
+        key = self.inner.model_key
+        digests = [text_digest(t) for t in texts]
+        found = self.cache.get_many(key, digests)
+        hits = sum(1 for d in digests if d in found)
+        if progress is not None and hits:
+            progress(hits)
+        # Embed each distinct missing text once.
+        missing: dict[bytes, str] = {}
+        for d, t in zip(digests, texts, strict=True):
+            if d not in found:
+                missing.setdefault(d, t)
+        if missing:
+            miss_digests = list(missing)
+            reported = 0
+
+            def forward(n: int) -> None:
+                nonlocal reported
+                reported += n
+                if progress is not None:
+                    progress(n)
+
+            fresh = self.inner.embed_documents([missing[d] for d in miss_digests], progress=forward)
+            self.cache.put_many(key, zip(miss_digests, fresh, strict=True))
+            for d, v in zip(miss_digests, fresh, strict=True):
+                found[d] = v
+            if progress is not None and len(texts) - hits - reported > 0:
+                progress(len(texts) - hits - reported)  # duplicates of embedded texts
+        log.debug("embedding cache: %d hits, %d texts embedded", hits, len(missing))
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        return np.stack([found[d] for d in digests]).astype(np.float32, copy=False)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self.inner.embed_query(text)

