@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -16,6 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from kb_core.store import catalog
 from kb_core.store.kb_store import KBStore, Manifest
@@ -41,12 +45,25 @@ class LoadedSegment:
         return catalog.read_documents(self.folder)
 
     @cached_property
-    def chunk_doc_ids(self) -> np.ndarray:
-        return catalog.read_chunks(self.folder, ["doc_id"])["doc_id"].to_numpy(dtype=object)
+    def chunk_doc_codes(self) -> tuple[np.ndarray, np.ndarray]:
+        """(doc ids, code per chunk row): compact even at a million rows."""
+        column = pq.read_table(self.folder / "chunks.parquet", columns=["doc_id"]).column("doc_id")
+        encoded = column.dictionary_encode().combine_chunks()
+        values = np.array(encoded.dictionary.to_pylist(), dtype=object)
+        codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int32)
+        return values, codes
 
     @cached_property
-    def chunks(self) -> pd.DataFrame:
-        return catalog.read_chunks(self.folder)
+    def chunks(self) -> pa.Table:
+        """The chunk rows as an Arrow table (compact strings; ``take`` by row)."""
+        return pq.read_table(self.folder / "chunks.parquet")
+
+    def chunk_rows(self, rows: Sequence[int]) -> list[dict[str, Any]]:
+        return self.chunks.take(pa.array(list(rows), type=pa.int64())).to_pylist()
+
+    def find_chunk(self, chunk_id: str) -> int | None:
+        matches = np.flatnonzero(pc.equal(self.chunks.column("chunk_id"), chunk_id).to_numpy(zero_copy_only=False))
+        return int(matches[0]) if len(matches) else None
 
     @cached_property
     def keyword(self) -> KeywordSegment:
@@ -85,11 +102,12 @@ class Snapshot:
         if key not in self.cache:
             segment = self.segments[index]
             deleted = self.manifest.tombstones.get(segment.id, {})
-            doc_ids = segment.chunk_doc_ids
+            values, codes = segment.chunk_doc_codes
             if deleted:
-                mask = ~np.isin(doc_ids, np.array(list(deleted), dtype=object))
+                dead = np.flatnonzero(np.isin(values, np.array(list(deleted), dtype=object)))
+                mask = ~np.isin(codes, dead)
             else:
-                mask = np.ones(len(doc_ids), dtype=bool)
+                mask = np.ones(len(codes), dtype=bool)
             self.cache[key] = mask
         return self.cache[key]
 

@@ -11,14 +11,21 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FuturesTimeout
+from dataclasses import asdict
+from functools import cached_property
 from pathlib import Path
 from typing import Any
+
+import pyarrow.compute as pc
 
 from kb_core.config import resolve_home
 from kb_core.envelope import Envelope, enveloped, ok
 from kb_core.errors import (
     DocumentNotFound,
     InvalidArgument,
+    ItemNotFound,
     KBError,
     KBExists,
     KBIsCurrent,
@@ -28,11 +35,14 @@ from kb_core.errors import (
 )
 from kb_core.importer import Importer, ImportProgress, ImportSource, in_flight_documents
 from kb_core.reader import KBReader
+from kb_core.search import SearchFilters, SearchHit, SearchSettings, SnapshotSearcher, rank
 from kb_core.store import Change, Home, KBStore, KnowledgeBaseRecord, new_id, utc_now
 from kb_core.validation import (
     name_key,
     validate_chunk_size,
     validate_endpoint,
+    validate_float_range,
+    validate_int_range,
     validate_kb_name,
 )
 
@@ -171,7 +181,6 @@ class KnowledgeBaseService:
             return embedder
 
     def importer(self, record: KnowledgeBaseRecord) -> Importer:
-        from kb_core.analysis import default_analyzer
         from kb_core.chunking import chunk_document
         from kb_core.parsing import parse_file
 
@@ -189,10 +198,85 @@ class KnowledgeBaseService:
             self.kb_store(record.id),
             embedder,
             live_documents,
-            analyzer=default_analyzer(),
+            analyzer=self.analyzer,
             parse=lambda path: parse_file(path, limits),
             chunker=lambda parsed, size: chunk_document(parsed, embedder.tokenizer, size),
         )
+
+    @cached_property
+    def analyzer(self) -> Any:
+        from kb_core.analysis import default_analyzer
+
+        return default_analyzer()
+
+    @cached_property
+    def background(self) -> ThreadPoolExecutor:
+        return ThreadPoolExecutor(max_workers=4, thread_name_prefix="kb-service")
+
+    def search_kb(
+        self, record: KnowledgeBaseRecord, query: str, settings: SearchSettings, filters: SearchFilters
+    ) -> tuple[list[SearchHit], list[str]]:
+        snapshot = self.reader(record.id).snapshot()
+        if snapshot.manifest.chunk_count == 0:
+            return [], [f"Knowledge base '{record.name}' has no documents yet."]
+        searcher = SnapshotSearcher.for_snapshot(snapshot, self.analyzer, record.embedding_model)
+        query_vector = None
+        if settings.mode != "keyword":
+            query_vector = self.embedder(record).embed_query(query)
+        return rank(searcher, query, query_vector, settings, filters, record.name)
+
+    def find_item(self, item_id: str, records: Sequence[KnowledgeBaseRecord], neighbours: int) -> dict[str, Any]:
+        for record in records:
+            snapshot = self.reader(record.id).snapshot()
+            documents = snapshot.documents()
+            if item_id.startswith("doc_"):
+                match = documents[documents["doc_id"] == item_id]
+                if match.empty:
+                    continue
+                row = match.iloc[0].to_dict()
+                segment = snapshot.segment_by_id(row["segment_id"])
+                text = segment.text(item_id) if segment is not None else None
+                return {"type": "document", "kb_name": record.name, **_document_row(row), "text": text or ""}
+            for index, segment in enumerate(snapshot.segments):
+                position = segment.find_chunk(item_id)
+                if position is None or not snapshot.live_mask(index)[position]:
+                    continue
+                chunk = segment.chunk_rows([position])[0]
+                doc_rows = segment.chunks.filter(pc.equal(segment.chunks.column("doc_id"), chunk["doc_id"]))
+                siblings = sorted(doc_rows.to_pylist(), key=lambda r: r["chunk_index"])
+                at = next(i for i, r in enumerate(siblings) if r["chunk_id"] == item_id)
+                name = documents[documents["doc_id"] == chunk["doc_id"]]["name"]
+                return {
+                    "type": "chunk",
+                    "kb_name": record.name,
+                    "doc_name": name.iloc[0] if not name.empty else None,
+                    "chunk": _chunk_json(chunk),
+                    "previous": [_chunk_json(r) for r in siblings[max(0, at - neighbours) : at]],
+                    "next": [_chunk_json(r) for r in siblings[at + 1 : at + 1 + neighbours]],
+                }
+        raise ItemNotFound(f"No document or chunk with id {item_id!r} exists.", details={"id": item_id})
+
+    def document_info(self, doc_id: str, records: Sequence[KnowledgeBaseRecord]) -> dict[str, Any]:
+        for record in records:
+            documents = self.reader(record.id).snapshot().documents()
+            match = documents[documents["doc_id"] == doc_id]
+            if not match.empty:
+                row = _document_row(match.iloc[0].to_dict())
+                return {
+                    "id": row["id"],
+                    "name": row["name"],
+                    "kb_name": record.name,
+                    "file_type": row["file_type"],
+                    "size_bytes": row["size_bytes"],
+                    "size_human": human_size(row["size_bytes"]),
+                    "source": row["source"],
+                    "parse_status": row["status"],
+                    "error": row["error"],
+                    "chunk_count": row["chunk_count"],
+                    "created_at": row["created_at"],
+                    "updated_at": row["updated_at"],
+                }
+        return {"id": doc_id, "error": f"Document {doc_id!r} not found."}
 
     def kb_counts(self, record: KnowledgeBaseRecord) -> tuple[int, int]:
         try:
@@ -458,6 +542,190 @@ class Session:
             },
         )
 
+    # -- search --------------------------------------------------------------------------------
+    def _search_settings(self, record: KnowledgeBaseRecord, overrides: dict[str, Any]) -> SearchSettings:
+        saved = {k: v for k, v in record.search_settings.items() if k in SearchSettings.SAVED_FIELDS}
+        given = {k: v for k, v in overrides.items() if v is not None}
+        if "mode" in given and isinstance(given["mode"], str):
+            given["mode"] = given["mode"].strip().lower()
+        return SearchSettings(**{**saved, **given}).validated()
+
+    def run_search(
+        self,
+        query: str,
+        *,
+        kb_names: Sequence[str] | None = None,
+        kb_ids: Sequence[str] | None = None,
+        filters: SearchFilters | None = None,
+        **overrides: Any,
+    ) -> tuple[list[SearchHit], list[str], SearchSettings]:
+        """Search the current KB (or the named ones) and return hits, warnings and the settings used."""
+        if not isinstance(query, str) or not query.strip():
+            raise InvalidArgument("query must be a non-empty string.", details={"field": "query"})
+        if kb_ids:
+            records = [self.service.home.get(kb_id) for kb_id in kb_ids]
+        elif kb_names:
+            records = [self.service.find_kb(name) for name in kb_names]
+        else:
+            records = [self.current_kb()]
+        settings = self._search_settings(records[0], overrides)
+        hits: list[SearchHit] = []
+        warnings: list[str] = []
+        for record in records:
+            found, notes = self.service.search_kb(record, query, settings, filters or SearchFilters())
+            hits.extend(found)
+            warnings.extend(n for n in notes if n not in warnings)
+        if len(records) > 1:
+            hits.sort(key=lambda h: -h.score)
+            hits = hits[: settings.top_k]
+        return hits, warnings, settings
+
+    @enveloped
+    def search(
+        self,
+        query: str,
+        top_k: int | None = None,
+        mode: str | None = None,
+        vector_weight: float | None = None,
+        keyword_weight: float | None = None,
+        jaccard_weight: float | None = None,
+        fusion: str | None = None,
+        doc_names: Sequence[str] | None = None,
+        file_types: Sequence[str] | None = None,
+        kb_names: Sequence[str] | None = None,
+        explain: bool = True,
+    ) -> Envelope:
+        """Hybrid (default), semantic or keyword search; every hit carries its score breakdown."""
+        hits, warnings, settings = self.run_search(
+            query,
+            kb_names=kb_names,
+            filters=SearchFilters(tuple(doc_names or ()), tuple(file_types or ())),
+            top_k=top_k,
+            mode=mode,
+            vector_weight=vector_weight,
+            keyword_weight=keyword_weight,
+            jaccard_weight=jaccard_weight,
+            fusion=fusion,
+        )
+        chunks = [hit.to_json(explain) for hit in hits]
+        message = f"Found {len(chunks)} chunk(s) ({settings.mode} search)."
+        if warnings:
+            message += " " + " ".join(warnings)
+        return ok(
+            message,
+            {"chunks": chunks, "count": len(chunks), "settings": asdict(settings), "warnings": warnings},
+        )
+
+    @enveloped
+    def save_search_settings(self, kb_name: str | None = None, **settings: Any) -> Envelope:
+        """Persist search defaults for the KB; searches without explicit settings use them."""
+        record = self.resolve_kb(kb_name)
+        unknown = set(settings) - set(SearchSettings.SAVED_FIELDS)
+        if unknown:
+            raise InvalidArgument(
+                f"Unknown search setting(s) {sorted(unknown)}; allowed: {', '.join(SearchSettings.SAVED_FIELDS)}."
+            )
+        merged = {**record.search_settings, **{k: v for k, v in settings.items() if v is not None}}
+        validated = SearchSettings(**merged).validated()
+        saved = {k: getattr(validated, k) for k in SearchSettings.SAVED_FIELDS if k in merged}
+        self.service.home.update_search_settings(record.id, saved)
+        return ok(f"Saved search defaults for '{record.name}'.", {"kb_name": record.name, "search_settings": saved})
+
+    @enveloped
+    def rag_search(self, keywords: Sequence[str], top_k: int = 5, timeout: float = 3.0) -> Envelope:
+        """Multi-keyword search; chunks related to all keywords rank first; degrades on timeout."""
+        if isinstance(keywords, str) or not isinstance(keywords, Sequence) or not keywords:
+            raise InvalidArgument("keywords must be a list of at least one keyword.", details={"field": "keywords"})
+        cleaned = [k.strip() for k in keywords if isinstance(k, str) and k.strip()]
+        if len(cleaned) != len(keywords):
+            raise InvalidArgument("Every keyword must be a non-empty string.", details={"field": "keywords"})
+        validate_int_range(top_k, "top_k", 1, 10)
+        validate_float_range(timeout, "timeout", 0.1, 10.0)
+        record = self.current_kb()
+        future = self.service.background.submit(self._rag_rank, record, cleaned, top_k)
+        try:
+            chunks = future.result(timeout=timeout)
+        except FuturesTimeout:
+            logger.warning("rag_search timed out after %.1f s; degraded to no results", timeout)
+            return {
+                "success": True,
+                "message": f"Search took longer than {timeout:g} s; returned no results (degraded).",
+                "data": {"chunks": [], "total_results": 0, "degraded": True},
+                "chunks": [],
+                "total_results": 0,
+                "degraded": True,
+            }
+        data = {"chunks": chunks, "total_results": len(chunks), "degraded": False}
+        return {"success": True, "message": f"Found {len(chunks)} chunk(s).", "data": data, **data}
+
+    def _rag_rank(self, record: KnowledgeBaseRecord, keywords: list[str], top_k: int) -> list[dict[str, Any]]:
+        settings = self._search_settings(record, {"top_k": min(100, top_k * 4), "mode": "hybrid"})
+        hits, _ = self.service.search_kb(record, " ".join(keywords), settings, SearchFilters())
+        analyzer = self.service.analyzer
+        keyword_terms = [frozenset(analyzer.tokens(k)) or frozenset({k.casefold()}) for k in keywords]
+
+        def coverage(hit: SearchHit) -> int:
+            terms = frozenset(analyzer.tokens(hit.content))
+            text = hit.content.casefold()
+            return sum(1 for k, t in zip(keywords, keyword_terms, strict=True) if t <= terms or k.casefold() in text)
+
+        ranked = sorted(hits, key=lambda h: (-coverage(h), -h.score))[:top_k]
+        return [
+            {
+                "chunk_text": hit.content,
+                "metadata": {"source": hit.doc_name, "chapter": hit.chapter, "page": hit.page},
+                "score": hit.score,
+                "matched_keywords": coverage(hit),
+                "id": hit.id,
+            }
+            for hit in ranked
+        ]
+
+    @enveloped
+    def get_item(self, item_id: str, neighbours: int = 1, kb_names: Sequence[str] | None = None) -> Envelope:
+        """A document's full parsed text (``doc_…`` id) or a chunk with its neighbours (``chk_…`` id)."""
+        if not isinstance(item_id, str) or not item_id.strip():
+            raise InvalidArgument("id must be a non-empty string.", details={"field": "id"})
+        records = [self.service.find_kb(n) for n in kb_names] if kb_names else self.service.home.knowledge_bases()
+        item = self.service.find_item(item_id.strip(), records, neighbours)
+        return ok(f"Found {item['type']} {item_id}.", item)
+
+    @enveloped
+    def get_document_info(self, knowledge_ids: Sequence[str], kb_names: Sequence[str] | None = None) -> Envelope:
+        """Metadata of 1-10 documents by id, looked up concurrently; per-id failures in ``errors``."""
+        if isinstance(knowledge_ids, str) or not isinstance(knowledge_ids, Sequence):
+            raise InvalidArgument("knowledge_ids must be a list of document ids.", details={"field": "knowledge_ids"})
+        if len(knowledge_ids) == 0:
+            raise InvalidArgument(
+                "knowledge_ids is empty: give at least one document id.", details={"field": "knowledge_ids"}
+            )
+        if len(knowledge_ids) > 10:
+            raise InvalidArgument(
+                f"knowledge_ids has {len(knowledge_ids)} ids; at most 10 are allowed per call.",
+                details={"field": "knowledge_ids"},
+            )
+        records = [self.service.find_kb(n) for n in kb_names] if kb_names else self.service.home.knowledge_bases()
+        ids = list(dict.fromkeys(str(i) for i in knowledge_ids))
+        results = list(self.service.background.map(lambda i: self.service.document_info(i, records), ids))
+        documents = [r for r in results if "error" not in r]
+        errors = [r for r in results if "error" in r]
+        lines = []
+        for doc in documents:
+            lines.append(
+                f"- {doc['name']} ({doc['file_type']}, {doc['size_human']}): {doc['parse_status']}, "
+                f"{doc['chunk_count']} chunks, source {doc['source']}, id {doc['id']}"
+            )
+        lines += [f"- {e['id']}: {e['error']}" for e in errors]
+        text = f"Document info for {len(documents)} of {len(ids)} id(s):\n" + "\n".join(lines)
+        envelope = ok(
+            text,
+            {"documents": documents, "total_docs": len(documents), "requested": len(ids), "errors": errors},
+        )
+        envelope["success"] = bool(documents)
+        if not documents:
+            envelope["error"] = {"code": "DOCUMENT_NOT_FOUND", "details": {"ids": ids}}
+        return envelope
+
 
 def _safe_document_name(name: str) -> str:
     """A document name from a file name: no folders, no control characters, not empty."""
@@ -484,6 +752,30 @@ def _document_row(document: dict[str, Any]) -> dict[str, Any]:
         "source": document["source"],
         "error": document["error"],
     }
+
+
+def _chunk_json(row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": row["chunk_id"],
+        "doc_id": row["doc_id"],
+        "chunk_index": row["chunk_index"],
+        "content": row["content"],
+        "tokens": row["tokens"],
+        "chapter": row["chapter"],
+        "page": row["page"],
+        "start_char": row["start_char"],
+        "end_char": row["end_char"],
+    }
+
+
+def human_size(size: int) -> str:
+    """1024-based: 1536 → '1.5 KB'."""
+    value = float(size)
+    for unit in ("B", "KB", "MB", "GB"):
+        if value < 1024 or unit == "GB":
+            return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TB"
 
 
 def open_service(home: str | Path | None = None) -> KnowledgeBaseService:

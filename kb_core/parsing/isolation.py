@@ -1,7 +1,8 @@
 """Run parsers in reusable worker processes so a hostile file can be killed on timeout.
 
-Workers are started with the "forkserver" context (never plain fork: the parent may run torch
-threads). Each worker serves many files; one that times out or dies is killed and replaced on the
+Workers are separate interpreters started with ``subprocess`` (never fork: the parent may run
+torch threads; and not multiprocessing's spawn/forkserver, which re-import the caller's ``__main__``
+and so break unguarded scripts). Each worker serves many files; one that times out or dies is killed and replaced on the
 next call. The parse timeout starts once a worker is ready, so process start-up is not charged to
 the file.
 """
@@ -9,11 +10,16 @@ the file.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
-import multiprocessing
+import os
+import pickle
+import select
+import struct
+import subprocess
+import sys
 import threading
 import time
-from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +33,47 @@ _START_TIMEOUT = 60.0
 _MAX_IDLE_WORKERS = 2
 
 
-def _worker_main(conn: Connection) -> None:
-    """Worker loop: receive (path, limits), answer ("ok", doc) or ("error", code, message, details)."""
+class _PipeConnection:
+    """Length-prefixed pickles over a pair of file descriptors (request/response, so no read-ahead)."""
+
+    def __init__(self, read_fd: int, write_fd: int) -> None:
+        self.read_fd, self.write_fd = read_fd, write_fd
+
+    def send(self, value: Any) -> None:
+        data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        view = memoryview(struct.pack("!Q", len(data)) + data)
+        while view:
+            view = view[os.write(self.write_fd, view) :]
+
+    def _read_exactly(self, size: int) -> bytes:
+        parts, remaining = [], size
+        while remaining:
+            block = os.read(self.read_fd, min(remaining, 1 << 20))
+            if not block:
+                raise EOFError("parser worker closed its pipe")
+            parts.append(block)
+            remaining -= len(block)
+        return b"".join(parts)
+
+    def recv(self) -> Any:
+        (size,) = struct.unpack("!Q", self._read_exactly(8))
+        return pickle.loads(self._read_exactly(size))
+
+    def poll(self, timeout: float) -> bool:
+        ready, _, _ = select.select([self.read_fd], [], [], timeout)
+        return bool(ready)
+
+    def close(self) -> None:
+        for fd in (self.read_fd, self.write_fd):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def serve_stdio() -> None:
+    """Worker entry point: requests on stdin, replies on the original stdout; stray prints go to stderr."""
+    protocol_out = os.dup(1)
+    os.dup2(2, 1)
+    conn = _PipeConnection(0, protocol_out)
     conn.send(("ready",))
     while True:
         try:
@@ -51,44 +96,58 @@ def _worker_main(conn: Connection) -> None:
 
 
 class _Worker:
-    def __init__(self, ctx: multiprocessing.context.BaseContext) -> None:
-        parent, child = ctx.Pipe(duplex=True)
-        self.conn = parent
-        self.process = ctx.Process(target=_worker_main, args=(child,), daemon=True, name="kb-parse-worker")
-        self.process.start()
-        child.close()
-        if not parent.poll(_START_TIMEOUT):
+    """A fresh interpreter (not fork/forkserver: those re-run the caller's unguarded __main__ script)."""
+
+    def __init__(self) -> None:
+        package_root = str(Path(__file__).resolve().parents[2])
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", "from kb_core.parsing.isolation import serve_stdio; serve_stdio()"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+            close_fds=True,
+        )
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.conn = _PipeConnection(self.process.stdout.fileno(), self.process.stdin.fileno())
+        if not self.conn.poll(_START_TIMEOUT):
             self.kill()
             raise ParseError("The document parser process did not start", code=PARSE_TIMEOUT)
-        parent.recv()
+        self.conn.recv()
 
     def alive(self) -> bool:
-        return self.process.is_alive()
+        return self.process.poll() is None
 
     def kill(self) -> None:
         try:
             self.process.kill()
-            self.process.join(5)
+            self.process.wait(5)
         finally:
-            self.conn.close()
+            self._close_pipes()
+
+    def _close_pipes(self) -> None:
+        for stream in (self.process.stdin, self.process.stdout):
+            with contextlib.suppress(OSError):
+                if stream is not None:
+                    stream.close()
 
     def stop(self) -> None:
         try:
             self.conn.send(None)
-            self.process.join(2)
-        except (OSError, ValueError):
+            self.process.wait(2)
+        except (OSError, ValueError, subprocess.TimeoutExpired):
             pass
-        if self.process.is_alive():
+        if self.alive():
             self.process.kill()
-            self.process.join(2)
-        self.conn.close()
+            self.process.wait(2)
+        self._close_pipes()
 
 
 class ParserPool:
     """A few reusable parse workers; thread-safe (each call borrows a worker)."""
 
-    def __init__(self, start_method: str = "forkserver") -> None:
-        self._ctx = multiprocessing.get_context(start_method)
+    def __init__(self) -> None:
         self._idle: list[_Worker] = []
         self._lock = threading.Lock()
 
@@ -99,7 +158,7 @@ class ParserPool:
                 if worker.alive():
                     return worker
                 worker.kill()
-        return _Worker(self._ctx)
+        return _Worker()
 
     def _give_back(self, worker: _Worker) -> None:
         with self._lock:

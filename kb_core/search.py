@@ -1,0 +1,332 @@
+"""Hybrid retrieval over one snapshot of a KB: BM25 + FAISS candidates, fusion, dedup, breakdowns.
+
+Pipeline for ``mode="hybrid"``:
+
+1. over-fetch ``candidates`` rows from the keyword index (BM25) and from the vector index (cosine);
+2. score every candidate exactly on *both* signals (a keyword-only hit gets its real cosine and vice
+   versa), so each breakdown shows raw cosine and raw BM25;
+3. fuse (:func:`kb_core.fusion.fuse`: per-list normalisation, signal-quality-aware weights, optional
+   RRF, Jaccard rerank term); the breakdown's formula is in :mod:`kb_core.fusion`;
+4. drop exact and near-duplicate chunks, keeping the better-ranked one;
+5. return ``top_k`` hits.
+
+``mode="semantic"`` ranks by cosine and ``mode="keyword"`` by BM25; their breakdowns use weight 1
+on the one signal with the raw score as its normalised value, so ``final = score`` there.
+The embedding model's language coverage is checked against the query: an English-only model on a
+Chinese query gets ``vector_prior = 0`` (its weight moves to BM25, with a note in the breakdown).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from kb_core.errors import InvalidArgument
+from kb_core.fusion import DEFAULT_JACCARD_WEIGHT, Candidate, ScoreBreakdown, fuse, near_duplicate_keys
+from kb_core.reader import Snapshot
+
+logger = logging.getLogger(__name__)
+
+MODES = ("hybrid", "semantic", "keyword")
+MIN_CANDIDATES = 100
+NEAR_DUPLICATE_THRESHOLD = 0.9
+
+# Models known to be trained on English only. Any other model is assumed to cover the query language.
+ENGLISH_ONLY_MODELS = frozenset(
+    {
+        "all-minilm-l6-v2",
+        "all-minilm-l12-v2",
+        "all-mpnet-base-v2",
+        "multi-qa-minilm-l6-cos-v1",
+        "multi-qa-mpnet-base-dot-v1",
+        "all-distilroberta-v1",
+    }
+)
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
+_LETTER = re.compile(r"[^\W\d_]", re.UNICODE)
+
+
+def detect_language(text: str) -> str:
+    """ "cjk" when most letters are Chinese/Japanese/Korean characters, else "latin" (a coarse, cheap check)."""
+    letters = _LETTER.findall(text)
+    if not letters:
+        return "latin"
+    cjk = sum(1 for ch in letters if _CJK.match(ch))
+    return "cjk" if cjk / len(letters) >= 0.3 else "latin"
+
+
+def model_covers(model_name: str, language: str) -> bool:
+    base = model_name.strip().rstrip("/").rsplit("/", 1)[-1].lower()
+    return language == "latin" or base not in ENGLISH_ONLY_MODELS
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    mode: str = "hybrid"
+    top_k: int = 5
+    vector_weight: float = 0.7
+    keyword_weight: float = 0.3
+    jaccard_weight: float = DEFAULT_JACCARD_WEIGHT
+    fusion: str = "weighted"  # weighted | rrf
+    candidates: int = MIN_CANDIDATES
+    deduplicate: bool = True
+
+    def validated(self) -> SearchSettings:
+        if self.mode not in MODES:
+            raise InvalidArgument(
+                f"mode {self.mode!r} is not supported; use one of {', '.join(MODES)}.", details={"field": "mode"}
+            )
+        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or not 1 <= self.top_k <= 100:
+            raise InvalidArgument(
+                f"top_k must be an integer from 1 to 100, got {self.top_k!r}.", details={"field": "top_k"}
+            )
+        for name in ("vector_weight", "keyword_weight", "jaccard_weight"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+                raise InvalidArgument(f"{name} must be a number from 0 to 1, got {value!r}.", details={"field": name})
+        if self.mode == "hybrid" and self.vector_weight + self.keyword_weight <= 0:
+            raise InvalidArgument("vector_weight and keyword_weight are both 0; at least one must be positive.")
+        if self.fusion not in ("weighted", "rrf"):
+            raise InvalidArgument(
+                f"fusion {self.fusion!r} is not supported; use weighted or rrf.", details={"field": "fusion"}
+            )
+        return self
+
+    SAVED_FIELDS = ("mode", "top_k", "vector_weight", "keyword_weight", "jaccard_weight", "fusion")
+
+
+@dataclass(frozen=True)
+class SearchFilters:
+    doc_names: tuple[str, ...] = ()
+    file_types: tuple[str, ...] = ()
+
+    def allows(self, doc_name: str, file_type: str) -> bool:
+        if self.doc_names and doc_name.casefold() not in {n.casefold() for n in self.doc_names}:
+            return False
+        return not self.file_types or file_type.lower() in {t.lower().lstrip(".") for t in self.file_types}
+
+    @property
+    def active(self) -> bool:
+        return bool(self.doc_names or self.file_types)
+
+
+@dataclass
+class SearchHit:
+    id: str
+    doc_id: str
+    content: str
+    tokens: int
+    chunk_index: int
+    doc_name: str
+    score: float
+    chapter: str | None
+    page: int | None
+    file_type: str
+    kb_id: str
+    kb_name: str
+    matched_terms: list[str]
+    breakdown: dict[str, Any] = field(default_factory=dict)
+    location: tuple[int, int] = (0, 0)  # (segment index, row) inside its snapshot
+
+    def to_json(self, explain: bool = True) -> dict[str, Any]:
+        value = asdict(self)
+        value.pop("location")
+        if not explain:
+            value.pop("breakdown")
+        return value
+
+
+def _single_signal(candidate: Candidate, signal: str, jaccard: float, jaccard_weight: float) -> ScoreBreakdown:
+    raw = candidate.vector_score if signal == "vector" else candidate.keyword_score
+    raw = float(raw or 0.0)
+    fused = raw
+    final = (1 - jaccard_weight) * fused + jaccard_weight * jaccard
+    is_vector = signal == "vector"
+    return ScoreBreakdown(
+        vector_score=candidate.vector_score,
+        keyword_score=candidate.keyword_score,
+        vector_normalized=raw if is_vector else 0.0,
+        keyword_normalized=0.0 if is_vector else raw,
+        vector_rank=candidate.vector_rank,
+        keyword_rank=candidate.keyword_rank,
+        vector_weight=1.0 if is_vector else 0.0,
+        keyword_weight=0.0 if is_vector else 1.0,
+        requested_vector_weight=1.0 if is_vector else 0.0,
+        requested_keyword_weight=0.0 if is_vector else 1.0,
+        vector_contribution=raw if is_vector else 0.0,
+        keyword_contribution=0.0 if is_vector else raw,
+        fused_score=fused,
+        jaccard=jaccard,
+        jaccard_weight=jaccard_weight,
+        jaccard_contribution=jaccard_weight * jaccard,
+        final_score=final,
+        fusion_method="semantic only" if is_vector else "keyword only",
+        notes=("raw score used as the normalised value",),
+    )
+
+
+class SnapshotSearcher:
+    """Searches one snapshot. Built once per snapshot version and cached on it."""
+
+    def __init__(self, snapshot: Snapshot, analyzer: Any, embedding_model: str) -> None:
+        from kb_core.keyword_index import KeywordSearcher
+        from kb_core.vector_index import VectorSearcher
+
+        self.snapshot = snapshot
+        self.analyzer = analyzer
+        self.embedding_model = embedding_model
+        live = [snapshot.live_mask(i) for i in range(len(snapshot.segments))]
+        self.keyword = KeywordSearcher([(s.keyword, m) for s, m in zip(snapshot.segments, live, strict=True)], analyzer)
+        self.vector = VectorSearcher([(s.vectors, m) for s, m in zip(snapshot.segments, live, strict=True)])
+        documents = snapshot.documents()
+        self.documents = {(row["segment_id"], row["doc_id"]): row for row in documents.to_dict("records")}
+
+    @classmethod
+    def for_snapshot(cls, snapshot: Snapshot, analyzer: Any, embedding_model: str) -> SnapshotSearcher:
+        searcher = snapshot.cache.get("searcher")
+        if searcher is None:
+            searcher = cls(snapshot, analyzer, embedding_model)
+            snapshot.cache["searcher"] = searcher
+        return searcher
+
+    def _document(self, segment_index: int, doc_id: str) -> dict[str, Any]:
+        return self.documents[(self.snapshot.segments[segment_index].id, doc_id)]
+
+    def candidates(
+        self, query: str, query_vector: np.ndarray | None, settings: SearchSettings, filters: SearchFilters
+    ) -> tuple[list[Candidate], list[str]]:
+        """Over-fetched candidates of both signals, each scored on both. Also returns the query terms."""
+        fetch = max(settings.candidates, settings.top_k * 10) * (4 if filters.active else 1)
+        terms = self.keyword.query_terms(query)
+        keyword_hits = self.keyword.search_terms(terms, fetch) if settings.mode != "semantic" else []
+        vector_hits = (
+            self.vector.search(query_vector, fetch)
+            if settings.mode != "keyword" and query_vector is not None and self.snapshot.manifest.chunk_count
+            else []
+        )
+        found: dict[tuple[int, int], dict[str, Any]] = {}
+        for rank, hit in enumerate(keyword_hits, start=1):
+            found[(hit.segment_index, hit.row)] = {"keyword_score": hit.score, "keyword_rank": rank}
+        for rank, hit in enumerate(vector_hits, start=1):
+            found.setdefault((hit.segment_index, hit.row), {}).update(vector_score=hit.score, vector_rank=rank)
+        keys = list(found)
+        if settings.mode == "hybrid" and keys:
+            missing_bm25 = [k for k in keys if "keyword_score" not in found[k]]
+            for key, score in zip(missing_bm25, self.keyword.score_rows(query, missing_bm25), strict=True):
+                found[key]["keyword_score"] = float(score)
+            missing_cos = [k for k in keys if "vector_score" not in found[k]]
+            if missing_cos and query_vector is not None:
+                for key, score in zip(missing_cos, self.vector.score_rows(query_vector, missing_cos), strict=True):
+                    found[key]["vector_score"] = float(score)
+        candidates = [
+            Candidate(
+                key=key,
+                vector_score=found[key].get("vector_score"),
+                keyword_score=found[key].get("keyword_score"),
+                vector_rank=found[key].get("vector_rank"),
+                keyword_rank=found[key].get("keyword_rank"),
+            )
+            for key in keys
+        ]
+        return candidates, terms
+
+    def rows(self, keys: Sequence[tuple[int, int]]) -> dict[tuple[int, int], dict[str, Any]]:
+        out: dict[tuple[int, int], dict[str, Any]] = {}
+        by_segment: dict[int, list[int]] = {}
+        for segment_index, row in keys:
+            by_segment.setdefault(segment_index, []).append(row)
+        for segment_index, rows in by_segment.items():
+            for row, record in zip(rows, self.snapshot.segments[segment_index].chunk_rows(rows), strict=True):
+                out[(segment_index, row)] = record
+        return out
+
+
+def rank(
+    searcher: SnapshotSearcher,
+    query: str,
+    query_vector: np.ndarray | None,
+    settings: SearchSettings,
+    filters: SearchFilters,
+    kb_name: str,
+) -> tuple[list[SearchHit], list[str]]:
+    """The ranked hits of one KB snapshot, and warnings for the user."""
+    warnings: list[str] = []
+    candidates, terms = searcher.candidates(query, query_vector, settings, filters)
+    if not candidates:
+        return [], warnings
+    rows = searcher.rows([c.key for c in candidates])  # type: ignore[misc]
+    if filters.active:
+        allowed = []
+        for candidate in candidates:
+            document = searcher._document(candidate.key[0], rows[candidate.key]["doc_id"])  # type: ignore[index]
+            if filters.allows(document["name"], document["file_type"]):
+                allowed.append(candidate)
+        candidates = allowed
+    query_terms = frozenset(terms)
+    term_sets = {c.key: frozenset(searcher.analyzer.tokens(rows[c.key]["content"])) for c in candidates}
+    candidates = [
+        Candidate(c.key, c.vector_score, c.keyword_score, c.vector_rank, c.keyword_rank, term_sets[c.key])
+        for c in candidates
+    ]
+    language = detect_language(query)
+    covered = model_covers(searcher.embedding_model, language)
+    if not covered and settings.mode != "keyword":
+        warnings.append(
+            f"The embedding model {searcher.embedding_model} does not cover this query's language; "
+            "semantic scores carry little meaning here"
+            + (" and hybrid search relies on keywords." if settings.mode == "hybrid" else ".")
+        )
+    if settings.mode == "hybrid":
+        fused = fuse(
+            candidates,
+            vector_weight=settings.vector_weight,
+            keyword_weight=settings.keyword_weight,
+            method=settings.fusion,
+            query_terms=query_terms,
+            jaccard_weight=settings.jaccard_weight,
+            vector_prior=1.0 if covered else 0.0,
+        )
+    else:
+        signal = "vector" if settings.mode == "semantic" else "keyword"
+        from kb_core.fusion import jaccard_similarity
+
+        scored = []
+        for candidate in candidates:
+            jaccard = jaccard_similarity(query_terms, candidate.terms) if settings.jaccard_weight > 0 else 0.0
+            scored.append((candidate, _single_signal(candidate, signal, jaccard, settings.jaccard_weight)))
+        fused = sorted(scored, key=lambda pair: -pair[1].final_score)
+    if settings.deduplicate:
+        window = fused[: settings.top_k * 4]
+        ordered = {pair[0].key: rows[pair[0].key]["content"] for pair in window}
+        dropped = near_duplicate_keys(ordered, NEAR_DUPLICATE_THRESHOLD)
+        fused = [pair for pair in fused if pair[0].key not in dropped]
+    hits: list[SearchHit] = []
+    for candidate, breakdown in fused[: settings.top_k]:
+        row = rows[candidate.key]  # type: ignore[index]
+        segment_index = candidate.key[0]  # type: ignore[index]
+        document = searcher._document(segment_index, row["doc_id"])
+        hits.append(
+            SearchHit(
+                id=row["chunk_id"],
+                doc_id=row["doc_id"],
+                content=row["content"],
+                tokens=int(row["tokens"]),
+                chunk_index=int(row["chunk_index"]),
+                doc_name=document["name"],
+                score=float(breakdown.final_score),
+                chapter=row["chapter"],
+                page=row["page"],
+                file_type=document["file_type"],
+                kb_id=searcher.snapshot.kb_id,
+                kb_name=kb_name,
+                matched_terms=sorted(query_terms & candidate.terms),
+                breakdown={k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(breakdown).items()},
+                location=candidate.key,  # type: ignore[arg-type]
+            )
+        )
+    return hits, warnings
