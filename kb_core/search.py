@@ -81,9 +81,9 @@ class SearchSettings:
             raise InvalidArgument(
                 f"mode {self.mode!r} is not supported; use one of {', '.join(MODES)}.", details={"field": "mode"}
             )
-        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or not 1 <= self.top_k <= 100:
+        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or not 1 <= self.top_k <= 1000:
             raise InvalidArgument(
-                f"top_k must be an integer from 1 to 100, got {self.top_k!r}.", details={"field": "top_k"}
+                f"top_k must be an integer from 1 to 1000, got {self.top_k!r}.", details={"field": "top_k"}
             )
         for name in ("vector_weight", "keyword_weight", "jaccard_weight"):
             value = getattr(self, name)

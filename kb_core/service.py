@@ -78,9 +78,10 @@ class KnowledgeBaseService:
         self._parse_limits = parse_limits
 
     # -- sessions ------------------------------------------------------------------------------
-    def session(self, persistent_name: str | None = None) -> Session:
-        """A new session. With ``persistent_name`` (the CLI uses "cli") the current KB is kept in the home."""
-        return Session(self, persistent_name)
+    def session(self, persistent_name: str | None = None, scope: frozenset[str] | None = None) -> Session:
+        """A new session. With ``persistent_name`` (the CLI uses "cli") the current KB is kept in the home;
+        ``scope`` limits it to those KB ids (MCP tokens)."""
+        return Session(self, persistent_name, scope)
 
     # -- knowledge bases -----------------------------------------------------------------------
     def find_kb(self, kb_name: str) -> KnowledgeBaseRecord:
@@ -289,10 +290,38 @@ class KnowledgeBaseService:
 class Session:
     """The per-user view of the service: which KB is current, plus every operation as an envelope."""
 
-    def __init__(self, service: KnowledgeBaseService, persistent_name: str | None = None) -> None:
+    def __init__(
+        self,
+        service: KnowledgeBaseService,
+        persistent_name: str | None = None,
+        scope: frozenset[str] | None = None,
+    ) -> None:
         self.service = service
         self.persistent_name = persistent_name
+        # KB ids this session may see (an MCP token's scope); None means all. Out-of-scope KBs answer
+        # exactly like nonexistent ones.
+        self.scope = scope
         self._current_kb_id: str | None = None
+
+    def visible_kbs(self) -> list[KnowledgeBaseRecord]:
+        records = self.service.home.knowledge_bases()
+        return records if self.scope is None else [r for r in records if r.id in self.scope]
+
+    def find_kb(self, kb_name: str) -> KnowledgeBaseRecord:
+        if self.scope is None:
+            return self.service.find_kb(kb_name)
+        if not isinstance(kb_name, str) or not kb_name.strip():
+            raise InvalidArgument("kb_name must be a non-empty string.", details={"field": "kb_name"})
+        key = name_key(kb_name)
+        visible = self.visible_kbs()
+        for record in visible:
+            if name_key(record.name) == key:
+                return record
+        listed = ", ".join(repr(r.name) for r in visible[:20]) or "none yet"
+        raise KBNotFound(
+            f"Knowledge base {kb_name!r} does not exist. Existing knowledge bases: {listed}.",
+            details={"kb_name": kb_name},
+        )
 
     # -- current KB ----------------------------------------------------------------------------
     @property
@@ -312,14 +341,17 @@ class Session:
         if kb_id is None:
             raise NoCurrentKB("No knowledge base is selected; call select_knowledge_base(kb_name) first.")
         try:
-            return self.service.home.get(kb_id)
+            record = self.service.home.get(kb_id)
+            if self.scope is not None and record.id not in self.scope:
+                raise KBNotFound(kb_id)
+            return record
         except KBNotFound as exc:
             raise NoCurrentKB(
                 "The selected knowledge base no longer exists (deleted elsewhere); select another one."
             ) from exc
 
     def resolve_kb(self, kb_name: str | None) -> KnowledgeBaseRecord:
-        return self.service.find_kb(kb_name) if kb_name else self.current_kb()
+        return self.find_kb(kb_name) if kb_name else self.current_kb()
 
     # -- knowledge bases -----------------------------------------------------------------------
     @enveloped
@@ -341,7 +373,7 @@ class Session:
     def list_knowledge_bases(self) -> Envelope:
         current = self.current_kb_id
         rows = []
-        for record in self.service.home.knowledge_bases():
+        for record in self.visible_kbs():
             documents, chunks = self.service.kb_counts(record)
             rows.append(
                 {
@@ -364,7 +396,7 @@ class Session:
 
     @enveloped
     def select_knowledge_base(self, kb_name: str) -> Envelope:
-        record = self.service.find_kb(kb_name)
+        record = self.find_kb(kb_name)
         self._set_current(record.id)
         documents, _ = self.service.kb_counts(record)
         return ok(
@@ -374,7 +406,7 @@ class Session:
 
     @enveloped
     def delete_knowledge_base(self, kb_name: str) -> Envelope:
-        record = self.service.find_kb(kb_name)
+        record = self.find_kb(kb_name)
         if record.id == self.current_kb_id:
             raise KBIsCurrent(
                 f"Knowledge base '{record.name}' is the current one and cannot be deleted; "
@@ -563,9 +595,9 @@ class Session:
         if not isinstance(query, str) or not query.strip():
             raise InvalidArgument("query must be a non-empty string.", details={"field": "query"})
         if kb_ids:
-            records = [self.service.home.get(kb_id) for kb_id in kb_ids]
+            records = [r for r in self.visible_kbs() if r.id in set(kb_ids)]
         elif kb_names:
-            records = [self.service.find_kb(name) for name in kb_names]
+            records = [self.find_kb(name) for name in kb_names]
         else:
             records = [self.current_kb()]
         settings = self._search_settings(records[0], overrides)
@@ -686,7 +718,7 @@ class Session:
         """A document's full parsed text (``doc_…`` id) or a chunk with its neighbours (``chk_…`` id)."""
         if not isinstance(item_id, str) or not item_id.strip():
             raise InvalidArgument("id must be a non-empty string.", details={"field": "id"})
-        records = [self.service.find_kb(n) for n in kb_names] if kb_names else self.service.home.knowledge_bases()
+        records = [self.find_kb(n) for n in kb_names] if kb_names else self.visible_kbs()
         item = self.service.find_item(item_id.strip(), records, neighbours)
         return ok(f"Found {item['type']} {item_id}.", item)
 
@@ -704,7 +736,7 @@ class Session:
                 f"knowledge_ids has {len(knowledge_ids)} ids; at most 10 are allowed per call.",
                 details={"field": "knowledge_ids"},
             )
-        records = [self.service.find_kb(n) for n in kb_names] if kb_names else self.service.home.knowledge_bases()
+        records = [self.find_kb(n) for n in kb_names] if kb_names else self.visible_kbs()
         ids = list(dict.fromkeys(str(i) for i in knowledge_ids))
         results = list(self.service.background.map(lambda i: self.service.document_info(i, records), ids))
         documents = [r for r in results if "error" not in r]
