@@ -1,0 +1,43 @@
+"""CLI commands to move knowledge bases between homes: ``kb export PATH [--kb NAME]`` and ``kb import-db PATH``."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from kb_core.envelope import Envelope
+
+
+def _export(session: Any, args: argparse.Namespace) -> Envelope:
+    from kb_core.transfer import export_database
+
+    return export_database(session, args.path, args.kb or None)
+
+
+def _import_db(session: Any, args: argparse.Namespace) -> Envelope:
+    from kb_core.transfer import import_database
+
+    return import_database(session, args.path)
+
+
+def register(commands: Any) -> None:
+    export = commands.add_parser(
+        "export",
+        help="export every knowledge base (or those named with --kb) to one portable file",
+        description="Write knowledge bases with their documents, original files, chunks and vectors to one ZIP "
+        "file that `kb import-db` reads. API keys are never exported.",
+    )
+    export.add_argument("path", help="the file to write, e.g. backup.kbx (replaced if it exists)")
+    export.add_argument(
+        "--kb", action="append", metavar="NAME", help="export only this knowledge base (repeat for several)"
+    )
+    export.set_defaults(handler=_export, renderer=None)
+
+    import_db = commands.add_parser(
+        "import-db",
+        help="merge the knowledge bases of an export file into this home",
+        description="Validate an export file completely, then add its knowledge bases; existing names get a "
+        "timestamp suffix. Nothing changes if the file is refused.",
+    )
+    import_db.add_argument("path", help="an export file written by `kb export`")
+    import_db.set_defaults(handler=_import_db, renderer=None)
