@@ -81,7 +81,10 @@ def build_parser() -> argparse.ArgumentParser:
     delete.add_argument("name")
     delete.set_defaults(handler=lambda s, a: s.delete_knowledge_base(a.name), renderer=None)
 
-    for register in EXTRA_COMMANDS:
+    import kb_core.cli as canonical  # the same list even when this file runs as __main__
+    from kb_core import cli_commands  # noqa: F401  (registers the other commands)
+
+    for register in canonical.EXTRA_COMMANDS:
         register(commands)
     return parser
 
@@ -91,8 +94,6 @@ EXTRA_COMMANDS: list[Callable[[Any], None]] = []
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from kb_core import cli_commands  # noqa: F401  (registers the other commands)
-
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(

@@ -1,0 +1,149 @@
+"""Import pipeline through the service: per-file results, names, documents, update, delete."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import shared_path
+
+
+@pytest.fixture
+def kb(session):
+    assert session.create_knowledge_base("docs", 128, embedding_model="hashing")["success"]
+    session.select_knowledge_base("docs")
+    return session
+
+
+def write(folder: Path, name: str, text: str, encoding: str = "utf-8") -> Path:
+    path = folder / name
+    path.write_bytes(text.encode(encoding))
+    return path
+
+
+def test_result_has_exactly_the_spec_shape(kb, tmp_path: Path) -> None:
+    good = write(tmp_path, "notes.txt", "Hybrid search mixes BM25 with vectors.\n\n混合检索结合关键词与向量。")
+    bad = tmp_path / "binary.txt"
+    bad.write_bytes(bytes(range(256)) * 10)
+    result = kb.import_document([str(good), str(bad), str(tmp_path / "missing.docx")])
+    assert result["success"] is True
+    data = result["data"]
+    assert set(data) == {"total", "success_count", "failed_count", "success_files", "failed_files"}
+    assert (data["total"], data["success_count"], data["failed_count"]) == (3, 1, 2)
+    assert data["success_files"] == [{"file_path": str(good), "doc_name": "notes.txt", "chunk_count": 1}]
+    errors = {f["file_path"]: f["error"] for f in data["failed_files"]}
+    assert "binary" in errors[str(bad)].lower()
+    assert "does not exist" in errors[str(tmp_path / "missing.docx")]
+    assert "1 of 3" in result["message"] and "2 failed" in result["message"]
+
+
+def test_all_failed_is_a_failure(kb, tmp_path: Path) -> None:
+    result = kb.import_document([str(tmp_path / "nope.txt")])
+    assert result["success"] is False and result["data"]["failed_count"] == 1
+
+
+def test_clashing_names_get_a_timestamp_and_the_result_shows_it(kb, tmp_path: Path) -> None:
+    first = write(tmp_path, "报告.txt", "第一版。")
+    other = tmp_path / "other"
+    other.mkdir()
+    second = write(other, "报告.txt", "第二版。")
+    kb.import_document([str(first)])
+    result = kb.import_document([str(second)])
+    name = result["data"]["success_files"][0]["doc_name"]
+    assert name != "报告.txt" and name.startswith("报告_") and name.endswith(".txt")
+    names = sorted(d["name"] for d in kb.list_documents()["data"]["documents"])
+    assert names == sorted(["报告.txt", name])
+
+
+def test_documents_list_has_the_spec_fields(kb, tmp_path: Path) -> None:
+    path = write(tmp_path, "a.txt", "alpha beta gamma " * 100)
+    kb.import_document([str(path)])
+    document = kb.list_documents()["data"]["documents"][0]
+    assert {
+        "id",
+        "name",
+        "file_path",
+        "file_type",
+        "chunk_size",
+        "created_at",
+        "updated_at",
+        "status",
+        "chunk_count",
+        "size_bytes",
+    } <= set(document)
+    assert document["status"] == "ready" and document["file_type"] == "txt"
+    assert document["size_bytes"] == path.stat().st_size and document["chunk_count"] > 1
+
+
+def test_update_rechunks_from_the_kept_original_after_the_source_is_gone(kb, tmp_path: Path) -> None:
+    path = write(tmp_path, "long.txt", " ".join(f"Sentence number {i} talks about topic {i * 7}." for i in range(200)))
+    first = kb.import_document([str(path)])["data"]["success_files"][0]["chunk_count"]
+    path.unlink()
+    updated = kb.update_document("long.txt", 64)
+    assert updated["success"], updated
+    assert updated["data"]["chunk_size"] == 64 and updated["data"]["chunk_count"] > first
+    documents = kb.list_documents()["data"]["documents"]
+    assert len(documents) == 1 and documents[0]["chunk_size"] == 64
+    assert documents[0]["id"] == updated["data"]["doc_id"]
+    hits = kb.search("sentence number", top_k=50, mode="keyword")["data"]["chunks"]
+    assert len(hits) == updated["data"]["chunk_count"] and all(h["tokens"] <= 64 for h in hits)
+
+
+def test_delete_removes_chunks_from_search(kb, tmp_path: Path) -> None:
+    kb.import_document(
+        [str(write(tmp_path, "keep.txt", "apples and pears")), str(write(tmp_path, "drop.txt", "apples and bananas"))]
+    )
+    assert len(kb.search("apples", mode="keyword")["data"]["chunks"]) == 2
+    assert kb.delete_document("DROP.txt")["data"] == {"doc_name": "drop.txt"}
+    hits = kb.search("apples", mode="keyword")["data"]["chunks"]
+    assert [h["doc_name"] for h in hits] == ["keep.txt"]
+    assert kb.delete_document("drop.txt")["error"]["code"] == "DOCUMENT_NOT_FOUND"
+
+
+def test_every_shared_fixture_imports_or_fails_with_a_reason_in_one_call(kb) -> None:
+    folder = shared_path("fixtures", "docs")
+    files = sorted(p for p in folder.rglob("*") if p.suffix in (".doc", ".docx"))
+    result = kb.import_document([str(p) for p in files])
+    data = result["data"]
+    assert data["total"] == len(files) == data["success_count"] + data["failed_count"]
+    failed = {Path(f["file_path"]).name: f["error"] for f in data["failed_files"]}
+    for name in ("PasswordProtected.doc", "bug53475-password-is-pass.docx", "password_tika_binaryrc4.doc"):
+        assert "encrypted" in failed[name].lower()
+    assert "truncated62886.docx" in failed
+    assert all(len(reason) > 20 for reason in failed.values())
+    # The Chinese text of a .doc comes out exactly.
+    hits = kb.search("解析Word文档", mode="keyword", top_k=10, doc_names=["test11.doc"])["data"]["chunks"]
+    assert any("这是一个用来测试nodejs解析Word文档" in h["content"] for h in hits)
+    with open(folder / "MANIFEST.tsv", encoding="utf-8") as handle:
+        assert sum(1 for _ in csv.reader(handle, delimiter="\t")) > 1
+
+
+def test_progress_reports_every_stage(kb, tmp_path: Path) -> None:
+    paths = [
+        str(write(tmp_path, f"f{i}.txt", " ".join(f"document {i} line {j}." for j in range(150)))) for i in range(5)
+    ]
+    seen: list[tuple[int, int, int]] = []
+    statuses: set[str] = set()
+
+    def progress(state) -> None:
+        seen.append((state.files_done, state.chunks_embedded, state.chunks_total))
+        statuses.update(f.status for f in state.files)
+
+    result = kb.import_document(paths, progress=progress)
+    assert result["data"]["success_count"] == 5
+    assert {"parsing", "embedding", "ready"} <= statuses
+    assert seen[-1][0] == 5 and seen[-1][1] == seen[-1][2] > 0
+    assert all(a[1] <= b[1] for a, b in zip(seen, seen[1:], strict=False))
+
+
+def test_chunk_size_override_is_validated(kb, tmp_path: Path) -> None:
+    path = write(tmp_path, "a.txt", "text")
+    assert kb.import_document([str(path)], chunk_size=5)["error"]["code"] == "INVALID_ARGUMENT"
+    assert kb.import_document(str(path))["error"]["code"] == "INVALID_ARGUMENT"
+
+
+def test_import_without_current_kb_says_what_to_do(session, tmp_path: Path) -> None:
+    result = session.import_document([str(write(tmp_path, "a.txt", "x"))])
+    assert result["error"]["code"] == "NO_CURRENT_KB" and "select_knowledge_base" in result["message"]
