@@ -14,8 +14,7 @@ from pathlib import Path
 
 from kb_core import KnowledgeBaseService
 from kb_core.errors import KBNotFound
-from kb_core.store import Change
-from kb_core.store import catalog
+from kb_core.store import Change, catalog
 
 
 def add_segment(service: KnowledgeBaseService, kb_id: str, rng: random.Random) -> None:
@@ -27,14 +26,17 @@ def add_segment(service: KnowledgeBaseService, kb_id: str, rng: random.Random) -
     for doc in docs:
         n = rng.randint(1, 20)
         doc_rows.append({"doc_id": doc, "name": f"{doc}.txt", "status": "ready", "chunk_count": n})
-        chunk_rows += [{"chunk_id": uuid.uuid4().hex, "doc_id": doc, "chunk_index": i, "content": "文本 text " * 50}
-                       for i in range(n)]
+        chunk_rows += [
+            {"chunk_id": uuid.uuid4().hex, "doc_id": doc, "chunk_index": i, "content": "文本 text " * 50}
+            for i in range(n)
+        ]
     catalog.write_documents(staged.path, doc_rows)
     catalog.write_chunks(staged.path, chunk_rows)
     catalog.write_texts(staged.path, [{"doc_id": d, "text": "x"} for d in docs])
     staged.rows, staged.documents = len(chunk_rows), len(doc_rows)
-    catalog.write_segment_info(staged.path, catalog.SegmentInfo(staged.id, staged.rows, staged.documents, "t", 4,
-                                                                "a", ""))
+    catalog.write_segment_info(
+        staged.path, catalog.SegmentInfo(staged.id, staged.rows, staged.documents, "t", 4, "a", "")
+    )
     store.commit(Change(add=(staged,)))
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import itertools
 from pathlib import Path
 
 import pytest
@@ -135,7 +136,7 @@ def test_progress_reports_every_stage(kb, tmp_path: Path) -> None:
     assert result["data"]["success_count"] == 5
     assert {"parsing", "embedding", "ready"} <= statuses
     assert seen[-1][0] == 5 and seen[-1][1] == seen[-1][2] > 0
-    assert all(a[1] <= b[1] for a, b in zip(seen, seen[1:], strict=False))
+    assert all(a[1] <= b[1] for a, b in itertools.pairwise(seen))
 
 
 def test_chunk_size_override_is_validated(kb, tmp_path: Path) -> None:

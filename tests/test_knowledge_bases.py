@@ -59,8 +59,16 @@ def test_chinese_names_work_end_to_end(session) -> None:
     assert listed["count"] == 1 and listed["current_kb_id"] == created["kb_id"]
     row = listed["knowledge_bases"][0]
     assert row["is_current"] is True and row["name"] == "产品手册"
-    assert {"id", "name", "chunk_size", "embedding_model", "created_at", "is_current", "document_count",
-            "chunk_count"} <= set(row)
+    assert {
+        "id",
+        "name",
+        "chunk_size",
+        "embedding_model",
+        "created_at",
+        "is_current",
+        "document_count",
+        "chunk_count",
+    } <= set(row)
 
 
 def test_default_model_is_local_minilm(session) -> None:
@@ -113,9 +121,9 @@ def test_sessions_have_their_own_current_kb(service) -> None:
     first.create_knowledge_base("two", 256)
     first.select_knowledge_base("one")
     second.select_knowledge_base("two")
-    assert first.list_knowledge_bases()["data"]["current_kb_id"] != second.list_knowledge_bases()["data"][
-        "current_kb_id"
-    ]
+    assert (
+        first.list_knowledge_bases()["data"]["current_kb_id"] != second.list_knowledge_bases()["data"]["current_kb_id"]
+    )
     assert service.session().list_knowledge_bases()["data"]["current_kb_id"] is None
 
 

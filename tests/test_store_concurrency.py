@@ -16,8 +16,9 @@ def test_four_processes_create_delete_and_commit_at_once(tmp_path: Path) -> None
     home = tmp_path / "home"
     KnowledgeBaseService(home)
     processes = [
-        subprocess.Popen([sys.executable, str(WORKER), str(home), str(seed), "40"], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE)
+        subprocess.Popen(
+            [sys.executable, str(WORKER), str(home), str(seed), "40"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
         for seed in range(4)
     ]
     reader = KnowledgeBaseService(home).session()
@@ -46,8 +47,9 @@ def test_creates_from_four_processes_are_all_kept(tmp_path: Path) -> None:
         "dup = [s.create_knowledge_base(f'shared-{i}', 256)['success'] for i in range(5)];\n"
         "print(sum(ok), sum(dup))"
     )
-    processes = [subprocess.Popen([sys.executable, "-c", script, str(home), str(n)], stdout=subprocess.PIPE)
-                 for n in range(4)]
+    processes = [
+        subprocess.Popen([sys.executable, "-c", script, str(home), str(n)], stdout=subprocess.PIPE) for n in range(4)
+    ]
     outputs = [p.communicate()[0].decode().split() for p in processes]
     assert all(int(own) == 15 for own, _ in outputs)
     assert sum(int(shared) for _, shared in outputs) == 5  # each shared name won exactly once
