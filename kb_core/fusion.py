@@ -14,11 +14,11 @@ beside them.
 Normalisation (``method="weighted"``). Each signal is normalised over *its own ranked list* (the candidates it
 retrieved, ``*_rank`` not None), so a candidate that only the other signal found cannot stretch the scale:
 
-* ``"meanmax"`` (default): ``(s − mean) / (max − mean)`` — the top of the list is 1, the list's mean is 0, the
-  tail goes negative. Unlike min-max it does not depend on the single worst score that happened to be
-  fetched, and unlike a raw z-score it keeps both signals on the same scale at the top.
+* ``"zscore"`` (default): ``(s − mean) / std``. A list whose top stands far out of its bulk keeps that margin
+  (BM25 on a rare term: z ≈ 7), while a flat, noisy list cannot stretch its top to the same height, which is
+  what min-max does.
 * ``"minmax"``: ``(s − min) / (max − min)``, the common baseline.
-* ``"zscore"``: ``(s − mean) / std``.
+* ``"meanmax"``: ``(s − mean) / (max − mean)`` — top 1, mean 0.
 
 A candidate missing a signal's score (outside that list, e.g. no keyword match) gets the list's minimum: it
 ranked below everything the list holds. With ``method="rrf"`` the normalised value is
@@ -32,13 +32,13 @@ list is how far its top score stands out from the bulk, measured on the list's o
 
     z_top    = (max − mean) / std                      over the signal's ranked list (n scores)
     chance   = √(2 ln n)                               the expected z of the maximum of n draws without signal
-    quality  = clip((z_top − chance) / chance, 0, 1)   0: the top is no better separated than noise would be
+    quality  = max(0, (z_top − chance) / chance)       0: the top is no better separated than noise would be
 
 Effective weights are ``w_s · quality_s`` renormalised to sum to 1; if neither signal shows any evidence the
 requested weights are kept. A signal whose scores are constant (or that returned nothing) has quality 0. The
-breakdown's ``notes`` say when and why a weight was moved. ``vector_prior`` (default 1) lets the caller scale
-the vector signal's quality by what it knows, e.g. 0 when the embedding model does not cover the query's
-language.
+breakdown's ``notes`` say when and why a weight was moved. ``vector_prior`` (default 1, in [0, 1]) lets the
+caller scale the vector signal's quality by what it knows: :func:`script_coverage` gives the share of the query's
+letters written in scripts the embedding model was trained on (0 for a Chinese query to an English-only model).
 
 The constants here come from principle (Gaussian extreme-value chance level), not from fitting evaluation
 queries; ``benchmarks/fusion_study.py`` measures the result on SciFact (English) and XQuAD (Chinese).
@@ -66,6 +66,7 @@ __all__ = [
     "jaccard_similarity",
     "near_duplicate_keys",
     "normalize_scores",
+    "script_coverage",
     "signal_quality",
 ]
 
@@ -160,8 +161,44 @@ def signal_quality(scores: Sequence[float] | np.ndarray) -> tuple[float, float, 
         return 0.0, 0.0, math.sqrt(2.0 * math.log(n))
     z_top = (float(values.max()) - float(values.mean())) / std
     chance = math.sqrt(2.0 * math.log(n))
-    quality = min(1.0, max(0.0, (z_top - chance) / chance))
+    quality = max(0.0, (z_top - chance) / chance)
     return quality, z_top, chance
+
+
+_SCRIPT_PREFIXES = {
+    "latin": ("LATIN",),
+    "cjk": ("CJK", "HIRAGANA", "KATAKANA", "HANGUL", "BOPOMOFO"),
+    "cyrillic": ("CYRILLIC",),
+    "greek": ("GREEK",),
+    "arabic": ("ARABIC",),
+    "hebrew": ("HEBREW",),
+    "devanagari": ("DEVANAGARI",),
+    "thai": ("THAI",),
+}
+
+
+def script_coverage(text: str, scripts: Iterable[str] = ("latin",)) -> float:
+    """Share of the letters of ``text`` written in one of ``scripts`` (see ``_SCRIPT_PREFIXES``); 1 if none.
+
+    A cheap, model-agnostic language check for ``fuse(vector_prior=...)``: an English-only embedding model
+    (scripts ``("latin",)``) gets 0 for a Chinese query and about 0.6 for "FAISS 是什么".
+    """
+    wanted = tuple(prefix for name in scripts for prefix in _SCRIPT_PREFIXES.get(name.lower(), (name.upper(),)))
+    letters = covered = 0
+    for char in text:
+        if not char.isalpha():
+            continue
+        letters += 1
+        if unicodedata.name(char, "").startswith(wanted):
+            covered += 1
+    return 1.0 if letters == 0 else covered / letters
+
+
+def _orders(values: np.ndarray) -> bool:
+    """True when a list has at least one score and is not constant (a single hit still ranks)."""
+    return values.size == 1 or (
+        values.size > 1 and float(np.ptp(values)) > _EPS * max(1.0, float(np.abs(values).max()))
+    )
 
 
 def jaccard_similarity(a: frozenset[str], b: frozenset[str]) -> float:
@@ -186,7 +223,7 @@ def fuse(
     rrf_k: int = 60,
     query_terms: frozenset[str] = frozenset(),
     jaccard_weight: float = DEFAULT_JACCARD_WEIGHT,
-    normalization: str = "meanmax",
+    normalization: str = "zscore",
     adaptive: bool = True,
     vector_prior: float = 1.0,
 ) -> list[tuple[Candidate, ScoreBreakdown]]:
@@ -200,6 +237,8 @@ def fuse(
     if jaccard_weight > 1:
         raise InvalidArgument(f"jaccard_weight must lie in [0, 1]; got {jaccard_weight!r}")
     vector_prior = _check_weight("vector_prior", vector_prior)
+    if vector_prior > 1:
+        raise InvalidArgument(f"vector_prior must lie in [0, 1]; got {vector_prior!r}")
     if method not in FUSION_METHODS:
         raise InvalidArgument(f"fusion method {method!r} is not supported; use one of {', '.join(FUSION_METHODS)}")
     if normalization not in NORMALIZATIONS:
@@ -221,12 +260,18 @@ def fuse(
     if adaptive:
         quality_v, z_v, chance_v = signal_quality(v_list)
         quality_k, z_k, chance_k = signal_quality(k_list)
-        quality_v *= min(vector_prior, 1.0)
+        quality_v *= vector_prior
         raw_v, raw_k = base_v * quality_v, base_k * quality_k
         if raw_v + raw_k > 0:
             weight_v, weight_k = raw_v / (raw_v + raw_k), raw_k / (raw_v + raw_k)
-        elif base_v > 0 and base_k > 0:
-            notes.append("neither signal stands out from chance for this query; requested weights kept")
+        else:
+            # No evidence either way: keep the requested split among the signals that produced any ordering.
+            usable_v = base_v * float(_orders(v_list) and vector_prior > 0)
+            usable_k = base_k * float(_orders(k_list))
+            if usable_v + usable_k > 0:
+                weight_v, weight_k = usable_v / (usable_v + usable_k), usable_k / (usable_v + usable_k)
+            if base_v > 0 and base_k > 0 and usable_v > 0 and usable_k > 0:
+                notes.append("neither signal stands out from chance for this query; requested weights kept")
         for name, other, base, weight, quality, z, chance, size in (
             ("vector", "keyword", base_v, weight_v, quality_v, z_v, chance_v, v_list.size),
             ("keyword", "vector", base_k, weight_k, quality_k, z_k, chance_k, k_list.size),
