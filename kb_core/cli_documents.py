@@ -157,6 +157,13 @@ def register(commands: Any) -> None:
     search.add_argument("--explain", action="store_true", help="show each hit's score breakdown")
     search.set_defaults(handler=_search, renderer=_render_search)
 
+    compact = commands.add_parser("compact", help="merge the KB's segments and drop deleted rows")
+    compact.add_argument("--kb", help="another KB than the current one")
+    compact.set_defaults(handler=lambda s, a: s.compact(a.kb), renderer=None)
+
+    verify = commands.add_parser("verify", help="check the home for consistency")
+    verify.set_defaults(handler=lambda s, a: s.verify(), renderer=lambda e: "\n".join(e["data"]["problems"]))
+
     settings = commands.add_parser("save-settings", help="save search defaults for the current KB")
     _add_search_options(settings)
     settings.add_argument("--kb", help="another KB than the current one")

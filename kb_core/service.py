@@ -279,6 +279,18 @@ class KnowledgeBaseService:
                 }
         return {"id": doc_id, "error": f"Document {doc_id!r} not found."}
 
+    def compact(self, record: KnowledgeBaseRecord, everything: bool = False) -> dict[str, int]:
+        from kb_core.compaction import compact
+
+        return compact(self.kb_store(record.id), self.analyzer, everything=everything)
+
+    def compact_quietly(self, record: KnowledgeBaseRecord) -> None:
+        """Automatic compaction after an import: best effort, never fails the import."""
+        try:
+            self.compact(record)
+        except Exception:
+            logger.warning("automatic compaction of %s failed; it will be retried later", record.name, exc_info=True)
+
     def kb_counts(self, record: KnowledgeBaseRecord) -> tuple[int, int]:
         try:
             manifest = self.kb_store(record.id).manifest()
@@ -453,6 +465,7 @@ class Session:
             positions.append(index)
         if sources:
             states, _ = self.service.importer(record).run(sources, size, progress)
+            self.service.compact_quietly(record)
             for position, state in zip(positions, states, strict=True):
                 if state.status == "ready":
                     results[position] = {
@@ -756,6 +769,26 @@ class Session:
         envelope["success"] = bool(documents)
         if not documents:
             envelope["error"] = {"code": "DOCUMENT_NOT_FOUND", "details": {"ids": ids}}
+        return envelope
+
+    # -- maintenance ---------------------------------------------------------------------------
+    @enveloped
+    def compact(self, kb_name: str | None = None) -> Envelope:
+        """Merge the KB's segments into one and drop the rows of deleted documents."""
+        record = self.resolve_kb(kb_name)
+        stats = self.service.compact(record, everything=True)
+        return ok(f"Compacted '{record.name}': merged {stats['segments_merged']} segment(s).", stats)
+
+    @enveloped
+    def verify(self) -> Envelope:
+        """Check the whole home for consistency (what the crash tests assert)."""
+        from kb_core.store.verify import verify_home
+
+        problems = verify_home(self.service.home)
+        envelope = ok(
+            "The home is consistent." if not problems else f"{len(problems)} problem(s) found.", {"problems": problems}
+        )
+        envelope["success"] = not problems
         return envelope
 
 
