@@ -1,7 +1,8 @@
 """Registration of the CLI commands beyond knowledge-base management: one line per feature module."""
 
-from kb_core import cli_documents, cli_transfer
+from kb_core import cli_documents, cli_mcp, cli_transfer
 from kb_core.cli import EXTRA_COMMANDS
 
 EXTRA_COMMANDS.append(cli_documents.register)
 EXTRA_COMMANDS.append(cli_transfer.register)
+EXTRA_COMMANDS.append(cli_mcp.register)

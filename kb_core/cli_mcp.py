@@ -1,0 +1,146 @@
+"""CLI: ``kb mcp`` (the MCP server) and ``kb token create|list|revoke`` (its HTTP bearer tokens)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from typing import Any
+
+from kb_core.envelope import Envelope, enveloped, ok
+
+logger = logging.getLogger(__name__)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from kb_core.errors import KBError
+    from kb_core.mcp_server import serve_http, serve_stdio
+
+    try:
+        if args.http:
+            serve_http(
+                args.home,
+                host=args.host,
+                port=args.port,
+                allowed_dirs=args.allow_dir or (),
+                allow_remote=args.allow_remote,
+            )
+        else:
+            if args.allow_dir or args.allow_remote:
+                raise KBError("--allow-dir and --allow-remote apply to --http only.", code="INVALID_ARGUMENT")
+            serve_stdio(args.home)
+    except KBError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        return 2 if exc.code in ("INVALID_ARGUMENT", "PERMISSION_DENIED") else 1
+    except KeyboardInterrupt:
+        return 0
+    return 0
+
+
+def _store(session: Any) -> Any:
+    from kb_core.tokens import TokenStore
+
+    return TokenStore(session.service.home.root)
+
+
+def _scope_names(session: Any, scope: Any) -> str:
+    if scope is None:
+        return "all"
+    names = {r.id: r.name for r in session.service.home.knowledge_bases()}
+    return ",".join(sorted(names.get(kb_id, f"(deleted {kb_id})") for kb_id in scope))
+
+
+def _token_row(session: Any, record: Any) -> dict[str, Any]:
+    return {
+        "id": record.id,
+        "scope": _scope_names(session, record.scope),
+        "capability": record.capability,
+        "rate_per_hour": record.rate_per_hour,
+        "created_at": record.created_at,
+    }
+
+
+@enveloped
+def create_token(session: Any, args: argparse.Namespace) -> Envelope:
+    from kb_core.errors import InvalidArgument
+
+    raw_scope = (args.scope or "").strip()
+    if not raw_scope:
+        raise InvalidArgument("--scope must be 'all' or a comma-separated list of knowledge base names.")
+    if raw_scope.lower() == "all":
+        scope = None
+    else:
+        names = [n.strip() for n in raw_scope.split(",") if n.strip()]
+        scope = sorted({session.service.find_kb(name).id for name in names})
+    token, record = _store(session).create(scope, args.capability, args.rate)
+    row = _token_row(session, record)
+    return ok(
+        f"Created token {record.id} ({record.capability}, scope {row['scope']}, {record.rate_per_hour}/hour). "
+        f"It is shown only now; keep it secret:\n{token}",
+        {**row, "token": token},
+    )
+
+
+@enveloped
+def list_tokens(session: Any, args: argparse.Namespace) -> Envelope:
+    rows = [_token_row(session, r) for r in _store(session).list()]
+    return ok(f"{len(rows)} token(s).", {"tokens": rows, "count": len(rows)})
+
+
+@enveloped
+def revoke_token(session: Any, args: argparse.Namespace) -> Envelope:
+    record = _store(session).revoke(args.id)
+    return ok(f"Revoked token {record.id}.", {"id": record.id})
+
+
+def _render_tokens(envelope: Envelope) -> str:
+    from kb_core.cli import _table
+
+    return _table(
+        envelope["data"]["tokens"],
+        [
+            ("id", "id"),
+            ("capability", "capability"),
+            ("scope", "scope"),
+            ("rate_per_hour", "per hour"),
+            ("created_at", "created (UTC)"),
+        ],
+    )
+
+
+def register(commands: Any) -> None:
+    from kb_core.mcp_server import DEFAULT_HTTP_PORT
+    from kb_core.tokens import DEFAULT_RATE_PER_HOUR
+
+    mcp = commands.add_parser(
+        "mcp",
+        help="serve the knowledge-base tools over MCP (stdio, or streamable HTTP with --http)",
+        description="Serve the MCP tools. stdio by default (stdout carries protocol messages only; logs go to "
+        "stderr). With --http: streamable HTTP at http://HOST:PORT/mcp, bearer tokens from 'kb token create'.",
+    )
+    mcp.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio")
+    mcp.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    mcp.add_argument("--port", type=int, default=DEFAULT_HTTP_PORT, help=f"port (default {DEFAULT_HTTP_PORT})")
+    mcp.add_argument(
+        "--allow-dir",
+        action="append",
+        metavar="DIR",
+        help="folder whose files import_document may read over HTTP (repeatable; none: path imports are refused)",
+    )
+    mcp.add_argument("--allow-remote", action="store_true", help="allow listening on a non-loopback address")
+    mcp.set_defaults(direct=_serve)
+
+    token = commands.add_parser("token", help="manage bearer tokens of the MCP HTTP server")
+    actions = token.add_subparsers(dest="token_command", metavar="ACTION", required=True)
+    create = actions.add_parser("create", help="create a token (printed once; only its hash is stored)")
+    create.add_argument("--scope", required=True, help="'all' or knowledge base names separated by commas")
+    create.add_argument("--capability", choices=["read", "write"], required=True, help="read: no write tools")
+    create.add_argument(
+        "--rate", type=int, default=DEFAULT_RATE_PER_HOUR, help=f"calls per hour (default {DEFAULT_RATE_PER_HOUR})"
+    )
+    create.set_defaults(handler=create_token, renderer=None)
+    listing = actions.add_parser("list", help="list tokens (never the tokens themselves)")
+    listing.set_defaults(handler=list_tokens, renderer=_render_tokens)
+    revoke = actions.add_parser("revoke", help="revoke a token by id")
+    revoke.add_argument("id", help="token id (tok_...), from 'kb token list'")
+    revoke.set_defaults(handler=revoke_token, renderer=None)

@@ -1,0 +1,972 @@
+"""The MCP server: the knowledge-base tools over stdio and streamable HTTP.
+
+Built on the official MCP Python SDK v1 (``mcp.server.fastmcp.FastMCP``; v2 renamed it, so
+pyproject pins ``mcp<2``). Every tool calls one :class:`kb_core.service.Session` method and returns
+the service envelope ``{success, message, data[, error]}`` as structured content, with an output schema.
+
+Errors (one rule for every tool):
+
+- invalid parameters (schema violations, and service failures with code ``INVALID_ARGUMENT``)
+  → JSON-RPC error −32602 ``InvalidParams``; ``data`` carries ``code`` and ``details``;
+- unknown tools → −32602; internal failures (``INTERNAL_ERROR`` envelopes, unexpected exceptions)
+  → −32603 with a generic message, never a stack trace (the trace goes to the server log);
+- a token over its rate → −32605 with ``data.retry_after_sec``;
+- every other service failure (KB_NOT_FOUND, NO_CURRENT_KB, DOCUMENT_NOT_FOUND, ITEM_NOT_FOUND,
+  KB_EXISTS, KB_IS_CURRENT, IMPORT_FAILED, PERMISSION_DENIED, ...) → a tool error: ``isError: true``,
+  text ``"<CODE>: <message>"`` and the failure envelope as ``structuredContent``, so the model can
+  read it and recover.
+
+The SDK turns every exception raised inside a tool into an ``isError`` result, so ``tools/call`` is
+dispatched by :meth:`KBMCPServer._dispatch_call_tool`, which raises ``McpError`` for the JSON-RPC cases.
+
+HTTP security: bearer tokens from :mod:`kb_core.tokens` (401 without a valid one, via the SDK's
+``TokenVerifier`` and ``RequireAuthMiddleware``); the SDK binds each HTTP session to the token that
+created it. A token's scope becomes the session's KB scope (out-of-scope KBs answer like nonexistent
+ones); read tokens cannot call write tools; paths given to ``import_document`` must resolve (symlinks
+followed) inside the ``--allow-dir`` folders. stdio is local and trusted: no tokens, no path limits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import json
+import logging
+import math
+import os
+import sys
+import threading
+import weakref
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from io import TextIOWrapper
+from pathlib import Path
+from typing import Annotated, Any, Generic, Literal, TypeVar
+
+import anyio
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
+from mcp.server.auth.settings import AuthSettings
+from mcp.server.fastmcp import Context, FastMCP
+from mcp.server.fastmcp.exceptions import ToolError
+from mcp.server.fastmcp.tools import Tool
+from mcp.shared.exceptions import McpError
+from mcp.types import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    CallToolRequest,
+    CallToolResult,
+    ErrorData,
+    ServerResult,
+    TextContent,
+    ToolAnnotations,
+)
+from pydantic import BaseModel, Field, ValidationError
+
+from kb_core.envelope import Envelope, failure
+from kb_core.errors import KBError, PermissionDenied
+from kb_core.tokens import SlidingWindowLimiter, TokenRecord, TokenStore
+
+logger = logging.getLogger(__name__)
+
+RATE_LIMITED = -32605
+DEFAULT_HTTP_PORT = 8765
+WRITE_TOOLS = frozenset(
+    {
+        "create_knowledge_base",
+        "delete_knowledge_base",
+        "import_document",
+        "delete_document",
+        "update_document",
+    }
+)
+SNIPPET_CHARS = 220
+
+
+# -- output schemas ------------------------------------------------------------------------------
+T = TypeVar("T")
+
+
+class ErrorInfo(BaseModel):
+    code: str = Field(description="stable error code, e.g. KB_NOT_FOUND")
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class ToolEnvelope(BaseModel, Generic[T]):
+    """The service envelope. ``data`` is null and ``error`` set when ``success`` is false."""
+
+    success: bool
+    message: str
+    data: T | None = None
+    error: ErrorInfo | None = None
+
+
+class KBCreated(BaseModel):
+    kb_id: str
+    kb_name: str
+    chunk_size: int
+
+
+class KBNamed(BaseModel):
+    kb_name: str
+
+
+class KBInfo(BaseModel):
+    id: str
+    name: str
+    chunk_size: int
+    embedding_model: str | None = None
+    embedding_endpoint: str | None = None
+    created_at: str
+    is_current: bool
+    document_count: int
+    chunk_count: int
+
+
+class KBList(BaseModel):
+    knowledge_bases: list[KBInfo]
+    count: int
+    current_kb_id: str | None = None
+
+
+class KBSelected(BaseModel):
+    kb_id: str
+    kb_name: str
+    document_count: int
+
+
+class ImportedFile(BaseModel):
+    file_path: str
+    doc_name: str
+    chunk_count: int
+
+
+class FailedFile(BaseModel):
+    file_path: str
+    error: str
+
+
+class ImportResult(BaseModel):
+    total: int
+    success_count: int
+    failed_count: int
+    success_files: list[ImportedFile]
+    failed_files: list[FailedFile]
+
+
+class SearchChunk(BaseModel):
+    id: str
+    doc_id: str
+    content: str
+    tokens: int
+    chunk_index: int
+    doc_name: str
+    score: float
+    chapter: str | None = None
+    page: int | None = None
+    file_type: str | None = None
+    kb_id: str | None = None
+    kb_name: str | None = None
+    matched_terms: list[str] = Field(default_factory=list)
+    breakdown: dict[str, Any] = Field(default_factory=dict, description="how the score was computed")
+
+
+class SearchResult(BaseModel):
+    chunks: list[SearchChunk]
+    count: int
+    settings: dict[str, Any] = Field(default_factory=dict)
+    warnings: list[str] = Field(default_factory=list)
+
+
+class DocumentRow(BaseModel):
+    id: str | None = Field(description="document id (null while an import is still in flight)")
+    name: str
+    file_path: str | None = None
+    file_type: str | None = None
+    chunk_size: int | None = None
+    created_at: str | None = None
+    updated_at: str | None = None
+    status: str
+    chunk_count: int = 0
+    size_bytes: int | None = None
+    source: str | None = None
+    error: str | None = None
+
+
+class DocumentList(BaseModel):
+    documents: list[DocumentRow]
+    count: int
+
+
+class DocNamed(BaseModel):
+    doc_name: str
+
+
+class DocUpdated(BaseModel):
+    doc_id: str
+    doc_name: str
+    chunk_count: int
+    chunk_size: int
+
+
+class RagMetadata(BaseModel):
+    source: str | None = None
+    chapter: str | None = None
+    page: int | None = None
+
+
+class RagChunk(BaseModel):
+    chunk_text: str
+    metadata: RagMetadata
+    score: float
+    matched_keywords: int | None = None
+    id: str | None = None
+
+
+class RagData(BaseModel):
+    chunks: list[RagChunk]
+    total_results: int
+    degraded: bool
+
+
+class RagEnvelope(ToolEnvelope[RagData]):
+    """rag_search also carries chunks, total_results and degraded at the top level, as its spec shows."""
+
+    chunks: list[RagChunk] = Field(default_factory=list)
+    total_results: int = 0
+    degraded: bool = False
+
+
+class Hit(BaseModel):
+    rank: int
+    id: str = Field(description="chunk id; pass it to get_item for the chunk with its neighbours")
+    doc_id: str = Field(description="document id; get_item and get_document_info accept it")
+    title: str = Field(description="document title (its name)")
+    kb_name: str | None = None
+    score: float
+    snippet: str
+    chapter: str | None = None
+    page: int | None = None
+    file_type: str | None = None
+
+
+class HitList(BaseModel):
+    hits: list[Hit]
+    count: int
+    mode: str
+    limit: int
+    warnings: list[str] = Field(default_factory=list)
+
+
+class ChunkBody(BaseModel):
+    id: str
+    doc_id: str
+    chunk_index: int
+    content: str
+    tokens: int | None = None
+    chapter: str | None = None
+    page: int | None = None
+    start_char: int | None = None
+    end_char: int | None = None
+
+
+class Item(BaseModel):
+    """A document (``type`` "document": metadata plus ``text``) or a chunk (``type`` "chunk")."""
+
+    type: Literal["document", "chunk"]
+    kb_name: str
+    id: str | None = None
+    name: str | None = None
+    file_path: str | None = None
+    file_type: str | None = None
+    status: str | None = None
+    chunk_count: int | None = None
+    size_bytes: int | None = None
+    created_at: str | None = None
+    updated_at: str | None = None
+    text: str | None = None
+    doc_name: str | None = None
+    chunk: ChunkBody | None = None
+    previous: list[ChunkBody] | None = None
+    next: list[ChunkBody] | None = None
+
+
+class DocumentInfo(BaseModel):
+    id: str
+    name: str
+    kb_name: str | None = None
+    file_type: str | None = None
+    size_bytes: int | None = None
+    size_human: str | None = Field(default=None, description="1024-based, e.g. 1.5 KB")
+    source: str | None = Field(default=None, description="upload, path or bundle")
+    parse_status: str
+    error: str | None = None
+    chunk_count: int
+    created_at: str | None = None
+    updated_at: str | None = None
+
+
+class DocumentInfoError(BaseModel):
+    id: str
+    error: str
+
+
+class DocumentInfoResult(BaseModel):
+    documents: list[DocumentInfo]
+    total_docs: int
+    requested: int
+    errors: list[DocumentInfoError]
+
+
+# -- descriptions (from ../shared/specs) ---------------------------------------------------------
+_RETURN = "\n\nReturn value: {success, message, data} (structured); on failure data is null and error has a code."
+_WRITE = "\nOver HTTP this tool needs a token with the write capability."
+
+DESCRIPTIONS: dict[str, str] = {
+    "create_knowledge_base": (
+        "Create a new knowledge base. A knowledge base is a container for documents, and each knowledge base can "
+        "have its own chunk_size and embedding configuration. After creation, you need to call select_knowledge_base "
+        "to select this knowledge base before using it.\n\nParameters:\n- kb_name: Knowledge base name (required, "
+        "must be unique, 1-64 characters, case-insensitive)\n- chunk_size: Chunk size in tokens (required, 32-8192, "
+        "e.g. 512, 1024)\n- embedding_model: Embedding model name (optional; default all-MiniLM-L6-v2)\n"
+        "- embedding_endpoint: OpenAI-compatible embedding service endpoint URL (optional)\n"
+        "- embedding_api_key: Embedding service API key (optional, only with embedding_endpoint)\n\n"
+        "data: kb_id, kb_name, chunk_size." + _WRITE + " Tokens scoped to specific knowledge bases cannot create new "
+        "ones."
+    ),
+    "delete_knowledge_base": (
+        "Delete the specified knowledge base. Cannot delete the currently active knowledge base. Deleting a "
+        "knowledge base will cascade delete all documents and chunks under it.\n\nParameters:\n- kb_name: Knowledge "
+        "base name (required)\n\ndata: kb_name (the deleted knowledge base)." + _WRITE
+    ),
+    "list_knowledge_bases": (
+        "List all available knowledge bases. Returns detailed information about all knowledge bases, including the "
+        "currently selected one.\n\nParameters: none\n\ndata: knowledge_bases (each: id, name, chunk_size, "
+        "embedding_model, created_at, is_current, document_count, chunk_count), count, current_kb_id."
+    ),
+    "select_knowledge_base": (
+        "Select a knowledge base as the currently active one for this MCP session. After selection, subsequent "
+        "operations such as document import and search will be performed in this knowledge base.\n\nParameters:\n"
+        "- kb_name: Knowledge base name (required)\n\ndata: kb_id, kb_name, document_count."
+    ),
+    "import_document": (
+        "Import documents into the currently selected knowledge base (supports concurrent import of multiple files). "
+        "Supports TXT, DOCX, and DOC formats. Documents are parsed, split into chunks and embedded. If the document "
+        "name already exists, a timestamp is added to avoid conflicts.\n\nParameters:\n- file_paths: List of file "
+        "paths (absolute paths), 1..n files (required)\n- chunk_size: Chunk size in tokens (optional, defaults to "
+        "the knowledge base's chunk_size)\n\nsuccess is true if any file was imported. data: total, success_count, "
+        "failed_count, success_files (file_path, doc_name, chunk_count), failed_files (file_path, error)."
+        + _WRITE
+        + " Over HTTP the paths must lie inside the folders the server was started with (--allow-dir)."
+    ),
+    "search": (
+        "Perform hybrid search in the currently selected knowledge base. Combines keyword search (BM25) and vector "
+        "search, merges results using a weighted approach (keyword weight 0.3, vector weight 0.7 unless the "
+        "knowledge base saved other defaults), reranks with Jaccard similarity, and returns the top-k most relevant "
+        "results.\n\nParameters:\n- query: Query text (required)\n- top_k: Number of results to return (optional, "
+        "default from the knowledge base's settings, usually 5)\n\ndata: chunks (each: id, doc_id, content, tokens, "
+        "chunk_index, doc_name, score, and a score breakdown), count, settings, warnings."
+    ),
+    "list_documents": (
+        "List all documents in the currently selected knowledge base.\n\nParameters: none\n\ndata: documents (each: "
+        "id, name, file_path, file_type, chunk_size, created_at, updated_at, status, chunk_count, size_bytes), count."
+    ),
+    "delete_document": (
+        "Delete the specified document from the currently selected knowledge base. Deleting a document will cascade "
+        "delete all chunks of that document.\n\nParameters:\n- doc_name: Document name (required)\n\ndata: doc_name."
+        + _WRITE
+    ),
+    "update_document": (
+        "Update the document's chunk_size and re-parse the document: existing chunks are replaced by chunks of the "
+        "new size, embedded again.\n\nParameters:\n- doc_name: Document name (required)\n- chunk_size: New chunk "
+        "size in tokens (required, 32-8192)\n\ndata: doc_id, doc_name, chunk_count, chunk_size." + _WRITE
+    ),
+    "rag_search": (
+        "Search the currently selected knowledge base for passages related to several keywords at once; passages "
+        "related to all keywords rank first. Degrades instead of failing: after the timeout it returns no chunks "
+        "and degraded=true.\n\nParameters:\n- keywords: list of keywords (required, at least one), e.g. "
+        "['青龙', '坎宫', '用神']\n- top_k: number of results, 1-10, default 5\n- timeout: seconds, 0.1-10.0, "
+        "default 3.0\n\nReturns success, chunks (chunk_text, metadata {source, chapter, page}, score), "
+        "total_results, degraded."
+    ),
+    "search_knowledge_base": (
+        "Semantic, keyword, or hybrid search over every knowledge base this session can see (the user's library). "
+        "Returns the top matching chunks as a numbered list '1. (0.84) <document title>' with a quoted snippet; "
+        "structured content has the same hits with ids that get_item accepts.\n\nParameters:\n- query: "
+        "natural-language query (required)\n- limit: maximum number of chunks, 1-20, default 8\n- mode: semantic | "
+        "keyword | hybrid, default hybrid.\n\nModes: semantic = vector similarity, best when the answer paraphrases "
+        "the source; keyword = full-text (BM25) search, best for exact strings, names, API names and error codes; "
+        "hybrid = 70% semantic + 30% keyword, catches both."
+    ),
+    "get_item": (
+        "Fetch the full content of a search hit: a chunk id (chk_...) gives the chunk with its neighbouring chunks; "
+        "a document id (doc_...) gives the document's metadata and full parsed text.\n\nParameters:\n- id: chunk or "
+        "document id (required)\n- neighbours: chunks to include before and after a chunk, 0-10, default 1."
+    ),
+    "get_document_info": (
+        "Metadata of up to 10 documents by id, looked up concurrently: name, file type, size in bytes and "
+        "human-readable (1024-based), source (upload, path, bundle), parse status, chunk count, created and updated "
+        "times. Ids that cannot be found are listed in errors; success is true when any id was found.\n\n"
+        "Parameters:\n- knowledge_ids: list of 1-10 document ids (doc_...), e.g. the doc_id of search hits."
+    ),
+}
+
+
+# -- helpers -------------------------------------------------------------------------------------
+def _plain(value: Any) -> Any:
+    """JSON-safe copy: numpy scalars to Python, NaN to null (the catalog is pandas/arrow)."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, float):
+        return None if math.isnan(value) or math.isinf(value) else value
+    if value is None or isinstance(value, str | int | bool):
+        return value
+    if hasattr(value, "item"):
+        return _plain(value.item())
+    return str(value)
+
+
+def _snippet(content: str, terms: Sequence[str]) -> str:
+    text = " ".join(content.split())
+    if len(text) <= SNIPPET_CHARS:
+        return text
+    folded = text.casefold()
+    positions = [folded.find(t.casefold()) for t in terms if t and folded.find(t.casefold()) >= 0]
+    start = max(0, min(positions) - 60) if positions else 0
+    start = min(start, len(text) - SNIPPET_CHARS)
+    piece = text[start : start + SNIPPET_CHARS].strip()
+    return ("..." if start > 0 else "") + piece + ("..." if start + SNIPPET_CHARS < len(text) else "")
+
+
+def format_hits(hits: Sequence[dict[str, Any]]) -> str:
+    """The numbered list of search_knowledge_base: ``1. (0.84) <title>`` then the indented quoted snippet."""
+    lines = []
+    for hit in hits:
+        lines.append(f"{hit['rank']}. ({hit['score']:.2f}) {hit['title']}")
+        lines.append(f'   "{hit["snippet"]}"')
+    return "\n".join(lines)
+
+
+def is_loopback(host: str) -> bool:
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def confine_paths(file_paths: Any, allowed_dirs: Sequence[Path]) -> Any:
+    """Over HTTP: every path must resolve (symlinks followed) inside an allowed folder. Returns resolved paths."""
+    if isinstance(file_paths, str) or not isinstance(file_paths, list):
+        return file_paths  # the service reports the wrong type
+    if not allowed_dirs:
+        raise PermissionDenied(
+            "Importing files by path over HTTP is disabled on this server; start it with --allow-dir DIR."
+        )
+    allowed = ", ".join(str(d) for d in allowed_dirs)
+    resolved_paths = []
+    for raw in file_paths:
+        if not isinstance(raw, str) or not raw.strip():
+            return file_paths
+        path = Path(raw).expanduser()
+        if not path.is_absolute():
+            raise PermissionDenied(f"{raw!r} is not an absolute path; over HTTP give absolute paths under: {allowed}.")
+        resolved = path.resolve()
+        if not any(resolved.is_relative_to(d) for d in allowed_dirs):
+            raise PermissionDenied(
+                f"{raw!r} resolves to {resolved}, outside the folders this server may read ({allowed}); refused.",
+                details={"file_path": raw},
+            )
+        resolved_paths.append(str(resolved))
+    return resolved_paths
+
+
+class ServiceHolder:
+    """Opens the KnowledgeBaseService once per process, at server start."""
+
+    def __init__(self, home: str | Path | None, service: Any = None) -> None:
+        self.home = home
+        self._service = service
+        self._lock = threading.Lock()
+
+    def open(self) -> Any:
+        with self._lock:
+            if self._service is None:
+                from kb_core.service import KnowledgeBaseService
+
+                self._service = KnowledgeBaseService(self.home)
+                logger.info("Opened knowledge bases in %s", self._service.home.root)
+                threading.Thread(target=self._warm_up, name="kb-mcp-warm-up", daemon=True).start()
+            return self._service
+
+    def _warm_up(self) -> None:
+        # Load the embedders of the existing KBs now rather than on the first search.
+        try:
+            for record in self._service.home.knowledge_bases():
+                self._service.embedder(record)
+        except Exception:
+            logger.warning("Could not preload the embedding models; they load on first use.", exc_info=True)
+
+
+@dataclasses.dataclass
+class _Caller:
+    token: TokenRecord | None  # None: stdio, trusted
+
+
+class _TokenVerifier:
+    """The SDK's TokenVerifier protocol over :class:`TokenStore` (client_id = token id, never the token)."""
+
+    def __init__(self, store: TokenStore) -> None:
+        self.store = store
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        record = self.store.verify(token)
+        if record is None:
+            return None
+        return AccessToken(token=record.id, client_id=record.id, scopes=[record.capability])
+
+
+# -- the server ----------------------------------------------------------------------------------
+class KBMCPServer:
+    """Builds the FastMCP server. ``http`` switches on tokens, rate limits and path confinement."""
+
+    def __init__(
+        self,
+        home: str | Path | None = None,
+        *,
+        http: bool = False,
+        host: str = "127.0.0.1",
+        port: int = DEFAULT_HTTP_PORT,
+        allowed_dirs: Sequence[str | Path] = (),
+        service: Any = None,
+    ) -> None:
+        self.holder = ServiceHolder(home, service)
+        self.http = http
+        self.allowed_dirs = tuple(Path(d).expanduser().resolve() for d in allowed_dirs)
+        self.limiter = SlidingWindowLimiter()
+        self._sessions: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+        self._sessions_lock = threading.Lock()
+        self.tokens: TokenStore | None = None
+        auth: dict[str, Any] = {}
+        if http:
+            from kb_core.config import resolve_home
+
+            self.tokens = TokenStore(resolve_home(home))
+            auth = {
+                "token_verifier": _TokenVerifier(self.tokens),
+                "auth": AuthSettings(issuer_url=f"http://{host}:{port}", resource_server_url=None),
+            }
+        self.tools = {tool.name: tool for tool in self._build_tools()}
+        self.mcp = FastMCP(
+            name="kb-workbench",
+            instructions=(
+                "Local knowledge bases for retrieval. Select a knowledge base (select_knowledge_base) before "
+                "import/search/list_documents; search_knowledge_base searches every visible knowledge base."
+            ),
+            tools=list(self.tools.values()),
+            lifespan=self._lifespan,
+            host=host,
+            port=port,
+            log_level="WARNING",
+            **auth,
+        )
+        # The SDK reports every exception inside a tool as an isError result; the JSON-RPC error codes
+        # this server promises (-32602, -32603, -32605) need the tools/call request handled here.
+        self.mcp._mcp_server.request_handlers[CallToolRequest] = self._dispatch_call_tool
+
+    @asynccontextmanager
+    async def _lifespan(self, _: FastMCP) -> AsyncIterator[Any]:
+        # Over HTTP this runs per session; the holder opens the service only the first time.
+        yield await anyio.to_thread.run_sync(self.holder.open)
+
+    # -- per-request state ---------------------------------------------------------------------
+    def _caller(self, ctx: Context) -> _Caller:
+        request = ctx.request_context.request if ctx.request_context else None
+        if not self.http:
+            return _Caller(None)
+        user = request.scope.get("user") if request is not None else None
+        record = None
+        if isinstance(user, AuthenticatedUser) and self.tokens is not None:
+            record = self.tokens.get(user.access_token.client_id)
+        if record is None:
+            raise McpError(ErrorData(code=INVALID_REQUEST, message="A valid bearer token is required."))
+        return _Caller(record)
+
+    def _session(self, ctx: Context) -> Any:
+        caller = self._caller(ctx)
+        key = ctx.session
+        token_id = caller.token.id if caller.token else None
+        with self._sessions_lock:
+            by_token = self._sessions.setdefault(key, {})
+            session = by_token.get(token_id)
+            if session is None:
+                scope = caller.token.scope if caller.token else None
+                session = self.holder.open().session(scope=scope)
+                by_token[token_id] = session
+            return session
+
+    async def _dispatch_call_tool(self, request: CallToolRequest) -> ServerResult:
+        name = request.params.name
+        arguments = request.params.arguments or {}
+        tool = self.tools.get(name)
+        if tool is None:
+            raise McpError(
+                ErrorData(code=INVALID_PARAMS, message=f"Unknown tool {name!r}; tools: {', '.join(self.tools)}.")
+            )
+        ctx = self.mcp.get_context()
+        caller = self._caller(ctx)
+        if caller.token is not None:
+            retry_after = self.limiter.acquire(caller.token.id, caller.token.rate_per_hour)
+            if retry_after is not None:
+                raise McpError(
+                    ErrorData(
+                        code=RATE_LIMITED,
+                        message=f"Rate limit of {caller.token.rate_per_hour} calls per hour reached for this token; "
+                        f"retry in {retry_after} s.",
+                        data={"retry_after_sec": retry_after, "limit_per_hour": caller.token.rate_per_hour},
+                    )
+                )
+            if name in WRITE_TOOLS and not caller.token.can_write:
+                denied = PermissionDenied(
+                    f"{name} changes knowledge bases and needs a write token; this one is read-only."
+                )
+                return ServerResult(_result(failure(denied)))
+        try:
+            tool.fn_metadata.arg_model.model_validate(tool.fn_metadata.pre_parse_json(arguments))
+        except ValidationError as exc:
+            problems = [
+                {"field": ".".join(str(p) for p in e["loc"]) or "(arguments)", "problem": e["msg"]}
+                for e in exc.errors(include_url=False, include_input=False)
+            ]
+            text = "; ".join(f"{p['field']}: {p['problem']}" for p in problems)
+            raise McpError(
+                ErrorData(
+                    code=INVALID_PARAMS,
+                    message=f"Invalid arguments for {name}: {text}",
+                    data={"code": "INVALID_ARGUMENT", "details": {"errors": problems}},
+                )
+            ) from None
+        try:
+            result = await tool.run(arguments, context=ctx, convert_result=True)
+        except ToolError as exc:
+            if isinstance(exc.__cause__, McpError):
+                raise exc.__cause__ from None
+            logger.error("Tool %s failed unexpectedly", name, exc_info=exc.__cause__ or exc)
+            raise McpError(
+                ErrorData(code=INTERNAL_ERROR, message=f"{name} failed because of an internal error; see the log.")
+            ) from None
+        return ServerResult(result)
+
+    async def _call(
+        self, ctx: Context, operation: Callable[[Any], Envelope], text: Callable[[Envelope], str] | None = None
+    ) -> CallToolResult:
+        session = self._session(ctx)
+        envelope = await anyio.to_thread.run_sync(operation, session)
+        return _result(envelope, text)
+
+    # -- tools ---------------------------------------------------------------------------------
+    def _build_tools(self) -> list[Tool]:
+        server = self
+        write = ToolAnnotations(readOnlyHint=False, destructiveHint=False)
+        destructive = ToolAnnotations(readOnlyHint=False, destructiveHint=True)
+        read = ToolAnnotations(readOnlyHint=True)
+
+        async def create_knowledge_base(
+            kb_name: Annotated[str, Field(description="unique name, 1-64 characters, case-insensitive")],
+            chunk_size: Annotated[int, Field(description="chunk size in tokens, 32-8192, e.g. 512")],
+            ctx: Context,
+            embedding_model: Annotated[str | None, Field(description="model name; default all-MiniLM-L6-v2")] = None,
+            embedding_endpoint: Annotated[str | None, Field(description="OpenAI-compatible endpoint URL")] = None,
+            embedding_api_key: Annotated[str | None, Field(description="API key for the endpoint")] = None,
+        ) -> Annotated[CallToolResult, ToolEnvelope[KBCreated]]:
+            caller = server._caller(ctx)
+            if caller.token is not None and caller.token.scope is not None:
+                return _result(
+                    failure(
+                        PermissionDenied(
+                            "This token is limited to specific knowledge bases and cannot create new ones; "
+                            "use a token created with --scope all."
+                        )
+                    )
+                )
+            return await server._call(
+                ctx,
+                lambda s: s.create_knowledge_base(
+                    kb_name, chunk_size, embedding_model, embedding_endpoint, embedding_api_key
+                ),
+            )
+
+        async def delete_knowledge_base(
+            kb_name: Annotated[str, Field(description="knowledge base name")], ctx: Context
+        ) -> Annotated[CallToolResult, ToolEnvelope[KBNamed]]:
+            return await server._call(ctx, lambda s: s.delete_knowledge_base(kb_name))
+
+        async def list_knowledge_bases(ctx: Context) -> Annotated[CallToolResult, ToolEnvelope[KBList]]:
+            return await server._call(ctx, lambda s: s.list_knowledge_bases())
+
+        async def select_knowledge_base(
+            kb_name: Annotated[str, Field(description="knowledge base name")], ctx: Context
+        ) -> Annotated[CallToolResult, ToolEnvelope[KBSelected]]:
+            return await server._call(ctx, lambda s: s.select_knowledge_base(kb_name))
+
+        async def import_document(
+            file_paths: Annotated[list[str], Field(description="absolute paths of .txt/.docx/.doc files, 1..n")],
+            ctx: Context,
+            chunk_size: Annotated[int | None, Field(description="tokens per chunk; default: the KB's")] = None,
+        ) -> Annotated[CallToolResult, ToolEnvelope[ImportResult]]:
+            paths: Any = file_paths
+            if server.http:
+                try:
+                    paths = confine_paths(file_paths, server.allowed_dirs)
+                except KBError as exc:
+                    return _result(failure(exc))
+            report = _progress_reporter(ctx)
+            return await server._call(ctx, lambda s: s.import_document(paths, chunk_size, progress=report))
+
+        async def search(
+            query: Annotated[str, Field(description="query text")],
+            ctx: Context,
+            top_k: Annotated[
+                int | None, Field(description="number of results; default from settings, usually 5")
+            ] = None,
+        ) -> Annotated[CallToolResult, ToolEnvelope[SearchResult]]:
+            return await server._call(ctx, lambda s: s.search(query, top_k=top_k))
+
+        async def list_documents(ctx: Context) -> Annotated[CallToolResult, ToolEnvelope[DocumentList]]:
+            return await server._call(ctx, lambda s: s.list_documents())
+
+        async def delete_document(
+            doc_name: Annotated[str, Field(description="document name")], ctx: Context
+        ) -> Annotated[CallToolResult, ToolEnvelope[DocNamed]]:
+            return await server._call(ctx, lambda s: s.delete_document(doc_name))
+
+        async def update_document(
+            doc_name: Annotated[str, Field(description="document name")],
+            chunk_size: Annotated[int, Field(description="new chunk size in tokens, 32-8192")],
+            ctx: Context,
+        ) -> Annotated[CallToolResult, ToolEnvelope[DocUpdated]]:
+            report = _progress_reporter(ctx)
+            return await server._call(ctx, lambda s: s.update_document(doc_name, chunk_size, progress=report))
+
+        async def rag_search(
+            keywords: Annotated[
+                list[str],
+                Field(description="keywords, e.g. ['青龙', '坎宫', '用神']", json_schema_extra={"minItems": 1}),
+            ],
+            ctx: Context,
+            top_k: Annotated[int, Field(ge=1, le=10, description="number of results, 1-10")] = 5,
+            timeout: Annotated[
+                float, Field(ge=0.1, le=10.0, description="seconds before degrading to no results")
+            ] = 3.0,
+        ) -> Annotated[CallToolResult, RagEnvelope]:
+            return await server._call(ctx, lambda s: s.rag_search(keywords, top_k=top_k, timeout=timeout))
+
+        async def search_knowledge_base(
+            query: Annotated[str, Field(description="natural-language query to search for")],
+            ctx: Context,
+            limit: Annotated[int, Field(ge=1, le=20, description="maximum number of chunks, 1-20")] = 8,
+            mode: Annotated[Literal["semantic", "keyword", "hybrid"], Field(description="search mode")] = "hybrid",
+        ) -> Annotated[CallToolResult, ToolEnvelope[HitList]]:
+            return await server._call(ctx, lambda s: _search_library(s, query, limit, mode), _hits_text)
+
+        async def get_item(
+            id: Annotated[str, Field(description="chunk id (chk_...) or document id (doc_...)")],
+            ctx: Context,
+            neighbours: Annotated[int, Field(ge=0, le=10, description="chunks before/after a chunk")] = 1,
+        ) -> Annotated[CallToolResult, ToolEnvelope[Item]]:
+            return await server._call(ctx, lambda s: s.get_item(id, neighbours=neighbours))
+
+        async def get_document_info(
+            knowledge_ids: Annotated[
+                list[str],
+                Field(description="1-10 document ids (doc_...)", json_schema_extra={"minItems": 1, "maxItems": 10}),
+            ],
+            ctx: Context,
+        ) -> Annotated[CallToolResult, ToolEnvelope[DocumentInfoResult]]:
+            return await server._call(
+                ctx, lambda s: _fix_document_info(s.get_document_info(knowledge_ids)), lambda e: e["message"]
+            )
+
+        functions: list[tuple[Callable[..., Any], ToolAnnotations]] = [
+            (create_knowledge_base, write),
+            (delete_knowledge_base, destructive),
+            (list_knowledge_bases, read),
+            (select_knowledge_base, read),
+            (import_document, write),
+            (search, read),
+            (list_documents, read),
+            (delete_document, destructive),
+            (update_document, write),
+            (rag_search, read),
+            (search_knowledge_base, read),
+            (get_item, read),
+            (get_document_info, read),
+        ]
+        return [
+            Tool.from_function(
+                fn, description=DESCRIPTIONS[fn.__name__], annotations=annotations, structured_output=True
+            )
+            for fn, annotations in functions
+        ]
+
+    # -- transports ----------------------------------------------------------------------------
+    async def run_stdio(self, protocol_out: Any = None) -> None:
+        """Serve on stdin and ``protocol_out`` (default: stdout)."""
+        from mcp.server.stdio import stdio_server
+
+        lowlevel = self.mcp._mcp_server
+        async with stdio_server(stdout=protocol_out) as (read_stream, write_stream):
+            await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
+
+    def http_app(self) -> Any:
+        """The Starlette app of the streamable HTTP transport (endpoint /mcp)."""
+        return self.mcp.streamable_http_app()
+
+
+def _result(envelope: Envelope, text: Callable[[Envelope], str] | None = None) -> CallToolResult:
+    """The CallToolResult of an envelope, or a JSON-RPC error for INVALID_ARGUMENT / INTERNAL_ERROR."""
+    envelope = _plain(envelope)
+    if envelope.get("success"):
+        body = text(envelope) if text else _default_text(envelope)
+        return CallToolResult(content=[TextContent(type="text", text=body)], structuredContent=envelope, isError=False)
+    error = envelope.get("error") or {"code": "INTERNAL_ERROR", "details": {}}
+    envelope["error"] = error
+    if error["code"] == "INVALID_ARGUMENT":
+        raise McpError(ErrorData(code=INVALID_PARAMS, message=envelope["message"], data=error))
+    if error["code"] == "INTERNAL_ERROR":
+        raise McpError(ErrorData(code=INTERNAL_ERROR, message=envelope["message"], data={"code": "INTERNAL_ERROR"}))
+    body = f"{error['code']}: {envelope['message']}"
+    return CallToolResult(content=[TextContent(type="text", text=body)], structuredContent=envelope, isError=True)
+
+
+def _default_text(envelope: Envelope) -> str:
+    data = envelope.get("data")
+    if data is None:
+        return envelope["message"]
+    return envelope["message"] + "\n" + json.dumps(data, ensure_ascii=False, default=str)
+
+
+def _hits_text(envelope: Envelope) -> str:
+    hits = envelope["data"]["hits"]
+    if not hits:
+        return envelope["message"]
+    return format_hits(hits)
+
+
+def _search_library(session: Any, query: str, limit: int, mode: str) -> Envelope:
+    """search_knowledge_base: every KB the session sees; hybrid is 70% semantic + 30% keyword."""
+    from kb_core.envelope import enveloped, ok
+
+    @enveloped
+    def run() -> Envelope:
+        kb_ids = [r.id for r in session.visible_kbs()]
+        weights = {"vector_weight": 0.7, "keyword_weight": 0.3} if mode == "hybrid" else {}
+        hits, warnings = [], []
+        if kb_ids:
+            hits, warnings, _ = session.run_search(query, kb_ids=kb_ids, top_k=limit, mode=mode, **weights)
+        elif not isinstance(query, str) or not query.strip():
+            session.run_search(query)  # raises the service's INVALID_ARGUMENT
+        rows = [
+            {
+                "rank": rank,
+                "id": hit.id,
+                "doc_id": hit.doc_id,
+                "title": hit.doc_name,
+                "kb_name": hit.kb_name,
+                "score": round(float(hit.score), 4),
+                "snippet": _snippet(hit.content, hit.matched_terms),
+                "chapter": hit.chapter,
+                "page": hit.page,
+                "file_type": hit.file_type,
+            }
+            for rank, hit in enumerate(hits[:limit], start=1)
+        ]
+        message = f"Found {len(rows)} chunk(s) ({mode} search over {len(kb_ids)} knowledge base(s))."
+        if warnings:
+            message += " " + " ".join(warnings)
+        return ok(message, {"hits": rows, "count": len(rows), "mode": mode, "limit": limit, "warnings": warnings})
+
+    return run()
+
+
+def _fix_document_info(envelope: Envelope) -> Envelope:
+    """Work around a service bug: Session.get_document_info files a found document under ``errors``
+    because its metadata has an ``error`` key (its parse error, usually None). Found documents have a
+    ``name``; move them back, then recount. A no-op once the service is fixed."""
+    data = envelope.get("data")
+    if not isinstance(data, dict) or "errors" not in data:
+        return envelope
+    found = [e for e in data["errors"] if "name" in e]
+    if not found:
+        return envelope
+    documents = [*data["documents"], *found]
+    errors = [e for e in data["errors"] if "name" not in e]
+    lines = [
+        f"- {d['name']} ({d['file_type']}, {d['size_human']}): {d['parse_status']}, {d['chunk_count']} chunks, "
+        f"source {d['source']}, id {d['id']}"
+        for d in documents
+    ]
+    lines += [f"- {e['id']}: {e['error']}" for e in errors]
+    fixed = {
+        "success": True,
+        "message": f"Document info for {len(documents)} of {data['requested']} id(s):\n" + "\n".join(lines),
+        "data": {**data, "documents": documents, "errors": errors, "total_docs": len(documents)},
+    }
+    return fixed
+
+
+def _progress_reporter(ctx: Context) -> Callable[[Any], None] | None:
+    """Forward import progress as MCP progress notifications when the client asked for them."""
+    meta = ctx.request_context.meta if ctx.request_context else None
+    if meta is None or meta.progressToken is None:
+        return None
+
+    def report(progress: Any) -> None:
+        try:
+            message = f"{progress.files_done}/{progress.files_total} files, {progress.chunks_embedded} chunks embedded"
+            anyio.from_thread.run(ctx.report_progress, float(progress.files_done), float(progress.files_total), message)
+        except Exception:
+            logger.debug("Could not send a progress notification", exc_info=True)
+
+    return report
+
+
+# -- entry points --------------------------------------------------------------------------------
+def serve_stdio(home: str | Path | None = None) -> None:
+    """Serve on stdio. From here on, stray writes to stdout (ours, a library's, a C extension's) go to
+    stderr: file descriptor 1 is pointed at stderr and the protocol keeps a private copy of the old one."""
+    protocol_out = anyio.wrap_file(TextIOWrapper(os.fdopen(os.dup(1), "wb"), encoding="utf-8"))
+    sys.stdout.flush()
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    server = KBMCPServer(home)
+    server.holder.open()
+    anyio.run(server.run_stdio, protocol_out)
+
+
+def serve_http(
+    home: str | Path | None = None,
+    *,
+    host: str = "127.0.0.1",
+    port: int = DEFAULT_HTTP_PORT,
+    allowed_dirs: Sequence[str | Path] = (),
+    allow_remote: bool = False,
+) -> None:
+    """Serve streamable HTTP at http://HOST:PORT/mcp. A non-loopback host needs ``allow_remote``."""
+    import uvicorn
+
+    if not is_loopback(host) and not allow_remote:
+        raise PermissionDenied(
+            f"Refusing to listen on {host!r}, which is reachable from other machines; pass --allow-remote to do so."
+        )
+    for folder in allowed_dirs:
+        if not Path(folder).expanduser().is_dir():
+            raise KBError(f"--allow-dir {folder!r} is not a folder.", code="INVALID_ARGUMENT")
+    server = KBMCPServer(home, http=True, host=host, port=port, allowed_dirs=allowed_dirs)
+    server.holder.open()
+    logger.warning("MCP server listening on http://%s:%d/mcp", host, port)
+    uvicorn.run(server.http_app(), host=host, port=port, log_level="warning")
