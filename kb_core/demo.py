@@ -1,0 +1,73 @@
+"""The demo knowledge base the app opens on: the project's own documentation, in English and Chinese.
+
+The documents live in ``data/demo`` (TXT, DOCX and DOC files written for the project). The demo is
+built through the public session API, so it is an ordinary knowledge base a user may search, change
+or delete.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from kb_core.config import PROJECT_ROOT
+from kb_core.importer import ImportProgress
+
+logger = logging.getLogger(__name__)
+
+DEMO_KB_NAME = "Demo · 演示"
+DEMO_FOLDER = PROJECT_ROOT / "data" / "demo"
+DEMO_CHUNK_SIZE = 256
+DEMO_SUFFIXES = (".txt", ".docx", ".doc")
+
+# One build at a time in this process (two browser sessions may start together).
+_build_lock = threading.Lock()
+
+
+def demo_files(folder: str | Path | None = None) -> list[Path]:
+    """The demo documents, sorted by name (only the formats the importer reads)."""
+    root = Path(folder) if folder is not None else DEMO_FOLDER
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if p.is_file() and p.suffix.lower() in DEMO_SUFFIXES)
+
+
+def demo_exists(session: Any, kb_name: str = DEMO_KB_NAME) -> bool:
+    listing = session.list_knowledge_bases()
+    if not listing["success"]:
+        return False
+    key = kb_name.casefold()
+    return any(kb["name"].casefold() == key for kb in listing["data"]["knowledge_bases"])
+
+
+def ensure_demo_kb(
+    session: Any,
+    *,
+    progress: Callable[[ImportProgress], None] | None = None,
+    folder: str | Path | None = None,
+    kb_name: str = DEMO_KB_NAME,
+    embedding_model: str | None = None,
+    chunk_size: int = DEMO_CHUNK_SIZE,
+) -> dict[str, Any] | None:
+    """Create and fill the demo KB unless it exists; returns the import envelope, or None if nothing was built.
+
+    The session's current KB is left unchanged; callers select the demo themselves. A failed
+    creation (for example a race with another process that created it first) returns that envelope.
+    """
+    files = demo_files(folder)
+    if not files:
+        logger.warning("No demo documents found in %s", folder or DEMO_FOLDER)
+        return None
+    with _build_lock:
+        if demo_exists(session, kb_name):
+            return None
+        created = session.create_knowledge_base(kb_name, chunk_size, embedding_model=embedding_model)
+        if not created["success"]:
+            return created
+        logger.info("Building the demo knowledge base from %d files", len(files))
+        return session.import_document(
+            [str(p) for p in files], progress=progress, kb_name=created["data"]["kb_name"]
+        )

@@ -1,0 +1,263 @@
+"""Helpers every page uses: the cached service, the per-browser session, error display, progress bars.
+
+Pages are thin: they lay out widgets and call :class:`kb_core.Session` methods. Nothing here knows
+about retrieval; it only turns envelopes into Streamlit elements.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import re
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import streamlit as st
+
+from kb_core import KnowledgeBaseService, Session
+from kb_core.config import resolve_home
+from kb_core.importer import FileProgress, ImportProgress
+
+SESSION_KEY = "kb_session"
+DEMO_ENVIRONMENT_VARIABLE = "KB_DEMO"  # "0" skips building the demo KB (tests)
+
+
+@st.cache_resource(show_spinner="Opening the knowledge-base service…")
+def _service_for(home: str) -> KnowledgeBaseService:
+    # One service per process and home: it holds the loaded models, readers and index caches.
+    return KnowledgeBaseService(home)
+
+
+@st.cache_resource
+def _demo_lock(home: str) -> threading.Lock:
+    return threading.Lock()
+
+
+def service() -> KnowledgeBaseService:
+    return _service_for(str(resolve_home()))
+
+
+def session() -> Session:
+    """This browser session's own session (its own current KB)."""
+    current = st.session_state.get(SESSION_KEY)
+    if current is None or current.service is not service():
+        current = service().session()
+        st.session_state[SESSION_KEY] = current
+    return current
+
+
+def demo_enabled() -> bool:
+    return os.environ.get(DEMO_ENVIRONMENT_VARIABLE, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def show_error(envelope: dict[str, Any], prefix: str = "") -> None:
+    """An envelope's readable message (never a stack trace) with its error code."""
+    code = (envelope.get("error") or {}).get("code")
+    text = f"{prefix}{envelope.get('message') or 'The operation failed.'}"
+    st.error(f"{text}  \n`{code}`" if code else text, icon=":material/error:")
+
+
+def data_or_error(envelope: dict[str, Any], prefix: str = "") -> Any:
+    """The envelope's data, or None after showing its error."""
+    if envelope.get("success"):
+        return envelope.get("data")
+    show_error(envelope, prefix)
+    return None
+
+
+def current_kb_name(sess: Session) -> str | None:
+    listing = sess.list_knowledge_bases()
+    if not listing["success"]:
+        return None
+    current = listing["data"]["current_kb_id"]
+    for kb in listing["data"]["knowledge_bases"]:
+        if kb["id"] == current:
+            return str(kb["name"])
+    return None
+
+
+def require_current_kb(sess: Session) -> str:
+    """The current KB's name; otherwise a hint and the page stops."""
+    name = current_kb_name(sess)
+    if name is None:
+        st.info("No knowledge base is selected. Pick one in the sidebar or create one on the **Knowledge bases** page.")
+        st.stop()
+    return name  # type: ignore[return-value]
+
+
+def ensure_selection(sess: Session, preferred: str | None = None) -> None:
+    """A new browser session starts on the demo KB (or the first one) so every page has something to show."""
+    if current_kb_name(sess) is not None:
+        return
+    listing = sess.list_knowledge_bases()
+    kbs = listing["data"]["knowledge_bases"] if listing["success"] else []
+    if not kbs:
+        return
+    names = [kb["name"] for kb in kbs]
+    choice = preferred if preferred in names else names[0]
+    sess.select_knowledge_base(choice)
+
+
+def sidebar_kb_picker(sess: Session) -> None:
+    listing = sess.list_knowledge_bases()
+    if not listing["success"]:
+        show_error(listing)
+        return
+    kbs = listing["data"]["knowledge_bases"]
+    names = [kb["name"] for kb in kbs]
+    current = current_kb_name(sess)
+    with st.sidebar:
+        if not names:
+            st.caption("No knowledge bases yet.")
+            return
+        index = names.index(current) if current in names else None
+        choice = st.selectbox(
+            "Current knowledge base",
+            names,
+            index=index,
+            key=f"sidebar_kb_{current}",  # re-created when another page changes the selection
+            placeholder="Choose a knowledge base",
+            help="Each browser session has its own current knowledge base.",
+        )
+        if choice is not None and choice != current:
+            data_or_error(sess.select_knowledge_base(choice))
+            st.rerun()
+        if current is not None:
+            kb = next(k for k in kbs if k["name"] == current)
+            st.caption(
+                f"{kb['document_count']} documents · {kb['chunk_count']} chunks · {kb['embedding_model']} · "
+                f"chunk size {kb['chunk_size']}"
+            )
+
+
+# -- progress ------------------------------------------------------------------------------------
+STATUS_LABELS = {
+    "pending": "waiting",
+    "parsing": "parsing",
+    "embedding": "embedding",
+    "ready": "done",
+    "failed": "failed",
+}
+
+
+def file_fraction(file: FileProgress) -> float:
+    if file.status in ("ready", "failed"):
+        return 1.0
+    if file.status == "embedding":
+        return 0.2 + 0.8 * (file.chunks_embedded / file.chunks_total if file.chunks_total else 0.0)
+    return 0.1 if file.status == "parsing" else 0.0
+
+
+def overall_fraction(progress: ImportProgress) -> float:
+    if not progress.files:
+        return 1.0
+    return sum(file_fraction(f) for f in progress.files) / len(progress.files)
+
+
+class ImportBars:
+    """An overall bar plus one bar per file, fed by the importer's progress callback (call the object).
+
+    Files the service rejects before importing (missing paths) never reach the callback; :meth:`finish`
+    marks them from the result envelope.
+    """
+
+    def __init__(self, paths: Sequence[str], labels: Sequence[str], title: str = "Overall") -> None:
+        self.title = title
+        self.labels = dict(zip(paths, labels, strict=True))
+        self.overall = st.progress(0.0, text=f"{title}: 0 of {len(labels)} files")
+        self.bars = {path: st.progress(0.0, text=f"{label}: waiting") for path, label in self.labels.items()}
+
+    def __call__(self, progress: ImportProgress) -> None:
+        self.overall.progress(
+            min(1.0, overall_fraction(progress)),
+            text=f"{self.title}: {progress.files_done} of {progress.files_total} files · "
+            f"{progress.chunks_embedded} of {progress.chunks_total} chunks embedded",
+        )
+        for file in progress.files:
+            bar = self.bars.get(file.file_path)
+            if bar is None:
+                continue
+            state = STATUS_LABELS.get(file.status, file.status)
+            detail = f" ({file.chunks_embedded}/{file.chunks_total} chunks)" if file.chunks_total else ""
+            if file.status == "failed" and file.error:
+                detail = f": {file.error}"
+            bar.progress(min(1.0, file_fraction(file)), text=f"{self.labels[file.file_path]}: {state}{detail}")
+
+    def finish(self, envelope: dict[str, Any]) -> None:
+        data = envelope.get("data") or {}
+        done = len(data.get("success_files", [])) + len(data.get("failed_files", []))
+        self.overall.progress(1.0, text=f"{self.title}: {done} of {len(self.labels)} files · finished")
+        for failure in data.get("failed_files", []):
+            bar = self.bars.get(failure["file_path"])
+            if bar is not None:
+                bar.progress(1.0, text=f"{self.labels[failure['file_path']]}: failed: {failure['error']}")
+
+
+# -- search results ------------------------------------------------------------------------------
+def highlight(text: str, terms: Sequence[str]) -> str:
+    """HTML of ``text`` with every occurrence of the matched terms marked (case-insensitive; Chinese too).
+
+    The engine reports analysed terms (stems, Chinese words or n-grams); a stem is highlighted where
+    it starts a word, which marks "normalised" for the stem "normalis".
+    """
+    marked = [False] * len(text)
+    for term in sorted({t for t in terms if t and t.strip()}, key=len, reverse=True):
+        for match in re.finditer(re.escape(term), text, flags=re.IGNORECASE):
+            for i in range(match.start(), match.end()):
+                marked[i] = True
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        j = i
+        while j < len(text) and marked[j] == marked[i]:
+            j += 1
+        piece = html.escape(text[i:j]).replace("\n", "<br>")
+        out.append(f"<mark>{piece}</mark>" if marked[i] else piece)
+        i = j
+    return "".join(out)
+
+
+def contribution_parts(breakdown: dict[str, Any]) -> dict[str, float]:
+    """The three stacked parts of the final score: they add up to ``final_score`` (see kb_core.fusion)."""
+    keep = 1.0 - float(breakdown.get("jaccard_weight") or 0.0)
+    return {
+        "semantic": keep * float(breakdown.get("vector_contribution") or 0.0),
+        "keyword": keep * float(breakdown.get("keyword_contribution") or 0.0),
+        "Jaccard": float(breakdown.get("jaccard_contribution") or 0.0),
+    }
+
+
+PART_COLOURS = {"semantic": "#4C78A8", "keyword": "#F58518", "Jaccard": "#54A24B"}
+
+
+def breakdown_figure(chunks: Sequence[dict[str, Any]], height: int | None = None) -> Any:
+    """A plotly stacked horizontal bar per hit: semantic + keyword + Jaccard = final score."""
+    import plotly.graph_objects as go
+
+    labels = [f"#{i + 1} {c['doc_name']}"[:48] for i, c in enumerate(chunks)]
+    figure = go.Figure()
+    for part, colour in PART_COLOURS.items():
+        values = [contribution_parts(c.get("breakdown") or {})[part] for c in chunks]
+        figure.add_bar(
+            name=part,
+            y=labels,
+            x=values,
+            orientation="h",
+            marker_color=colour,
+            hovertemplate=f"{part}: %{{x:.4f}}<extra></extra>",
+        )
+    finals = [float((c.get("breakdown") or {}).get("final_score", c.get("score", 0.0))) for c in chunks]
+    figure.add_scatter(
+        y=labels, x=finals, mode="markers+text", name="final score", text=[f"{v:.3f}" for v in finals],
+        textposition="middle right", marker={"color": "black", "symbol": "line-ns-open", "size": 14},
+    )
+    figure.update_layout(
+        barmode="stack",
+        height=height or 90 + 38 * len(chunks),
+        margin={"l": 10, "r": 40, "t": 30, "b": 10},
+        legend={"orientation": "h", "y": 1.12},
+        yaxis={"autorange": "reversed"},
+        xaxis={"title": "score"},
+    )
+    return figure

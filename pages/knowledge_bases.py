@@ -1,0 +1,116 @@
+"""Knowledge bases: create (with the service's validation messages inline), list, select, delete."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from pages import _shared as ui
+
+MODELS = {
+    "all-MiniLM-L6-v2": "all-MiniLM-L6-v2 (local sentence model, English)",
+    "hashing": "hashing (fast deterministic test embedder, no semantics)",
+}
+
+session = ui.session()
+st.title("Knowledge bases")
+
+flash = st.session_state.pop("kb_flash", None)
+if flash:
+    st.success(flash, icon=":material/check_circle:")
+
+listing = session.list_knowledge_bases()
+kbs = ui.data_or_error(listing)
+kbs = kbs["knowledge_bases"] if kbs else []
+names = [kb["name"] for kb in kbs]
+current = next((kb["name"] for kb in kbs if kb["is_current"]), None)
+
+left, right = st.columns([3, 2], gap="large")
+with left:
+    st.subheader("All knowledge bases")
+    if kbs:
+        table = pd.DataFrame(
+            {
+                "Current": ["●" if kb["is_current"] else "" for kb in kbs],
+                "Name": names,
+                "Documents": [kb["document_count"] for kb in kbs],
+                "Chunks": [kb["chunk_count"] for kb in kbs],
+                "Embedding model": [kb["embedding_endpoint"] or kb["embedding_model"] for kb in kbs],
+                "Chunk size": [kb["chunk_size"] for kb in kbs],
+                "Created": [str(kb["created_at"])[:19].replace("T", " ") for kb in kbs],
+            }
+        )
+        st.dataframe(table, hide_index=True, width="stretch")
+        st.caption(f"Current knowledge base in this browser session: **{current or 'none'}**")
+
+        pick_col, select_col, delete_col = st.columns([3, 1, 1], vertical_alignment="bottom")
+        target = pick_col.selectbox(
+            "Knowledge base", names, index=names.index(current) if current in names else 0, key="kb_target"
+        )
+        if select_col.button("Select", width="stretch", type="primary", key="kb_select"):
+            data = ui.data_or_error(session.select_knowledge_base(target))
+            if data:
+                st.session_state["kb_flash"] = f"Selected knowledge base '{data['kb_name']}'."
+                st.rerun()
+        if delete_col.button("Delete…", width="stretch", key="kb_delete"):
+            if target == current:
+                # The service refuses and explains why; show its message rather than a dialog.
+                ui.show_error(session.delete_knowledge_base(target))
+            else:
+                st.session_state["kb_pending_delete"] = target
+
+        pending = st.session_state.get("kb_pending_delete")
+        if pending:
+            with st.container(border=True):
+                st.warning(
+                    f"Delete knowledge base **{pending}** with all its documents and indexes? This cannot be undone.",
+                    icon=":material/warning:",
+                )
+                yes, no = st.columns(2)
+                if yes.button("Yes, delete", type="primary", key="kb_confirm_delete", width="stretch"):
+                    st.session_state.pop("kb_pending_delete", None)
+                    result = session.delete_knowledge_base(pending)
+                    if result["success"]:
+                        st.session_state["kb_flash"] = result["message"]
+                        st.rerun()
+                    ui.show_error(result)
+                if no.button("Cancel", key="kb_cancel_delete", width="stretch"):
+                    st.session_state.pop("kb_pending_delete", None)
+                    st.rerun()
+    else:
+        st.info("There are no knowledge bases yet. Create the first one with the form.")
+
+with right:
+    st.subheader("Create a knowledge base")
+    with st.form("create_kb", border=True):
+        name = st.text_input("Name", placeholder="e.g. Product manuals · 产品手册", key="create_name")
+        chunk_size = st.number_input(
+            "Chunk size (tokens)", min_value=1, max_value=100_000, value=512, step=64, key="create_chunk_size",
+            help="32 to 8192 tokens per chunk, counted with the embedding model's tokenizer.",
+        )
+        model = st.selectbox(
+            "Embedding model", list(MODELS), format_func=lambda m: MODELS[m], key="create_model"
+        )
+        with st.expander("Embedding endpoint (optional)"):
+            endpoint = st.text_input("Endpoint URL", placeholder="http://127.0.0.1:8000/v1", key="create_endpoint")
+            api_key = st.text_input("API key", type="password", key="create_api_key")
+        select_after = st.checkbox("Select it after creating", value=True, key="create_select")
+        submitted = st.form_submit_button("Create", type="primary")
+    if submitted:
+        # Validation is the service's: its message names the bad value and what is accepted.
+        created = session.create_knowledge_base(
+            name,
+            int(chunk_size),
+            embedding_model=model,
+            embedding_endpoint=endpoint or None,
+            embedding_api_key=api_key or None,
+        )
+        if created["success"]:
+            message = created["message"]
+            if select_after:
+                ui.data_or_error(session.select_knowledge_base(created["data"]["kb_name"]))
+                message = f"Created and selected knowledge base '{created['data']['kb_name']}'."
+            st.session_state["kb_flash"] = message
+            st.rerun()
+        field = ((created.get("error") or {}).get("details") or {}).get("field")
+        ui.show_error(created, prefix=f"{field.replace('_', ' ').capitalize()}: " if field else "")
