@@ -1,0 +1,45 @@
+"""Knowledge bundles: an ontology per KB, a generated JSON Schema, validated YAML import, a graph.
+
+Public functions take a :class:`kb_core.service.Session` and return an envelope; see :mod:`kb_core.bundles.api`.
+"""
+
+from kb_core.bundles.api import (
+    check_bundle,
+    expand_hits,
+    export_shadow,
+    get_knowledge_schema,
+    get_node,
+    get_ontology,
+    graph_view,
+    import_knowledge_bundle,
+    rebuild_from_shadow,
+    repair_index,
+    set_ontology,
+)
+from kb_core.bundles.loading import BundleLimits, load_bundle_file, load_bundle_text
+from kb_core.bundles.ontology import DEFAULT_ONTOLOGY_JSON, Ontology, default_ontology, parse_ontology
+from kb_core.bundles.schema import bundle_schema, example_yaml, item_schema
+
+__all__ = [
+    "DEFAULT_ONTOLOGY_JSON",
+    "BundleLimits",
+    "Ontology",
+    "bundle_schema",
+    "check_bundle",
+    "default_ontology",
+    "example_yaml",
+    "expand_hits",
+    "export_shadow",
+    "get_knowledge_schema",
+    "get_node",
+    "get_ontology",
+    "graph_view",
+    "import_knowledge_bundle",
+    "item_schema",
+    "load_bundle_file",
+    "load_bundle_text",
+    "parse_ontology",
+    "rebuild_from_shadow",
+    "repair_index",
+    "set_ontology",
+]

@@ -1,0 +1,504 @@
+"""Knowledge-bundle operations on a session: schema, import, ontology, nodes, search expansion.
+
+Each function takes a :class:`kb_core.service.Session` and returns the team's envelope
+``{success, message, data}``; where the spec prescribes a result shape (``get_knowledge_schema``:
+``{full_bundle_schema, example_yaml}``; ``import_knowledge_bundle``: ``{status, stats}``) that shape
+is the envelope's ``data``.
+
+Import guarantees. A bundle is parsed under limits, validated completely (schema of every item,
+then types and edge endpoints), and refused as a whole with every error (up to a cap) and nothing
+changed; the temp file is then kept so the agent can fix and retry. An accepted bundle is applied
+under the KB's graph lock in two commits: first the search indexes (one KB-store commit that adds
+the new texts and tombstones the replaced and deleted ones), then the graph (one atomically linked
+state file). If the graph commit fails, the index change is rolled back by syncing the indexes to
+the old graph. If the process dies between the two commits, search briefly shows the new texts
+while the graph is the old one; the next bundle import (or :func:`repair_index`) re-syncs the
+indexes to the graph, which is the source of truth. Deleting a node deletes its edges (counted as
+``edges_cascaded``). Within a bundle, node items are applied first, then edge items, each in file
+order (later items win), so an edge may name a node defined further down. Deleting something that
+does not exist is not an error.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow.compute as pc
+
+from kb_core.bundles.graph import GraphState, GraphStore, read_shadow
+from kb_core.bundles.indexing import sync_index
+from kb_core.bundles.loading import BundleLimits, load_bundle_file, load_bundle_text
+from kb_core.bundles.ontology import Ontology, parse_ontology
+from kb_core.bundles.schema import bundle_schema, example_yaml
+from kb_core.bundles.validation import (
+    BundleError,
+    BundleValidator,
+    EdgeOp,
+    NodeOp,
+    check_endpoints,
+    edge_id,
+    node_id,
+)
+from kb_core.envelope import Envelope, enveloped, ok
+from kb_core.errors import ImportFormatError, InvalidArgument, ItemNotFound
+from kb_core.store import KnowledgeBaseRecord
+
+logger = logging.getLogger(__name__)
+
+BUNDLE_INVALID = "BUNDLE_INVALID"
+MAX_NEIGHBOURS = 100
+
+
+def graph_store(session: Any, record: KnowledgeBaseRecord) -> GraphStore:
+    return GraphStore(session.service.home.kb_dir(record.id))
+
+
+# -- schema and ontology ------------------------------------------------------------------------------
+@enveloped
+def get_knowledge_schema(session: Any, kb_name: str | None = None) -> Envelope:
+    """The spec's ``{full_bundle_schema, example_yaml}`` for the KB's ontology."""
+    record = session.resolve_kb(kb_name)
+    ontology = graph_store(session, record).load().ontology
+    data = {"full_bundle_schema": bundle_schema(ontology), "example_yaml": example_yaml(ontology)}
+    return ok(
+        f"Knowledge bundle schema of '{record.name}': {len(ontology.nodes)} node type(s), "
+        f"{len(ontology.edges)} edge type(s).",
+        data,
+    )
+
+
+@enveloped
+def get_ontology(session: Any, kb_name: str | None = None) -> Envelope:
+    record = session.resolve_kb(kb_name)
+    state = graph_store(session, record).load()
+    return ok(
+        f"Ontology of '{record.name}': node types {', '.join(state.ontology.nodes)}; "
+        f"edge types {', '.join(state.ontology.edges) or 'none'}.",
+        {
+            "kb_name": record.name,
+            "ontology": state.ontology.to_json(),
+            "node_count": len(state.nodes),
+            "edge_count": len(state.edges),
+        },
+    )
+
+
+def _read_ontology_source(source: str | Path | Mapping[str, Any]) -> Any:
+    if isinstance(source, Mapping):
+        return dict(source)
+    if isinstance(source, str) and "\n" in source:
+        return load_bundle_text(source)  # YAML or JSON text pasted in the app
+    path = Path(str(source)).expanduser()
+    if not path.is_file():
+        raise InvalidArgument(f"Ontology file {str(source)!r} does not exist.", details={"path": str(source)})
+    return load_bundle_file(path)
+
+
+@enveloped
+def set_ontology(session: Any, source: str | Path | Mapping[str, Any], kb_name: str | None = None) -> Envelope:
+    """Replace the KB's ontology (a YAML/JSON file path, YAML text, or a mapping).
+
+    Refused, with nothing changed, if the ontology is invalid or an existing node or edge would not
+    conform to it. Changed indexed fields re-index the affected nodes.
+    """
+    record = session.resolve_kb(kb_name)
+    ontology = parse_ontology(_read_ontology_source(source))
+    store = graph_store(session, record)
+    with store.lock():
+        state = store.load()
+        errors = _conformance_errors(state, ontology)
+        if errors:
+            raise InvalidArgument(
+                f"The new ontology does not fit {len(errors)} existing node(s)/edge(s); nothing was changed:\n"
+                + "\n".join(errors[:20]),
+                details={"errors": errors[:50]},
+            )
+        new = GraphState(state.version, ontology, {k: dict(v) for k, v in state.nodes.items()}, dict(state.edges))
+        index_stats = sync_index(session.service, record, new)
+        committed = _commit_graph(session, record, store, state, new)
+    return ok(
+        f"Set the ontology of '{record.name}'.",
+        {"kb_name": record.name, "ontology": ontology.to_json(), "graph_version": committed.version, **index_stats},
+    )
+
+
+def _conformance_errors(state: GraphState, ontology: Ontology) -> list[str]:
+    from kb_core.bundles.graph import edge_item, node_item
+
+    validator = BundleValidator(ontology, max_errors=50)
+    errors: list[str] = []
+    for node in state.nodes.values():
+        if node["type"] not in ontology.nodes:
+            errors.append(f"node {node['id']}: type '{node['type']}' is not in the new ontology")
+            continue
+        if tuple(ontology.nodes[node["type"]].identity) != tuple(node["identity"]):
+            errors.append(f"node {node['id']}: the identity fields of '{node['type']}' changed")
+    for edge in state.edges.values():
+        spec = ontology.edges.get(edge["type"])
+        if spec is None:
+            errors.append(f"edge {edge['id']}: type '{edge['type']}' is not in the new ontology")
+        elif (spec.source, spec.target) != (
+            state.nodes[edge["source"]]["type"],
+            state.nodes[edge["target"]]["type"],
+        ):
+            errors.append(f"edge {edge['id']}: '{edge['type']}' now connects {spec.source} → {spec.target}")
+    if errors:
+        return errors
+    items = [node_item(n) for n in state.nodes.values()] + [edge_item(e, state) for e in state.edges.values()]
+    _, _, problems = validator.structural(items)
+    return [p.text for p in problems]
+
+
+def _commit_graph(
+    session: Any, record: KnowledgeBaseRecord, store: GraphStore, old: GraphState, new: GraphState
+) -> GraphState:
+    """Commit the graph after its index commit; on failure sync the indexes back to ``old``."""
+    try:
+        committed = store.commit(new)
+    except BaseException:
+        try:
+            sync_index(session.service, record, old.copy())
+        except Exception:
+            logger.exception("rolling back the index of %s failed; the next bundle import repairs it", record.name)
+        raise
+    try:
+        store.export_shadow(committed)
+    except Exception:  # the graph is committed; the export is rewritten after the next commit
+        logger.exception("shadow export of %s failed", record.name)
+    return committed
+
+
+# -- import ---------------------------------------------------------------------------------------------
+def _refusal(errors: list[BundleError], path: Path, total_items: int | None) -> ImportFormatError:
+    lines = "\n".join(e.text for e in errors)
+    more = " (showing the first ones)" if len(errors) >= BundleLimits().max_errors else ""
+    return ImportFormatError(
+        f"The bundle was refused and nothing was changed; {len(errors)} error(s){more}. "
+        f"Fix them in {path} and import it again:\n{lines}",
+        code=BUNDLE_INVALID,
+        details={"errors": [e.to_json() for e in errors], "temp_file_path": str(path), "items": total_items},
+    )
+
+
+def _apply_nodes(state: GraphState, ops: Sequence[NodeOp], stats: dict[str, int]) -> None:
+    adjacency: dict[str, set[str]] | None = None
+    for op in ops:
+        nid = op.id
+        if op.action == "upsert":
+            old = state.nodes.get(nid, {})
+            state.nodes[nid] = {
+                "id": nid,
+                "type": op.type,
+                "identity": op.identity,
+                "properties": op.properties,
+                "doc_id": old.get("doc_id"),
+                "doc_name": old.get("doc_name"),
+                "text_sha256": old.get("text_sha256"),
+            }
+            stats["nodes_upserted"] += 1
+            continue
+        if state.nodes.pop(nid, None) is None:
+            continue
+        stats["nodes_deleted"] += 1
+        if adjacency is None:
+            adjacency = {}
+            for eid, edge in state.edges.items():
+                adjacency.setdefault(edge["source"], set()).add(eid)
+                adjacency.setdefault(edge["target"], set()).add(eid)
+        for eid in adjacency.pop(nid, set()):
+            if state.edges.pop(eid, None) is not None:
+                stats["edges_cascaded"] += 1
+
+
+def _apply_edges(state: GraphState, ops: Sequence[EdgeOp], stats: dict[str, int]) -> None:
+    for op in ops:
+        spec = state.ontology.edges[op.type]
+        source = node_id(spec.source, op.source_identity)
+        target = node_id(spec.target, op.target_identity)
+        eid = edge_id(op.type, source, target)
+        if op.action == "upsert":
+            state.edges[eid] = {
+                "id": eid,
+                "type": op.type,
+                "source": source,
+                "target": target,
+                "properties": op.properties,
+            }
+            stats["edges_upserted"] += 1
+        elif state.edges.pop(eid, None) is not None:
+            stats["edges_deleted"] += 1
+
+
+def check_bundle(session: Any, data: Any, kb_name: str | None = None) -> tuple[list[BundleError], dict[str, int]]:
+    """Validate parsed bundle ``data`` against the KB without changing anything (the app's dry run)."""
+    record = session.resolve_kb(kb_name)
+    state = graph_store(session, record).load()
+    errors, stats, _ = _plan(state, data)
+    return errors, stats
+
+
+def _plan(state: GraphState, data: Any) -> tuple[list[BundleError], dict[str, int], GraphState]:
+    limits = BundleLimits()
+    validator = BundleValidator(state.ontology, max_errors=limits.max_errors, max_items=limits.max_items)
+    node_ops, edge_ops, errors = validator.structural(data)
+    stats = dict.fromkeys(("nodes_upserted", "nodes_deleted", "edges_upserted", "edges_deleted", "edges_cascaded"), 0)
+    new = state.copy()
+    if errors:
+        return errors, stats, new
+    _apply_nodes(new, node_ops, stats)
+    errors = check_endpoints(state.ontology, edge_ops, new.nodes.__contains__, limits.max_errors)
+    if errors:
+        return errors, stats, new
+    _apply_edges(new, edge_ops, stats)
+    return [], stats, new
+
+
+@enveloped
+def import_knowledge_bundle(
+    session: Any, temp_file_path: str | Path, kb_name: str | None = None, *, delete_file: bool = True
+) -> Envelope:
+    """Validate and apply a YAML bundle as one unit; data is the spec's ``{status, stats}``.
+
+    The file is deleted after a successful import when ``delete_file`` (the MCP tool's temp file);
+    it is always kept after a refusal.
+    """
+    if not isinstance(temp_file_path, (str, Path)) or not str(temp_file_path).strip():
+        raise InvalidArgument("temp_file_path must be the path of a YAML file.", details={"field": "temp_file_path"})
+    path = Path(str(temp_file_path)).expanduser()
+    if not path.is_file():
+        raise InvalidArgument(
+            f"Bundle file {str(temp_file_path)!r} does not exist" + (" (it is a folder)." if path.is_dir() else "."),
+            details={"field": "temp_file_path", "path": str(temp_file_path)},
+            code="FILE_NOT_FOUND",
+        )
+    record = session.resolve_kb(kb_name)
+    data = load_bundle_file(path)
+    store = graph_store(session, record)
+    with store.lock():
+        state = store.load()
+        errors, stats, new = _plan(state, data)
+        if errors:
+            raise _refusal(errors, path, len(data) if isinstance(data, list) else None)
+        stats.update(sync_index(session.service, record, new))
+        committed = _commit_graph(session, record, store, state, new)
+    stats.update(items=len(data or []), nodes_total=len(committed.nodes), edges_total=len(committed.edges))
+    if delete_file:
+        path.unlink(missing_ok=True)
+    return ok(
+        f"Imported the bundle into '{record.name}': {stats['nodes_upserted']} node(s) upserted, "
+        f"{stats['nodes_deleted']} deleted; {stats['edges_upserted']} edge(s) upserted, "
+        f"{stats['edges_deleted'] + stats['edges_cascaded']} deleted; {stats['chunks_indexed']} chunk(s) indexed.",
+        {"status": "success", "stats": stats, "graph_version": committed.version},
+    )
+
+
+@enveloped
+def repair_index(session: Any, kb_name: str | None = None) -> Envelope:
+    """Re-sync the search indexes with the graph (after a crash between the two commits)."""
+    record = session.resolve_kb(kb_name)
+    store = graph_store(session, record)
+    with store.lock():
+        state = store.load()
+        stats = sync_index(session.service, record, state)
+        if stats["documents_indexed"] or stats["documents_removed"]:
+            state = _commit_graph(session, record, store, state, state)
+    return ok(f"Re-synced the bundle documents of '{record.name}'.", stats)
+
+
+# -- shadow export ----------------------------------------------------------------------------------------
+@enveloped
+def export_shadow(session: Any, target: str | Path | None = None, kb_name: str | None = None) -> Envelope:
+    """(Re)write the shadow export, by default to ``graph/shadow`` of the KB."""
+    record = session.resolve_kb(kb_name)
+    store = graph_store(session, record)
+    state = store.load()
+    folder = store.export_shadow(state, Path(target) if target is not None else None)
+    return ok(f"Wrote the shadow export of '{record.name}' to {folder}.", {"path": str(folder)})
+
+
+@enveloped
+def rebuild_from_shadow(session: Any, shadow_dir: str | Path, kb_name: str | None = None) -> Envelope:
+    """Rebuild a KB's graph (and its indexed texts) from a shadow export: ontology, then one bundle."""
+    import tempfile
+
+    import yaml
+
+    record = session.resolve_kb(kb_name)
+    ontology, items = read_shadow(Path(shadow_dir))
+    result = set_ontology(session, ontology, kb_name=record.name)
+    if not result["success"]:
+        return result
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False, encoding="utf-8") as handle:
+        yaml.safe_dump(items, handle, allow_unicode=True, sort_keys=True)
+    return import_knowledge_bundle(session, handle.name, kb_name=record.name)
+
+
+# -- graph use ------------------------------------------------------------------------------------------
+def _brief(node: dict[str, Any]) -> dict[str, Any]:
+    return {"id": node["id"], "type": node["type"], "identity": node["identity"], "doc_name": node.get("doc_name")}
+
+
+def node_view(state: GraphState, node: dict[str, Any], limit: int = MAX_NEIGHBOURS) -> dict[str, Any]:
+    neighbours = []
+    for edge in sorted(state.edges_of(node["id"]), key=lambda e: e["id"])[:limit]:
+        outgoing = edge["source"] == node["id"]
+        other = state.nodes[edge["target"] if outgoing else edge["source"]]
+        neighbours.append(
+            {
+                "direction": "out" if outgoing else "in",
+                "edge_id": edge["id"],
+                "edge_type": edge["type"],
+                "properties": edge["properties"],
+                "node": _brief(other),
+            }
+        )
+    return {
+        "type": "node",
+        "id": node["id"],
+        "node_type": node["type"],
+        "identity": node["identity"],
+        "properties": node["properties"],
+        "doc_id": node.get("doc_id"),
+        "doc_name": node.get("doc_name"),
+        "neighbours": neighbours,
+    }
+
+
+@enveloped
+def get_node(session: Any, node_id_: str, kb_names: Sequence[str] | None = None) -> Envelope:
+    """A node (``node_…`` id) with its properties and neighbours via edges."""
+    if not isinstance(node_id_, str) or not node_id_.strip().startswith("node_"):
+        raise InvalidArgument("A node id starts with 'node_'.", details={"field": "id"})
+    records = [session.find_kb(n) for n in kb_names] if kb_names else session.visible_kbs()
+    for record in records:
+        state = graph_store(session, record).load()
+        node = state.nodes.get(node_id_.strip())
+        if node is not None:
+            return ok(f"Found node {node_id_}.", {"kb_name": record.name, **node_view(state, node)})
+    raise ItemNotFound(f"No node with id {node_id_!r} exists.", details={"id": node_id_})
+
+
+@enveloped
+def graph_view(session: Any, kb_name: str | None = None, limit: int = 500) -> Envelope:
+    """Nodes and edges (up to ``limit`` nodes) for drawing the graph."""
+    record = session.resolve_kb(kb_name)
+    state = graph_store(session, record).load()
+    chosen = sorted(state.nodes)[:limit]
+    kept = set(chosen)
+    nodes = [_brief(state.nodes[n]) | {"properties": state.nodes[n]["properties"]} for n in chosen]
+    edges = [e for e in sorted(state.edges.values(), key=lambda e: e["id"]) if {e["source"], e["target"]} <= kept]
+    return ok(
+        f"{len(state.nodes)} node(s), {len(state.edges)} edge(s) in '{record.name}'.",
+        {
+            "nodes": nodes,
+            "edges": edges,
+            "node_total": len(state.nodes),
+            "edge_total": len(state.edges),
+            "truncated": len(state.nodes) > limit,
+        },
+    )
+
+
+def expand_hits(session: Any, hits: Sequence[Mapping[str, Any]], max_related: int = 5) -> list[dict[str, Any]]:
+    """Search hits (the ``chunks`` of a search result) plus, after each hit on a bundle document, the
+    documents of nodes related to it by an edge.
+
+    Hits are copied, never changed. A hit on a node's document gets ``graph: {node_id, node_type,
+    identity, related}``; each added entry is the first chunk of the related document with
+    ``expanded: true``, the parent's score, and ``breakdown.graph_expansion`` {from_chunk_id,
+    from_node_id, node_id, edge_type, direction} plus a note saying it was added by graph expansion.
+    """
+    states: dict[str, GraphState] = {}
+    by_doc: dict[str, dict[str, dict[str, Any]]] = {}
+    records = {r.id: r for r in session.visible_kbs()}
+    present = {(h.get("kb_id"), h.get("doc_id")) for h in hits}
+    out: list[dict[str, Any]] = []
+    for hit in hits:
+        copy_ = {**hit, "breakdown": dict(hit.get("breakdown") or {})}
+        out.append(copy_)
+        kb_id = hit.get("kb_id")
+        if kb_id not in records:
+            continue
+        if kb_id not in states:
+            states[kb_id] = graph_store(session, records[kb_id]).load()
+            by_doc[kb_id] = {n["doc_id"]: n for n in states[kb_id].nodes.values() if n.get("doc_id")}
+        state = states[kb_id]
+        node = by_doc[kb_id].get(hit.get("doc_id"))
+        if node is None:
+            continue
+        related = node_view(state, node, limit=max_related)["neighbours"]
+        copy_["graph"] = {
+            "node_id": node["id"],
+            "node_type": node["type"],
+            "identity": node["identity"],
+            "related": related,
+        }
+        notes = list(copy_["breakdown"].get("notes") or [])
+        notes.append(f"graph: bundle node {node['type']} with {len(related)} related node(s) via edges")
+        copy_["breakdown"]["notes"] = notes
+        for link in related:
+            other = state.nodes[link["node"]["id"]]
+            doc_id = other.get("doc_id")
+            if not doc_id or (kb_id, doc_id) in present:
+                continue
+            chunk = _first_chunk(session, records[kb_id], doc_id)
+            if chunk is None:
+                continue
+            present.add((kb_id, doc_id))
+            out.append(
+                {
+                    **chunk,
+                    "doc_name": other.get("doc_name"),
+                    "kb_id": kb_id,
+                    "kb_name": records[kb_id].name,
+                    "score": hit.get("score", 0.0),
+                    "expanded": True,
+                    "graph": {"node_id": other["id"], "node_type": other["type"], "identity": other["identity"]},
+                    "breakdown": {
+                        "graph_expansion": {
+                            "from_chunk_id": hit.get("id"),
+                            "from_node_id": node["id"],
+                            "node_id": other["id"],
+                            "edge_type": link["edge_type"],
+                            "direction": link["direction"],
+                        },
+                        "notes": [
+                            f"added by graph expansion: {link['edge_type']} "
+                            f"{'from' if link['direction'] == 'out' else 'to'} {node_display(node)}"
+                        ],
+                    },
+                }
+            )
+    return out
+
+
+def node_display(node: Mapping[str, Any]) -> str:
+    return f"{node['type']} " + ", ".join(f"{k}={v}" for k, v in node["identity"].items())
+
+
+def _first_chunk(session: Any, record: KnowledgeBaseRecord, doc_id: str) -> dict[str, Any] | None:
+    snapshot = session.service.reader(record.id).snapshot()
+    documents = snapshot.documents()
+    match = documents[documents["doc_id"] == doc_id]
+    if match.empty:
+        return None
+    segment = snapshot.segment_by_id(match.iloc[0]["segment_id"])
+    if segment is None:
+        return None
+    rows = segment.chunks.filter(pc.equal(segment.chunks.column("doc_id"), doc_id)).to_pylist()
+    if not rows:
+        return None
+    row = min(rows, key=lambda r: r["chunk_index"])
+    return {
+        "id": row["chunk_id"],
+        "doc_id": doc_id,
+        "content": row["content"],
+        "tokens": row["tokens"],
+        "chunk_index": row["chunk_index"],
+        "chapter": row["chapter"],
+        "page": row["page"],
+        "file_type": "txt",
+    }
