@@ -862,9 +862,9 @@ def _stage_kb(plan: _KBPlan, staging: Path, analyzer: Any) -> None:
     staged_segments: list[StagedSegment] = []
     for segment in plan.segments:
         staged = store.stage_segment()
+        rows = {row["doc_id"]: row for row in segment.documents}
         for doc_id, source in segment.originals.items():
-            row = next(r for r in segment.documents if r["doc_id"] == doc_id)
-            shutil.copyfile(source, staged.path / row["original"])
+            shutil.copyfile(source, staged.path / rows[doc_id]["original"])
         write_segment_files(
             staged,
             segment.documents,

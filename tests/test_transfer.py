@@ -1,0 +1,527 @@
+"""Export and import of whole homes: round trips, merging with renames, and hostile files refused untouched."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import stat
+import struct
+import tarfile
+import threading
+import time
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from kb_core import KnowledgeBaseService
+from kb_core.transfer import FORMAT_VERSION, MANIFEST_MEMBER, export_database, import_database
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+DOCS = SHARED / "fixtures" / "docs"
+
+ENGLISH = (
+    "Photosynthesis converts light energy into chemical energy stored in glucose. "
+    "Chlorophyll absorbs red and blue light and reflects green light. "
+    "The Calvin cycle fixes carbon dioxide in the stroma of the chloroplast. "
+) * 6
+ENGLISH_2 = (
+    "A lighthouse keeper trims the wick and winds the clockwork every evening. "
+    "Ships at sea watch for the flashing beam to avoid the rocks near the harbour. "
+) * 6
+CHINESE = (
+    "光合作用把光能转化为储存在葡萄糖中的化学能。叶绿素吸收红光和蓝光，反射绿光。卡尔文循环在叶绿体基质中固定二氧化碳。"
+) * 6
+CHINESE_2 = "长城是中国古代的军事防御工程，东起山海关，西至嘉峪关，全长两万多公里。" * 6
+QUERIES = ["chlorophyll light", "lighthouse ships harbour", "叶绿素 光能", "长城 防御", "light"]
+
+
+def _need_shared() -> None:
+    if not DOCS.is_dir():
+        pytest.skip(f"{DOCS} is absent: the shared .doc/.docx fixtures live in ../shared beside the repository")
+
+
+def home_listing(root: Path) -> dict[str, str]:
+    """Every file (and link) under the home with a hash of its content: equal listings mean an unchanged home."""
+    listing: dict[str, str] = {}
+    for path in sorted(root.rglob("*")):
+        relative = str(path.relative_to(root))
+        if path.is_symlink():
+            listing[relative] = "link:" + str(path.readlink())
+        elif path.is_file():
+            listing[relative] = hashlib.sha256(path.read_bytes()).hexdigest()
+        else:
+            listing[relative] = "dir"
+    return listing
+
+
+def search_rows(session: Any, kb_name: str, query: str, mode: str) -> list[tuple[Any, ...]]:
+    envelope = session.search(query, mode=mode, top_k=10, kb_names=[kb_name], explain=True)
+    assert envelope["success"], envelope["message"]
+    rows = []
+    for chunk in envelope["data"]["chunks"]:
+        breakdown = chunk["breakdown"]
+        rows.append(
+            (
+                chunk["id"],
+                chunk["doc_name"],
+                chunk["chunk_index"],
+                chunk["content"],
+                chunk["score"],
+                breakdown.get("vector_score"),
+                breakdown.get("keyword_score"),
+            )
+        )
+    return rows
+
+
+def assert_same_results(left: list[tuple[Any, ...]], right: list[tuple[Any, ...]], *, same_ids: bool = True) -> None:
+    assert len(left) == len(right)
+    for a, b in zip(left, right, strict=True):
+        start = 0 if same_ids else 1
+        assert a[start:4] == b[start:4]
+        for x, y in zip(a[4:], b[4:], strict=True):
+            if x is None or y is None:
+                assert x is y
+            else:
+                assert abs(x - y) <= 1e-6
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A home with an English and a Chinese KB (TXT, DOCX, DOC; one document deleted) and its export file."""
+    _need_shared()
+    root = tmp_path_factory.mktemp("source")
+    files = root / "files"
+    files.mkdir()
+    texts = {"photosynthesis.txt": ENGLISH, "lighthouse.txt": ENGLISH_2, "光合作用.txt": CHINESE, "长城.txt": CHINESE_2}
+    for name, text in texts.items():
+        (files / name).write_text(text, encoding="utf-8")
+    (files / "deleted.txt").write_text("This document is deleted before the export. " * 10, encoding="utf-8")
+    service = KnowledgeBaseService(root / "home")
+    session = service.session()
+    for name in ("english", "中文"):
+        assert session.create_knowledge_base(name, 64, embedding_model="hashing")["success"]
+    english = [files / "photosynthesis.txt", files / "lighthouse.txt", files / "deleted.txt", DOCS / "docx-rs/aa.docx"]
+    result = session.import_document([str(p) for p in english], kb_name="english")
+    assert result["data"]["failed_count"] == 0, result
+    chinese = [files / "光合作用.txt", files / "长城.txt", DOCS / "node-word-extractor/test11.doc"]
+    result = session.import_document([str(p) for p in chinese], kb_name="中文")
+    assert result["data"]["failed_count"] == 0, result
+    assert session.delete_document("deleted.txt", kb_name="english")["success"]
+    assert session.save_search_settings(kb_name="中文", top_k=7, vector_weight=0.5, keyword_weight=0.5)["success"]
+    export = root / "backup.kbx"
+    envelope = export_database(session, str(export))
+    assert envelope["success"], envelope
+    return {"session": session, "home": service.home.root, "export": export, "envelope": envelope, "files": files}
+
+
+def fresh_session(path: Path) -> Any:
+    return KnowledgeBaseService(path).session()
+
+
+# -- round trip ----------------------------------------------------------------------------------------------------
+def test_export_reports_paths_and_holds_a_versioned_manifest(source: dict[str, Any]) -> None:
+    assert source["envelope"]["data"] == {"source_path": str(source["home"]), "export_path": str(source["export"])}
+    assert "API keys are never exported" in source["envelope"]["message"]
+    with zipfile.ZipFile(source["export"]) as archive:
+        manifest = json.loads(archive.read(MANIFEST_MEMBER))
+        names = set(archive.namelist())
+    assert manifest["format"] == "kb-workbench-export" and manifest["format_version"] == FORMAT_VERSION
+    assert set(manifest["files"]) == names - {MANIFEST_MEMBER}
+    kbs = {kb["name"]: kb for kb in manifest["knowledge_bases"]}
+    assert set(kbs) == {"english", "中文"}
+    assert {d["name"] for d in kbs["english"]["documents"]} == {"photosynthesis.txt", "lighthouse.txt", "aa.docx"}
+    assert kbs["中文"]["search_settings"]["top_k"] == 7
+    assert all(s["dimension"] == 64 for kb in kbs.values() for s in kb["segments"])
+
+
+def test_round_trip_into_an_empty_home_gives_the_same_search_results(source: dict[str, Any], tmp_path: Path) -> None:
+    target = fresh_session(tmp_path / "home")
+    envelope = import_database(target, str(source["export"]))
+    assert envelope["success"], envelope
+    assert envelope["data"]["source_path"] == str(source["export"])
+    assert envelope["data"]["imported_kb_count"] == 2
+    assert envelope["data"]["imported_doc_count"] == 6
+    assert "no API key" in envelope["message"]
+    original = source["session"]
+    for kb in ("english", "中文"):
+        before = original.list_documents(kb_name=kb)["data"]["documents"]
+        after = target.list_documents(kb_name=kb)["data"]["documents"]
+        key = ("id", "name", "file_type", "chunk_count", "size_bytes", "chunk_size", "status")
+        assert sorted(tuple(d[k] for k in key) for d in before) == sorted(tuple(d[k] for k in key) for d in after)
+        for query in QUERIES:
+            for mode in ("hybrid", "keyword", "semantic"):
+                expected = search_rows(original, kb, query, mode)
+                assert expected or mode == "keyword"
+                assert_same_results(expected, search_rows(target, kb, query, mode))
+    listed = {kb["name"]: kb for kb in target.list_knowledge_bases()["data"]["knowledge_bases"]}
+    assert listed["中文"]["embedding_model"] == "hashing"
+    assert target.search("长城", kb_names=["中文"])["data"]["settings"]["top_k"] == 7
+    # the Chinese .doc came through with its text, and its kept original still re-chunks
+    doc = next(d for d in target.list_documents(kb_name="中文")["data"]["documents"] if d["file_type"] == "doc")
+    text = target.get_item(doc["id"])["data"]["text"]
+    assert text == original.get_item(doc["id"])["data"]["text"] and any("\u4e00" <= c <= "\u9fff" for c in text)
+    assert target.update_document(doc["name"], 128, kb_name="中文")["success"]
+
+
+def test_importing_the_same_file_twice_renames_and_overwrites_nothing(source: dict[str, Any], tmp_path: Path) -> None:
+    target = fresh_session(tmp_path / "home")
+    assert import_database(target, str(source["export"]))["success"]
+    first = home_listing(tmp_path / "home" / "kbs")
+    first_ids = {kb["name"]: kb["id"] for kb in target.list_knowledge_bases()["data"]["knowledge_bases"]}
+    second = import_database(target, str(source["export"]))
+    assert second["success"], second
+    renamed = {r["from"]: r["to"] for r in second["data"]["renamed_knowledge_bases"]}
+    assert set(renamed) == {"english", "中文"}
+    assert all(new.startswith(f"{old}_") and len(new) == len(old) + 16 for old, new in renamed.items())
+    assert "Renamed" in second["message"]
+    after = home_listing(tmp_path / "home" / "kbs")
+    assert all(after.get(path) == digest for path, digest in first.items())  # nothing of the first copy changed
+    kbs = {kb["name"]: kb for kb in target.list_knowledge_bases()["data"]["knowledge_bases"]}
+    assert len(kbs) == 4 and all(kbs[name]["id"] == kb_id for name, kb_id in first_ids.items())
+    for old, new in renamed.items():
+        for query in QUERIES:
+            assert_same_results(
+                search_rows(target, old, query, "hybrid"), search_rows(target, new, query, "hybrid"), same_ids=False
+            )
+    # the copy got fresh ids, so an id still names exactly one document
+    ids = [d["id"] for name in kbs for d in target.list_documents(kb_name=name)["data"]["documents"]]
+    assert len(ids) == len(set(ids)) == 12
+
+
+def test_export_of_one_kb_is_a_portable_package(source: dict[str, Any], tmp_path: Path) -> None:
+    package = tmp_path / "one.kbx"
+    assert export_database(source["session"], package, kb_names=["中文"])["success"]
+    target = fresh_session(tmp_path / "home")
+    envelope = import_database(target, package)
+    assert envelope["data"]["imported_kb_count"] == 1 and envelope["data"]["imported_doc_count"] == 3
+    assert [kb["name"] for kb in target.list_knowledge_bases()["data"]["knowledge_bases"]] == ["中文"]
+
+
+def test_export_refuses_unknown_kbs_and_folders(source: dict[str, Any], tmp_path: Path) -> None:
+    missing = export_database(source["session"], tmp_path / "x.kbx", kb_names=["nope"])
+    assert missing["error"]["code"] == "KB_NOT_FOUND"
+    folder = export_database(source["session"], tmp_path)
+    assert folder["error"]["code"] == "INVALID_ARGUMENT" and "folder" in folder["message"]
+    assert not (tmp_path / "x.kbx").exists()
+
+
+def test_api_keys_are_never_exported(tmp_path: Path) -> None:
+    session = fresh_session(tmp_path / "home")
+    secret = "sk-very-secret-key-0123456789"
+    created = session.create_knowledge_base(
+        "remote", 64, embedding_model="hashing", embedding_endpoint="http://127.0.0.1:9/v1", embedding_api_key=secret
+    )
+    assert created["success"], created
+    export = tmp_path / "remote.kbx"
+    assert export_database(session, export)["success"]
+    assert secret.encode() not in export.read_bytes()
+    with zipfile.ZipFile(export) as archive:
+        assert all(secret.encode() not in archive.read(name) for name in archive.namelist())
+    target = fresh_session(tmp_path / "other")
+    envelope = import_database(target, export)
+    assert envelope["success"] and "'remote'" in envelope["message"] and "key" in envelope["message"]
+    record = target.resolve_kb("remote")
+    assert not record.has_api_key and record.embedding_endpoint == "http://127.0.0.1:9/v1"
+
+
+def test_export_while_another_thread_imports_is_a_committed_state(tmp_path: Path) -> None:
+    service = KnowledgeBaseService(tmp_path / "home")
+    session = service.session()
+    assert session.create_knowledge_base("busy", 64, embedding_model="hashing")["success"]
+    files = []
+    for number in range(8):
+        path = tmp_path / f"note{number:02d}.txt"
+        path.write_text(f"Note {number} about topic{number}. " * 40 + f"第{number}号笔记。" * 20, encoding="utf-8")
+        files.append(path)
+    errors: list[str] = []
+
+    def writer() -> None:
+        for path in files:
+            result = service.session().import_document([str(path)], kb_name="busy")
+            if not result["success"]:
+                errors.append(result["message"])
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    exports = []
+    try:
+        while thread.is_alive() or len(exports) < 2:
+            path = tmp_path / f"export{len(exports)}.kbx"
+            envelope = export_database(session, path)
+            assert envelope["success"], envelope
+            exports.append(path)
+            time.sleep(0.05)  # let the writer thread have the interpreter between exports
+    finally:
+        thread.join()
+    assert not errors
+    counts = []
+    for number, path in enumerate(exports):
+        target = fresh_session(tmp_path / f"target{number}")
+        envelope = import_database(target, path)  # validates every document's chunks against its vectors
+        assert envelope["success"], envelope
+        names = sorted(d["name"] for d in target.list_documents(kb_name="busy")["data"]["documents"])
+        assert names == [p.name for p in files[: len(names)]]  # a prefix of the commits: no torn state
+        counts.append(len(names))
+    assert counts == sorted(counts)
+
+
+# -- hostile and damaged files --------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def small_export(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("small")
+    session = fresh_session(root / "home")
+    assert session.create_knowledge_base("small", 64, embedding_model="hashing")["success"]
+    (root / "a.txt").write_text("alpha beta gamma. " * 30, encoding="utf-8")
+    (root / "b.txt").write_text("数据 导入 导出。" * 30, encoding="utf-8")
+    assert session.import_document([str(root / "a.txt"), str(root / "b.txt")], kb_name="small")["success"]
+    export = root / "small.kbx"
+    assert export_database(session, export)["success"]
+    return export
+
+
+def rebuild(
+    source: Path,
+    target: Path,
+    *,
+    replace: dict[str, bytes] | None = None,
+    extra: list[tuple[zipfile.ZipInfo, bytes]] | None = None,
+    edit_manifest: Callable[[dict[str, Any]], None] | None = None,
+    fix_checksums: bool = True,
+) -> Path:
+    """Copy an export with some members replaced or added; the manifest's checksums follow unless told not to."""
+    replace = replace or {}
+    extra = extra or []
+    with zipfile.ZipFile(source) as archive:
+        members = {name: archive.read(name) for name in archive.namelist()}
+    manifest = json.loads(members.pop(MANIFEST_MEMBER))
+    members.update(replace)
+    for info, data in extra:
+        members[info.filename] = data
+    if fix_checksums:
+        for name, data in members.items():
+            manifest["files"][name] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+    if edit_manifest is not None:
+        edit_manifest(manifest)
+    infos = {info.filename: info for info, _ in extra}
+    with zipfile.ZipFile(target, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for name, data in members.items():
+            archive.writestr(infos.get(name, zipfile.ZipInfo(name)), data, compress_type=zipfile.ZIP_DEFLATED)
+        archive.writestr(MANIFEST_MEMBER, json.dumps(manifest))
+    return target
+
+
+def first_member(export: Path, suffix: str) -> str:
+    with zipfile.ZipFile(export) as archive:
+        return next(n for n in archive.namelist() if n.endswith(suffix))
+
+
+@pytest.fixture
+def victim(tmp_path: Path, small_export: Path) -> tuple[Any, Path, dict[str, str]]:
+    """A home with one KB already in it, and the listing to compare against after a refused import."""
+    session = fresh_session(tmp_path / "victim")
+    assert import_database(session, small_export)["success"]
+    return session, tmp_path / "victim", home_listing(tmp_path / "victim")
+
+
+def assert_refused(victim: tuple[Any, Path, dict[str, str]], path: Path, *fragments: str) -> None:
+    session, root, before = victim
+    envelope = import_database(session, path)
+    assert not envelope["success"]
+    assert envelope["error"]["code"] == "INVALID_IMPORT_FILE", envelope
+    assert "Traceback" not in envelope["message"]
+    for fragment in fragments:
+        assert fragment in envelope["message"], envelope["message"]
+    assert home_listing(root) == before
+
+
+def test_traversal_member_is_refused(victim: Any, small_export: Path, tmp_path: Path) -> None:
+    bad = rebuild(small_export, tmp_path / "bad.kbx", extra=[(zipfile.ZipInfo("../../evil.txt"), b"owned")])
+    assert_refused(victim, bad, "'..'")
+    nested = zipfile.ZipInfo("kb/0000/seg/0000/files/../../../../evil.txt")
+    assert_refused(victim, rebuild(small_export, tmp_path / "bad2.kbx", extra=[(nested, b"x")]), "'..'")
+    assert not (tmp_path / "evil.txt").exists()
+
+
+def test_absolute_member_is_refused(victim: Any, small_export: Path, tmp_path: Path) -> None:
+    absolute = tmp_path / "absolute-evil.txt"
+    bad = rebuild(small_export, tmp_path / "bad.kbx", extra=[(zipfile.ZipInfo(str(absolute)), b"owned")])
+    assert_refused(victim, bad, "absolute")
+    windows = rebuild(small_export, tmp_path / "bad2.kbx", extra=[(zipfile.ZipInfo("C:/evil.txt"), b"x")])
+    assert_refused(victim, windows, "absolute")
+    assert not absolute.exists()
+
+
+def test_symlink_member_is_refused(victim: Any, small_export: Path, tmp_path: Path) -> None:
+    link = zipfile.ZipInfo("kb/0000/seg/0000/files/doc_link.txt")
+    link.create_system = 3
+    link.external_attr = (stat.S_IFLNK | 0o777) << 16
+    bad = rebuild(small_export, tmp_path / "bad.kbx", extra=[(link, b"/etc/passwd")])
+    assert_refused(victim, bad, "symbolic link")
+    device = zipfile.ZipInfo("kb/0000/seg/0000/files/doc_dev.txt")
+    device.external_attr = (stat.S_IFCHR | 0o666) << 16
+    assert_refused(victim, rebuild(small_export, tmp_path / "bad2.kbx", extra=[(device, b"")]), "device")
+
+
+def test_decompression_bomb_is_refused(victim: Any, small_export: Path, tmp_path: Path) -> None:
+    bomb = rebuild(
+        small_export,
+        tmp_path / "bomb.kbx",
+        extra=[(zipfile.ZipInfo("kb/0000/seg/0000/files/doc_bomb.txt"), bytes(64 << 20))],
+    )
+    assert bomb.stat().st_size < 1 << 20
+    assert_refused(victim, bomb, "decompression bomb")
+    # a member whose header declares a huge size (4 GiB) while holding a few bytes
+    honest = rebuild(
+        small_export, tmp_path / "huge.kbx", extra=[(zipfile.ZipInfo("kb/0000/seg/0000/files/doc_x.txt"), b"x" * 100)]
+    )
+    data = bytearray(honest.read_bytes())
+    name = b"kb/0000/seg/0000/files/doc_x.txt"
+    central = data.find(b"PK\x01\x02")
+    while central != -1:
+        length = struct.unpack_from("<H", data, central + 28)[0]
+        if data[central + 46 : central + 46 + length] == name:
+            struct.pack_into("<I", data, central + 24, 0xFFFFFFF0)
+            break
+        central = data.find(b"PK\x01\x02", central + 4)
+    huge = tmp_path / "huge-declared.kbx"
+    huge.write_bytes(bytes(data))
+    with zipfile.ZipFile(huge) as archive:
+        assert archive.getinfo(name.decode()).file_size == 0xFFFFFFF0
+    assert_refused(victim, huge, "decompression bomb")
+
+
+def test_member_larger_than_declared_is_refused(victim: Any, small_export: Path, tmp_path: Path) -> None:
+    member = first_member(small_export, "texts.parquet")
+    honest = rebuild(small_export, tmp_path / "ok.kbx")
+    data = bytearray(honest.read_bytes())
+    position = data.find(b"PK\x01\x02")
+    while position != -1:
+        length = struct.unpack_from("<H", data, position + 28)[0]
+        if data[position + 46 : position + 46 + length] == member.encode():
+            size = struct.unpack_from("<I", data, position + 24)[0]
+            struct.pack_into("<I", data, position + 24, size // 2)
+        position = data.find(b"PK\x01\x02", position + 4)
+    lying = tmp_path / "lying.kbx"
+    lying.write_bytes(bytes(data))
+    assert_refused(victim, lying)
+
+
+def test_wrong_checksum_is_refused(victim: Any, small_export: Path, tmp_path: Path) -> None:
+    member = first_member(small_export, ".txt")
+
+    def corrupt(manifest: dict[str, Any]) -> None:
+        manifest["files"][member]["sha256"] = "0" * 64
+
+    assert_refused(victim, rebuild(small_export, tmp_path / "bad.kbx", edit_manifest=corrupt), "checksum")
+    # an altered member whose manifest entry was left alone (same size, different bytes)
+    with zipfile.ZipFile(small_export) as archive:
+        original = archive.read(member)
+    altered = bytes(reversed(original))
+    bad = rebuild(small_export, tmp_path / "bad2.kbx", replace={member: altered}, fix_checksums=False)
+    assert_refused(victim, bad, "checksum")
+
+
+def test_truncated_file_is_refused(victim: Any, small_export: Path, tmp_path: Path) -> None:
+    data = small_export.read_bytes()
+    for fraction in (0.5, 0.99):
+        truncated = tmp_path / f"truncated-{fraction}.kbx"
+        truncated.write_bytes(data[: int(len(data) * fraction)])
+        assert_refused(victim, truncated, "truncated")
+
+
+def test_not_an_export_file_is_refused(victim: Any, small_export: Path, tmp_path: Path) -> None:
+    text = tmp_path / "notes.txt"
+    text.write_text("just some text", encoding="utf-8")
+    assert_refused(victim, text, "not a kb-workbench-export file")
+    tarball = tmp_path / "backup.tar.gz"
+    with tarfile.open(tarball, "w:gz") as archive:
+        archive.add(small_export, arcname="backup.kbx")
+    assert_refused(victim, tarball, "not a kb-workbench-export file")
+    plain = tmp_path / "plain.zip"
+    with zipfile.ZipFile(plain, "w") as archive:
+        archive.writestr("readme.txt", "hello")
+    assert_refused(victim, plain)
+
+
+def test_future_format_version_is_refused(victim: Any, small_export: Path, tmp_path: Path) -> None:
+    def future(manifest: dict[str, Any]) -> None:
+        manifest["format_version"] = FORMAT_VERSION + 1
+
+    assert_refused(victim, rebuild(small_export, tmp_path / "future.kbx", edit_manifest=future), "newer", "upgrade")
+
+
+def test_wrong_vector_dimension_is_refused(victim: Any, small_export: Path, tmp_path: Path) -> None:
+    member = first_member(small_export, "vectors.npy")
+    with zipfile.ZipFile(small_export) as archive:
+        vectors = np.load(io.BytesIO(archive.read(member)))
+    narrow = np.ascontiguousarray(vectors[:, :32])
+    narrow /= np.linalg.norm(narrow, axis=1, keepdims=True)
+    buffer = io.BytesIO()
+    np.save(buffer, narrow.astype(np.float32))
+    # the manifest still says 64: the array disagrees with it
+    bad = rebuild(small_export, tmp_path / "narrow.kbx", replace={member: buffer.getvalue()})
+    assert_refused(victim, bad, "32-dimensional", "64")
+
+    def declare_32(manifest: dict[str, Any]) -> None:
+        for segment in manifest["knowledge_bases"][0]["segments"]:
+            segment["dimension"] = 32
+
+    # file and manifest agree on 32, but the KB's model ("hashing") makes 64-dimensional vectors
+    consistent = rebuild(
+        small_export, tmp_path / "n2.kbx", replace={member: buffer.getvalue()}, edit_manifest=declare_32
+    )
+    assert_refused(victim, consistent, "'hashing'", "64", "32")
+
+
+def test_inconsistent_contents_are_refused(victim: Any, small_export: Path, tmp_path: Path) -> None:
+    def missing_member(manifest: dict[str, Any]) -> None:
+        manifest["files"]["kb/0000/seg/0000/files/doc_ghost.txt"] = {"sha256": "0" * 64, "size": 1}
+
+    assert_refused(victim, rebuild(small_export, tmp_path / "m.kbx", edit_manifest=missing_member), "missing")
+
+    def bad_name(manifest: dict[str, Any]) -> None:
+        manifest["knowledge_bases"][0]["name"] = "../etc"
+
+    assert_refused(victim, rebuild(small_export, tmp_path / "n.kbx", edit_manifest=bad_name), "kb_name")
+    unexpected = rebuild(small_export, tmp_path / "u.kbx", extra=[(zipfile.ZipInfo("kb/0000/evil.py"), b"x")])
+    assert_refused(victim, unexpected, "not part of the")
+
+
+def test_failure_at_the_commit_leaves_the_home_unchanged(
+    victim: Any, source: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    session, root, before = victim
+
+    def broken(records: Any) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(session.service.home, "_write_registry", broken)
+    envelope = import_database(session, source["export"])
+    assert not envelope["success"]
+    assert home_listing(root) == before
+
+
+@pytest.mark.model
+def test_round_trip_with_the_real_model(tmp_path: Path) -> None:
+    session = fresh_session(tmp_path / "home")
+    assert session.create_knowledge_base("model", 128)["success"]
+    (tmp_path / "en.txt").write_text(ENGLISH + ENGLISH_2, encoding="utf-8")
+    (tmp_path / "zh.txt").write_text(CHINESE + CHINESE_2, encoding="utf-8")
+    imported = session.import_document([str(tmp_path / "en.txt"), str(tmp_path / "zh.txt")], kb_name="model")
+    assert imported["data"]["success_count"] == 2
+    export = tmp_path / "model.kbx"
+    assert export_database(session, export)["success"]
+    with zipfile.ZipFile(export) as archive:
+        manifest = json.loads(archive.read(MANIFEST_MEMBER))
+    assert manifest["knowledge_bases"][0]["segments"][0]["dimension"] == 384
+    target = fresh_session(tmp_path / "other")
+    assert import_database(target, export)["success"]
+    for query in QUERIES:
+        for mode in ("hybrid", "semantic"):
+            assert_same_results(search_rows(session, "model", query, mode), search_rows(target, "model", query, mode))
