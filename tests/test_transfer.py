@@ -525,3 +525,21 @@ def test_round_trip_with_the_real_model(tmp_path: Path) -> None:
     for query in QUERIES:
         for mode in ("hybrid", "semantic"):
             assert_same_results(search_rows(session, "model", query, mode), search_rows(target, "model", query, mode))
+
+
+def test_cli_export_and_import_db(small_export: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from kb_core.cli import main
+
+    home = tmp_path / "cli-home"
+    assert main(["--home", str(home), "import-db", str(small_export)]) == 0
+    assert "Imported 1 knowledge base(s)" in capsys.readouterr().out
+    package = tmp_path / "one.kbx"
+    assert main(["--home", str(home), "export", str(package), "--kb", "small"]) == 0
+    assert package.is_file() and "API keys are never exported" in capsys.readouterr().out
+    assert main(["--home", str(home), "--json", "import-db", str(package)]) == 0
+    envelope = json.loads(capsys.readouterr().out)
+    assert envelope["data"]["imported_kb_count"] == 1 and envelope["data"]["renamed_knowledge_bases"]
+    broken = tmp_path / "broken.kbx"
+    broken.write_bytes(package.read_bytes()[:100])
+    assert main(["--home", str(home), "import-db", str(broken)]) == 1
+    assert "truncated" in capsys.readouterr().err
