@@ -862,7 +862,7 @@ def _search_library(session: Any, query: str, limit: int, mode: str) -> Envelope
     from kb_core.envelope import enveloped, ok
 
     @enveloped
-    def run() -> Envelope:
+    def search_knowledge_base() -> Envelope:
         kb_ids = [r.id for r in session.visible_kbs()]
         weights = {"vector_weight": 0.7, "keyword_weight": 0.3} if mode == "hybrid" else {}
         hits, warnings = [], []
@@ -890,7 +890,7 @@ def _search_library(session: Any, query: str, limit: int, mode: str) -> Envelope
             message += " " + " ".join(warnings)
         return ok(message, {"hits": rows, "count": len(rows), "mode": mode, "limit": limit, "warnings": warnings})
 
-    return run()
+    return search_knowledge_base()
 
 
 def _fix_document_info(envelope: Envelope) -> Envelope:

@@ -115,8 +115,22 @@ def run_stdio(home: Path, scenario: Callable[[ClientSession], Awaitable[None]], 
     anyio.run(main)
 
 
+def make_broken_kb(home: Path, files: Path) -> None:
+    """A KB whose segment files are garbage, so searching it fails inside the service (INTERNAL_ERROR)."""
+    from kb_core import KnowledgeBaseService
+
+    (files / "note.txt").write_text("a short note about tokens", encoding="utf-8")
+    session = KnowledgeBaseService(home).session()
+    assert session.create_knowledge_base("broken", 64, "hashing")["success"]
+    assert session.import_document([str(files / "note.txt")], kb_name="broken")["success"]
+    for name in ("chunks.parquet", "keyword.npz"):
+        for path in home.rglob(name):
+            path.write_bytes(b"garbage")
+
+
 def test_stdio_every_tool_and_error_code(tmp_path: Path) -> None:
     docx_path = make_docx(tmp_path / "files" / "tokens.docx", ENGLISH, CHINESE)
+    make_broken_kb(tmp_path / "home", tmp_path / "files")
 
     async def scenario(s: ClientSession) -> None:
         tools = (await s.list_tools()).tools
@@ -148,7 +162,14 @@ def test_stdio_every_tool_and_error_code(tmp_path: Path) -> None:
         await rpc_error(s, "import_document", -32602, file_paths="not a list")
 
         listing = await ok(s, "list_knowledge_bases")
-        assert listing["data"]["count"] == 2 and listing["data"]["current_kb_id"] == created["data"]["kb_id"]
+        assert listing["data"]["count"] == 3 and listing["data"]["current_kb_id"] == created["data"]["kb_id"]
+        await ok(s, "select_knowledge_base", kb_name="broken")
+        internal = await rpc_error(s, "search", -32603, query="tokens")
+        assert internal.error.message == "search failed because of an internal error; see the log."
+        await rpc_error(s, "search_knowledge_base", -32603, query="tokens")
+        await ok(s, "select_knowledge_base", kb_name="docs")
+        await ok(s, "delete_knowledge_base", kb_name="broken")
+
         documents = (await ok(s, "list_documents"))["data"]["documents"]
         assert [d["name"] for d in documents] == ["tokens.docx"] and documents[0]["status"] == "ready"
         doc_id = documents[0]["id"]
