@@ -190,7 +190,13 @@ class Analyzer:
 
 
 def default_analyzer() -> Analyzer:
-    """The analyzer new knowledge bases use (defaults chosen by BM25 nDCG@10, see benchmarks/bench_keyword.py)."""
+    """The analyzer new knowledge bases use: Snowball English stemming, Lucene stop words, jieba + bigrams.
+
+    Chosen by BM25 nDCG@10 (``python benchmarks/bench_keyword.py quality``): stemming adds 0.023 on SciFact
+    (0.688 vs 0.665); jieba + bigrams beats either alone on XQuAD-zh (0.965 vs 0.963 jieba, 0.964 bigrams);
+    stop words are neutral for quality (SciFact +0.001, XQuAD-zh −0.001) and keep the longest postings lists
+    out of the index and out of queries.
+    """
     return Analyzer()
 
 

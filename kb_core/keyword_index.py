@@ -24,6 +24,7 @@ import logging
 import os
 import tempfile
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,7 +50,6 @@ __all__ = [
 
 KEYWORD_FILE = "keyword.npz"
 _FORMAT_VERSION = 1
-_DF_CACHE_LIMIT = 200_000
 
 
 # --- scoring: pure functions on arrays -----------------------------------------------------------------------------
@@ -185,13 +185,33 @@ class KeywordSegment:
         return cls({t: i for i, t in enumerate(terms)}, matrix, lengths, analyzer_name)
 
 
+def _top_k(scores: np.ndarray, rows: np.ndarray | None, k: int, floor: float = 0.0) -> np.ndarray:
+    """Positions of the ``k`` best ``scores`` > 0, by score desc then row asc (``rows=None``: row = position).
+
+    ``floor`` is a known lower bound of the k-th best score: positions below it are dropped with one cheap
+    comparison pass before the (costlier) partition.
+    """
+    index = np.flatnonzero(scores >= floor) if floor > 0 else np.flatnonzero(scores > 0)
+    if len(index) > k:
+        values = scores[index]
+        threshold = values[np.argpartition(-values, k - 1)[k - 1]]
+        index = index[values >= threshold]  # keep ties at the boundary so the tie-break below is by row
+    values = scores[index]
+    order = np.lexsort((index if rows is None else rows[index], -values))[:k]
+    return index[order]
+
+
 # --- search --------------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class BM25Parameters:
-    """BM25 free parameters. k1 = 1.2 and b = 0.75 are Lucene's defaults and measured best among 0.9/1.2/1.5
-    on our evaluation sets (benchmarks/bench_keyword.py)."""
+    """BM25 free parameters: Lucene's defaults k1 = 1.2, b = 0.75.
+
+    Measured nDCG@10 (benchmarks/bench_keyword.py quality) for k1 0.9 / 1.2 / 1.5: SciFact 0.685 / 0.688 / 0.692,
+    XQuAD-zh 0.965 / 0.965 / 0.965: differences within noise and in opposite directions, so we keep the
+    standard value rather than fit k1 to those query sets.
+    """
 
     k1: float = 1.2
     b: float = 0.75
@@ -220,10 +240,32 @@ class _Segment:
     norm: np.ndarray = field(repr=False)  # bm25_length_norm of every row
 
 
+@dataclass(frozen=True)
+class _TermPostings:
+    """A term's live postings in every segment and their exact BM25 contributions under this searcher."""
+
+    df: int
+    segments: tuple[int, ...]
+    rows: tuple[np.ndarray, ...]  # sorted live rows per segment
+    scores: tuple[np.ndarray, ...]  # idf · saturated tf, float64, aligned with rows
+    top: np.ndarray  # the largest contributions over all segments, descending (at most _TOP_KEPT)
+
+    @property
+    def size(self) -> int:
+        return sum(len(r) for r in self.rows)
+
+
+_NO_POSTINGS = _TermPostings(0, (), (), (), np.empty(0))
+_TOP_KEPT = 100
+
+
 class KeywordSearcher:
     """BM25 over the live rows of a fixed set of segments. Thread-safe for concurrent queries.
 
-    Build a new searcher whenever the set of segments or a live mask changes; segments are shared, not copied.
+    Build a new searcher whenever the set of segments or a live mask changes; segments are shared, not copied,
+    and construction costs one vector pass over the row lengths. Since N, avgdl and every df are fixed for
+    a searcher, a term's contributions are exact constants for it: they are computed on first use of the term,
+    from its postings only, and kept in a bounded LRU cache (``cache_postings`` entries, 12 bytes each).
     """
 
     def __init__(
@@ -231,12 +273,13 @@ class KeywordSearcher:
         segments: Sequence[tuple[KeywordSegment, np.ndarray]],
         analyzer: Analyzer,
         params: BM25Parameters = BM25Parameters(),
+        *,
+        cache_postings: int = 8_000_000,
     ) -> None:
         self.analyzer = analyzer
         self.params = params
         n_docs = 0
         total_length = 0
-        offset = 0
         checked: list[tuple[KeywordSegment, np.ndarray, bool]] = []
         for i, (segment, live) in enumerate(segments):
             if segment.analyzer_name and segment.analyzer_name != analyzer.name:
@@ -259,31 +302,60 @@ class KeywordSearcher:
         # With no tokens at all nothing can match; any positive avgdl avoids 0/0.
         self.avgdl = total_length / n_docs if n_docs and total_length else 1.0
         self._segments: list[_Segment] = []
+        offset = 0
         for segment, live, all_live in checked:
             norm = bm25_length_norm(segment.lengths, self.avgdl, params.k1, params.b)
             self._segments.append(_Segment(segment, live, all_live, offset, norm))
             offset += segment.n_rows
         self._offsets = np.array([s.offset for s in self._segments], dtype=np.int64)
-        self._total_rows = offset
-        self._df_cache: dict[str, int] = {}
-        self._df_lock = threading.Lock()
+        self._cache: OrderedDict[str, _TermPostings] = OrderedDict()
+        self._cache_size = 0
+        self._cache_limit = cache_postings
+        self._cache_lock = threading.Lock()
 
     def query_terms(self, query: str) -> list[str]:
         """The distinct analysed terms of ``query``, in order of first appearance."""
         return list(dict.fromkeys(self.analyzer.tokens(query)))
 
-    def _remember_df(self, term: str, df: int) -> None:
-        with self._df_lock:
-            if len(self._df_cache) >= _DF_CACHE_LIMIT:
-                self._df_cache.clear()
-            self._df_cache[term] = df
-
-    def _df(self, term: str) -> int:
-        df = self._df_cache.get(term)
-        if df is None:
-            df = sum(len(self._gather(seg, [term])[0]) for seg in self._segments)
-            self._remember_df(term, df)
-        return df
+    def _postings(self, term: str) -> _TermPostings:
+        with self._cache_lock:
+            entry = self._cache.get(term)
+            if entry is not None:
+                self._cache.move_to_end(term)
+                return entry
+        found: list[tuple[int, np.ndarray, np.ndarray]] = []
+        for si, seg in enumerate(self._segments):
+            col = seg.segment.vocabulary.get(term)
+            if col is None:
+                continue
+            m = seg.segment.term_frequencies
+            start, end = m.indptr[col], m.indptr[col + 1]
+            rows, tf = m.indices[start:end], m.data[start:end]
+            if not seg.all_live:
+                keep = seg.live[rows]
+                rows, tf = rows[keep], tf[keep]
+            if len(rows):
+                found.append((si, rows, tf))
+        if not found:
+            return _NO_POSTINGS
+        df = sum(len(rows) for _, rows, _ in found)
+        idf = float(bm25_idf(df, self.n_docs))
+        k1 = self.params.k1
+        scores = tuple(bm25_term_scores(tf, self._segments[si].norm[rows], idf, k1) for si, rows, tf in found)
+        every = scores[0] if len(scores) == 1 else np.concatenate(scores)
+        if len(every) > _TOP_KEPT:
+            every = every[np.argpartition(-every, _TOP_KEPT - 1)[:_TOP_KEPT]]
+        entry = _TermPostings(
+            df, tuple(si for si, _, _ in found), tuple(rows for _, rows, _ in found), scores, -np.sort(-every)
+        )
+        with self._cache_lock:
+            if term not in self._cache and entry.size <= self._cache_limit:
+                self._cache[term] = entry
+                self._cache_size += entry.size
+                while self._cache_size > self._cache_limit:
+                    _, old = self._cache.popitem(last=False)
+                    self._cache_size -= old.size
+        return entry
 
     def search(self, query: str, k: int) -> list[KeywordHit]:
         """The ``k`` best live rows for ``query``, best first (ties by segment, then row); only scores > 0."""
@@ -292,102 +364,75 @@ class KeywordSearcher:
     def search_terms(self, terms: Sequence[str], k: int) -> list[KeywordHit]:
         """Like :meth:`search` for already analysed terms (duplicates count once).
 
-        Work is vectorised over the query terms within each segment, so the Python overhead is per segment,
-        and the arrays touched are the terms' postings (no pass over all rows).
+        Per segment the cost is the query terms' postings in it, plus one pass over the segment's rows when
+        those postings are dense enough that a dense accumulator beats sorting them.
         """
         if k < 0:
             raise InvalidArgument(f"k must be >= 0, got {k!r}")
         terms = list(dict.fromkeys(terms))
         if k == 0 or not terms or self.n_docs == 0:
             return []
-        n_terms = len(terms)
-        df = np.zeros(n_terms, dtype=np.int64)
-        parts: list[tuple[_Segment, np.ndarray, np.ndarray, np.ndarray]] = []
-        for seg in self._segments:
-            rows, tf, term_index = self._gather(seg, terms)
-            if len(rows):
-                df += np.bincount(term_index, minlength=n_terms)
-                parts.append((seg, rows, tf, term_index))
-        if not parts:
+        by_segment: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
+        postings: list[tuple[str, _TermPostings]] = []
+        for term in terms:
+            entry = self._postings(term)
+            if entry.df:
+                postings.append((term, entry))
+                for si, rows, scores in zip(entry.segments, entry.rows, entry.scores, strict=True):
+                    by_segment.setdefault(si, []).append((rows, scores))
+        if not by_segment:
             return []
-        idf = bm25_idf(df, self.n_docs)
-        k1 = self.params.k1
-        global_rows, contributions, term_indexes = [], [], []
-        for seg, rows, tf, term_index in parts:
-            contributions.append(bm25_term_scores(tf, seg.norm[rows], idf[term_index], k1))
-            global_rows.append(rows + seg.offset if seg.offset else rows)
-            term_indexes.append(term_index)
-        g = np.concatenate(global_rows) if len(parts) > 1 else global_rows[0]
-        contribution = np.concatenate(contributions) if len(parts) > 1 else contributions[0]
-        term_index = np.concatenate(term_indexes) if len(parts) > 1 else term_indexes[0]
+        # Every row's score is at least its contribution from any one term, so the k-th best contribution of
+        # any single term is a lower bound of the k-th best score.
+        floor = max((float(e.top[k - 1]) for _, e in postings if len(e.top) >= k), default=0.0)
+        candidate_rows, candidate_scores = [], []
+        for si, parts in by_segment.items():
+            seg = self._segments[si]
+            if len(parts) == 1:
+                rows, scores = parts[0]
+                best = _top_k(scores, rows, k, floor)
+                candidate_rows.append(rows[best] + seg.offset)
+                candidate_scores.append(scores[best])
+            elif sum(len(rows) for rows, _ in parts) * 8 >= seg.segment.n_rows:
+                dense = np.zeros(seg.segment.n_rows, dtype=np.float64)
+                for rows, scores in parts:
+                    np.add.at(dense, rows, scores)  # numpy >= 2 has a fast path: ~4x `dense[rows] += scores`
+                best = _top_k(dense, None, k, floor)
+                candidate_rows.append(best + seg.offset)
+                candidate_scores.append(dense[best])
+            else:
+                unique_rows, inverse = np.unique(np.concatenate([r for r, _ in parts]), return_inverse=True)
+                summed = np.bincount(inverse, weights=np.concatenate([s for _, s in parts]))
+                best = _top_k(summed, unique_rows, k, floor)
+                candidate_rows.append(unique_rows[best] + seg.offset)
+                candidate_scores.append(summed[best])
+        all_rows = np.concatenate(candidate_rows)
+        all_scores = np.concatenate(candidate_scores)
+        best = _top_k(all_scores, all_rows, k, floor)
+        return self._hits(postings, all_rows[best], all_scores[best])
 
-        # Map the touched global rows to compact ids without sorting: the last write per row wins.
-        positions = np.arange(len(g), dtype=np.int64)
-        stamp = np.empty(self._total_rows, dtype=np.int64)
-        stamp[g] = positions
-        last = stamp[g] == positions
-        candidates = g[last]
-        compact = stamp  # reuse the buffer: global row -> compact id
-        compact[candidates] = np.arange(len(candidates), dtype=np.int64)
-        local = compact[g]
-        scores = np.bincount(local, weights=contribution, minlength=len(candidates))
-
-        chosen = self._top_k(scores, candidates, k)
-        # Matched terms of the chosen hits only.
-        slot = np.full(len(candidates), -1, dtype=np.int64)
-        slot[chosen] = np.arange(len(chosen), dtype=np.int64)
-        hit_slot = slot[local]
-        sel = np.flatnonzero(hit_slot >= 0)
-        matched: list[list[int]] = [[] for _ in range(len(chosen))]
-        for s_, t_ in zip(hit_slot[sel].tolist(), term_index[sel].tolist(), strict=True):
-            matched[s_].append(t_)
-        chosen_rows = candidates[chosen]
-        seg_of = np.searchsorted(self._offsets, chosen_rows, side="right") - 1
+    def _hits(
+        self, postings: list[tuple[str, _TermPostings]], global_rows: np.ndarray, scores: np.ndarray
+    ) -> list[KeywordHit]:
+        """Hits with the query terms each row contains (looked up in the terms' sorted postings)."""
+        seg_of = np.searchsorted(self._offsets, global_rows, side="right") - 1
+        local_rows = global_rows - self._offsets[seg_of]
+        matched: list[list[str]] = [[] for _ in range(len(global_rows))]
+        hit_segments = {si: np.flatnonzero(seg_of == si) for si in set(seg_of.tolist())}
+        for term, entry in postings:
+            for si, rows in zip(entry.segments, entry.rows, strict=True):
+                where = hit_segments.get(si)
+                if where is None:
+                    continue
+                wanted = local_rows[where]
+                pos = np.searchsorted(rows, wanted)
+                pos[pos >= len(rows)] = 0
+                for i in where[rows[pos] == wanted].tolist():
+                    matched[i].append(term)
         return [
-            KeywordHit(int(si), int(row - self._offsets[si]), float(score), tuple(terms[t] for t in sorted(ts)))
-            for si, row, score, ts in zip(
-                seg_of.tolist(), chosen_rows.tolist(), scores[chosen].tolist(), matched, strict=True
-            )
+            KeywordHit(si, row, score, tuple(ts))
+            for si, row, score, ts in zip(seg_of.tolist(), local_rows.tolist(), scores.tolist(), matched, strict=True)
         ]
-
-    @staticmethod
-    def _gather(seg: _Segment, terms: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Live postings in ``seg`` of all ``terms``: rows, tf and the index of the term in ``terms``."""
-        vocabulary = seg.segment.vocabulary
-        found = [(i, col) for i, t in enumerate(terms) if (col := vocabulary.get(t)) is not None]
-        m = seg.segment.term_frequencies
-        if not found:
-            empty = np.empty(0, dtype=np.int64)
-            return m.indices[:0], m.data[:0], empty
-        if len(found) == 1:
-            i, col = found[0]
-            start, end = m.indptr[col], m.indptr[col + 1]
-            rows, tf = m.indices[start:end], m.data[start:end]
-            term_index = np.full(end - start, i, dtype=np.int64)
-        else:
-            which, cols = np.array(found, dtype=np.int64).T
-            starts = m.indptr[cols]
-            lengths = m.indptr[cols + 1] - starts
-            # Concatenated ranges [start, start + length) without a Python loop.
-            shift = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
-            index = np.arange(len(shift), dtype=np.int64) + shift
-            rows, tf = m.indices[index], m.data[index]
-            term_index = np.repeat(which, lengths)
-        if not seg.all_live:
-            keep = seg.live[rows]
-            rows, tf, term_index = rows[keep], tf[keep], term_index[keep]
-        return rows, tf, term_index
-
-    @staticmethod
-    def _top_k(scores: np.ndarray, candidates: np.ndarray, k: int) -> np.ndarray:
-        """Indexes into ``scores`` of the k best, by score desc then global row asc; only scores > 0."""
-        index = np.arange(len(scores))
-        if len(scores) > k:
-            threshold = scores[np.argpartition(-scores, k - 1)[k - 1]]
-            index = np.flatnonzero(scores >= threshold)  # keep boundary ties so the tie-break is by row
-        order = np.lexsort((candidates[index], -scores[index]))[:k]
-        chosen = index[order]
-        return chosen[scores[chosen] > 0]
 
     def score_rows(self, query: str, rows: Sequence[tuple[int, int]]) -> np.ndarray:
         """Exact BM25 of ``query`` for the given ``(segment_index, row)`` pairs (0.0 for rows not live)."""
@@ -401,34 +446,20 @@ class KeywordSearcher:
             raise InvalidArgument(
                 f"segment index {int(pairs[bad][0, 0])} is out of range; accepted: 0..{n_segments - 1}"
             )
-        terms = self.query_terms(query)
-        if not terms or self.n_docs == 0:
-            return out
-        idfs = {t: float(bm25_idf(df, self.n_docs)) for t in terms if (df := self._df(t)) > 0}
-        k1 = self.params.k1
-        for si in np.unique(pairs[:, 0]).tolist():
-            seg = self._segments[si]
-            where = np.flatnonzero(pairs[:, 0] == si)
-            seg_rows = pairs[where, 1]
-            bad_rows = (seg_rows < 0) | (seg_rows >= seg.segment.n_rows)
-            if bad_rows.any():
-                raise InvalidArgument(
-                    f"row {int(seg_rows[bad_rows][0])} is out of range for segment {si}; "
-                    f"accepted: 0..{seg.segment.n_rows - 1}"
-                )
-            live = seg.live[seg_rows]
-            where, seg_rows = where[live], seg_rows[live]
-            m = seg.segment.term_frequencies
-            for term, idf in idfs.items():
-                col = seg.segment.vocabulary.get(term)
-                if col is None:
+        sizes = np.array([s.segment.n_rows for s in self._segments], dtype=np.int64)
+        bad = (pairs[:, 1] < 0) | (pairs[:, 1] >= sizes[pairs[:, 0]])
+        if bad.any():
+            si, row = (int(x) for x in pairs[bad][0])
+            raise InvalidArgument(f"row {row} is out of range for segment {si}; accepted: 0..{sizes[si] - 1}")
+        for term in self.query_terms(query):
+            entry = self._postings(term)
+            for si, term_rows, scores in zip(entry.segments, entry.rows, entry.scores, strict=True):
+                where = np.flatnonzero(pairs[:, 0] == si)
+                if not len(where):
                     continue
-                col_rows = m.indices[m.indptr[col] : m.indptr[col + 1]]
-                if not len(col_rows):
-                    continue
-                pos = np.searchsorted(col_rows, seg_rows)
-                pos[pos >= len(col_rows)] = 0
-                found = col_rows[pos] == seg_rows
-                tf = m.data[m.indptr[col] + pos[found]]
-                out[where[found]] += bm25_term_scores(tf, seg.norm[seg_rows[found]], idf, k1)
+                wanted = pairs[where, 1]
+                pos = np.searchsorted(term_rows, wanted)
+                pos[pos >= len(term_rows)] = 0
+                found = term_rows[pos] == wanted  # deleted rows are not in the live postings: they stay 0
+                out[where[found]] += scores[pos[found]]
         return out

@@ -232,3 +232,31 @@ def test_load_missing_or_damaged_file_is_a_store_error(tmp_path: Path) -> None:
     with pytest.raises(StoreError) as excinfo:
         KeywordSegment.load(tmp_path)
     assert KEYWORD_FILE in str(excinfo.value)
+
+
+def test_a_tiny_term_cache_gives_the_same_results() -> None:
+    rng = np.random.default_rng(11)
+    texts = [[random_text(rng) for _ in range(40)] for _ in range(2)]
+    masks = [rng.random(40) < 0.8 for _ in range(2)]
+    segments = [(KeywordSegment.build(t, ANALYZER), m) for t, m in zip(texts, masks, strict=True)]
+    roomy = KeywordSearcher(segments, ANALYZER)
+    tiny = KeywordSearcher(segments, ANALYZER, cache_postings=5)
+    for query in ["retrieval search index", "知识库 检索", "the knowledge base", "retrieval search index"]:
+        assert tiny.search(query, 7) == roomy.search(query, 7)
+
+
+def test_concurrent_queries_agree_with_sequential_ones() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = np.random.default_rng(5)
+    texts = [random_text(rng) for _ in range(200)]
+    searcher = KeywordSearcher([(KeywordSegment.build(texts, ANALYZER), np.ones(200, bool))], ANALYZER)
+    queries = [" ".join(rng.choice(WORDS, size=3)) for _ in range(60)]
+    expected = [KeywordSearcher(searcher_segments(searcher), ANALYZER).search(q, 5) for q in queries]
+    with ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(lambda q: searcher.search(q, 5), queries))
+    assert got == expected
+
+
+def searcher_segments(searcher: KeywordSearcher) -> list[tuple[KeywordSegment, np.ndarray]]:
+    return [(s.segment, s.live) for s in searcher._segments]
