@@ -124,8 +124,9 @@ class _Cutter:
                 return k
         return hi
 
-    def choose_end(self, fresh: int, at_block_start: bool, run_end: int, blocks: np.ndarray, size: int,
-                   reserve: int) -> int:
+    def choose_end(
+        self, fresh: int, at_block_start: bool, run_end: int, blocks: np.ndarray, size: int, reserve: int
+    ) -> int:
         """Where the chunk whose new text starts at token ``fresh`` ends.
 
         From a block start, whole blocks are packed into the full budget (the overlap shrinks to fit). Inside an
@@ -287,8 +288,9 @@ def _finish(
                 accepted.append((s, e, n, chapter, a))
             elif b - a <= 1:
                 # A word piece alone ("##ilis" -> "il", "##is") can re-tokenise longer than a tiny chunk_size.
-                accepted += [(ps, pe, pn, chapter, a) for ps, pe, pn in _split_chars(cutter.text, s, e, tokenizer,
-                                                                                     chunk_size)]
+                accepted += [
+                    (ps, pe, pn, chapter, a) for ps, pe, pn in _split_chars(cutter.text, s, e, tokenizer, chunk_size)
+                ]
             else:
                 mid = cutter.token_cut(a, a + (b - a) // 2) if b - a > 2 else a + 1
                 mid = min(max(mid, a + 1), b - 1)

@@ -231,4 +231,5 @@ def test_one_megabyte_chunks_quickly() -> None:
     elapsed = time.perf_counter() - t0
     assert max(c.tokens for c in chunks) <= 256
     assert all(d.text[c.start : c.end] == c.content for c in chunks)
-    assert elapsed < 8, f"chunking 1 MB took {elapsed:.1f}s"
+    # About 1 s on an idle 2-core machine; the bound leaves room for a busy CI machine.
+    assert elapsed < 10, f"chunking 1 MB took {elapsed:.1f}s"

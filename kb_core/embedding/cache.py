@@ -44,8 +44,9 @@ class EmbeddingCache:
         self.path = Path(path)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._conn = sqlite3.connect(str(self.path), timeout=busy_timeout, check_same_thread=False,
-                                         isolation_level=None)
+            self._conn = sqlite3.connect(
+                str(self.path), timeout=busy_timeout, check_same_thread=False, isolation_level=None
+            )
             self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
             self._conn.execute("PRAGMA journal_mode = WAL")
             self._conn.execute("PRAGMA synchronous = NORMAL")

@@ -70,8 +70,9 @@ class EndpointEmbedder:
         headers = {"Content-Type": "application/json"}
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"
-        self._client = httpx.Client(timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)), headers=headers,
-                                    transport=transport)
+        self._client = httpx.Client(
+            timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)), headers=headers, transport=transport
+        )
 
     def __repr__(self) -> str:
         key = ", api_key=<set>" if self._api_key else ""
@@ -153,8 +154,9 @@ class EndpointEmbedder:
             if self._dimension is None:
                 self._dimension = dim
         if dim != self._dimension:
-            raise self._fail(f"embedding endpoint returned {dim}-d vectors, expected {self._dimension}-d",
-                             code="DIMENSION_MISMATCH")
+            raise self._fail(
+                f"embedding endpoint returned {dim}-d vectors, expected {self._dimension}-d", code="DIMENSION_MISMATCH"
+            )
         return l2_normalize(np.stack(rows))
 
     def embed_documents(self, texts: Sequence[str], progress: ProgressCallback | None = None) -> np.ndarray:

@@ -15,10 +15,7 @@ import numpy as np
 from kb_core.embedding.base import ProgressCallback, l2_normalize
 from kb_core.errors import InvalidArgument
 
-_CJK = (
-    "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af"
-    "\U00020000-\U0002a6df\U0002a700-\U0002ebef"
-)
+_CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af\U00020000-\U0002a6df\U0002a700-\U0002ebef"
 # One token per CJK character, one per run of other word characters, one per other non-space character.
 _TOKEN_RE = re.compile(rf"[{_CJK}]|[^\W{_CJK}]+|[^\w\s]")
 
@@ -70,7 +67,7 @@ class HashingEmbedder:
         words = [m.group(0).lower() for m in _TOKEN_RE.finditer(text)]
         features = [f"w:{w}" for w in words]
         joined = "".join(words)
-        features += [f"c:{joined[i:i + 3]}" for i in range(max(0, len(joined) - 2))]
+        features += [f"c:{joined[i : i + 3]}" for i in range(max(0, len(joined) - 2))]
         for feature in features:
             idx, sign = _bucket(feature, self.dimension)
             vec[idx] += sign
