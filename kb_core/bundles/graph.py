@@ -9,7 +9,7 @@ Layout under the KB folder::
       write.lock               bundle imports and ontology changes of this KB serialise here
       shadow/                  readable export of the newest state, rebuilt after every commit:
         ontology.json
-        nodes/TYPE.jsonl       one bundle item per line, sorted by node id, keys sorted
+        nodes/TYPE.jsonl       one bundle item per line, sorted by identity, keys sorted
         edges/TYPE.jsonl
         shadow.json            version and counts, written last
 
@@ -154,20 +154,24 @@ def _jsonl(rows: list[dict[str, Any]]) -> bytes:
     return "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in rows).encode("utf-8")
 
 
+def _key(identity: dict[str, Any]) -> str:
+    return json.dumps(identity, ensure_ascii=False, sort_keys=True)
+
+
 def write_shadow(state: GraphState, folder: Path) -> None:
-    """One JSONL file per type, each line a bundle item, sorted by id: byte-identical for equal graphs."""
+    """One JSONL file per type, each line a bundle item, sorted by identity: byte-identical for equal graphs."""
     for sub in ("nodes", "edges"):
         (folder / sub).mkdir(parents=True, exist_ok=True)
     wanted: dict[Path, bytes] = {}
     by_type: dict[tuple[str, str], list[tuple[str, dict[str, Any]]]] = {}
-    for node_id in sorted(state.nodes):
-        node = state.nodes[node_id]
-        by_type.setdefault(("nodes", node["type"]), []).append((node_id, node_item(node)))
-    for edge_id in sorted(state.edges):
-        edge = state.edges[edge_id]
-        by_type.setdefault(("edges", edge["type"]), []).append((edge_id, edge_item(edge, state)))
+    for node in state.nodes.values():
+        by_type.setdefault(("nodes", node["type"]), []).append((_key(node["identity"]), node_item(node)))
+    for edge in state.edges.values():
+        item = edge_item(edge, state)
+        key = _key(item["source"]) + "\x00" + _key(item["target"])
+        by_type.setdefault(("edges", edge["type"]), []).append((key, item))
     for (sub, type_name), rows in by_type.items():
-        wanted[folder / sub / f"{type_name}.jsonl"] = _jsonl([r for _, r in rows])
+        wanted[folder / sub / f"{type_name}.jsonl"] = _jsonl([r for _, r in sorted(rows, key=lambda r: r[0])])
     for sub in ("nodes", "edges"):
         for stale in (folder / sub).glob("*.jsonl"):
             if stale not in wanted:

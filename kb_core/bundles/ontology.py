@@ -6,6 +6,7 @@ An ontology is a mapping (YAML or JSON)::
       Document:
         identity: [doc_uri]            # fields that identify a node; required in every item
         indexed: [content]             # string fields chunked, embedded and searchable
+        aliases: [Doc, Paper]          # optional: other names, used only for "Did you mean ...?"
         json_schema:                   # JSON Schema (draft-07) of the node's fields
           type: object
           properties: {doc_uri: {type: string}, content: {type: string}, title: {type: string}}
@@ -47,6 +48,7 @@ class NodeType:
     required: tuple[str, ...] = ()  # required on upsert, besides the identity
     indexed: tuple[str, ...] = ()
     description: str = ""
+    aliases: tuple[str, ...] = ()  # other names an agent may use; they only feed "Did you mean ...?"
 
     def to_json(self) -> dict[str, Any]:
         schema: dict[str, Any] = {"type": "object", "properties": copy.deepcopy(self.properties)}
@@ -55,6 +57,8 @@ class NodeType:
         value: dict[str, Any] = {"identity": list(self.identity), "indexed": list(self.indexed), "json_schema": schema}
         if self.description:
             value["description"] = self.description
+        if self.aliases:
+            value["aliases"] = list(self.aliases)
         return value
 
 
@@ -66,6 +70,7 @@ class EdgeType:
     properties: dict[str, Any] = field(default_factory=dict)
     required: tuple[str, ...] = ()
     description: str = ""
+    aliases: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         schema: dict[str, Any] = {"type": "object", "properties": copy.deepcopy(self.properties)}
@@ -74,6 +79,8 @@ class EdgeType:
         value: dict[str, Any] = {"from": self.source, "to": self.target, "json_schema": schema}
         if self.description:
             value["description"] = self.description
+        if self.aliases:
+            value["aliases"] = list(self.aliases)
         return value
 
 
@@ -84,6 +91,11 @@ class Ontology:
 
     def type_names(self) -> list[str]:
         return [*self.nodes, *self.edges]
+
+    def aliases(self) -> dict[str, str]:
+        """alias → type name, for suggestions."""
+        types: list[NodeType | EdgeType] = [*self.nodes.values(), *self.edges.values()]
+        return {alias: t.name for t in types for alias in t.aliases}
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -193,9 +205,9 @@ def parse_ontology(raw: Any) -> Ontology:
             raise _bad(f"type name {name!r} must match {TYPE_NAME.pattern}.", "nodes")
         if not isinstance(spec, dict):
             raise _bad("a node type must be a mapping with identity, indexed and json_schema.", where)
-        unknown = set(spec) - {"identity", "indexed", "json_schema", "description"}
+        unknown = set(spec) - {"identity", "indexed", "json_schema", "description", "aliases"}
         if unknown:
-            allowed = "identity, indexed, json_schema, description"
+            allowed = "identity, indexed, json_schema, description, aliases"
             raise _bad(f"unknown key(s) {sorted(unknown)}; allowed: {allowed}.", where)
         properties, required = _property_schema(spec.get("json_schema"), f"{where}.json_schema", RESERVED_NODE_FIELDS)
         identity = _names(spec.get("identity"), f"{where}.identity")
@@ -217,6 +229,7 @@ def parse_ontology(raw: Any) -> Ontology:
             required=tuple(r for r in required if r not in identity),
             indexed=indexed,
             description=str(spec.get("description") or ""),
+            aliases=_names(spec.get("aliases"), f"{where}.aliases"),
         )
     edges: dict[str, EdgeType] = {}
     for name, spec in raw_edges.items():
@@ -227,9 +240,11 @@ def parse_ontology(raw: Any) -> Ontology:
             raise _bad(f"{name!r} is already a node type; type names must be unique.", where)
         if not isinstance(spec, dict):
             raise _bad("an edge type must be a mapping with from, to and json_schema.", where)
-        unknown = set(spec) - {"from", "to", "json_schema", "description"}
+        unknown = set(spec) - {"from", "to", "json_schema", "description", "aliases"}
         if unknown:
-            raise _bad(f"unknown key(s) {sorted(unknown)}; allowed: from, to, json_schema, description.", where)
+            raise _bad(
+                f"unknown key(s) {sorted(unknown)}; allowed: from, to, json_schema, description, aliases.", where
+            )
         for end in ("from", "to"):
             if spec.get(end) not in nodes:
                 raise _bad(f"'{end}' must name a node type ({', '.join(nodes)}), got {spec.get(end)!r}.", where)
@@ -241,5 +256,6 @@ def parse_ontology(raw: Any) -> Ontology:
             properties=properties,
             required=required,
             description=str(spec.get("description") or ""),
+            aliases=_names(spec.get("aliases"), f"{where}.aliases"),
         )
     return Ontology(nodes=nodes, edges=edges)

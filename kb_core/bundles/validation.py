@@ -165,10 +165,13 @@ class BundleValidator:
         names = self.ontology.type_names()
         if not isinstance(type_name, str):
             return f"Entity type {type_name!r} is not defined; 'type' must be one of: {', '.join(names)}."
-        close = difflib.get_close_matches(type_name, names, n=1, cutoff=0.5)
+        aliases = {a.casefold(): name for a, name in self.ontology.aliases().items()}
+        lowered = {n.casefold(): n for n in names}
+        close = [aliases[type_name.casefold()]] if type_name.casefold() in aliases else []
+        if not close and type_name.casefold() in lowered:
+            close = [lowered[type_name.casefold()]]
         if not close:
-            lowered = {n.casefold(): n for n in names}
-            close = [lowered[type_name.casefold()]] if type_name.casefold() in lowered else []
+            close = difflib.get_close_matches(type_name, names, n=1, cutoff=0.6)
         if close:
             return f"Entity type '{type_name}' is not defined. Did you mean '{close[0]}'?"
         return f"Entity type '{type_name}' is not defined. Defined types: {', '.join(names)}."
