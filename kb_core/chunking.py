@@ -45,6 +45,11 @@ log = logging.getLogger(__name__)
 _SENTENCE_END = re.compile(r"(?=[.!?…。！？；\n])(?:[.!?…]+[\"'”’)\]]*(?=\s|$)|[。！？；!?]+[”’」』）)\]]*|\n)\s*")
 
 
+# One character can be several word pieces (a Hangul syllable is up to 3 jamo tokens), so tinier limits
+# cannot always be met; the product's own minimum (kb_core.validation) is far above this.
+MIN_CHUNK_SIZE = 8
+
+
 @dataclass(frozen=True)
 class Chunk:
     """One piece of a document; ``content == doc.text[start:end]``."""
@@ -79,9 +84,24 @@ def default_overlap(chunk_size: int) -> int:
     return max(0, round(chunk_size * 0.1)) if chunk_size >= 10 else 0
 
 
-def _is_word_char(ch: str) -> bool:
-    # CJK ideographs are alphanumeric to Python, but a cut between two of them is a clean word boundary.
-    return ch.isalnum() and not unicodedata.name(ch, "").startswith(("CJK ", "HIRAGANA", "KATAKANA", "HANGUL"))
+_IDEOGRAPHS = (
+    (0x3400, 0x4DBF),
+    (0x4E00, 0x9FFF),
+    (0xF900, 0xFAFF),
+    (0x20000, 0x2A6DF),
+    (0x2A700, 0x2CEAF),
+    (0x2F800, 0x2FA1F),
+)
+
+
+def _stands_alone(ch: str) -> bool:
+    """Characters a word tokenizer always splits off: punctuation and CJK ideographs (as BERT defines them)."""
+    cp = ord(ch)
+    if any(lo <= cp <= hi for lo, hi in _IDEOGRAPHS):
+        return True
+    if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:
+        return True
+    return unicodedata.category(ch).startswith("P")
 
 
 class _Cutter:
@@ -98,9 +118,10 @@ class _Cutter:
         if k <= 0 or k >= len(self.starts):
             return True
         s = int(self.starts[k])
-        if s != int(self.ends[k - 1]):
+        prev_end = int(self.ends[k - 1])
+        if s > prev_end and any(ch.isspace() for ch in self.text[prev_end:s]):
             return True
-        return not (_is_word_char(self.text[s - 1]) and _is_word_char(self.text[s]))
+        return _stands_alone(self.text[s - 1]) or _stands_alone(self.text[s])
 
     def last_in(self, marks: np.ndarray, lo: int, hi: int) -> int | None:
         """Largest element of sorted ``marks`` in ``(lo, hi]``."""
@@ -158,8 +179,8 @@ class _Cutter:
 
 
 def _validate(chunk_size: int, overlap_tokens: int | None) -> int:
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-        raise InvalidArgument(f"chunk_size must be a positive number of tokens, got {chunk_size!r}")
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < MIN_CHUNK_SIZE:
+        raise InvalidArgument(f"chunk_size must be an integer of at least {MIN_CHUNK_SIZE} tokens, got {chunk_size!r}")
     overlap = default_overlap(chunk_size) if overlap_tokens is None else overlap_tokens
     if isinstance(overlap, bool) or not isinstance(overlap, int) or not 0 <= overlap < chunk_size:
         raise InvalidArgument(

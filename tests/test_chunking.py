@@ -92,7 +92,7 @@ block_text = st.lists(words, min_size=1, max_size=80).map(lambda ws: " ".join(ws
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     blocks=st.lists(st.tuples(block_text, st.sampled_from([None, "Intro", "第一章"])), min_size=1, max_size=8),
-    size=st.integers(min_value=1, max_value=120),
+    size=st.integers(min_value=8, max_value=120),
     overlap_frac=st.floats(min_value=0.0, max_value=0.6),
     tokenizer=st.sampled_from([WORDPIECE, HASHING]),
 )
@@ -208,10 +208,10 @@ def test_no_overlap_across_chapters() -> None:
 def test_default_overlap_is_about_ten_percent() -> None:
     assert default_overlap(256) == 26
     assert default_overlap(512) == 51
-    assert default_overlap(5) == 0
+    assert default_overlap(8) == 0
 
 
-@pytest.mark.parametrize(("size", "overlap"), [(0, None), (-3, None), (10, 10), (10, -1), (True, None)])
+@pytest.mark.parametrize(("size", "overlap"), [(0, None), (7, None), (10, 10), (10, -1), (True, None), (64.0, None)])
 def test_bad_sizes_are_rejected(size, overlap) -> None:
     with pytest.raises(InvalidArgument, match=r"chunk_size|overlap_tokens"):
         chunk_document(doc("text"), HASHING, size, overlap)
