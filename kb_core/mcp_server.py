@@ -22,8 +22,9 @@ dispatched by :meth:`KBMCPServer._dispatch_call_tool`, which raises ``McpError``
 HTTP security: bearer tokens from :mod:`kb_core.tokens` (401 without a valid one, via the SDK's
 ``TokenVerifier`` and ``RequireAuthMiddleware``); the SDK binds each HTTP session to the token that
 created it. A token's scope becomes the session's KB scope (out-of-scope KBs answer like nonexistent
-ones); read tokens cannot call write tools; paths given to ``import_document`` must resolve (symlinks
-followed) inside the ``--allow-dir`` folders. stdio is local and trusted: no tokens, no path limits.
+ones); read tokens cannot call write tools; paths given to ``import_document``, ``export_database`` and
+``import_database`` must resolve (symlinks followed) inside the ``--allow-dir`` folders. stdio is local and
+trusted: no tokens, no path limits.
 """
 
 from __future__ import annotations
@@ -79,6 +80,8 @@ WRITE_TOOLS = frozenset(
         "import_document",
         "delete_document",
         "update_document",
+        "export_database",
+        "import_database",
     }
 )
 SNIPPET_CHARS = 220
@@ -319,11 +322,41 @@ class DocumentInfoResult(BaseModel):
     errors: list[DocumentInfoError]
 
 
+class Exported(BaseModel):
+    source_path: str = Field(description="the home the knowledge bases were exported from")
+    export_path: str
+
+
+class ImportedDatabase(BaseModel):
+    source_path: str
+    imported_kb_count: int
+    imported_doc_count: int
+    knowledge_bases: list[str] = Field(default_factory=list)
+    renamed_knowledge_bases: list[dict[str, str]] = Field(default_factory=list)
+
+
 # -- descriptions (from ../shared/specs) ---------------------------------------------------------
 _RETURN = "\n\nReturn value: {success, message, data} (structured); on failure data is null and error has a code."
 _WRITE = "\nOver HTTP this tool needs a token with the write capability."
 
+_CONFINED = " Over HTTP the path must lie inside the folders the server was started with (--allow-dir)."
+
 DESCRIPTIONS: dict[str, str] = {
+    "export_database": (
+        "Export every knowledge base this session can see (documents, chunks, vectors and original files) to one "
+        "portable file at the specified path; import_database reads it. API keys are never exported.\n\n"
+        "Parameters:\n- export_path: Export path (absolute path, required), e.g. /backups/kb.kbx\n\n"
+        "data: source_path (the home), export_path." + _WRITE + _CONFINED
+    ),
+    "import_database": (
+        "Import a file written by export_database and merge its knowledge bases into this home, all or nothing. "
+        "Name conflicts are resolved by adding a timestamp to knowledge base names.\n\nParameters:\n"
+        "- source_db_path: Source file path (absolute path, required)\n\n"
+        "data: source_path, imported_kb_count, imported_doc_count."
+        + _WRITE
+        + _CONFINED
+        + " Tokens scoped to specific knowledge bases cannot import."
+    ),
     "create_knowledge_base": (
         "Create a new knowledge base. A knowledge base is a container for documents, and each knowledge base can "
         "have its own chunk_size and embedding configuration. After creation, you need to call select_knowledge_base "
@@ -483,6 +516,15 @@ def confine_paths(file_paths: Any, allowed_dirs: Sequence[Path]) -> Any:
             )
         resolved_paths.append(str(resolved))
     return resolved_paths
+
+
+def confine_path(raw: Any, allowed_dirs: Sequence[Path], field: str) -> Any:
+    """Like :func:`confine_paths` for one path (export target or import source)."""
+    if not isinstance(raw, str) or not raw.strip():
+        return raw  # the service reports it
+    if not allowed_dirs:
+        raise PermissionDenied(f"{field} over HTTP is disabled on this server; start it with --allow-dir DIR.")
+    return confine_paths([raw], allowed_dirs)[0]
 
 
 class ServiceHolder:
@@ -791,6 +833,39 @@ class KBMCPServer:
                 ctx, lambda s: _fix_document_info(s.get_document_info(knowledge_ids)), lambda e: e["message"]
             )
 
+        async def export_database(
+            export_path: Annotated[str, Field(description="absolute path of the file to write")], ctx: Context
+        ) -> Annotated[CallToolResult, ToolEnvelope[Exported]]:
+            from kb_core.transfer import export_database as export
+
+            path: Any = export_path
+            if server.http:
+                try:
+                    path = confine_path(export_path, server.allowed_dirs, "export_path")
+                except KBError as exc:
+                    return _result(failure(exc))
+            return await server._call(ctx, lambda s: export(s, path))
+
+        async def import_database(
+            source_db_path: Annotated[str, Field(description="absolute path of a file written by export_database")],
+            ctx: Context,
+        ) -> Annotated[CallToolResult, ToolEnvelope[ImportedDatabase]]:
+            from kb_core.transfer import import_database as merge
+
+            caller = server._caller(ctx)
+            path: Any = source_db_path
+            try:
+                if caller.token is not None and caller.token.scope is not None:
+                    raise PermissionDenied(
+                        "This token is limited to specific knowledge bases and cannot import new ones; "
+                        "use a token created with --scope all."
+                    )
+                if server.http:
+                    path = confine_path(source_db_path, server.allowed_dirs, "source_db_path")
+            except KBError as exc:
+                return _result(failure(exc))
+            return await server._call(ctx, lambda s: merge(s, path))
+
         functions: list[tuple[Callable[..., Any], ToolAnnotations]] = [
             (create_knowledge_base, write),
             (delete_knowledge_base, destructive),
@@ -805,6 +880,8 @@ class KBMCPServer:
             (search_knowledge_base, read),
             (get_item, read),
             (get_document_info, read),
+            (export_database, write),
+            (import_database, write),
         ]
         return [
             Tool.from_function(

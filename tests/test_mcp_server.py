@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+import zipfile
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,8 @@ ALL_TOOLS = {
     "search_knowledge_base",
     "get_item",
     "get_document_info",
+    "export_database",
+    "import_database",
 }
 ENGLISH = (
     "Bearer tokens carry a folder scope: the whole library or a specific list of folders. "
@@ -216,6 +219,15 @@ def test_stdio_every_tool_and_error_code(tmp_path: Path) -> None:
         await rpc_error(s, "rag_search", -32602, keywords=["x"], top_k=11)
         await rpc_error(s, "rag_search", -32602, keywords=["x"], timeout=0.01)
         await rpc_error(s, "rag_search", -32602, keywords=[])
+
+        backup = tmp_path / "backup.kbx"
+        exported = await ok(s, "export_database", export_path=str(backup))
+        assert exported["data"]["export_path"] == str(backup) and backup.stat().st_size > 0
+        merged = await ok(s, "import_database", source_db_path=str(backup))
+        assert merged["data"]["imported_kb_count"] == 2 and merged["data"]["imported_doc_count"] == 1
+        assert all(name not in ("docs", "spare") for name in merged["data"]["knowledge_bases"])  # renamed
+        (tmp_path / "junk.kbx").write_bytes(b"not an export")
+        await tool_error(s, "import_database", "INVALID_IMPORT_FILE", source_db_path=str(tmp_path / "junk.kbx"))
 
         updated = await ok(s, "update_document", doc_name="tokens.docx", chunk_size=32)
         assert updated["data"]["chunk_size"] == 32 and updated["data"]["doc_id"] == doc_id
@@ -497,6 +509,12 @@ def test_http_scope_isolation_between_two_tokens(http: HttpServer) -> None:
             if own == "alpha":  # the write token: scoped tokens cannot create KBs, nor see others to delete
                 assert "--scope all" in denied.content[0].text
                 await tool_error(s, "delete_knowledge_base", "KB_NOT_FOUND", kb_name=other)
+                backup = http.allowed / "alpha-only.kbx"
+                await ok(s, "export_database", export_path=str(backup))
+                with zipfile.ZipFile(backup) as archive:
+                    manifest = json.loads(archive.read("manifest.json"))
+                assert [kb["name"] for kb in manifest["knowledge_bases"]] == ["alpha"]
+                await tool_error(s, "import_database", "PERMISSION_DENIED", source_db_path=str(backup))
 
         return run
 
@@ -515,6 +533,8 @@ def test_http_read_tokens_cannot_call_write_tools(http: HttpServer) -> None:
             ("import_document", {"file_paths": [str(http.allowed / "alpha.docx")]}),
             ("delete_document", {"doc_name": "alpha.docx"}),
             ("update_document", {"doc_name": "alpha.docx", "chunk_size": 128}),
+            ("export_database", {"export_path": str(http.allowed / "read.kbx")}),
+            ("import_database", {"source_db_path": str(http.allowed / "read.kbx")}),
         ]:
             denied = await tool_error(s, name, "PERMISSION_DENIED", **arguments)
             assert "write token" in denied.content[0].text
@@ -539,6 +559,10 @@ def test_http_import_paths_are_confined_to_the_allowed_folders(http: HttpServer)
         ]:
             refused = await tool_error(s, "import_document", "PERMISSION_DENIED", file_paths=[path])
             assert str(http.allowed) in refused.content[0].text
+        await tool_error(s, "export_database", "PERMISSION_DENIED", export_path=str(http.outside / "x.kbx"))
+        await tool_error(s, "export_database", "PERMISSION_DENIED", export_path=str(http.allowed / ".." / "x.kbx"))
+        await tool_error(s, "import_database", "PERMISSION_DENIED", source_db_path=str(http.outside / "x.kbx"))
+        assert not (http.outside / "x.kbx").exists() and not (http.root / "x.kbx").exists()
         assert (await ok(s, "list_documents"))["data"]["count"] == 1
 
     http.run(http.state["admin"], scenario)
