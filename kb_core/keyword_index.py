@@ -242,20 +242,18 @@ class _Segment:
 
 @dataclass(frozen=True)
 class _TermPostings:
-    """A term's live postings in every segment and their exact BM25 contributions under this searcher."""
+    """A term's live postings in all segments and their exact BM25 contributions under one searcher."""
 
-    df: int
-    segments: tuple[int, ...]
-    rows: tuple[np.ndarray, ...]  # sorted live rows per segment
-    scores: tuple[np.ndarray, ...]  # idf · saturated tf, float64, aligned with rows
-    top: np.ndarray  # the largest contributions over all segments, descending (at most _TOP_KEPT)
+    rows: np.ndarray  # sorted global row ids (segment offset + row) of the live rows containing the term
+    scores: np.ndarray  # idf · saturated tf, float64, aligned with rows
+    top: np.ndarray  # the largest contributions, descending (at most _TOP_KEPT)
 
     @property
-    def size(self) -> int:
-        return sum(len(r) for r in self.rows)
+    def df(self) -> int:
+        return len(self.rows)
 
 
-_NO_POSTINGS = _TermPostings(0, (), (), (), np.empty(0))
+_NO_POSTINGS = _TermPostings(np.empty(0, dtype=np.int64), np.empty(0), np.empty(0))
 _TOP_KEPT = 100
 
 
@@ -308,6 +306,7 @@ class KeywordSearcher:
             self._segments.append(_Segment(segment, live, all_live, offset, norm))
             offset += segment.n_rows
         self._offsets = np.array([s.offset for s in self._segments], dtype=np.int64)
+        self._total_rows = offset
         self._cache: OrderedDict[str, _TermPostings] = OrderedDict()
         self._cache_size = 0
         self._cache_limit = cache_postings
@@ -323,8 +322,8 @@ class KeywordSearcher:
             if entry is not None:
                 self._cache.move_to_end(term)
                 return entry
-        found: list[tuple[int, np.ndarray, np.ndarray]] = []
-        for si, seg in enumerate(self._segments):
+        found: list[tuple[_Segment, np.ndarray, np.ndarray]] = []
+        for seg in self._segments:
             col = seg.segment.vocabulary.get(term)
             if col is None:
                 continue
@@ -335,26 +334,23 @@ class KeywordSearcher:
                 keep = seg.live[rows]
                 rows, tf = rows[keep], tf[keep]
             if len(rows):
-                found.append((si, rows, tf))
+                found.append((seg, rows, tf))
         if not found:
             return _NO_POSTINGS
         df = sum(len(rows) for _, rows, _ in found)
         idf = float(bm25_idf(df, self.n_docs))
         k1 = self.params.k1
-        scores = tuple(bm25_term_scores(tf, self._segments[si].norm[rows], idf, k1) for si, rows, tf in found)
-        every = scores[0] if len(scores) == 1 else np.concatenate(scores)
-        if len(every) > _TOP_KEPT:
-            every = every[np.argpartition(-every, _TOP_KEPT - 1)[:_TOP_KEPT]]
-        entry = _TermPostings(
-            df, tuple(si for si, _, _ in found), tuple(rows for _, rows, _ in found), scores, -np.sort(-every)
-        )
+        scores = np.concatenate([bm25_term_scores(tf, seg.norm[rows], idf, k1) for seg, rows, tf in found])
+        global_rows = np.concatenate([rows.astype(np.int64) + seg.offset for seg, rows, _ in found])
+        top = scores if len(scores) <= _TOP_KEPT else scores[np.argpartition(-scores, _TOP_KEPT - 1)[:_TOP_KEPT]]
+        entry = _TermPostings(global_rows, scores, -np.sort(-top))
         with self._cache_lock:
-            if term not in self._cache and entry.size <= self._cache_limit:
+            if term not in self._cache and df <= self._cache_limit:
                 self._cache[term] = entry
-                self._cache_size += entry.size
+                self._cache_size += df
                 while self._cache_size > self._cache_limit:
                     _, old = self._cache.popitem(last=False)
-                    self._cache_size -= old.size
+                    self._cache_size -= old.df
         return entry
 
     def search(self, query: str, k: int) -> list[KeywordHit]:
@@ -372,63 +368,40 @@ class KeywordSearcher:
         terms = list(dict.fromkeys(terms))
         if k == 0 or not terms or self.n_docs == 0:
             return []
-        by_segment: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
-        postings: list[tuple[str, _TermPostings]] = []
-        for term in terms:
-            entry = self._postings(term)
-            if entry.df:
-                postings.append((term, entry))
-                for si, rows, scores in zip(entry.segments, entry.rows, entry.scores, strict=True):
-                    by_segment.setdefault(si, []).append((rows, scores))
-        if not by_segment:
+        postings = [(term, entry) for term in terms if (entry := self._postings(term)).df]
+        if not postings:
             return []
         # Every row's score is at least its contribution from any one term, so the k-th best contribution of
         # any single term is a lower bound of the k-th best score.
         floor = max((float(e.top[k - 1]) for _, e in postings if len(e.top) >= k), default=0.0)
-        candidate_rows, candidate_scores = [], []
-        for si, parts in by_segment.items():
-            seg = self._segments[si]
-            if len(parts) == 1:
-                rows, scores = parts[0]
-                best = _top_k(scores, rows, k, floor)
-                candidate_rows.append(rows[best] + seg.offset)
-                candidate_scores.append(scores[best])
-            elif sum(len(rows) for rows, _ in parts) * 8 >= seg.segment.n_rows:
-                dense = np.zeros(seg.segment.n_rows, dtype=np.float64)
-                for rows, scores in parts:
-                    np.add.at(dense, rows, scores)  # numpy >= 2 has a fast path: ~4x `dense[rows] += scores`
-                best = _top_k(dense, None, k, floor)
-                candidate_rows.append(best + seg.offset)
-                candidate_scores.append(dense[best])
-            else:
-                unique_rows, inverse = np.unique(np.concatenate([r for r, _ in parts]), return_inverse=True)
-                summed = np.bincount(inverse, weights=np.concatenate([s for _, s in parts]))
-                best = _top_k(summed, unique_rows, k, floor)
-                candidate_rows.append(unique_rows[best] + seg.offset)
-                candidate_scores.append(summed[best])
-        all_rows = np.concatenate(candidate_rows)
-        all_scores = np.concatenate(candidate_scores)
-        best = _top_k(all_scores, all_rows, k, floor)
-        return self._hits(postings, all_rows[best], all_scores[best])
+        if len(postings) == 1:
+            entry = postings[0][1]
+            rows, scores = entry.rows, entry.scores
+            best = _top_k(scores, rows, k, floor)
+            return self._hits(postings, rows[best], scores[best])
+        if sum(e.df for _, e in postings) * 8 >= self._total_rows:
+            dense = np.zeros(self._total_rows, dtype=np.float64)
+            for _, entry in postings:
+                np.add.at(dense, entry.rows, entry.scores)  # numpy >= 2 has a fast path: ~4x `dense[rows] += s`
+            best = _top_k(dense, None, k, floor)
+            return self._hits(postings, best, dense[best])
+        unique_rows, inverse = np.unique(np.concatenate([e.rows for _, e in postings]), return_inverse=True)
+        summed = np.bincount(inverse, weights=np.concatenate([e.scores for _, e in postings]))
+        best = _top_k(summed, unique_rows, k, floor)
+        return self._hits(postings, unique_rows[best], summed[best])
 
     def _hits(
         self, postings: list[tuple[str, _TermPostings]], global_rows: np.ndarray, scores: np.ndarray
     ) -> list[KeywordHit]:
         """Hits with the query terms each row contains (looked up in the terms' sorted postings)."""
+        matched: list[list[str]] = [[] for _ in range(len(global_rows))]
+        for term, entry in postings:
+            pos = np.searchsorted(entry.rows, global_rows)
+            pos[pos >= len(entry.rows)] = 0
+            for i in np.flatnonzero(entry.rows[pos] == global_rows).tolist():
+                matched[i].append(term)
         seg_of = np.searchsorted(self._offsets, global_rows, side="right") - 1
         local_rows = global_rows - self._offsets[seg_of]
-        matched: list[list[str]] = [[] for _ in range(len(global_rows))]
-        hit_segments = {si: np.flatnonzero(seg_of == si) for si in set(seg_of.tolist())}
-        for term, entry in postings:
-            for si, rows in zip(entry.segments, entry.rows, strict=True):
-                where = hit_segments.get(si)
-                if where is None:
-                    continue
-                wanted = local_rows[where]
-                pos = np.searchsorted(rows, wanted)
-                pos[pos >= len(rows)] = 0
-                for i in where[rows[pos] == wanted].tolist():
-                    matched[i].append(term)
         return [
             KeywordHit(si, row, score, tuple(ts))
             for si, row, score, ts in zip(seg_of.tolist(), local_rows.tolist(), scores.tolist(), matched, strict=True)
@@ -451,15 +424,13 @@ class KeywordSearcher:
         if bad.any():
             si, row = (int(x) for x in pairs[bad][0])
             raise InvalidArgument(f"row {row} is out of range for segment {si}; accepted: 0..{sizes[si] - 1}")
+        wanted = self._offsets[pairs[:, 0]] + pairs[:, 1]
         for term in self.query_terms(query):
             entry = self._postings(term)
-            for si, term_rows, scores in zip(entry.segments, entry.rows, entry.scores, strict=True):
-                where = np.flatnonzero(pairs[:, 0] == si)
-                if not len(where):
-                    continue
-                wanted = pairs[where, 1]
-                pos = np.searchsorted(term_rows, wanted)
-                pos[pos >= len(term_rows)] = 0
-                found = term_rows[pos] == wanted  # deleted rows are not in the live postings: they stay 0
-                out[where[found]] += scores[pos[found]]
+            if not entry.df:
+                continue
+            pos = np.searchsorted(entry.rows, wanted)
+            pos[pos >= entry.df] = 0
+            found = entry.rows[pos] == wanted  # deleted rows are not in the live postings: they stay 0
+            out[found] += entry.scores[pos[found]]
         return out
