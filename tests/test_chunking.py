@@ -72,11 +72,12 @@ def check_invariants(d: Doc, chunks: list[Chunk], tokenizer: object, size: int) 
         assert c.tokens <= size
     for a, b in itertools.pairwise(chunks):
         assert a.start < b.start and a.end <= b.end  # document order
-    # Together the chunks cover every non-space character of the document.
+    # Together the chunks cover the text of every token of the document (nothing is lost between chunks).
     covered = bytearray(len(text))
     for c in chunks:
         covered[c.start : c.end] = b"\x01" * (c.end - c.start)
-    assert all(covered[i] or ch.isspace() for i, ch in enumerate(text))
+    for s, e in tokenizer.offsets(text):  # type: ignore[attr-defined]
+        assert all(covered[s:e]), (s, e, text[s:e])
 
 
 words = st.sampled_from(
@@ -233,3 +234,18 @@ def test_one_megabyte_chunks_quickly() -> None:
     assert all(d.text[c.start : c.end] == c.content for c in chunks)
     # About 1 s on an idle 2-core machine; the bound leaves room for a busy CI machine.
     assert elapsed < 10, f"chunking 1 MB took {elapsed:.1f}s"
+
+
+ANY_CHAR = st.characters(exclude_categories=("Cs",))  # every code point a Python str from a file can hold
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    texts=st.lists(st.text(ANY_CHAR, min_size=1, max_size=150), min_size=1, max_size=4),
+    size=st.integers(min_value=8, max_value=40),
+    tokenizer=st.sampled_from([WORDPIECE, HASHING]),
+)
+def test_any_unicode_text_is_chunked_within_bounds(texts, size, tokenizer) -> None:
+    """Arbitrary scripts, symbols and combining marks (Hangul syllables are several word pieces each)."""
+    d = doc(*texts)
+    check_invariants(d, chunk_document(d, tokenizer, size, size // 5), tokenizer, size)
