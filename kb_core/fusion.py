@@ -21,7 +21,9 @@ retrieved, ``*_rank`` not None), so a candidate that only the other signal found
 * ``"meanmax"``: ``(s − mean) / (max − mean)`` — top 1, mean 0.
 
 A candidate missing a signal's score (outside that list, e.g. no keyword match) gets the list's minimum: it
-ranked below everything the list holds. With ``method="rrf"`` the normalised value is
+ranked below everything the list holds; a candidate rescored exactly on that signal keeps its score clipped to
+the list's range. A list with no spread (one score, or equal scores) normalises its members to 1.
+With ``method="rrf"`` the normalised value is
 ``(rrf_k + 1) / (rrf_k + rank)`` (1 for rank 1; 0 when the signal did not rank it), i.e. weighted reciprocal
 rank fusion (Cormack et al., SIGIR 2009) rescaled so the top is 1.
 
@@ -140,14 +142,16 @@ def _apply_normalization(values: np.ndarray, reference: np.ndarray, method: str)
         return np.zeros_like(values)
     low, high, mean = float(reference.min()), float(reference.max()), float(reference.mean())
     tiny = _EPS * max(1.0, abs(high))
+    # A list of one score (or of equal scores) has no scale: its members share the top, 1; others 0.
+    flat = np.where(values >= high - tiny, 1.0, 0.0)
     if method == "minmax":
         span = high - low
-        return (values - low) / span if span > tiny else np.zeros_like(values)
+        return (values - low) / span if span > tiny else flat
     if method == "zscore":
         std = float(reference.std())
-        return (values - mean) / std if std > tiny else np.zeros_like(values)
+        return (values - mean) / std if std > tiny else flat
     span = high - mean
-    return (values - mean) / span if span > tiny else np.zeros_like(values)
+    return (values - mean) / span if span > tiny else flat
 
 
 def signal_quality(scores: Sequence[float] | np.ndarray) -> tuple[float, float, float]:
@@ -346,9 +350,10 @@ def _normalized(
     ):
         floor = float(reference.min()) if reference.size else 0.0
         filled = np.array([floor if s is None else float(s) for s in values], dtype=np.float64)
-        # A score outside the list (rescored exactly) may be above the list's bottom; it never beats its top.
+        # A score outside the list (rescored exactly) is kept within the list's range: it never beats the
+        # top, and a far-off value cannot produce an extreme negative z that swamps the other signal.
         if reference.size:
-            filled = np.minimum(filled, float(reference.max()))
+            filled = np.clip(filled, float(reference.min()), float(reference.max()))
         out.append(_apply_normalization(filled, reference.astype(np.float64), normalization))
     return out[0], out[1]
 

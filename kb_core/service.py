@@ -771,6 +771,19 @@ class Session:
             envelope["error"] = {"code": "DOCUMENT_NOT_FOUND", "details": {"ids": ids}}
         return envelope
 
+    # -- export and import of the database -----------------------------------------------------
+    def export_database(self, export_path: str, kb_names: Sequence[str] | None = None) -> Envelope:
+        """Write every visible KB (or the named ones) into one portable file; see :mod:`kb_core.transfer`."""
+        from kb_core import transfer
+
+        return transfer.export_database(self, export_path, kb_names)
+
+    def import_database(self, source_db_path: str) -> Envelope:
+        """Validate an export file completely, then merge its KBs into the home (all or nothing)."""
+        from kb_core import transfer
+
+        return transfer.import_database(self, source_db_path)
+
     # -- maintenance ---------------------------------------------------------------------------
     @enveloped
     def compact(self, kb_name: str | None = None) -> Envelope:
