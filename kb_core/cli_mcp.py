@@ -125,7 +125,8 @@ def register(commands: Any) -> None:
         "--allow-dir",
         action="append",
         metavar="DIR",
-        help="folder whose files import_document may read over HTTP (repeatable; none: path imports are refused)",
+        help="folder that import_document, export_database and import_database may use over HTTP "
+        "(repeatable; without it those tools refuse paths over HTTP)",
     )
     mcp.add_argument("--allow-remote", action="store_true", help="allow listening on a non-loopback address")
     mcp.set_defaults(direct=_serve)

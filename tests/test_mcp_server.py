@@ -158,8 +158,15 @@ def test_stdio_every_tool_and_error_code(tmp_path: Path) -> None:
         selected = await ok(s, "select_knowledge_base", kb_name="docs")
         assert selected["data"]["document_count"] == 0
 
-        imported = await ok(s, "import_document", file_paths=[str(docx_path)])
+        progress: list[tuple[float, float | None]] = []
+
+        async def on_progress(done: float, total: float | None, message: str | None) -> None:
+            progress.append((done, total))
+
+        result = await s.call_tool("import_document", {"file_paths": [str(docx_path)]}, progress_callback=on_progress)
+        imported = result.structuredContent
         assert imported["data"]["success_count"] == 1 and imported["data"]["success_files"][0]["chunk_count"] >= 1
+        assert progress and progress[-1] == (1.0, 1.0)  # import progress arrives as MCP progress notifications
         failed = await tool_error(s, "import_document", "IMPORT_FAILED", file_paths=[str(tmp_path / "missing.docx")])
         assert failed.structuredContent["data"]["failed_files"][0]["file_path"].endswith("missing.docx")
         await rpc_error(s, "import_document", -32602, file_paths="not a list")
