@@ -7,3 +7,6 @@ EXTRA_COMMANDS.append(cli_documents.register)
 EXTRA_COMMANDS.append(cli_transfer.register)
 EXTRA_COMMANDS.append(cli_mcp.register)
 EXTRA_COMMANDS.append(cli_bundles.register)
+from kb_core import cli_eval  # noqa: E402
+
+EXTRA_COMMANDS.append(cli_eval.register)

@@ -1,0 +1,566 @@
+"""Retrieval evaluation on BEIR-format folders: build (and cache) a KB from a corpus, run the judged queries
+per search mode and weight setting, and score the rankings with nDCG@10, Recall@100 and MRR@10.
+
+A BEIR folder holds ``corpus.jsonl`` (``{"_id", "title", "text"}``), ``queries.jsonl`` (``{"_id", "text"}``)
+and ``qrels.tsv`` (header ``query-id  corpus-id  score``; ``qrels/test.tsv`` in the original BEIR layout).
+
+Retrieval goes through the service exactly as a user's search does (``Session.run_search``): chunk hits are
+turned into a document ranking by the best chunk score per document (the BEIR/MaxP convention). Only queries
+with judgments are run.
+
+Metrics come from ``ir-measures`` on its ``pytrec_eval`` backend (the trec_eval C code BEIR itself uses), so
+figures compare with published BEIR numbers. ranx was tried first, but its numba JIT costs 30 s to 2 min of
+compilation per fresh process on two cores, which the CLI and the CI notebook would pay every time. Scores
+handed to trec_eval are rank-derived, so its tie-breaking (by document id) cannot reorder our ranking.
+
+Caching: :func:`open_eval_service` opens a dedicated home at ``<home>/cache/eval`` so evaluation KBs (and their
+embedding cache) never clutter the user's KB list. :func:`build_eval_kb` names each KB after a fingerprint of
+the corpus file, chunk size and embedding model; a second run with the same inputs reuses it, and an
+interrupted build resumes with the documents still missing.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import logging
+import math
+import os
+import re
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from kb_core.errors import InvalidArgument, KBError, KBNotFound
+from kb_core.store import KnowledgeBaseRecord
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "METRICS",
+    "MODES",
+    "BeirDataset",
+    "EvaluationReport",
+    "EvaluationSetting",
+    "build_eval_kb",
+    "eval_kb_name",
+    "evaluate_folder",
+    "evaluate_kb",
+    "load_beir",
+    "load_beir_queries_qrels",
+    "open_eval_service",
+    "settings_for",
+    "sweep_weights",
+]
+
+METRICS = ("ndcg@10", "recall@100", "mrr@10")
+MODES = ("hybrid", "semantic", "keyword")
+DEFAULT_CHUNK_SIZE = 256
+DEFAULT_TOP_K = 100
+# The head pass is the search a user runs for 10 results; the deep pass fills any of the 10 places left empty
+# because several chunks belong to one document.
+HEAD_CHUNKS = 10
+HEAD_DOCUMENTS = 10
+# The deep pass fetches this many chunks per document of depth, for Recall@100.
+CHUNK_OVERFETCH = 2
+EVAL_HOME = Path("cache") / "eval"
+_FINGERPRINT_VERSION = "1"
+
+# progress(stage, done, total): stage is "import" or a setting label such as "hybrid 0.70/0.30".
+EvalProgress = Callable[[str, int, int], None]
+
+
+# -- datasets -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class BeirDataset:
+    """A BEIR dataset in memory: corpus ``{id: {title, text}}``, queries ``{id: text}`` (judged ones only) and
+    qrels ``{query_id: {doc_id: grade}}``."""
+
+    name: str
+    folder: Path
+    corpus: dict[str, dict[str, str]]
+    queries: dict[str, str]
+    qrels: dict[str, dict[str, int]]
+    corpus_path: Path
+
+
+def _require_folder(folder: str | Path) -> Path:
+    path = Path(folder).expanduser()
+    if not path.is_dir():
+        raise InvalidArgument(
+            f"{str(folder)!r} is not a folder; give a BEIR dataset folder holding corpus.jsonl, queries.jsonl "
+            "and qrels.tsv (or qrels/test.tsv).",
+            details={"field": "folder", "folder": str(folder)},
+        )
+    return path
+
+
+def _qrels_path(folder: Path, split: str | None) -> Path:
+    names = [f"qrels.{split}.tsv", f"qrels/{split}.tsv"] if split else ["qrels.tsv", "qrels/test.tsv"]
+    for name in names:
+        if (folder / name).is_file():
+            return folder / name
+    raise InvalidArgument(
+        f"{folder} has no relevance judgments: looked for {' or '.join(names)}.",
+        details={"field": "folder", "folder": str(folder)},
+    )
+
+
+def _queries_path(folder: Path, split: str | None, queries_file: str | Path | None) -> Path:
+    if queries_file is not None:
+        path = Path(queries_file)
+        path = path if path.is_absolute() else folder / path
+        if not path.is_file():
+            raise InvalidArgument(f"Queries file {str(path)!r} does not exist.", details={"field": "queries_file"})
+        return path
+    names = ["queries.jsonl", f"queries.{split or 'test'}.jsonl"]
+    for name in names:
+        if (folder / name).is_file():
+            return folder / name
+    raise InvalidArgument(
+        f"{folder} has no queries: looked for {' or '.join(names)}.",
+        details={"field": "folder", "folder": str(folder)},
+    )
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise InvalidArgument(
+                    f"{path}, line {number}: not valid JSON ({exc.msg}); BEIR files hold one JSON object per line.",
+                    details={"file": str(path), "line": number},
+                ) from exc
+            if not isinstance(row, dict) or "_id" not in row:
+                raise InvalidArgument(
+                    f'{path}, line {number}: expected an object with an "_id" field.',
+                    details={"file": str(path), "line": number},
+                )
+            rows.append(row)
+    return rows
+
+
+def _read_qrels(path: Path) -> dict[str, dict[str, int]]:
+    qrels: dict[str, dict[str, int]] = {}
+    with open(path, encoding="utf-8", newline="") as handle:
+        reader = csv.reader(handle, delimiter="\t")
+        for number, row in enumerate(reader, start=1):
+            if not row or not "".join(row).strip():
+                continue
+            if number == 1 and row[0].strip().lower() in ("query-id", "query_id", "qid"):
+                continue
+            if len(row) == 4:  # TREC layout: qid 0 docid grade
+                row = [row[0], row[2], row[3]]
+            if len(row) != 3:
+                raise InvalidArgument(
+                    f"{path}, line {number}: expected 3 tab-separated columns (query-id, corpus-id, score), "
+                    f"got {len(row)}.",
+                    details={"file": str(path), "line": number},
+                )
+            try:
+                grade = int(float(row[2]))
+            except ValueError as exc:
+                raise InvalidArgument(
+                    f"{path}, line {number}: score {row[2]!r} is not a number.",
+                    details={"file": str(path), "line": number},
+                ) from exc
+            qrels.setdefault(row[0].strip(), {})[row[1].strip()] = grade
+    return qrels
+
+
+def load_beir_queries_qrels(
+    folder: str | Path, *, split: str | None = None, queries_file: str | Path | None = None
+) -> tuple[dict[str, str], dict[str, dict[str, int]]]:
+    """The judged queries ``{id: text}`` and their qrels ``{query_id: {doc_id: grade}}`` of a BEIR folder.
+
+    Judgments come from ``qrels.tsv`` (else ``qrels/test.tsv``), or ``qrels.<split>.tsv`` / ``qrels/<split>.tsv``
+    when ``split`` is given. Queries come from ``queries_file`` if given, else ``queries.jsonl`` (else
+    ``queries.<split>.jsonl``), keeping only queries that have judgments, in file order. Qrels of queries that
+    are not in the queries file are dropped too.
+    """
+    path = _require_folder(folder)
+    qrels = _read_qrels(_qrels_path(path, split))
+    queries: dict[str, str] = {}
+    for row in _read_jsonl(_queries_path(path, split, queries_file)):
+        query_id = str(row["_id"])
+        if query_id in qrels and str(row.get("text", "")).strip():
+            queries[query_id] = str(row["text"])
+    if not queries:
+        raise InvalidArgument(
+            f"No query in {path} has a relevance judgment; check that the qrels and queries files belong together.",
+            details={"folder": str(path)},
+        )
+    return queries, {qid: qrels[qid] for qid in queries}
+
+
+def load_beir(folder: str | Path, *, split: str | None = None, queries_file: str | Path | None = None) -> BeirDataset:
+    """Read a BEIR folder: ``corpus.jsonl`` plus the judged queries and qrels (see :func:`load_beir_queries_qrels`)."""
+    path = _require_folder(folder)
+    corpus_path = path / "corpus.jsonl"
+    if not corpus_path.is_file():
+        raise InvalidArgument(f"{path} has no corpus.jsonl.", details={"folder": str(path)})
+    corpus: dict[str, dict[str, str]] = {}
+    for row in _read_jsonl(corpus_path):
+        corpus[str(row["_id"])] = {"title": str(row.get("title") or ""), "text": str(row.get("text") or "")}
+    if not corpus:
+        raise InvalidArgument(f"{corpus_path} holds no documents.", details={"file": str(corpus_path)})
+    queries, qrels = load_beir_queries_qrels(path, split=split, queries_file=queries_file)
+    return BeirDataset(
+        name=path.resolve().name, folder=path, corpus=corpus, queries=queries, qrels=qrels, corpus_path=corpus_path
+    )
+
+
+# -- building the KB ------------------------------------------------------------------------------
+def open_eval_service(service_or_home: Any) -> Any:
+    """A :class:`~kb_core.service.KnowledgeBaseService` on the evaluation home ``<home>/cache/eval`` of the given
+    service (or home folder), so evaluation KBs and their embedding cache stay out of the user's KB list."""
+    from kb_core.service import KnowledgeBaseService
+
+    if isinstance(service_or_home, str | os.PathLike):
+        root = Path(service_or_home).expanduser()
+    else:
+        root = Path(service_or_home.home.root)
+    return KnowledgeBaseService(root / EVAL_HOME)
+
+
+def _corpus_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def eval_kb_name(dataset: BeirDataset, chunk_size: int, embedding_model: str) -> str:
+    """``eval-<dataset>-<fingerprint>``: the fingerprint covers the corpus file's bytes, chunk size and model."""
+    key = "|".join((_FINGERPRINT_VERSION, _corpus_digest(dataset.corpus_path), str(chunk_size), embedding_model))
+    fingerprint = hashlib.sha256(key.encode("utf-8")).hexdigest()[:12]
+    safe = re.sub(r"[^\w.-]+", "-", dataset.name).strip("-")[:40] or "dataset"
+    return f"eval-{safe}-{fingerprint}"
+
+
+def document_text(document: dict[str, str]) -> str:
+    title, text = document.get("title", "").strip(), document.get("text", "").strip()
+    return f"{title}\n\n{text}" if title and text else (title or text)
+
+
+def build_eval_kb(
+    service: Any,
+    dataset: BeirDataset,
+    *,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    embedding_model: str | None = None,
+    progress: EvalProgress | None = None,
+) -> KnowledgeBaseRecord:
+    """The KB holding ``dataset``'s corpus in ``service``'s home, built on first use and reused afterwards.
+
+    Each corpus document becomes one ``.txt`` document (``title``, blank line, ``text``) named by its corpus id,
+    so search hits map back to the corpus through ``doc_name``. Pass :func:`open_eval_service` (``service``) to
+    keep evaluation KBs out of the user's list. ``progress("import", done, total)`` follows the documents.
+    """
+    from kb_core.service import DEFAULT_EMBEDDING_MODEL
+
+    model = (embedding_model or "").strip() or DEFAULT_EMBEDDING_MODEL
+    name = eval_kb_name(dataset, chunk_size, model)
+    session = service.session()
+    try:
+        service.find_kb(name)
+    except KBNotFound:
+        created = session.create_knowledge_base(name, chunk_size, model)
+        if not created["success"]:
+            raise KBError(created["message"], code=created["error"]["code"]) from None
+        logger.info("Building evaluation KB %s from %s (%d documents)", name, dataset.folder, len(dataset.corpus))
+    listed = session.list_documents(kb_name=name)
+    if not listed["success"]:
+        raise KBError(listed["message"], code=listed["error"]["code"])
+    present = {d["name"] for d in listed["data"]["documents"] if d["status"] == "ready"}
+    missing = [doc_id for doc_id in dataset.corpus if doc_id not in present]
+    total, done = len(dataset.corpus), len(dataset.corpus) - len(missing)
+    if progress is not None:
+        progress("import", done, total)
+    failed: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="kb-eval-") as scratch:
+        paths, names = [], []
+        for position, doc_id in enumerate(missing):
+            text = document_text(dataset.corpus[doc_id])
+            if not text:
+                failed.append({"doc_id": doc_id, "error": "empty document"})
+                continue
+            # File names are positions: corpus ids may hold characters a file name cannot.
+            path = Path(scratch) / f"{position}.txt"
+            path.write_text(text, encoding="utf-8")
+            paths.append(str(path))
+            names.append(doc_id)
+        if paths:
+            # One import: the importer commits every ~2,000 chunks, so an interrupted build keeps its progress.
+            def forward(state: Any) -> None:
+                if progress is not None:
+                    progress("import", done + state.files_done, total)
+
+            result = session.import_document(paths, display_names=names, kb_name=name, progress=forward)
+            data = result.get("data") or {}
+            failed.extend(data.get("failed_files", []))
+            expected = dict(zip(paths, names, strict=True))
+            for item in data.get("success_files", []):
+                if item["doc_name"] != expected.get(item["file_path"], item["doc_name"]):
+                    logger.warning("a corpus document was imported as %r; its hits will not match", item["doc_name"])
+    if failed:
+        logger.warning("%d corpus document(s) could not be imported, e.g. %s", len(failed), failed[0])
+    return service.find_kb(name)
+
+
+# -- running and scoring --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class EvaluationSetting:
+    """One search configuration. ``None`` weights mean the KB's defaults (saved settings, else 0.7/0.3)."""
+
+    mode: str
+    vector_weight: float | None = None
+    keyword_weight: float | None = None
+
+    @property
+    def label(self) -> str:
+        if self.mode != "hybrid":
+            return self.mode
+        if self.vector_weight is None and self.keyword_weight is None:
+            return "hybrid (default)"
+        return f"hybrid {self.vector_weight or 0:.2f}/{self.keyword_weight or 0:.2f}"
+
+
+def sweep_weights(steps: int = 10) -> list[float]:
+    """Vector weights 0, 1/steps, ..., 1 for a sweep (the keyword weight is 1 − vector weight)."""
+    return [round(i / steps, 4) for i in range(steps + 1)]
+
+
+def settings_for(
+    modes: Sequence[str] = MODES,
+    vector_weights: Sequence[float] | None = None,
+    *,
+    vector_weight: float | None = None,
+    keyword_weight: float | None = None,
+) -> list[EvaluationSetting]:
+    """Settings to run: each mode with the given (or default) weights, then hybrid at each swept vector weight."""
+    settings: list[EvaluationSetting] = []
+    for mode in modes:
+        if mode not in MODES:
+            raise InvalidArgument(f"mode {mode!r} is not supported; use one of {', '.join(MODES)}.")
+        if mode == "hybrid" and (vector_weight is not None or keyword_weight is not None):
+            vw = vector_weight if vector_weight is not None else 1 - float(keyword_weight or 0)
+            kw = keyword_weight if keyword_weight is not None else 1 - float(vector_weight or 0)
+            settings.append(EvaluationSetting("hybrid", float(vw), float(kw)))
+        else:
+            settings.append(EvaluationSetting(mode))
+    for weight in vector_weights or ():
+        value = float(weight)
+        if not 0 <= value <= 1 or math.isnan(value):
+            raise InvalidArgument(f"vector weight {weight!r} must be a number from 0 to 1.")
+        setting = EvaluationSetting("hybrid", value, round(1 - value, 6))
+        if setting not in settings:
+            settings.append(setting)
+    return settings
+
+
+@dataclass
+class EvaluationReport:
+    """``metrics``: one row per setting (setting, mode, vector_weight, keyword_weight, ndcg@10, recall@100,
+    mrr@10, queries, seconds). ``per_query``: one row per setting and query (setting, query_id, query, ndcg@10,
+    recall@100, mrr@10); sort by a metric for the worst queries. ``runs``: ``{setting: {qid: {doc_id: score}}}``.
+    """
+
+    metrics: pd.DataFrame
+    per_query: pd.DataFrame
+    runs: dict[str, dict[str, dict[str, float]]]
+    kb_name: str | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    def worst_queries(self, setting: str | None = None, n: int = 10, metric: str = "ndcg@10") -> pd.DataFrame:
+        frame = self.per_query if setting is None else self.per_query[self.per_query["setting"] == setting]
+        return frame.sort_values([metric, "query_id"]).head(n).reset_index(drop=True)
+
+    def to_json(self, worst: int = 10) -> dict[str, Any]:
+        first = self.metrics["setting"].iloc[0] if not self.metrics.empty else None
+        return {
+            "kb_name": self.kb_name,
+            "metrics": self.metrics.to_dict("records"),
+            "worst_queries": self.worst_queries(first, worst).to_dict("records") if first is not None else [],
+            "warnings": self.warnings,
+        }
+
+
+def score_run(run: dict[str, dict[str, float]], qrels: dict[str, dict[str, int]]) -> dict[str, dict[str, float]]:
+    """Per-query ``{qid: {metric: value}}`` for every judged query (a query without results scores 0)."""
+    import ir_measures
+    from ir_measures import RR, R, nDCG
+
+    measures = {nDCG @ 10: "ndcg@10", R @ 100: "recall@100", RR @ 10: "mrr@10"}
+    # Rank-derived scores: trec_eval breaks score ties by document id, which must not reorder our ranking.
+    ranked = {
+        qid: {doc: float(len(docs) - i) for i, doc in enumerate(sorted(docs, key=lambda d: -docs[d]))}
+        for qid, docs in run.items()
+        if docs
+    }
+    values = {qid: dict.fromkeys(METRICS, 0.0) for qid in qrels}
+    if ranked:
+        for metric in ir_measures.iter_calc(list(measures), qrels, ranked):
+            if metric.query_id in values:
+                values[metric.query_id][measures[metric.measure]] = float(metric.value)
+    return values
+
+
+def _document_ranking(hits: Sequence[Any], depth: int, ranking: dict[str, float] | None = None) -> dict[str, float]:
+    """Append documents to ``ranking`` by their best chunk (hits come best first), up to ``depth`` documents."""
+    documents = dict(ranking or {})
+    for hit in hits:
+        if len(documents) >= depth:
+            break
+        documents.setdefault(hit.doc_name, float(hit.score))
+    return documents
+
+
+def _merged_scores(head: dict[str, float], deep: dict[str, float]) -> dict[str, float]:
+    """One ranking: the head's documents first in their order, then the deep pass's others; rank-derived scores."""
+    order = list(head) + [doc for doc in deep if doc not in head]
+    return {doc: float(len(order) - i) for i, doc in enumerate(order)}
+
+
+def evaluate_kb(
+    session: Any,
+    queries: dict[str, str],
+    qrels: dict[str, dict[str, int]],
+    *,
+    modes: Sequence[str] = MODES,
+    vector_weights: Sequence[float] | None = None,
+    settings: Sequence[EvaluationSetting] | None = None,
+    top_k: int = DEFAULT_TOP_K,
+    kb_name: str | None = None,
+    progress: EvalProgress | None = None,
+) -> EvaluationReport:
+    """Run every judged query under each setting against ``kb_name`` (default: the session's current KB).
+
+    ``settings`` overrides ``modes`` and ``vector_weights``; otherwise each of ``modes`` runs with the KB's
+    default settings, then hybrid at each vector weight in ``vector_weights`` (keyword weight 1 − w).
+
+    Two passes per query. The *head* is the search a user runs (``top_k`` of ``HEAD_CHUNKS`` chunks, everything
+    else at the KB's defaults), so nDCG@10 and MRR@10 measure exactly what a user sees. The *deep* pass, only
+    when ``top_k`` > 10, fetches ``CHUNK_OVERFETCH · top_k`` chunks without near-duplicate removal (which is
+    quadratic in the window) and extends the head's documents to ``top_k`` for Recall@100. Documents are ranked
+    by their best chunk (MaxP).
+    """
+    if not 1 <= top_k <= 1000 // CHUNK_OVERFETCH:
+        raise InvalidArgument(f"top_k must be from 1 to {1000 // CHUNK_OVERFETCH}, got {top_k!r}.")
+    chosen = list(settings) if settings is not None else settings_for(modes, vector_weights)
+    judged = [qid for qid in queries if qid in qrels]
+    if not judged:
+        raise InvalidArgument("None of the queries has a relevance judgment in qrels; nothing to evaluate.")
+    judged_qrels = {qid: qrels[qid] for qid in judged}
+    kb = session.resolve_kb(kb_name).name
+    metric_rows: list[dict[str, Any]] = []
+    query_rows: list[dict[str, Any]] = []
+    runs: dict[str, dict[str, dict[str, float]]] = {}
+    warnings: list[str] = []
+    for setting in chosen:
+        label = setting.label
+        started = time.perf_counter()
+        run: dict[str, dict[str, float]] = {}
+        used = None
+        overrides: dict[str, Any] = {"mode": setting.mode}
+        if setting.vector_weight is not None:
+            overrides["vector_weight"] = setting.vector_weight
+        if setting.keyword_weight is not None:
+            overrides["keyword_weight"] = setting.keyword_weight
+        for done, qid in enumerate(judged, start=1):
+            hits, notes, used = session.run_search(queries[qid], kb_names=[kb], top_k=HEAD_CHUNKS, **overrides)
+            head = _document_ranking(hits, min(top_k, HEAD_DOCUMENTS))
+            deep: dict[str, float] = {}
+            if top_k > HEAD_DOCUMENTS:
+                more, _, _ = session.run_search(
+                    queries[qid], kb_names=[kb], top_k=top_k * CHUNK_OVERFETCH, deduplicate=False, **overrides
+                )
+                deep = _document_ranking(more, top_k, head)
+            run[qid] = _merged_scores(head, deep)
+            for note in notes:
+                if note not in warnings:
+                    warnings.append(note)
+            if progress is not None:
+                progress(label, done, len(judged))
+        seconds = time.perf_counter() - started
+        per_query = score_run(run, judged_qrels)
+        runs[label] = run
+        hybrid = used is not None and setting.mode == "hybrid"
+        row: dict[str, Any] = {
+            "setting": label,
+            "mode": setting.mode,
+            "vector_weight": used.vector_weight if hybrid else None,
+            "keyword_weight": used.keyword_weight if hybrid else None,
+        }
+        for metric in METRICS:
+            row[metric] = sum(v[metric] for v in per_query.values()) / len(per_query)
+        row["queries"] = len(judged)
+        row["seconds"] = round(seconds, 2)
+        metric_rows.append(row)
+        for qid in judged:
+            query_rows.append({"setting": label, "query_id": qid, "query": queries[qid], **per_query[qid]})
+        logger.info("%s: nDCG@10 %.4f over %d queries in %.1f s", label, row["ndcg@10"], len(judged), seconds)
+    metrics = pd.DataFrame(
+        metric_rows,
+        columns=["setting", "mode", "vector_weight", "keyword_weight", *METRICS, "queries", "seconds"],
+    )
+    per_query_frame = pd.DataFrame(query_rows, columns=["setting", "query_id", "query", *METRICS])
+    return EvaluationReport(metrics, per_query_frame, runs, kb_name=kb, warnings=warnings)
+
+
+def evaluate_folder(
+    service: Any,
+    folder: str | Path,
+    *,
+    modes: Sequence[str] = MODES,
+    vector_weights: Sequence[float] | None = None,
+    settings: Sequence[EvaluationSetting] | None = None,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    embedding_model: str | None = None,
+    max_queries: int | None = None,
+    top_k: int = DEFAULT_TOP_K,
+    progress: EvalProgress | None = None,
+    split: str | None = None,
+) -> tuple[BeirDataset, EvaluationReport]:
+    """Load ``folder``, build or reuse its KB in ``service`` (pass :func:`open_eval_service`), evaluate it.
+
+    ``max_queries`` keeps the first N judged queries (file order), for quick looks.
+    """
+    dataset = load_beir(folder, split=split)
+    if max_queries is not None:
+        if max_queries < 1:
+            raise InvalidArgument(f"max_queries must be at least 1, got {max_queries!r}.")
+        kept = list(dataset.queries)[:max_queries]
+        dataset = BeirDataset(
+            dataset.name,
+            dataset.folder,
+            dataset.corpus,
+            {q: dataset.queries[q] for q in kept},
+            {q: dataset.qrels[q] for q in kept},
+            dataset.corpus_path,
+        )
+    record = build_eval_kb(service, dataset, chunk_size=chunk_size, embedding_model=embedding_model, progress=progress)
+    report = evaluate_kb(
+        service.session(),
+        dataset.queries,
+        dataset.qrels,
+        modes=modes,
+        vector_weights=vector_weights,
+        settings=settings,
+        top_k=top_k,
+        kb_name=record.name,
+        progress=progress,
+    )
+    return dataset, report
