@@ -249,14 +249,22 @@ def test_concurrent_queries_agree_with_sequential_ones() -> None:
     from concurrent.futures import ThreadPoolExecutor
 
     rng = np.random.default_rng(5)
-    texts = [random_text(rng) for _ in range(200)]
-    searcher = KeywordSearcher([(KeywordSegment.build(texts, ANALYZER), np.ones(200, bool))], ANALYZER)
+    segments = [(KeywordSegment.build([random_text(rng) for _ in range(200)], ANALYZER), np.ones(200, bool))]
     queries = [" ".join(rng.choice(WORDS, size=3)) for _ in range(60)]
-    expected = [KeywordSearcher(searcher_segments(searcher), ANALYZER).search(q, 5) for q in queries]
+    expected = [KeywordSearcher(segments, ANALYZER).search(q, 5) for q in queries]
+    shared = KeywordSearcher(segments, ANALYZER)
     with ThreadPoolExecutor(8) as pool:
-        got = list(pool.map(lambda q: searcher.search(q, 5), queries))
+        got = list(pool.map(lambda q: shared.search(q, 5), queries))
     assert got == expected
 
 
-def searcher_segments(searcher: KeywordSearcher) -> list[tuple[KeywordSegment, np.ndarray]]:
-    return [(s.segment, s.live) for s in searcher._segments]
+def test_exact_when_query_terms_are_rare_in_a_large_segment() -> None:
+    # Few postings relative to the rows: the sparse accumulation path (sort the touched rows) is used.
+    rng = np.random.default_rng(2)
+    filler = ["vector index segment", "ranking document query", "search token"]
+    texts = [[filler[i % 3] for i in range(300)] for _ in range(2)]
+    for segment_texts in texts:
+        for row in rng.choice(300, size=12, replace=False):
+            segment_texts[row] += " " + " ".join(rng.choice(["知识库", "检索", "retrieval", "knowledge"], size=2))
+    masks = [rng.random(300) < 0.9 for _ in range(2)]
+    check_exact(texts, masks, ["知识库 retrieval", "knowledge 检索 知识库", "retrieval"])
