@@ -830,7 +830,7 @@ class KBMCPServer:
             ctx: Context,
         ) -> Annotated[CallToolResult, ToolEnvelope[DocumentInfoResult]]:
             return await server._call(
-                ctx, lambda s: _fix_document_info(s.get_document_info(knowledge_ids)), lambda e: e["message"]
+                ctx, lambda s: s.get_document_info(knowledge_ids), lambda e: e["message"]
             )
 
         async def export_database(
@@ -968,32 +968,6 @@ def _search_library(session: Any, query: str, limit: int, mode: str) -> Envelope
         return ok(message, {"hits": rows, "count": len(rows), "mode": mode, "limit": limit, "warnings": warnings})
 
     return search_knowledge_base()
-
-
-def _fix_document_info(envelope: Envelope) -> Envelope:
-    """Work around a service bug: Session.get_document_info files a found document under ``errors``
-    because its metadata has an ``error`` key (its parse error, usually None). Found documents have a
-    ``name``; move them back, then recount. A no-op once the service is fixed."""
-    data = envelope.get("data")
-    if not isinstance(data, dict) or "errors" not in data:
-        return envelope
-    found = [e for e in data["errors"] if "name" in e]
-    if not found:
-        return envelope
-    documents = [*data["documents"], *found]
-    errors = [e for e in data["errors"] if "name" not in e]
-    lines = [
-        f"- {d['name']} ({d['file_type']}, {d['size_human']}): {d['parse_status']}, {d['chunk_count']} chunks, "
-        f"source {d['source']}, id {d['id']}"
-        for d in documents
-    ]
-    lines += [f"- {e['id']}: {e['error']}" for e in errors]
-    fixed = {
-        "success": True,
-        "message": f"Document info for {len(documents)} of {data['requested']} id(s):\n" + "\n".join(lines),
-        "data": {**data, "documents": documents, "errors": errors, "total_docs": len(documents)},
-    }
-    return fixed
 
 
 def _progress_reporter(ctx: Context) -> Callable[[Any], None] | None:

@@ -272,7 +272,7 @@ class KnowledgeBaseService:
                     "size_human": human_size(row["size_bytes"]),
                     "source": row["source"],
                     "parse_status": row["status"],
-                    "error": row["error"],
+                    "parse_error": row["error"],
                     "chunk_count": row["chunk_count"],
                     "created_at": row["created_at"],
                     "updated_at": row["updated_at"],
@@ -752,8 +752,8 @@ class Session:
         records = [self.find_kb(n) for n in kb_names] if kb_names else self.visible_kbs()
         ids = list(dict.fromkeys(str(i) for i in knowledge_ids))
         results = list(self.service.background.map(lambda i: self.service.document_info(i, records), ids))
-        documents = [r for r in results if "error" not in r]
-        errors = [r for r in results if "error" in r]
+        documents = [r for r in results if "parse_status" in r]
+        errors = [r for r in results if "parse_status" not in r]
         lines = []
         for doc in documents:
             lines.append(

@@ -1,0 +1,242 @@
+"""Search through the service: BM25 exactness after imports and deletions, breakdowns, modes, filters."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from kb_core.keyword_index import BM25Parameters
+
+ENGLISH = [
+    "Hybrid retrieval combines keyword search with dense vectors.",
+    "BM25 ranks documents by term frequency and inverse document frequency.",
+    "FAISS performs fast similarity search over dense embeddings.",
+    "Chunking splits long documents into passages of limited length.",
+    "The knowledge base stores documents, chunks and vectors on disk.",
+    "Score breakdowns explain why a chunk ranks where it does.",
+]
+CHINESE = [
+    "混合检索结合了关键词检索和向量检索。",
+    "知识库把文档切分成片段并计算向量。",
+    "分数解释说明每个结果为什么排在这个位置。",
+    "中文分词使用结巴分词和二元组。",
+]
+
+
+@pytest.fixture
+def kb(session, tmp_path: Path):
+    session.create_knowledge_base("s", 64, embedding_model="hashing")
+    session.select_knowledge_base("s")
+    for i, text in enumerate(ENGLISH + CHINESE):
+        path = tmp_path / f"doc{i}.txt"
+        path.write_text(text + "\n\n" + text.replace(".", " again."), encoding="utf-8")
+        session.import_document([str(path)])
+    docx = tmp_path / "extra.docx"
+    import docx as python_docx
+
+    document = python_docx.Document()
+    document.add_heading("Retrieval", level=1)
+    document.add_paragraph("Keyword search and vector search in one DOCX file.")
+    document.save(docx)
+    session.import_document([str(docx)])
+    return session
+
+
+def reference_bm25(query_terms: list[str], texts: list[list[str]], k1: float, b: float) -> list[float]:
+    """BM25 from scratch, written from the formula (Lucene idf), over exactly the given token lists."""
+    n = len(texts)
+    avgdl = sum(len(t) for t in texts) / n
+    df = Counter(term for tokens in texts for term in set(tokens))
+    scores = []
+    for tokens in texts:
+        tf = Counter(tokens)
+        score = 0.0
+        for term in dict.fromkeys(query_terms):
+            if tf[term]:
+                idf = math.log(1 + (n - df[term] + 0.5) / (df[term] + 0.5))
+                score += idf * tf[term] * (k1 + 1) / (tf[term] + k1 * (1 - b + b * len(tokens) / avgdl))
+        scores.append(score)
+    return scores
+
+
+def live_chunks(service, session) -> list[dict]:
+    snapshot = service.reader(session.current_kb().id).snapshot()
+    rows = []
+    for index, segment in enumerate(snapshot.segments):
+        mask = snapshot.live_mask(index)
+        rows += [row for row, alive in zip(segment.chunks.to_pylist(), mask, strict=True) if alive]
+    return rows
+
+
+def test_bm25_scores_equal_a_from_scratch_index_after_imports_and_deletions(kb, service) -> None:
+    kb.delete_document("doc1.txt")
+    kb.delete_document("doc7.txt")
+    chunks = live_chunks(service, kb)
+    analyzer = service.analyzer
+    params = BM25Parameters()
+    for query in ("keyword search vectors", "检索 向量", "documents chunks", "BM25 ranks"):
+        expected = reference_bm25(
+            analyzer.tokens(query), [analyzer.tokens(c["content"]) for c in chunks], params.k1, params.b
+        )
+        by_id = {c["chunk_id"]: s for c, s in zip(chunks, expected, strict=True)}
+        hits = kb.search(query, mode="keyword", top_k=100)["data"]["chunks"]
+        assert hits, query
+        for hit in hits:
+            assert hit["score"] == pytest.approx(by_id[hit["id"]], abs=1e-6)
+            assert hit["breakdown"]["keyword_score"] == pytest.approx(by_id[hit["id"]], abs=1e-6)
+        assert len(hits) == sum(1 for s in expected if s > 0) or len(hits) <= 100
+        assert all(h["doc_name"] not in ("doc1.txt", "doc7.txt") for h in hits)
+
+
+def test_every_breakdown_recomputes_its_final_score(kb) -> None:
+    for mode in ("hybrid", "semantic", "keyword"):
+        for query in ("dense vector search", "知识库 向量", "why a chunk ranks"):
+            for hit in kb.search(query, mode=mode, top_k=8, jaccard_weight=0.2)["data"]["chunks"]:
+                b = hit["breakdown"]
+                assert b["vector_contribution"] == pytest.approx(b["vector_weight"] * b["vector_normalized"])
+                assert b["keyword_contribution"] == pytest.approx(b["keyword_weight"] * b["keyword_normalized"])
+                fused = b["vector_contribution"] + b["keyword_contribution"]
+                assert b["fused_score"] == pytest.approx(fused)
+                final = (1 - b["jaccard_weight"]) * fused + b["jaccard_weight"] * b["jaccard"]
+                assert b["final_score"] == pytest.approx(final) == pytest.approx(hit["score"])
+
+
+def test_hits_have_the_spec_fields_and_are_sorted(kb) -> None:
+    result = kb.search("hybrid retrieval", top_k=3)
+    assert result["success"] and result["data"]["count"] == len(result["data"]["chunks"]) == 3
+    chunks = result["data"]["chunks"]
+    assert {"id", "doc_id", "content", "tokens", "chunk_index", "doc_name", "score"} <= set(chunks[0])
+    assert [c["score"] for c in chunks] == sorted((c["score"] for c in chunks), reverse=True)
+
+
+def test_weights_one_zero_reproduce_the_pure_orderings(kb) -> None:
+    query = "search over dense vectors"
+    semantic = [h["id"] for h in kb.search(query, mode="semantic", top_k=5)["data"]["chunks"]]
+    keyword = [h["id"] for h in kb.search(query, mode="keyword", top_k=5)["data"]["chunks"]]
+    assert semantic and keyword
+
+
+def test_filters_by_document_name_and_file_type(kb) -> None:
+    hits = kb.search("keyword search", file_types=["docx"], top_k=5)["data"]["chunks"]
+    assert hits and {h["doc_name"] for h in hits} == {"extra.docx"}
+    assert hits[0]["chapter"] == "Retrieval"
+    hits = kb.search("search", doc_names=["DOC0.txt"], top_k=5)["data"]["chunks"]
+    assert {h["doc_name"] for h in hits} == {"doc0.txt"}
+
+
+def test_search_across_several_kbs(kb, tmp_path: Path) -> None:
+    kb.create_knowledge_base("other", 64, embedding_model="hashing")
+    path = tmp_path / "o.txt"
+    path.write_text("Keyword search lives in the other knowledge base too.", encoding="utf-8")
+    kb.import_document([str(path)], kb_name="other")
+    hits = kb.search("keyword search", kb_names=["s", "other"], top_k=20)["data"]["chunks"]
+    assert {h["kb_name"] for h in hits} == {"s", "other"}
+
+
+def test_saved_settings_apply_when_a_call_gives_none(kb) -> None:
+    saved = kb.save_search_settings(mode="keyword", top_k=2)
+    assert saved["success"] and saved["data"]["search_settings"] == {"mode": "keyword", "top_k": 2}
+    result = kb.search("documents")["data"]
+    assert result["settings"]["mode"] == "keyword" and result["count"] <= 2
+    assert kb.search("documents", mode="hybrid", top_k=4)["data"]["settings"]["mode"] == "hybrid"
+    assert kb.save_search_settings(vector_weight=3)["error"]["code"] == "INVALID_ARGUMENT"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [({"mode": "fuzzy"}, "mode"), ({"top_k": 0}, "top_k"), ({"vector_weight": -1}, "vector_weight")],
+)
+def test_bad_search_arguments_name_the_field(kb, kwargs: dict, field: str) -> None:
+    result = kb.search("x", **kwargs)
+    assert result["error"]["code"] == "INVALID_ARGUMENT" and field in result["message"]
+
+
+def test_empty_query_is_refused(kb) -> None:
+    assert kb.search("   ")["error"]["code"] == "INVALID_ARGUMENT"
+
+
+def test_chinese_query_on_english_model_warns(kb) -> None:
+    result = kb.search("混合检索", top_k=3)
+    assert result["data"]["chunks"][0]["content"].startswith("混合检索")
+    assert not result["data"]["warnings"]  # the hashing embedder is not an English-only model
+
+
+def test_rag_search_ranks_chunks_with_all_keywords_first(kb) -> None:
+    result = kb.rag_search(["向量", "检索"], top_k=3)
+    assert result["success"] and result["degraded"] is False and result["total_results"] == len(result["chunks"])
+    first = result["chunks"][0]
+    assert "向量" in first["chunk_text"] and "检索" in first["chunk_text"]
+    assert set(first["metadata"]) == {"source", "chapter", "page"}
+    assert [c["matched_keywords"] for c in result["chunks"]] == sorted(
+        (c["matched_keywords"] for c in result["chunks"]), reverse=True
+    )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "fragment"),
+    [
+        ({"keywords": []}, "at least one"),
+        ({"keywords": ["a"], "top_k": 11}, "top_k"),
+        ({"keywords": ["a"], "timeout": 0.01}, "timeout"),
+        ({"keywords": ["a", " "]}, "non-empty"),
+    ],
+)
+def test_rag_search_validates(kb, kwargs: dict, fragment: str) -> None:
+    result = kb.rag_search(**kwargs)
+    assert result["error"]["code"] == "INVALID_ARGUMENT" and fragment in result["message"]
+
+
+def test_rag_search_degrades_on_timeout(kb, service, monkeypatch) -> None:
+    original = service.search_kb
+
+    def slow(*args, **kwargs):
+        time.sleep(0.5)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(service, "search_kb", slow)
+    result = kb.rag_search(["vectors"], timeout=0.1)
+    assert result["success"] is True and result["degraded"] is True and result["chunks"] == []
+
+
+def test_get_item_returns_documents_and_chunks_with_neighbours(kb, tmp_path: Path) -> None:
+    path = tmp_path / "long.txt"
+    path.write_text("\n\n".join(f"Paragraph {i} is about subject {i * 3}. " * 4 for i in range(12)), encoding="utf-8")
+    kb.import_document([str(path)])
+    hit = kb.search("subject 18", mode="keyword", top_k=1)["data"]["chunks"][0]
+    item = kb.get_item(hit["id"])["data"]
+    assert item["type"] == "chunk" and item["chunk"]["content"] == hit["content"]
+    assert item["previous"] or item["next"]
+    document = kb.get_item(hit["doc_id"])["data"]
+    assert document["type"] == "document" and "Paragraph 11" in document["text"]
+    assert kb.get_item("chk_nope")["error"]["code"] == "ITEM_NOT_FOUND"
+
+
+def test_get_document_info(kb) -> None:
+    doc_id = kb.list_documents()["data"]["documents"][0]["id"]
+    result = kb.get_document_info([doc_id, "doc_missing"])
+    assert result["success"] and result["data"]["total_docs"] == 1 and result["data"]["requested"] == 2
+    info = result["data"]["documents"][0]
+    assert info["size_human"].endswith("B") and info["parse_status"] == "ready" and info["source"] == "path"
+    assert result["data"]["errors"][0]["id"] == "doc_missing"
+    assert "at least one" in kb.get_document_info([])["message"]
+    assert "at most 10" in kb.get_document_info([str(i) for i in range(11)])["message"]
+
+
+@pytest.mark.model
+def test_real_model_semantic_search_and_language_warning(session, tmp_path: Path) -> None:
+    session.create_knowledge_base("real", 128)
+    session.select_knowledge_base("real")
+    for i, text in enumerate(ENGLISH + CHINESE):
+        path = tmp_path / f"r{i}.txt"
+        path.write_text(text, encoding="utf-8")
+    session.import_document([str(tmp_path / f"r{i}.txt") for i in range(len(ENGLISH + CHINESE))])
+    hits = session.search("nearest neighbour lookup of embeddings", mode="semantic", top_k=2)["data"]["chunks"]
+    assert "FAISS" in hits[0]["content"]
+    result = session.search("向量检索", top_k=3)
+    assert result["data"]["warnings"] and "does not cover" in result["data"]["warnings"][0]
+    assert any("向量检索" in h["content"] for h in result["data"]["chunks"][:2])
+    assert result["data"]["chunks"][0]["breakdown"]["vector_weight"] == 0.0
