@@ -11,7 +11,11 @@ segments with *global* statistics computed over live rows only::
 
 so the scores equal those of a BM25 index built from scratch over exactly the live rows. Building a
 segment costs in proportion to the segment; a searcher's construction costs one vector pass over the row
-lengths; a query touches only the postings of its terms (df is counted from those same postings).
+lengths and live masks. On first use of a term the searcher computes its df and exact per-row contributions
+from the term's postings (these are constants while the set of live rows is fixed) and caches them; a query
+then sums its terms' cached contributions — into a dense array when the postings cover at least an eighth of
+the rows, else by sorting the touched rows — and selects the top k with a lower bound taken from the
+best single-term contributions, so that most rows are discarded by one comparison pass.
 
 Query terms are de-duplicated: a term repeated in the query counts once (a query is a set of terms, as in
 Lucene's ``BooleanQuery`` of distinct ``TermQuery`` clauses built by most query parsers over analysed text).
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import io
 import logging
+import math
 import os
 import tempfile
 import threading
@@ -62,6 +67,8 @@ def bm25_idf(df: np.ndarray | float, n_docs: int) -> np.ndarray:
     ``1 +`` inside the logarithm that Lucene's ``BM25Similarity`` adds so idf stays positive for very common
     terms (Kamphuis et al., "Which BM25 Do You Mean?", ECIR 2020).
     """
+    if isinstance(df, int | float):  # scalar fast path: a query computes one idf per term
+        return np.float64(math.log1p((n_docs - df + 0.5) / (df + 0.5)))
     df = np.asarray(df, dtype=np.float64)
     return np.log1p((n_docs - df + 0.5) / (df + 0.5))
 
@@ -291,6 +298,8 @@ class KeywordSearcher:
                     f"live mask of segment {i} must be a bool array of shape ({segment.n_rows},), "
                     f"got {live.dtype} {live.shape}"
                 )
+            live = live.copy()  # the caller may reuse its mask; our N, avgdl and cached dfs must not drift
+            live.flags.writeable = False
             n_live = int(np.count_nonzero(live))
             n_docs += n_live
             all_live = n_live == segment.n_rows
@@ -340,10 +349,12 @@ class KeywordSearcher:
         df = sum(len(rows) for _, rows, _ in found)
         idf = float(bm25_idf(df, self.n_docs))
         k1 = self.params.k1
-        scores = np.concatenate([bm25_term_scores(tf, seg.norm[rows], idf, k1) for seg, rows, tf in found])
-        global_rows = np.concatenate([rows.astype(np.int64) + seg.offset for seg, rows, _ in found])
+        parts = [bm25_term_scores(tf, seg.norm[rows], idf, k1) for seg, rows, tf in found]
+        scores = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        row_parts = [np.add(rows, seg.offset, dtype=np.int64) for seg, rows, _ in found]
+        global_rows = row_parts[0] if len(row_parts) == 1 else np.concatenate(row_parts)
         top = scores if len(scores) <= _TOP_KEPT else scores[np.argpartition(-scores, _TOP_KEPT - 1)[:_TOP_KEPT]]
-        entry = _TermPostings(global_rows, scores, -np.sort(-top))
+        entry = _TermPostings(global_rows, scores, np.sort(top)[::-1])
         with self._cache_lock:
             if term not in self._cache and df <= self._cache_limit:
                 self._cache[term] = entry
