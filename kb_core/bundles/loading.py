@@ -6,6 +6,8 @@ nesting overflows the recursive composer. The loader here counts alias uses and 
 values the document expands to (computed on the node graph, before anything is constructed), caps
 nesting depth, refuses duplicate keys (PyYAML silently keeps the last one) and keeps timestamps as
 strings (an agent's ``2024-01-01`` is text, not a ``datetime.date`` that fails a string schema).
+libyaml scans and parses when PyYAML has it; composition stays in Python so the limits apply
+while the node graph is built, before any expansion.
 """
 
 from __future__ import annotations
@@ -15,7 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from yaml.composer import Composer
+from yaml.constructor import SafeConstructor
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+from yaml.resolver import Resolver
 
 from kb_core.errors import ImportFormatError
 
@@ -34,13 +39,12 @@ class LimitExceeded(ImportFormatError):
     pass
 
 
-class _LimitedLoader(yaml.SafeLoader):
-    limits: BundleLimits = BundleLimits()
+class _Limits:
+    """Mixed in before a loader's composer: depth and alias caps, duplicate-key refusal."""
 
-    def __init__(self, stream: Any) -> None:
-        super().__init__(stream)
-        self._depth = 0
-        self._aliases = 0
+    limits: BundleLimits = BundleLimits()
+    _depth = 0
+    _aliases = 0
 
     def compose_node(self, parent: Node | None, index: Any) -> Node:  # type: ignore[override]
         if self.check_event(yaml.AliasEvent):
@@ -76,11 +80,33 @@ class _LimitedLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-# Timestamps stay strings: drop the implicit timestamp resolver in our loader only.
-_LimitedLoader.yaml_implicit_resolvers = {
+class _PythonLoader(_Limits, yaml.SafeLoader):  # type: ignore[misc]
+    pass
+
+
+try:
+    from yaml._yaml import CParser
+
+    class _FastLoader(_Limits, Composer, CParser, SafeConstructor, Resolver):  # type: ignore[misc]
+        """libyaml's scanner and parser (fast) under PyYAML's Python composer (where the limits hook in)."""
+
+        def __init__(self, stream: Any) -> None:
+            CParser.__init__(self, stream)
+            Composer.__init__(self)
+            SafeConstructor.__init__(self)
+            Resolver.__init__(self)
+
+    _LimitedLoader: type = _FastLoader
+except ImportError:  # PyYAML built without libyaml
+    _LimitedLoader = _PythonLoader
+
+# Timestamps stay strings: drop the implicit timestamp resolver in our loaders only.
+_NO_TIMESTAMPS = {
     first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
+_PythonLoader.yaml_implicit_resolvers = _NO_TIMESTAMPS
+_LimitedLoader.yaml_implicit_resolvers = _NO_TIMESTAMPS
 
 
 def _expanded_size(root: Node, limit: int) -> int:
