@@ -63,6 +63,7 @@ METRICS = ("ndcg@10", "recall@100", "mrr@10")
 MODES = ("hybrid", "semantic", "keyword")
 DEFAULT_CHUNK_SIZE = 256
 DEFAULT_TOP_K = 100
+RECALL_DEPTH = 100
 # The head pass is the search a user runs for 10 results; the deep pass fills any of the 10 places left empty
 # because several chunks belong to one document.
 HEAD_CHUNKS = 10
@@ -374,7 +375,8 @@ def settings_for(
 @dataclass
 class EvaluationReport:
     """``metrics``: one row per setting (setting, mode, vector_weight, keyword_weight, ndcg@10, recall@100,
-    mrr@10, queries, seconds). ``per_query``: one row per setting and query (setting, query_id, query, ndcg@10,
+    mrr@10, queries, seconds); recall@100 is NaN when the ranking was evaluated less than 100 deep.
+    ``per_query``: one row per setting and query (setting, query_id, query, ndcg@10,
     recall@100, mrr@10); sort by a metric for the worst queries. ``runs``: ``{setting: {qid: {doc_id: score}}}``.
     """
 
@@ -390,12 +392,21 @@ class EvaluationReport:
 
     def to_json(self, worst: int = 10) -> dict[str, Any]:
         first = self.metrics["setting"].iloc[0] if not self.metrics.empty else None
+        worst_rows = self.worst_queries(first, worst) if first is not None else self.per_query.head(0)
         return {
             "kb_name": self.kb_name,
-            "metrics": self.metrics.to_dict("records"),
-            "worst_queries": self.worst_queries(first, worst).to_dict("records") if first is not None else [],
+            "metrics": _records(self.metrics),
+            "worst_queries": _records(worst_rows),
             "warnings": self.warnings,
         }
+
+
+def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """Rows as JSON-ready dicts: NaN (a metric that was not measured) becomes None."""
+    return [
+        {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
+        for row in frame.to_dict("records")
+    ]
 
 
 def score_run(run: dict[str, dict[str, float]], qrels: dict[str, dict[str, int]]) -> dict[str, dict[str, float]]:
@@ -452,9 +463,10 @@ def evaluate_kb(
     default settings, then hybrid at each vector weight in ``vector_weights`` (keyword weight 1 − w).
 
     Two passes per query. The *head* is the search a user runs (``top_k`` of ``HEAD_CHUNKS`` chunks, everything
-    else at the KB's defaults), so nDCG@10 and MRR@10 measure exactly what a user sees. The *deep* pass, only
-    when ``top_k`` > 10, fetches ``CHUNK_OVERFETCH · top_k`` chunks without near-duplicate removal (which is
-    quadratic in the window) and extends the head's documents to ``top_k`` for Recall@100. Documents are ranked
+    else at the KB's defaults), so nDCG@10 and MRR@10 measure what a user sees. The *deep* pass fetches
+    ``CHUNK_OVERFETCH · top_k`` chunks without near-duplicate removal (which is quadratic in the window) and
+    extends the head's documents to ``top_k`` (for Recall@100, or to fill the top 10 when several of the head's
+    chunks belong to one document). Documents are ranked
     by their best chunk (MaxP).
     """
     if not 1 <= top_k <= 1000 // CHUNK_OVERFETCH:
@@ -483,7 +495,7 @@ def evaluate_kb(
             hits, notes, used = session.run_search(queries[qid], kb_names=[kb], top_k=HEAD_CHUNKS, **overrides)
             head = _document_ranking(hits, min(top_k, HEAD_DOCUMENTS))
             deep: dict[str, float] = {}
-            if top_k > HEAD_DOCUMENTS:
+            if top_k > len(head):  # deeper than the head, or the head's 10 chunks held fewer than 10 documents
                 more, _, _ = session.run_search(
                     queries[qid], kb_names=[kb], top_k=top_k * CHUNK_OVERFETCH, deduplicate=False, **overrides
                 )
@@ -504,6 +516,9 @@ def evaluate_kb(
             "vector_weight": used.vector_weight if hybrid else None,
             "keyword_weight": used.keyword_weight if hybrid else None,
         }
+        if top_k < RECALL_DEPTH:  # a ranking shallower than 100 cannot give Recall@100
+            for values in per_query.values():
+                values["recall@100"] = math.nan
         for metric in METRICS:
             row[metric] = sum(v[metric] for v in per_query.values()) / len(per_query)
         row["queries"] = len(judged)

@@ -277,6 +277,18 @@ def test_cli_eval_prints_the_envelope_and_keeps_eval_kbs_out_of_the_user_list(
     assert "nDCG@10" in out and "hybrid 0.40/0.60" in out
 
 
+def test_cli_eval_sweep_adds_hybrid_weights_ten_deep(
+    tmp_path: Path, beir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--home", str(tmp_path / "h"), "--json", "eval", str(beir), "--model", "hashing", "--mode", "keyword"]
+    assert cli_main([*argv, "--sweep", "--max-queries", "2"]) == 0
+    metrics = json.loads(capsys.readouterr().out)["data"]["metrics"]
+    assert [m["setting"] for m in metrics[:3]] == ["keyword", "hybrid 0.00/1.00", "hybrid 0.10/0.90"]
+    assert len(metrics) == 12
+    assert metrics[0]["recall@100"] is not None
+    assert all(m["recall@100"] is None and m["ndcg@10"] is not None for m in metrics[1:])
+
+
 def test_cli_eval_reports_a_bad_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code = cli_main(["--home", str(tmp_path / "h"), "eval", str(tmp_path / "missing")])
     assert code == 1
