@@ -261,7 +261,7 @@ class _TermPostings:
 
 
 _NO_POSTINGS = _TermPostings(np.empty(0, dtype=np.int64), np.empty(0), np.empty(0))
-_TOP_KEPT = 100
+_TOP_KEPT = 256  # enough for the over-fetch of hybrid search (k up to a few hundred)
 
 
 class KeywordSearcher:
