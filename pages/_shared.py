@@ -198,12 +198,14 @@ class ImportBars:
 def highlight(text: str, terms: Sequence[str]) -> str:
     """HTML of ``text`` with every occurrence of the matched terms marked (case-insensitive; Chinese too).
 
-    The engine reports analysed terms (stems, Chinese words or n-grams); a stem is highlighted where
-    it starts a word, which marks "normalised" for the stem "normalis".
+    The engine reports analysed terms (stems, Chinese words or n-grams); a Latin stem is highlighted
+    to the end of its word.
     """
     marked = [False] * len(text)
     for term in sorted({t for t in terms if t and t.strip()}, key=len, reverse=True):
-        for match in re.finditer(re.escape(term), text, flags=re.IGNORECASE):
+        # a Latin stem extends to the end of its word ("normalis" marks "normalised")
+        pattern = re.escape(term) + (r"[a-zA-Z]*" if term[-1:].isascii() and term[-1:].isalpha() else "")
+        for match in re.finditer(pattern, text, flags=re.IGNORECASE):
             for i in range(match.start(), match.end()):
                 marked[i] = True
     out: list[str] = []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -26,15 +27,23 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return path
 
 
-@pytest.fixture
-def filled(home: Path) -> Path:
-    """A home with two hashing KBs; "Alpha" holds English and Chinese TXT, DOCX and DOC demo files."""
-    session = KnowledgeBaseService(home).session()
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Built once: two hashing KBs; "Alpha" holds English and Chinese TXT, DOCX and DOC demo files."""
+    path = tmp_path_factory.mktemp("template") / "home"
+    session = KnowledgeBaseService(path).session()
     assert session.create_knowledge_base("Alpha", 128, embedding_model="hashing")["success"]
     assert session.create_knowledge_base("Beta", 256, embedding_model="hashing")["success"]
     files = ["kb_workbench_overview.txt", "混合检索.docx", "得分解释.doc", "hybrid_search.docx"]
     result = session.import_document([str(DEMO / f) for f in files], kb_name="Alpha")
     assert result["data"]["success_count"] == 4, result
+    return path
+
+
+@pytest.fixture
+def filled(home: Path, template: Path) -> Path:
+    """A private copy of the template home (tests change it)."""
+    shutil.copytree(template, home)
     return home
 
 

@@ -1,0 +1,141 @@
+"""Fixtures for browser tests: the app served by `streamlit run` on a free loopback port, and Debian's Chromium
+driven by Playwright (never a downloaded browser). A failing test leaves a screenshot under test-artifacts/."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+ARTIFACTS = REPO / "test-artifacts"
+CHROMIUM = os.environ.get("KB_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class RunningApp:
+    def __init__(self, home: Path, *, demo: bool = False, log: Path | None = None) -> None:
+        self.home = home
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        environment = {
+            **os.environ,
+            "KB_HOME": str(home),
+            "KB_DEMO": "1" if demo else "0",
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+        }
+        self.log_path = log or home.parent / f"streamlit-{self.port}.log"
+        self.log = open(self.log_path, "w", encoding="utf-8")  # noqa: SIM115 - closed in stop()
+        self.process = subprocess.Popen(
+            [
+                sys.executable, "-m", "streamlit", "run", str(REPO / "app.py"),
+                "--server.port", str(self.port), "--server.address", "127.0.0.1", "--server.headless", "true",
+                "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
+            ],
+            cwd=REPO, env=environment, stdout=self.log, stderr=subprocess.STDOUT,
+        )
+
+    def wait(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"streamlit exited: {self.log_path.read_text(encoding='utf-8')[-2000:]}")
+            try:
+                if httpx.get(f"{self.url}/_stcore/health", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.3)
+        raise TimeoutError(f"the app did not answer on {self.url} within {timeout:.0f} s")
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.log.close()
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[object]:
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"{CHROMIUM} is missing: run scripts/install.sh --browser (Debian's chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[RunningApp]:
+    app = RunningApp(tmp_path / "home")
+    try:
+        app.wait()
+        yield app
+    finally:
+        app.stop()
+
+
+@pytest.fixture
+def pages(request: pytest.FixtureRequest, browser: object) -> Iterator[list]:
+    """New pages (each in its own browser context, i.e. its own session); screenshots on failure."""
+    contexts: list = []
+    opened: list = []
+
+    def factory():
+        context = browser.new_context(viewport={"width": 1400, "height": 1000}, locale="en-US")  # type: ignore[attr-defined]
+        contexts.append(context)
+        page = context.new_page()
+        page.set_default_timeout(30_000)
+        opened.append(page)
+        return page
+
+    yield factory  # type: ignore[misc]
+    report = getattr(request.node, "rep_call", None)
+    if report is not None and report.failed:
+        ARTIFACTS.mkdir(exist_ok=True)
+        for index, page in enumerate(opened):
+            target = ARTIFACTS / f"{request.node.name}-{index}.png"
+            try:
+                page.screenshot(path=str(target), full_page=True)
+            except Exception as error:  # the page may be gone; the test's own error matters more
+                print(f"screenshot failed: {error}")
+    for context in contexts:
+        context.close()
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):  # type: ignore[no-untyped-def]
+    report = yield
+    setattr(item, f"rep_{report.when}", report)
+    return report
+
+
+def copy_log_on_failure(app: RunningApp, name: str) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    shutil.copy(app.log_path, ARTIFACTS / f"{name}-streamlit.log")
