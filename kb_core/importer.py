@@ -91,6 +91,7 @@ class _PendingDocument:
     chunk_size: int
     vectors: list[np.ndarray | None] = field(default_factory=list)
     replaces: tuple[str, str] | None = None  # (segment id, doc id) this document supersedes
+    error: str | None = None  # set for a file that failed: it is recorded with status "failed"
 
     @property
     def embedded(self) -> bool:
@@ -188,6 +189,7 @@ class Importer:
         progress_callback: ProgressCallback | None = None,
     ) -> tuple[list[FileProgress], list[dict[str, Any]]]:
         """Import ``sources``; return per-file progress and the committed document rows."""
+        self.sources = list(sources)
         progress = ImportProgress(files=[FileProgress(file_path=s.reported_path or str(s.path)) for s in sources])
         job = JobFile(self.store, progress)
         lock = threading.Lock()
@@ -224,6 +226,7 @@ class Importer:
 
         committed: list[dict[str, Any]] = []
         ready: list[_PendingDocument] = []
+        failed: list[_PendingDocument] = []
         queue: list[tuple[_PendingDocument, int]] = []
         job.publish()
         notify()
@@ -234,10 +237,10 @@ class Importer:
                     try:
                         document = future.result()
                     except KBError as exc:
-                        self._fail(progress, index, exc.message)
+                        failed += self._fail(progress, index, exc.message, chunk_size)
                     except Exception as exc:  # a parser bug must fail one file, not the import
                         logger.exception("unexpected failure importing %s", sources[index].path)
-                        self._fail(progress, index, f"unexpected error: {type(exc).__name__}")
+                        failed += self._fail(progress, index, f"unexpected error: {type(exc).__name__}", chunk_size)
                     else:
                         state = progress.files[index]
                         state.status = "embedding"
@@ -259,8 +262,8 @@ class Importer:
             while queue:
                 self._embed(queue[:EMBED_BATCH], progress, notify)
                 del queue[:EMBED_BATCH]
-            if ready:
-                committed += self._commit(ready, progress)
+            if ready or failed:
+                committed += self._commit(ready + failed, progress)
             job.publish()
             notify()
         except KBError as exc:
@@ -273,10 +276,27 @@ class Importer:
             job.close()
         return progress.files, committed
 
-    @staticmethod
-    def _fail(progress: ImportProgress, index: int, message: str) -> None:
+    def _fail(self, progress: ImportProgress, index: int, message: str, chunk_size: int) -> list[_PendingDocument]:
+        """Mark a file failed; a new file that exists is also recorded as a failed document."""
         state = progress.files[index]
         state.status, state.error = "failed", message
+        source = self.sources[index]
+        if source.replaces is not None or not source.path.is_file():
+            return []
+        return [
+            _PendingDocument(
+                index=index,
+                source=source,
+                doc_id=f"doc_{uuid.uuid4().hex[:16]}",
+                file_type=source.path.suffix.lower().lstrip(".") or "unknown",
+                text="",
+                chunks=[],
+                size_bytes=source.path.stat().st_size,
+                sha256="",
+                chunk_size=chunk_size,
+                error=message,
+            )
+        ]
 
     def _embed(
         self, batch: list[tuple[_PendingDocument, int]], progress: ImportProgress, notify: Callable[[], None]
@@ -323,7 +343,9 @@ class Importer:
             raise
         for document, row in zip(documents, rows, strict=True):
             state = progress.files[document.index]
-            state.status, state.doc_name = "ready", row["name"]
+            state.doc_name = row["name"]
+            if document.error is None:
+                state.status = "ready"
         return rows
 
     def write_segment(self, staged: StagedSegment, documents: list[_PendingDocument]) -> list[dict[str, Any]]:
@@ -333,6 +355,27 @@ class Importer:
         text_rows: list[dict[str, Any]] = []
         vectors: list[np.ndarray] = []
         for document in documents:
+            if document.error is not None:
+                doc_rows.append(
+                    {
+                        "doc_id": document.doc_id,
+                        "name": document.source.display_name,
+                        "file_name": document.source.path.name,
+                        "file_path": document.source.reported_path or str(document.source.path),
+                        "file_type": document.file_type,
+                        "source": document.source.source,
+                        "size_bytes": document.size_bytes,
+                        "sha256": None,
+                        "chunk_size": document.chunk_size,
+                        "status": "failed",
+                        "error": document.error,
+                        "chunk_count": 0,
+                        "created_at": now,
+                        "updated_at": now,
+                        "original": None,  # a file that failed is not kept
+                    }
+                )
+                continue
             suffix = document.source.path.suffix.lower() or f".{document.file_type}"
             original = Path("files") / f"{document.doc_id}{suffix}"
             shutil.copyfile(document.source.path, staged.path / original)
@@ -371,9 +414,12 @@ class Importer:
                     }
                 )
                 vectors.append(vector)
-        write_segment_files(
-            staged, doc_rows, chunk_rows, text_rows, np.vstack(vectors).astype(np.float32), self.embedder, self.analyzer
+        matrix = (
+            np.vstack(vectors).astype(np.float32)
+            if vectors
+            else np.empty((0, int(self.embedder.dimension)), dtype=np.float32)
         )
+        write_segment_files(staged, doc_rows, chunk_rows, text_rows, matrix, self.embedder, self.analyzer)
         return doc_rows
 
 

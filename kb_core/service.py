@@ -828,7 +828,7 @@ def _document_row(document: dict[str, Any]) -> dict[str, Any]:
         "chunk_count": int(document["chunk_count"]),
         "size_bytes": int(document["size_bytes"]),
         "source": document["source"],
-        "error": document["error"],
+        "error": document["error"] if isinstance(document["error"], str) else None,
     }
 
 

@@ -148,3 +148,17 @@ def test_chunk_size_override_is_validated(kb, tmp_path: Path) -> None:
 def test_import_without_current_kb_says_what_to_do(session, tmp_path: Path) -> None:
     result = session.import_document([str(write(tmp_path, "a.txt", "x"))])
     assert result["error"]["code"] == "NO_CURRENT_KB" and "select_knowledge_base" in result["message"]
+
+
+def test_failed_files_are_listed_with_their_reason_and_replaced_by_a_later_import(kb, tmp_path: Path) -> None:
+    bad = tmp_path / "notes.txt"
+    bad.write_bytes(bytes(range(256)) * 10)
+    kb.import_document([str(bad)])
+    listed = kb.list_documents()["data"]["documents"]
+    assert [(d["name"], d["status"], d["chunk_count"]) for d in listed] == [("notes.txt", "failed", 0)]
+    assert "binary" in listed[0]["error"]
+    bad.write_text("Now it is text. 现在是文本。", encoding="utf-8")
+    result = kb.import_document([str(bad)])
+    assert result["data"]["success_files"][0]["doc_name"] == "notes.txt"
+    listed = kb.list_documents()["data"]["documents"]
+    assert [(d["name"], d["status"], d["error"]) for d in listed] == [("notes.txt", "ready", None)]
