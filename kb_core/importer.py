@@ -355,24 +355,28 @@ class Importer:
         text_rows: list[dict[str, Any]] = []
         vectors: list[np.ndarray] = []
         for document in documents:
+            row = {
+                "doc_id": document.doc_id,
+                "name": document.source.display_name,
+                "file_name": document.source.path.name,
+                "file_path": document.source.reported_path or str(document.source.path),
+                "file_type": document.file_type,
+                "source": document.source.source,
+                "size_bytes": document.size_bytes,
+                "chunk_size": document.chunk_size,
+                "created_at": document.source.created_at or now,
+                "updated_at": now,
+            }
             if document.error is not None:
+                # a file that failed is recorded with its reason, but not kept
                 doc_rows.append(
                     {
-                        "doc_id": document.doc_id,
-                        "name": document.source.display_name,
-                        "file_name": document.source.path.name,
-                        "file_path": document.source.reported_path or str(document.source.path),
-                        "file_type": document.file_type,
-                        "source": document.source.source,
-                        "size_bytes": document.size_bytes,
+                        **row,
                         "sha256": None,
-                        "chunk_size": document.chunk_size,
                         "status": "failed",
                         "error": document.error,
                         "chunk_count": 0,
-                        "created_at": now,
-                        "updated_at": now,
-                        "original": None,  # a file that failed is not kept
+                        "original": None,
                     }
                 )
                 continue
@@ -381,20 +385,11 @@ class Importer:
             shutil.copyfile(document.source.path, staged.path / original)
             doc_rows.append(
                 {
-                    "doc_id": document.doc_id,
-                    "name": document.source.display_name,
-                    "file_name": document.source.path.name,
-                    "file_path": document.source.reported_path or str(document.source.path),
-                    "file_type": document.file_type,
-                    "source": document.source.source,
-                    "size_bytes": document.size_bytes,
+                    **row,
                     "sha256": document.sha256,
-                    "chunk_size": document.chunk_size,
                     "status": "ready",
                     "error": None,
                     "chunk_count": len(document.chunks),
-                    "created_at": document.source.created_at or now,
-                    "updated_at": now,
                     "original": str(original),
                 }
             )

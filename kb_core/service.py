@@ -84,15 +84,16 @@ class KnowledgeBaseService:
         return Session(self, persistent_name, scope)
 
     # -- knowledge bases -----------------------------------------------------------------------
-    def find_kb(self, kb_name: str) -> KnowledgeBaseRecord:
+    def find_kb(self, kb_name: str, among: Sequence[KnowledgeBaseRecord] | None = None) -> KnowledgeBaseRecord:
+        """The KB named ``kb_name`` (ignoring case), among ``among`` (default: all KBs of the home)."""
         if not isinstance(kb_name, str) or not kb_name.strip():
             raise InvalidArgument("kb_name must be a non-empty string.", details={"field": "kb_name"})
+        records = self.home.knowledge_bases() if among is None else list(among)
         key = name_key(kb_name)
-        for record in self.home.knowledge_bases():
+        for record in records:
             if name_key(record.name) == key:
                 return record
-        names = [r.name for r in self.home.knowledge_bases()]
-        listed = ", ".join(repr(n) for n in names[:20]) if names else "none yet"
+        listed = ", ".join(repr(r.name) for r in records[:20]) if records else "none yet"
         raise KBNotFound(
             f"Knowledge base {kb_name!r} does not exist. Existing knowledge bases: {listed}.",
             details={"kb_name": kb_name},
@@ -320,20 +321,7 @@ class Session:
         return records if self.scope is None else [r for r in records if r.id in self.scope]
 
     def find_kb(self, kb_name: str) -> KnowledgeBaseRecord:
-        if self.scope is None:
-            return self.service.find_kb(kb_name)
-        if not isinstance(kb_name, str) or not kb_name.strip():
-            raise InvalidArgument("kb_name must be a non-empty string.", details={"field": "kb_name"})
-        key = name_key(kb_name)
-        visible = self.visible_kbs()
-        for record in visible:
-            if name_key(record.name) == key:
-                return record
-        listed = ", ".join(repr(r.name) for r in visible[:20]) or "none yet"
-        raise KBNotFound(
-            f"Knowledge base {kb_name!r} does not exist. Existing knowledge bases: {listed}.",
-            details={"kb_name": kb_name},
-        )
+        return self.service.find_kb(kb_name, None if self.scope is None else self.visible_kbs())
 
     # -- current KB ----------------------------------------------------------------------------
     @property
@@ -639,8 +627,13 @@ class Session:
         file_types: Sequence[str] | None = None,
         kb_names: Sequence[str] | None = None,
         explain: bool = True,
+        expand_graph: bool = False,
     ) -> Envelope:
-        """Hybrid (default), semantic or keyword search; every hit carries its score breakdown."""
+        """Hybrid (default), semantic or keyword search; every hit carries its score breakdown.
+
+        ``expand_graph`` follows knowledge-bundle edges: hits on bundle documents are followed by their
+        related nodes' first chunks, marked ``expanded`` with ``breakdown.graph_expansion``.
+        """
         hits, warnings, settings = self.run_search(
             query,
             kb_names=kb_names,
@@ -653,6 +646,8 @@ class Session:
             fusion=fusion,
         )
         chunks = [hit.to_json(explain) for hit in hits]
+        if expand_graph:
+            chunks = self.expand_hits(chunks)
         message = f"Found {len(chunks)} chunk(s) ({settings.mode} search)."
         if warnings:
             message += " " + " ".join(warnings)
@@ -731,6 +726,10 @@ class Session:
         """A document's full parsed text (``doc_…`` id) or a chunk with its neighbours (``chk_…`` id)."""
         if not isinstance(item_id, str) or not item_id.strip():
             raise InvalidArgument("id must be a non-empty string.", details={"field": "id"})
+        if item_id.strip().startswith("node_"):
+            from kb_core import bundles
+
+            return bundles.get_node(self, item_id.strip(), kb_names)
         records = [self.find_kb(n) for n in kb_names] if kb_names else self.visible_kbs()
         item = self.service.find_item(item_id.strip(), records, neighbours)
         return ok(f"Found {item['type']} {item_id}.", item)
@@ -783,6 +782,42 @@ class Session:
         from kb_core import transfer
 
         return transfer.import_database(self, source_db_path)
+
+    # -- knowledge bundles (typed nodes and edges; see kb_core.bundles) -------------------------
+    def get_knowledge_schema(self, kb_name: str | None = None) -> Envelope:
+        """The JSON Schema a bundle must satisfy for the KB's ontology, and an example bundle in YAML."""
+        from kb_core import bundles
+
+        return bundles.get_knowledge_schema(self, kb_name)
+
+    def import_knowledge_bundle(
+        self, temp_file_path: str, kb_name: str | None = None, delete_file: bool = True
+    ) -> Envelope:
+        """Validate a YAML bundle as a whole, then apply it in one transaction (see kb_core.bundles)."""
+        from kb_core import bundles
+
+        return bundles.import_knowledge_bundle(self, temp_file_path, kb_name, delete_file=delete_file)
+
+    def get_ontology(self, kb_name: str | None = None) -> Envelope:
+        from kb_core import bundles
+
+        return bundles.get_ontology(self, kb_name)
+
+    def set_ontology(self, source: Any, kb_name: str | None = None) -> Envelope:
+        from kb_core import bundles
+
+        return bundles.set_ontology(self, source, kb_name)
+
+    def graph_view(self, kb_name: str | None = None, limit: int = 500) -> Envelope:
+        from kb_core import bundles
+
+        return bundles.graph_view(self, kb_name, limit)
+
+    def expand_hits(self, hits: Sequence[dict[str, Any]], max_related: int = 5) -> list[dict[str, Any]]:
+        """Search hits on bundle documents followed by their related nodes (marked ``expanded``)."""
+        from kb_core import bundles
+
+        return bundles.expand_hits(self, hits, max_related)
 
     # -- maintenance ---------------------------------------------------------------------------
     @enveloped
