@@ -67,6 +67,7 @@ def run_eval(session: Any, args: argparse.Namespace) -> Envelope:
         chunk_size=args.chunk_size,
         embedding_model=args.model,
         max_queries=args.max_queries,
+        top_k=args.depth,
         progress=_progress,
     )
     if args.sweep:
@@ -148,6 +149,12 @@ def register(commands: Any) -> None:
         help="also run hybrid at vector weights 0, 0.1, ..., 1 (10 deep: no Recall@100)",
     )
     parser.add_argument("--max-queries", type=int, help="evaluate only the first N judged queries")
+    parser.add_argument(
+        "--depth",
+        type=int,
+        default=100,
+        help="documents ranked per query (default 100; below 100 skips Recall@100 and is much faster)",
+    )
     parser.add_argument("--chunk-size", type=int, default=256, help="chunk size of the evaluation KB (default 256)")
     parser.add_argument("--model", help="embedding model of the evaluation KB (default all-MiniLM-L6-v2)")
     parser.set_defaults(handler=run_eval, renderer=render_eval)
