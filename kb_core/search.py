@@ -197,6 +197,11 @@ class SnapshotSearcher:
     def _document(self, segment_index: int, doc_id: str) -> dict[str, Any]:
         return self.documents[(self.snapshot.segments[segment_index].id, doc_id)]
 
+    def document_of(self, key: tuple[int, int]) -> dict[str, Any]:
+        """The document row of a chunk, without reading the chunk's text."""
+        values, codes = self.snapshot.segments[key[0]].chunk_doc_codes
+        return self._document(key[0], str(values[codes[key[1]]]))
+
     def candidates(
         self, query: str, query_vector: np.ndarray | None, settings: SearchSettings, filters: SearchFilters
     ) -> tuple[list[Candidate], list[str]]:
@@ -259,20 +264,28 @@ def rank(
     candidates, terms = searcher.candidates(query, query_vector, settings, filters)
     if not candidates:
         return [], warnings
-    rows = searcher.rows([c.key for c in candidates])  # type: ignore[misc]
     if filters.active:
         allowed = []
         for candidate in candidates:
-            document = searcher._document(candidate.key[0], rows[candidate.key]["doc_id"])  # type: ignore[index]
+            document = searcher.document_of(candidate.key)  # type: ignore[arg-type]
             if filters.allows(document["name"], document["file_type"]):
                 allowed.append(candidate)
         candidates = allowed
     query_terms = frozenset(terms)
-    term_sets = {c.key: frozenset(searcher.analyzer.tokens(rows[c.key]["content"])) for c in candidates}
-    candidates = [
-        Candidate(c.key, c.vector_score, c.keyword_score, c.vector_rank, c.keyword_rank, term_sets[c.key])
-        for c in candidates
-    ]
+    rows: dict[tuple[int, int], dict[str, Any]] = {}
+    if settings.jaccard_weight > 0:  # chunk terms are needed for every candidate only for the Jaccard term
+        rows = searcher.rows([c.key for c in candidates])  # type: ignore[misc]
+        candidates = [
+            Candidate(
+                c.key,
+                c.vector_score,
+                c.keyword_score,
+                c.vector_rank,
+                c.keyword_rank,
+                frozenset(searcher.analyzer.tokens(rows[c.key]["content"])),
+            )  # type: ignore[index]
+            for c in candidates
+        ]
     language = detect_language(query)
     covered = model_covers(searcher.embedding_model, language)
     if not covered and settings.mode != "keyword":
@@ -300,14 +313,17 @@ def rank(
             jaccard = jaccard_similarity(query_terms, candidate.terms) if settings.jaccard_weight > 0 else 0.0
             scored.append((candidate, _single_signal(candidate, signal, jaccard, settings.jaccard_weight)))
         fused = sorted(scored, key=lambda pair: -pair[1].final_score)
+    window = fused[: settings.top_k * 4 if settings.deduplicate else settings.top_k]
+    missing = [pair[0].key for pair in window if pair[0].key not in rows]
+    rows.update(searcher.rows(missing))  # type: ignore[arg-type]
     if settings.deduplicate:
-        window = fused[: settings.top_k * 4]
-        ordered = {pair[0].key: rows[pair[0].key]["content"] for pair in window}
+        ordered = {pair[0].key: rows[pair[0].key]["content"] for pair in window}  # type: ignore[index]
         dropped = near_duplicate_keys(ordered, NEAR_DUPLICATE_THRESHOLD)
-        fused = [pair for pair in fused if pair[0].key not in dropped]
+        window = [pair for pair in window if pair[0].key not in dropped]
     hits: list[SearchHit] = []
-    for candidate, breakdown in fused[: settings.top_k]:
+    for candidate, breakdown in window[: settings.top_k]:
         row = rows[candidate.key]  # type: ignore[index]
+        chunk_terms = candidate.terms or frozenset(searcher.analyzer.tokens(row["content"]))
         segment_index = candidate.key[0]  # type: ignore[index]
         document = searcher._document(segment_index, row["doc_id"])
         hits.append(
@@ -324,7 +340,7 @@ def rank(
                 file_type=document["file_type"],
                 kb_id=searcher.snapshot.kb_id,
                 kb_name=kb_name,
-                matched_terms=sorted(query_terms & candidate.terms),
+                matched_terms=sorted(query_terms & chunk_terms),
                 breakdown={k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(breakdown).items()},
                 location=candidate.key,  # type: ignore[arg-type]
             )
