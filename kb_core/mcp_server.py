@@ -25,6 +25,15 @@ created it. A token's scope becomes the session's KB scope (out-of-scope KBs ans
 ones); read tokens cannot call write tools; paths given to ``import_document``, ``export_database`` and
 ``import_database`` must resolve (symlinks followed) inside the ``--allow-dir`` folders. stdio is local and
 trusted: no tokens, no path limits.
+
+Knowledge bundles (``../shared/specs/knowledge-bundle.md``): ``get_knowledge_schema`` returns the current
+KB's ``{full_bundle_schema, example_yaml}`` (its text content is that JSON, as the spec's tool returns);
+``import_knowledge_bundle`` is a write tool whose ``temp_file_path`` is confined like the import paths. A
+refused bundle is a tool error ``BUNDLE_INVALID: ...`` listing every problem at its exact place (``Validation
+error at [1].doc_uri: "doc_uri" is required``; ``error.details.errors`` has them as objects) and the file is
+kept for a retry; after a successful import the file is deleted. ``search`` and ``search_knowledge_base``
+take ``expand_graph`` (default false): hits on bundle documents are followed by the documents related to
+them by edges, marked ``expanded`` (and ``via`` / ``breakdown.graph_expansion``).
 """
 
 from __future__ import annotations
@@ -82,6 +91,7 @@ WRITE_TOOLS = frozenset(
         "update_document",
         "export_database",
         "import_database",
+        "import_knowledge_bundle",
     }
 )
 SNIPPET_CHARS = 220
@@ -173,6 +183,8 @@ class SearchChunk(BaseModel):
     kb_name: str | None = None
     matched_terms: list[str] = Field(default_factory=list)
     breakdown: dict[str, Any] = Field(default_factory=dict, description="how the score was computed")
+    expanded: bool = Field(default=False, description="added by graph expansion (expand_graph), not by the query")
+    graph: dict[str, Any] | None = Field(default=None, description="the bundle node of this chunk's document")
 
 
 class SearchResult(BaseModel):
@@ -252,6 +264,8 @@ class Hit(BaseModel):
     chapter: str | None = None
     page: int | None = None
     file_type: str | None = None
+    expanded: bool = Field(default=False, description="added by graph expansion (expand_graph), not by the query")
+    via: str | None = Field(default=None, description="for expanded hits: the edge that led here")
 
 
 class HitList(BaseModel):
@@ -274,10 +288,19 @@ class ChunkBody(BaseModel):
     end_char: int | None = None
 
 
-class Item(BaseModel):
-    """A document (``type`` "document": metadata plus ``text``) or a chunk (``type`` "chunk")."""
+class Neighbour(BaseModel):
+    direction: Literal["out", "in"]
+    edge_id: str
+    edge_type: str
+    properties: dict[str, Any] = Field(default_factory=dict)
+    node: dict[str, Any] = Field(description="the node at the other end: id, type, identity, doc_name")
 
-    type: Literal["document", "chunk"]
+
+class Item(BaseModel):
+    """A document (``type`` "document": metadata plus ``text``), a chunk (``type`` "chunk"), or a knowledge-bundle
+    node (``type`` "node": node_type, identity, properties and neighbours via edges)."""
+
+    type: Literal["document", "chunk", "node"]
     kb_name: str
     id: str | None = None
     name: str | None = None
@@ -293,6 +316,11 @@ class Item(BaseModel):
     chunk: ChunkBody | None = None
     previous: list[ChunkBody] | None = None
     next: list[ChunkBody] | None = None
+    node_type: str | None = None
+    identity: dict[str, Any] | None = None
+    properties: dict[str, Any] | None = None
+    doc_id: str | None = Field(default=None, description="for a node: the document holding its indexed text")
+    neighbours: list[Neighbour] | None = None
 
 
 class DocumentInfo(BaseModel):
@@ -325,6 +353,35 @@ class DocumentInfoResult(BaseModel):
 class Exported(BaseModel):
     source_path: str = Field(description="the home the knowledge bases were exported from")
     export_path: str
+
+
+class KnowledgeSchema(BaseModel):
+    full_bundle_schema: dict[str, Any] = Field(
+        description="JSON Schema draft-07: an array whose items are oneOf the ontology's node and edge types"
+    )
+    example_yaml: str = Field(description="an example bundle generated from the ontology; it validates")
+
+
+class BundleStats(BaseModel):
+    model_config = {"extra": "allow"}
+
+    nodes_upserted: int = 0
+    nodes_deleted: int = 0
+    edges_upserted: int = 0
+    edges_deleted: int = 0
+    edges_cascaded: int = Field(default=0, description="edges deleted because a node they touch was deleted")
+    documents_indexed: int = 0
+    documents_removed: int = 0
+    chunks_indexed: int = 0
+    items: int = 0
+    nodes_total: int = 0
+    edges_total: int = 0
+
+
+class BundleImported(BaseModel):
+    status: Literal["success"]
+    stats: BundleStats
+    graph_version: int | None = None
 
 
 class ImportedDatabase(BaseModel):
@@ -399,7 +456,34 @@ DESCRIPTIONS: dict[str, str] = {
         "knowledge base saved other defaults), reranks with Jaccard similarity, and returns the top-k most relevant "
         "results.\n\nParameters:\n- query: Query text (required)\n- top_k: Number of results to return (optional, "
         "default from the knowledge base's settings, usually 5)\n\ndata: chunks (each: id, doc_id, content, tokens, "
-        "chunk_index, doc_name, score, and a score breakdown), count, settings, warnings."
+        "chunk_index, doc_name, score, and a score breakdown), count, settings, warnings.\n- expand_graph: follow "
+        "knowledge-bundle edges (optional, default false): each hit on a bundle document is followed by the first "
+        "chunk of every document related to it by an edge, marked expanded=true with breakdown.graph_expansion."
+    ),
+    "get_knowledge_schema": (
+        "Get the knowledge base validation schema. Returns the complete validation rules (JSON Schema Draft 7) of "
+        "the currently selected knowledge base, generated from its ontology, used to validate the input of "
+        "import_knowledge_bundle: the whole YAML file is an array of knowledge items.\n\nParameters: none\n\n"
+        "data: full_bundle_schema (type array; items is a oneOf over the node and edge types; every item has a "
+        "const 'type' and an 'action' upsert | delete, default upsert; nodes require their identity fields, edges "
+        "require 'source' and 'target' objects with the identity fields of their endpoint types; a delete needs "
+        "only the identity; no other fields are allowed) and example_yaml (an example bundle that validates). "
+        "The text content is the same JSON."
+    ),
+    "import_knowledge_bundle": (
+        "Import a knowledge bundle. Imports data from a YAML file into the currently selected knowledge base. The "
+        "file is an array; each element contains:\n- type: entity type (a node or edge type name)\n- action: "
+        "upsert | delete, default upsert\n- nodes: their identity fields (and other properties)\n- edges: source "
+        "and target objects (the identity fields of the endpoint nodes)\n\nBefore anything changes the whole file "
+        "is validated against the schema returned by get_knowledge_schema; it is then applied as one transaction, "
+        "all or nothing. Upsert inserts or replaces by type plus identity; deleting a node deletes its edges. "
+        "Indexed text fields (Document.content by default) become searchable documents (source 'bundle').\n\n"
+        "Parameters:\n- temp_file_path: absolute path of the temporary YAML file (required)\n\nOn success the "
+        "file is deleted and data is {status: 'success', stats: {nodes_upserted, nodes_deleted, edges_upserted, "
+        "edges_deleted, edges_cascaded, chunks_indexed, ...}}. On a refusal the file is kept so you can fix it and "
+        "retry: the error BUNDLE_INVALID lists every problem with its exact place, e.g. 'Validation error at "
+        "[4].doc_uri: \"doc_uri\" is required' or \"Entity type 'Human' is not defined. Did you mean "
+        "'Person'?\", and error.details.errors holds them as objects (index, path, message)." + _WRITE + _CONFINED
     ),
     "list_documents": (
         "List all documents in the currently selected knowledge base.\n\nParameters: none\n\ndata: documents (each: "
@@ -430,11 +514,14 @@ DESCRIPTIONS: dict[str, str] = {
         "natural-language query (required)\n- limit: maximum number of chunks, 1-20, default 8\n- mode: semantic | "
         "keyword | hybrid, default hybrid.\n\nModes: semantic = vector similarity, best when the answer paraphrases "
         "the source; keyword = full-text (BM25) search, best for exact strings, names, API names and error codes; "
-        "hybrid = 70% semantic + 30% keyword, catches both."
+        "hybrid = 70% semantic + 30% keyword, catches both.\n- expand_graph: optional, default false; also list "
+        "the documents related by knowledge-bundle edges to each hit on a bundle document, numbered after the hits "
+        "and marked '[via EDGE_TYPE ...]' (structured: expanded=true, via)."
     ),
     "get_item": (
         "Fetch the full content of a search hit: a chunk id (chk_...) gives the chunk with its neighbouring chunks; "
-        "a document id (doc_...) gives the document's metadata and full parsed text.\n\nParameters:\n- id: chunk or "
+        "a document id (doc_...) gives the document's metadata and full parsed text; a knowledge-bundle node id "
+        "(node_...) gives the node's properties and its neighbours via edges.\n\nParameters:\n- id: chunk or "
         "document id (required)\n- neighbours: chunks to include before and after a chunk, 0-10, default 1."
     ),
     "get_document_info": (
@@ -478,7 +565,8 @@ def format_hits(hits: Sequence[dict[str, Any]]) -> str:
     """The numbered list of search_knowledge_base: ``1. (0.84) <title>`` then the indented quoted snippet."""
     lines = []
     for hit in hits:
-        lines.append(f"{hit['rank']}. ({hit['score']:.2f}) {hit['title']}")
+        via = f" [via {hit['via']}]" if hit.get("expanded") and hit.get("via") else ""
+        lines.append(f"{hit['rank']}. ({hit['score']:.2f}) {hit['title']}{via}")
         lines.append(f'   "{hit["snippet"]}"')
     return "\n".join(lines)
 
@@ -775,8 +863,11 @@ class KBMCPServer:
             top_k: Annotated[
                 int | None, Field(description="number of results; default from settings, usually 5")
             ] = None,
+            expand_graph: Annotated[
+                bool, Field(description="also return documents related to bundle hits by graph edges")
+            ] = False,
         ) -> Annotated[CallToolResult, ToolEnvelope[SearchResult]]:
-            return await server._call(ctx, lambda s: s.search(query, top_k=top_k))
+            return await server._call(ctx, lambda s: s.search(query, top_k=top_k, expand_graph=expand_graph))
 
         async def list_documents(ctx: Context) -> Annotated[CallToolResult, ToolEnvelope[DocumentList]]:
             return await server._call(ctx, lambda s: s.list_documents())
@@ -812,11 +903,14 @@ class KBMCPServer:
             ctx: Context,
             limit: Annotated[int, Field(ge=1, le=20, description="maximum number of chunks, 1-20")] = 8,
             mode: Annotated[Literal["semantic", "keyword", "hybrid"], Field(description="search mode")] = "hybrid",
+            expand_graph: Annotated[
+                bool, Field(description="also list documents related to bundle hits by graph edges")
+            ] = False,
         ) -> Annotated[CallToolResult, ToolEnvelope[HitList]]:
-            return await server._call(ctx, lambda s: _search_library(s, query, limit, mode), _hits_text)
+            return await server._call(ctx, lambda s: _search_library(s, query, limit, mode, expand_graph), _hits_text)
 
         async def get_item(
-            id: Annotated[str, Field(description="chunk id (chk_...) or document id (doc_...)")],
+            id: Annotated[str, Field(description="chunk id (chk_...), document id (doc_...) or node id (node_...)")],
             ctx: Context,
             neighbours: Annotated[int, Field(ge=0, le=10, description="chunks before/after a chunk")] = 1,
         ) -> Annotated[CallToolResult, ToolEnvelope[Item]]:
@@ -829,9 +923,7 @@ class KBMCPServer:
             ],
             ctx: Context,
         ) -> Annotated[CallToolResult, ToolEnvelope[DocumentInfoResult]]:
-            return await server._call(
-                ctx, lambda s: s.get_document_info(knowledge_ids), lambda e: e["message"]
-            )
+            return await server._call(ctx, lambda s: s.get_document_info(knowledge_ids), lambda e: e["message"])
 
         async def export_database(
             export_path: Annotated[str, Field(description="absolute path of the file to write")], ctx: Context
@@ -866,6 +958,23 @@ class KBMCPServer:
                 return _result(failure(exc))
             return await server._call(ctx, lambda s: merge(s, path))
 
+        async def get_knowledge_schema(ctx: Context) -> Annotated[CallToolResult, ToolEnvelope[KnowledgeSchema]]:
+            return await server._call(ctx, lambda s: s.get_knowledge_schema(), _schema_text)
+
+        async def import_knowledge_bundle(
+            temp_file_path: Annotated[
+                str, Field(description="absolute path of the YAML bundle file; deleted after a successful import")
+            ],
+            ctx: Context,
+        ) -> Annotated[CallToolResult, ToolEnvelope[BundleImported]]:
+            path: Any = temp_file_path
+            if server.http:
+                try:
+                    path = confine_path(temp_file_path, server.allowed_dirs, "temp_file_path")
+                except KBError as exc:
+                    return _result(failure(exc))
+            return await server._call(ctx, lambda s: s.import_knowledge_bundle(path, delete_file=True))
+
         functions: list[tuple[Callable[..., Any], ToolAnnotations]] = [
             (create_knowledge_base, write),
             (delete_knowledge_base, destructive),
@@ -882,6 +991,8 @@ class KBMCPServer:
             (get_document_info, read),
             (export_database, write),
             (import_database, write),
+            (get_knowledge_schema, read),
+            (import_knowledge_bundle, write),
         ]
         return [
             Tool.from_function(
@@ -934,7 +1045,12 @@ def _hits_text(envelope: Envelope) -> str:
     return format_hits(hits)
 
 
-def _search_library(session: Any, query: str, limit: int, mode: str) -> Envelope:
+def _schema_text(envelope: Envelope) -> str:
+    """The spec's tool returns the schema as JSON text; so does ours (structured content has it too)."""
+    return json.dumps(envelope["data"], ensure_ascii=False, indent=2)
+
+
+def _search_library(session: Any, query: str, limit: int, mode: str, expand_graph: bool = False) -> Envelope:
     """search_knowledge_base: every KB the session sees; hybrid is 70% semantic + 30% keyword."""
     from kb_core.envelope import enveloped, ok
 
@@ -947,27 +1063,46 @@ def _search_library(session: Any, query: str, limit: int, mode: str) -> Envelope
             hits, warnings, _ = session.run_search(query, kb_ids=kb_ids, top_k=limit, mode=mode, **weights)
         elif not isinstance(query, str) or not query.strip():
             session.run_search(query)  # raises the service's INVALID_ARGUMENT
+        found = [hit.to_json(False) for hit in hits[:limit]]
+        if expand_graph and found:
+            found = session.expand_hits(found)
         rows = [
             {
                 "rank": rank,
-                "id": hit.id,
-                "doc_id": hit.doc_id,
-                "title": hit.doc_name,
-                "kb_name": hit.kb_name,
-                "score": round(float(hit.score), 4),
-                "snippet": _snippet(hit.content, hit.matched_terms),
-                "chapter": hit.chapter,
-                "page": hit.page,
-                "file_type": hit.file_type,
+                "id": hit["id"],
+                "doc_id": hit["doc_id"],
+                "title": hit.get("doc_name") or hit["doc_id"],
+                "kb_name": hit.get("kb_name"),
+                "score": round(float(hit["score"]), 4),
+                "snippet": _snippet(hit["content"], hit.get("matched_terms") or ()),
+                "chapter": hit.get("chapter"),
+                "page": hit.get("page"),
+                "file_type": hit.get("file_type"),
+                "expanded": bool(hit.get("expanded")),
+                "via": _via(hit),
             }
-            for rank, hit in enumerate(hits[:limit], start=1)
+            for rank, hit in enumerate(found, start=1)
         ]
         message = f"Found {len(rows)} chunk(s) ({mode} search over {len(kb_ids)} knowledge base(s))."
+        added = sum(1 for r in rows if r["expanded"])
+        if added:
+            message += f" {added} of them were added by graph expansion."
         if warnings:
             message += " " + " ".join(warnings)
         return ok(message, {"hits": rows, "count": len(rows), "mode": mode, "limit": limit, "warnings": warnings})
 
     return search_knowledge_base()
+
+
+def _via(hit: dict[str, Any]) -> str | None:
+    """``REFERENCES from Document doc_uri=doc-001`` for a hit added by graph expansion."""
+    if not hit.get("expanded"):
+        return None
+    link = (hit.get("breakdown") or {}).get("graph_expansion") or {}
+    notes = (hit.get("breakdown") or {}).get("notes") or []
+    prefix = "added by graph expansion: "
+    note = next((n for n in notes if isinstance(n, str) and n.startswith(prefix)), None)
+    return note[len(prefix) :] if note else link.get("edge_type")
 
 
 def _progress_reporter(ctx: Context) -> Callable[[Any], None] | None:

@@ -48,6 +48,8 @@ ALL_TOOLS = {
     "get_document_info",
     "export_database",
     "import_database",
+    "get_knowledge_schema",
+    "import_knowledge_bundle",
 }
 ENGLISH = (
     "Bearer tokens carry a folder scope: the whole library or a specific list of folders. "
@@ -531,9 +533,12 @@ def test_http_scope_isolation_between_two_tokens(http: HttpServer) -> None:
 
 def test_http_read_tokens_cannot_call_write_tools(http: HttpServer) -> None:
     reader = http.token(None, "read")
+    bundle = http.allowed / "read-bundle.yaml"
+    bundle.write_text('- type: Document\n  doc_uri: "r-1"\n  content: "written by a reader"\n', encoding="utf-8")
 
     async def scenario(s: ClientSession) -> None:
         await ok(s, "select_knowledge_base", kb_name="alpha")
+        assert (await ok(s, "get_knowledge_schema"))["data"]["full_bundle_schema"]["type"] == "array"
         for name, arguments in [
             ("create_knowledge_base", {"kb_name": "r", "chunk_size": 64}),
             ("delete_knowledge_base", {"kb_name": "beta"}),
@@ -542,10 +547,12 @@ def test_http_read_tokens_cannot_call_write_tools(http: HttpServer) -> None:
             ("update_document", {"doc_name": "alpha.docx", "chunk_size": 128}),
             ("export_database", {"export_path": str(http.allowed / "read.kbx")}),
             ("import_database", {"source_db_path": str(http.allowed / "read.kbx")}),
+            ("import_knowledge_bundle", {"temp_file_path": str(bundle)}),
         ]:
             denied = await tool_error(s, name, "PERMISSION_DENIED", **arguments)
             assert "write token" in denied.content[0].text
         assert (await ok(s, "list_documents"))["data"]["count"] == 1
+        assert bundle.exists()  # a refused import keeps the file
 
     http.run(reader, scenario)
 
@@ -569,6 +576,17 @@ def test_http_import_paths_are_confined_to_the_allowed_folders(http: HttpServer)
         await tool_error(s, "export_database", "PERMISSION_DENIED", export_path=str(http.outside / "x.kbx"))
         await tool_error(s, "export_database", "PERMISSION_DENIED", export_path=str(http.allowed / ".." / "x.kbx"))
         await tool_error(s, "import_database", "PERMISSION_DENIED", source_db_path=str(http.outside / "x.kbx"))
+        outside_bundle = http.outside / "bundle.yaml"
+        outside_bundle.write_text('- type: Document\n  doc_uri: "x"\n  content: "secret"\n', encoding="utf-8")
+        (http.allowed / "bundle-link.yaml").symlink_to(outside_bundle)
+        for path in (
+            outside_bundle,
+            http.allowed / "bundle-link.yaml",
+            http.allowed / ".." / "outside" / "bundle.yaml",
+        ):
+            refused = await tool_error(s, "import_knowledge_bundle", "PERMISSION_DENIED", temp_file_path=str(path))
+            assert str(http.allowed) in refused.content[0].text
+        assert outside_bundle.exists()
         assert not (http.outside / "x.kbx").exists() and not (http.root / "x.kbx").exists()
         assert (await ok(s, "list_documents"))["data"]["count"] == 1
 
@@ -615,3 +633,26 @@ def test_http_eight_concurrent_clients(http: HttpServer) -> None:
 
     anyio.run(main)
     assert len(results) == 8
+
+
+def test_http_write_token_imports_a_bundle_from_an_allowed_folder(http: HttpServer) -> None:
+    bundle = http.allowed / "bundle.yaml"
+    bundle.write_text(
+        '- type: Document\n  doc_uri: "kb-notes"\n  content: "Bundles arrive over streamable HTTP as well."\n'
+        '- type: Document\n  doc_uri: "kb-笔记"\n  content: "知识包也可以通过 HTTP 导入。"\n'
+        '- type: REFERENCES\n  source: { doc_uri: "kb-notes" }\n  target: { doc_uri: "kb-笔记" }\n',
+        encoding="utf-8",
+    )
+
+    async def scenario(s: ClientSession) -> None:
+        await ok(s, "create_knowledge_base", kb_name="bundles", chunk_size=64, embedding_model="hashing")
+        await ok(s, "select_knowledge_base", kb_name="bundles")
+        imported = await ok(s, "import_knowledge_bundle", temp_file_path=str(bundle))
+        assert imported["data"]["stats"]["nodes_upserted"] == 2 and imported["data"]["stats"]["edges_upserted"] == 1
+        assert not bundle.exists()
+        hits = (await ok(s, "search", query="streamable HTTP bundles", top_k=1, expand_graph=True))["data"]["chunks"]
+        assert [h["doc_name"] for h in hits] == ["kb-notes", "kb-笔记"]
+        await ok(s, "select_knowledge_base", kb_name="alpha")
+        await ok(s, "delete_knowledge_base", kb_name="bundles")
+
+    http.run(http.state["admin"], scenario)
