@@ -19,6 +19,16 @@ st.markdown(
 )
 
 session = ui.session()
+# Navigation first, so the sidebar shows the real pages while the demo builds.
+navigation = st.navigation(
+    [
+        st.Page("pages/knowledge_bases.py", title="Knowledge bases", icon=":material/database:", default=True),
+        st.Page("pages/import_files.py", title="Import", icon=":material/upload_file:"),
+        st.Page("pages/documents.py", title="Documents", icon=":material/description:"),
+        st.Page("pages/search_lab.py", title="Search lab", icon=":material/manage_search:"),
+        st.Page("pages/evaluate.py", title="Evaluate", icon=":material/monitoring:"),
+    ]
+)
 
 
 def build_demo() -> None:
@@ -44,14 +54,6 @@ if ui.demo_enabled() and not st.session_state.get("demo_checked"):
     st.session_state["demo_checked"] = True
 ui.ensure_selection(session, preferred=DEMO_KB_NAME)
 
-pages = [
-    st.Page("pages/knowledge_bases.py", title="Knowledge bases", icon=":material/database:", default=True),
-    st.Page("pages/import_files.py", title="Import", icon=":material/upload_file:"),
-    st.Page("pages/documents.py", title="Documents", icon=":material/description:"),
-    st.Page("pages/search_lab.py", title="Search lab", icon=":material/manage_search:"),
-    st.Page("pages/evaluate.py", title="Evaluate", icon=":material/monitoring:"),
-]
-navigation = st.navigation(pages)
 with st.sidebar:
     st.markdown("### :material/hub: KB Workbench")
 ui.sidebar_kb_picker(session)

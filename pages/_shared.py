@@ -256,9 +256,9 @@ def breakdown_figure(chunks: Sequence[dict[str, Any]], height: int | None = None
     )
     figure.update_layout(
         barmode="stack",
-        height=height or 90 + 38 * len(chunks),
-        margin={"l": 10, "r": 40, "t": 30, "b": 10},
-        legend={"orientation": "h", "y": 1.12},
+        height=height or 110 + 38 * len(chunks),
+        margin={"l": 10, "r": 40, "t": 40, "b": 10},
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0},
         yaxis={"autorange": "reversed"},
         xaxis={"title": "score"},
     )

@@ -93,7 +93,7 @@ def chunk_cards(chunks: list[dict[str, Any]], prefix: str, with_breakdown: bool 
                 with st.expander("Score breakdown", expanded=False):
                     parts = ui.contribution_parts(chunk["breakdown"])
                     st.plotly_chart(
-                        ui.breakdown_figure([chunk], height=150), key=f"{prefix}_chart_{rank}", width="stretch"
+                        ui.breakdown_figure([chunk], height=190), key=f"{prefix}_chart_{rank}", width="stretch"
                     )
                     st.caption(
                         " + ".join(f"{name} {value:.4f}" for name, value in parts.items())

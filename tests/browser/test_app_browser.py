@@ -88,7 +88,7 @@ def test_create_upload_search_breakdown_and_evaluate(served, pages, tmp_path: Pa
     # search, then open a score breakdown
     go_to(page, "Search lab")
     page.get_by_label("Query", exact=True).fill("reciprocal rank fusion 向量检索")
-    page.get_by_role("button", name="Search").click()
+    page.get_by_test_id("stBaseButton-primaryFormSubmit").filter(has_text="Search").click()
     page.get_by_text("Score breakdown —").wait_for()
     first_card = page.locator("mark").first
     first_card.wait_for()
@@ -133,7 +133,7 @@ def test_two_sessions_keep_different_current_kbs(served, pages, tmp_path: Path) 
     for page in (first, second):
         go_to(page, "Search lab")
         page.get_by_label("Query", exact=True).fill("knowledge base workbench 知识库")
-        page.get_by_role("button", name="Search").click()
+        page.get_by_test_id("stBaseButton-primaryFormSubmit").filter(has_text="Search").click()
     for page, doc, other in ((first, "kb_workbench_overview.txt", "知识库工作台概述.txt"),
                              (second, "知识库工作台概述.txt", "kb_workbench_overview.txt")):
         page.get_by_text("Score breakdown —").wait_for()

@@ -1,0 +1,203 @@
+"""Screenshots of every page of the app, with English and Chinese content, into docs/screenshots/.
+
+    .venv/bin/python scripts/screenshots.py [--out docs/screenshots] [--home DIR]
+
+Serves app.py with `streamlit run` on a free loopback port over a fresh home (the first start builds the
+demo KB with the real all-MiniLM-L6-v2 model), then drives Debian's Chromium with Playwright
+(scripts/install.sh --browser installs it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[1]
+CHROMIUM = os.environ.get("KB_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update"]
+
+# Judgments over the demo documents (corpus ids are document names), English and Chinese questions.
+DEMO_QUERIES = {
+    "q1": "How does hybrid search fuse vector and keyword scores?",
+    "q2": "What is KB Workbench?",
+    "q3": "How do I read the score breakdown formula?",
+    "q4": "How are documents split into chunks?",
+    "q5": "混合检索如何设置向量权重？",
+    "q6": "如何删除当前的知识库？",
+    "q7": "权重扫描和逐题分析",
+    "q8": "What do nDCG@10 and Recall@100 measure?",
+}
+DEMO_QRELS = {
+    "q1": ["hybrid_search.docx"], "q2": ["kb_workbench_overview.txt"], "q3": ["score_breakdown.doc"],
+    "q4": ["importing_and_chunking.txt"], "q5": ["混合检索.docx"], "q6": ["知识库管理.doc"],
+    "q7": ["评估与调参.txt"], "q8": ["evaluation_guide.docx"],
+}
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def write_judgments(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps({"_id": q, "text": t}, ensure_ascii=False) for q, t in DEMO_QUERIES.items()]
+    (folder / "queries.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    rows = ["query-id\tcorpus-id\tscore"] + [f"{q}\t{d}\t1" for q, docs in DEMO_QRELS.items() for d in docs]
+    (folder / "qrels.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return folder
+
+
+def wait_idle(page, settle: int = 400) -> None:  # type: ignore[no-untyped-def]
+    page.wait_for_timeout(settle)
+    page.locator('[data-testid="stStatusWidget"]').wait_for(state="hidden", timeout=180_000)
+    page.wait_for_timeout(300)
+
+
+def go_to(page, title: str) -> None:  # type: ignore[no-untyped-def]
+    page.locator('[data-testid="stSidebarNav"]').get_by_role("link", name=title).click()
+    wait_idle(page)
+
+
+def shoot(page, out: Path, name: str, full: bool = True) -> None:  # type: ignore[no-untyped-def]
+    """Streamlit scrolls inside its main block, so a "full page" shot means a viewport as tall as the content."""
+    path = out / f"{name}.png"
+    size = page.viewport_size
+    if full:
+        height = page.evaluate(
+            "() => Math.max(...[...document.querySelectorAll('[data-testid=\"stMainBlockContainer\"]')]"
+            ".map(e => e.scrollHeight), 800)"
+        )
+        page.set_viewport_size({"width": size["width"], "height": min(int(height) + 120, 5000)})
+    page.wait_for_timeout(1500)  # canvases (tables, charts) draw after layout
+    page.screenshot(path=str(path))
+    page.set_viewport_size(size)
+    print(f"wrote {path.relative_to(REPO) if path.is_relative_to(REPO) else path}")
+
+
+def search(page, query: str) -> None:  # type: ignore[no-untyped-def]
+    page.get_by_label("Query", exact=True).fill(query)
+    page.get_by_test_id("stBaseButton-primaryFormSubmit").filter(has_text="Search").click()
+    wait_idle(page)
+    page.get_by_text("Score breakdown —").wait_for()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=REPO / "docs" / "screenshots")
+    parser.add_argument("--home", type=Path, help="KB home to serve (default: a fresh temporary one)")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    if not Path(CHROMIUM).exists():
+        print(f"{CHROMIUM} is missing: run scripts/install.sh --browser", file=sys.stderr)
+        return 1
+    from playwright.sync_api import sync_playwright
+
+    scratch = Path(tempfile.mkdtemp(prefix="kb-screens-"))
+    home = args.home or scratch / "home"
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    log = open(scratch / "streamlit.log", "w", encoding="utf-8")  # noqa: SIM115 - closed below
+    server = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", str(REPO / "app.py"), "--server.port", str(port),
+         "--server.address", "127.0.0.1", "--server.headless", "true", "--browser.gatherUsageStats", "false",
+         "--server.fileWatcherType", "none", "--client.toolbarMode", "viewer"],
+        cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+        env={**os.environ, "KB_HOME": str(home), "KB_DEMO": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{url}/_stcore/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline or server.poll() is not None:
+                raise RuntimeError("the app did not start; see " + str(scratch / "streamlit.log"))
+            time.sleep(0.3)
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            context = browser.new_context(viewport={"width": 1440, "height": 1000}, device_scale_factor=1)
+            page = context.new_page()
+            page.set_default_timeout(180_000)
+            page.goto(url)
+            # first start: the demo KB is built with a visible progress bar
+            page.get_by_text("Building the demo knowledge base").wait_for()
+            page.wait_for_timeout(2500)
+            shoot(page, args.out, "00-first-start-demo-build", full=False)
+            page.get_by_role("heading", name="Knowledge bases", exact=True).wait_for()
+            wait_idle(page)
+            shoot(page, args.out, "01-knowledge-bases")
+
+            go_to(page, "Import")
+            upload = scratch / "uploads"
+            upload.mkdir()
+            (upload / "release-notes.txt").write_text(
+                "Release notes\n\nThe search lab now compares two settings side by side.\n", encoding="utf-8")
+            (upload / "发布说明.txt").write_text("发布说明\n\n检索实验室现在可以并排比较两组设置。\n", encoding="utf-8")
+            (upload / "broken.docx").write_bytes(b"PK\x03\x04 this is not a real DOCX")
+            page.locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files(
+                [str(p) for p in sorted(upload.iterdir())])
+            page.get_by_text("release-notes.txt").first.wait_for()
+            page.get_by_role("button", name="Import uploaded files").click()
+            page.get_by_text("Results", exact=True).wait_for()
+            wait_idle(page)
+            shoot(page, args.out, "02-import")
+
+            go_to(page, "Documents")
+            page.get_by_label("Document", exact=True).click()
+            page.get_by_role("option", name="混合检索.docx").click()
+            wait_idle(page)
+            shoot(page, args.out, "03-documents")
+
+            go_to(page, "Search lab")
+            search(page, "How does hybrid search combine the vector and keyword scores?")
+            page.locator('[data-testid="stExpander"] summary').filter(has_text="Score breakdown").first.click()
+            wait_idle(page)
+            shoot(page, args.out, "04-search-lab-en")
+            search(page, "混合检索如何计算得分？")
+            shoot(page, args.out, "05-search-lab-zh")
+            page.get_by_role("tab", name="Rank movement across modes").click()
+            wait_idle(page)
+            shoot(page, args.out, "06-search-lab-rank-movement")
+            page.get_by_role("tab", name="A/B comparison").click()
+            wait_idle(page)
+            shoot(page, args.out, "07-search-lab-ab")
+            page.get_by_text("Multi-keyword (rag_search)").click()
+            wait_idle(page)
+            page.get_by_label("Keywords (comma separated)").fill("权重, BM25, fusion")
+            page.get_by_test_id("stBaseButton-primaryFormSubmit").filter(has_text="Search").click()
+            wait_idle(page)
+            shoot(page, args.out, "08-search-lab-multi-keyword")
+
+            go_to(page, "Evaluate")
+            folder = write_judgments(scratch / "judgments")
+            page.get_by_label("BEIR folder", exact=True).fill(str(folder))
+            page.get_by_label("BEIR folder", exact=True).press("Enter")
+            wait_idle(page)
+            page.get_by_role("button", name="Run evaluation").click()
+            page.get_by_text("Per query, worst first").wait_for()
+            wait_idle(page)
+            shoot(page, args.out, "09-evaluate")
+            browser.close()
+    finally:
+        server.terminate()
+        server.wait(timeout=20)
+        log.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
