@@ -520,6 +520,21 @@ class Session:
         return ok(f"{len(rows)} document(s) in '{record.name}'.", {"documents": rows, "count": len(rows)})
 
     @enveloped
+    def list_chunks(self, doc_name: str, kb_name: str | None = None) -> Envelope:
+        """The chunks of one document in order, with chapter, page, tokens and character offsets."""
+        record = self.resolve_kb(kb_name)
+        document = self._live_document(record, doc_name)
+        segment = self.service.reader(record.id).snapshot().segment_by_id(document["segment_id"])
+        rows: list[dict[str, Any]] = []
+        if segment is not None:
+            table = segment.chunks.filter(pc.equal(segment.chunks.column("doc_id"), document["doc_id"]))
+            rows = sorted((_chunk_json(r) for r in table.to_pylist()), key=lambda r: r["chunk_index"])
+        return ok(
+            f"{len(rows)} chunk(s) in '{document['name']}'.",
+            {"doc_id": document["doc_id"], "doc_name": document["name"], "chunks": rows, "count": len(rows)},
+        )
+
+    @enveloped
     def delete_document(self, doc_name: str, kb_name: str | None = None) -> Envelope:
         record = self.resolve_kb(kb_name)
         reader = self.service.reader(record.id)

@@ -75,18 +75,9 @@ document = next(d for d in ready if d["name"] == chosen)
 
 preview_tab, rechunk_tab, delete_tab = st.tabs(["Chunk preview", "Re-chunk", "Delete"])
 with preview_tab:
-    # The service has no "list the chunks of a document" call: find one chunk of the document with a
-    # filtered search on its opening text, then ask get_item for all its neighbours.
     item = ui.data_or_error(session.get_item(document["id"]))
-    chunks: list[dict[str, Any]] = []
-    if item:
-        opening = (item.get("text") or document["name"]).strip()[:300] or document["name"]
-        found = session.search(opening, top_k=1, mode="hybrid", doc_names=[document["name"]], explain=False)
-        hits = found["data"]["chunks"] if found["success"] else []
-        if hits:
-            around = ui.data_or_error(session.get_item(hits[0]["id"], neighbours=int(document["chunk_count"])))
-            if around:
-                chunks = [*around["previous"], around["chunk"], *around["next"]]
+    listed = ui.data_or_error(session.list_chunks(document["name"]))
+    chunks: list[dict[str, Any]] = listed["chunks"] if listed else []
     if chunks:
         st.caption(f"{len(chunks)} chunks of at most {document['chunk_size']} tokens.")
         for chunk in chunks:

@@ -6,4 +6,4 @@ cd "$(dirname "$0")/.."
 bash scripts/install.sh
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 exec .venv/bin/streamlit run app.py --server.port "${PORT:-8501}" --server.address "${ADDRESS:-127.0.0.1}" \
-  --server.headless true --browser.gatherUsageStats false
+  --server.headless true --browser.gatherUsageStats false --client.toolbarMode viewer

@@ -88,8 +88,10 @@ def test_update_rechunks_from_the_kept_original_after_the_source_is_gone(kb, tmp
     documents = kb.list_documents()["data"]["documents"]
     assert len(documents) == 1 and documents[0]["chunk_size"] == 64
     assert documents[0]["id"] == updated["data"]["doc_id"]
-    hits = kb.search("sentence number", top_k=50, mode="keyword")["data"]["chunks"]
-    assert len(hits) == updated["data"]["chunk_count"] and all(h["tokens"] <= 64 for h in hits)
+    chunks = kb.list_chunks("long.txt")["data"]["chunks"]
+    assert len(chunks) == updated["data"]["chunk_count"] and all(c["tokens"] <= 64 for c in chunks)
+    assert [c["chunk_index"] for c in chunks] == list(range(len(chunks)))
+    assert chunks[0]["start_char"] == 0 and chunks[-1]["end_char"] > chunks[0]["end_char"]
 
 
 def test_delete_removes_chunks_from_search(kb, tmp_path: Path) -> None:
