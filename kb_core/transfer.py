@@ -12,6 +12,7 @@ platform can open it; the standard library reads it, so no new dependency). Memb
     kb/0000/seg/0000/texts.parquet             full parsed text of each document (catalog TEXTS_SCHEMA)
     kb/0000/seg/0000/vectors.npy               float32 rows x dimension, L2-normalised, one row per chunk row
     kb/0000/seg/0000/files/DOC_ID.EXT          the original file of a document (for update_document)
+    kb/0000/graph/state.json                   optional: the KB's knowledge-bundle graph (see below)
 
 ``manifest.json``::
 
@@ -21,8 +22,19 @@ platform can open it; the standard library reads it, so no new dependency). Memb
          "had_api_key": bool,                      # the key itself is NEVER exported
          "document_count", "chunk_count",
          "documents": [{"doc_id", "name", "chunk_count", "segment"}],
-         "segments": [{"path": "kb/0000/seg/0000", "rows", "documents", "dimension", "model_key", "analyzer"}]}],
+         "segments": [{"path": "kb/0000/seg/0000", "rows", "documents", "dimension", "model_key", "analyzer"}],
+         "graph": {"path": "kb/0000/graph/state.json", "version", "nodes", "edges"}}],   # optional
      "files": {MEMBER_NAME: {"sha256": hex, "size": bytes}}}   # every member except manifest.json
+
+Knowledge-bundle graph (optional, still format_version 1): a KB that has a committed graph state
+(``HOME/kbs/KB_ID/graph/state-N.json``, see :mod:`kb_core.bundles.graph`: after a bundle import or an
+ontology change) carries its newest committed state as ``kb/NNNN/graph/state.json``: compact UTF-8 JSON
+``{"version", "ontology", "nodes": [{id, type, identity, properties, doc_id, doc_name, text_sha256}],
+"edges": [{id, type, source, target, properties}]}``, nodes and edges sorted by id. The indexed texts of
+the nodes are ordinary documents of source "bundle" in the KB's segments (``doc_id`` links them), so their
+chunks and vectors travel like any other document's. KBs without a graph have no graph member and no
+"graph" key, so such files are byte-for-byte what earlier versions wrote, and files without graphs still
+import. The shadow export (``graph/shadow/``) is not shipped: the importer regenerates it from the state.
 
 Only live rows are exported: deleted documents (tombstones) are left out, so every segment is exported
 without tombstones. Segment order and row order are kept, so searches rank ties the same way. The keyword
@@ -31,8 +43,10 @@ the vector index is rebuilt from ``vectors.npy``, so import needs no embedding m
 loads FAISS or pickled data from the file.
 
 Consistency: each KB is read from its newest manifest, whose segments are immutable, so the file holds a
-committed state of every KB even while imports run (KBs are snapshotted one after the other). The file is
-written to a temporary name beside the target and renamed into place, so a failed export leaves no file.
+committed state of every KB even while imports run (KBs are snapshotted one after the other). A KB with a
+graph is snapshotted under its graph write lock, so no bundle import is between its index commit and its
+graph commit: the segments and the graph state match. The file is written to a temporary name beside
+the target and renamed into place, so a failed export leaves no file.
 
 Import (:func:`import_database`) validates before changing the home: the ZIP structure, member names
 (absolute, ``..``, backslashes, drive letters, symlinks, hard links, devices and duplicates refused; only
@@ -40,13 +54,21 @@ the names above accepted), declared sizes against limits (:class:`TransferLimits
 compression ratio, against decompression bombs), the manifest (format, version: a newer version is
 refused), every member's size and SHA-256, the tables' schemas and row counts, ids, names, and the vector
 dimension (consistent across a KB's segments and with its model where known, e.g. 384 for
-all-MiniLM-L6-v2, 64 for "hashing"). Members are extracted under private names into a staging folder
-``HOME/.transfer-PID-HEX/`` and new KB folders are built there; only then, under the registry lock, are
-they moved into ``HOME/kbs/`` and the registry rewritten once (the commit point). Any failure removes
+all-MiniLM-L6-v2, 64 for "hashing"), and each graph state: at most ``TransferLimits.max_graph_bytes``, JSON
+parsed without NaN/Infinity (too deep nesting refused), the ontology valid, every node and edge well formed,
+its id derived from type plus identity, edge endpoints present and of the edge type's node types, every node
+and edge valid against the ontology's schemas (the bundle validator), and every ``doc_id`` naming a "bundle"
+document of the same KB (once). A ``doc_id`` naming no exported document (the source crashed between a
+bundle's index and graph commits) is cleared and reported: the next bundle import re-indexes that node.
+Members are extracted under private names into a staging folder ``HOME/.transfer-PID-HEX/`` and new KB
+folders are built there; only then, under the registry lock, are they moved into ``HOME/kbs/`` and the
+registry rewritten once (the commit point). Any failure removes
 what was staged, so the home is left as it was. A KB whose name exists gets a suffix
 ``_YYYYMMDD-HHMMSS`` (UTC); clashing document names in a KB get the same stamp. Document and chunk ids are
 kept unless one of the KB's document ids already exists in the home (e.g. the same file imported twice):
-then that KB gets fresh ids. Imported KBs never have an API key; the result message says so.
+then that KB gets fresh ids (its graph's ``doc_id`` links follow). A graph is written as the staged KB's
+first state (``graph/state-000000000001.json``) with its shadow export regenerated, inside the KB folder that
+the commit moves into place. Imported KBs never have an API key; the result message says so.
 """
 
 from __future__ import annotations
@@ -72,6 +94,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from kb_core.bundles.graph import GraphState, GraphStore, write_shadow
 from kb_core.envelope import Envelope, enveloped, ok
 from kb_core.errors import ImportFormatError, InvalidArgument, KBError, KBNotFound, StoreError
 from kb_core.importer import timestamped_name
@@ -97,10 +120,14 @@ STAGING_PREFIX = ".transfer-"
 TABLE_FILES = ("documents.parquet", "chunks.parquet", "texts.parquet")
 VECTORS_FILE = "vectors.npy"
 SEGMENT_PATH = re.compile(r"^kb/\d{4}/seg/\d{4}$")
+GRAPH_PATH = re.compile(r"^kb/\d{4}/graph/state\.json$")
 MEMBER_PATH = re.compile(
-    r"^kb/\d{4}/seg/\d{4}/(?:documents\.parquet|chunks\.parquet|texts\.parquet|vectors\.npy"
-    r"|files/[A-Za-z0-9][A-Za-z0-9_-]{0,127}(?:\.[A-Za-z0-9]{1,16})?)$"
+    r"^kb/\d{4}/(?:seg/\d{4}/(?:documents\.parquet|chunks\.parquet|texts\.parquet|vectors\.npy"
+    r"|files/[A-Za-z0-9][A-Za-z0-9_-]{0,127}(?:\.[A-Za-z0-9]{1,16})?)|graph/state\.json)$"
 )
+NODE_KEYS = frozenset({"id", "type", "identity", "properties", "doc_id", "doc_name", "text_sha256"})
+EDGE_KEYS = frozenset({"id", "type", "source", "target", "properties"})
+SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
 SUFFIX_PATTERN = re.compile(r"^(?:\.[A-Za-z0-9]{1,16})?$")
 DOCUMENT_NAME_MAX = 255
@@ -129,6 +156,7 @@ class TransferLimits:
     max_manifest_bytes: int = 256 << 20
     max_ratio: float = 200.0  # uncompressed / compressed size
     ratio_floor_bytes: int = 1 << 20  # smaller members may compress better than max_ratio (tiny files of spaces)
+    max_graph_bytes: int = 1 << 30  # one KB's graph state, parsed into memory as a whole
 
 
 # -- shared helpers ------------------------------------------------------------------------------------------------
@@ -240,6 +268,41 @@ def _snapshot_kb(store: KBStore, kb_index: int) -> list[_SegmentExport]:
     raise StoreError(f"Knowledge base {store.kb_id} kept changing during the export; try again ({last_error}).")
 
 
+def _close_segments(segments: Sequence[_SegmentExport]) -> None:
+    for segment in segments:
+        for handle in segment.originals.values():
+            handle.close()
+
+
+def _snapshot_with_graph(
+    service: Any, record: KnowledgeBaseRecord, kb_index: int
+) -> tuple[list[_SegmentExport], GraphState | None]:
+    """A KB's live segments and its newest committed graph state (None when it never had one), consistent:
+    with a graph, both are read under the graph write lock, which a bundle import holds from before its
+    index commit until after its graph commit."""
+    from kb_core.store.locking import writer_lock
+
+    graph = GraphStore(service.home.kb_dir(record.id))
+    store = service.kb_store(record.id)
+    if not graph.root.is_dir():
+        segments = _snapshot_kb(store, kb_index)
+        if not graph.root.is_dir():  # no bundle import had begun: it creates the folder before its commits
+            return segments, None
+        _close_segments(segments)
+    with writer_lock(graph.root / "write.lock"):
+        segments = _snapshot_kb(store, kb_index)
+        try:
+            state = graph.load()
+        except BaseException:
+            _close_segments(segments)
+            raise
+    return segments, state if state.version > 0 else None
+
+
+def _graph_bytes(state: GraphState) -> bytes:
+    return json.dumps(state.to_json(), ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode("utf-8")
+
+
 def _table_bytes(table: pa.Table) -> bytes:
     buffer = io.BytesIO()
     pq.write_table(table, buffer, compression="zstd")
@@ -247,7 +310,10 @@ def _table_bytes(table: pa.Table) -> bytes:
 
 
 def _write_export(
-    target: Path, records: Sequence[KnowledgeBaseRecord], snapshots: Sequence[list[_SegmentExport]]
+    target: Path,
+    records: Sequence[KnowledgeBaseRecord],
+    snapshots: Sequence[list[_SegmentExport]],
+    graphs: Sequence[GraphState | None],
 ) -> dict[str, Any]:
     files: dict[str, dict[str, Any]] = {}
     knowledge_bases: list[dict[str, Any]] = []
@@ -257,7 +323,7 @@ def _write_export(
             archive.writestr(zipfile.ZipInfo(name, date_time=_zip_time()), data, compress_type=compress)
             files[name] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
 
-        for record, segments in zip(records, snapshots, strict=True):
+        for kb_index, (record, segments, graph) in enumerate(zip(records, snapshots, graphs, strict=True)):
             documents: list[dict[str, Any]] = []
             segment_entries: list[dict[str, Any]] = []
             for segment in segments:
@@ -298,8 +364,19 @@ def _write_export(
                         "analyzer": segment.analyzer,
                     }
                 )
+            entry: dict[str, Any] = {}
+            if graph is not None:
+                graph_member = f"kb/{kb_index:04d}/graph/state.json"
+                add_bytes(graph_member, _graph_bytes(graph), zipfile.ZIP_DEFLATED)
+                entry["graph"] = {
+                    "path": graph_member,
+                    "version": graph.version,
+                    "nodes": len(graph.nodes),
+                    "edges": len(graph.edges),
+                }
             knowledge_bases.append(
                 {
+                    **entry,
                     "name": record.name,
                     "chunk_size": record.chunk_size,
                     "embedding_model": record.embedding_model,
@@ -354,19 +431,22 @@ def export_database(
     else:
         records = list(session.visible_kbs())
     snapshots: list[list[_SegmentExport]] = []
+    graphs: list[GraphState | None] = []
     kept: list[KnowledgeBaseRecord] = []
     temporary = target.with_name(f".{target.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     try:
         for record in records:
             try:
-                snapshots.append(_snapshot_kb(service.kb_store(record.id), len(kept)))
+                segments, graph = _snapshot_with_graph(service, record, len(kept))
             except KBNotFound:
                 if kb_names:
                     raise
                 logger.info("Knowledge base %s was deleted during the export; left out", record.name)
                 continue
+            snapshots.append(segments)
+            graphs.append(graph)
             kept.append(record)
-        manifest = _write_export(temporary, kept, snapshots)
+        manifest = _write_export(temporary, kept, snapshots, graphs)
         with open(temporary, "rb") as handle:
             os.fsync(handle.fileno())
         os.replace(temporary, target)
@@ -375,14 +455,19 @@ def export_database(
     finally:
         temporary.unlink(missing_ok=True)
         for segments in snapshots:
-            for segment in segments:
-                for handle in segment.originals.values():
-                    handle.close()
+            _close_segments(segments)
     kbs = manifest["knowledge_bases"]
     documents = sum(kb["document_count"] for kb in kbs)
     chunks = sum(kb["chunk_count"] for kb in kbs)
+    with_graph = [kb["graph"] for kb in kbs if "graph" in kb]
+    graph_text = ""
+    if with_graph:
+        graph_text = (
+            f", {len(with_graph)} knowledge-bundle graph(s) with {sum(g['nodes'] for g in with_graph)} node(s) and "
+            f"{sum(g['edges'] for g in with_graph)} edge(s)"
+        )
     message = (
-        f"Exported {len(kbs)} knowledge base(s) ({documents} document(s), {chunks} chunk(s)) to {target} "
+        f"Exported {len(kbs)} knowledge base(s) ({documents} document(s), {chunks} chunk(s){graph_text}) to {target} "
         f"({target.stat().st_size} bytes). API keys are never exported."
     )
     logger.info(message)
@@ -418,7 +503,8 @@ def _check_member_name(info: zipfile.ZipInfo) -> None:
         raise _refuse(f"Member {shown} is encrypted; export files are never encrypted.", member=name)
     if name != MANIFEST_MEMBER and not MEMBER_PATH.match(name):
         raise _refuse(
-            f"Member {shown} is not part of the {FORMAT_NAME} format (expected manifest.json and kb/NNNN/seg/NNNN/…).",
+            f"Member {shown} is not part of the {FORMAT_NAME} format (expected manifest.json, kb/NNNN/seg/NNNN/… "
+            "and kb/NNNN/graph/state.json).",
             member=name,
         )
 
@@ -439,6 +525,12 @@ def _check_sizes(infos: Sequence[zipfile.ZipInfo], limits: TransferLimits) -> in
                 f"Member {info.filename!r} expands {info.file_size / max(info.compress_size, 1):.0f}-fold "
                 f"({info.compress_size} → {info.file_size} bytes); at most {limits.max_ratio:g}-fold is accepted "
                 "(decompression bomb?).",
+                member=info.filename,
+            )
+        if GRAPH_PATH.match(info.filename) and info.file_size > limits.max_graph_bytes:
+            raise _refuse(
+                f"Member {info.filename!r} declares a {info.file_size}-byte graph; at most {limits.max_graph_bytes} "
+                "bytes are accepted.",
                 member=info.filename,
             )
         total += info.file_size
@@ -642,9 +734,11 @@ class _KBPlan:
     root: Path | None = None
     document_count: int = 0
     renamed_documents: list[str] = field(default_factory=list)
+    graph: GraphState | None = None
+    graph_unlinked: int = 0  # nodes whose indexed document was not in the file (re-indexed by the next bundle)
 
 
-def _validate_kb(entry: Any, position: int, package: _Package) -> _KBPlan:
+def _validate_kb(entry: Any, position: int, package: _Package, graph_paths: set[str] | None = None) -> _KBPlan:
     if not isinstance(entry, dict):
         raise _refuse(f"knowledge_bases[{position}] must be an object.")
     where = f"knowledge_bases[{position}]"
@@ -769,7 +863,124 @@ def _validate_kb(entry: Any, position: int, package: _Package) -> _KBPlan:
     )
     plan = _KBPlan(record, bool(entry.get("had_api_key")), segments)
     plan.document_count = len(seen_docs)
+    if entry.get("graph") is not None:
+        documents_by_id = {row["doc_id"]: row for segment in segments for row in segment.documents}
+        plan.graph, plan.graph_unlinked = _validate_graph(
+            entry["graph"], where, name, package, documents_by_id, graph_paths if graph_paths is not None else set()
+        )
     return plan
+
+
+def _no_constant(value: str) -> Any:
+    raise ValueError(f"{value} is not a JSON number")
+
+
+def _validate_graph(
+    entry: Any,
+    where: str,
+    kb_name: str,
+    package: _Package,
+    documents: dict[str, dict[str, Any]],
+    seen_paths: set[str],
+) -> tuple[GraphState, int]:
+    """Parse and check one KB's graph state completely; returns it (doc links checked) and the unlinked count."""
+    from kb_core.bundles.graph import edge_item, node_item
+    from kb_core.bundles.ontology import parse_ontology
+    from kb_core.bundles.validation import BundleValidator, edge_id, node_id
+
+    label = f"{where}.graph"
+    if not isinstance(entry, dict):
+        raise _refuse(f"{label} must be an object.")
+    path = _string(entry.get("path"), f"{label}.path", max_length=64) or ""
+    if not GRAPH_PATH.match(path) or path in seen_paths or path not in package.members:
+        raise _refuse(f"{label}.path {path!r} is not a unique graph member of the file (kb/NNNN/graph/state.json).")
+    seen_paths.add(path)
+    try:
+        raw = json.loads(package.members[path].read_bytes().decode("utf-8"), parse_constant=_no_constant)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        reason = "it nests too deeply" if isinstance(exc, RecursionError) else str(exc)
+        raise _refuse(f"{path} is not valid UTF-8 JSON: {reason}.", kb_name=kb_name) from None
+
+    def bad(message: str) -> ImportFormatError:
+        return _refuse(f"{path} (graph of knowledge base {kb_name!r}): {message}; refused.", kb_name=kb_name)
+
+    if not isinstance(raw, dict) or set(raw) != {"version", "ontology", "nodes", "edges"}:
+        raise bad("it must be an object with exactly version, ontology, nodes and edges")
+    version = raw["version"]
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise bad(f"version {version!r} must be a positive integer")
+    try:
+        ontology = parse_ontology(raw["ontology"])
+    except KBError as exc:
+        raise bad(f"the ontology is invalid: {exc.message}") from None
+    if not isinstance(raw["nodes"], list) or not isinstance(raw["edges"], list):
+        raise bad("nodes and edges must be lists")
+
+    nodes: dict[str, dict[str, Any]] = {}
+    linked: dict[str, str] = {}  # doc id → node id
+    unlinked = 0
+    for number, node in enumerate(raw["nodes"]):
+        at = f"nodes[{number}]"
+        if not isinstance(node, dict) or not {"id", "type", "identity", "properties"} <= set(node) <= NODE_KEYS:
+            raise bad(f"{at} must be an object with id, type, identity, properties[, doc_id, doc_name, text_sha256]")
+        node = {key: node.get(key) for key in sorted(NODE_KEYS)}
+        spec = ontology.nodes.get(node["type"]) if isinstance(node["type"], str) else None
+        if spec is None:
+            raise bad(f"{at}.type {node['type']!r} is not a node type of its ontology")
+        properties, identity = node["properties"], node["identity"]
+        if not isinstance(properties, dict) or not isinstance(identity, dict):
+            raise bad(f"{at}: identity and properties must be objects")
+        if set(identity) != set(spec.identity) or any(properties.get(k) != v for k, v in identity.items()):
+            raise bad(f"{at}.identity does not match the identity fields {list(spec.identity)} of its properties")
+        expected = node_id(node["type"], identity)
+        if node["id"] != expected or expected in nodes:
+            raise bad(f"{at}.id {node['id']!r} is not {expected!r} (derived from type and identity) or is repeated")
+        doc_id = node["doc_id"]
+        if doc_id is not None:
+            if not isinstance(doc_id, str) or not ID_PATTERN.match(doc_id) or doc_id in linked:
+                raise bad(f"{at}.doc_id {str(doc_id)[:40]!r} is malformed or shared with another node")
+            row = documents.get(doc_id)
+            if row is not None and row["source"] != "bundle":
+                raise bad(f"{at}.doc_id {doc_id!r} names a document of source {row['source']!r}, not 'bundle'")
+            if row is None:
+                node.update(doc_id=None, doc_name=None, text_sha256=None)
+                unlinked += 1
+            else:
+                linked[doc_id] = expected
+        if node["doc_name"] is not None and not isinstance(node["doc_name"], str):
+            raise bad(f"{at}.doc_name must be a string or null")
+        sha = node["text_sha256"]
+        if sha is not None and (not isinstance(sha, str) or not SHA256_HEX.match(sha)):
+            raise bad(f"{at}.text_sha256 must be 64 hex digits or null")
+        nodes[expected] = node
+
+    edges: dict[str, dict[str, Any]] = {}
+    for number, edge in enumerate(raw["edges"]):
+        at = f"edges[{number}]"
+        if not isinstance(edge, dict) or set(edge) != EDGE_KEYS:
+            raise bad(f"{at} must be an object with exactly id, type, source, target, properties")
+        spec_ = ontology.edges.get(edge["type"]) if isinstance(edge["type"], str) else None
+        if spec_ is None:
+            raise bad(f"{at}.type {edge['type']!r} is not an edge type of its ontology")
+        source, target = edge["source"], edge["target"]
+        if not isinstance(source, str) or not isinstance(target, str) or source not in nodes or target not in nodes:
+            raise bad(f"{at}: source and target must be ids of nodes in the graph")
+        if (nodes[source]["type"], nodes[target]["type"]) != (spec_.source, spec_.target):
+            raise bad(f"{at}: '{edge['type']}' connects {spec_.source} → {spec_.target}")
+        if not isinstance(edge["properties"], dict):
+            raise bad(f"{at}.properties must be an object")
+        expected = edge_id(edge["type"], source, target)
+        if edge["id"] != expected or expected in edges:
+            raise bad(f"{at}.id {edge['id']!r} is not {expected!r} (derived from type and endpoints) or is repeated")
+        edges[expected] = dict(edge)
+
+    state = GraphState(version, ontology, nodes, edges)
+    items = [node_item(n) for n in nodes.values()] + [edge_item(e, state) for e in edges.values()]
+    validator = BundleValidator(ontology, max_errors=5, max_items=max(len(items), 1))
+    _, _, problems = validator.structural(items)
+    if problems:
+        raise bad("its nodes/edges do not fit its ontology: " + "; ".join(p.text for p in problems))
+    return state, unlinked
 
 
 def _validate_search_settings(settings: dict[str, Any], where: str) -> dict[str, Any]:
@@ -820,8 +1031,10 @@ def _home_document_ids(service: Any) -> set[str]:
 
 
 def _fresh_ids(plan: _KBPlan) -> None:
+    remapped: dict[str, str] = {}
     for segment in plan.segments:
         mapping = {row["doc_id"]: f"doc_{uuid.uuid4().hex[:16]}" for row in segment.documents}
+        remapped.update(mapping)
         for row in segment.documents:
             old = row["doc_id"]
             row["doc_id"] = mapping[old]
@@ -833,6 +1046,10 @@ def _fresh_ids(plan: _KBPlan) -> None:
         for row in segment.texts:
             row["doc_id"] = mapping[row["doc_id"]]
         segment.originals = {mapping[d]: p for d, p in segment.originals.items()}
+    if plan.graph is not None:
+        for node in plan.graph.nodes.values():
+            if node["doc_id"] is not None:
+                node["doc_id"] = remapped[node["doc_id"]]
 
 
 def _unique_document_names(plan: _KBPlan, now: datetime) -> None:
@@ -877,6 +1094,15 @@ def _stage_kb(plan: _KBPlan, staging: Path, analyzer: Any) -> None:
         staged_segments.append(staged)
     if staged_segments:
         store.commit(Change(add=tuple(staged_segments)))
+    if plan.graph is not None:
+        names = {row["doc_id"]: row["name"] for segment in plan.segments for row in segment.documents}
+        for node in plan.graph.nodes.values():
+            if node["doc_id"] is not None:
+                node["doc_name"] = names[node["doc_id"]]  # after renames of clashing document names
+        graph = GraphStore(root)
+        graph.root.mkdir()
+        committed = graph.commit(plan.graph)
+        write_shadow(committed, graph.root / "shadow")
     plan.root = root
 
 
@@ -956,7 +1182,8 @@ def import_database(
     try:
         package = _open_package(source, staging, limits)
         entries = package.manifest["knowledge_bases"]
-        plans = [_validate_kb(entry, position, package) for position, entry in enumerate(entries)]
+        graph_paths: set[str] = set()
+        plans = [_validate_kb(entry, position, package, graph_paths) for position, entry in enumerate(entries)]
         taken_ids = _home_document_ids(service)
         for plan in plans:
             ids = {row["doc_id"] for segment in plan.segments for row in segment.documents}
@@ -977,6 +1204,18 @@ def import_database(
     renamed_docs = [r for p in plans for r in p.renamed_documents]
     if renamed_docs:
         message += f" Renamed {len(renamed_docs)} clashing document name(s)."
+    graphs = [p.graph for p in plans if p.graph is not None]
+    if graphs:
+        message += (
+            f" Restored {len(graphs)} knowledge-bundle graph(s) with {sum(len(g.nodes) for g in graphs)} node(s) and "
+            f"{sum(len(g.edges) for g in graphs)} edge(s)."
+        )
+    for plan in plans:
+        if plan.graph_unlinked:
+            message += (
+                f" {plan.graph_unlinked} node(s) of {plan.record.name!r} had no indexed document in the file; "
+                "the next bundle import into it re-indexes them."
+            )
     message += " API keys are never part of an export file: the imported knowledge bases have no API key"
     keyed = [p.record.name for p in plans if p.had_api_key or p.record.embedding_endpoint]
     if keyed:

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from kb_core import KnowledgeBaseService
-from kb_core.transfer import FORMAT_VERSION, MANIFEST_MEMBER, export_database, import_database
+from kb_core.transfer import FORMAT_VERSION, MANIFEST_MEMBER, TransferLimits, export_database, import_database
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 DOCS = SHARED / "fixtures" / "docs"
@@ -543,3 +543,259 @@ def test_cli_export_and_import_db(small_export: Path, tmp_path: Path, capsys: py
     broken.write_bytes(package.read_bytes()[:100])
     assert main(["--home", str(home), "import-db", str(broken)]) == 1
     assert "truncated" in capsys.readouterr().err
+
+
+# -- knowledge-bundle graphs ---------------------------------------------------------------------------------------
+GRAPH_BUNDLE = """\
+- type: Document
+  doc_uri: "doc-001"
+  title: "Lighthouses"
+  content: "A lighthouse keeper trims the wick and winds the clockwork every evening so ships avoid the rocks."
+- type: Document
+  doc_uri: "doc-002"
+  content: "长城是中国古代的军事防御工程，东起山海关，西至嘉峪关，全长两万多公里。"
+- type: Document
+  doc_uri: "doc-003"
+  content: "Harbour pilots guide ships past the rocks when fog hides the lighthouse beam."
+- type: REFERENCES
+  source: { doc_uri: "doc-001" }
+  target: { doc_uri: "doc-002" }
+  ref_type: "citation"
+- type: REFERENCES
+  source: { doc_uri: "doc-003" }
+  target: { doc_uri: "doc-001" }
+"""
+GRAPH_QUERIES = ["lighthouse keeper", "长城 防御", "ships rocks fog", "chlorophyll"]
+
+
+def graph_of(session: Any, kb_name: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    view = session.graph_view(kb_name=kb_name)
+    assert view["success"], view
+    return view["data"]["nodes"], view["data"]["edges"]
+
+
+def shadow_files(home: Path, session: Any, kb_name: str) -> dict[str, bytes]:
+    folder = home / "kbs" / session.resolve_kb(kb_name).id / "graph" / "shadow"
+    return {
+        str(p.relative_to(folder)): p.read_bytes()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name != "shadow.json"
+    }
+
+
+@pytest.fixture(scope="module")
+def graph_export(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A home with a KB holding a TXT document and an imported bundle (documents + references), and its export."""
+    root = tmp_path_factory.mktemp("graph")
+    service = KnowledgeBaseService(root / "home")
+    session = service.session()
+    assert session.create_knowledge_base("graph", 64, embedding_model="hashing")["success"]
+    assert session.create_knowledge_base("plain", 64, embedding_model="hashing")["success"]
+    (root / "photosynthesis.txt").write_text(ENGLISH, encoding="utf-8")
+    assert session.import_document([str(root / "photosynthesis.txt")], kb_name="graph")["success"]
+    assert session.import_document([str(root / "photosynthesis.txt")], kb_name="plain")["success"]
+    bundle = root / "bundle.yaml"
+    bundle.write_text(GRAPH_BUNDLE, encoding="utf-8")
+    imported = session.import_knowledge_bundle(str(bundle), kb_name="graph")
+    assert imported["success"], imported
+    export = root / "graph.kbx"
+    envelope = export_database(session, export)
+    assert envelope["success"], envelope
+    return {"session": session, "home": service.home.root, "export": export, "envelope": envelope}
+
+
+def test_export_carries_the_graph_state_as_an_optional_member(graph_export: dict[str, Any]) -> None:
+    assert "1 knowledge-bundle graph(s) with 3 node(s) and 2 edge(s)" in graph_export["envelope"]["message"]
+    with zipfile.ZipFile(graph_export["export"]) as archive:
+        manifest = json.loads(archive.read(MANIFEST_MEMBER))
+        kbs = {kb["name"]: kb for kb in manifest["knowledge_bases"]}
+        graph = kbs["graph"]["graph"]
+        state = json.loads(archive.read(graph["path"]))
+    assert manifest["format_version"] == FORMAT_VERSION == 1
+    assert graph["path"] in manifest["files"] and (graph["nodes"], graph["edges"]) == (3, 2)
+    assert "graph" not in kbs["plain"]  # a KB without a graph is exported exactly as before
+    assert set(state) == {"version", "ontology", "nodes", "edges"} and len(state["nodes"]) == 3
+
+
+def test_graph_round_trip_into_an_empty_home(graph_export: dict[str, Any], tmp_path: Path) -> None:
+    original = graph_export["session"]
+    target = fresh_session(tmp_path / "home")
+    envelope = import_database(target, graph_export["export"])
+    assert envelope["success"], envelope
+    assert "Restored 1 knowledge-bundle graph(s) with 3 node(s) and 2 edge(s)" in envelope["message"]
+    assert graph_of(target, "graph") == graph_of(original, "graph")
+    assert graph_of(target, "plain") == ([], [])
+    assert shadow_files(tmp_path / "home", target, "graph") == shadow_files(graph_export["home"], original, "graph")
+    for query in GRAPH_QUERIES:
+        for mode in ("hybrid", "keyword", "semantic"):
+            assert_same_results(search_rows(original, "graph", query, mode), search_rows(target, "graph", query, mode))
+        before = original.search(query, top_k=2, kb_names=["graph"], expand_graph=True)["data"]["chunks"]
+        after = target.search(query, top_k=2, kb_names=["graph"], expand_graph=True)["data"]["chunks"]
+        assert [(c["id"], c.get("expanded", False), c.get("graph")) for c in before] == [
+            (c["id"], c.get("expanded", False), c.get("graph")) for c in after
+        ]
+    node = graph_of(target, "graph")[0][0]["id"]
+    assert target.get_item(node)["data"]["neighbours"] == original.get_item(node)["data"]["neighbours"]
+    # the imported graph is live: an unchanged node is not re-indexed, a new one is, a delete cascades
+    (tmp_path / "more.yaml").write_text(
+        GRAPH_BUNDLE.split('- type: Document\n  doc_uri: "doc-002"')[0]
+        + '- type: Document\n  doc_uri: "doc-004"\n  content: "新的文档"\n- type: Document\n  action: delete\n'
+        '  doc_uri: "doc-003"\n',
+        encoding="utf-8",
+    )
+    more = target.import_knowledge_bundle(str(tmp_path / "more.yaml"), kb_name="graph")
+    assert more["success"], more
+    stats = more["data"]["stats"]
+    assert (stats["documents_indexed"], stats["documents_removed"], stats["edges_cascaded"]) == (1, 1, 1)
+    assert target.verify()["success"]
+
+
+def test_graph_links_follow_fresh_ids_and_renamed_documents(graph_export: dict[str, Any], tmp_path: Path) -> None:
+    target = fresh_session(tmp_path / "home")
+    assert import_database(target, graph_export["export"])["success"]
+    second = import_database(target, graph_export["export"])  # same document ids: the copy gets fresh ones
+    assert second["success"], second
+    copy = next(r["to"] for r in second["data"]["renamed_knowledge_bases"] if r["from"] == "graph")
+    nodes, edges = graph_of(target, copy)
+    first_nodes, first_edges = graph_of(target, "graph")
+    assert [n["id"] for n in nodes] == [n["id"] for n in first_nodes] and edges == first_edges
+    documents = {d["id"]: d["name"] for d in target.list_documents(kb_name=copy)["data"]["documents"]}
+    state = graph_nodes(tmp_path / "home", target, copy)
+    linked = [n for n in state.values() if n["doc_id"]]
+    assert len(linked) == 3 and all(documents[n["doc_id"]] == n["doc_name"] for n in linked)
+    assert not {n["doc_id"] for n in linked} & {
+        n["doc_id"] for n in graph_nodes(tmp_path / "home", target, "graph").values()
+    }
+    hits = target.search("lighthouse keeper", top_k=1, kb_names=[copy], expand_graph=True)["data"]["chunks"]
+    assert hits[0]["doc_name"] == "doc-001" and {h["doc_name"] for h in hits[1:]} == {"doc-002", "doc-003"}
+
+
+def graph_nodes(home: Path, session: Any, kb_name: str) -> dict[str, dict[str, Any]]:
+    from kb_core.bundles.graph import GraphStore
+
+    return GraphStore(home / "kbs" / session.resolve_kb(kb_name).id).load().nodes
+
+
+def _graph_member(export: Path) -> tuple[str, dict[str, Any]]:
+    with zipfile.ZipFile(export) as archive:
+        manifest = json.loads(archive.read(MANIFEST_MEMBER))
+        path = next(kb["graph"]["path"] for kb in manifest["knowledge_bases"] if "graph" in kb)
+        return path, json.loads(archive.read(path))
+
+
+def test_hostile_graph_states_are_refused_and_change_nothing(
+    victim: Any, graph_export: dict[str, Any], tmp_path: Path
+) -> None:
+    path, state = _graph_member(graph_export["export"])
+
+    def variant(name: str, edit: Callable[[dict[str, Any]], Any] | None = None, raw: bytes | None = None) -> Path:
+        changed = json.loads(json.dumps(state))
+        if edit is not None:
+            edit(changed)
+        data = raw if raw is not None else json.dumps(changed, ensure_ascii=False).encode("utf-8")
+        return rebuild(graph_export["export"], tmp_path / f"{name}.kbx", replace={path: data})
+
+    def orphan_edge(s: dict[str, Any]) -> None:
+        s["edges"][0]["target"] = "node_" + "0" * 24
+
+    def forged_id(s: dict[str, Any]) -> None:
+        s["nodes"][0]["identity"]["doc_uri"] = "someone-else"
+        s["nodes"][0]["properties"]["doc_uri"] = "someone-else"
+
+    def wrong_property(s: dict[str, Any]) -> None:
+        s["nodes"][0]["properties"]["content"] = 42
+
+    def unknown_type(s: dict[str, Any]) -> None:
+        s["nodes"][0]["type"] = "Human"
+
+    def stolen_document(s: dict[str, Any]) -> None:
+        s["nodes"][1]["doc_id"] = s["nodes"][0]["doc_id"]
+
+    assert_refused(victim, variant("orphan", orphan_edge), "source and target must be ids of nodes")
+    assert_refused(victim, variant("forged", forged_id), "derived from type and identity")
+    assert_refused(victim, variant("property", wrong_property), "do not fit its ontology", "[0].content")
+    assert_refused(victim, variant("type", unknown_type), "'Human' is not a node type")
+    assert_refused(victim, variant("shared", stolen_document), "shared with another node")
+    assert_refused(victim, variant("nan", raw=b'{"version": NaN}'), "not valid UTF-8 JSON")
+    assert_refused(victim, variant("deep", raw=b"[" * 100_000 + b"]" * 100_000), "nests too deeply")
+    assert_refused(victim, variant("ontology", lambda s: s["ontology"].update(nodes={})), "ontology is invalid")
+
+    def non_bundle_document(s: dict[str, Any]) -> None:
+        with zipfile.ZipFile(graph_export["export"]) as archive:
+            manifest = json.loads(archive.read(MANIFEST_MEMBER))
+        kb = next(kb for kb in manifest["knowledge_bases"] if kb["name"] == "graph")
+        txt = next(d["doc_id"] for d in kb["documents"] if d["name"] == "photosynthesis.txt")
+        s["nodes"][0]["doc_id"] = txt
+
+    assert_refused(victim, variant("txt", non_bundle_document), "not 'bundle'")
+    session, root, before = victim
+    too_big = import_database(session, graph_export["export"], limits=TransferLimits(max_graph_bytes=100))
+    assert too_big["error"]["code"] == "INVALID_IMPORT_FILE" and "graph" in too_big["message"]
+    assert home_listing(root) == before
+
+
+def test_a_graph_link_to_a_document_missing_from_the_file_is_cleared(
+    graph_export: dict[str, Any], tmp_path: Path
+) -> None:
+    """The source crashed between a bundle's index commit and its graph commit: the node is re-indexed later."""
+    path, state = _graph_member(graph_export["export"])
+    state["nodes"][0]["doc_id"] = "doc_gone0000000000"
+    bad = rebuild(graph_export["export"], tmp_path / "gone.kbx", replace={path: json.dumps(state).encode("utf-8")})
+    target = fresh_session(tmp_path / "home")
+    envelope = import_database(target, bad)
+    assert envelope["success"], envelope
+    assert "1 node(s) of 'graph' had no indexed document" in envelope["message"]
+    assert (
+        target.import_knowledge_bundle(str(_empty_bundle(tmp_path)), kb_name="graph")["data"]["stats"][
+            "documents_indexed"
+        ]
+        == 1
+    )
+    assert target.verify()["success"]
+
+
+def _empty_bundle(tmp_path: Path) -> Path:
+    path = tmp_path / "empty.yaml"
+    path.write_text("[]\n", encoding="utf-8")
+    return path
+
+
+def test_export_while_bundles_import_holds_matching_graph_and_documents(tmp_path: Path) -> None:
+    service = KnowledgeBaseService(tmp_path / "home")
+    session = service.session()
+    assert session.create_knowledge_base("busy", 64, embedding_model="hashing")["success"]
+    errors: list[str] = []
+
+    def writer() -> None:
+        for number in range(6):
+            bundle = tmp_path / f"b{number}.yaml"
+            bundle.write_text(
+                f'- type: Document\n  doc_uri: "n{number}"\n  content: "Note {number} 第{number}号笔记 " \n'
+                + (f'- type: REFERENCES\n  source: {{ doc_uri: "n{number}" }}\n  target: {{ doc_uri: "n0" }}\n')
+                * (number > 0),
+                encoding="utf-8",
+            )
+            result = service.session().import_knowledge_bundle(str(bundle), kb_name="busy")
+            if not result["success"]:
+                errors.append(result["message"])
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    exports = []
+    try:
+        while thread.is_alive() or len(exports) < 2:
+            path = tmp_path / f"export{len(exports)}.kbx"
+            assert export_database(session, path)["success"]
+            exports.append(path)
+            time.sleep(0.02)
+    finally:
+        thread.join()
+    assert not errors
+    for number, path in enumerate(exports):
+        target = fresh_session(tmp_path / f"target{number}")
+        envelope = import_database(target, path)
+        assert envelope["success"] and "had no indexed document" not in envelope["message"], envelope
+        nodes, edges = graph_of(target, "busy")
+        documents = target.list_documents(kb_name="busy")["data"]["documents"]
+        assert sorted(d["name"] for d in documents) == sorted(n["doc_name"] for n in nodes)  # no torn state
+        assert len(edges) == max(len(nodes) - 1, 0)
