@@ -232,7 +232,38 @@ def open_eval_service(service_or_home: Any) -> Any:
         root = Path(service_or_home).expanduser()
     else:
         root = Path(service_or_home.home.root)
-    return KnowledgeBaseService(root / EVAL_HOME)
+    home = root / EVAL_HOME
+
+    def embedder_factory(record: KnowledgeBaseRecord, api_key: str | None) -> Any:
+        # The service's own recipe (shared model, persistent document cache) plus a query memo: an evaluation
+        # embeds each query once instead of once per pass and setting. The vectors are the same.
+        from kb_core.embedding import CachedEmbedder, EmbeddingCache, get_embedder
+
+        inner = get_embedder(record.embedding_model, record.embedding_endpoint, api_key)
+        return _QueryMemo(CachedEmbedder(inner, EmbeddingCache(home / "cache" / "embeddings.sqlite")))
+
+    return KnowledgeBaseService(home, embedder_factory=embedder_factory)
+
+
+class _QueryMemo:
+    """An embedder whose ``embed_query`` remembers its answers; everything else is the wrapped embedder's."""
+
+    LIMIT = 100_000
+
+    def __init__(self, embedder: Any) -> None:
+        self._embedder = embedder
+        self._queries: dict[str, Any] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._embedder, name)
+
+    def embed_query(self, text: str) -> Any:
+        vector = self._queries.get(text)
+        if vector is None:
+            vector = self._embedder.embed_query(text)
+            if len(self._queries) < self.LIMIT:
+                self._queries[text] = vector
+        return vector
 
 
 def _corpus_digest(path: Path) -> str:
