@@ -400,7 +400,8 @@ _CONFINED = " Over HTTP the path must lie inside the folders the server was star
 
 DESCRIPTIONS: dict[str, str] = {
     "export_database": (
-        "Export every knowledge base this session can see (documents, chunks, vectors and original files) to one "
+        "Export every knowledge base this session can see (documents, chunks, vectors, original files and "
+        "knowledge-bundle graphs) to one "
         "portable file at the specified path; import_database reads it. API keys are never exported.\n\n"
         "Parameters:\n- export_path: Export path (absolute path, required), e.g. /backups/kb.kbx\n\n"
         "data: source_path (the home), export_path." + _WRITE + _CONFINED

@@ -290,13 +290,27 @@ def _snapshot_with_graph(
             return segments, None
         _close_segments(segments)
     with writer_lock(graph.root / "write.lock"):
-        segments = _snapshot_kb(store, kb_index)
+        try:
+            segments = _snapshot_kb(store, kb_index)
+        except KBNotFound:
+            _remove_recreated_lock(graph.root)
+            raise
         try:
             state = graph.load()
         except BaseException:
             _close_segments(segments)
             raise
     return segments, state if state.version > 0 else None
+
+
+def _remove_recreated_lock(graph_root: Path) -> None:
+    """The KB was deleted while we waited: the lock file (filelock creates missing folders) must not stay behind."""
+    (graph_root / "write.lock").unlink(missing_ok=True)
+    for folder in (graph_root, graph_root.parent):
+        try:
+            folder.rmdir()  # only if empty
+        except OSError:
+            break
 
 
 def _graph_bytes(state: GraphState) -> bytes:
