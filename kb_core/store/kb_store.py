@@ -173,6 +173,8 @@ class KBStore:
                 raise StoreError(f"Manifest {version} of knowledge base {self.kb_id} is unreadable: {exc}") from exc
         if not versions:
             return EMPTY_MANIFEST
+        if not self.exists():  # the KB was deleted while we read
+            raise KBNotFound(f"Knowledge base id '{self.kb_id}' no longer exists.")
         raise StoreError(f"No readable manifest in {self.root / 'manifests'}")
 
     def segment_dir(self, segment_id: str) -> Path:
