@@ -1,0 +1,155 @@
+"""Export / import: every KB or chosen ones into one portable file (download, or a path on the server), and
+merging such a file into the home (upload, or a path on the server) with counts and renamed KBs."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from kb_core.service import human_size
+from pages import _shared as ui
+
+EXPORT_SUFFIX = ".kbx"
+
+session = ui.session()
+st.title("Export / import")
+st.caption(
+    "One portable file (a ZIP with a manifest and checksums) holds knowledge bases with their settings, documents "
+    "and original files, chunks, vectors and knowledge-bundle graphs. API keys are never exported. Importing "
+    "validates the whole file first and changes nothing if any part is refused; names that already exist get a "
+    "timestamp suffix."
+)
+
+listing = ui.data_or_error(session.list_knowledge_bases())
+kbs = listing["knowledge_bases"] if listing else []
+names = [kb["name"] for kb in kbs]
+
+
+def export_name(chosen: list[str]) -> str:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    label = chosen[0] if len(chosen) == 1 else "knowledge-bases"
+    safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in label).strip("-.") or "kb"
+    return f"{safe}-{stamp}{EXPORT_SUFFIX}"
+
+
+def prepare_download(chosen: list[str]) -> None:
+    """Export into a temp folder, keep the bytes for the download button, remove the file."""
+    folder = Path(tempfile.mkdtemp(prefix="kb-export-"))
+    name = export_name(chosen)
+    try:
+        with st.spinner("Writing the export file…"):
+            envelope = session.export_database(str(folder / name), kb_names=chosen or None)
+        data = Path(envelope["data"]["export_path"]).read_bytes() if envelope["success"] else None
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    st.session_state["export_result"] = {"envelope": envelope, "name": name, "bytes": data}
+
+
+def run_import(path: str, label: str) -> None:
+    with st.spinner(f"Validating and importing {label}…"):
+        envelope = session.import_database(path)
+    st.session_state["import_db_result"] = {"envelope": envelope, "label": label}
+
+
+def show_import_result(stored: dict[str, Any]) -> None:
+    envelope = stored["envelope"]
+    if not envelope["success"]:
+        ui.show_error(envelope)  # the service names the file
+        return
+    data = envelope["data"]
+    st.success(envelope["message"], icon=":material/check_circle:")
+    left, right = st.columns(2)
+    left.metric("Knowledge bases imported", data["imported_kb_count"])
+    right.metric("Documents imported", data["imported_doc_count"])
+    renamed = {r["to"]: r["from"] for r in data.get("renamed_knowledge_bases", [])}
+    if data.get("knowledge_bases"):
+        st.dataframe(
+            pd.DataFrame(
+                {
+                    "Imported as": data["knowledge_bases"],
+                    "Name in the file": [renamed.get(n, n) for n in data["knowledge_bases"]],
+                    "Renamed": ["yes: the name existed" if n in renamed else "" for n in data["knowledge_bases"]],
+                }
+            ),
+            hide_index=True, width="stretch",
+        )
+
+
+export_col, import_col = st.columns(2, gap="large")
+
+with export_col:
+    st.subheader("Export")
+    chosen = st.multiselect("Knowledge bases (none chosen: all)", names, key="export_kbs",
+                            placeholder="All knowledge bases")
+    download_tab, server_tab = st.tabs(["Download", "Path on the server"])
+    with download_tab:
+        if st.button("Prepare export file", type="primary", key="export_prepare", disabled=not names,
+                     icon=":material/inventory_2:"):
+            prepare_download(chosen)
+        stored = st.session_state.get("export_result")
+        if stored:
+            if stored["envelope"]["success"] and stored["bytes"] is not None:
+                st.success(stored["envelope"]["message"].replace(stored["envelope"]["data"]["export_path"],
+                                                                 stored["name"]), icon=":material/check_circle:")
+                st.download_button(
+                    f"Download {stored['name']} ({human_size(len(stored['bytes']))})",
+                    stored["bytes"],
+                    file_name=stored["name"],
+                    mime="application/zip",
+                    key="export_download",
+                    icon=":material/download:",
+                )
+            else:
+                ui.show_error(stored["envelope"])
+    with server_tab:
+        target = st.text_input("Export file path (on the machine that runs the app)", key="export_path",
+                               placeholder=f"/backups/knowledge-bases{EXPORT_SUFFIX}")
+        if st.button("Export to this path", key="export_to_path", disabled=not names):
+            if not target.strip():
+                st.warning("Give the path of the file to write.")
+            else:
+                with st.spinner("Writing the export file…"):
+                    result = session.export_database(target.strip(), kb_names=chosen or None)
+                if result["success"]:
+                    st.success(result["message"], icon=":material/check_circle:")
+                else:
+                    ui.show_error(result)
+    if not names:
+        st.info("There are no knowledge bases to export yet.")
+
+with import_col:
+    st.subheader("Import")
+    stored = st.session_state.get("import_db_result")
+    if stored:
+        show_import_result(stored)
+    upload_tab, path_tab = st.tabs(["Upload a file", "Path on the server"])
+    with upload_tab:
+        round_ = st.session_state.get("import_db_round", 0)
+        upload = st.file_uploader(f"Export file ({EXPORT_SUFFIX} or .zip)", type=["kbx", "zip"],
+                                  key=f"import_db_upload_{round_}")
+        if st.button("Import uploaded file", type="primary", disabled=upload is None, key="import_db_upload_go"):
+            handle, path = tempfile.mkstemp(prefix="kb-import-", suffix=EXPORT_SUFFIX)
+            try:
+                with os.fdopen(handle, "wb") as out:
+                    out.write(upload.getvalue())  # type: ignore[union-attr]
+                run_import(path, upload.name)  # type: ignore[union-attr]
+            finally:
+                os.unlink(path)
+            st.session_state["import_db_round"] = round_ + 1
+            st.rerun()  # the sidebar lists the new knowledge bases
+    with path_tab:
+        source = st.text_input("Export file path (on the machine that runs the app)", key="import_db_path",
+                               placeholder=f"/backups/knowledge-bases{EXPORT_SUFFIX}")
+        if st.button("Import this file", type="primary", key="import_db_path_go"):
+            if not source.strip():
+                st.warning("Give the path of an export file.")
+            else:
+                run_import(source.strip(), Path(source.strip()).name)
+                st.rerun()
