@@ -51,7 +51,8 @@ def compact(store: KBStore, analyzer: Any, *, everything: bool = False) -> dict[
         return {"segments_merged": 0, "rows_kept": 0, "rows_dropped": 0}
     staged = store.stage_segment()
     try:
-        kept, dropped = _write_merged(store, manifest, chosen, staged.id, staged.path, analyzer)
+        with store.deleted_guard():
+            kept, dropped = _write_merged(store, manifest, chosen, staged.id, staged.path, analyzer)
         staged.rows = kept["chunks"]
         staged.documents = kept["documents"]
 

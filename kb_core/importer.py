@@ -311,7 +311,8 @@ class Importer:
     def _commit(self, documents: list[_PendingDocument], progress: ImportProgress) -> list[dict[str, Any]]:
         staged = self.store.stage_segment()
         try:
-            rows = self.write_segment(staged, documents)
+            with self.store.deleted_guard():
+                rows = self.write_segment(staged, documents)
 
             def plan(manifest: Manifest) -> Change:
                 # Names and replacements are decided under the lock, against the newest manifest.

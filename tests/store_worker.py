@@ -20,6 +20,12 @@ from kb_core.store import Change, catalog
 def add_segment(service: KnowledgeBaseService, kb_id: str, rng: random.Random) -> None:
     store = service.kb_store(kb_id)
     staged = store.stage_segment()
+    with store.deleted_guard():
+        write_segment(store, staged, rng)
+    store.commit(Change(add=(staged,)))
+
+
+def write_segment(store, staged, rng: random.Random) -> None:
     docs = [f"doc_{uuid.uuid4().hex[:12]}" for _ in range(rng.randint(1, 3))]
     chunk_rows = []
     doc_rows = []
@@ -37,7 +43,6 @@ def add_segment(service: KnowledgeBaseService, kb_id: str, rng: random.Random) -
     catalog.write_segment_info(
         staged.path, catalog.SegmentInfo(staged.id, staged.rows, staged.documents, "t", 4, "a", "")
     )
-    store.commit(Change(add=(staged,)))
 
 
 def tombstone_one(service: KnowledgeBaseService, kb_id: str, rng: random.Random) -> None:

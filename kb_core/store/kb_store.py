@@ -203,6 +203,16 @@ class KBStore:
             raise KBNotFound(f"Knowledge base id '{self.kb_id}' no longer exists.") from exc
         return StagedSegment(id=segment_id, path=path)
 
+    @contextmanager
+    def deleted_guard(self) -> Iterator[None]:
+        """Turn the file errors of writing into a KB deleted meanwhile into KB_NOT_FOUND."""
+        try:
+            yield
+        except OSError as exc:
+            if not self.exists():
+                raise KBNotFound(f"Knowledge base id '{self.kb_id}' was deleted while it was being written.") from exc
+            raise
+
     def discard(self, staged: StagedSegment) -> None:
         shutil.rmtree(staged.path, ignore_errors=True)
 
