@@ -28,7 +28,7 @@ navigation = st.navigation(
         st.Page("pages/search_lab.py", title="Search lab", icon=":material/manage_search:"),
         st.Page("pages/evaluate.py", title="Evaluate", icon=":material/monitoring:"),
         st.Page("pages/knowledge_graph.py", title="Knowledge graph", icon=":material/account_tree:"),
-        st.Page("pages/export_import.py", title="Export / import", icon=":material/swap_horiz:"),
+        st.Page("pages/export_import.py", title="Backup & transfer", icon=":material/swap_horiz:"),
     ]
 )
 

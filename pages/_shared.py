@@ -263,3 +263,18 @@ def breakdown_figure(chunks: Sequence[dict[str, Any]], height: int | None = None
         xaxis={"title": "score"},
     )
     return figure
+
+
+def score_scale(settings: dict[str, Any]) -> str:
+    """One sentence on what a result's score means for these settings (see kb_core.fusion)."""
+    mode = settings.get("mode")
+    if mode == "semantic":
+        return "Semantic scores are cosine similarities between the query and the chunk (at most 1)."
+    if mode == "keyword":
+        return "Keyword scores are raw BM25 scores: unbounded, higher for rarer matched terms; compare within a query."
+    if settings.get("fusion") == "rrf":
+        return ("Hybrid scores use reciprocal rank fusion: 1 for a chunk ranked first by both signals, "
+                "less the lower it ranks; see each hit's breakdown.")
+    return ("Hybrid scores are in standard deviations above this query's candidates (z-scores of each signal, "
+            "weighted): about 2 is a clear top hit, 0 is average, below 0 below average. Compare hits within one "
+            "query; each hit's breakdown shows the parts.")

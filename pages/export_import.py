@@ -19,7 +19,7 @@ from pages import _shared as ui
 EXPORT_SUFFIX = ".kbx"
 
 session = ui.session()
-st.title("Export / import")
+st.title("Export / import knowledge bases")
 st.caption(
     "One portable file (a ZIP with a manifest and checksums) holds knowledge bases with their settings, documents "
     "and original files, chunks, vectors and knowledge-bundle graphs. API keys are never exported. Importing "
@@ -74,12 +74,13 @@ def show_import_result(stored: dict[str, Any]) -> None:
             pd.DataFrame(
                 {
                     "Imported as": data["knowledge_bases"],
-                    "Name in the file": [renamed.get(n, n) for n in data["knowledge_bases"]],
-                    "Renamed": ["yes: the name existed" if n in renamed else "" for n in data["knowledge_bases"]],
+                    "Renamed from": [renamed.get(n, "") for n in data["knowledge_bases"]],
                 }
             ),
             hide_index=True, width="stretch",
         )
+        if renamed:
+            st.caption("Renamed knowledge bases had a name that already exists here; nothing was overwritten.")
 
 
 export_col, import_col = st.columns(2, gap="large")

@@ -19,6 +19,7 @@ from pages import _shared as ui
 
 GRAPH_LIMIT = 500  # nodes drawn at most
 LABELS_UP_TO = 60  # nodes get a text label when there are at most this many
+ARROWS_UP_TO = 200  # edges get an arrowhead when there are at most this many
 TYPE_COLOURS = ["#4C78A8", "#F58518", "#54A24B", "#E45756", "#72B7B2", "#B279A2", "#FF9DA6", "#9D755D"]
 
 session = ui.session()
@@ -34,6 +35,8 @@ def to_yaml(value: Any) -> str:
 
 
 def short(value: Any, limit: int = 80) -> str:
+    if isinstance(value, dict):
+        value = ", ".join(f"{k}: {v}" for k, v in value.items())
     text = value if isinstance(value, str) else yaml.safe_dump(value, allow_unicode=True, default_flow_style=True)
     text = " ".join(str(text).split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -100,7 +103,12 @@ def show_refusal(envelope: dict[str, Any], text: str) -> None:
     )
     st.dataframe(
         table, hide_index=True, width="stretch",
-        column_config={"Item": st.column_config.NumberColumn("Item", format="%d", help="0-based, as in the path")},
+        column_config={
+            "Item": st.column_config.NumberColumn("Item", format="%d", help="0-based, as in the path", width="small"),
+            "Path": st.column_config.TextColumn("Path", width="medium"),
+            "Kind": st.column_config.TextColumn("Kind", width="small"),
+            "Message": st.column_config.TextColumn("Message", width="large"),
+        },
     )
     indexes = sorted({int(e["index"]) for e in errors if isinstance(e.get("index"), int)})
     items = offending_items(text, indexes[:20])
@@ -109,7 +117,7 @@ def show_refusal(envelope: dict[str, Any], text: str) -> None:
             for index, item in items.items():
                 messages = [e["message"] for e in errors if e.get("index") == index]
                 st.markdown(f"**Item [{index}]** — " + "; ".join(messages))
-                st.code(to_yaml(item), language="yaml")
+                st.code(to_yaml(item), language="yaml", wrap_lines=True)
 
 
 def show_success(envelope: dict[str, Any]) -> None:
@@ -125,20 +133,25 @@ def show_success(envelope: dict[str, Any]) -> None:
 
 
 # -- layout --------------------------------------------------------------------------------------------
-def positions(nodes: list[dict[str, Any]], edges: list[dict[str, Any]]) -> dict[str, tuple[float, float]]:
-    """A spring layout (networkx, seeded so the picture is stable), else a circle."""
-    ids = [n["id"] for n in nodes]
+@st.cache_data(max_entries=32, show_spinner="Laying out the graph…")
+def layout(ids: tuple[str, ...], links: tuple[tuple[str, str], ...]) -> dict[str, tuple[float, float]]:
+    """A spring layout (networkx, seeded so the picture is stable), else a circle; cached per graph."""
     try:
         import networkx as nx
 
         graph = nx.Graph()
         graph.add_nodes_from(ids)
-        graph.add_edges_from((e["source"], e["target"]) for e in edges)
-        layout = nx.spring_layout(graph, seed=7, k=1.5 / math.sqrt(max(len(ids), 1)), iterations=60)
-        return {n: (float(x), float(y)) for n, (x, y) in layout.items()}
+        graph.add_edges_from(links)
+        rounds = 50 if len(ids) <= 150 else 25  # a 500-node layout stays around a second
+        placed = nx.spring_layout(graph, seed=7, k=1.5 / math.sqrt(max(len(ids), 1)), iterations=rounds)
+        return {n: (float(x), float(y)) for n, (x, y) in placed.items()}
     except ImportError:  # networkx comes with torch; the circle keeps the page working without it
         count = max(len(ids), 1)
         return {n: (math.cos(2 * math.pi * i / count), math.sin(2 * math.pi * i / count)) for i, n in enumerate(ids)}
+
+
+def positions(nodes: list[dict[str, Any]], edges: list[dict[str, Any]]) -> dict[str, tuple[float, float]]:
+    return layout(tuple(n["id"] for n in nodes), tuple((e["source"], e["target"]) for e in edges))
 
 
 def graph_figure(nodes: list[dict[str, Any]], edges: list[dict[str, Any]]) -> go.Figure:
@@ -154,15 +167,21 @@ def graph_figure(nodes: list[dict[str, Any]], edges: list[dict[str, Any]]) -> go
             (x0, y0), (x1, y1) = where[edge["source"]], where[edge["target"]]
             xs += [x0, x1, None]
             ys += [y0, y1, None]
-            mid_x.append(x0 + 0.55 * (x1 - x0))
-            mid_y.append(y0 + 0.55 * (y1 - y0))
+            mid_x.append(x0 + 0.5 * (x1 - x0))
+            mid_y.append(y0 + 0.5 * (y1 - y0))
             props = "<br>".join(f"{k}: {short(v)}" for k, v in (edge.get("properties") or {}).items())
             hover.append(f"<b>{edge_type}</b><br>{names[edge['source']]} → {names[edge['target']]}"
                          + (f"<br>{props}" if props else ""))
         colour = "#8a8f98" if number == 0 else TYPE_COLOURS[(number + 3) % len(TYPE_COLOURS)]
         figure.add_scatter(x=xs, y=ys, mode="lines", line={"width": 1.2, "color": colour}, hoverinfo="skip",
                            name=f"{edge_type} (edge)", legendgroup=edge_type)
-        # a marker near the target end: the edge's direction and the place to hover for its properties
+        if len(edges) <= ARROWS_UP_TO:  # arrowheads show direction; hundreds of annotations get slow
+            for edge in (e for e in edges if e["type"] == edge_type):
+                (x0, y0), (x1, y1) = where[edge["source"]], where[edge["target"]]
+                figure.add_annotation(x=x1, y=y1, ax=x0, ay=y0, xref="x", yref="y", axref="x", ayref="y", text="",
+                                      showarrow=True, arrowhead=2, arrowsize=1.3, arrowwidth=1.2, arrowcolor=colour,
+                                      standoff=8)
+        # a marker halfway: the place to hover for the edge's type and properties
         figure.add_scatter(x=mid_x, y=mid_y, mode="markers", marker={"symbol": "diamond", "size": 7, "color": colour},
                            hovertext=hover, hoverinfo="text", showlegend=False, legendgroup=edge_type)
     node_types = sorted({n["type"] for n in nodes})
@@ -211,7 +230,7 @@ with schema_tab:
         left, right = st.columns(2, gap="large")
         with left:
             st.markdown("**Example bundle**")
-            st.code(schema["example_yaml"], language="yaml")
+            st.code(schema["example_yaml"], language="yaml", wrap_lines=True)
             st.download_button("Download example.yaml", schema["example_yaml"], file_name="example.yaml",
                                mime="application/yaml", key="schema_download_example", icon=":material/download:")
         with right:
@@ -309,8 +328,9 @@ with graph_tab:
             if view["truncated"]:
                 st.caption(f"Showing {len(nodes)} of {view['node_total']} nodes and the edges between them.")
             st.plotly_chart(graph_figure(nodes, edges), key="graph_chart", width="stretch")
-            st.caption("Hover a node for its type, identity and properties; hover an edge's diamond (near its "
-                       "target) for its type and properties. Drag to pan, scroll to zoom.")
+            st.caption("Hover a node for its type, identity and properties; hover the diamond halfway along an "
+                       "edge for its type and properties; arrows point from source to target. Drag to pan, scroll "
+                       "to zoom.")
             labels = {n["id"]: f"{n['type']}: {identity_text(n['identity'])}" for n in nodes}
             choice = st.selectbox("Inspect a node", list(labels), format_func=labels.__getitem__, index=None,
                                   placeholder="Choose a node to see its properties and neighbours",
@@ -321,7 +341,8 @@ with graph_tab:
                     left, right = st.columns(2, gap="large")
                     with left:
                         st.markdown("**Properties**")
-                        st.code(to_yaml({"identity": item["identity"], **item["properties"]}), language="yaml")
+                        st.code(to_yaml({"identity": item["identity"], **item["properties"]}), language="yaml",
+                                wrap_lines=True)
                         if item.get("doc_name"):
                             st.caption(f"Indexed as document **{item['doc_name']}**.")
                     with right:

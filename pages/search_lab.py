@@ -192,6 +192,7 @@ with results_tab:
         st.info("No chunks matched.")
     else:
         st.markdown("**Score breakdown** — stacked contributions add up to each hit's final score")
+        st.caption(ui.score_scale(used))
         st.plotly_chart(ui.breakdown_figure(chunks), key="lab_overview_chart", width="stretch")
         chunk_cards(chunks, "main")
 
