@@ -48,6 +48,7 @@ queries; ``benchmarks/fusion_study.py`` measures the result on SciFact (English)
 
 from __future__ import annotations
 
+import heapq
 import math
 import re
 import unicodedata
@@ -384,16 +385,32 @@ def near_duplicate_keys(texts: Mapping[Hashable, str], threshold: float = 0.9) -
         raise InvalidArgument(f"threshold must lie in (0, 1]; got {threshold!r}")
     drop: set[Hashable] = set()
     seen_exact: set[str] = set()
-    kept: list[frozenset[str]] = []
+    kept: list[tuple[frozenset[str], frozenset[int]]] = []
     for key, text in texts.items():
         normal = _normalise_text(text)
         if normal in seen_exact:
             drop.add(key)
             continue
         shingles = _shingles(normal)
-        if any(jaccard_similarity(shingles, other) >= threshold for other in kept):
-            drop.add(key)
-            continue
-        seen_exact.add(normal)
-        kept.append(shingles)
+        sketch = _sketch(shingles)
+        for other, other_sketch in kept:
+            # Cheap filters first: Jaccard ≥ t needs sizes within a factor t, and near-identical sets share
+            # most of their smallest shingle hashes; only then the exact Jaccard.
+            small, large = sorted((len(shingles), len(other)))
+            if small < threshold * large or len(sketch & other_sketch) < _SKETCH_SIZE // 2:
+                continue
+            if jaccard_similarity(shingles, other) >= threshold:
+                drop.add(key)
+                break
+        else:
+            seen_exact.add(normal)
+            kept.append((shingles, sketch))
     return drop
+
+
+_SKETCH_SIZE = 16
+
+
+def _sketch(shingles: frozenset[str]) -> frozenset[int]:
+    """Bottom-k sketch: the smallest shingle hashes. Sets with Jaccard ≥ 0.9 share most of them."""
+    return frozenset(heapq.nsmallest(_SKETCH_SIZE, map(hash, shingles)))

@@ -313,7 +313,9 @@ def rank(
             jaccard = jaccard_similarity(query_terms, candidate.terms) if settings.jaccard_weight > 0 else 0.0
             scored.append((candidate, _single_signal(candidate, signal, jaccard, settings.jaccard_weight)))
         fused = sorted(scored, key=lambda pair: -pair[1].final_score)
-    window = fused[: settings.top_k * 4 if settings.deduplicate else settings.top_k]
+    # Dropped duplicates are refilled from a margin below top_k; pairwise dedup keeps that margin small.
+    margin = min(3 * settings.top_k, 30) if settings.deduplicate else 0
+    window = fused[: settings.top_k + margin]
     missing = [pair[0].key for pair in window if pair[0].key not in rows]
     rows.update(searcher.rows(missing))  # type: ignore[arg-type]
     if settings.deduplicate:
