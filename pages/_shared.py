@@ -252,7 +252,8 @@ def breakdown_figure(chunks: Sequence[dict[str, Any]], height: int | None = None
     finals = [float((c.get("breakdown") or {}).get("final_score", c.get("score", 0.0))) for c in chunks]
     figure.add_scatter(
         y=labels, x=finals, mode="markers+text", name="final score", text=[f"{v:.3f}" for v in finals],
-        textposition="middle right", marker={"color": "black", "symbol": "line-ns-open", "size": 14},
+        textposition=["middle left" if v < 0 else "middle right" for v in finals],  # clear of a negative bar
+        marker={"color": "black", "symbol": "line-ns-open", "size": 14},
     )
     figure.update_layout(
         barmode="stack",

@@ -44,6 +44,82 @@ DEMO_QRELS = {
 }
 
 
+# A small knowledge bundle (default ontology: Document nodes, REFERENCES edges) in English and Chinese.
+DEMO_BUNDLE = """\
+- type: Document
+  doc_uri: overview
+  title: KB Workbench overview
+  content: "KB Workbench is a local workbench for retrieval-augmented generation over your documents."
+- type: Document
+  doc_uri: hybrid-search
+  title: Hybrid search
+  content: "Hybrid search fuses BM25 keyword scores with vector similarity into one ranked list."
+- type: Document
+  doc_uri: bm25
+  title: BM25
+  content: "BM25 ranks chunks by the rare query terms they contain."
+- type: Document
+  doc_uri: embeddings
+  title: Embeddings
+  content: "Sentence embeddings place chunks and queries in one vector space; cosine measures closeness."
+- type: Document
+  doc_uri: score-breakdown
+  title: Score breakdown
+  content: "Every hit carries its raw and normalised scores, ranks and weights."
+- type: Document
+  doc_uri: 混合检索
+  title: 混合检索
+  content: "混合检索把关键词得分和向量相似度融合成一个排序。"
+- type: Document
+  doc_uri: 评估
+  title: 评估与调参
+  content: "用 nDCG@10 和 Recall@100 评估检索质量，并扫描向量权重。"
+- type: Document
+  doc_uri: bundles
+  title: Knowledge bundles
+  content: "A knowledge bundle is a YAML list of typed nodes and edges, validated as a whole before import."
+- type: REFERENCES
+  source: {doc_uri: overview}
+  target: {doc_uri: hybrid-search}
+  ref_type: explains
+- type: REFERENCES
+  source: {doc_uri: overview}
+  target: {doc_uri: bundles}
+  ref_type: explains
+- type: REFERENCES
+  source: {doc_uri: hybrid-search}
+  target: {doc_uri: bm25}
+  ref_type: uses
+- type: REFERENCES
+  source: {doc_uri: hybrid-search}
+  target: {doc_uri: embeddings}
+  ref_type: uses
+- type: REFERENCES
+  source: {doc_uri: score-breakdown}
+  target: {doc_uri: hybrid-search}
+  ref_type: explains
+- type: REFERENCES
+  source: {doc_uri: 混合检索}
+  target: {doc_uri: hybrid-search}
+  ref_type: translation
+- type: REFERENCES
+  source: {doc_uri: 评估}
+  target: {doc_uri: 混合检索}
+  ref_type: tunes
+- type: REFERENCES
+  source: {doc_uri: bundles}
+  target: {doc_uri: overview}
+  ref_type: part-of
+"""
+# Three broken items: an unknown type, a missing identity, an edge to a node that exists nowhere.
+BROKEN_BUNDLE = """\
+- {type: Document, doc_uri: ok-1, content: This item is fine.}
+- {type: Human, name: Ada Lovelace}
+- {type: Document, title: 没有标识的文档, content: 缺少 doc_uri。}
+- {type: REFERENCES, source: {doc_uri: ok-1}, target: {doc_uri: doc-404}}
+"""
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -66,7 +142,7 @@ def wait_idle(page, settle: int = 400) -> None:  # type: ignore[no-untyped-def]
 
 
 def go_to(page, title: str) -> None:  # type: ignore[no-untyped-def]
-    page.locator('[data-testid="stSidebarNav"]').get_by_role("link", name=title).click()
+    page.locator('[data-testid="stSidebarNav"]').get_by_role("link", name=title, exact=True).click()
     wait_idle(page)
 
 
@@ -84,6 +160,15 @@ def shoot(page, out: Path, name: str, full: bool = True) -> None:  # type: ignor
     page.screenshot(path=str(path))
     page.set_viewport_size(size)
     print(f"wrote {path.relative_to(REPO) if path.is_relative_to(REPO) else path}")
+
+
+def hover_point(page, point) -> None:  # type: ignore[no-untyped-def]
+    """Hover a plotly point so its tooltip shows (the page scrolled to the top, clear of Streamlit's header)."""
+    page.evaluate("() => document.querySelectorAll('[data-testid=\"stMain\"]').forEach(e => e.scrollTo(0, 0))")
+    page.wait_for_timeout(300)
+    box = point.bounding_box()
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    page.wait_for_timeout(600)
 
 
 def search(page, query: str) -> None:  # type: ignore[no-untyped-def]
@@ -191,6 +276,56 @@ def main() -> int:
             page.get_by_text("Per query, worst first").wait_for()
             wait_idle(page)
             shoot(page, args.out, "09-evaluate")
+
+            go_to(page, "Knowledge graph")
+            page.get_by_role("tab", name="Import bundle").click()
+            page.get_by_label("Bundle (YAML)").fill(DEMO_BUNDLE)
+            page.get_by_role("button", name="Import pasted bundle").click()
+            page.get_by_text("Imported the bundle").wait_for()
+            wait_idle(page)
+            page.get_by_role("tab", name="Graph", exact=True).click()
+            wait_idle(page)
+            page.get_by_label("Inspect a node").click()
+            page.get_by_role("option", name="Document: doc_uri=hybrid-search").click()
+            wait_idle(page)
+            hover_point(page, page.locator(".js-plotly-plot .scatterlayer .trace .points path").last)
+            shoot(page, args.out, "10-knowledge-graph")
+            page.get_by_role("tab", name="Import bundle").click()
+            page.get_by_label("Bundle (YAML)").fill(BROKEN_BUNDLE)
+            page.get_by_role("button", name="Import pasted bundle").click()
+            page.get_by_text("The bundle was refused").wait_for()
+            wait_idle(page)
+            page.get_by_role("tab", name="Import bundle").click()
+            wait_idle(page)
+            shoot(page, args.out, "11-knowledge-graph-refused-bundle")
+            page.get_by_role("tab", name="Ontology").click()
+            wait_idle(page)
+            shoot(page, args.out, "12-knowledge-graph-ontology")
+            page.get_by_role("tab", name="Schema").click()
+            wait_idle(page)
+            shoot(page, args.out, "13-knowledge-graph-schema")
+
+            go_to(page, "Backup & transfer")
+            page.get_by_role("button", name="Prepare export file").click()
+            page.get_by_role("button", name="Download").wait_for()
+            wait_idle(page)
+            backup = scratch / "backup.kbx"
+            page.get_by_role("tab", name="Path on the server").nth(0).click()
+            page.get_by_label("Export file path (on the machine that runs the app)").nth(0).fill(str(backup))
+            page.get_by_label("Export file path (on the machine that runs the app)").nth(0).press("Enter")
+            wait_idle(page)
+            page.get_by_role("button", name="Export to this path").click()
+            page.get_by_text(f"to {backup}").wait_for()
+            page.get_by_role("tab", name="Path on the server").nth(1).click()
+            page.get_by_label("Export file path (on the machine that runs the app)").nth(1).fill(str(backup))
+            page.get_by_label("Export file path (on the machine that runs the app)").nth(1).press("Enter")
+            wait_idle(page)
+            page.get_by_role("button", name="Import this file").click()
+            page.get_by_text("Knowledge bases imported").wait_for()
+            wait_idle(page)
+            page.get_by_role("tab", name="Download").click()
+            wait_idle(page)
+            shoot(page, args.out, "14-export-import")
             browser.close()
     finally:
         server.terminate()
