@@ -314,7 +314,7 @@ def rank(
             scored.append((candidate, _single_signal(candidate, signal, jaccard, settings.jaccard_weight)))
         fused = sorted(scored, key=lambda pair: -pair[1].final_score)
     # Dropped duplicates are refilled from a margin below top_k; pairwise dedup keeps that margin small.
-    margin = min(3 * settings.top_k, 30) if settings.deduplicate else 0
+    margin = min(settings.top_k, 10) if settings.deduplicate else 0
     window = fused[: settings.top_k + margin]
     missing = [pair[0].key for pair in window if pair[0].key not in rows]
     rows.update(searcher.rows(missing))  # type: ignore[arg-type]
