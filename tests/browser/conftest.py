@@ -79,7 +79,9 @@ class RunningApp:
         self.log.close()
 
 
-@pytest.fixture(scope="session")
+# Module scope, not session: Playwright's sync API keeps an asyncio loop running in the main thread while
+# it is open, and later tests that start their own loop (the MCP client tests) would fail.
+@pytest.fixture(scope="module")
 def browser() -> Iterator[object]:
     if not Path(CHROMIUM).exists():
         pytest.skip(f"{CHROMIUM} is missing: run scripts/install.sh --browser (Debian's chromium)")
