@@ -33,7 +33,7 @@ stretches its noise to [0, 1], which is how a hybrid becomes worse than its bett
 list is how far its top score stands out from the bulk, measured on the list's own scores:
 
     z_top    = (max − mean) / std                      over the signal's ranked list (n scores)
-    chance   = √(2 ln n)                               the expected z of the maximum of n draws without signal
+    chance   = Φ⁻¹((n − 0.375) / (n + 0.25))           the expected z of the maximum of n normal draws (Blom 1958)
     quality  = max(0, (z_top − chance) / chance)       0: the top is no better separated than noise would be
 
 Effective weights are ``w_s · quality_s`` renormalised to sum to 1; if neither signal shows any evidence the
@@ -54,6 +54,7 @@ import re
 import unicodedata
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
 
@@ -155,6 +156,15 @@ def _apply_normalization(values: np.ndarray, reference: np.ndarray, method: str)
     return (values - mean) / span if span > tiny else flat
 
 
+def expected_maximum_z(n: int) -> float:
+    """Expected maximum of ``n`` standard normal draws, by Blom's approximation of normal order statistics.
+
+    The asymptotic √(2 ln n) overstates it for the candidate-list sizes met here (2.50 against 1.93 for
+    n = 23; 3.03 against 2.50 for n = 100), which removed a real signal's weight from small KBs.
+    """
+    return NormalDist().inv_cdf((n - 0.375) / (n + 0.25))
+
+
 def signal_quality(scores: Sequence[float] | np.ndarray) -> tuple[float, float, float]:
     """``(quality, z_top, chance)`` of one signal's ranked list; see the module docstring."""
     values = np.asarray(scores, dtype=np.float64)
@@ -163,9 +173,9 @@ def signal_quality(scores: Sequence[float] | np.ndarray) -> tuple[float, float, 
         return (0.0 if n == 0 else 1.0), 0.0, 0.0
     std = float(values.std())
     if std <= _EPS * max(1.0, float(np.abs(values).max())):
-        return 0.0, 0.0, math.sqrt(2.0 * math.log(n))
+        return 0.0, 0.0, expected_maximum_z(n)
     z_top = (float(values.max()) - float(values.mean())) / std
-    chance = math.sqrt(2.0 * math.log(n))
+    chance = expected_maximum_z(n)
     quality = max(0.0, (z_top - chance) / chance)
     return quality, z_top, chance
 

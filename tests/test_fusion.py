@@ -220,8 +220,9 @@ def test_normalize_scores() -> None:
 
 def test_signal_quality_separates_signal_from_noise() -> None:
     rng = np.random.default_rng(5)
-    noise = rng.standard_normal(100)
-    assert signal_quality(noise)[0] == 0.0
+    # Pure noise reaches the expected maximum about half the time; its quality stays small on average.
+    noise_quality = [signal_quality(np.random.default_rng(seed).standard_normal(100))[0] for seed in range(200)]
+    assert np.mean(noise_quality) < 0.1
     separated = np.concatenate([[12.0, 11.0], rng.exponential(1.0, 98)])
     assert signal_quality(separated)[0] > 0.5
     assert signal_quality([3.0] * 10)[0] == 0.0
