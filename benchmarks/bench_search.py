@@ -23,13 +23,11 @@ import faiss
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_store import synthetic_texts
+from bench_store import commit_synthetic_segment, synthetic_texts
 from bench_vector import clustered_vectors
 
 from kb_core import KnowledgeBaseService
-from kb_core.importer import write_segment_files
 from kb_core.search import SearchFilters, SearchSettings, SnapshotSearcher, rank
-from kb_core.store import Change
 
 
 def peak_memory_mb() -> float:
@@ -51,34 +49,7 @@ def build(home: Path, chunks: int) -> None:
     record = service.find_kb("big")
     texts = synthetic_texts(chunks, rng)
     vectors = clustered_vectors(chunks, 1, clusters=max(16, chunks // 2000))
-    store = service.kb_store(record.id)
-    staged = store.stage_segment()
-    doc_rows = [
-        {
-            "doc_id": "doc_big",
-            "name": "big.txt",
-            "status": "ready",
-            "chunk_count": chunks,
-            "file_type": "txt",
-            "source": "path",
-            "size_bytes": 0,
-            "chunk_size": 256,
-        }
-    ]
-    chunk_rows = [
-        {"chunk_id": f"chk_{i:08d}", "doc_id": "doc_big", "chunk_index": i, "content": t, "tokens": 40}
-        for i, t in enumerate(texts)
-    ]
-    write_segment_files(
-        staged,
-        doc_rows,
-        chunk_rows,
-        [{"doc_id": "doc_big", "text": ""}],
-        vectors,
-        service.embedder(record),
-        service.analyzer,
-    )
-    store.commit(Change(add=(staged,)))
+    commit_synthetic_segment(service, record, texts, vectors)
     np.save(home / "queries.npy", clustered_vectors(200, 99, clusters=max(16, chunks // 2000)))
 
 

@@ -14,6 +14,7 @@ import json
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -29,6 +30,38 @@ def synthetic_texts(count: int, rng: np.random.Generator) -> list[str]:
     words = np.array([f"w{i}" for i in range(50_000)] + list("知识库检索向量关键词文档混合排序分数解释"))
     picks = rng.zipf(1.3, size=(count, 40)) % len(words)
     return [" ".join(row) for row in words[picks]]
+
+
+def commit_synthetic_segment(service: KnowledgeBaseService, record: Any, texts: list[str], vectors: np.ndarray) -> None:
+    """Commit one segment holding ``texts`` and ``vectors`` as a single document, through the store."""
+    store = service.kb_store(record.id)
+    staged = store.stage_segment()
+    doc_rows = [
+        {
+            "doc_id": "doc_big",
+            "name": "big.txt",
+            "status": "ready",
+            "chunk_count": len(texts),
+            "file_type": "txt",
+            "source": "path",
+            "size_bytes": 0,
+            "chunk_size": 256,
+        }
+    ]
+    chunk_rows = [
+        {"chunk_id": f"chk_{i:08d}", "doc_id": "doc_big", "chunk_index": i, "content": t, "tokens": 40}
+        for i, t in enumerate(texts)
+    ]
+    write_segment_files(
+        staged,
+        doc_rows,
+        chunk_rows,
+        [{"doc_id": "doc_big", "text": ""}],
+        vectors,
+        service.embedder(record),
+        service.analyzer,
+    )
+    store.commit(Change(add=(staged,)))
 
 
 def main() -> None:
@@ -56,34 +89,7 @@ def main() -> None:
         vector_build = time.perf_counter() - started
         build = keyword_build + vector_build
 
-        store = service.kb_store(record.id)
-        staged = store.stage_segment()
-        doc_rows = [
-            {
-                "doc_id": "doc_big",
-                "name": "big.txt",
-                "status": "ready",
-                "chunk_count": args.chunks,
-                "file_type": "txt",
-                "source": "path",
-                "size_bytes": 0,
-                "chunk_size": 256,
-            }
-        ]
-        chunk_rows = [
-            {"chunk_id": f"chk_{i:08d}", "doc_id": "doc_big", "chunk_index": i, "content": t, "tokens": 40}
-            for i, t in enumerate(texts)
-        ]
-        write_segment_files(
-            staged,
-            doc_rows,
-            chunk_rows,
-            [{"doc_id": "doc_big", "text": ""}],
-            vectors,
-            service.embedder(record),
-            service.analyzer,
-        )
-        store.commit(Change(add=(staged,)))
+        commit_synthetic_segment(service, record, texts, vectors)
         snapshot = service.reader(record.id).snapshot()
         SnapshotSearcher.for_snapshot(snapshot, service.analyzer, record.embedding_model)
 

@@ -395,21 +395,8 @@ class Importer:
                 }
             )
             text_rows.append({"doc_id": document.doc_id, "text": document.text})
-            for chunk, vector in zip(document.chunks, document.vectors, strict=True):
-                chunk_rows.append(
-                    {
-                        "chunk_id": f"chk_{uuid.uuid4().hex[:16]}",
-                        "doc_id": document.doc_id,
-                        "chunk_index": chunk.chunk_index,
-                        "content": chunk.content,
-                        "tokens": chunk.tokens,
-                        "chapter": chunk.chapter,
-                        "page": chunk.page,
-                        "start_char": chunk.start,
-                        "end_char": chunk.end,
-                    }
-                )
-                vectors.append(vector)
+            chunk_rows.extend(chunk_row(document.doc_id, chunk) for chunk in document.chunks)
+            vectors.extend(document.vectors)
         matrix = (
             np.vstack(vectors).astype(np.float32)
             if vectors
@@ -417,6 +404,21 @@ class Importer:
         )
         write_segment_files(staged, doc_rows, chunk_rows, text_rows, matrix, self.embedder, self.analyzer)
         return doc_rows
+
+
+def chunk_row(doc_id: str, chunk: Any) -> dict[str, Any]:
+    """The catalog row of one chunk (see ``catalog.CHUNKS_SCHEMA``), with a fresh chunk id."""
+    return {
+        "chunk_id": f"chk_{uuid.uuid4().hex[:16]}",
+        "doc_id": doc_id,
+        "chunk_index": chunk.chunk_index,
+        "content": chunk.content,
+        "tokens": chunk.tokens,
+        "chapter": chunk.chapter,
+        "page": chunk.page,
+        "start_char": chunk.start,
+        "end_char": chunk.end,
+    }
 
 
 def write_segment_files(

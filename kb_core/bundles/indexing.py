@@ -62,7 +62,7 @@ def sync_index(service: Any, record: KnowledgeBaseRecord, state: GraphState) -> 
     Call under the graph lock. Returns documents_indexed, documents_removed, chunks_indexed.
     """
     from kb_core.chunking import chunk_document
-    from kb_core.importer import timestamped_name, write_segment_files
+    from kb_core.importer import chunk_row, timestamped_name, write_segment_files
     from kb_core.parsing.base import ParsedDocument
     from kb_core.parsing.txt_parser import split_paragraphs
 
@@ -139,20 +139,7 @@ def sync_index(service: Any, record: KnowledgeBaseRecord, state: GraphState) -> 
                     }
                 )
                 text_rows.append({"doc_id": doc.doc_id, "text": doc.text})
-                for chunk in doc.chunks:
-                    chunk_rows.append(
-                        {
-                            "chunk_id": f"chk_{uuid.uuid4().hex[:16]}",
-                            "doc_id": doc.doc_id,
-                            "chunk_index": chunk.chunk_index,
-                            "content": chunk.content,
-                            "tokens": chunk.tokens,
-                            "chapter": chunk.chapter,
-                            "page": chunk.page,
-                            "start_char": chunk.start,
-                            "end_char": chunk.end,
-                        }
-                    )
+                chunk_rows.extend(chunk_row(doc.doc_id, chunk) for chunk in doc.chunks)
             matrix = np.vstack(vectors).astype(np.float32)
             write_segment_files(staged, doc_rows, chunk_rows, text_rows, matrix, embedder, service.analyzer)
 
