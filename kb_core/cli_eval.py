@@ -155,6 +155,8 @@ def register(commands: Any) -> None:
         default=100,
         help="documents ranked per query (default 100; below 100 skips Recall@100 and is much faster)",
     )
-    parser.add_argument("--chunk-size", type=int, default=256, help="chunk size of the evaluation KB (default 256)")
+    parser.add_argument(
+        "--chunk-size", type=int, default=512, help="chunk size of the evaluation KB (default 512)"
+    )
     parser.add_argument("--model", help="embedding model of the evaluation KB (default all-MiniLM-L6-v2)")
     parser.set_defaults(handler=run_eval, renderer=render_eval)

@@ -168,7 +168,7 @@ def test_build_eval_kb_names_documents_by_corpus_id_and_is_reused(eval_service, 
     assert seen[0] == ("import", 0, 20) and seen[-1] == ("import", 20, 20)
     documents = eval_service.session().list_documents(kb_name=record.name)["data"]["documents"]
     assert sorted(d["name"] for d in documents) == sorted(CORPUS)
-    assert record.embedding_model == "hashing" and record.chunk_size == 256
+    assert record.embedding_model == "hashing" and record.chunk_size == 512
 
     again: list[tuple[str, int, int]] = []
     reused = build_eval_kb(eval_service, dataset, embedding_model="hashing", progress=lambda *a: again.append(a))
