@@ -10,10 +10,13 @@ loses only the uncommitted tail: a document is either fully indexed (ready) or a
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
+import math
 import os
 import shutil
 import threading
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -26,11 +29,12 @@ import numpy as np
 
 from kb_core.errors import DocumentNotFound, KBError, ParseError
 from kb_core.store import Change, KBStore, Manifest, StagedSegment, catalog, utc_now
-from kb_core.store.atomic import remove_stale_temporaries, write_json_atomically
+from kb_core.store.atomic import remove_stale_temporaries, write_bytes_atomically
 
 logger = logging.getLogger(__name__)
 
 EMBED_BATCH = 64
+PUBLISH_INTERVAL = 1.0  # seconds between updates of the in-flight document list
 COMMIT_CHUNKS = 2048
 PARSE_WORKERS = 2
 
@@ -129,14 +133,21 @@ class JobFile:
         remove_stale_temporaries(self.folder)
         self.path = self.folder / f"{os.getpid()}-{uuid.uuid4().hex[:8]}.json"
         self.progress = progress
+        self._published_at = -math.inf
 
-    def publish(self) -> None:
+    def publish(self, force: bool = False) -> None:
+        """Write the in-flight list, at most once per ``PUBLISH_INTERVAL`` unless forced (it is O(files))."""
+        now = time.monotonic()
+        if not force and now - self._published_at < PUBLISH_INTERVAL:
+            return
+        self._published_at = now
         rows = [
             {"file_path": f.file_path, "name": f.doc_name, "status": f.status}
             for f in self.progress.files
             if f.status in ("pending", "parsing", "embedding")
         ]
-        write_json_atomically(self.path, {"pid": os.getpid(), "documents": rows})
+        data = json.dumps({"pid": os.getpid(), "documents": rows}, ensure_ascii=False).encode("utf-8")
+        write_bytes_atomically(self.path, data, mode=0o644)
 
     def close(self) -> None:
         self.path.unlink(missing_ok=True)
@@ -228,7 +239,7 @@ class Importer:
         ready: list[_PendingDocument] = []
         failed: list[_PendingDocument] = []
         queue: list[tuple[_PendingDocument, int]] = []
-        job.publish()
+        job.publish(force=True)
         notify()
         try:
             with ThreadPoolExecutor(max_workers=PARSE_WORKERS, thread_name_prefix="kb-parse") as pool:
