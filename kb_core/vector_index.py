@@ -71,7 +71,7 @@ class VectorIndexSettings:
     approximate_threshold: int = 50_000
     hnsw_m: int = 32
     hnsw_ef_construction: int = 80
-    hnsw_ef_search: int = 64
+    hnsw_ef_search: int = 128  # recall@10 vs exact at 1M clustered vectors: 0.928 at 64, 0.967 at 128
     ivf_nlist: int | None = None  # None: about 4·√rows
     ivf_nprobe: int = 32
 
@@ -130,7 +130,7 @@ def _check_normalised(array: np.ndarray) -> None:
 class VectorSegment:
     """The FAISS index of one immutable segment's vectors. Rows are numbered 0..size-1 in insertion order."""
 
-    def __init__(self, index: faiss.Index, kind: str, ef_search: int = 64, nprobe: int = 32) -> None:
+    def __init__(self, index: faiss.Index, kind: str, ef_search: int = 128, nprobe: int = 32) -> None:
         self._index = index
         self.kind = kind
         self.dimension: int = int(index.d)
@@ -217,7 +217,8 @@ class VectorSegment:
             except RuntimeError as exc2:
                 raise StoreError(f"vector index {path} is unreadable: {exc2}") from exc2
         if isinstance(index, faiss.IndexHNSW):
-            return cls(index, "hnsw", ef_search=int(index.hnsw.efSearch))
+            # indexes written with an older, lower default search as wide as the current one
+            return cls(index, "hnsw", ef_search=max(int(index.hnsw.efSearch), VectorIndexSettings.hnsw_ef_search))
         if isinstance(index, faiss.IndexIVF):
             return cls(index, "ivf", nprobe=int(index.nprobe))
         return cls(index, "flat")
