@@ -33,7 +33,9 @@ from kb_core.store.atomic import remove_stale_temporaries, write_bytes_atomicall
 
 logger = logging.getLogger(__name__)
 
-EMBED_BATCH = 64
+# Chunks per embedding call, across files: the model sorts each call by length, so large calls pad as
+# little as one encode() over everything; progress still comes per model batch.
+EMBED_BATCH = 512
 PUBLISH_INTERVAL = 1.0  # seconds between updates of the in-flight document list
 COMMIT_CHUNKS = 2048
 PARSE_WORKERS = 2
@@ -312,11 +314,19 @@ class Importer:
     def _embed(
         self, batch: list[tuple[_PendingDocument, int]], progress: ImportProgress, notify: Callable[[], None]
     ) -> None:
-        vectors = self.embedder.embed_documents([doc.chunks[i].content for doc, i in batch])
+        reported = 0
+
+        def step(done: int) -> None:
+            nonlocal reported
+            reported += done
+            progress.chunks_embedded += done
+            notify()
+
+        vectors = self.embedder.embed_documents([doc.chunks[i].content for doc, i in batch], progress=step)
         for (doc, i), vector in zip(batch, vectors, strict=True):
             doc.vectors[i] = vector
             progress.files[doc.index].chunks_embedded += 1
-        progress.chunks_embedded += len(batch)
+        progress.chunks_embedded += len(batch) - reported
         notify()
 
     def _commit(self, documents: list[_PendingDocument], progress: ImportProgress) -> list[dict[str, Any]]:
