@@ -39,6 +39,7 @@ import pandas as pd
 
 from kb_core.errors import InvalidArgument, KBError, KBNotFound
 from kb_core.store import KnowledgeBaseRecord
+from kb_core.store.atomic import file_sha256
 
 logger = logging.getLogger(__name__)
 
@@ -269,17 +270,9 @@ class _QueryMemo:
         return vector
 
 
-def _corpus_digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def eval_kb_name(dataset: BeirDataset, chunk_size: int, embedding_model: str) -> str:
     """``eval-<dataset>-<fingerprint>``: the fingerprint covers the corpus file's bytes, chunk size and model."""
-    key = "|".join((_FINGERPRINT_VERSION, _corpus_digest(dataset.corpus_path), str(chunk_size), embedding_model))
+    key = "|".join((_FINGERPRINT_VERSION, file_sha256(dataset.corpus_path), str(chunk_size), embedding_model))
     fingerprint = hashlib.sha256(key.encode("utf-8")).hexdigest()[:12]
     safe = re.sub(r"[^\w.-]+", "-", dataset.name).strip("-")[:40] or "dataset"
     return f"eval-{safe}-{fingerprint}"

@@ -9,7 +9,6 @@ loses only the uncommitted tail: a document is either fully indexed (ready) or a
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
@@ -29,7 +28,7 @@ import numpy as np
 
 from kb_core.errors import DocumentNotFound, KBError, ParseError
 from kb_core.store import Change, KBStore, Manifest, StagedSegment, catalog, utc_now
-from kb_core.store.atomic import remove_stale_temporaries, write_bytes_atomically
+from kb_core.store.atomic import file_sha256, remove_stale_temporaries, write_bytes_atomically
 
 logger = logging.getLogger(__name__)
 
@@ -116,14 +115,6 @@ def timestamped_name(name: str, taken: set[str], now: datetime | None = None) ->
         candidate = f"{stem}_{stamp}-{counter}{'.' + suffix if suffix else ''}"
         counter += 1
     return candidate
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 class JobFile:
@@ -231,7 +222,7 @@ class Importer:
                 text=parsed.text,
                 chunks=chunks,
                 size_bytes=size,
-                sha256=_sha256(source.path),
+                sha256=file_sha256(source.path),
                 chunk_size=chunk_size,
                 vectors=[None] * len(chunks),
                 replaces=source.replaces,

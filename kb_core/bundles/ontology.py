@@ -51,15 +51,7 @@ class NodeType:
     aliases: tuple[str, ...] = ()  # other names an agent may use; they only feed "Did you mean ...?"
 
     def to_json(self) -> dict[str, Any]:
-        schema: dict[str, Any] = {"type": "object", "properties": copy.deepcopy(self.properties)}
-        if self.required:
-            schema["required"] = list(self.required)
-        value: dict[str, Any] = {"identity": list(self.identity), "indexed": list(self.indexed), "json_schema": schema}
-        if self.description:
-            value["description"] = self.description
-        if self.aliases:
-            value["aliases"] = list(self.aliases)
-        return value
+        return _type_json(self, {"identity": list(self.identity), "indexed": list(self.indexed)})
 
 
 @dataclass(frozen=True)
@@ -73,15 +65,20 @@ class EdgeType:
     aliases: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        schema: dict[str, Any] = {"type": "object", "properties": copy.deepcopy(self.properties)}
-        if self.required:
-            schema["required"] = list(self.required)
-        value: dict[str, Any] = {"from": self.source, "to": self.target, "json_schema": schema}
-        if self.description:
-            value["description"] = self.description
-        if self.aliases:
-            value["aliases"] = list(self.aliases)
-        return value
+        return _type_json(self, {"from": self.source, "to": self.target})
+
+
+def _type_json(kind: NodeType | EdgeType, head: dict[str, Any]) -> dict[str, Any]:
+    """The JSON form shared by node and edge types: ``head`` fields, then schema, description, aliases."""
+    schema: dict[str, Any] = {"type": "object", "properties": copy.deepcopy(kind.properties)}
+    if kind.required:
+        schema["required"] = list(kind.required)
+    value: dict[str, Any] = {**head, "json_schema": schema}
+    if kind.description:
+        value["description"] = kind.description
+    if kind.aliases:
+        value["aliases"] = list(kind.aliases)
+    return value
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ cleans up later.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import uuid
@@ -111,3 +112,12 @@ def remove_stale_temporaries(directory: Path) -> int:
         except FileNotFoundError:
             pass
     return removed
+
+
+def file_sha256(path: Path) -> str:
+    """Hex SHA-256 of a file, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
