@@ -107,7 +107,7 @@ def _write_merged(
         rows = np.flatnonzero(alive_rows.to_numpy(zero_copy_only=False))
         dropped += chunk_table.num_rows - len(rows)
         documents.append(doc_table.filter(alive_docs))
-        chunks.append(chunk_table.take(pa.array(rows)))
+        chunks.append(chunk_table.take(pa.array(rows)).cast(catalog.CHUNK_ROWS_SCHEMA))
         texts.append(text_table.filter(alive_texts))
         vectors.append(segment.vectors.reconstruct(rows))
         files = target / "files"
@@ -118,7 +118,7 @@ def _write_merged(
     chunk_all = pa.concat_tables(chunks)
     text_all = pa.concat_tables(texts)
     pq.write_table(doc_all.cast(catalog.DOCUMENTS_SCHEMA), target / "documents.parquet", compression="zstd")
-    pq.write_table(chunk_all.cast(catalog.CHUNKS_SCHEMA), target / "chunks.parquet", compression="zstd")
+    catalog.write_chunk_table(target, chunk_all)
     pq.write_table(text_all.cast(catalog.TEXTS_SCHEMA), target / "texts.parquet", compression="zstd")
     assert info is not None
     if chunk_all.num_rows == 0:

@@ -90,6 +90,7 @@ class Candidate:
     vector_rank: int | None
     keyword_rank: int | None
     terms: frozenset[str] = frozenset()
+    jaccard: float | None = None  # when known (e.g. from the keyword index), used instead of ``terms``
 
 
 @dataclass(frozen=True)
@@ -223,6 +224,12 @@ def jaccard_similarity(a: frozenset[str], b: frozenset[str]) -> float:
     return len(a & b) / len(a | b)
 
 
+def candidate_jaccard(candidate: Candidate, query_terms: frozenset[str]) -> float:
+    if candidate.jaccard is not None:
+        return candidate.jaccard
+    return jaccard_similarity(query_terms, candidate.terms)
+
+
 def _check_weight(name: str, value: float) -> float:
     if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
         raise InvalidArgument(f"{name} must be a finite number ≥ 0; got {value!r}")
@@ -314,7 +321,7 @@ def fuse(
         vn, kn = float(v_norm[position]), float(k_norm[position])
         v_contribution, k_contribution = weight_v * vn, weight_k * kn
         fused = v_contribution + k_contribution
-        jaccard = jaccard_similarity(query_terms, candidate.terms) if jaccard_weight > 0 else 0.0
+        jaccard = candidate_jaccard(candidate, query_terms) if jaccard_weight > 0 else 0.0
         j_contribution = jaccard_weight * jaccard
         final = (1.0 - jaccard_weight) * fused + j_contribution
         results.append(

@@ -32,6 +32,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -48,6 +49,7 @@ __all__ = [
     "KeywordHit",
     "KeywordSearcher",
     "KeywordSegment",
+    "RowTerms",
     "bm25_idf",
     "bm25_length_norm",
     "bm25_term_scores",
@@ -119,6 +121,11 @@ class KeywordSegment:
     @property
     def n_rows(self) -> int:
         return int(self.lengths.shape[0])
+
+    @cached_property
+    def distinct_terms(self) -> np.ndarray:
+        """Number of distinct terms per row (each (row, term) pair is stored once)."""
+        return np.bincount(self.term_frequencies.indices, minlength=self.n_rows).astype(np.int32)
 
     @classmethod
     def build(cls, texts: Sequence[str], analyzer: Analyzer) -> KeywordSegment:
@@ -423,10 +430,18 @@ class KeywordSearcher:
 
     def score_rows(self, query: str, rows: Sequence[tuple[int, int]]) -> np.ndarray:
         """Exact BM25 of ``query`` for the given ``(segment_index, row)`` pairs (0.0 for rows not live)."""
+        return self.row_terms(self.query_terms(query), rows).bm25
+
+    def row_terms(self, terms: Sequence[str], rows: Sequence[tuple[int, int]]) -> RowTerms:
+        """Exact BM25 of the analysed query ``terms`` for ``(segment_index, row)`` pairs, which of the terms
+        each row contains, and each row's number of distinct terms: from the postings, no chunk text read."""
+        terms = tuple(dict.fromkeys(terms))
         pairs = np.asarray(rows, dtype=np.int64).reshape(-1, 2)
-        out = np.zeros(len(pairs), dtype=np.float64)
+        bm25 = np.zeros(len(pairs), dtype=np.float64)
+        contains = np.zeros((len(pairs), len(terms)), dtype=bool)
+        distinct = np.zeros(len(pairs), dtype=np.int64)
         if not len(pairs):
-            return out
+            return RowTerms(terms, bm25, contains, distinct)
         n_segments = len(self._segments)
         bad = (pairs[:, 0] < 0) | (pairs[:, 0] >= n_segments)
         if bad.any():
@@ -439,12 +454,35 @@ class KeywordSearcher:
             si, row = (int(x) for x in pairs[bad][0])
             raise InvalidArgument(f"row {row} is out of range for segment {si}; accepted: 0..{sizes[si] - 1}")
         wanted = self._offsets[pairs[:, 0]] + pairs[:, 1]
-        for term in self.query_terms(query):
+        for column, term in enumerate(terms):
             entry = self._postings(term)
             if not entry.df:
                 continue
             pos = np.searchsorted(entry.rows, wanted)
             pos[pos >= entry.df] = 0
             found = entry.rows[pos] == wanted  # deleted rows are not in the live postings: they stay 0
-            out[found] += entry.scores[pos[found]]
-        return out
+            bm25[found] += entry.scores[pos[found]]
+            contains[:, column] = found
+        for si in np.unique(pairs[:, 0]).tolist():
+            where = pairs[:, 0] == si
+            distinct[where] = self._segments[si].segment.distinct_terms[pairs[where, 1]]
+        return RowTerms(terms, bm25, contains, distinct)
+
+
+@dataclass(frozen=True)
+class RowTerms:
+    """What the keyword index knows of some rows for one query (see :meth:`KeywordSearcher.row_terms`)."""
+
+    terms: tuple[str, ...]  # the distinct query terms, columns of ``contains``
+    bm25: np.ndarray  # float64 per row
+    contains: np.ndarray  # bool, rows × terms
+    distinct: np.ndarray  # distinct analysed terms per row
+
+    def jaccard(self) -> np.ndarray:
+        """Jaccard similarity of the query's term set and each row's term set (0 when both are empty)."""
+        shared = self.contains.sum(axis=1)
+        union = len(self.terms) + self.distinct - shared
+        return np.divide(shared, union, out=np.zeros(len(shared), dtype=np.float64), where=union > 0)
+
+    def matched(self, position: int) -> list[str]:
+        return sorted(t for t, found in zip(self.terms, self.contains[position].tolist(), strict=True) if found)

@@ -55,8 +55,8 @@ class LoadedSegment:
 
     @cached_property
     def chunks(self) -> pa.Table:
-        """The chunk rows as an Arrow table (compact strings; ``take`` by row)."""
-        return pq.read_table(self.folder / "chunks.parquet")
+        """The chunk rows as an Arrow table, memory-mapped: ``take`` touches only the rows it returns."""
+        return catalog.open_chunk_rows(self.folder)
 
     def chunk_rows(self, rows: Sequence[int]) -> list[dict[str, Any]]:
         return self.chunks.take(pa.array(list(rows), type=pa.int64())).to_pylist()

@@ -27,7 +27,15 @@ from typing import Any
 import numpy as np
 
 from kb_core.errors import InvalidArgument
-from kb_core.fusion import DEFAULT_JACCARD_WEIGHT, Candidate, ScoreBreakdown, fuse, near_duplicate_keys
+from kb_core.fusion import (
+    DEFAULT_JACCARD_WEIGHT,
+    Candidate,
+    ScoreBreakdown,
+    candidate_jaccard,
+    fuse,
+    near_duplicate_keys,
+)
+from kb_core.keyword_index import RowTerms
 from kb_core.reader import Snapshot
 
 logger = logging.getLogger(__name__)
@@ -204,8 +212,13 @@ class SnapshotSearcher:
 
     def candidates(
         self, query: str, query_vector: np.ndarray | None, settings: SearchSettings, filters: SearchFilters
-    ) -> tuple[list[Candidate], list[str]]:
-        """Over-fetched candidates of both signals, each scored on both. Also returns the query terms."""
+    ) -> tuple[list[Candidate], RowTerms]:
+        """Over-fetched candidates of both signals, each scored on both, with their Jaccard term.
+
+        Also returns what the keyword index knows of each candidate row (in candidate order): the query's
+        terms, which of them each row contains, and its distinct term count — so neither the Jaccard term
+        nor the matched terms need the chunk text.
+        """
         fetch = max(settings.candidates, settings.top_k * 10) * (4 if filters.active else 1)
         terms = self.keyword.query_terms(query)
         keyword_hits = self.keyword.search_terms(terms, fetch) if settings.mode != "semantic" else []
@@ -220,14 +233,15 @@ class SnapshotSearcher:
         for rank, hit in enumerate(vector_hits, start=1):
             found.setdefault((hit.segment_index, hit.row), {}).update(vector_score=hit.score, vector_rank=rank)
         keys = list(found)
+        row_terms = self.keyword.row_terms(terms, keys)
         if settings.mode == "hybrid" and keys:
-            missing_bm25 = [k for k in keys if "keyword_score" not in found[k]]
-            for key, score in zip(missing_bm25, self.keyword.score_rows(query, missing_bm25), strict=True):
-                found[key]["keyword_score"] = float(score)
+            for key, score in zip(keys, row_terms.bm25.tolist(), strict=True):
+                found[key].setdefault("keyword_score", score)
             missing_cos = [k for k in keys if "vector_score" not in found[k]]
             if missing_cos and query_vector is not None:
                 for key, score in zip(missing_cos, self.vector.score_rows(query_vector, missing_cos), strict=True):
                     found[key]["vector_score"] = float(score)
+        jaccard = row_terms.jaccard().tolist()
         candidates = [
             Candidate(
                 key=key,
@@ -235,10 +249,11 @@ class SnapshotSearcher:
                 keyword_score=found[key].get("keyword_score"),
                 vector_rank=found[key].get("vector_rank"),
                 keyword_rank=found[key].get("keyword_rank"),
+                jaccard=jaccard[position],
             )
-            for key in keys
+            for position, key in enumerate(keys)
         ]
-        return candidates, terms
+        return candidates, row_terms
 
     def rows(self, keys: Sequence[tuple[int, int]]) -> dict[tuple[int, int], dict[str, Any]]:
         out: dict[tuple[int, int], dict[str, Any]] = {}
@@ -261,9 +276,10 @@ def rank(
 ) -> tuple[list[SearchHit], list[str]]:
     """The ranked hits of one KB snapshot, and warnings for the user."""
     warnings: list[str] = []
-    candidates, terms = searcher.candidates(query, query_vector, settings, filters)
+    candidates, row_terms = searcher.candidates(query, query_vector, settings, filters)
     if not candidates:
         return [], warnings
+    matched = {c.key: position for position, c in enumerate(candidates)}
     if filters.active:
         allowed = []
         for candidate in candidates:
@@ -271,21 +287,7 @@ def rank(
             if filters.allows(document["name"], document["file_type"]):
                 allowed.append(candidate)
         candidates = allowed
-    query_terms = frozenset(terms)
-    rows: dict[tuple[int, int], dict[str, Any]] = {}
-    if settings.jaccard_weight > 0:  # chunk terms are needed for every candidate only for the Jaccard term
-        rows = searcher.rows([c.key for c in candidates])  # type: ignore[misc]
-        candidates = [
-            Candidate(
-                c.key,
-                c.vector_score,
-                c.keyword_score,
-                c.vector_rank,
-                c.keyword_rank,
-                frozenset(searcher.analyzer.tokens(rows[c.key]["content"])),
-            )  # type: ignore[index]
-            for c in candidates
-        ]
+    query_terms = frozenset(row_terms.terms)
     language = detect_language(query)
     covered = model_covers(searcher.embedding_model, language)
     if not covered and settings.mode != "keyword":
@@ -306,18 +308,15 @@ def rank(
         )
     else:
         signal = "vector" if settings.mode == "semantic" else "keyword"
-        from kb_core.fusion import jaccard_similarity
-
         scored = []
         for candidate in candidates:
-            jaccard = jaccard_similarity(query_terms, candidate.terms) if settings.jaccard_weight > 0 else 0.0
+            jaccard = candidate_jaccard(candidate, query_terms) if settings.jaccard_weight > 0 else 0.0
             scored.append((candidate, _single_signal(candidate, signal, jaccard, settings.jaccard_weight)))
         fused = sorted(scored, key=lambda pair: -pair[1].final_score)
     # Dropped duplicates are refilled from a margin below top_k; pairwise dedup keeps that margin small.
     margin = min(settings.top_k, 10) if settings.deduplicate else 0
     window = fused[: settings.top_k + margin]
-    missing = [pair[0].key for pair in window if pair[0].key not in rows]
-    rows.update(searcher.rows(missing))  # type: ignore[arg-type]
+    rows = searcher.rows([pair[0].key for pair in window])  # type: ignore[misc]
     if settings.deduplicate:
         ordered = {pair[0].key: rows[pair[0].key]["content"] for pair in window}  # type: ignore[index]
         dropped = near_duplicate_keys(ordered, NEAR_DUPLICATE_THRESHOLD)
@@ -325,7 +324,6 @@ def rank(
     hits: list[SearchHit] = []
     for candidate, breakdown in window[: settings.top_k]:
         row = rows[candidate.key]  # type: ignore[index]
-        chunk_terms = candidate.terms or frozenset(searcher.analyzer.tokens(row["content"]))
         segment_index = candidate.key[0]  # type: ignore[index]
         document = searcher._document(segment_index, row["doc_id"])
         hits.append(
@@ -342,7 +340,7 @@ def rank(
                 file_type=document["file_type"],
                 kb_id=searcher.snapshot.kb_id,
                 kb_name=kb_name,
-                matched_terms=sorted(query_terms & chunk_terms),
+                matched_terms=row_terms.matched(matched[candidate.key]),
                 breakdown={k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(breakdown).items()},
                 location=candidate.key,  # type: ignore[arg-type]
             )

@@ -105,6 +105,49 @@ def test_every_breakdown_recomputes_its_final_score(kb) -> None:
                 assert b["final_score"] == pytest.approx(final) == pytest.approx(hit["score"])
 
 
+def test_jaccard_and_matched_terms_agree_with_the_chunk_text(kb, service) -> None:
+    # Both come from the keyword index's postings, not from re-analysing the text: check them against the text.
+    kb.delete_document("doc2.txt")
+    analyzer = service.analyzer
+    for mode in ("hybrid", "semantic", "keyword"):
+        for query in ("dense vector search", "知识库 向量 检索", "documents and chunks on disk"):
+            hits = kb.search(query, mode=mode, top_k=8, jaccard_weight=0.2)["data"]["chunks"]
+            assert hits, (mode, query)
+            query_terms = set(analyzer.tokens(query))
+            for hit in hits:
+                chunk_terms = set(analyzer.tokens(hit["content"]))
+                expected = len(query_terms & chunk_terms) / len(query_terms | chunk_terms)
+                assert hit["breakdown"]["jaccard"] == pytest.approx(expected)
+                assert hit["matched_terms"] == sorted(query_terms & chunk_terms)
+
+
+def test_chunk_rows_are_memory_mapped_not_loaded(kb, service) -> None:
+    import pyarrow as pa
+
+    from kb_core.reader import LoadedSegment
+
+    folder = service.reader(kb.current_kb().id).snapshot().segments[0].folder
+    before = pa.total_allocated_bytes()
+    table = LoadedSegment(folder).chunks
+    assert table.num_rows > 0 and table.get_total_buffer_size() > 0
+    assert pa.total_allocated_bytes() - before < table.get_total_buffer_size()
+
+
+def test_segments_written_without_a_row_store_search_the_same(kb, home: Path) -> None:
+    from kb_core import KnowledgeBaseService
+
+    queries = ("keyword search vectors", "检索 向量", "why a chunk ranks")
+    before = [[(h["id"], h["content"]) for h in kb.search(q, top_k=5)["data"]["chunks"]] for q in queries]
+    removed = list(home.glob("kbs/*/segments/*/chunks.arrow"))
+    assert removed
+    for path in removed:
+        path.unlink()
+    fresh = KnowledgeBaseService(home).session()
+    fresh.select_knowledge_base("s")
+    after = [[(h["id"], h["content"]) for h in fresh.search(q, top_k=5)["data"]["chunks"]] for q in queries]
+    assert after == before
+
+
 def test_hits_have_the_spec_fields_and_are_sorted(kb) -> None:
     result = kb.search("hybrid retrieval", top_k=3)
     assert result["success"] and result["data"]["count"] == len(result["data"]["chunks"]) == 3
@@ -240,3 +283,13 @@ def test_real_model_semantic_search_and_language_warning(session, tmp_path: Path
     assert result["data"]["warnings"] and "does not cover" in result["data"]["warnings"][0]
     assert any("向量检索" in h["content"] for h in result["data"]["chunks"][:2])
     assert result["data"]["chunks"][0]["breakdown"]["vector_weight"] == 0.0
+
+
+def test_verify_reports_a_damaged_row_store(kb, service, home: Path) -> None:
+    from kb_core.store.verify import verify_home
+
+    assert verify_home(service.home) == []
+    row_store = sorted(home.glob("kbs/*/segments/*/chunks.arrow"))[0]
+    row_store.write_bytes(row_store.read_bytes()[:100])
+    problems = verify_home(service.home)
+    assert len(problems) == 1 and "chunks.arrow unreadable" in problems[0]

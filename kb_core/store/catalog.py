@@ -1,6 +1,8 @@
 """The catalog tables of a segment, as parquet files an analyst can open with pandas or duckdb.
 
 ``documents.parquet``, ``chunks.parquet`` and ``texts.parquet`` live in each segment folder.
+``chunks.arrow`` holds the same chunk rows as one uncompressed Arrow IPC record batch: readers memory-map
+it and fetch single rows without decoding (or holding in memory) the rest of the segment.
 A document deleted later stays in its segment's files but is listed in the manifest's
 tombstones; :func:`load_catalog` applies them and returns the live tables.
 """
@@ -64,8 +66,37 @@ def write_documents(folder: Path, rows: list[dict[str, Any]]) -> None:
     _write_table(folder / "documents.parquet", rows, DOCUMENTS_SCHEMA)
 
 
+CHUNK_ROWS_FILE = "chunks.arrow"
+# Large offsets: one record batch may hold more than 2 GB of chunk text.
+CHUNK_ROWS_SCHEMA = pa.schema(
+    [pa.field(f.name, pa.large_string() if f.type == pa.string() else f.type) for f in CHUNKS_SCHEMA]
+)
+
+
 def write_chunks(folder: Path, rows: list[dict[str, Any]]) -> None:
-    _write_table(folder / "chunks.parquet", rows, CHUNKS_SCHEMA)
+    write_chunk_table(folder, pa.Table.from_pylist(rows, schema=CHUNKS_SCHEMA))
+
+
+def write_chunk_table(folder: Path, table: pa.Table) -> None:
+    """Write a segment's chunk rows twice: the parquet catalog table and the memory-mappable row store."""
+    table = table.select(CHUNKS_SCHEMA.names).cast(CHUNKS_SCHEMA)
+    write_atomically(folder / "chunks.parquet", lambda tmp: pq.write_table(table, tmp, compression="zstd"))
+    rows = table.cast(CHUNK_ROWS_SCHEMA).combine_chunks()
+
+    def write_rows(tmp: Path) -> None:
+        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, CHUNK_ROWS_SCHEMA) as writer:
+            writer.write_table(rows, max_chunksize=max(1, rows.num_rows))
+
+    write_atomically(folder / CHUNK_ROWS_FILE, write_rows)
+
+
+def open_chunk_rows(folder: Path) -> pa.Table:
+    """A segment's chunk rows for random access: memory-mapped from the row store, or (segments written
+    before it existed) read from parquet into one in-memory chunk per column."""
+    path = folder / CHUNK_ROWS_FILE
+    if path.exists():
+        return pa.ipc.open_file(pa.memory_map(str(path), "r")).read_all()
+    return pq.read_table(folder / "chunks.parquet").combine_chunks()
 
 
 def write_texts(folder: Path, rows: list[dict[str, Any]]) -> None:

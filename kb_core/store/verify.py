@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
-from kb_core.store.catalog import read_segment_info
+from kb_core.store.catalog import CHUNK_ROWS_FILE, read_segment_info
 from kb_core.store.kb_store import KBStore
 from kb_core.store.registry import Home
 
@@ -50,4 +51,13 @@ def _verify_segment(folder: Path, rows: int, documents: int) -> list[str]:
             continue
         if found != expected:
             problems.append(f"segment {folder.name}: {table} has {found} rows, expected {expected}")
+    row_store = folder / CHUNK_ROWS_FILE
+    if row_store.exists():  # segments written before the row store existed have none
+        try:
+            found = pa.ipc.open_file(pa.memory_map(str(row_store), "r")).read_all().num_rows
+        except (OSError, pa.ArrowInvalid) as exc:
+            problems.append(f"segment {folder.name}: {CHUNK_ROWS_FILE} unreadable ({exc})")
+        else:
+            if found != rows:
+                problems.append(f"segment {folder.name}: {CHUNK_ROWS_FILE} has {found} rows, expected {rows}")
     return problems
