@@ -69,6 +69,7 @@ def run_eval(session: Any, args: argparse.Namespace) -> Envelope:
         max_queries=args.max_queries,
         top_k=args.depth,
         progress=_progress,
+        split=args.split,
     )
     if args.sweep:
         # The sweep is about the top 10: evaluated 10 deep, without the Recall@100 pass (a third of the time).
@@ -149,6 +150,11 @@ def register(commands: Any) -> None:
         help="also run hybrid at vector weights 0, 0.1, ..., 1 (10 deep: no Recall@100)",
     )
     parser.add_argument("--max-queries", type=int, help="evaluate only the first N judged queries")
+    parser.add_argument(
+        "--split",
+        help="judgments from qrels.SPLIT.tsv (or qrels/SPLIT.tsv) instead of qrels.tsv, e.g. train: other queries "
+        "over the same corpus and the same cached KB",
+    )
     parser.add_argument(
         "--depth",
         type=int,

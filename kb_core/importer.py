@@ -255,10 +255,13 @@ class Importer:
                     progress.files_parsed += 1
                     job.publish()
                     notify()
+                    embedded_now = False
                     while len(queue) >= EMBED_BATCH:
                         self._embed(queue[:EMBED_BATCH], progress, notify)
                         del queue[:EMBED_BATCH]
-                    if sum(len(d.chunks) for d in ready if d.embedded) >= COMMIT_CHUNKS:
+                        embedded_now = True
+                    # Only an embedding call can complete documents (checked then: the sum is O(ready documents)).
+                    if embedded_now and sum(len(d.chunks) for d in ready if d.embedded) >= COMMIT_CHUNKS:
                         committed += self._commit([d for d in ready if d.embedded], progress)
                         ready = [d for d in ready if not d.embedded]
                         job.publish()

@@ -114,7 +114,7 @@ class KeywordSegment:
     """Immutable postings of one segment: term frequencies per (row, term) and token counts per row."""
 
     vocabulary: dict[str, int]
-    term_frequencies: sp.csc_matrix  # (n_rows, n_terms), int32 tf, sorted row indices per column
+    term_frequencies: sp.csc_matrix  # (n_rows, n_terms), integer tf, sorted row indices per column
     lengths: np.ndarray  # (n_rows,) int32 token count per row
     analyzer_name: str = ""
 
@@ -186,7 +186,10 @@ class KeywordSegment:
                 if version != _FORMAT_VERSION:
                     raise StoreError(f"{path}: keyword index format {version} is not supported; accepted: 1")
                 n_rows, n_terms = (int(x) for x in npz["shape"])
-                matrix = sp.csc_matrix((npz["data"], npz["indices"], npz["indptr"]), shape=(n_rows, n_terms))
+                data = npz["data"]
+                if data.size and int(data.max()) <= np.iinfo(np.uint16).max:
+                    data = data.astype(np.uint16)  # term frequencies are small: half the memory of int32
+                matrix = sp.csc_matrix((data, npz["indices"], npz["indptr"]), shape=(n_rows, n_terms), copy=False)
                 lengths = npz["lengths"]
                 terms = _decode_vocabulary(npz["vocab_blob"], npz["vocab_offsets"])
                 analyzer_name = npz["analyzer_name"].tobytes().decode("utf-8")

@@ -47,8 +47,10 @@ class LoadedSegment:
     @cached_property
     def chunk_doc_codes(self) -> tuple[np.ndarray, np.ndarray]:
         """(doc ids, code per chunk row): compact even at a million rows."""
-        column = pq.read_table(self.folder / "chunks.parquet", columns=["doc_id"]).column("doc_id")
-        encoded = column.dictionary_encode().combine_chunks()
+        path = self.folder / "chunks.parquet"
+        # Read as a dictionary column: a million repeated doc ids never materialise as strings.
+        column = pq.read_table(path, columns=["doc_id"], read_dictionary=["doc_id"]).column("doc_id")
+        encoded = column.unify_dictionaries().combine_chunks() if column.num_chunks > 1 else column.combine_chunks()
         values = np.array(encoded.dictionary.to_pylist(), dtype=object)
         codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int32)
         return values, codes

@@ -289,6 +289,21 @@ def test_cli_eval_sweep_adds_hybrid_weights_ten_deep(
     assert all(m["recall@100"] is None and m["ndcg@10"] is not None for m in metrics[1:])
 
 
+def test_cli_eval_split_scores_other_judgments_on_the_same_cached_kb(
+    tmp_path: Path, beir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (beir / "qrels.train.tsv").write_text("query-id\tcorpus-id\tscore\nq-zh-1\tzh-panda\t1\n", encoding="utf-8")
+    argv = ["--home", str(tmp_path / "h"), "--json", "eval", str(beir), "--model", "hashing", "--mode", "keyword"]
+    assert cli_main(argv) == 0
+    default = json.loads(capsys.readouterr().out)["data"]
+    assert cli_main([*argv, "--split", "train"]) == 0
+    train = json.loads(capsys.readouterr().out)["data"]
+    assert default["queries"] == 6 and train["queries"] == 1
+    assert train["kb_name"] == default["kb_name"]
+    assert cli_main([*argv, "--split", "dev"]) == 1
+    assert "qrels.dev.tsv" in json.loads(capsys.readouterr().out)["message"]
+
+
 def test_cli_eval_reports_a_bad_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code = cli_main(["--home", str(tmp_path / "h"), "eval", str(tmp_path / "missing")])
     assert code == 1
