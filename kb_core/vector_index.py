@@ -4,8 +4,12 @@ Every segment of a knowledge base holds L2-normalised float32 vectors; inner pro
 similarity. A segment is indexed once, when it is written:
 
 * ``flat`` — :class:`faiss.IndexFlatIP`, exact. The default below ``approximate_threshold`` rows.
-* ``hnsw`` — :class:`faiss.IndexHNSWFlat`, approximate; the default above the threshold (chosen by measurement
-  in ``benchmarks/bench_vector.py``: recall@10 ≥ 0.95 at a small fraction of a flat scan's latency).
+* ``hnsw`` — :class:`faiss.IndexHNSWSQ`, approximate; the default above the threshold (chosen by measurement
+  in ``benchmarks/bench_vector.py``: recall@10 ≥ 0.95 at a small fraction of a flat scan's latency). The graph
+  walks 8-bit scalar-quantised codes (a quarter of the float32 size, held in memory); the exact float32
+  vectors live beside it in ``vectors.npy`` and are read by row (``pread``: page cache, not process memory) to
+  rescore the candidates exactly, so reported scores are exact cosines. Segments written with
+  :class:`faiss.IndexHNSWFlat` (before this layout) still load and search.
 * ``ivf`` — :class:`faiss.IndexIVFFlat`, approximate; smaller build time, kept as an option.
 
 Deleted rows are filtered *inside* FAISS with an :class:`faiss.IDSelectorBitmap` passed through
@@ -36,9 +40,20 @@ from kb_core.errors import InvalidArgument, StoreError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["INDEX_FILENAME", "VectorHit", "VectorIndexSettings", "VectorSearcher", "VectorSegment"]
+__all__ = [
+    "EXACT_FILENAME",
+    "INDEX_FILENAME",
+    "ExactVectors",
+    "VectorHit",
+    "VectorIndexSettings",
+    "VectorSearcher",
+    "VectorSegment",
+]
 
 INDEX_FILENAME = "vectors.faiss"
+EXACT_FILENAME = "vectors.npy"
+# An approximate search for k rows fetches k + max(k, _RESCORE_EXTRA) candidates and keeps the exact best k.
+_RESCORE_EXTRA = 42
 KINDS = ("flat", "hnsw", "ivf", "auto")
 _NORM_TOLERANCE = 1e-3
 _EXACT_BELOW_LIVE_FRACTION = 0.25
@@ -127,16 +142,87 @@ def _check_normalised(array: np.ndarray) -> None:
         )
 
 
+class ExactVectors:
+    """A segment's float32 vectors by row: in memory after a build, or read from ``vectors.npy`` with ``pread``.
+
+    Reading with ``pread`` rather than a memory map keeps the file in the kernel's page cache instead of the
+    search process's resident memory, and a query reads only its few candidate rows.
+    """
+
+    def __init__(self, array: np.ndarray | None = None, path: Path | None = None) -> None:
+        self._array = array
+        self._fd: int | None = None
+        if array is not None:
+            self.shape = (int(array.shape[0]), int(array.shape[1]))
+            return
+        assert path is not None
+        try:
+            with open(path, "rb") as handle:
+                version = np.lib.format.read_magic(handle)
+                shape, fortran, dtype = (
+                    np.lib.format.read_array_header_1_0(handle)
+                    if version == (1, 0)
+                    else np.lib.format.read_array_header_2_0(handle)
+                )
+                self._offset = handle.tell()
+        except (OSError, ValueError) as exc:
+            raise StoreError(f"exact vectors {path} are unreadable: {exc}") from exc
+        if fortran or np.dtype(dtype) != np.float32 or len(shape) != 2:
+            raise StoreError(f"exact vectors {path} must be a C-ordered float32 matrix; got {dtype} {shape}")
+        self.shape = (int(shape[0]), int(shape[1]))
+        self._fd = os.open(path, os.O_RDONLY)
+
+    def __del__(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def rows(self, rows: np.ndarray) -> np.ndarray:
+        """The vectors of ``rows`` (in range; any order, repeats allowed), as a new ``len(rows) × d`` array."""
+        if self._array is not None:
+            return self._array[rows]
+        assert self._fd is not None
+        width = self.shape[1] * 4
+        order = np.argsort(rows, kind="stable")
+        ordered = rows[order]
+        out = np.empty((len(rows), self.shape[1]), dtype=np.float32)
+        # One read per run of consecutive rows: a compaction or an exact scan reads big blocks, a query a few rows.
+        breaks = np.flatnonzero(np.diff(ordered) != 1) + 1
+        for start, end in zip(np.r_[0, breaks].tolist(), np.r_[breaks, len(ordered)].tolist(), strict=True):
+            first, count = int(ordered[start]), int(ordered[end - 1]) - int(ordered[start]) + 1
+            data = os.pread(self._fd, count * width, self._offset + first * width)
+            if len(data) != count * width:
+                raise StoreError("exact vectors file is shorter than its header says")
+            block = np.frombuffer(data, dtype=np.float32).reshape(count, self.shape[1])
+            out[order[start:end]] = block[ordered[start:end] - first]
+        return out
+
+    def save(self, path: Path) -> None:
+        assert self._array is not None
+        with open(path, "wb") as handle:
+            np.save(handle, self._array, allow_pickle=False)
+            handle.flush()
+            os.fsync(handle.fileno())
+
+
 class VectorSegment:
     """The FAISS index of one immutable segment's vectors. Rows are numbered 0..size-1 in insertion order."""
 
-    def __init__(self, index: faiss.Index, kind: str, ef_search: int = 128, nprobe: int = 32) -> None:
+    def __init__(
+        self,
+        index: faiss.Index,
+        kind: str,
+        ef_search: int = 128,
+        nprobe: int = 32,
+        exact: ExactVectors | None = None,
+    ) -> None:
         self._index = index
         self.kind = kind
         self.dimension: int = int(index.d)
         self.size: int = int(index.ntotal)
         self.ef_search = ef_search
         self.nprobe = nprobe
+        self._exact_vectors = exact  # float32 vectors when the index holds only quantised codes
 
     def __repr__(self) -> str:
         return f"VectorSegment(kind={self.kind!r}, size={self.size}, dimension={self.dimension})"
@@ -153,14 +239,19 @@ class VectorSegment:
         if kind != "flat" and rows == 0:
             kind = "flat"
         index: faiss.Index
+        exact = None
         if kind == "flat":
             index = faiss.IndexFlatIP(dimension)
             index.add(array)
         elif kind == "hnsw":
-            index = faiss.IndexHNSWFlat(dimension, settings.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+            index = faiss.IndexHNSWSQ(
+                dimension, faiss.ScalarQuantizer.QT_8bit, settings.hnsw_m, faiss.METRIC_INNER_PRODUCT
+            )
             index.hnsw.efConstruction = settings.hnsw_ef_construction
             index.hnsw.efSearch = settings.hnsw_ef_search
+            index.train(array)  # per-dimension value ranges of the 8-bit codes
             index.add(array)
+            exact = ExactVectors(array)
         else:
             # k-means wants ~39+ points per centroid; small segments get fewer lists.
             nlist = settings.ivf_nlist or max(1, min(int(4 * np.sqrt(rows)), rows // 39))
@@ -178,12 +269,21 @@ class VectorSegment:
             index.nprobe = settings.ivf_nprobe
             index.make_direct_map()  # lets reconstruct() work after save/load
         log.debug("built %s vector index: %d rows × %d", kind, rows, dimension)
-        return cls(index, kind, settings.hnsw_ef_search, settings.ivf_nprobe)
+        return cls(index, kind, settings.hnsw_ef_search, settings.ivf_nprobe, exact)
 
     def save(self, directory: Path) -> None:
         """Write ``directory/vectors.faiss`` atomically (temporary name, then ``os.replace``)."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
+        if self._exact_vectors is not None:
+            exact_target = directory / EXACT_FILENAME
+            exact_temporary = directory / f".{EXACT_FILENAME}.{os.getpid()}.{threading.get_ident()}.tmp"
+            try:
+                self._exact_vectors.save(exact_temporary)
+                os.replace(exact_temporary, exact_target)
+            except OSError as exc:
+                exact_temporary.unlink(missing_ok=True)
+                raise StoreError(f"could not write exact vectors {exact_target}: {exc}") from exc
         target = directory / INDEX_FILENAME
         temporary = directory / f".{INDEX_FILENAME}.{os.getpid()}.{threading.get_ident()}.tmp"
         try:
@@ -217,8 +317,17 @@ class VectorSegment:
             except RuntimeError as exc2:
                 raise StoreError(f"vector index {path} is unreadable: {exc2}") from exc2
         if isinstance(index, faiss.IndexHNSW):
+            exact = None
+            if not isinstance(index, faiss.IndexHNSWFlat):  # quantised codes: exact vectors are stored beside
+                exact_path = Path(directory) / EXACT_FILENAME
+                if not exact_path.is_file():
+                    raise StoreError(f"vector index {path} has no exact vectors ({exact_path} is missing)")
+                exact = ExactVectors(path=exact_path)
+                if exact.shape != (int(index.ntotal), int(index.d)):
+                    raise StoreError(f"exact vectors {exact_path} have shape {exact.shape}, the index {index.ntotal}")
             # indexes written with an older, lower default search as wide as the current one
-            return cls(index, "hnsw", ef_search=max(int(index.hnsw.efSearch), VectorIndexSettings.hnsw_ef_search))
+            ef_search = max(int(index.hnsw.efSearch), VectorIndexSettings.hnsw_ef_search)
+            return cls(index, "hnsw", ef_search=ef_search, exact=exact)
         if isinstance(index, faiss.IndexIVF):
             return cls(index, "ivf", nprobe=int(index.nprobe))
         return cls(index, "flat")
@@ -273,10 +382,16 @@ class VectorSegment:
         if mask is not None and live_count < self.size:
             bitmap = np.packbits(mask, bitorder="little")
             selector = faiss.IDSelectorBitmap(bitmap)
-        scores, rows = self._index.search(q, k_eff, params=self._params(selector, k_eff, live_fraction))
+        fetch = k_eff if self._exact_vectors is None else min(live_count, k_eff + max(k_eff, _RESCORE_EXTRA))
+        scores, rows = self._index.search(q, fetch, params=self._params(selector, fetch, live_fraction))
         scores, rows = scores[0], rows[0]
         keep = rows >= 0
         scores, rows = scores[keep], rows[keep]
+        if self._exact_vectors is not None and len(rows):
+            # Quantised scores choose the candidates; exact cosines rank them and are what callers see.
+            scores = self._exact_vectors.rows(rows) @ q[0]
+            best = np.lexsort((rows, -scores))[:k_eff]
+            scores, rows = scores[best], rows[best]
         if self.kind != "flat" and len(rows) < k_eff:
             log.debug("approximate search returned %d of %d live hits; exact fallback", len(rows), k_eff)
             scores, rows = self._exact(q, k_eff, mask)
@@ -299,6 +414,8 @@ class VectorSegment:
             raise InvalidArgument(f"rows must lie in 0..{self.size - 1}; got values outside that range")
         if wanted.size == 0:
             return np.empty((0, self.dimension), dtype=np.float32)
+        if self._exact_vectors is not None:
+            return self._exact_vectors.rows(wanted)
         return self._index.reconstruct_batch(np.ascontiguousarray(wanted))
 
 

@@ -4,13 +4,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import faiss
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kb_core.errors import InvalidArgument, StoreError
-from kb_core.vector_index import INDEX_FILENAME, VectorHit, VectorIndexSettings, VectorSearcher, VectorSegment
+from kb_core.vector_index import (
+    EXACT_FILENAME,
+    INDEX_FILENAME,
+    VectorHit,
+    VectorIndexSettings,
+    VectorSearcher,
+    VectorSegment,
+)
 
 
 def unit_rows(rows: int, dim: int, seed: int) -> np.ndarray:
@@ -115,7 +123,8 @@ def test_save_load_round_trip(tmp_path: Path, kind: str, mmap: bool) -> None:
     segment = VectorSegment.build(vectors, VectorIndexSettings(kind=kind))
     segment.save(tmp_path)
     assert (tmp_path / INDEX_FILENAME).is_file()
-    assert [p.name for p in tmp_path.iterdir()] == [INDEX_FILENAME], "temporary file left behind"
+    expected = sorted([EXACT_FILENAME, INDEX_FILENAME]) if kind == "hnsw" else [INDEX_FILENAME]
+    assert sorted(p.name for p in tmp_path.iterdir()) == expected, "temporary file left behind"
     loaded = VectorSegment.load(tmp_path, mmap=mmap)
     assert (loaded.kind, loaded.size, loaded.dimension) == (kind, 1500, 32)
     live = np.ones(1500, dtype=bool)
@@ -180,3 +189,34 @@ def test_empty_segment() -> None:
     assert segment.size == 0
     _scores, rows = segment.search(np.ones(8, dtype=np.float32) / np.sqrt(8), 5, None)
     assert rows.size == 0
+
+
+def test_hnsw_walks_quantised_codes_but_returns_exact_cosines_after_reload(tmp_path: Path) -> None:
+    vectors = clustered(3000, 32, clusters=12, seed=21)
+    VectorSegment.build(vectors, VectorIndexSettings(kind="hnsw")).save(tmp_path)
+    loaded = VectorSegment.load(tmp_path)
+    assert isinstance(loaded._index, faiss.IndexHNSWSQ)
+    rows = np.array([2999, 0, 17, 17, 1500])
+    np.testing.assert_array_equal(loaded.reconstruct(rows), vectors[rows])  # bit-exact, not decoded codes
+    for query in vectors[100:110]:
+        scores, found = loaded.search(query, 10, None)
+        np.testing.assert_allclose(scores, vectors[found] @ query, rtol=1e-6)
+        assert list(scores) == sorted(scores, reverse=True)
+
+
+def test_hnsw_flat_segments_written_before_the_quantised_layout_still_load(tmp_path: Path) -> None:
+    vectors = clustered(1000, 16, clusters=8, seed=22)
+    index = faiss.IndexHNSWFlat(16, 16, faiss.METRIC_INNER_PRODUCT)
+    index.add(vectors)
+    faiss.write_index(index, str(tmp_path / INDEX_FILENAME))
+    loaded = VectorSegment.load(tmp_path)
+    assert loaded.kind == "hnsw"
+    scores, rows = loaded.search(vectors[5], 3, None)
+    assert rows[0] == 5 and scores[0] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_quantised_hnsw_without_its_exact_vectors_is_a_clear_store_error(tmp_path: Path) -> None:
+    VectorSegment.build(clustered(600, 16, clusters=4, seed=23), VectorIndexSettings(kind="hnsw")).save(tmp_path)
+    (tmp_path / EXACT_FILENAME).unlink()
+    with pytest.raises(StoreError, match="no exact vectors"):
+        VectorSegment.load(tmp_path)
