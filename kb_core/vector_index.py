@@ -52,7 +52,7 @@ __all__ = [
 
 INDEX_FILENAME = "vectors.faiss"
 EXACT_FILENAME = "vectors.npy"
-# An approximate search for k rows fetches k + max(k, _RESCORE_EXTRA) candidates and keeps the exact best k.
+# An approximate search for k rows fetches k + max(k // 2, _RESCORE_EXTRA) candidates, keeps the exact best k.
 _RESCORE_EXTRA = 42
 KINDS = ("flat", "hnsw", "ivf", "auto")
 _NORM_TOLERANCE = 1e-3
@@ -185,16 +185,18 @@ class ExactVectors:
         width = self.shape[1] * 4
         order = np.argsort(rows, kind="stable")
         ordered = rows[order]
-        out = np.empty((len(rows), self.shape[1]), dtype=np.float32)
         # One read per run of consecutive rows: a compaction or an exact scan reads big blocks, a query a few rows.
         breaks = np.flatnonzero(np.diff(ordered) != 1) + 1
-        for start, end in zip(np.r_[0, breaks].tolist(), np.r_[breaks, len(ordered)].tolist(), strict=True):
-            first, count = int(ordered[start]), int(ordered[end - 1]) - int(ordered[start]) + 1
-            data = os.pread(self._fd, count * width, self._offset + first * width)
-            if len(data) != count * width:
-                raise StoreError("exact vectors file is shorter than its header says")
-            block = np.frombuffer(data, dtype=np.float32).reshape(count, self.shape[1])
-            out[order[start:end]] = block[ordered[start:end] - first]
+        firsts = ordered[np.r_[0, breaks]]
+        counts = ordered[np.r_[breaks, len(ordered)] - 1] - firsts + 1
+        fd, offset = self._fd, self._offset
+        data = b"".join(
+            [os.pread(fd, c * width, offset + f * width) for f, c in zip(firsts.tolist(), counts.tolist(), strict=True)]
+        )
+        if len(data) != len(ordered) * width:
+            raise StoreError("exact vectors file is shorter than its header says")
+        out = np.empty((len(rows), self.shape[1]), dtype=np.float32)
+        out[order] = np.frombuffer(data, dtype=np.float32).reshape(len(ordered), self.shape[1])
         return out
 
     def save(self, path: Path) -> None:
@@ -382,7 +384,7 @@ class VectorSegment:
         if mask is not None and live_count < self.size:
             bitmap = np.packbits(mask, bitorder="little")
             selector = faiss.IDSelectorBitmap(bitmap)
-        fetch = k_eff if self._exact_vectors is None else min(live_count, k_eff + max(k_eff, _RESCORE_EXTRA))
+        fetch = k_eff if self._exact_vectors is None else min(live_count, k_eff + max(k_eff // 2, _RESCORE_EXTRA))
         scores, rows = self._index.search(q, fetch, params=self._params(selector, fetch, live_fraction))
         scores, rows = scores[0], rows[0]
         keep = rows >= 0
