@@ -61,6 +61,7 @@ def main() -> None:
         planned = [
             c.content for f in files for c in chunk_document(parse_file(Path(f)), embedder.tokenizer, args.chunk_size)
         ]
+        model.encode(planned[:256], batch_size=64)  # warm torch's thread pool and allocator up for both figures
         encode_before = encode_seconds(planned)
 
         started = time.perf_counter()

@@ -11,6 +11,7 @@ Layout::
         texts.parquet               the full parsed text of each document
         files/DOC_ID.EXT            the original file, kept for update_document and export
         keyword.npz, vectors.faiss  the segment's keyword and vector indexes
+        vectors.npy                 exact float32 vectors of an HNSW segment (its index holds 8-bit codes)
         chunks.arrow                the chunk rows as uncompressed Arrow IPC, memory-mapped by readers
       staging/PID-HEX/              segments being written; renamed into segments/ at commit
       write.lock                    writers of this KB serialise here
