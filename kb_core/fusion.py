@@ -302,10 +302,14 @@ def fuse(
                 continue
             if size == 0:
                 notes.append(f"{name} search returned no candidates; weight moved to {other}")
+            elif weight == 0 and name == "vector" and vector_prior == 0:
+                notes.append(
+                    "vector signal not used: the embedding model does not cover this query's language "
+                    f"(vector prior 0); weight moved to {other}"
+                )
             elif weight == 0:
                 notes.append(
-                    f"{name} signal carries no information for this query (top z {z:.2f} ≤ chance {chance:.2f}"
-                    f"{'; vector prior 0' if name == 'vector' and vector_prior == 0 else ''}); "
+                    f"{name} signal carries no information for this query (top z {z:.2f} ≤ chance {chance:.2f}); "
                     f"weight moved to {other}"
                 )
             elif weight < base:

@@ -191,7 +191,10 @@ def test_vector_prior_zero_disables_vector_signal() -> None:
     pool = _informative_pool(4)
     fused = fuse(pool, vector_prior=0.0)
     assert fused[0][1].vector_weight == 0.0
-    assert any("vector prior 0" in note for note in fused[0][1].notes)
+    notes = fused[0][1].notes
+    assert any("vector prior 0" in note and "does not cover" in note for note in notes)
+    # the pool's vector signal is informative: the note must not claim it fell below chance
+    assert not any("≤ chance" in note for note in notes)
 
 
 def test_empty_and_invalid_arguments() -> None:
