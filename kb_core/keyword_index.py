@@ -245,7 +245,6 @@ class KeywordHit:
     segment_index: int
     row: int
     score: float
-    matched_terms: tuple[str, ...]
 
 
 @dataclass
@@ -399,7 +398,7 @@ class KeywordSearcher:
             entry = postings[0][1]
             rows, scores = entry.rows, entry.scores
             best = _top_k(scores, rows, k, floor)
-            return self._hits(postings, rows[best], scores[best])
+            return self._hits(rows[best], scores[best])
         if sum(e.df for _, e in postings) * 8 >= self._total_rows:
             dense = np.zeros(self._total_rows, dtype=np.float64)
             largest = max(range(len(postings)), key=lambda i: postings[i][1].df)
@@ -408,27 +407,19 @@ class KeywordSearcher:
                 if i != largest:
                     np.add.at(dense, entry.rows, entry.scores)  # numpy >= 2 fast path: ~4x `dense[rows] += s`
             best = _top_k(dense, None, k, floor)
-            return self._hits(postings, best, dense[best])
+            return self._hits(best, dense[best])
         unique_rows, inverse = np.unique(np.concatenate([e.rows for _, e in postings]), return_inverse=True)
         summed = np.bincount(inverse, weights=np.concatenate([e.scores for _, e in postings]))
         best = _top_k(summed, unique_rows, k, floor)
-        return self._hits(postings, unique_rows[best], summed[best])
+        return self._hits(unique_rows[best], summed[best])
 
-    def _hits(
-        self, postings: list[tuple[str, _TermPostings]], global_rows: np.ndarray, scores: np.ndarray
-    ) -> list[KeywordHit]:
-        """Hits with the query terms each row contains (looked up in the terms' sorted postings)."""
-        matched: list[list[str]] = [[] for _ in range(len(global_rows))]
-        for term, entry in postings:
-            pos = np.searchsorted(entry.rows, global_rows)
-            pos[pos >= len(entry.rows)] = 0
-            for i in np.flatnonzero(entry.rows[pos] == global_rows).tolist():
-                matched[i].append(term)
+    def _hits(self, global_rows: np.ndarray, scores: np.ndarray) -> list[KeywordHit]:
+        """Hits by (segment, row); which query terms a hit holds is :meth:`row_terms`' job (only when asked)."""
         seg_of = np.searchsorted(self._offsets, global_rows, side="right") - 1
         local_rows = global_rows - self._offsets[seg_of]
         return [
-            KeywordHit(si, row, score, tuple(ts))
-            for si, row, score, ts in zip(seg_of.tolist(), local_rows.tolist(), scores.tolist(), matched, strict=True)
+            KeywordHit(si, row, score)
+            for si, row, score in zip(seg_of.tolist(), local_rows.tolist(), scores.tolist(), strict=True)
         ]
 
     def score_rows(self, query: str, rows: Sequence[tuple[int, int]]) -> np.ndarray:

@@ -130,8 +130,8 @@ def test_term_absent_from_a_segment_uses_global_df() -> None:
     searcher = KeywordSearcher([(english, np.ones(2, bool)), (chinese, np.ones(2, bool))], ANALYZER)
     hits = searcher.search("知识库", 10)
     assert [(h.segment_index, h.row) for h in hits] == [(1, 0)]
-    assert "知识库" in hits[0].matched_terms
-    assert searcher.search("vector", 10)[0].matched_terms == ("vector",)
+    assert "知识库" in searcher.row_terms(searcher.query_terms("知识库"), [(1, 0)]).matched(0)
+    assert searcher.row_terms(["vector"], [(0, 0)]).matched(0) == ["vector"]
     assert searcher.search("nonexistent", 10) == []
 
 
@@ -139,8 +139,12 @@ def test_matched_terms_are_the_query_terms_found_in_the_row() -> None:
     segment = KeywordSegment.build(["Running search engines", "search only"], ANALYZER)
     searcher = KeywordSearcher([(segment, np.ones(2, bool))], ANALYZER)
     hits = searcher.search("search runs missing", 10)
-    assert hits[0].row == 0 and hits[0].matched_terms == ("search", "run")
-    assert hits[1].row == 1 and hits[1].matched_terms == ("search",)
+    assert [h.row for h in hits] == [0, 1]
+    found = searcher.row_terms(searcher.query_terms("search runs missing"), [(0, 0), (0, 1)])
+    assert found.terms == ("search", "run", "miss")
+    assert found.matched(0) == ["run", "search"] and found.matched(1) == ["search"]
+    assert found.distinct.tolist() == [3, 2]  # run, search, engin | search, onli
+    assert found.jaccard().tolist() == [2 / 4, 1 / 4]
 
 
 @pytest.mark.parametrize("query", ["", "   ", "the of and", "，。！"])
