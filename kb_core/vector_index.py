@@ -37,6 +37,7 @@ import faiss
 import numpy as np
 
 from kb_core.errors import InvalidArgument, StoreError
+from kb_core.store.atomic import prefetch
 
 log = logging.getLogger(__name__)
 
@@ -171,6 +172,7 @@ class ExactVectors:
             raise StoreError(f"exact vectors {path} must be a C-ordered float32 matrix; got {dtype} {shape}")
         self.shape = (int(shape[0]), int(shape[1]))
         self._fd = os.open(path, os.O_RDONLY)
+        prefetch(path)
 
     def __del__(self) -> None:
         if self._fd is not None:
@@ -306,6 +308,7 @@ class VectorSegment:
             raise StoreError(f"vector index {path} does not exist", code="STORE_ERROR")
         flags = 0
         if mmap:
+            prefetch(path)
             flags = faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY
             flags |= getattr(faiss, "IO_FLAG_MMAP_IFC", 0)
         try:

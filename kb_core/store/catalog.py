@@ -18,7 +18,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from kb_core.store.atomic import write_atomically, write_json_atomically
+from kb_core.store.atomic import prefetch, write_atomically, write_json_atomically
 
 DOCUMENTS_SCHEMA = pa.schema(
     [
@@ -95,6 +95,7 @@ def open_chunk_rows(folder: Path) -> pa.Table:
     before it existed) read from parquet into one in-memory chunk per column."""
     path = folder / CHUNK_ROWS_FILE
     if path.exists():
+        prefetch(path)
         return pa.ipc.open_file(pa.memory_map(str(path), "r")).read_all()
     return pq.read_table(folder / "chunks.parquet").combine_chunks()
 
