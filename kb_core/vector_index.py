@@ -55,6 +55,7 @@ INDEX_FILENAME = "vectors.faiss"
 EXACT_FILENAME = "vectors.npy"
 # An approximate search for k rows fetches k + max(k // 2, _RESCORE_EXTRA) candidates, keeps the exact best k.
 _RESCORE_EXTRA = 42
+_READ_WINDOW_BYTES = 64 << 20  # exact vectors are read in windows of at most this many bytes
 KINDS = ("flat", "hnsw", "ivf", "auto")
 _NORM_TOLERANCE = 1e-3
 _EXACT_BELOW_LIVE_FRACTION = 0.25
@@ -181,25 +182,50 @@ class ExactVectors:
 
     def rows(self, rows: np.ndarray) -> np.ndarray:
         """The vectors of ``rows`` (in range; any order, repeats allowed), as a new ``len(rows) × d`` array."""
+        rows = np.asarray(rows, dtype=np.int64).reshape(-1)
         if self._array is not None:
             return self._array[rows]
-        assert self._fd is not None
-        width = self.shape[1] * 4
+        out = np.empty((len(rows), self.shape[1]), dtype=np.float32)
+        if not len(rows):
+            return out
         order = np.argsort(rows, kind="stable")
         ordered = rows[order]
-        # One read per run of consecutive rows: a compaction or an exact scan reads big blocks, a query a few rows.
-        breaks = np.flatnonzero(np.diff(ordered) != 1) + 1
-        firsts = ordered[np.r_[0, breaks]]
-        counts = ordered[np.r_[breaks, len(ordered)] - 1] - firsts + 1
-        fd, offset = self._fd, self._offset
-        data = b"".join(
-            [os.pread(fd, c * width, offset + f * width) for f, c in zip(firsts.tolist(), counts.tolist(), strict=True)]
-        )
-        if len(data) != len(ordered) * width:
-            raise StoreError("exact vectors file is shorter than its header says")
-        out = np.empty((len(rows), self.shape[1]), dtype=np.float32)
-        out[order] = np.frombuffer(data, dtype=np.float32).reshape(len(ordered), self.shape[1])
+        gathered = np.empty_like(out)  # rows in ascending order
+        window = max(1, _READ_WINDOW_BYTES // (self.shape[1] * 4))
+        done = 0
+        while done < len(ordered):
+            # The rows within one window of the file: read them as one block when they are dense (an exact scan,
+            # a compaction), else one read per run of consecutive rows (a query's few candidates).
+            first = int(ordered[done])
+            end = int(np.searchsorted(ordered, first + window, side="left"))
+            group = ordered[done:end]
+            span = int(group[-1]) - first + 1
+            if len(group) * 4 >= span:
+                gathered[done:end] = self._read(first, span)[group - first]
+            else:
+                breaks = np.flatnonzero(np.diff(group) != 1) + 1
+                starts, stops = np.r_[0, breaks], np.r_[breaks, len(group)]
+                for a, b in zip(starts.tolist(), stops.tolist(), strict=True):
+                    gathered[done + a : done + b] = self._read(int(group[a]), int(group[b - 1]) - int(group[a]) + 1)
+            done = end
+        out[order] = gathered
         return out
+
+    def _read(self, first: int, count: int) -> np.ndarray:
+        """Rows ``first .. first + count - 1``; ``pread`` may return less than asked, so read until complete."""
+        assert self._fd is not None
+        width = self.shape[1] * 4
+        wanted, position = count * width, self._offset + first * width
+        parts: list[bytes] = []
+        while wanted:
+            data = os.pread(self._fd, wanted, position)
+            if not data:
+                raise StoreError("exact vectors file is shorter than its header says")
+            parts.append(data)
+            wanted -= len(data)
+            position += len(data)
+        block = parts[0] if len(parts) == 1 else b"".join(parts)
+        return np.frombuffer(block, dtype=np.float32).reshape(count, self.shape[1])
 
     def save(self, path: Path) -> None:
         assert self._array is not None

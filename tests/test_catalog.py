@@ -64,6 +64,23 @@ def test_chunk_rows_round_trip(rows: list[dict]) -> None:
         back = [{k: (None if v != v else v) for k, v in r.items()} for r in frame.to_dict("records")]
         back = [{k: (int(v) if k in ("page",) and v is not None else v) for k, v in r.items()} for r in back]
         assert back == rows
+        assert catalog.open_chunk_rows(Path(folder)).to_pylist() == rows  # the row store holds the same rows
+
+
+def test_chunk_table_is_written_in_row_groups_with_catalog_types(tmp_path: Path, monkeypatch) -> None:
+    import pyarrow.parquet as pq
+
+    monkeypatch.setattr(catalog, "_PARQUET_ROW_GROUP", 3)
+    rows = [
+        {"chunk_id": f"chk_{i}", "doc_id": "doc_1", "chunk_index": i, "content": f"片段 {i} text", "tokens": 3,
+         "chapter": None, "page": None, "start_char": i, "end_char": i + 5}
+        for i in range(10)
+    ]
+    catalog.write_chunks(tmp_path, rows)
+    parquet = pq.ParquetFile(tmp_path / "chunks.parquet")
+    assert parquet.metadata.num_row_groups == 4 and parquet.schema_arrow == catalog.CHUNKS_SCHEMA
+    assert pq.read_table(tmp_path / "chunks.parquet").to_pylist() == rows
+    assert catalog.open_chunk_rows(tmp_path).schema == catalog.CHUNK_ROWS_SCHEMA
 
 
 @settings(max_examples=60, deadline=None)

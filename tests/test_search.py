@@ -293,3 +293,10 @@ def test_verify_reports_a_damaged_row_store(kb, service, home: Path) -> None:
     row_store.write_bytes(row_store.read_bytes()[:100])
     problems = verify_home(service.home)
     assert len(problems) == 1 and "chunks.arrow unreadable" in problems[0]
+    from kb_core import KnowledgeBaseService
+
+    fresh = KnowledgeBaseService(home).session()
+    fresh.select_knowledge_base("s")
+    failed = fresh.search("keyword search vectors", top_k=3)
+    assert failed["success"] is False and failed["error"]["code"] == "STORE_ERROR"
+    assert "unreadable" in failed["message"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import faiss
@@ -14,6 +15,7 @@ from kb_core.errors import InvalidArgument, StoreError
 from kb_core.vector_index import (
     EXACT_FILENAME,
     INDEX_FILENAME,
+    ExactVectors,
     VectorHit,
     VectorIndexSettings,
     VectorSearcher,
@@ -220,3 +222,21 @@ def test_quantised_hnsw_without_its_exact_vectors_is_a_clear_store_error(tmp_pat
     (tmp_path / EXACT_FILENAME).unlink()
     with pytest.raises(StoreError, match="no exact vectors"):
         VectorSegment.load(tmp_path)
+
+
+@pytest.mark.parametrize("window", [64 << 20, 256, 4096])
+def test_exact_vectors_read_any_rows_from_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, window: int) -> None:
+    import kb_core.vector_index as vector_index
+
+    monkeypatch.setattr(vector_index, "_READ_WINDOW_BYTES", window)
+    real_pread = os.pread
+    monkeypatch.setattr(vector_index.os, "pread", lambda fd, n, at: real_pread(fd, min(n, 1000), at))  # short reads
+    rng = np.random.default_rng(31)
+    vectors = rng.standard_normal((3000, 16), dtype=np.float32)
+    ExactVectors(vectors).save(tmp_path / EXACT_FILENAME)
+    stored = ExactVectors(path=tmp_path / EXACT_FILENAME)
+    cases = [np.arange(3000), np.arange(10, 2000), np.array([], dtype=np.int64), np.array([2999, 0, 0, 5])]
+    cases += [rng.integers(0, 3000, size=int(rng.integers(1, 400))) for _ in range(30)]
+    cases += [np.sort(rng.choice(3000, size=1500, replace=False))]
+    for rows in cases:
+        np.testing.assert_array_equal(stored.rows(rows), vectors[rows])

@@ -18,6 +18,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from kb_core.errors import StoreError
 from kb_core.store.atomic import prefetch, write_atomically, write_json_atomically
 
 DOCUMENTS_SCHEMA = pa.schema(
@@ -67,6 +68,7 @@ def write_documents(folder: Path, rows: list[dict[str, Any]]) -> None:
 
 
 CHUNK_ROWS_FILE = "chunks.arrow"
+_PARQUET_ROW_GROUP = 16_384  # chunks of at most 8,192 tokens: well under 2 GB of text per row group
 # Large offsets: one record batch may hold more than 2 GB of chunk text.
 CHUNK_ROWS_SCHEMA = pa.schema(
     [pa.field(f.name, pa.large_string() if f.type == pa.string() else f.type) for f in CHUNKS_SCHEMA]
@@ -79,9 +81,15 @@ def write_chunks(folder: Path, rows: list[dict[str, Any]]) -> None:
 
 def write_chunk_table(folder: Path, table: pa.Table) -> None:
     """Write a segment's chunk rows twice: the parquet catalog table and the memory-mappable row store."""
-    table = table.select(CHUNKS_SCHEMA.names).cast(CHUNKS_SCHEMA)
-    write_atomically(folder / "chunks.parquet", lambda tmp: pq.write_table(table, tmp, compression="zstd"))
-    rows = table.cast(CHUNK_ROWS_SCHEMA).combine_chunks()
+    rows = table.select(CHUNKS_SCHEMA.names).cast(CHUNK_ROWS_SCHEMA).combine_chunks()
+
+    def write_parquet(tmp: Path) -> None:
+        # Cast back to the catalog's 32-bit strings per row group: a segment may hold more than 2 GB of text.
+        with pq.ParquetWriter(str(tmp), CHUNKS_SCHEMA, compression="zstd") as writer:
+            for batch in rows.to_batches(max_chunksize=_PARQUET_ROW_GROUP):
+                writer.write_batch(batch.cast(CHUNKS_SCHEMA))
+
+    write_atomically(folder / "chunks.parquet", write_parquet)
 
     def write_rows(tmp: Path) -> None:
         with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, CHUNK_ROWS_SCHEMA) as writer:
@@ -94,10 +102,13 @@ def open_chunk_rows(folder: Path) -> pa.Table:
     """A segment's chunk rows for random access: memory-mapped from the row store, or (segments written
     before it existed) read from parquet into one in-memory chunk per column."""
     path = folder / CHUNK_ROWS_FILE
-    if path.exists():
-        prefetch(path)
-        return pa.ipc.open_file(pa.memory_map(str(path), "r")).read_all()
-    return pq.read_table(folder / "chunks.parquet").combine_chunks()
+    try:
+        if path.exists():
+            prefetch(path)
+            return pa.ipc.open_file(pa.memory_map(str(path), "r")).read_all()
+        return pq.read_table(folder / "chunks.parquet").cast(CHUNK_ROWS_SCHEMA).combine_chunks()
+    except (OSError, pa.ArrowException) as exc:
+        raise StoreError(f"the chunk rows of segment {folder.name} are unreadable: {exc}") from exc
 
 
 def write_texts(folder: Path, rows: list[dict[str, Any]]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -60,4 +61,13 @@ def _verify_segment(folder: Path, rows: int, documents: int) -> list[str]:
         else:
             if found != rows:
                 problems.append(f"segment {folder.name}: {CHUNK_ROWS_FILE} has {found} rows, expected {rows}")
+    exact = folder / "vectors.npy"  # exact vectors beside an 8-bit HNSW index
+    if exact.exists():
+        try:
+            found = int(np.load(exact, mmap_mode="r", allow_pickle=False).shape[0])
+        except (OSError, ValueError) as exc:
+            problems.append(f"segment {folder.name}: vectors.npy unreadable ({exc})")
+        else:
+            if found != rows:
+                problems.append(f"segment {folder.name}: vectors.npy has {found} rows, expected {rows}")
     return problems
