@@ -19,11 +19,10 @@ from typing import Any
 import numpy as np
 
 from kb_core import KnowledgeBaseService
-from kb_core.importer import write_segment_files
+from kb_core.importer import write_indexed_segment, write_segment_files
 from kb_core.keyword_index import KeywordSegment
 from kb_core.search import SnapshotSearcher
-from kb_core.store import Change, catalog
-from kb_core.store.registry import utc_now
+from kb_core.store import Change
 from kb_core.vector_index import VectorSegment
 
 
@@ -77,16 +76,10 @@ def commit_prebuilt_segment(
     store = service.kb_store(record.id)
     staged = store.stage_segment()
     doc_rows, chunk_rows = synthetic_rows(texts)
-    catalog.write_documents(staged.path, doc_rows)
-    catalog.write_chunks(staged.path, chunk_rows)
-    catalog.write_texts(staged.path, [{"doc_id": "doc_big", "text": ""}])
-    keyword.save(staged.path)
-    vectors.save(staged.path)
-    staged.rows, staged.documents = len(chunk_rows), 1
-    info = {"rows": len(chunk_rows), "documents": 1, "dimension": vectors.dimension, "created_at": utc_now()}
-    model = service.embedder(record).model_key
-    catalog.write_segment_info(
-        staged.path, catalog.SegmentInfo(id=staged.id, model_key=model, analyzer=service.analyzer.name, **info)
+    model_key = service.embedder(record).model_key
+    text_rows = [{"doc_id": "doc_big", "text": ""}]
+    write_indexed_segment(
+        staged, doc_rows, chunk_rows, text_rows, keyword, vectors, model_key=model_key, dimension=vectors.dimension
     )
     store.commit(Change(add=(staged,)))
 

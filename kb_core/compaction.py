@@ -107,7 +107,7 @@ def _write_merged(
         rows = np.flatnonzero(alive_rows.to_numpy(zero_copy_only=False))
         dropped += chunk_table.num_rows - len(rows)
         documents.append(doc_table.filter(alive_docs))
-        chunks.append(chunk_table.take(pa.array(rows)).cast(catalog.CHUNK_ROWS_SCHEMA))
+        chunks.append(chunk_table.take(pa.array(rows)))  # row-store schema (64-bit text) in every segment
         texts.append(text_table.filter(alive_texts))
         vectors.append(segment.vectors.reconstruct(rows))
         files = target / "files"

@@ -445,15 +445,39 @@ def write_segment_files(
     embedder: Any,
     analyzer: Any,
 ) -> None:
-    """Write every file of a staged segment; ``segment.json`` last, marking it complete."""
+    """Build a staged segment's indexes and write every file; ``segment.json`` last, marking it complete."""
     from kb_core.keyword_index import KeywordSegment
     from kb_core.vector_index import VectorSegment
 
+    write_indexed_segment(
+        staged,
+        doc_rows,
+        chunk_rows,
+        text_rows,
+        KeywordSegment.build([row["content"] for row in chunk_rows], analyzer),
+        VectorSegment.build(vectors),
+        model_key=str(getattr(embedder, "model_key", "")),
+        dimension=int(vectors.shape[1]) if len(vectors) else int(getattr(embedder, "dimension", 0)),
+    )
+
+
+def write_indexed_segment(
+    staged: StagedSegment,
+    doc_rows: list[dict[str, Any]],
+    chunk_rows: list[dict[str, Any]],
+    text_rows: list[dict[str, Any]],
+    keyword: Any,
+    vectors: Any,
+    *,
+    model_key: str,
+    dimension: int,
+) -> None:
+    """Write every file of a staged segment whose keyword and vector indexes are already built."""
     catalog.write_documents(staged.path, doc_rows)
     catalog.write_chunks(staged.path, chunk_rows)
     catalog.write_texts(staged.path, text_rows)
-    KeywordSegment.build([row["content"] for row in chunk_rows], analyzer).save(staged.path)
-    VectorSegment.build(vectors).save(staged.path)
+    keyword.save(staged.path)
+    vectors.save(staged.path)
     staged.rows, staged.documents = len(chunk_rows), len(doc_rows)
     catalog.write_segment_info(
         staged.path,
@@ -461,9 +485,9 @@ def write_segment_files(
             id=staged.id,
             rows=len(chunk_rows),
             documents=len(doc_rows),
-            model_key=str(getattr(embedder, "model_key", "")),
-            dimension=int(vectors.shape[1]) if len(vectors) else int(getattr(embedder, "dimension", 0)),
-            analyzer=str(getattr(analyzer, "name", "")),
+            model_key=model_key,
+            dimension=dimension,
+            analyzer=keyword.analyzer_name,
             created_at=utc_now(),
         ),
     )

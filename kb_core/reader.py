@@ -50,7 +50,7 @@ class LoadedSegment:
         path = self.folder / "chunks.parquet"
         # Read as a dictionary column: a million repeated doc ids never materialise as strings.
         column = pq.read_table(path, columns=["doc_id"], read_dictionary=["doc_id"]).column("doc_id")
-        encoded = column.unify_dictionaries().combine_chunks() if column.num_chunks > 1 else column.combine_chunks()
+        encoded = column.unify_dictionaries().combine_chunks()  # one dictionary across row groups
         values = np.array(encoded.dictionary.to_pylist(), dtype=object)
         codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int32)
         return values, codes

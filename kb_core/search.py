@@ -22,7 +22,7 @@ import logging
 import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -35,8 +35,10 @@ from kb_core.fusion import (
     fuse,
     near_duplicate_keys,
 )
-from kb_core.keyword_index import RowTerms
 from kb_core.reader import Snapshot
+
+if TYPE_CHECKING:
+    from kb_core.keyword_index import RowTerms
 
 logger = logging.getLogger(__name__)
 

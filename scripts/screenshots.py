@@ -162,6 +162,12 @@ def shoot(page, out: Path, name: str, full: bool = True) -> None:  # type: ignor
     print(f"wrote {path.relative_to(REPO) if path.is_relative_to(REPO) else path}")
 
 
+def shoot_tab(page, out: Path, tab: str, name: str) -> None:  # type: ignore[no-untyped-def]
+    page.get_by_role("tab", name=tab).click()
+    wait_idle(page)
+    shoot(page, out, name)
+
+
 def hover_point(page, point) -> None:  # type: ignore[no-untyped-def]
     """Hover a plotly point so its tooltip shows (the page scrolled to the top, clear of Streamlit's header)."""
     page.evaluate("() => document.querySelectorAll('[data-testid=\"stMain\"]').forEach(e => e.scrollTo(0, 0))")
@@ -254,12 +260,8 @@ def main() -> int:
             shoot(page, args.out, "04-search-lab-en")
             search(page, "混合检索如何计算得分？")
             shoot(page, args.out, "05-search-lab-zh")
-            page.get_by_role("tab", name="Rank movement across modes").click()
-            wait_idle(page)
-            shoot(page, args.out, "06-search-lab-rank-movement")
-            page.get_by_role("tab", name="A/B comparison").click()
-            wait_idle(page)
-            shoot(page, args.out, "07-search-lab-ab")
+            shoot_tab(page, args.out, "Rank movement across modes", "06-search-lab-rank-movement")
+            shoot_tab(page, args.out, "A/B comparison", "07-search-lab-ab")
             page.get_by_text("Multi-keyword (rag_search)").click()
             wait_idle(page)
             page.get_by_label("Keywords (comma separated)").fill("权重, BM25, fusion")
@@ -298,12 +300,8 @@ def main() -> int:
             page.get_by_role("tab", name="Import bundle").click()
             wait_idle(page)
             shoot(page, args.out, "11-knowledge-graph-refused-bundle")
-            page.get_by_role("tab", name="Ontology").click()
-            wait_idle(page)
-            shoot(page, args.out, "12-knowledge-graph-ontology")
-            page.get_by_role("tab", name="Schema").click()
-            wait_idle(page)
-            shoot(page, args.out, "13-knowledge-graph-schema")
+            shoot_tab(page, args.out, "Ontology", "12-knowledge-graph-ontology")
+            shoot_tab(page, args.out, "Schema", "13-knowledge-graph-schema")
 
             go_to(page, "Backup & transfer")
             page.get_by_role("button", name="Prepare export file").click()
