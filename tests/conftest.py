@@ -11,6 +11,11 @@ from pathlib import Path
 
 import httpx
 import pytest
+from hypothesis import settings
+
+# Property tests draw the same examples on every run, so CI results are reproducible.
+settings.register_profile("reproducible", derandomize=True)
+settings.load_profile("reproducible")
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

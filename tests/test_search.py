@@ -142,6 +142,8 @@ def test_segments_written_without_a_row_store_search_the_same(kb, home: Path) ->
     assert removed
     for path in removed:
         path.unlink()
+    for other in home.glob("kbs/*/segments/*/chunks.arrow"):  # whichever segment the hits come from
+        other.write_bytes(b"not arrow")
     fresh = KnowledgeBaseService(home).session()
     fresh.select_knowledge_base("s")
     after = [[(h["id"], h["content"]) for h in fresh.search(q, top_k=5)["data"]["chunks"]] for q in queries]
@@ -295,6 +297,8 @@ def test_verify_reports_a_damaged_row_store(kb, service, home: Path) -> None:
     assert len(problems) == 1 and "chunks.arrow unreadable" in problems[0]
     from kb_core import KnowledgeBaseService
 
+    for other in home.glob("kbs/*/segments/*/chunks.arrow"):  # whichever segment the hits come from
+        other.write_bytes(b"not arrow")
     fresh = KnowledgeBaseService(home).session()
     fresh.select_knowledge_base("s")
     failed = fresh.search("keyword search vectors", top_k=3)
