@@ -58,7 +58,14 @@ def run_eval(session: Any, args: argparse.Namespace) -> Envelope:
         modes = ("hybrid",)
     else:
         modes = MODES
-    settings = settings_for(modes, vector_weight=args.vector_weight, keyword_weight=args.keyword_weight)
+    settings = settings_for(
+        modes,
+        vector_weight=args.vector_weight,
+        keyword_weight=args.keyword_weight,
+        weighting=args.weighting,
+        fusion=args.fusion,
+        compare_fusion=args.compare_fusion and "hybrid" in modes,
+    )
     service = open_eval_service(session.service)
     dataset, report = evaluate_folder(
         service,
@@ -144,6 +151,15 @@ def register(commands: Any) -> None:
     parser.add_argument("--mode", choices=("hybrid", "semantic", "keyword"), help="only this mode (default: all)")
     parser.add_argument("--vector-weight", type=float, help="hybrid vector weight (default: the KB default, 0.7)")
     parser.add_argument("--keyword-weight", type=float, help="hybrid keyword weight (default: 1 - vector weight)")
+    parser.add_argument(
+        "--weighting", choices=("fixed", "auto"), help="hybrid weighting (default: the KB default, fixed)"
+    )
+    parser.add_argument("--fusion", choices=("weighted", "rrf"), help="hybrid fusion (default: weighted)")
+    parser.add_argument(
+        "--compare-fusion",
+        action="store_true",
+        help="also run hybrid with auto weights and with reciprocal rank fusion",
+    )
     parser.add_argument(
         "--sweep",
         action="store_true",

@@ -1052,16 +1052,17 @@ def _schema_text(envelope: Envelope) -> str:
 
 
 def _search_library(session: Any, query: str, limit: int, mode: str, expand_graph: bool = False) -> Envelope:
-    """search_knowledge_base: every KB the session sees; hybrid is 70% semantic + 30% keyword."""
+    """search_knowledge_base: every KB the session sees; hybrid uses each KB's saved weights (default 70% semantic +
+    30% keyword). Scores lie in [0, 1]."""
     from kb_core.envelope import enveloped, ok
 
     @enveloped
     def search_knowledge_base() -> Envelope:
         kb_ids = [r.id for r in session.visible_kbs()]
-        weights = {"vector_weight": 0.7, "keyword_weight": 0.3} if mode == "hybrid" else {}
         hits, warnings = [], []
         if kb_ids:
-            hits, warnings, _ = session.run_search(query, kb_ids=kb_ids, top_k=limit, mode=mode, **weights)
+            outcome = session.run_search(query, kb_ids=kb_ids, top_k=limit, mode=mode)
+            hits, warnings = outcome.hits, outcome.warnings
         elif not isinstance(query, str) or not query.strip():
             session.run_search(query)  # raises the service's INVALID_ARGUMENT
         found = [hit.to_json(False) for hit in hits[:limit]]

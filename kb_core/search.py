@@ -5,15 +5,17 @@ Pipeline for ``mode="hybrid"``:
 1. over-fetch ``candidates`` rows from the keyword index (BM25) and from the vector index (cosine);
 2. score every candidate exactly on *both* signals (a keyword-only hit gets its real cosine and vice
    versa), so each breakdown shows raw cosine and raw BM25;
-3. fuse (:func:`kb_core.fusion.fuse`: per-list normalisation, signal-quality-aware weights, optional
-   RRF, Jaccard rerank term); the breakdown's formula is in :mod:`kb_core.fusion`;
+3. fuse (:func:`kb_core.fusion.fuse`: cosine and BM25 on absolute [0, 1] scales, the requested weights —
+   or, as options, signal-quality weights or RRF — and a Jaccard rerank term); the breakdown's formula is in
+   :mod:`kb_core.fusion`;
 4. drop exact and near-duplicate chunks, keeping the better-ranked one;
 5. return ``top_k`` hits.
 
-``mode="semantic"`` ranks by cosine and ``mode="keyword"`` by BM25; their breakdowns use weight 1
-on the one signal with the raw score as its normalised value, so ``final = score`` there.
-The embedding model's language coverage is checked against the query: an English-only model on a
-Chinese query gets ``vector_prior = 0`` (its weight moves to BM25, with a note in the breakdown).
+``mode="semantic"`` ranks by cosine and ``mode="keyword"`` by BM25; their breakdowns use weight 1 on the one
+signal, with the same normalised value as hybrid, so a score means the same thing in every mode.
+The language guard (``language_guard=True``, the default) checks the embedding model's language coverage
+against the query: an English-only model on a Chinese query gets vector weight 0, with a warning and a note
+in the breakdown; ``language_guard=False`` uses the requested weights anyway.
 """
 
 from __future__ import annotations
@@ -29,11 +31,17 @@ import numpy as np
 from kb_core.errors import InvalidArgument
 from kb_core.fusion import (
     DEFAULT_JACCARD_WEIGHT,
+    FUSION_METHODS,
+    WEIGHTINGS,
     Candidate,
+    FusionWeights,
     ScoreBreakdown,
+    auto_weights,
     candidate_jaccard,
     fuse,
+    keyword_normalized,
     near_duplicate_keys,
+    vector_normalized,
 )
 from kb_core.reader import Snapshot
 
@@ -83,6 +91,8 @@ class SearchSettings:
     keyword_weight: float = 0.3
     jaccard_weight: float = DEFAULT_JACCARD_WEIGHT
     fusion: str = "weighted"  # weighted | rrf
+    weighting: str = "fixed"  # fixed: exactly the requested weights | auto: scaled by each signal's quality
+    language_guard: bool = True  # vector weight 0 when the model does not cover the query's language
     candidates: int = MIN_CANDIDATES
     deduplicate: bool = True
 
@@ -101,13 +111,33 @@ class SearchSettings:
                 raise InvalidArgument(f"{name} must be a number from 0 to 1, got {value!r}.", details={"field": name})
         if self.mode == "hybrid" and self.vector_weight + self.keyword_weight <= 0:
             raise InvalidArgument("vector_weight and keyword_weight are both 0; at least one must be positive.")
-        if self.fusion not in ("weighted", "rrf"):
+        if self.fusion not in FUSION_METHODS:
             raise InvalidArgument(
-                f"fusion {self.fusion!r} is not supported; use weighted or rrf.", details={"field": "fusion"}
+                f"fusion {self.fusion!r} is not supported; use one of {', '.join(FUSION_METHODS)}.",
+                details={"field": "fusion"},
+            )
+        if self.weighting not in WEIGHTINGS:
+            raise InvalidArgument(
+                f"weighting {self.weighting!r} is not supported; use one of {', '.join(WEIGHTINGS)}.",
+                details={"field": "weighting"},
+            )
+        if not isinstance(self.language_guard, bool):
+            raise InvalidArgument(
+                f"language_guard must be true or false, got {self.language_guard!r}.",
+                details={"field": "language_guard"},
             )
         return self
 
-    SAVED_FIELDS = ("mode", "top_k", "vector_weight", "keyword_weight", "jaccard_weight", "fusion")
+    SAVED_FIELDS = (
+        "mode",
+        "top_k",
+        "vector_weight",
+        "keyword_weight",
+        "jaccard_weight",
+        "fusion",
+        "weighting",
+        "language_guard",
+    )
 
 
 @dataclass(frozen=True)
@@ -151,33 +181,50 @@ class SearchHit:
         return value
 
 
-def _single_signal(candidate: Candidate, signal: str, jaccard: float, jaccard_weight: float) -> ScoreBreakdown:
-    raw = candidate.vector_score if signal == "vector" else candidate.keyword_score
-    raw = float(raw or 0.0)
-    fused = raw
-    final = (1 - jaccard_weight) * fused + jaccard_weight * jaccard
+def _single_signal(
+    candidate: Candidate, signal: str, jaccard: float, jaccard_weight: float, keyword_reference: float
+) -> ScoreBreakdown:
     is_vector = signal == "vector"
+    normalized = (
+        vector_normalized(candidate.vector_score)
+        if is_vector
+        else keyword_normalized(candidate.keyword_score, keyword_reference)
+    )
+    final = (1 - jaccard_weight) * normalized + jaccard_weight * jaccard
     return ScoreBreakdown(
         vector_score=candidate.vector_score,
         keyword_score=candidate.keyword_score,
-        vector_normalized=raw if is_vector else 0.0,
-        keyword_normalized=0.0 if is_vector else raw,
+        vector_normalized=normalized if is_vector else vector_normalized(candidate.vector_score),
+        keyword_normalized=keyword_normalized(candidate.keyword_score, keyword_reference) if is_vector else normalized,
         vector_rank=candidate.vector_rank,
         keyword_rank=candidate.keyword_rank,
         vector_weight=1.0 if is_vector else 0.0,
         keyword_weight=0.0 if is_vector else 1.0,
         requested_vector_weight=1.0 if is_vector else 0.0,
         requested_keyword_weight=0.0 if is_vector else 1.0,
-        vector_contribution=raw if is_vector else 0.0,
-        keyword_contribution=0.0 if is_vector else raw,
-        fused_score=fused,
+        vector_contribution=normalized if is_vector else 0.0,
+        keyword_contribution=0.0 if is_vector else normalized,
+        fused_score=normalized,
         jaccard=jaccard,
         jaccard_weight=jaccard_weight,
         jaccard_contribution=jaccard_weight * jaccard,
         final_score=final,
         fusion_method="semantic only" if is_vector else "keyword only",
-        notes=("raw score used as the normalised value",),
+        keyword_reference=keyword_reference,
+        normalization="absolute",
+        weighting="fixed",
     )
+
+
+@dataclass
+class RankedHits:
+    """One KB's ranked hits, warnings for the user, and the weights hybrid fusion used and would use on auto."""
+
+    hits: list[SearchHit]
+    warnings: list[str]
+    weights_used: FusionWeights | None = None
+    auto_weights: FusionWeights | None = None
+    keyword_reference: float = 0.0
 
 
 class SnapshotSearcher:
@@ -268,6 +315,42 @@ class SnapshotSearcher:
         return out
 
 
+@dataclass
+class SearchOutcome:
+    """What a search returns to the session: hits, warnings, the settings, and the hybrid weights.
+
+    ``weights_used`` are the weights the fusion used (the requested ones unless the language guard or
+    ``weighting="auto"`` moved them, with the reason in ``notes``); ``auto_weights`` are what auto weighting would
+    use for the same query, shown beside the requested ones.
+    """
+
+    hits: list[SearchHit]
+    warnings: list[str]
+    settings: SearchSettings
+    weights_used: FusionWeights | None = None
+    auto_weights: FusionWeights | None = None
+
+    def weights_json(self) -> dict[str, Any] | None:
+        if self.settings.mode != "hybrid":
+            return None
+        total = self.settings.vector_weight + self.settings.keyword_weight
+        requested = {
+            "vector": self.settings.vector_weight / total,
+            "keyword": self.settings.keyword_weight / total,
+        }
+        used = self.weights_used
+        auto = self.auto_weights
+        return {
+            "weighting": self.settings.weighting,
+            "language_guard": self.settings.language_guard,
+            "requested": requested,
+            "used": None if used is None else {"vector": used.vector, "keyword": used.keyword},
+            "auto": None if auto is None else {"vector": auto.vector, "keyword": auto.keyword},
+            "notes": [] if used is None else list(used.notes),
+            "auto_notes": [] if auto is None else list(auto.notes),
+        }
+
+
 def rank(
     searcher: SnapshotSearcher,
     query: str,
@@ -275,12 +358,12 @@ def rank(
     settings: SearchSettings,
     filters: SearchFilters,
     kb_name: str,
-) -> tuple[list[SearchHit], list[str]]:
-    """The ranked hits of one KB snapshot, and warnings for the user."""
+) -> RankedHits:
+    """The ranked hits of one KB snapshot, warnings for the user, and the weights used."""
     warnings: list[str] = []
     candidates, row_terms = searcher.candidates(query, query_vector, settings, filters)
     if not candidates:
-        return [], warnings
+        return RankedHits([], warnings)
     matched = {c.key: position for position, c in enumerate(candidates)}
     if filters.active:
         allowed = []
@@ -290,15 +373,30 @@ def rank(
                 allowed.append(candidate)
         candidates = allowed
     query_terms = frozenset(row_terms.terms)
-    language = detect_language(query)
-    covered = model_covers(searcher.embedding_model, language)
-    if not covered and settings.mode != "keyword":
+    keyword_reference = searcher.keyword.reference_score(row_terms.terms)
+    covered = model_covers(searcher.embedding_model, detect_language(query))
+    guarded = settings.language_guard and not covered
+    if not covered and settings.mode == "hybrid" and settings.vector_weight > 0:
+        if guarded and settings.keyword_weight > 0:
+            warnings.append(
+                f"The embedding model {searcher.embedding_model} does not cover this query's language, so the "
+                "language guard gave the vector signal weight 0 and hybrid search ranks by keywords. "
+                "Switch the language guard off to use the requested weights."
+            )
+        else:
+            warnings.append(
+                f"The embedding model {searcher.embedding_model} does not cover this query's language; its "
+                "semantic scores carry little meaning here, and the requested weights are used."
+            )
+    elif not covered and settings.mode == "semantic":
         warnings.append(
             f"The embedding model {searcher.embedding_model} does not cover this query's language; "
-            "semantic scores carry little meaning here"
-            + (" and hybrid search relies on keywords." if settings.mode == "hybrid" else ".")
+            "semantic scores carry little meaning here."
         )
+    weights_used: FusionWeights | None = None
+    suggested: FusionWeights | None = None
     if settings.mode == "hybrid":
+        vector_prior = 0.0 if guarded else 1.0
         fused = fuse(
             candidates,
             vector_weight=settings.vector_weight,
@@ -306,14 +404,22 @@ def rank(
             method=settings.fusion,
             query_terms=query_terms,
             jaccard_weight=settings.jaccard_weight,
-            vector_prior=1.0 if covered else 0.0,
+            weighting=settings.weighting,
+            vector_prior=vector_prior,
+            keyword_reference=keyword_reference,
         )
+        if fused:
+            top = fused[0][1]
+            weights_used = FusionWeights(top.vector_weight, top.keyword_weight, top.notes)
+        suggested = auto_weights(candidates, settings.vector_weight, settings.keyword_weight, vector_prior)
     else:
         signal = "vector" if settings.mode == "semantic" else "keyword"
         scored = []
         for candidate in candidates:
             jaccard = candidate_jaccard(candidate, query_terms) if settings.jaccard_weight > 0 else 0.0
-            scored.append((candidate, _single_signal(candidate, signal, jaccard, settings.jaccard_weight)))
+            scored.append(
+                (candidate, _single_signal(candidate, signal, jaccard, settings.jaccard_weight, keyword_reference))
+            )
         fused = sorted(scored, key=lambda pair: -pair[1].final_score)
     # Dropped duplicates are refilled from a margin below top_k; pairwise dedup keeps that margin small.
     margin = min(settings.top_k, 10) if settings.deduplicate else 0
@@ -347,4 +453,4 @@ def rank(
                 location=candidate.key,  # type: ignore[arg-type]
             )
         )
-    return hits, warnings
+    return RankedHits(hits, warnings, weights_used, suggested, keyword_reference)

@@ -35,7 +35,15 @@ from kb_core.errors import (
 )
 from kb_core.importer import Importer, ImportProgress, ImportSource, in_flight_documents
 from kb_core.reader import KBReader
-from kb_core.search import SearchFilters, SearchHit, SearchSettings, SnapshotSearcher, rank
+from kb_core.search import (
+    RankedHits,
+    SearchFilters,
+    SearchHit,
+    SearchOutcome,
+    SearchSettings,
+    SnapshotSearcher,
+    rank,
+)
 from kb_core.store import Change, Home, KBStore, KnowledgeBaseRecord, new_id, utc_now
 from kb_core.validation import (
     name_key,
@@ -217,10 +225,10 @@ class KnowledgeBaseService:
 
     def search_kb(
         self, record: KnowledgeBaseRecord, query: str, settings: SearchSettings, filters: SearchFilters
-    ) -> tuple[list[SearchHit], list[str]]:
+    ) -> RankedHits:
         snapshot = self.reader(record.id).snapshot()
         if snapshot.manifest.chunk_count == 0:
-            return [], [f"Knowledge base '{record.name}' has no documents yet."]
+            return RankedHits([], [f"Knowledge base '{record.name}' has no documents yet."])
         searcher = SnapshotSearcher.for_snapshot(snapshot, self.analyzer, record.embedding_model)
         query_vector = None
         if settings.mode != "keyword":
@@ -592,10 +600,16 @@ class Session:
 
     # -- search --------------------------------------------------------------------------------
     def _search_settings(self, record: KnowledgeBaseRecord, overrides: dict[str, Any]) -> SearchSettings:
+        """The KB's saved defaults overridden by the call's settings. One weight given alone takes the other
+        as its complement (vector 0.2 means keyword 0.8), so a single slider means what it shows."""
         saved = {k: v for k, v in record.search_settings.items() if k in SearchSettings.SAVED_FIELDS}
         given = {k: v for k, v in overrides.items() if v is not None}
         if "mode" in given and isinstance(given["mode"], str):
             given["mode"] = given["mode"].strip().lower()
+        for name, other in (("vector_weight", "keyword_weight"), ("keyword_weight", "vector_weight")):
+            value = given.get(name)
+            if other not in given and isinstance(value, int | float) and not isinstance(value, bool):
+                given[other] = round(1.0 - float(value), 12)
         return SearchSettings(**{**saved, **given}).validated()
 
     def run_search(
@@ -606,8 +620,12 @@ class Session:
         kb_ids: Sequence[str] | None = None,
         filters: SearchFilters | None = None,
         **overrides: Any,
-    ) -> tuple[list[SearchHit], list[str], SearchSettings]:
-        """Search the current KB (or the named ones) and return hits, warnings and the settings used."""
+    ) -> SearchOutcome:
+        """Search the current KB (or the named ones): hits, warnings, the settings and the weights used.
+
+        Each KB searches with its own saved defaults under the call's explicit settings; hit scores share one
+        [0, 1] scale, so hits of several KBs are merged by score.
+        """
         if not isinstance(query, str) or not query.strip():
             raise InvalidArgument("query must be a non-empty string.", details={"field": "query"})
         if kb_ids:
@@ -616,17 +634,25 @@ class Session:
             records = [self.find_kb(name) for name in kb_names]
         else:
             records = [self.current_kb()]
-        settings = self._search_settings(records[0], overrides)
+        first_settings: SearchSettings | None = None
+        outcome: SearchOutcome | None = None
         hits: list[SearchHit] = []
         warnings: list[str] = []
         for record in records:
-            found, notes = self.service.search_kb(record, query, settings, filters or SearchFilters())
-            hits.extend(found)
-            warnings.extend(n for n in notes if n not in warnings)
+            settings = self._search_settings(record, overrides)
+            ranked = self.service.search_kb(record, query, settings, filters or SearchFilters())
+            if outcome is None:
+                first_settings = settings
+                outcome = SearchOutcome([], [], settings, ranked.weights_used, ranked.auto_weights)
+            hits.extend(ranked.hits)
+            warnings.extend(n for n in ranked.warnings if n not in warnings)
+        if outcome is None or first_settings is None:
+            return SearchOutcome([], [], self._search_settings(self.current_kb(), overrides))
         if len(records) > 1:
             hits.sort(key=lambda h: -h.score)
-            hits = hits[: settings.top_k]
-        return hits, warnings, settings
+            hits = hits[: first_settings.top_k]
+        outcome.hits, outcome.warnings = hits, warnings
+        return outcome
 
     @enveloped
     def search(
@@ -643,13 +669,19 @@ class Session:
         kb_names: Sequence[str] | None = None,
         explain: bool = True,
         expand_graph: bool = False,
+        weighting: str | None = None,
+        language_guard: bool | None = None,
     ) -> Envelope:
         """Hybrid (default), semantic or keyword search; every hit carries its score breakdown.
 
-        ``expand_graph`` follows knowledge-bundle edges: hits on bundle documents are followed by their
-        related nodes' first chunks, marked ``expanded`` with ``breakdown.graph_expansion``.
+        Scores lie in [0, 1] (see :mod:`kb_core.fusion`). ``weighting="auto"`` scales the weights by each
+        signal's quality for the query; ``language_guard=False`` keeps the vector weight for a query in a language
+        the embedding model does not cover. ``data.weights`` holds the requested weights, the weights used and
+        those ``weighting="auto"`` would use. ``expand_graph`` follows knowledge-bundle edges: hits on bundle
+        documents are followed by their related nodes' first chunks, marked ``expanded`` with
+        ``breakdown.graph_expansion``.
         """
-        hits, warnings, settings = self.run_search(
+        outcome = self.run_search(
             query,
             kb_names=kb_names,
             filters=SearchFilters(tuple(doc_names or ()), tuple(file_types or ())),
@@ -659,16 +691,31 @@ class Session:
             keyword_weight=keyword_weight,
             jaccard_weight=jaccard_weight,
             fusion=fusion,
+            weighting=weighting,
+            language_guard=language_guard,
         )
-        chunks = [hit.to_json(explain) for hit in hits]
+        settings = outcome.settings
+        chunks = [hit.to_json(explain) for hit in outcome.hits]
         if expand_graph:
             chunks = self.expand_hits(chunks)
-        message = f"Found {len(chunks)} chunk(s) ({settings.mode} search)."
-        if warnings:
-            message += " " + " ".join(warnings)
+        message = f"Found {len(chunks)} chunk(s) ({settings.mode} search"
+        if settings.mode == "hybrid" and outcome.weights_used is not None:
+            message += (
+                f", weights used: vector {outcome.weights_used.vector:.2f} / keyword "
+                f"{outcome.weights_used.keyword:.2f}"
+            )
+        message += ")."
+        if outcome.warnings:
+            message += " " + " ".join(outcome.warnings)
         return ok(
             message,
-            {"chunks": chunks, "count": len(chunks), "settings": asdict(settings), "warnings": warnings},
+            {
+                "chunks": chunks,
+                "count": len(chunks),
+                "settings": asdict(settings),
+                "weights": outcome.weights_json(),
+                "warnings": outcome.warnings,
+            },
         )
 
     @enveloped
@@ -715,7 +762,7 @@ class Session:
 
     def _rag_rank(self, record: KnowledgeBaseRecord, keywords: list[str], top_k: int) -> list[dict[str, Any]]:
         settings = self._search_settings(record, {"top_k": min(100, top_k * 4), "mode": "hybrid"})
-        hits, _ = self.service.search_kb(record, " ".join(keywords), settings, SearchFilters())
+        hits = self.service.search_kb(record, " ".join(keywords), settings, SearchFilters()).hits
         analyzer = self.service.analyzer
         keyword_terms = [frozenset(analyzer.tokens(k)) or frozenset({k.casefold()}) for k in keywords]
 
