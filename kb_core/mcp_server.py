@@ -75,7 +75,7 @@ from mcp.types import (
 from pydantic import BaseModel, Field, ValidationError
 
 from kb_core.envelope import Envelope, failure
-from kb_core.errors import KBError, PermissionDenied
+from kb_core.errors import EmbeddingError, KBError, PermissionDenied
 from kb_core.tokens import SlidingWindowLimiter, TokenRecord, TokenStore
 
 logger = logging.getLogger(__name__)
@@ -268,12 +268,21 @@ class Hit(BaseModel):
     via: str | None = Field(default=None, description="for expanded hits: the edge that led here")
 
 
+class SkippedKB(BaseModel):
+    kb_name: str
+    code: str = Field(description="why it was not searched, e.g. EMBEDDING_UNAVAILABLE, EMBEDDING_AUTH_FAILED")
+    message: str
+
+
 class HitList(BaseModel):
     hits: list[Hit]
     count: int
     mode: str
     limit: int
     warnings: list[str] = Field(default_factory=list)
+    failed_knowledge_bases: list[SkippedKB] = Field(
+        default_factory=list, description="knowledge bases left out because their query embedding failed"
+    )
 
 
 class ChunkBody(BaseModel):
@@ -517,7 +526,10 @@ DESCRIPTIONS: dict[str, str] = {
         "the source; keyword = full-text (BM25) search, best for exact strings, names, API names and error codes; "
         "hybrid = 70% semantic + 30% keyword, catches both.\n- expand_graph: optional, default false; also list "
         "the documents related by knowledge-bundle edges to each hit on a bundle document, numbered after the hits "
-        "and marked '[via EDGE_TYPE ...]' (structured: expanded=true, via)."
+        "and marked '[via EDGE_TYPE ...]' (structured: expanded=true, via).\n\nIf the embedding endpoint of a "
+        "knowledge base fails, the others are still searched and the failure is reported as a warning (after the "
+        "hits in the text; warnings and failed_knowledge_bases in structured content); when no knowledge base can "
+        "be searched the call fails with -32603 (keyword mode needs no embeddings)."
     ),
     "get_item": (
         "Fetch the full content of a search hit: a chunk id (chk_...) gives the chunk with its neighbouring chunks; "
@@ -1027,7 +1039,8 @@ def _result(envelope: Envelope, text: Callable[[Envelope], str] | None = None) -
     if error["code"] == "INVALID_ARGUMENT":
         raise McpError(ErrorData(code=INVALID_PARAMS, message=envelope["message"], data=error))
     if error["code"] == "INTERNAL_ERROR":
-        raise McpError(ErrorData(code=INTERNAL_ERROR, message=envelope["message"], data={"code": "INTERNAL_ERROR"}))
+        data = {"code": "INTERNAL_ERROR", **({"details": error["details"]} if error.get("details") else {})}
+        raise McpError(ErrorData(code=INTERNAL_ERROR, message=envelope["message"], data=data))
     body = f"{error['code']}: {envelope['message']}"
     return CallToolResult(content=[TextContent(type="text", text=body)], structuredContent=envelope, isError=True)
 
@@ -1043,7 +1056,8 @@ def _hits_text(envelope: Envelope) -> str:
     hits = envelope["data"]["hits"]
     if not hits:
         return envelope["message"]
-    return format_hits(hits)
+    warnings = envelope["data"].get("warnings") or []
+    return format_hits(hits) + "".join(f"\n\nWarning: {w}" for w in warnings)
 
 
 def _schema_text(envelope: Envelope) -> str:
@@ -1059,9 +1073,21 @@ def _search_library(session: Any, query: str, limit: int, mode: str, expand_grap
     def search_knowledge_base() -> Envelope:
         kb_ids = [r.id for r in session.visible_kbs()]
         weights = {"vector_weight": 0.7, "keyword_weight": 0.3} if mode == "hybrid" else {}
-        hits, warnings = [], []
+        hits, warnings, skipped = [], [], []
         if kb_ids:
-            hits, warnings, _ = session.run_search(query, kb_ids=kb_ids, top_k=limit, mode=mode, **weights)
+            try:
+                hits, warnings, _ = session.run_search(
+                    query, kb_ids=kb_ids, top_k=limit, mode=mode, skipped=skipped, **weights
+                )
+            except EmbeddingError as exc:
+                # search-knowledge-base.md: an embedding failure is -32603; here only when no KB could be searched.
+                reasons = "; ".join(f"knowledge base '{s['kb_name']}': {s['message']}" for s in skipped)
+                raise KBError(
+                    f"search_knowledge_base could not embed the query for any knowledge base ({reasons}). "
+                    "Keyword mode does not need embeddings.",
+                    code="INTERNAL_ERROR",
+                    details={"cause": exc.code, "failed_knowledge_bases": skipped},
+                ) from exc
         elif not isinstance(query, str) or not query.strip():
             session.run_search(query)  # raises the service's INVALID_ARGUMENT
         found = [hit.to_json(False) for hit in hits[:limit]]
@@ -1090,7 +1116,17 @@ def _search_library(session: Any, query: str, limit: int, mode: str, expand_grap
             message += f" {added} of them were added by graph expansion."
         if warnings:
             message += " " + " ".join(warnings)
-        return ok(message, {"hits": rows, "count": len(rows), "mode": mode, "limit": limit, "warnings": warnings})
+        return ok(
+            message,
+            {
+                "hits": rows,
+                "count": len(rows),
+                "mode": mode,
+                "limit": limit,
+                "warnings": warnings,
+                "failed_knowledge_bases": skipped,
+            },
+        )
 
     return search_knowledge_base()
 

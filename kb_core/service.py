@@ -24,6 +24,7 @@ from kb_core.config import resolve_home
 from kb_core.envelope import Envelope, enveloped, ok
 from kb_core.errors import (
     DocumentNotFound,
+    EmbeddingError,
     InvalidArgument,
     ItemNotFound,
     KBError,
@@ -605,9 +606,15 @@ class Session:
         kb_names: Sequence[str] | None = None,
         kb_ids: Sequence[str] | None = None,
         filters: SearchFilters | None = None,
+        skipped: list[dict[str, str]] | None = None,
         **overrides: Any,
     ) -> tuple[list[SearchHit], list[str], SearchSettings]:
-        """Search the current KB (or the named ones) and return hits, warnings and the settings used."""
+        """Search the current KB (or the named ones) and return hits, warnings and the settings used.
+
+        With ``skipped`` (a list to fill), a KB whose query embedding fails (endpoint down, key refused) is
+        left out with a warning and appended as ``{kb_name, code, message}``; if every KB fails, the first
+        failure is raised with all of them in ``details["failed_knowledge_bases"]``.
+        """
         if not isinstance(query, str) or not query.strip():
             raise InvalidArgument("query must be a non-empty string.", details={"field": "query"})
         if kb_ids:
@@ -619,10 +626,21 @@ class Session:
         settings = self._search_settings(records[0], overrides)
         hits: list[SearchHit] = []
         warnings: list[str] = []
+        failures: list[EmbeddingError] = []
         for record in records:
-            found, notes = self.service.search_kb(record, query, settings, filters or SearchFilters())
+            try:
+                found, notes = self.service.search_kb(record, query, settings, filters or SearchFilters())
+            except EmbeddingError as exc:
+                if skipped is None:
+                    raise
+                failures.append(exc)
+                skipped.append({"kb_name": record.name, "code": exc.code, "message": exc.message})
+                found, notes = [], [f"Knowledge base '{record.name}' was not searched: {exc.message} ({exc.code})."]
             hits.extend(found)
             warnings.extend(n for n in notes if n not in warnings)
+        if failures and len(failures) == len(records):
+            failures[0].details = {**failures[0].details, "failed_knowledge_bases": list(skipped or ())}
+            raise failures[0]
         if len(records) > 1:
             hits.sort(key=lambda h: -h.score)
             hits = hits[: settings.top_k]
