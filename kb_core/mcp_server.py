@@ -239,10 +239,14 @@ class RagChunk(BaseModel):
     id: str | None = None
 
 
+_DEGRADED_REASON = "why no results were returned: the timeout, or the failure (e.g. the embedding endpoint's answer)"
+
+
 class RagData(BaseModel):
     chunks: list[RagChunk]
     total_results: int
     degraded: bool
+    degraded_reason: str | None = Field(default=None, description=_DEGRADED_REASON)
 
 
 class RagEnvelope(ToolEnvelope[RagData]):
@@ -251,6 +255,7 @@ class RagEnvelope(ToolEnvelope[RagData]):
     chunks: list[RagChunk] = Field(default_factory=list)
     total_results: int = 0
     degraded: bool = False
+    degraded_reason: str | None = Field(default=None, description=_DEGRADED_REASON)
 
 
 class Hit(BaseModel):
@@ -511,11 +516,12 @@ DESCRIPTIONS: dict[str, str] = {
     ),
     "rag_search": (
         "Search the currently selected knowledge base for passages related to several keywords at once; passages "
-        "related to all keywords rank first. Degrades instead of failing: after the timeout it returns no chunks "
-        "and degraded=true.\n\nParameters:\n- keywords: list of keywords (required, at least one), e.g. "
-        "['青龙', '坎宫', '用神']\n- top_k: number of results, 1-10, default 5\n- timeout: seconds, 0.1-10.0, "
-        "default 3.0\n\nReturns success, chunks (chunk_text, metadata {source, chapter, page}, score), "
-        "total_results, degraded."
+        "related to all keywords rank first. Degrades instead of failing: after the timeout, or when the search "
+        "fails (e.g. the embedding endpoint is down or refuses the API key), it returns no chunks, degraded=true "
+        "and the reason in degraded_reason and the message.\n\nParameters:\n- keywords: list of keywords (required, "
+        "at least one), e.g. ['青龙', '坎宫', '用神']\n- top_k: number of results, 1-10, default 5\n"
+        "- timeout: seconds, 0.1-10.0, default 3.0\n\nReturns success, chunks (chunk_text, metadata {source, "
+        "chapter, page}, score), total_results, degraded, degraded_reason."
     ),
     "search_knowledge_base": (
         "Semantic, keyword, or hybrid search over every knowledge base this session can see (the user's library). "

