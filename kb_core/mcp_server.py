@@ -46,6 +46,7 @@ import math
 import os
 import sys
 import threading
+import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -642,23 +643,41 @@ class ServiceHolder:
         self._service = service
         self._lock = threading.Lock()
 
-    def open(self) -> Any:
+    def open(self, *, warm_up_first: bool = False) -> Any:
+        """The service. ``warm_up_first`` (the entry points, before serving) loads what searches need before
+        returning; otherwise that happens in the background."""
         with self._lock:
             if self._service is None:
                 from kb_core.service import KnowledgeBaseService
 
                 self._service = KnowledgeBaseService(self.home)
                 logger.info("Opened knowledge bases in %s", self._service.home.root)
-                threading.Thread(target=self._warm_up, name="kb-mcp-warm-up", daemon=True).start()
+                if warm_up_first:
+                    self._warm_up()
+                else:
+                    threading.Thread(target=self._warm_up, name="kb-mcp-warm-up", daemon=True).start()
             return self._service
 
     def _warm_up(self) -> None:
-        # Load the embedders of the existing KBs now rather than on the first search.
+        # A first query embedding loads torch and the local model (about 10 s on two cores): done before the
+        # first call, rag_search's timeout does not run out on it. Endpoints are not called (one that is down
+        # would only delay the start); the analyzer (jieba) and each KB's indexes are loaded too.
+        started = time.monotonic()
         try:
-            for record in self._service.home.knowledge_bases():
-                self._service.embedder(record)
+            self._service.analyzer.tokens("warm up 预热")
+            records = self._service.home.knowledge_bases()
         except Exception:
-            logger.warning("Could not preload the embedding models; they load on first use.", exc_info=True)
+            logger.warning("Could not preload the search models; they load on first use.", exc_info=True)
+            return
+        for record in records:
+            try:
+                self._service.reader(record.id).snapshot()
+                if not record.embedding_endpoint:
+                    self._service.embedder(record).embed_query("warm up")
+            except Exception:
+                logger.warning("Could not preload knowledge base %r; it loads on first use", record.name, exc_info=True)
+        elapsed = time.monotonic() - started
+        logger.info("Loaded the models and indexes of %d knowledge base(s) in %.1f s", len(records), elapsed)
 
 
 @dataclasses.dataclass
@@ -1173,7 +1192,7 @@ def serve_stdio(home: str | Path | None = None) -> None:
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     server = KBMCPServer(home)
-    server.holder.open()
+    server.holder.open(warm_up_first=True)
     anyio.run(server.run_stdio, protocol_out)
 
 
@@ -1196,6 +1215,6 @@ def serve_http(
         if not Path(folder).expanduser().is_dir():
             raise KBError(f"--allow-dir {folder!r} is not a folder.", code="INVALID_ARGUMENT")
     server = KBMCPServer(home, http=True, host=host, port=port, allowed_dirs=allowed_dirs)
-    server.holder.open()
+    server.holder.open(warm_up_first=True)
     logger.warning("MCP server listening on http://%s:%d/mcp", host, port)
     uvicorn.run(server.http_app(), host=host, port=port, log_level="warning")

