@@ -341,12 +341,18 @@ class Item(BaseModel):
 class DocumentInfo(BaseModel):
     id: str
     name: str
+    file_name: str | None = Field(
+        default=None, description="the original file's name (the document name may carry a clash suffix)"
+    )
     kb_name: str | None = None
     file_type: str | None = None
     size_bytes: int | None = None
     size_human: str | None = Field(default=None, description="1024-based, e.g. 1.5 KB")
     source: str | None = Field(default=None, description="upload, path or bundle")
+    source_label: str | None = Field(default=None, description="readable source, e.g. 'Local file: /data/a.docx'")
     parse_status: str
+    status_text: str | None = Field(default=None, description="readable status, e.g. '✅ Completed'")
+    parse_error: str | None = None
     error: str | None = None
     chunk_count: int
     created_at: str | None = None
@@ -545,9 +551,11 @@ DESCRIPTIONS: dict[str, str] = {
         "document id (required)\n- neighbours: chunks to include before and after a chunk, 0-10, default 1."
     ),
     "get_document_info": (
-        "Metadata of up to 10 documents by id, looked up concurrently: name, file type, size in bytes and "
-        "human-readable (1024-based), source (upload, path, bundle), parse status, chunk count, created and updated "
-        "times. Ids that cannot be found are listed in errors; success is true when any id was found.\n\n"
+        "Metadata of up to 10 documents by id, looked up concurrently: name, original file name (file_name), file "
+        "type, size in bytes and human-readable (1024-based), source (upload, path, bundle) with a readable "
+        "source_label, parse status with a readable status_text (e.g. '✅ Completed', '❌ Failed: reason'), chunk "
+        "count, created and updated times. Ids that cannot be found are listed in errors; success is true when any "
+        "id was found.\n\n"
         "Parameters:\n- knowledge_ids: list of 1-10 document ids (doc_...), e.g. the doc_id of search hits."
     ),
 }

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FuturesTimeout
 from dataclasses import asdict
 from functools import cached_property
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 import pyarrow.compute as pc
@@ -264,16 +264,20 @@ class KnowledgeBaseService:
             documents = self.reader(record.id).snapshot().documents()
             match = documents[documents["doc_id"] == doc_id]
             if not match.empty:
-                row = _document_row(match.iloc[0].to_dict())
+                document = match.iloc[0].to_dict()
+                row = _document_row(document)
                 return {
                     "id": row["id"],
                     "name": row["name"],
+                    "file_name": _original_file_name(document),
                     "kb_name": record.name,
                     "file_type": row["file_type"],
                     "size_bytes": row["size_bytes"],
                     "size_human": human_size(row["size_bytes"]),
                     "source": row["source"],
+                    "source_label": _source_label(row["source"], row["file_path"]),
                     "parse_status": row["status"],
+                    "status_text": _status_text(row["status"], row["error"]),
                     "parse_error": row["error"],
                     "chunk_count": row["chunk_count"],
                     "created_at": row["created_at"],
@@ -790,11 +794,22 @@ class Session:
         errors = [r for r in results if "parse_status" not in r]
         lines = []
         for doc in documents:
-            lines.append(
-                f"- {doc['name']} ({doc['file_type']}, {doc['size_human']}): {doc['parse_status']}, "
-                f"{doc['chunk_count']} chunks, source {doc['source']}, id {doc['id']}"
-            )
-        lines += [f"- {e['id']}: {e['error']}" for e in errors]
+            lines += [
+                "",
+                f"📄 {doc['name']}",
+                f"   ID: {doc['id']}",
+                f"   Knowledge base: {doc['kb_name']}",
+                f"   Original file: {doc['file_name'] or '(none: not imported from a file)'}",
+                f"   Type: {doc['file_type']}",
+                f"   Size: {doc['size_human']} ({doc['size_bytes']} bytes)",
+                f"   Source: {doc['source_label']}",
+                f"   Status: {doc['status_text']}",
+                f"   Chunks: {doc['chunk_count']}",
+                f"   Created: {doc['created_at']}",
+                f"   Updated: {doc['updated_at']}",
+            ]
+        if errors:
+            lines += ["", "Not found:"] + [f"- {e['id']}: {e['error']}" for e in errors]
         text = f"Document info for {len(documents)} of {len(ids)} id(s):\n" + "\n".join(lines)
         envelope = ok(
             text,
@@ -900,6 +915,37 @@ def _document_row(document: dict[str, Any]) -> dict[str, Any]:
         "source": document["source"],
         "error": document["error"] if isinstance(document["error"], str) else None,
     }
+
+
+def _original_file_name(document: dict[str, Any]) -> str | None:
+    """The name the file had when it was imported (clash renaming and re-chunking keep it); None for bundles."""
+    if document["source"] == "bundle":
+        return None
+    # file_path is what the importer was given (an upload's temporary path ends in the browser's file name);
+    # the catalog's file_name is the kept copy's after update_document.
+    path, kept = document.get("file_path"), document.get("file_name")
+    if isinstance(path, str) and PurePath(path).name:
+        return PurePath(path).name
+    return kept if isinstance(kept, str) else None
+
+
+def _source_label(source: str, file_path: str | None) -> str:
+    """A readable source, as the seed's formatSource gives it."""
+    if source == "upload":
+        return "File upload"
+    if source == "bundle":
+        where = (file_path or "").removeprefix("bundle:")
+        return f"Knowledge bundle: {where}" if where else "Knowledge bundle"
+    return f"Local file: {file_path}"
+
+
+def _status_text(status: str, error: str | None) -> str:
+    """A readable parse status, as the seed's formatParseStatus gives it."""
+    if status == "ready":
+        return "✅ Completed"
+    if status == "failed":
+        return f"❌ Failed: {error}" if error else "❌ Failed"
+    return f"⏳ In progress ({status})"
 
 
 def _chunk_json(row: dict[str, Any]) -> dict[str, Any]:

@@ -169,3 +169,42 @@ def test_rag_search_right_after_start_does_not_degrade_while_the_model_loads(tmp
         assert rag["chunks"][0]["metadata"]["source"] == "tokens.docx"
 
     run_stdio(home, scenario, tmp_path / "stderr.log")
+
+
+# -- get_document_info ------------------------------------------------------------------------------
+def test_document_info_names_the_original_file_and_reads_source_and_status(tmp_path: Path) -> None:
+    first = make_docx(tmp_path / "a" / "tokens.docx", ENGLISH)
+    second = make_docx(tmp_path / "b" / "tokens.docx", CHINESE)
+    broken = tmp_path / "broken.docx"
+    broken.write_bytes(b"PK\x03\x04 this is not really a zip")
+    bundle = tmp_path / "bundle.yaml"
+    bundle.write_text('- type: Document\n  doc_uri: "笔记-1"\n  content: "知识包里的一条笔记。"\n', encoding="utf-8")
+
+    async def scenario(s: ClientSession) -> None:
+        await ok(s, "create_knowledge_base", kb_name="docs", chunk_size=64, embedding_model="hashing")
+        await ok(s, "select_knowledge_base", kb_name="docs")
+        await ok(s, "import_document", file_paths=[str(first)])
+        renamed = (await ok(s, "import_document", file_paths=[str(second)]))["data"]["success_files"][0]["doc_name"]
+        assert renamed != "tokens.docx"  # a clash: the document got a timestamp suffix
+        await call(s, "import_document", file_paths=[str(broken)])
+        await ok(s, "import_knowledge_bundle", temp_file_path=str(bundle))
+        await ok(s, "update_document", doc_name=renamed, chunk_size=32)  # re-chunked from the kept original
+        documents = {d["name"]: d["id"] for d in (await ok(s, "list_documents"))["data"]["documents"]}
+
+        result = await call(s, "get_document_info", knowledge_ids=list(documents.values()))
+        assert not result.isError
+        info = {d["name"]: d for d in result.structuredContent["data"]["documents"]}
+        assert info["tokens.docx"]["file_name"] == "tokens.docx"
+        assert info[renamed]["file_name"] == "tokens.docx"  # the original name, not the renamed or kept copy
+        assert info[renamed]["source_label"] == f"Local file: {second}"
+        assert info[renamed]["status_text"] == "✅ Completed"
+        assert info["broken.docx"]["file_name"] == "broken.docx"
+        assert info["broken.docx"]["status_text"].startswith("❌ Failed: ")
+        assert info["broken.docx"]["parse_status"] == "failed" and info["broken.docx"]["source"] == "path"
+        assert info["笔记-1"]["file_name"] is None and info["笔记-1"]["source_label"].startswith("Knowledge bundle")
+        text = result.content[0].text
+        for document in info.values():
+            assert f"Source: {document['source_label']}" in text and f"Status: {document['status_text']}" in text
+        assert "Original file: tokens.docx" in text
+
+    run_stdio(tmp_path / "home", scenario, tmp_path / "stderr.log")
