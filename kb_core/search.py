@@ -225,6 +225,18 @@ class RankedHits:
     weights_used: FusionWeights | None = None
     auto_weights: FusionWeights | None = None
     keyword_reference: float = 0.0
+    explained: dict[tuple[int, int], ExplainedRow] = field(default_factory=dict)
+    explained_by_id: dict[str, ExplainedRow] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ExplainedRow:
+    """Where one row landed among a query's scored candidates (1-based, before near-duplicate removal)."""
+
+    position: int
+    candidates: int
+    breakdown: ScoreBreakdown
+    matched_terms: list[str]
 
 
 class SnapshotSearcher:
@@ -260,13 +272,19 @@ class SnapshotSearcher:
         return self._document(key[0], str(values[codes[key[1]]]))
 
     def candidates(
-        self, query: str, query_vector: np.ndarray | None, settings: SearchSettings, filters: SearchFilters
+        self,
+        query: str,
+        query_vector: np.ndarray | None,
+        settings: SearchSettings,
+        filters: SearchFilters,
+        extra_keys: Sequence[tuple[int, int]] = (),
     ) -> tuple[list[Candidate], RowTerms]:
         """Over-fetched candidates of both signals, each scored on both, with their Jaccard term.
 
         Also returns what the keyword index knows of each candidate row (in candidate order): the query's
         terms, which of them each row contains, and its distinct term count — so neither the Jaccard term
-        nor the matched terms need the chunk text.
+        nor the matched terms need the chunk text. ``extra_keys`` (rows to explain) join the candidates with their
+        exact scores on both signals, ranked by neither list unless one retrieved them.
         """
         fetch = max(settings.candidates, settings.top_k * 10) * (4 if filters.active else 1)
         terms = self.keyword.query_terms(query)
@@ -281,8 +299,19 @@ class SnapshotSearcher:
             found[(hit.segment_index, hit.row)] = {"keyword_score": hit.score, "keyword_rank": rank}
         for rank, hit in enumerate(vector_hits, start=1):
             found.setdefault((hit.segment_index, hit.row), {}).update(vector_score=hit.score, vector_rank=rank)
+        for key in extra_keys:
+            found.setdefault(key, {})
         keys = list(found)
         row_terms = self.keyword.row_terms(terms, keys)
+        if extra_keys and settings.mode != "hybrid":
+            extra = [k for k in extra_keys if k in found]
+            positions = {k: i for i, k in enumerate(keys)}
+            for key in extra:
+                found[key].setdefault("keyword_score", float(row_terms.bm25[positions[key]]))
+            if query_vector is not None:
+                missing = [k for k in extra if "vector_score" not in found[k]]
+                for key, score in zip(missing, self.vector.score_rows(query_vector, missing), strict=True):
+                    found[key]["vector_score"] = float(score)
         if settings.mode == "hybrid" and keys:
             for key, score in zip(keys, row_terms.bm25.tolist(), strict=True):
                 found[key].setdefault("keyword_score", score)
@@ -358,10 +387,15 @@ def rank(
     settings: SearchSettings,
     filters: SearchFilters,
     kb_name: str,
+    explain_keys: Sequence[tuple[int, int]] = (),
 ) -> RankedHits:
-    """The ranked hits of one KB snapshot, warnings for the user, and the weights used."""
+    """The ranked hits of one KB snapshot, warnings for the user, and the weights used.
+
+    For each of ``explain_keys`` (rows whose rank someone asks about) ``RankedHits.explained`` holds its position
+    among all scored candidates before near-duplicate removal, its breakdown and its matched terms, whether or not
+    it made the hits."""
     warnings: list[str] = []
-    candidates, row_terms = searcher.candidates(query, query_vector, settings, filters)
+    candidates, row_terms = searcher.candidates(query, query_vector, settings, filters, explain_keys)
     if not candidates:
         return RankedHits([], warnings)
     matched = {c.key: position for position, c in enumerate(candidates)}
@@ -421,6 +455,14 @@ def rank(
                 (candidate, _single_signal(candidate, signal, jaccard, settings.jaccard_weight, keyword_reference))
             )
         fused = sorted(scored, key=lambda pair: -pair[1].final_score)
+    explained: dict[tuple[int, int], ExplainedRow] = {}
+    if explain_keys:
+        wanted = set(explain_keys)
+        for position, (candidate, breakdown) in enumerate(fused, start=1):
+            if candidate.key in wanted:
+                explained[candidate.key] = ExplainedRow(  # type: ignore[index]
+                    position, len(fused), breakdown, row_terms.matched(matched[candidate.key])
+                )
     # Dropped duplicates are refilled from a margin below top_k; pairwise dedup keeps that margin small.
     margin = min(settings.top_k, 10) if settings.deduplicate else 0
     window = fused[: settings.top_k + margin]
@@ -453,4 +495,4 @@ def rank(
                 location=candidate.key,  # type: ignore[arg-type]
             )
         )
-    return RankedHits(hits, warnings, weights_used, suggested, keyword_reference)
+    return RankedHits(hits, warnings, weights_used, suggested, keyword_reference, explained)

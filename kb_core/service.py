@@ -16,7 +16,7 @@ from concurrent.futures import TimeoutError as FuturesTimeout
 from dataclasses import asdict
 from functools import cached_property
 from pathlib import Path, PurePath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow.compute as pc
 
@@ -34,6 +34,7 @@ from kb_core.errors import (
     NoCurrentKB,
     StoreError,
 )
+from kb_core.fusion import ScoreBreakdown
 from kb_core.importer import Importer, ImportProgress, ImportSource, in_flight_documents
 from kb_core.reader import KBReader
 from kb_core.search import (
@@ -54,6 +55,9 @@ from kb_core.validation import (
     validate_int_range,
     validate_kb_name,
 )
+
+if TYPE_CHECKING:
+    from kb_core.evaluation_runs import EvaluationRunStore
 
 logger = logging.getLogger(__name__)
 
@@ -215,6 +219,13 @@ class KnowledgeBaseService:
         )
 
     @cached_property
+    def evaluation_runs(self) -> EvaluationRunStore:
+        """The kept evaluation runs of this home (``HOME/evaluations``)."""
+        from kb_core.evaluation_runs import EvaluationRunStore
+
+        return EvaluationRunStore(self.home.root)
+
+    @cached_property
     def analyzer(self) -> Any:
         from kb_core.analysis import default_analyzer
 
@@ -225,8 +236,15 @@ class KnowledgeBaseService:
         return ThreadPoolExecutor(max_workers=4, thread_name_prefix="kb-service")
 
     def search_kb(
-        self, record: KnowledgeBaseRecord, query: str, settings: SearchSettings, filters: SearchFilters
+        self,
+        record: KnowledgeBaseRecord,
+        query: str,
+        settings: SearchSettings,
+        filters: SearchFilters,
+        explain_chunk_ids: Sequence[str] = (),
     ) -> RankedHits:
+        """One KB's ranked hits. The place of each of ``explain_chunk_ids`` (live chunks) among the scored candidates
+        is in ``RankedHits.explained_by_id``, whether or not it made the hits."""
         snapshot = self.reader(record.id).snapshot()
         if snapshot.manifest.chunk_count == 0:
             return RankedHits([], [f"Knowledge base '{record.name}' has no documents yet."])
@@ -234,7 +252,13 @@ class KnowledgeBaseService:
         query_vector = None
         if settings.mode != "keyword":
             query_vector = self.embedder(record).embed_query(query)
-        return rank(searcher, query, query_vector, settings, filters, record.name)
+        located = {chunk_id: snapshot.locate_chunk(chunk_id) for chunk_id in explain_chunk_ids}
+        keys = [key for key in located.values() if key is not None]
+        ranked = rank(searcher, query, query_vector, settings, filters, record.name, keys)
+        ranked.explained_by_id = {
+            chunk_id: ranked.explained[key] for chunk_id, key in located.items() if key in ranked.explained
+        }
+        return ranked
 
     def find_item(self, item_id: str, records: Sequence[KnowledgeBaseRecord], neighbours: int) -> dict[str, Any]:
         for record in records:
@@ -740,6 +764,89 @@ class Session:
         )
 
     @enveloped
+    def explain_search(
+        self,
+        query: str,
+        chunk_id: str,
+        mode: str | None = None,
+        vector_weight: float | None = None,
+        keyword_weight: float | None = None,
+        jaccard_weight: float | None = None,
+        fusion: str | None = None,
+        weighting: str | None = None,
+        language_guard: bool | None = None,
+    ) -> Envelope:
+        """Why chunk ``chunk_id`` ranks where it does for ``query``: its place among the hits (searched up to
+        1,000 deep with the KB's settings under the given ones), its full score breakdown, the hit just above it,
+        and each step in words. A chunk that is not among the hits (too low, or dropped as a near-duplicate of a
+        better-ranked chunk) is explained from its exact scores."""
+        if not isinstance(chunk_id, str) or not chunk_id.strip():
+            raise InvalidArgument("chunk_id must be a non-empty chunk id (chk_...).", details={"field": "chunk_id"})
+        if not isinstance(query, str) or not query.strip():
+            raise InvalidArgument("query must be a non-empty string.", details={"field": "query"})
+        chunk_id = chunk_id.strip()
+        record = next(
+            (r for r in self.visible_kbs() if self.service.reader(r.id).snapshot().locate_chunk(chunk_id)), None
+        )
+        if record is None:
+            raise ItemNotFound(f"No live chunk with id {chunk_id!r} exists.", details={"id": chunk_id})
+        overrides = {
+            "mode": mode,
+            "vector_weight": vector_weight,
+            "keyword_weight": keyword_weight,
+            "jaccard_weight": jaccard_weight,
+            "fusion": fusion,
+            "weighting": weighting,
+            "language_guard": language_guard,
+        }
+        settings = self._search_settings(record, {**overrides, "top_k": 1000})
+        ranked = self.service.search_kb(record, query, settings, SearchFilters(), explain_chunk_ids=[chunk_id])
+        explained = ranked.explained_by_id.get(chunk_id)
+        if explained is None:  # deleted between the lookup and the search
+            raise ItemNotFound(f"No live chunk with id {chunk_id!r} exists.", details={"id": chunk_id})
+        position = next((i for i, hit in enumerate(ranked.hits, start=1) if hit.id == chunk_id), None)
+        breakdown = asdict(explained.breakdown)
+        breakdown["notes"] = list(breakdown["notes"])
+        above = ranked.hits[position - 2] if position and position > 1 else None
+        if position is None:
+            above = next((h for h in ranked.hits if h.score < explained.breakdown.final_score), None)
+        lines = _explanation_lines(settings.mode, explained.breakdown, explained.matched_terms)
+        if position is not None:
+            lines.insert(0, f"Ranked {position} of {len(ranked.hits)} hits in '{record.name}'.")
+        else:
+            lines.insert(
+                0,
+                f"Not among the hits of '{record.name}': {explained.position} of {explained.candidates} scored "
+                "candidates before near-duplicate removal"
+                + (
+                    "; a better-ranked chunk with nearly the same text was kept instead."
+                    if explained.position <= len(ranked.hits) + 10
+                    else "."
+                ),
+            )
+        if position is not None and above is not None:
+            lines.append(
+                f"The hit above it ({above.id}, {above.doc_name}) scores {above.score:.4f}, "
+                f"{above.score - explained.breakdown.final_score:+.4f} more."
+            )
+        data = {
+            "chunk_id": chunk_id,
+            "kb_name": record.name,
+            "query": query,
+            "rank": position,
+            "hits": len(ranked.hits),
+            "candidate_position": explained.position,
+            "candidates": explained.candidates,
+            "score": explained.breakdown.final_score,
+            "matched_terms": explained.matched_terms,
+            "breakdown": breakdown,
+            "above": None if above is None else {"id": above.id, "doc_name": above.doc_name, "score": above.score},
+            "settings": asdict(settings),
+            "explanation": lines,
+        }
+        return ok("\n".join(lines), data)
+
+    @enveloped
     def save_search_settings(self, kb_name: str | None = None, **settings: Any) -> Envelope:
         """Persist search defaults for the KB; searches without explicit settings use them."""
         record = self.resolve_kb(kb_name)
@@ -915,6 +1022,46 @@ class Session:
 
         return bundles.expand_hits(self, hits, max_related)
 
+    # -- kept evaluation runs ------------------------------------------------------------------
+    @enveloped
+    def list_evaluation_runs(self) -> Envelope:
+        """The evaluation runs kept in this home, newest first (see :mod:`kb_core.evaluation_runs`)."""
+        runs = self.service.evaluation_runs.list()
+        return ok(f"{len(runs)} evaluation run(s) kept.", {"runs": runs, "count": len(runs)})
+
+    @enveloped
+    def compare_evaluation_runs(
+        self,
+        run_a: str,
+        run_b: str,
+        setting_a: str | None = None,
+        setting_b: str | None = None,
+        metric: str = "ndcg@10",
+        top: int = 10,
+    ) -> Envelope:
+        """Setting ``setting_a`` of run ``run_a`` against ``setting_b`` of ``run_b``, query by query."""
+        from kb_core.evaluation_runs import compare_runs
+
+        store = self.service.evaluation_runs
+        comparison = compare_runs(
+            store.load(run_a), store.load(run_b), setting_a=setting_a, setting_b=setting_b, metric=metric
+        )
+        data = comparison.to_json(validate_int_range(top, "top", 1, 1000))
+        message = (
+            f"{comparison.setting_b} ({comparison.run_b}) against {comparison.setting_a} ({comparison.run_a}) on "
+            f"{len(comparison.per_query)} queries: {comparison.wins} wins, {comparison.losses} losses, "
+            f"{comparison.ties} ties; mean {metric} {comparison.mean_a:.4f} → {comparison.mean_b:.4f} "
+            f"({comparison.mean_delta:+.4f})."
+        )
+        if comparison.warnings:
+            message += " " + " ".join(comparison.warnings)
+        return ok(message, data)
+
+    @enveloped
+    def delete_evaluation_run(self, run_id: str) -> Envelope:
+        self.service.evaluation_runs.delete(run_id)
+        return ok(f"Deleted evaluation run {run_id}.", {"run_id": run_id})
+
     # -- maintenance ---------------------------------------------------------------------------
     @enveloped
     def compact(self, kb_name: str | None = None) -> Envelope:
@@ -934,6 +1081,40 @@ class Session:
         )
         envelope["success"] = not problems
         return envelope
+
+
+def _explanation_lines(mode: str, b: ScoreBreakdown, matched_terms: Sequence[str]) -> list[str]:
+    """The steps of a score in words; every figure is in the breakdown."""
+    lines = [f"Score {b.final_score:.4f} on a 0–1 scale ({mode} search, {b.fusion_method} fusion)."]
+    cosine = "none" if b.vector_score is None else f"{b.vector_score:.4f}"
+    bm25 = "none" if b.keyword_score is None else f"{b.keyword_score:.3f}"
+    if b.normalization == "reciprocal rank":
+        lines.append(f"Vector: rank {b.vector_rank or '-'} → {b.vector_normalized:.4f} (reciprocal rank, k 60).")
+        lines.append(f"Keyword: rank {b.keyword_rank or '-'} → {b.keyword_normalized:.4f}.")
+    else:
+        lines.append(
+            f"Vector: cosine {cosine} → {b.vector_normalized:.4f} (negative cosines count as 0); "
+            f"rank {b.vector_rank or 'not retrieved'} in the vector list."
+        )
+        lines.append(
+            f"Keyword: BM25 {bm25}; the reference match for this query (each term once, average length) scores "
+            f"{b.keyword_reference:.3f}, so 1 − exp(−{bm25}/{b.keyword_reference:.3f}) = {b.keyword_normalized:.4f}; "
+            f"rank {b.keyword_rank or 'not retrieved'} in the keyword list; matched terms: "
+            f"{', '.join(matched_terms) or 'none'}."
+        )
+    lines.append(
+        f"Weights used: vector {b.vector_weight:.2f}, keyword {b.keyword_weight:.2f} ({b.weighting}; asked "
+        f"{b.requested_vector_weight:.2f} / {b.requested_keyword_weight:.2f}): "
+        f"{b.vector_weight:.2f} × {b.vector_normalized:.4f} + {b.keyword_weight:.2f} × {b.keyword_normalized:.4f} "
+        f"= {b.fused_score:.4f}."
+    )
+    if b.jaccard_weight:
+        lines.append(
+            f"Jaccard rerank: (1 − {b.jaccard_weight:.2f}) × {b.fused_score:.4f} + {b.jaccard_weight:.2f} × "
+            f"{b.jaccard:.4f} = {b.final_score:.4f}."
+        )
+    lines += [f"Note: {note}" for note in b.notes]
+    return lines
 
 
 def _safe_document_name(name: str) -> str:

@@ -199,11 +199,13 @@ def test_evaluate_kb_reports_each_mode_and_per_query_results(eval_service, beir:
     )
     metrics = report.metrics.set_index("setting")
     assert list(metrics.index) == ["hybrid (default)", "semantic", "keyword"]
-    assert list(report.metrics.columns[:8]) == [
+    assert list(report.metrics.columns[:10]) == [
         "setting",
         "mode",
         "vector_weight",
         "keyword_weight",
+        "weighting",
+        "fusion",
         *METRICS,
         "queries",
     ]
