@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kb_core.store.catalog import CHUNK_ROWS_FILE, read_segment_info
-from kb_core.store.kb_store import KBStore
+from kb_core.store.kb_store import KBStore, Manifest
 from kb_core.store.registry import Home
 
 
@@ -34,6 +34,87 @@ def verify_home(home: Home) -> list[str]:
                                                                           ref.documents))
         if manifest.chunk_count < 0 or manifest.document_count < 0:
             problems.append(f"{record.name}: manifest counts are negative")
+        problems.extend(f"{record.name}: {p}" for p in _verify_records(store, manifest))
+    return problems
+
+
+class _DocumentNames:
+    """doc id → name of each segment's documents, read once (None for a segment that is gone or unreadable)."""
+
+    def __init__(self, store: KBStore) -> None:
+        self.store = store
+        self._cache: dict[str, dict[str, str] | None] = {}
+
+    def __call__(self, segment_id: str) -> dict[str, str] | None:
+        if segment_id not in self._cache:
+            try:
+                folder = self.store.segment_dir(segment_id)
+                table = pq.read_table(folder / "documents.parquet", columns=["doc_id", "name"])
+            except (OSError, pa.ArrowException):
+                self._cache[segment_id] = None
+            else:
+                ids, names = table.column("doc_id").to_pylist(), table.column("name").to_pylist()
+                self._cache[segment_id] = dict(zip(ids, names, strict=True))
+        return self._cache[segment_id]
+
+
+def _records(manifest: Manifest, names: _DocumentNames) -> tuple[dict[str, str], set[str]] | None:
+    """(live doc id → name, ids of deleted documents still in a segment) of a manifest; None if a segment is gone."""
+    live: dict[str, str] = {}
+    deleted: set[str] = set()
+    for ref in manifest.segments:
+        documents = names(ref.id)
+        if documents is None:
+            return None
+        dead = manifest.tombstones.get(ref.id, {})
+        for doc_id, name in documents.items():
+            if doc_id in dead:
+                deleted.add(doc_id)
+            else:
+                live[doc_id] = name
+    return live, deleted
+
+
+def _verify_records(store: KBStore, manifest: Manifest) -> list[str]:
+    """Document records: tombstones name documents their segment holds, the counts add up, and no commit of the
+    retained history dropped a live document without a deletion (what a faulty compaction would do)."""
+    problems: list[str] = []
+    names = _DocumentNames(store)
+    segment_ids = {ref.id for ref in manifest.segments}
+    for segment_id, dead in manifest.tombstones.items():
+        documents = names(segment_id) if segment_id in segment_ids else None
+        if segment_id not in segment_ids:
+            problems.append(f"manifest {manifest.version} has tombstones for segment {segment_id}, not one of its own")
+        elif documents is not None and set(dead) - set(documents):
+            ghosts = sorted(set(dead) - set(documents))
+            problems.append(
+                f"manifest {manifest.version} deletes document(s) {ghosts[:5]} from segment {segment_id}, which does "
+                "not hold them: its document count is wrong"
+            )
+    current = _records(manifest, names)
+    if current is not None and len(current[0]) != manifest.document_count:
+        problems.append(
+            f"manifest {manifest.version} counts {manifest.document_count} live document(s) but its segments hold "
+            f"{len(current[0])}"
+        )
+    previous: tuple[int, dict[str, str]] | None = None
+    for version in store.manifest_versions():
+        try:
+            state = _records(store.manifest_at(version), names)
+        except (FileNotFoundError, ValueError, KeyError):
+            state = None  # collected meanwhile, or unreadable (the newest one is reported by manifest())
+        if state is None:
+            previous = None
+            continue
+        if previous is not None and previous[0] == version - 1:
+            lost = sorted(set(previous[1]) - set(state[0]) - state[1])
+            if lost:
+                shown = ", ".join(repr(previous[1][d]) for d in lost[:5]) + (" …" if len(lost) > 5 else "")
+                problems.append(
+                    f"manifest {version} lost {len(lost)} document record(s) that manifest {version - 1} held, "
+                    f"without a deletion: {shown}"
+                )
+        previous = (version, state[0])
     return problems
 
 
