@@ -479,6 +479,64 @@ def test_wrong_vector_dimension_is_refused(victim: Any, small_export: Path, tmp_
     assert_refused(victim, consistent, "'hashing'", "64", "32")
 
 
+def _with_raw_manifest(small_export: Path, target: Path, text: str) -> Path:
+    """The export's members with ``manifest.json`` replaced by ``text`` (which json.dumps could not even write)."""
+    with zipfile.ZipFile(small_export) as archive:
+        members = {name: archive.read(name) for name in archive.namelist() if name != MANIFEST_MEMBER}
+    with zipfile.ZipFile(target, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+        archive.writestr(MANIFEST_MEMBER, text)
+    return target
+
+
+def test_deeply_nested_manifest_is_refused(victim: Any, small_export: Path, tmp_path: Path) -> None:
+    with zipfile.ZipFile(small_export) as archive:
+        manifest = json.loads(archive.read(MANIFEST_MEMBER))
+    head = json.dumps(manifest)[:-1]  # the real manifest, still open for one more key
+    text = head + ', "x": ' + "[" * 200_000 + "]" * 200_000 + "}"
+    deep = _with_raw_manifest(small_export, tmp_path / "deep.kbx", text)
+    assert deep.stat().st_size < 1 << 20
+    assert_refused(victim, deep, "nests deeper than")
+    # shallow enough for the parser, still far deeper than the format: refused before anything reads it
+    manifest["knowledge_bases"][0]["search_settings"] = {"top_k": json.loads("[" * 500 + "]" * 500)}
+    assert_refused(victim, rebuild(small_export, tmp_path / "d500.kbx", edit_manifest=lambda m: m.update(manifest)),
+                   "nests deeper than")
+
+
+def _npy_with_header(header: dict[str, Any], payload: bytes) -> bytes:
+    buffer = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buffer, header)
+    return buffer.getvalue() + payload
+
+
+def test_vectors_with_a_hostile_npy_header_are_refused_before_reading(
+    victim: Any, small_export: Path, tmp_path: Path
+) -> None:
+    member = first_member(small_export, "vectors.npy")
+    with zipfile.ZipFile(small_export) as archive:
+        vectors = np.load(io.BytesIO(archive.read(member)))
+    payload = vectors.astype("<f4").tobytes()
+    rows, dimension = vectors.shape
+    assert rows >= 1
+    one_row = payload[: 4 * dimension]
+    # a header claiming 2^30 x 2^10 floats (4 TiB) over a few kilobytes: never allocated
+    huge = _npy_with_header({"descr": "<f4", "fortran_order": False, "shape": (1 << 30, 1 << 10)}, payload)
+    assert_refused(victim, rebuild(small_export, tmp_path / "huge.kbx", replace={member: huge}), "shape", "bytes")
+    cases = {
+        "short": ({"descr": "<f4", "fortran_order": False, "shape": (rows, dimension)}, payload[:-4], "bytes"),
+        "long": ({"descr": "<f4", "fortran_order": False, "shape": (rows, dimension)}, payload + b"\0" * 4, "bytes"),
+        "object": ({"descr": "|O", "fortran_order": False, "shape": (rows, dimension)}, payload, "float32"),
+        "3-d": ({"descr": "<f4", "fortran_order": False, "shape": (rows, dimension, 1)}, payload, "2-D"),
+        "rows": ({"descr": "<f4", "fortran_order": False, "shape": (rows + 1, dimension)}, payload + one_row, "chunks"),
+    }
+    for label, (header, data, fragment) in cases.items():
+        bad = rebuild(small_export, tmp_path / f"{label}.kbx", replace={member: _npy_with_header(header, data)})
+        assert_refused(victim, bad, fragment)
+    garbage = rebuild(small_export, tmp_path / "magic.kbx", replace={member: b"\x93NUMPY\x09\x00" + payload})
+    assert_refused(victim, garbage, ".npy")
+
+
 def test_inconsistent_contents_are_refused(victim: Any, small_export: Path, tmp_path: Path) -> None:
     def missing_member(manifest: dict[str, Any]) -> None:
         manifest["files"]["kb/0000/seg/0000/files/doc_ghost.txt"] = {"sha256": "0" * 64, "size": 1}
