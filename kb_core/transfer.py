@@ -62,7 +62,9 @@ its id derived from type plus identity, edge endpoints present and of the edge t
 and edge valid against the ontology's schemas (the bundle validator), and every ``doc_id`` naming a "bundle"
 document of the same KB (once). A ``doc_id`` naming no exported document (the source crashed between a
 bundle's index and graph commits) is cleared and reported: the next bundle import re-indexes that node.
-Members are extracted under private names into a staging folder ``HOME/.transfer-PID-HEX/`` and new KB
+Members are extracted under private names into a staging folder ``HOME/.transfer-PID-HEX/`` (its lock file
+``.transfer-PID-HEX.lock``, held while the import runs, lets the next open of the home remove the folder of a
+killed import and nothing else) and new KB
 folders are built there; only then, under the registry lock, are they moved into ``HOME/kbs/`` and the
 registry rewritten once (the commit point). Any failure removes
 what was staged, so the home is left as it was. A KB whose name exists gets a suffix
@@ -101,7 +103,7 @@ from kb_core.envelope import Envelope, enveloped, ok
 from kb_core.errors import ImportFormatError, InvalidArgument, KBError, KBNotFound, StoreError
 from kb_core.importer import timestamped_name
 from kb_core.store import Change, KBStore, KnowledgeBaseRecord, Manifest, StagedSegment, catalog, new_id, utc_now
-from kb_core.store.atomic import fsync_directory, pid_is_alive
+from kb_core.store.atomic import fsync_directory
 from kb_core.validation import name_key, validate_chunk_size, validate_endpoint, validate_kb_name
 
 logger = logging.getLogger(__name__)
@@ -118,7 +120,6 @@ __all__ = [
 FORMAT_NAME = "kb-workbench-export"
 FORMAT_VERSION = 1
 MANIFEST_MEMBER = "manifest.json"
-STAGING_PREFIX = ".transfer-"
 TABLE_FILES = ("documents.parquet", "chunks.parquet", "texts.parquet")
 VECTORS_FILE = "vectors.npy"
 SEGMENT_PATH = re.compile(r"^kb/\d{4}/seg/\d{4}$")
@@ -1217,16 +1218,6 @@ def _commit(home: Any, plans: Sequence[_KBPlan], now: datetime) -> list[tuple[st
     return renamed
 
 
-def _new_staging(home_root: Path) -> Path:
-    for leftover in home_root.glob(f"{STAGING_PREFIX}*"):
-        pid = leftover.name[len(STAGING_PREFIX) :].split("-", 1)[0]
-        if pid.isdigit() and not pid_is_alive(int(pid)):
-            shutil.rmtree(leftover, ignore_errors=True)
-    staging = home_root / f"{STAGING_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    staging.mkdir()
-    return staging
-
-
 @enveloped
 def import_database(
     session: Any, source_db_path: str | os.PathLike[str], *, limits: TransferLimits | None = None
@@ -1241,9 +1232,10 @@ def import_database(
     home = service.home
     limits = limits or TransferLimits()
     now = datetime.now(UTC)
-    staging = _new_staging(home.root)
+    home.abandoned_transfer_staging(remove=True)
+    staging = home.open_transfer_staging()
     try:
-        package = _open_package(source, staging, limits)
+        package = _open_package(source, staging.path, limits)
         entries = package.manifest["knowledge_bases"]
         graph_paths: set[str] = set()
         plans = [_validate_kb(entry, position, package, graph_paths) for position, entry in enumerate(entries)]
@@ -1256,10 +1248,10 @@ def import_database(
             taken_ids |= ids
             _unique_document_names(plan, now)
         for plan in plans:
-            _stage_kb(plan, staging, service.analyzer)
+            _stage_kb(plan, staging.path, service.analyzer)
         renamed = _commit(home, plans, now)
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        staging.close()
     documents = sum(p.document_count for p in plans)
     message = f"Imported {len(plans)} knowledge base(s) with {documents} document(s) from {source.name}."
     if renamed:

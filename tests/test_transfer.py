@@ -857,3 +857,79 @@ def test_export_while_bundles_import_holds_matching_graph_and_documents(tmp_path
         documents = target.list_documents(kb_name="busy")["data"]["documents"]
         assert sorted(d["name"] for d in documents) == sorted(n["doc_name"] for n in nodes)  # no torn state
         assert len(edges) == max(len(nodes) - 1, 0)
+
+
+# -- a killed import-db --------------------------------------------------------------------------------------------
+TRANSFER_WORKER = Path(__file__).with_name("transfer_worker.py")
+
+
+def _staging(home: Path) -> list[Path]:
+    return sorted(p for p in home.glob(".transfer-*") if p.is_dir())
+
+
+def test_a_killed_import_db_leaves_staging_that_verify_reports_and_the_next_open_removes(
+    small_export: Path, tmp_path: Path
+) -> None:
+    import subprocess
+    import sys
+
+    from kb_core.store.verify import verify_home
+
+    home = tmp_path / "home"
+    service = KnowledgeBaseService(home)  # a long-running process (the app) has the home open meanwhile
+    killed = subprocess.run(
+        [sys.executable, str(TRANSFER_WORKER), str(home), str(small_export), "kill"], capture_output=True, timeout=120
+    )
+    assert killed.returncode == -9, killed.stderr.decode()
+    leftovers = _staging(home)
+    assert len(leftovers) == 1 and sum(f.stat().st_size for f in leftovers[0].rglob("*") if f.is_file()) > 0
+    problems = verify_home(service.home)
+    assert len(problems) == 1 and leftovers[0].name in problems[0] and "import-db" in problems[0], problems
+    assert service.session().list_knowledge_bases()["data"]["knowledge_bases"] == []  # nothing half-imported
+    reopened = KnowledgeBaseService(home)  # the next open of the home removes it
+    assert _staging(home) == [] and list(home.glob(".transfer-*")) == []
+    assert verify_home(reopened.home) == []
+
+
+def test_opening_the_home_keeps_the_staging_of_a_running_import_db(small_export: Path, tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from kb_core.store.verify import verify_home
+
+    home = tmp_path / "home"
+    KnowledgeBaseService(home)
+    running = subprocess.Popen(
+        [sys.executable, str(TRANSFER_WORKER), str(home), str(small_export), "pause"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert running.stdout is not None and running.stdin is not None
+        assert running.stdout.readline().strip() == b"staged"
+        staging = _staging(home)
+        assert len(staging) == 1
+        service = KnowledgeBaseService(home)  # another process opens the home while the import runs
+        assert _staging(home) == staging
+        assert verify_home(service.home) == []  # a live import is no problem
+        running.stdin.write(b"go\n")
+        running.stdin.flush()
+        assert running.wait(timeout=120) == 0, running.stderr.read().decode() if running.stderr else ""
+    finally:
+        if running.poll() is None:
+            running.kill()
+            running.wait()
+    assert [r.name for r in service.home.knowledge_bases()] == ["small"]
+    assert list(home.glob(".transfer-*")) == []
+    # A leftover whose pid now names a live process (reused) is still recognised by its free lock ...
+    reused = home / f".transfer-{os.getpid()}-0badc0de"
+    (reused / "raw").mkdir(parents=True)
+    (home / f"{reused.name}.lock").touch()
+    # ... and one written before staging folders had a lock is judged by its (dead) pid.
+    legacy = home / ".transfer-999999999-0ldf0rm0"
+    legacy.mkdir()
+    assert len(verify_home(service.home)) == 2
+    KnowledgeBaseService(home)
+    assert list(home.glob(".transfer-*")) == []

@@ -35,7 +35,23 @@ def verify_home(home: Home) -> list[str]:
         if manifest.chunk_count < 0 or manifest.document_count < 0:
             problems.append(f"{record.name}: manifest counts are negative")
         problems.extend(f"{record.name}: {p}" for p in _verify_records(store, manifest))
+    for folder in home.abandoned_transfer_staging():
+        size = _folder_bytes(folder)
+        problems.append(
+            f"{folder.name}: staging folder ({size} bytes) of an import-db that did not finish (its process is "
+            "gone); nothing of it was imported, and the next open of the home removes it"
+        )
     return problems
+
+
+def _folder_bytes(folder: Path) -> int:
+    total = 0
+    for path in folder.rglob("*"):
+        try:
+            total += path.stat().st_size if path.is_file() else 0
+        except FileNotFoundError:  # removed while we counted
+            continue
+    return total
 
 
 class _DocumentNames:
