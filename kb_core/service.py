@@ -203,6 +203,7 @@ class KnowledgeBaseService:
             analyzer=self.analyzer,
             parse=lambda path: parse_file(path, limits),
             chunker=lambda parsed, size: chunk_document(parsed, embedder.tokenizer, size),
+            kb_name=record.name,
         )
 
     @cached_property
