@@ -45,7 +45,7 @@ def try_writer_lock(path: Path) -> FileLock | None:
 
 
 @contextmanager
-def abandoned_lock(path: Path) -> Iterator[bool]:
+def lock_if_free(path: Path) -> Iterator[bool]:
     """Hold the lock of an existing lock file if nobody does (its holder died): yields True while held, False when
     a live process holds it or the file is gone. Unlike FileLock it never creates the file."""
     try:

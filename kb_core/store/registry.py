@@ -43,7 +43,7 @@ from kb_core.store.atomic import (
     write_bytes_atomically,
     write_json_atomically,
 )
-from kb_core.store.locking import abandoned_lock, try_writer_lock, writer_lock
+from kb_core.store.locking import lock_if_free, try_writer_lock, writer_lock
 
 logger = logging.getLogger(__name__)
 
@@ -276,7 +276,7 @@ class Home:
                 if remove:
                     shutil.rmtree(folder, ignore_errors=True)
                 continue
-            with abandoned_lock(lock_path) as abandoned:
+            with lock_if_free(lock_path) as abandoned:
                 if not abandoned:
                     continue
                 if folder.is_dir():
