@@ -32,6 +32,7 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+from filelock import FileLock
 
 from kb_core.errors import KBNotFound, StoreError
 from kb_core.store.atomic import (
@@ -104,7 +105,7 @@ class TransferStaging:
     """A private folder in the home where an import-db extracts and builds; :meth:`close` removes it."""
 
     path: Path
-    lock: Any  # held until close: tells other processes that this folder is in use
+    lock: FileLock  # held until close: tells other processes that this folder is in use
 
     def close(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)
