@@ -204,6 +204,7 @@ class KnowledgeBaseService:
             analyzer=self.analyzer,
             parse=lambda path: parse_file(path, limits),
             chunker=lambda parsed, size: chunk_document(parsed, embedder.tokenizer, size),
+            kb_name=record.name,
         )
 
     @cached_property
@@ -878,14 +879,40 @@ class Session:
         return ok(f"Compacted '{record.name}': merged {stats['segments_merged']} segment(s).", stats)
 
     @enveloped
-    def verify(self) -> Envelope:
-        """Check the whole home for consistency (what the crash tests assert)."""
-        from kb_core.store.verify import verify_home
+    def verify(self, repair: bool = False) -> Envelope:
+        """Check the whole home for consistency (what the crash tests assert).
 
+        With ``repair``, first fix what can be fixed without guessing: a bundle import interrupted between its
+        index and graph commits is rolled back to the committed graph (the graph is the truth: the bundle was
+        never committed, so it is imported again), and staging folders of killed import-db runs are removed.
+        """
+        from kb_core.store.verify import bundle_index_problem, verify_home
+
+        repaired: list[str] = []
+        if repair:
+            from kb_core.bundles import repair_index
+
+            for record in self.service.home.knowledge_bases():
+                if bundle_index_problem(self.service.kb_store(record.id)) is None:
+                    continue
+                result = repair_index(self, record.name)
+                if not result["success"]:
+                    raise KBError(f"Repairing '{record.name}' failed: {result['message']}", code="REPAIR_FAILED")
+                stats = result["data"]
+                repaired.append(
+                    f"{record.name}: rolled the search index back to the committed knowledge graph (removed "
+                    f"{stats['documents_removed']} bundle document(s), re-indexed {stats['documents_indexed']}); "
+                    "import the interrupted bundle again"
+                )
+            for folder in self.service.home.abandoned_transfer_staging(remove=True):
+                repaired.append(f"removed {folder.name}, the staging folder of an import-db that did not finish")
         problems = verify_home(self.service.home)
-        envelope = ok(
-            "The home is consistent." if not problems else f"{len(problems)} problem(s) found.", {"problems": problems}
-        )
+        message = f"Repaired {len(repaired)} problem(s). " if repaired else ""
+        if problems:
+            message += f"{len(problems)} problem(s) found:\n" + "\n".join(f"- {p}" for p in problems)
+        else:
+            message += "The home is consistent."
+        envelope = ok(message, {"problems": problems, "repaired": repaired})
         envelope["success"] = not problems
         return envelope
 

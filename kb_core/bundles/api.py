@@ -12,8 +12,9 @@ under the KB's graph lock in two commits: first the search indexes (one KB-store
 the new texts and tombstones the replaced and deleted ones), then the graph (one atomically linked
 state file). If the graph commit fails, the index change is rolled back by syncing the indexes to
 the old graph. If the process dies between the two commits, search briefly shows the new texts
-while the graph is the old one; the next bundle import (or :func:`repair_index`) re-syncs the
-indexes to the graph, which is the source of truth. Deleting a node deletes its edges (counted as
+while the graph is the old one; ``kb verify`` reports it, and the next bundle import (or
+:func:`repair_index`, which ``kb verify --repair`` runs) re-syncs the indexes to the graph, which is the
+source of truth. Deleting a node deletes its edges (counted as
 ``edges_cascaded``). Within a bundle, node items are applied first, then edge items, each in file
 order (later items win), so an edge may name a node defined further down. Deleting something that
 does not exist is not an error.
