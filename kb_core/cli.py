@@ -117,8 +117,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         stream = sys.stdout if envelope["success"] else sys.stderr
         print(envelope["message"] if envelope["success"] else f"error: {envelope['message']}", file=stream)
-        if envelope["success"] and args.renderer is not None:
-            print(args.renderer(envelope))
+        # A failure with data (an import where every file failed, kb verify's problems) shows it too.
+        if args.renderer is not None and (envelope["success"] or envelope.get("data") is not None):
+            print(args.renderer(envelope), file=stream)
     return EXIT_OK if envelope["success"] else EXIT_FAILURE
 
 
