@@ -1256,9 +1256,8 @@ def serve_http(
     sock = listening_socket(host, port, allow_remote)
     try:
         bound = url_host(str(sock.getsockname()[0]))
-        server = KBMCPServer(
-            home, http=True, host=bound, port=port, allowed_dirs=allowed_dirs, allowed_hosts=allowed_hosts
-        )
+        names = [*allowed_hosts, host]  # the name given to --host is one clients use too
+        server = KBMCPServer(home, http=True, host=bound, port=port, allowed_dirs=allowed_dirs, allowed_hosts=names)
         server.holder.open()
         logger.warning("MCP server listening on http://%s:%d/mcp", bound, port)
         uvicorn.Server(uvicorn.Config(server.http_app(), log_level="warning")).run(sockets=[sock])

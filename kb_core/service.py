@@ -513,9 +513,18 @@ class Session:
                 raise UnusablePath(
                     path, f"is {opened.stat.st_size / 1e6:.1f} MB, over the import limit of {limit / 1e6:.1f} MB"
                 )
-            folder.mkdir(parents=True)
+            try:  # inside the KB's staging/, which is never recreated for a KB deleted meanwhile
+                folder.parent.mkdir(exist_ok=True)
+                folder.mkdir()
+            except FileNotFoundError:
+                raise KBNotFound("The knowledge base was deleted during the import.") from None
             copy = folder / path.name
-            opened.copy_to(copy, limit)
+            try:
+                opened.copy_to(copy, limit)
+            except OSError as exc:
+                raise UnusablePath(
+                    path, f"could not be read and copied for the import ({exc.strerror or exc})"
+                ) from None
         return copy
 
     def _live_document(self, record: KnowledgeBaseRecord, doc_name: str) -> dict[str, Any]:

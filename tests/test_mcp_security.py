@@ -376,11 +376,12 @@ def test_forged_host_and_origin_headers_are_refused_on_every_loopback_address(
     port = free_port()
     url = f"http://{connect}:{port}/mcp"
     log = tmp_path / "server.log"
-    process = start_cli_server(home, log, "--host", bind, "--port", str(port))
+    process = start_cli_server(home, log, "--host", bind, "--port", str(port), "--allowed-host", "KB.example.lan")
     try:
         wait_listening(process, url, log)
         assert initialize_request(url, token).status_code == 200  # the client's own Host header
         assert initialize_request(url, token, host=f"localhost:{port}").status_code == 200
+        assert initialize_request(url, token, host=f"kb.example.lan:{port}").status_code == 200
         assert initialize_request(url, token, origin=f"http://{connect}:{port}").status_code == 200
         for forged in (f"attacker.example:{port}", "attacker.example", f"127.0.0.1.attacker.example:{port}"):
             assert initialize_request(url, token, host=forged).status_code == 421, forged
