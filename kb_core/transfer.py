@@ -630,7 +630,9 @@ def _read_manifest(data: bytes) -> dict[str, Any]:
     return manifest
 
 
-def _open_package(path: Path, staging: Path, limits: TransferLimits, allowed_dirs: Any = None) -> _Package:
+def _open_package(
+    path: Path, staging: Path, limits: TransferLimits, allowed_dirs: Sequence[Path] | None = None
+) -> _Package:
     # Opened once (confined where the session is); the archive is read from that open file only.
     try:
         with open_input_file(path, allowed_dirs) as opened:
