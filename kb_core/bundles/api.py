@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 
 from kb_core.bundles.graph import GraphState, GraphStore, read_shadow
 from kb_core.bundles.indexing import sync_index
-from kb_core.bundles.loading import BundleLimits, load_bundle_file, load_bundle_text
+from kb_core.bundles.loading import BundleLimits, load_bundle_file, load_bundle_handle, load_bundle_text
 from kb_core.bundles.ontology import Ontology, parse_ontology
 from kb_core.bundles.schema import bundle_schema, example_yaml
 from kb_core.bundles.validation import (
@@ -45,6 +45,7 @@ from kb_core.bundles.validation import (
 )
 from kb_core.envelope import Envelope, enveloped, ok
 from kb_core.errors import ImportFormatError, InvalidArgument, ItemNotFound
+from kb_core.safe_files import OpenedFile, UnusablePath, open_input_file, reject_nul
 from kb_core.store import KnowledgeBaseRecord
 
 logger = logging.getLogger(__name__)
@@ -268,15 +269,26 @@ def import_knowledge_bundle(
     """
     if not isinstance(temp_file_path, (str, Path)) or not str(temp_file_path).strip():
         raise InvalidArgument("temp_file_path must be the path of a YAML file.", details={"field": "temp_file_path"})
-    path = Path(str(temp_file_path)).expanduser()
-    if not path.is_file():
+    reject_nul(str(temp_file_path), "temp_file_path")
+    path = Path(str(temp_file_path)).expanduser().absolute()
+    # Opened once: the content read and the file deleted afterwards are the file that was checked.
+    try:
+        opened = open_input_file(path, getattr(session, "allowed_dirs", None), keep_folder=delete_file)
+    except UnusablePath as exc:
         raise InvalidArgument(
-            f"Bundle file {str(temp_file_path)!r} does not exist" + (" (it is a folder)." if path.is_dir() else "."),
+            f"Bundle file {str(temp_file_path)!r} {exc.reason}.",
             details={"field": "temp_file_path", "path": str(temp_file_path)},
             code="FILE_NOT_FOUND",
-        )
+        ) from None
+    with opened:
+        return _import_opened_bundle(session, opened, kb_name, delete_file)
+
+
+def _import_opened_bundle(session: Any, opened: OpenedFile, kb_name: str | None, delete_file: bool) -> Envelope:
+    path = opened.path
     record = session.resolve_kb(kb_name)
-    data = load_bundle_file(path)
+    with opened.reader() as handle:
+        data = load_bundle_handle(handle)
     store = graph_store(session, record)
     with store.lock():
         state = store.load()
@@ -286,8 +298,8 @@ def import_knowledge_bundle(
         stats.update(sync_index(session.service, record, new))
         committed = _commit_graph(session, record, store, state, new)
     stats.update(items=len(data or []), nodes_total=len(committed.nodes), edges_total=len(committed.edges))
-    if delete_file:
-        path.unlink(missing_ok=True)
+    if delete_file and not opened.remove():
+        logger.warning("Kept the bundle file %s: it was replaced during the import, so it is not the one read", path)
     return ok(
         f"Imported the bundle into '{record.name}': {stats['nodes_upserted']} node(s) upserted, "
         f"{stats['nodes_deleted']} deleted; {stats['edges_upserted']} edge(s) upserted, "

@@ -12,9 +12,10 @@ while the node graph is built, before any expansion.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import yaml
 from yaml.composer import Composer
@@ -136,14 +137,22 @@ def _expanded_size(root: Node, limit: int) -> int:
 
 def load_bundle_file(path: Path, limits: BundleLimits | None = None) -> Any:
     """Parse a YAML (or JSON) bundle file under ``limits``; raises ImportFormatError with the reason."""
+    with path.open("rb") as handle:
+        return load_bundle_handle(handle, limits)
+
+
+def load_bundle_handle(handle: BinaryIO, limits: BundleLimits | None = None) -> Any:
+    """:func:`load_bundle_file` on a file already open for reading (from its current position)."""
     limits = limits or BundleLimits()
-    size = path.stat().st_size
+    size = os.fstat(handle.fileno()).st_size
     if size > limits.max_file_bytes:
         raise LimitExceeded(
             f"The bundle file is {size} bytes; at most {limits.max_file_bytes} bytes are accepted. "
             "Split it into several bundles."
         )
-    data = path.read_bytes()
+    data = handle.read(limits.max_file_bytes + 1)
+    if len(data) > limits.max_file_bytes:  # grew after the size check
+        raise LimitExceeded(f"The bundle file is over {limits.max_file_bytes} bytes. Split it into several bundles.")
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
