@@ -128,7 +128,7 @@ def set_ontology(session: Any, source: str | Path | Mapping[str, Any], kb_name: 
 def _conformance_errors(state: GraphState, ontology: Ontology) -> list[str]:
     from kb_core.bundles.graph import edge_item, node_item
 
-    validator = BundleValidator(ontology, max_errors=50)
+    validator = BundleValidator(ontology, max_errors=50, max_value_chars=None)  # the data was accepted already
     errors: list[str] = []
     for node in state.nodes.values():
         if node["type"] not in ontology.nodes:
@@ -242,7 +242,12 @@ def check_bundle(session: Any, data: Any, kb_name: str | None = None) -> tuple[l
 
 def _plan(state: GraphState, data: Any) -> tuple[list[BundleError], dict[str, int], GraphState]:
     limits = BundleLimits()
-    validator = BundleValidator(state.ontology, max_errors=limits.max_errors, max_items=limits.max_items)
+    validator = BundleValidator(
+        state.ontology,
+        max_errors=limits.max_errors,
+        max_items=limits.max_items,
+        max_value_chars=limits.max_value_chars,
+    )
     node_ops, edge_ops, errors = validator.structural(data)
     stats = dict.fromkeys(("nodes_upserted", "nodes_deleted", "edges_upserted", "edges_deleted", "edges_cascaded"), 0)
     new = state.copy()
@@ -275,7 +280,10 @@ def import_knowledge_bundle(
             code="FILE_NOT_FOUND",
         )
     record = session.resolve_kb(kb_name)
-    data = load_bundle_file(path)
+    try:
+        data = load_bundle_file(path)
+    except ImportFormatError as exc:  # unreadable or hostile YAML: refused like any invalid bundle, file kept
+        raise _refusal([BundleError(None, "root", exc.message)], path, None) from None
     store = graph_store(session, record)
     with store.lock():
         state = store.load()
