@@ -375,6 +375,27 @@ def test_unsupported_and_missing_files(tmp_path: Path) -> None:
     assert set(SUPPORTED_TYPES) == {"txt", "docx", "doc"}
 
 
+@pytest.mark.parametrize(
+    ("name", "content", "reason"),
+    [
+        ("paper.pdf", b"not really a pdf", "it is a file ending in '.pdf';"),
+        ("paper.pdf", b"%PDF-1.7\n", "it is a PDF file;"),
+        ("sheet.xlsx", b"plain bytes", "it is a file ending in '.xlsx';"),
+        ("图片.PNG", b"\x89PNG\r\n", "it is a PNG image file;"),
+    ],
+)
+def test_unsupported_type_message_is_a_sentence(tmp_path: Path, name: str, content: bytes, reason: str) -> None:
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(ParseError) as info:
+        parse_file_inprocess(path)
+    assert info.value.code == "UNSUPPORTED_FORMAT"
+    assert info.value.message == (
+        f"Cannot import '{name}': {reason} supported are text files (.txt, .md, .csv and the like), "
+        ".docx and .doc (Word)"
+    )
+
+
 # ---------------------------------------------------------------- limits
 def test_zip_bomb_docx_is_refused_before_decompression(tmp_path: Path) -> None:
     path = tmp_path / "bomb.docx"

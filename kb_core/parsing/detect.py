@@ -49,7 +49,7 @@ def sniff(path: Path, head: bytes) -> tuple[str, str]:
         return WORD_SUFFIXES[suffix], "suffix only"
     if suffix in TEXT_SUFFIXES:
         return "txt", "text suffix"
-    return UNKNOWN, f"files ending in '{suffix}' are not supported"
+    return UNKNOWN, f"a file ending in '{suffix}'"
 
 
 def detect_file_type(path: Path, head: bytes) -> str:

@@ -20,6 +20,7 @@ from kb_core.parsing.detect import sniff
 
 logger = logging.getLogger(__name__)
 _HEAD_BYTES = 4096
+_SUPPORTED = "text files (.txt, .md, .csv and the like), .docx and .doc (Word)"
 
 
 def check_file(path: Path, limits: ParseLimits) -> int:
@@ -63,7 +64,7 @@ def parse_file_inprocess(path: Path, limits: ParseLimits = ParseLimits()) -> Par
         raise parse_error(FILE_NOT_FOUND, path, f"the file cannot be read ({exc.strerror})") from None
     file_type, reason = sniff(path, head)
     if file_type not in SUPPORTED_TYPES:
-        raise parse_error(UNSUPPORTED_FORMAT, path, f"it is {reason}; supported are .txt (text), .docx and .doc (Word)")
+        raise parse_error(UNSUPPORTED_FORMAT, path, f"it is {reason}; supported are {_SUPPORTED}")
     logger.debug("parsing %s as %s (%s)", path, file_type, reason)
     try:
         if file_type == "txt":
