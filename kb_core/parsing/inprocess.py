@@ -15,6 +15,7 @@ from kb_core.parsing.base import (
     ParsedDocument,
     ParseLimits,
     parse_error,
+    too_much_text,
 )
 from kb_core.parsing.detect import sniff
 
@@ -66,6 +67,14 @@ def parse_file_inprocess(path: Path, limits: ParseLimits = ParseLimits()) -> Par
     if file_type not in SUPPORTED_TYPES:
         raise parse_error(UNSUPPORTED_FORMAT, path, f"it is {reason}; supported are {_SUPPORTED}")
     logger.debug("parsing %s as %s (%s)", path, file_type, reason)
+    document = _parse(path, file_type, head, limits)
+    chars = sum(len(block.text) for block in document.blocks)
+    if chars > limits.max_text_chars:
+        raise too_much_text(path, chars, limits.max_text_chars)
+    return document
+
+
+def _parse(path: Path, file_type: str, head: bytes, limits: ParseLimits) -> ParsedDocument:
     try:
         if file_type == "txt":
             from kb_core.parsing.txt_parser import parse_txt
@@ -79,7 +88,7 @@ def parse_file_inprocess(path: Path, limits: ParseLimits = ParseLimits()) -> Par
 
         if not head.startswith(b"\xd0\xcf\x11\xe0"):
             raise parse_error(CORRUPT_DOCUMENT, path, "it is named like a Word file but is not one (no OLE2 header)")
-        return parse_doc(path)
+        return parse_doc(path, limits)
     except ParseError:
         raise
     except (MemoryError, RecursionError) as exc:
