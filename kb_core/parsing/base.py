@@ -61,10 +61,12 @@ class ParseLimits:
     max_decompressed_bytes: int = 500 * 1024 * 1024
     # Characters of text one file may produce (a 100 MB text file gives at most 100 million).
     max_text_chars: int = 100_000_000
+    # Address space of a parser worker process (parse_file only; parse_file_inprocess cannot cap its caller).
+    max_memory_bytes: int = 4 * 1024**3
     timeout_seconds: float = 60.0
 
     def __post_init__(self) -> None:
-        for name in ("max_file_bytes", "max_decompressed_bytes", "max_text_chars"):
+        for name in ("max_file_bytes", "max_decompressed_bytes", "max_text_chars", "max_memory_bytes"):
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
                 raise InvalidArgument(f"ParseLimits.{name} must be a positive integer, got {value!r}")

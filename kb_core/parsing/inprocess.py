@@ -91,10 +91,14 @@ def _parse(path: Path, file_type: str, head: bytes, limits: ParseLimits) -> Pars
         return parse_doc(path, limits)
     except ParseError:
         raise
-    except (MemoryError, RecursionError) as exc:
+    except MemoryError:
         raise parse_error(
-            CORRUPT_DOCUMENT, path, f"the document is too deeply nested or too large to parse ({type(exc).__name__})"
+            FILE_TOO_LARGE,
+            path,
+            f"parsing it needs more memory than a parser may use ({limits.max_memory_bytes / 2**30:.1f} GiB)",
         ) from None
+    except RecursionError:
+        raise parse_error(CORRUPT_DOCUMENT, path, "the document is nested too deeply to parse") from None
     except Exception as exc:  # a parser bug or a malformed file we did not foresee: never leak other exception types
         logger.warning("unexpected %s while parsing %s", type(exc).__name__, path, exc_info=True)
         raise parse_error(CORRUPT_DOCUMENT, path, f"the file is malformed ({type(exc).__name__}: {exc})") from None
