@@ -201,3 +201,17 @@ def test_values_a_json_bundle_cannot_hold_are_refused_clearly(text: str, reason:
     with pytest.raises(ImportFormatError, match=r"line 1|not valid YAML") as info:
         load_bundle_text(text)
     assert reason in info.value.message
+
+
+# -- found by tests/test_fuzz.py -------------------------------------------------------------------------------
+def test_an_empty_tagged_integer_is_refused_clearly() -> None:
+    with pytest.raises(ImportFormatError, match="line 1 cannot be read"):
+        load_bundle_text("- !!int ")
+
+
+def test_keys_that_are_not_text_are_reported_not_crashed_on() -> None:
+    validator = BundleValidator(bundles.default_ontology())
+    data = load_bundle_text("- {type: Document, doc_uri: d, content: c, 1: one, null: n, extra: x}")
+    _, _, errors = validator.structural(data)
+    assert len(errors) == 1 and errors[0].index == 0
+    assert "1, None, 'extra' not allowed here" in errors[0].message

@@ -237,3 +237,50 @@ def test_a_parse_over_the_memory_limit_fails_clearly_and_the_pool_recovers(tmp_p
     assert parse_file(small).blocks[0].text == "Piece tables map characters to bytes."
     with pytest.raises(InvalidArgument, match="max_memory_bytes"):
         ParseLimits(max_memory_bytes=-1)
+
+
+# -- damaged zips found by tests/test_fuzz.py -----------------------------------------------------------------
+def _small_docx() -> bytes:
+    import io
+    import zipfile
+
+    paragraph = "<w:p><w:r><w:t>压缩的正文 deflated body text</w:t></w:r></w:p>"
+    body = (
+        '<?xml version="1.0" encoding="UTF-8"?><w:document xmlns:w="http://schemas.openxmlformats.org/'
+        f'wordprocessingml/2006/main"><w:body>{paragraph * 4}</w:body></w:document>'
+    )
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("[Content_Types].xml", "<Types/>")
+        archive.writestr("word/document.xml", body)
+    return out.getvalue()
+
+
+def test_the_docx_builder_parses() -> None:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = write(Path(folder), "ok.docx", _small_docx())
+        assert parse_file_inprocess(path).blocks[0].text.startswith("压缩的正文 deflated body text")
+
+
+def test_zip_needing_an_unknown_version_is_a_clear_error(tmp_path: Path) -> None:
+    """zipfile raises NotImplementedError for "version needed to extract" 25.3; it escaped type detection."""
+    data = bytearray(_small_docx())
+    central = data.index(b"PK\x01\x02")
+    struct.pack_into("<H", data, central + 6, 253)
+    error = refusal(write(tmp_path, "version.docx", bytes(data)))
+    assert error.code == "CORRUPT_DOCUMENT" and "damaged" in error.message
+    assert "NotImplementedError" not in error.message
+
+
+def test_damaged_deflate_stream_is_a_clear_error(tmp_path: Path) -> None:
+    """A member whose compressed bytes are not deflate data raised zlib.error (reported as 'malformed (error: ...')."""
+    data = bytearray(_small_docx())
+    header = data.index(b"PK\x03\x04word/document.xml"[:4], data.index(b"word/document.xml") - 30)
+    name_len, extra_len = struct.unpack_from("<HH", data, header + 26)
+    start = header + 30 + name_len + extra_len
+    data[start : start + 16] = b"\xff" * 16  # BTYPE 11: an invalid deflate block
+    error = refusal(write(tmp_path, "deflate.docx", bytes(data)))
+    assert error.code == "CORRUPT_DOCUMENT"
+    assert "word/document.xml cannot be unpacked" in error.message and "malformed" not in error.message

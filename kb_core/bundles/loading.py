@@ -94,7 +94,7 @@ class _Limits:
             )
         try:
             value = super().construct_object(node, deep=deep)
-        except ValueError as exc:  # "!!int abc", an integer of more than 4300 digits ...
+        except (ValueError, IndexError, TypeError, OverflowError) as exc:  # "!!int abc", "!!int " (empty) ...
             reason = str(exc).split(";")[0]
             raise ImportFormatError(f"The value on line {node.start_mark.line + 1} cannot be read: {reason}.") from None
         if isinstance(value, int) and value.bit_length() > _MAX_INT_BITS:  # "0xfff...": Python cannot print it

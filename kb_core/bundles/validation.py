@@ -137,7 +137,8 @@ def _schema_error_unbounded(index: int, error: ValidationError) -> BundleError:
         return BundleError(index, format_path([*parts, missing]), f'"{missing}" is required')
     if error.validator == "additionalProperties":
         allowed = sorted(error.schema.get("properties", {})) if isinstance(error.schema, dict) else []
-        extra = sorted(set(error.instance) - set(allowed)) if isinstance(error.instance, dict) else []
+        # YAML allows keys that are not text ({1: x}); str() keeps the sort from comparing int with str.
+        extra = sorted(set(error.instance) - set(allowed), key=str) if isinstance(error.instance, dict) else []
         if extra:
             return BundleError(
                 index,

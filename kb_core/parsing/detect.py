@@ -34,7 +34,7 @@ def sniff(path: Path, head: bytes) -> tuple[str, str]:
         try:
             with zipfile.ZipFile(path) as zf:
                 names = set(zf.namelist())
-        except (zipfile.BadZipFile, OSError, ValueError, EOFError):
+        except Exception:  # zipfile raises BadZipFile, NotImplementedError (odd versions), ValueError, EOFError ...
             # A damaged zip named like a Word file is reported as a damaged Word file.
             if suffix in WORD_SUFFIXES:
                 return "docx", "damaged zip"
