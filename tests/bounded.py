@@ -28,8 +28,10 @@ def run_bounded(code: str, *, memory_mb: int = 1024, timeout_s: float = 60.0) ->
     def cap() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
+    # VmHWM, not ru_maxrss: after fork+exec ru_maxrss still counts the parent's (pytest's) resident set.
     script = textwrap.dedent(code) + (
-        "\nimport resource as _r\nprint(f'peak_rss_mb={_r.getrusage(_r.RUSAGE_SELF).ru_maxrss // 1024}')\n"
+        "\n_hwm = [l for l in open('/proc/self/status', encoding='utf-8') if l.startswith('VmHWM:')][0]"
+        "\nprint(f'peak_rss_mb={int(_hwm.split()[1]) // 1024}')\n"
     )
     # Few malloc arenas and one thread per pool: the cap then measures the work, not thread reservations.
     env = {
