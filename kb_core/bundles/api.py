@@ -130,7 +130,7 @@ def set_ontology(session: Any, source: str | Path | Mapping[str, Any], kb_name: 
 def _conformance_errors(state: GraphState, ontology: Ontology) -> list[str]:
     from kb_core.bundles.graph import edge_item, node_item
 
-    validator = BundleValidator(ontology, max_errors=50)
+    validator = BundleValidator(ontology, max_errors=50, max_value_chars=None)  # the data was accepted already
     errors: list[str] = []
     for node in state.nodes.values():
         if node["type"] not in ontology.nodes:
@@ -244,7 +244,12 @@ def check_bundle(session: Any, data: Any, kb_name: str | None = None) -> tuple[l
 
 def _plan(state: GraphState, data: Any) -> tuple[list[BundleError], dict[str, int], GraphState]:
     limits = BundleLimits()
-    validator = BundleValidator(state.ontology, max_errors=limits.max_errors, max_items=limits.max_items)
+    validator = BundleValidator(
+        state.ontology,
+        max_errors=limits.max_errors,
+        max_items=limits.max_items,
+        max_value_chars=limits.max_value_chars,
+    )
     node_ops, edge_ops, errors = validator.structural(data)
     stats = dict.fromkeys(("nodes_upserted", "nodes_deleted", "edges_upserted", "edges_deleted", "edges_cascaded"), 0)
     new = state.copy()
@@ -287,8 +292,11 @@ def import_knowledge_bundle(
 def _import_opened_bundle(session: Any, opened: OpenedFile, kb_name: str | None, delete_file: bool) -> Envelope:
     path = opened.path
     record = session.resolve_kb(kb_name)
-    with opened.reader() as handle:
-        data = load_bundle_handle(handle)
+    try:
+        with opened.reader() as handle:
+            data = load_bundle_handle(handle)
+    except ImportFormatError as exc:  # unreadable or hostile YAML: refused like any invalid bundle, file kept
+        raise _refusal([BundleError(None, "root", exc.message)], path, None) from None
     store = graph_store(session, record)
     with store.lock():
         state = store.load()
