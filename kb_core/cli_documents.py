@@ -202,7 +202,13 @@ def register(commands: Any) -> None:
     compact.set_defaults(handler=lambda s, a: s.compact(a.kb), renderer=None)
 
     verify = commands.add_parser("verify", help="check the home for consistency")
-    verify.set_defaults(handler=lambda s, a: s.verify(), renderer=lambda e: "\n".join(e["data"]["problems"]))
+    verify.add_argument(
+        "--repair",
+        action="store_true",
+        help="first roll back bundle imports interrupted between their index and graph commits, and remove "
+        "staging folders of killed import-db runs",
+    )
+    verify.set_defaults(handler=lambda s, a: s.verify(a.repair), renderer=lambda e: "\n".join(e["data"]["repaired"]))
 
     settings = commands.add_parser("save-settings", help="save search defaults for the current KB")
     _add_search_options(settings)

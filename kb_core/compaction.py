@@ -66,12 +66,15 @@ def compact(store: KBStore, analyzer: Any, *, everything: bool = False) -> dict[
                 for doc_id, count in current.tombstones.get(seg, {}).items():
                     if doc_id not in manifest.tombstones.get(seg, {}):
                         late[doc_id] = count
-            if kept["chunks"] == 0:
-                return Change(drop=tuple(chosen))  # everything in them was deleted
-            return Change(add=(staged,), drop=tuple(chosen), tombstones={staged.id: late} if late else {})
+            if kept["documents"] == 0:
+                change = Change(drop=tuple(chosen))  # every document in them was deleted
+            else:
+                change = Change(add=(staged,), drop=tuple(chosen), tombstones={staged.id: late} if late else {})
+            _check_nothing_lost(manifest, chosen, change)
+            return change
 
         store.commit(plan)
-        if kept["chunks"] == 0:
+        if kept["documents"] == 0:
             store.discard(staged)
     except BaseException:
         store.discard(staged)
@@ -80,6 +83,21 @@ def compact(store: KBStore, analyzer: Any, *, everything: bool = False) -> dict[
         "Compacted %d segments of %s: kept %d rows, dropped %d", len(chosen), store.kb_id, kept["chunks"], dropped
     )
     return {"segments_merged": len(chosen), "rows_kept": kept["chunks"], "rows_dropped": dropped}
+
+
+def _check_nothing_lost(manifest: Manifest, chosen: Sequence[str], change: Change) -> None:
+    """The merged segment must hold exactly the live documents and rows of its inputs, failed documents (0 rows)
+    included; anything else would drop records without a deletion, so the merge is refused before its commit."""
+    refs = {s.id: s for s in manifest.segments}
+    documents = sum(refs[s].documents - len(manifest.tombstones.get(s, {})) for s in chosen)
+    rows = sum(refs[s].rows - sum(manifest.tombstones.get(s, {}).values()) for s in chosen)
+    merged_documents = sum(s.documents for s in change.add)
+    merged_rows = sum(s.rows for s in change.add)
+    if (merged_documents, merged_rows) != (documents, rows):
+        raise StoreError(
+            f"Compaction would lose records: its inputs hold {documents} live document(s) and {rows} row(s), the "
+            f"merged segment {merged_documents} and {merged_rows}; nothing was merged."
+        )
 
 
 def _write_merged(
@@ -121,8 +139,9 @@ def _write_merged(
     catalog.write_chunk_table(target, chunk_all)
     pq.write_table(text_all.cast(catalog.TEXTS_SCHEMA), target / "texts.parquet", compression="zstd")
     assert info is not None
-    if chunk_all.num_rows == 0:
+    if doc_all.num_rows == 0:
         return {"chunks": 0, "documents": 0}, dropped
+    # Failed documents have no rows: a merged segment of only those still gets (empty) indexes.
     KeywordSegment.build(chunk_all.column("content").to_pylist(), analyzer).save(target)
     VectorSegment.build(np.vstack(vectors).astype(np.float32)).save(target)
     catalog.write_segment_info(

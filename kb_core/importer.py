@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from kb_core.errors import DocumentNotFound, KBError, ParseError
+from kb_core.errors import DocumentNotFound, KBError, KBNotFound, ParseError
 from kb_core.store import Change, KBStore, Manifest, StagedSegment, catalog, utc_now
 from kb_core.store.atomic import file_sha256, remove_stale_temporaries, write_bytes_atomically
 
@@ -121,9 +121,11 @@ class JobFile:
     """Publishes in-flight documents (pending/parsing/embedding) so other processes can list them."""
 
     def __init__(self, store: KBStore, progress: ImportProgress) -> None:
+        self.store = store
         self.folder = store.root / "jobs"
-        self.folder.mkdir(exist_ok=True)
-        remove_stale_temporaries(self.folder)
+        with store.deleted_guard():  # the KB may be deleted at any moment: KB_NOT_FOUND, not a file error
+            self.folder.mkdir(exist_ok=True)
+            remove_stale_temporaries(self.folder)
         self.path = self.folder / f"{os.getpid()}-{uuid.uuid4().hex[:8]}.json"
         self.progress = progress
         self._published_at = -math.inf
@@ -140,7 +142,8 @@ class JobFile:
             if f.status in ("pending", "parsing", "embedding")
         ]
         data = json.dumps({"pid": os.getpid(), "documents": rows}, ensure_ascii=False).encode("utf-8")
-        write_bytes_atomically(self.path, data, mode=0o644)
+        with self.store.deleted_guard():
+            write_bytes_atomically(self.path, data, mode=0o644)
 
     def close(self) -> None:
         self.path.unlink(missing_ok=True)
@@ -178,8 +181,10 @@ class Importer:
         analyzer: Any,
         parse: Callable[[Path], Any],
         chunker: Callable[[Any, int], list[Any]],
+        kb_name: str = "",
     ) -> None:
         self.store = store
+        self.kb_name = kb_name or store.kb_id
         self.embedder = embedder
         self.live_documents = live_documents
         self.analyzer = analyzer
@@ -195,7 +200,10 @@ class Importer:
         """Import ``sources``; return per-file progress and the committed document rows."""
         self.sources = list(sources)
         progress = ImportProgress(files=[FileProgress(file_path=s.reported_path or str(s.path)) for s in sources])
-        job = JobFile(self.store, progress)
+        try:
+            job = JobFile(self.store, progress)
+        except KBNotFound as exc:
+            raise self._deleted_meanwhile() from exc
         lock = threading.Lock()
 
         def notify() -> None:
@@ -232,9 +240,9 @@ class Importer:
         ready: list[_PendingDocument] = []
         failed: list[_PendingDocument] = []
         queue: list[tuple[_PendingDocument, int]] = []
-        job.publish(force=True)
-        notify()
         try:
+            job.publish(force=True)
+            notify()
             with ThreadPoolExecutor(max_workers=PARSE_WORKERS, thread_name_prefix="kb-parse") as pool:
                 futures: list[Future[_PendingDocument]] = [pool.submit(prepare, i) for i in range(len(sources))]
                 for index, future in enumerate(futures):
@@ -279,9 +287,17 @@ class Importer:
                 if state.status not in ("ready", "failed"):
                     state.status, state.error = "failed", exc.message
             notify()
+            if isinstance(exc, KBNotFound):  # deleted meanwhile: what was committed went with it
+                raise self._deleted_meanwhile() from exc
         finally:
             job.close()
         return progress.files, committed
+
+    def _deleted_meanwhile(self) -> KBNotFound:
+        return KBNotFound(
+            f"Knowledge base '{self.kb_name}' was deleted while the import ran; nothing of the import remains.",
+            details={"kb_name": self.kb_name},
+        )
 
     def _fail(self, progress: ImportProgress, index: int, message: str, chunk_size: int) -> list[_PendingDocument]:
         """Mark a file failed; a new file that exists is also recorded as a failed document."""

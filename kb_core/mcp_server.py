@@ -23,8 +23,12 @@ HTTP security: bearer tokens from :mod:`kb_core.tokens` (401 without a valid one
 ``TokenVerifier`` and ``RequireAuthMiddleware``); the SDK binds each HTTP session to the token that
 created it. A token's scope becomes the session's KB scope (out-of-scope KBs answer like nonexistent
 ones); read tokens cannot call write tools; paths given to ``import_document``, ``export_database`` and
-``import_database`` must resolve (symlinks followed) inside the ``--allow-dir`` folders. stdio is local and
-trusted: no tokens, no path limits.
+``import_database`` must resolve (symlinks followed) inside the ``--allow-dir`` folders, checked again by the
+session on the file it opens (:mod:`kb_core.safe_files`), so a folder swapped for a symlink after the check
+cannot redirect a read, a write or the bundle file's delete. A path with a NUL byte is invalid (−32602). The
+Host and Origin headers must name this server (the bind address, the loopback names, ``--allowed-host``
+names) on every bind address, against DNS rebinding: others get 421 / 403. stdio is local and trusted: no
+tokens, no path limits.
 
 Knowledge bundles (``../shared/specs/knowledge-bundle.md``): ``get_knowledge_schema`` returns the current
 KB's ``{full_bundle_schema, example_yaml}`` (its text content is that JSON, as the spec's tool returns);
@@ -39,11 +43,13 @@ them by edges, marked ``expanded`` (and ``via`` / ``breakdown.graph_expansion``)
 from __future__ import annotations
 
 import dataclasses
+import errno
 import ipaddress
 import json
 import logging
 import math
 import os
+import socket
 import sys
 import threading
 import time
@@ -61,6 +67,7 @@ from mcp.server.auth.settings import AuthSettings
 from mcp.server.fastmcp import Context, FastMCP
 from mcp.server.fastmcp.exceptions import ToolError
 from mcp.server.fastmcp.tools import Tool
+from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import McpError
 from mcp.types import (
     INTERNAL_ERROR,
@@ -76,7 +83,8 @@ from mcp.types import (
 from pydantic import BaseModel, Field, ValidationError
 
 from kb_core.envelope import Envelope, failure
-from kb_core.errors import EmbeddingError, KBError, PermissionDenied
+from kb_core.errors import EmbeddingError, InvalidArgument, KBError, PermissionDenied
+from kb_core.safe_files import reject_nul
 from kb_core.tokens import SlidingWindowLimiter, TokenRecord, TokenStore
 
 logger = logging.getLogger(__name__)
@@ -816,10 +824,47 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def url_host(host: str) -> str:
+    """``host`` as it appears in a URL or a Host header: IPv6 addresses in brackets, names in lower case."""
+    bare = host.strip().strip("[]")
+    try:
+        address = ipaddress.ip_address(bare)
+    except ValueError:
+        return host.strip().lower()
+    return f"[{address.compressed}]" if address.version == 6 else address.compressed
+
+
+def transport_security(host: str, port: int, extra_hosts: Sequence[str] = ()) -> TransportSecuritySettings:
+    """DNS-rebinding protection for every bind address: the Host header must name this server (the bind
+    address, the loopback names, the machine's names for a wildcard bind, and ``extra_hosts``) with its port,
+    and an Origin header, when sent, must be one of those over http or https."""
+    names = {"127.0.0.1", "localhost", "[::1]"}
+    bare = host.strip().strip("[]")
+    try:
+        wildcard = ipaddress.ip_address(bare).is_unspecified
+    except ValueError:
+        wildcard = False
+    if wildcard:
+        names |= {socket.gethostname().lower(), socket.getfqdn().lower()}
+    else:
+        names.add(url_host(host))
+    names |= {url_host(extra) for extra in extra_hosts if extra.strip()}
+    hosts = [f"{name}:{port}" for name in sorted(names)]
+    origins = [f"{scheme}://{name}:{port}" for name in sorted(names) for scheme in ("http", "https")]
+    if port in (80, 443):  # clients leave the default port out
+        hosts += sorted(names)
+        origins += [f"{'http' if port == 80 else 'https'}://{name}" for name in sorted(names)]
+    return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins)
+
+
 def confine_paths(file_paths: Any, allowed_dirs: Sequence[Path]) -> Any:
-    """Over HTTP: every path must resolve (symlinks followed) inside an allowed folder. Returns resolved paths."""
+    """Over HTTP: every path must resolve (symlinks followed) inside an allowed folder. Returns resolved paths.
+
+    This early check gives one clear refusal for the whole call; the service checks again on the files it
+    opens (see :mod:`kb_core.safe_files`), which is what a folder swapped after this check meets."""
     if isinstance(file_paths, str) or not isinstance(file_paths, list):
         return file_paths  # the service reports the wrong type
+    reject_nul(file_paths, "file_paths")
     if not allowed_dirs:
         raise PermissionDenied(
             "Importing files by path over HTTP is disabled on this server; start it with --allow-dir DIR."
@@ -832,7 +877,7 @@ def confine_paths(file_paths: Any, allowed_dirs: Sequence[Path]) -> Any:
         path = Path(raw).expanduser()
         if not path.is_absolute():
             raise PermissionDenied(f"{raw!r} is not an absolute path; over HTTP give absolute paths under: {allowed}.")
-        resolved = path.resolve()
+        resolved = Path(os.path.realpath(path))  # unlike Path.resolve, never raises on a symlink loop
         if not any(resolved.is_relative_to(d) for d in allowed_dirs):
             raise PermissionDenied(
                 f"{raw!r} resolves to {resolved}, outside the folders this server may read ({allowed}); refused.",
@@ -846,6 +891,7 @@ def confine_path(raw: Any, allowed_dirs: Sequence[Path], field: str) -> Any:
     """Like :func:`confine_paths` for one path (export target or import source)."""
     if not isinstance(raw, str) or not raw.strip():
         return raw  # the service reports it
+    reject_nul(raw, field)
     if not allowed_dirs:
         raise PermissionDenied(f"{field} over HTTP is disabled on this server; start it with --allow-dir DIR.")
     return confine_paths([raw], allowed_dirs)[0]
@@ -926,6 +972,7 @@ class KBMCPServer:
         host: str = "127.0.0.1",
         port: int = DEFAULT_HTTP_PORT,
         allowed_dirs: Sequence[str | Path] = (),
+        allowed_hosts: Sequence[str] = (),
         service: Any = None,
     ) -> None:
         self.holder = ServiceHolder(home, service)
@@ -942,7 +989,8 @@ class KBMCPServer:
             self.tokens = TokenStore(resolve_home(home))
             auth = {
                 "token_verifier": _TokenVerifier(self.tokens),
-                "auth": AuthSettings(issuer_url=f"http://{host}:{port}", resource_server_url=None),
+                "auth": AuthSettings(issuer_url=f"http://{url_host(host)}:{port}", resource_server_url=None),
+                "transport_security": transport_security(host, port, allowed_hosts),
             }
         self.tools = {tool.name: tool for tool in self._build_tools()}
         self.mcp = FastMCP(
@@ -989,7 +1037,8 @@ class KBMCPServer:
             session = by_token.get(token_id)
             if session is None:
                 scope = caller.token.scope if caller.token else None
-                session = self.holder.open().session(scope=scope)
+                allowed_dirs = self.allowed_dirs if self.http else None
+                session = self.holder.open().session(scope=scope, allowed_dirs=allowed_dirs)
                 by_token[token_id] = session
             return session
 
@@ -1457,6 +1506,59 @@ def serve_stdio(home: str | Path | None = None) -> None:
     anyio.run(server.run_stdio, protocol_out)
 
 
+def listening_socket(host: str, port: int, allow_remote: bool = False) -> socket.socket:
+    """A TCP socket bound to ``host`` (an address, ``[v6]`` or a name) and ``port``, not yet listening.
+
+    Raises InvalidArgument for a malformed port or host, PermissionDenied for an address other machines can
+    reach without ``allow_remote`` (checked on what the name resolves to), and KBError ``CANNOT_LISTEN``
+    when the address cannot be bound (in use, not this machine's, a privileged port)."""
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise InvalidArgument(f"--port must be between 1 and 65535, got {port!r}.")
+    text = host.strip()
+    if text.startswith("[") or text.endswith("]"):
+        inner = text[1:-1] if text.startswith("[") and text.endswith("]") else ""
+        try:
+            text = ipaddress.IPv6Address(inner).compressed
+        except ValueError:
+            raise InvalidArgument(
+                f"--host {host!r} is not a valid address; write an IPv6 address as ::1 or [::1]."
+            ) from None
+    if not text:
+        raise InvalidArgument("--host must not be empty; the default is 127.0.0.1.")
+    try:
+        found = socket.getaddrinfo(text, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError) as exc:
+        reason = exc.strerror if isinstance(exc, socket.gaierror) and exc.strerror else str(exc)
+        raise InvalidArgument(f"Cannot listen on {host!r}: the name does not resolve ({reason}).") from None
+    addresses = [info for info in found if info[0] in (socket.AF_INET, socket.AF_INET6)]
+    if not addresses:
+        raise InvalidArgument(f"Cannot listen on {host!r}: it resolves to no IPv4 or IPv6 address.")
+    remote = [str(info[4][0]) for info in addresses if not ipaddress.ip_address(str(info[4][0])).is_loopback]
+    if remote and not allow_remote:
+        raise PermissionDenied(
+            f"Refusing to listen on {host!r} ({remote[0]}), which is reachable from other machines; "
+            "pass --allow-remote to do so."
+        )
+    family, kind, proto, _, address = addresses[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        where = f"{url_host(str(address[0]))}:{port}"
+        if exc.errno == errno.EADDRINUSE:
+            reason = f"port {port} is already in use (another server?); choose another with --port"
+        elif exc.errno == errno.EACCES:
+            reason = "permission denied (ports below 1024 need privileges); choose another with --port"
+        elif exc.errno == errno.EADDRNOTAVAIL:
+            reason = "the address does not belong to this machine"
+        else:
+            reason = exc.strerror or str(exc)
+        raise KBError(f"Cannot listen on {where}: {reason}.", code="CANNOT_LISTEN") from None
+    return sock
+
+
 def serve_http(
     home: str | Path | None = None,
     *,
@@ -1464,18 +1566,22 @@ def serve_http(
     port: int = DEFAULT_HTTP_PORT,
     allowed_dirs: Sequence[str | Path] = (),
     allow_remote: bool = False,
+    allowed_hosts: Sequence[str] = (),
 ) -> None:
-    """Serve streamable HTTP at http://HOST:PORT/mcp. A non-loopback host needs ``allow_remote``."""
+    """Serve streamable HTTP at http://HOST:PORT/mcp. A non-loopback host needs ``allow_remote``;
+    ``allowed_hosts`` adds names clients may use in the Host header (see :func:`transport_security`)."""
     import uvicorn
 
-    if not is_loopback(host) and not allow_remote:
-        raise PermissionDenied(
-            f"Refusing to listen on {host!r}, which is reachable from other machines; pass --allow-remote to do so."
-        )
     for folder in allowed_dirs:
         if not Path(folder).expanduser().is_dir():
             raise KBError(f"--allow-dir {folder!r} is not a folder.", code="INVALID_ARGUMENT")
-    server = KBMCPServer(home, http=True, host=host, port=port, allowed_dirs=allowed_dirs)
-    server.holder.open(warm_up_first=True)
-    logger.warning("MCP server listening on http://%s:%d/mcp", host, port)
-    uvicorn.run(server.http_app(), host=host, port=port, log_level="warning")
+    sock = listening_socket(host, port, allow_remote)
+    try:
+        bound = url_host(str(sock.getsockname()[0]))
+        names = [*allowed_hosts, host]  # the name given to --host is one clients use too
+        server = KBMCPServer(home, http=True, host=bound, port=port, allowed_dirs=allowed_dirs, allowed_hosts=names)
+        server.holder.open(warm_up_first=True)
+        logger.warning("MCP server listening on http://%s:%d/mcp", bound, port)
+        uvicorn.Server(uvicorn.Config(server.http_app(), log_level="warning")).run(sockets=[sock])
+    finally:
+        sock.close()

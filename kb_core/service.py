@@ -9,7 +9,10 @@ session method returns the envelope ``{success, message, data}`` (see :mod:`kb_c
 from __future__ import annotations
 
 import logging
+import os
+import shutil
 import threading
+import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FuturesTimeout
@@ -32,11 +35,13 @@ from kb_core.errors import (
     KBIsCurrent,
     KBNotFound,
     NoCurrentKB,
+    PermissionDenied,
     StoreError,
 )
 from kb_core.fusion import ScoreBreakdown
 from kb_core.importer import Importer, ImportProgress, ImportSource, in_flight_documents
 from kb_core.reader import KBReader
+from kb_core.safe_files import UnusablePath, open_input_file, reject_nul
 from kb_core.search import (
     RankedHits,
     SearchFilters,
@@ -91,10 +96,16 @@ class KnowledgeBaseService:
         self._parse_limits = parse_limits
 
     # -- sessions ------------------------------------------------------------------------------
-    def session(self, persistent_name: str | None = None, scope: frozenset[str] | None = None) -> Session:
+    def session(
+        self,
+        persistent_name: str | None = None,
+        scope: frozenset[str] | None = None,
+        allowed_dirs: Sequence[Path] | None = None,
+    ) -> Session:
         """A new session. With ``persistent_name`` (the CLI uses "cli") the current KB is kept in the home;
-        ``scope`` limits it to those KB ids (MCP tokens)."""
-        return Session(self, persistent_name, scope)
+        ``scope`` limits it to those KB ids (MCP tokens); ``allowed_dirs`` (resolved folders) confines the
+        files it reads and writes by path (the MCP server's --allow-dir over HTTP)."""
+        return Session(self, persistent_name, scope, allowed_dirs)
 
     # -- knowledge bases -----------------------------------------------------------------------
     def find_kb(self, kb_name: str, among: Sequence[KnowledgeBaseRecord] | None = None) -> KnowledgeBaseRecord:
@@ -216,6 +227,7 @@ class KnowledgeBaseService:
             analyzer=self.analyzer,
             parse=lambda path: parse_file(path, limits),
             chunker=lambda parsed, size: chunk_document(parsed, embedder.tokenizer, size),
+            kb_name=record.name,
         )
 
     @cached_property
@@ -345,12 +357,15 @@ class Session:
         service: KnowledgeBaseService,
         persistent_name: str | None = None,
         scope: frozenset[str] | None = None,
+        allowed_dirs: Sequence[Path] | None = None,
     ) -> None:
         self.service = service
         self.persistent_name = persistent_name
         # KB ids this session may see (an MCP token's scope); None means all. Out-of-scope KBs answer
         # exactly like nonexistent ones.
         self.scope = scope
+        # Folders the files named by path must lie in (checked on the opened file); None means anywhere.
+        self.allowed_dirs: tuple[Path, ...] | None = None if allowed_dirs is None else tuple(allowed_dirs)
         self._current_kb_id: str | None = None
 
     def visible_kbs(self) -> list[KnowledgeBaseRecord]:
@@ -471,25 +486,36 @@ class Session:
             raise InvalidArgument("file_paths must be a non-empty list of file paths.", details={"field": "file_paths"})
         if display_names is not None and len(display_names) != len(file_paths):
             raise InvalidArgument("display_names must name each file in file_paths.")
+        reject_nul(list(file_paths), "file_paths")
         size = record.chunk_size if chunk_size is None else validate_chunk_size(chunk_size)
         results: list[dict[str, Any] | None] = [None] * len(file_paths)
         sources: list[ImportSource] = []
         positions: list[int] = []
-        for index, raw in enumerate(file_paths):
-            path = Path(str(raw)).expanduser()
-            if not path.is_absolute():
-                path = Path.cwd() / path
-            if not path.is_file():
-                reason = "is a folder, not a file" if path.is_dir() else "does not exist"
-                results[index] = {"file_path": str(raw), "error": f"{raw} {reason}."}
-                continue
-            name = display_names[index] if display_names is not None else path.name
-            sources.append(
-                ImportSource(path=path, display_name=_safe_document_name(name), source=source, reported_path=str(raw))
-            )
-            positions.append(index)
+        # Each file is opened once and copied into this private folder; everything after works on the
+        # copy, so the path cannot be redirected (a folder swapped for a symlink) after its check.
+        copies = self.service.kb_store(record.id).root / "staging" / f"{os.getpid()}-import-{uuid.uuid4().hex[:8]}"
+        try:
+            for index, raw in enumerate(file_paths):
+                path = Path(str(raw)).expanduser()
+                if not path.is_absolute():
+                    path = Path.cwd() / path
+                try:
+                    copy = self._copy_for_import(path, copies / str(index))
+                except (UnusablePath, PermissionDenied) as exc:
+                    reason = f"{raw} {exc.reason}." if isinstance(exc, UnusablePath) else exc.message
+                    results[index] = {"file_path": str(raw), "error": reason}
+                    continue
+                name = display_names[index] if display_names is not None else path.name
+                sources.append(
+                    ImportSource(
+                        path=copy, display_name=_safe_document_name(name), source=source, reported_path=str(raw)
+                    )
+                )
+                positions.append(index)
+            states = self.service.importer(record).run(sources, size, progress)[0] if sources else []
+        finally:
+            shutil.rmtree(copies, ignore_errors=True)
         if sources:
-            states, _ = self.service.importer(record).run(sources, size, progress)
             self.service.compact_quietly(record)
             for position, state in zip(positions, states, strict=True):
                 if state.status == "ready":
@@ -516,6 +542,28 @@ class Session:
         if not succeeded:
             envelope["error"] = {"code": "IMPORT_FAILED", "details": {}}
         return envelope
+
+    def _copy_for_import(self, path: Path, folder: Path) -> Path:
+        """Open ``path`` (confined to the session's folders) and copy it to ``folder/<its name>``."""
+        limit = (self.service._parse_limits or default_parse_limits()).max_file_bytes
+        with open_input_file(path, self.allowed_dirs) as opened:
+            if opened.stat.st_size > limit:
+                raise UnusablePath(
+                    path, f"is {opened.stat.st_size / 1e6:.1f} MB, over the import limit of {limit / 1e6:.1f} MB"
+                )
+            try:  # inside the KB's staging/, which is never recreated for a KB deleted meanwhile
+                folder.parent.mkdir(exist_ok=True)
+                folder.mkdir()
+            except FileNotFoundError:
+                raise KBNotFound("The knowledge base was deleted during the import.") from None
+            copy = folder / path.name
+            try:
+                opened.copy_to(copy, limit)
+            except OSError as exc:
+                raise UnusablePath(
+                    path, f"could not be read and copied for the import ({exc.strerror or exc})"
+                ) from None
+        return copy
 
     def _live_document(self, record: KnowledgeBaseRecord, doc_name: str) -> dict[str, Any]:
         if not isinstance(doc_name, str) or not doc_name.strip():
@@ -1071,14 +1119,40 @@ class Session:
         return ok(f"Compacted '{record.name}': merged {stats['segments_merged']} segment(s).", stats)
 
     @enveloped
-    def verify(self) -> Envelope:
-        """Check the whole home for consistency (what the crash tests assert)."""
-        from kb_core.store.verify import verify_home
+    def verify(self, repair: bool = False) -> Envelope:
+        """Check the whole home for consistency (what the crash tests assert).
 
+        With ``repair``, first fix what can be fixed without guessing: a bundle import interrupted between its
+        index and graph commits is rolled back to the committed graph (the graph is the truth: the bundle was
+        never committed, so it is imported again), and staging folders of killed import-db runs are removed.
+        """
+        from kb_core.store.verify import bundle_index_problem, verify_home
+
+        repaired: list[str] = []
+        if repair:
+            from kb_core.bundles import repair_index
+
+            for record in self.service.home.knowledge_bases():
+                if bundle_index_problem(self.service.kb_store(record.id)) is None:
+                    continue
+                result = repair_index(self, record.name)
+                if not result["success"]:
+                    raise KBError(f"Repairing '{record.name}' failed: {result['message']}", code="REPAIR_FAILED")
+                stats = result["data"]
+                repaired.append(
+                    f"{record.name}: rolled the search index back to the committed knowledge graph (removed "
+                    f"{stats['documents_removed']} bundle document(s), re-indexed {stats['documents_indexed']}); "
+                    "import the interrupted bundle again"
+                )
+            for folder in self.service.home.abandoned_transfer_staging(remove=True):
+                repaired.append(f"removed {folder.name}, the staging folder of an import-db that did not finish")
         problems = verify_home(self.service.home)
-        envelope = ok(
-            "The home is consistent." if not problems else f"{len(problems)} problem(s) found.", {"problems": problems}
-        )
+        message = f"Repaired {len(repaired)} problem(s). " if repaired else ""
+        if problems:
+            message += f"{len(problems)} problem(s) found:\n" + "\n".join(f"- {p}" for p in problems)
+        else:
+            message += "The home is consistent."
+        envelope = ok(message, {"problems": problems, "repaired": repaired})
         envelope["success"] = not problems
         return envelope
 

@@ -51,8 +51,10 @@ the target and renamed into place, so a failed export leaves no file.
 Import (:func:`import_database`) validates before changing the home: the ZIP structure, member names
 (absolute, ``..``, backslashes, drive letters, symlinks, hard links, devices and duplicates refused; only
 the names above accepted), declared sizes against limits (:class:`TransferLimits`: per member, total, and
-compression ratio, against decompression bombs), the manifest (format, version: a newer version is
-refused), every member's size and SHA-256, the tables' schemas and row counts, ids, names, and the vector
+compression ratio, against decompression bombs), the manifest (nesting depth, format, version: a newer
+version is refused), every member's size and SHA-256, the tables' schemas and row counts, ids, names, each
+``vectors.npy`` header (version, little-endian float32, C order, 2-D, and shape x itemsize equal to the
+member's real data size, checked before any array is allocated), and the vector
 dimension (consistent across a KB's segments and with its model where known, e.g. 384 for
 all-MiniLM-L6-v2, 64 for "hashing"), and each graph state: at most ``TransferLimits.max_graph_bytes``, JSON
 parsed without NaN/Infinity (too deep nesting refused), the ontology valid, every node and edge well formed,
@@ -60,7 +62,9 @@ its id derived from type plus identity, edge endpoints present and of the edge t
 and edge valid against the ontology's schemas (the bundle validator), and every ``doc_id`` naming a "bundle"
 document of the same KB (once). A ``doc_id`` naming no exported document (the source crashed between a
 bundle's index and graph commits) is cleared and reported: the next bundle import re-indexes that node.
-Members are extracted under private names into a staging folder ``HOME/.transfer-PID-HEX/`` and new KB
+Members are extracted under private names into a staging folder ``HOME/.transfer-PID-HEX/`` (its lock file
+``.transfer-PID-HEX.lock``, held while the import runs, lets the next open of the home remove the folder of a
+killed import and nothing else) and new KB
 folders are built there; only then, under the registry lock, are they moved into ``HOME/kbs/`` and the
 registry rewritten once (the commit point). Any failure removes
 what was staged, so the home is left as it was. A KB whose name exists gets a suffix
@@ -98,8 +102,9 @@ from kb_core.bundles.graph import GraphState, GraphStore, write_shadow
 from kb_core.envelope import Envelope, enveloped, ok
 from kb_core.errors import ImportFormatError, InvalidArgument, KBError, KBNotFound, StoreError
 from kb_core.importer import timestamped_name
+from kb_core.safe_files import OutputFolder, UnusablePath, open_input_file, open_output_folder, reject_nul
 from kb_core.store import Change, KBStore, KnowledgeBaseRecord, Manifest, StagedSegment, catalog, new_id, utc_now
-from kb_core.store.atomic import fsync_directory, pid_is_alive
+from kb_core.store.atomic import fsync_directory
 from kb_core.validation import name_key, validate_chunk_size, validate_endpoint, validate_kb_name
 
 logger = logging.getLogger(__name__)
@@ -116,7 +121,6 @@ __all__ = [
 FORMAT_NAME = "kb-workbench-export"
 FORMAT_VERSION = 1
 MANIFEST_MEMBER = "manifest.json"
-STAGING_PREFIX = ".transfer-"
 TABLE_FILES = ("documents.parquet", "chunks.parquet", "texts.parquet")
 VECTORS_FILE = "vectors.npy"
 SEGMENT_PATH = re.compile(r"^kb/\d{4}/seg/\d{4}$")
@@ -133,6 +137,9 @@ SUFFIX_PATTERN = re.compile(r"^(?:\.[A-Za-z0-9]{1,16})?$")
 DOCUMENT_NAME_MAX = 255
 READ_BLOCK = 1 << 20
 SNAPSHOT_ATTEMPTS = 5
+MAX_MANIFEST_DEPTH = 16  # the format nests 5 levels (manifest, KB list, KB, document list, document)
+MAX_GRAPH_DEPTH = 64  # a graph state nests its bundles' properties (at most 32 levels, see BundleLimits)
+NPY_VERSIONS = ((1, 0), (2, 0))
 
 # Known embedding dimensions (lower-cased base model name → dimension); others are checked for consistency only.
 KNOWN_DIMENSIONS = {
@@ -176,6 +183,7 @@ def _resolve_path(value: object, field_name: str) -> Path:
         value = os.fspath(value)
     if not isinstance(value, str) or not value.strip():
         raise InvalidArgument(f"{field_name} must be a non-empty file path.", details={"field": field_name})
+    reject_nul(value, field_name)
     path = Path(value.strip()).expanduser()
     return path if path.is_absolute() else Path.cwd() / path
 
@@ -324,7 +332,7 @@ def _table_bytes(table: pa.Table) -> bytes:
 
 
 def _write_export(
-    target: Path,
+    target: Path | IO[bytes],
     records: Sequence[KnowledgeBaseRecord],
     snapshots: Sequence[list[_SegmentExport]],
     graphs: Sequence[GraphState | None],
@@ -430,13 +438,16 @@ def export_database(
     Returns ``{source_path: the home, export_path}``. API keys are never exported.
     """
     target = _resolve_path(export_path, "export_path")
-    if target.is_dir():
-        raise InvalidArgument(f"export_path {str(target)!r} is a folder; give a file path, e.g. backup.kbx.")
-    if not target.parent.is_dir():
-        raise InvalidArgument(f"The folder of export_path {str(target.parent)!r} does not exist.")
+    # The folder is opened once; the file is created in it and renamed into place relative to that open
+    # folder, so swapping a folder on the way for a symlink cannot redirect the write.
+    with open_output_folder(target, "export_path", getattr(session, "allowed_dirs", None)) as folder:
+        return _export_into(session, folder, target, kb_names)
+
+
+def _export_into(session: Any, folder: OutputFolder, target: Path, kb_names: Sequence[str] | None) -> Envelope:
     service = session.service
     home_root: Path = service.home.root
-    if target.resolve().is_relative_to(home_root / "kbs"):
+    if (folder.real_path.resolve() / folder.name).is_relative_to(home_root.resolve() / "kbs"):
         raise InvalidArgument(f"export_path {str(target)!r} lies inside the store; choose a path outside {home_root}.")
     if kb_names:
         if isinstance(kb_names, str):
@@ -447,7 +458,7 @@ def export_database(
     snapshots: list[list[_SegmentExport]] = []
     graphs: list[GraphState | None] = []
     kept: list[KnowledgeBaseRecord] = []
-    temporary = target.with_name(f".{target.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    temporary: str | None = None
     try:
         for record in records:
             try:
@@ -460,14 +471,19 @@ def export_database(
             snapshots.append(segments)
             graphs.append(graph)
             kept.append(record)
-        manifest = _write_export(temporary, kept, snapshots, graphs)
-        with open(temporary, "rb") as handle:
+        temporary, handle = folder.create_temporary()
+        with handle:
+            manifest = _write_export(handle, kept, snapshots, graphs)
+            handle.flush()
             os.fsync(handle.fileno())
-        os.replace(temporary, target)
+            size = os.fstat(handle.fileno()).st_size
+        folder.replace(temporary)
+        temporary = None
     except OSError as exc:
         raise StoreError(f"Cannot write the export file {str(target)!r}: {exc.strerror or exc}") from exc
     finally:
-        temporary.unlink(missing_ok=True)
+        if temporary is not None:
+            folder.discard(temporary)
         for segments in snapshots:
             _close_segments(segments)
     kbs = manifest["knowledge_bases"]
@@ -482,7 +498,7 @@ def export_database(
         )
     message = (
         f"Exported {len(kbs)} knowledge base(s) ({documents} document(s), {chunks} chunk(s){graph_text}) to {target} "
-        f"({target.stat().st_size} bytes). API keys are never exported."
+        f"({size} bytes). API keys are never exported."
     )
     logger.info(message)
     return ok(message, {"source_path": str(home_root), "export_path": str(target)})
@@ -588,11 +604,30 @@ class _Package:
     members: dict[str, Path]  # member name → extracted file
 
 
+def _nests_deeper_than(value: Any, limit: int) -> bool:
+    """Whether parsed JSON nests more than ``limit`` containers deep (iterative: no recursion to exhaust)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        if not children:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return False
+
+
 def _read_manifest(data: bytes) -> dict[str, Any]:
+    too_deep = _refuse(f"manifest.json nests deeper than {MAX_MANIFEST_DEPTH} levels; this is not an export file.")
     try:
         manifest = json.loads(data.decode("utf-8"))
+    except RecursionError:  # the parser stops at the interpreter's recursion limit: bounded time, nothing allocated
+        raise too_deep from None
     except (UnicodeDecodeError, ValueError) as exc:
         raise _refuse(f"manifest.json is not valid UTF-8 JSON: {exc}.") from exc
+    if _nests_deeper_than(manifest, MAX_MANIFEST_DEPTH):
+        raise too_deep  # a value hundreds of levels deep would exhaust the stack of whatever formats it later
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
         found = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__
         raise _refuse(f"This is not a {FORMAT_NAME} file (manifest format is {found!r}).")
@@ -620,12 +655,22 @@ def _read_manifest(data: bytes) -> dict[str, Any]:
     return manifest
 
 
-def _open_package(path: Path, staging: Path, limits: TransferLimits) -> _Package:
-    if not path.is_file():
-        reason = "is a folder" if path.is_dir() else "does not exist"
-        raise InvalidArgument(f"source_db_path {str(path)!r} {reason}; give an export file.")
+def _open_package(
+    path: Path, staging: Path, limits: TransferLimits, allowed_dirs: Sequence[Path] | None = None
+) -> _Package:
+    # Opened once (confined where the session is); the archive is read from that open file only.
     try:
-        archive = zipfile.ZipFile(path)
+        with open_input_file(path, allowed_dirs) as opened:
+            handle = opened.reader()
+    except UnusablePath as exc:
+        raise InvalidArgument(f"source_db_path {str(path)!r} {exc.reason}; give an export file.") from None
+    with handle:
+        return _read_package(handle, path, staging, limits)
+
+
+def _read_package(handle: IO[bytes], path: Path, staging: Path, limits: TransferLimits) -> _Package:
+    try:
+        archive = zipfile.ZipFile(handle)
     except zipfile.BadZipFile as exc:
         raise _refuse(
             f"{path.name} is not a {FORMAT_NAME} file, or it is truncated: it is not a readable ZIP archive ({exc})."
@@ -713,14 +758,37 @@ def _read_table(path: Path, schema: pa.Schema, what: str) -> list[dict[str, Any]
 
 
 def _read_vectors(path: Path, rows: int, what: str) -> np.ndarray:
+    """Read a vectors.npy member after checking its header against the member's real size (never allocating
+    what a header merely claims)."""
+    from numpy.lib import format as npy
+
     try:
-        vectors = np.load(path, allow_pickle=False)
+        with open(path, "rb") as handle:
+            version = npy.read_magic(handle)
+            if version not in NPY_VERSIONS:
+                raise _refuse(f"{what} is a .npy file of version {version[0]}.{version[1]}; 1.0 and 2.0 are accepted.")
+            read_header = npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0
+            shape, fortran_order, dtype = read_header(handle)
+            data_bytes = os.fstat(handle.fileno()).st_size - handle.tell()
+            if len(shape) != 2 or dtype != np.dtype("<f4") or fortran_order or not 1 <= shape[1] <= 65536:
+                order = " in Fortran order" if fortran_order else ""
+                raise _refuse(
+                    f"{what} must be a 2-D little-endian float32 array in C order with 1 to 65536 columns, got "
+                    f"{dtype} of shape {shape}{order}."
+                )
+            claimed = shape[0] * shape[1] * dtype.itemsize
+            if claimed != data_bytes:
+                raise _refuse(
+                    f"{what}: its header claims shape {shape} ({claimed} bytes) but the member holds {data_bytes} "
+                    "bytes of data; refused."
+                )
+            if shape[0] != rows:
+                raise _refuse(f"{what} has {shape[0]} vectors for {rows} chunks.")
+            vectors = np.fromfile(handle, dtype=dtype, count=shape[0] * shape[1]).reshape(shape)
+    except ImportFormatError:
+        raise
     except (OSError, ValueError, EOFError) as exc:
         raise _refuse(f"{what} is not a readable .npy array: {exc}.") from exc
-    if not isinstance(vectors, np.ndarray) or vectors.ndim != 2 or vectors.dtype != np.float32:
-        raise _refuse(f"{what} must be a 2-D float32 array, got {getattr(vectors, 'dtype', '?')} {vectors.shape}.")
-    if vectors.shape[0] != rows:
-        raise _refuse(f"{what} has {vectors.shape[0]} vectors for {rows} chunks.")
     if not np.isfinite(vectors).all():
         raise _refuse(f"{what} contains NaN or infinite values.")
     norms = np.linalg.norm(vectors, axis=1)
@@ -914,6 +982,8 @@ def _validate_graph(
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         reason = "it nests too deeply" if isinstance(exc, RecursionError) else str(exc)
         raise _refuse(f"{path} is not valid UTF-8 JSON: {reason}.", kb_name=kb_name) from None
+    if _nests_deeper_than(raw, MAX_GRAPH_DEPTH):
+        raise _refuse(f"{path} nests deeper than {MAX_GRAPH_DEPTH} levels; refused.", kb_name=kb_name)
 
     def bad(message: str) -> ImportFormatError:
         return _refuse(f"{path} (graph of knowledge base {kb_name!r}): {message}; refused.", kb_name=kb_name)
@@ -1168,16 +1238,6 @@ def _commit(home: Any, plans: Sequence[_KBPlan], now: datetime) -> list[tuple[st
     return renamed
 
 
-def _new_staging(home_root: Path) -> Path:
-    for leftover in home_root.glob(f"{STAGING_PREFIX}*"):
-        pid = leftover.name[len(STAGING_PREFIX) :].split("-", 1)[0]
-        if pid.isdigit() and not pid_is_alive(int(pid)):
-            shutil.rmtree(leftover, ignore_errors=True)
-    staging = home_root / f"{STAGING_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    staging.mkdir()
-    return staging
-
-
 @enveloped
 def import_database(
     session: Any, source_db_path: str | os.PathLike[str], *, limits: TransferLimits | None = None
@@ -1192,9 +1252,10 @@ def import_database(
     home = service.home
     limits = limits or TransferLimits()
     now = datetime.now(UTC)
-    staging = _new_staging(home.root)
+    home.abandoned_transfer_staging(remove=True)
+    staging = home.open_transfer_staging()
     try:
-        package = _open_package(source, staging, limits)
+        package = _open_package(source, staging.path, limits, getattr(session, "allowed_dirs", None))
         entries = package.manifest["knowledge_bases"]
         graph_paths: set[str] = set()
         plans = [_validate_kb(entry, position, package, graph_paths) for position, entry in enumerate(entries)]
@@ -1207,10 +1268,10 @@ def import_database(
             taken_ids |= ids
             _unique_document_names(plan, now)
         for plan in plans:
-            _stage_kb(plan, staging, service.analyzer)
+            _stage_kb(plan, staging.path, service.analyzer)
         renamed = _commit(home, plans, now)
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        staging.close()
     documents = sum(p.document_count for p in plans)
     message = f"Imported {len(plans)} knowledge base(s) with {documents} document(s) from {source.name}."
     if renamed:

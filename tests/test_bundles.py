@@ -369,3 +369,63 @@ def test_cli_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert "Document" in capsys.readouterr().out
     ontology = write(tmp_path, json.dumps({"nodes": {"Document": {"identity": ["doc_uri"]}}}), "o.json")
     assert main(["--home", home, "ontology", "set", str(ontology)]) == 1
+
+
+# -- a kill between the index commit and the graph commit ------------------------------------------------------------
+BUNDLE_WORKER = Path(__file__).with_name("bundle_worker.py")
+
+
+def test_a_kill_between_index_and_graph_commit_is_found_by_verify_and_rolled_back_by_repair(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import subprocess
+    import sys
+
+    from kb_core.cli import main
+
+    home = tmp_path / "home"
+    session = KnowledgeBaseService(home).session()
+    assert session.create_knowledge_base("graph", 128, embedding_model="hashing")["success"]
+    assert session.select_knowledge_base("graph")["success"]
+    first = [
+        {"type": "Document", "doc_uri": "a", "content": "apples grow on trees"},
+        {"type": "Document", "doc_uri": "b", "content": "bananas are yellow 香蕉是黄色的"},
+        {"type": "REFERENCES", "source": {"doc_uri": "a"}, "target": {"doc_uri": "b"}, "ref_type": "see-also"},
+    ]
+    assert bundles.import_knowledge_bundle(session, dump(tmp_path, first, "first.yaml"))["success"]
+    before_graph, before_docs = graph_snapshot(session), doc_names(session)
+    assert session.verify()["success"]
+    second = [
+        {"type": "Document", "doc_uri": "a", "content": "cherries are red"},  # a changed text
+        {"type": "Document", "doc_uri": "c", "content": "durian smells strong 榴莲很臭"},  # a new node
+        {"type": "Document", "action": "delete", "doc_uri": "b"},  # a deleted node
+    ]
+    bundle = dump(tmp_path, second, "second.yaml")
+    killed = subprocess.run(
+        [sys.executable, str(BUNDLE_WORKER), str(home), "graph", str(bundle)], capture_output=True, timeout=120
+    )
+    assert killed.returncode == -9, killed.stderr.decode()
+    # the index holds the bundle, the graph does not: search shows texts no node has
+    assert session.search("durian", mode="keyword")["data"]["chunks"]
+    assert graph_snapshot(session) == before_graph
+    result = session.verify()
+    assert not result["success"]
+    problem = "\n".join(result["data"]["problems"])
+    assert "'graph'" in problem or "graph:" in problem
+    assert "interrupted between its index and graph commits" in problem and "kb verify --repair" in problem
+    capsys.readouterr()
+    assert main(["--home", str(home), "verify"]) == 1
+    assert "kb verify --repair" in capsys.readouterr().err  # the CLI shows the problem and the remedy
+    assert main(["--home", str(home), "verify", "--repair"]) == 0
+    assert "rolled" in capsys.readouterr().out
+    # rolled back to the committed graph: the old texts are searchable again, the new ones are gone
+    assert not session.search("durian", mode="keyword")["data"]["chunks"]
+    assert not session.search("cherries", mode="keyword")["data"]["chunks"]
+    assert session.search("apples", mode="keyword")["data"]["chunks"][0]["doc_name"] == "a"
+    assert session.search("香蕉", mode="keyword")["data"]["chunks"][0]["doc_name"] == "b"
+    assert graph_snapshot(session) == before_graph and doc_names(session) == before_docs
+    assert session.verify()["success"]
+    # and the interrupted bundle can simply be imported again
+    assert bundles.import_knowledge_bundle(session, bundle)["success"]
+    assert session.search("durian", mode="keyword")["data"]["chunks"][0]["doc_name"] == "c"
+    assert doc_names(session) == {"a", "c"} and session.verify()["success"]

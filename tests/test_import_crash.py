@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from kb_core import KnowledgeBaseService
 from kb_core.store.verify import verify_home
 
@@ -67,3 +69,38 @@ def test_sigkill_during_a_200_file_import(tmp_path: Path) -> None:
     assert finished.returncode == 0, finished.stderr
     assert finished.stdout.split()[-1] == "200"
     assert check_consistent(home) == counts[-1] + 200
+
+
+@pytest.mark.parametrize("pause_at", ["parsed", "committed"])
+def test_deleting_the_kb_during_an_import_answers_kb_not_found(tmp_path: Path, pause_at: str) -> None:
+    home = tmp_path / "home"
+    corpus = tmp_path / "corpus"
+    make_corpus(corpus)
+    service = KnowledgeBaseService(home)
+    session = service.session()
+    assert session.create_knowledge_base("crash", 64, embedding_model="hashing")["success"]
+    kb_id = service.find_kb("crash").id
+    process = subprocess.Popen(
+        [sys.executable, str(WORKER), str(home), str(corpus), pause_at],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert process.stdout is not None and process.stdin is not None
+        assert process.stdout.readline().strip() == b"started"
+        assert process.stdout.readline().strip() == b"paused"  # the import stopped at a known point
+        assert session.delete_knowledge_base("crash")["success"]  # deleted by another process meanwhile
+        time.sleep(1.1)  # past the interval of the import's in-flight list, so its next write happens
+        out, err = process.communicate(b"go\n", timeout=300)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 0, err.decode()
+    lines = out.decode().split()
+    assert lines[-2:] == ["KB_NOT_FOUND", "0"], (out.decode(), err.decode()[-3000:])
+    reopened = KnowledgeBaseService(home)
+    assert verify_home(reopened.home) == []
+    assert reopened.home.knowledge_bases() == []
+    assert not (home / "kbs" / kb_id).exists()

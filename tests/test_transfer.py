@@ -479,6 +479,64 @@ def test_wrong_vector_dimension_is_refused(victim: Any, small_export: Path, tmp_
     assert_refused(victim, consistent, "'hashing'", "64", "32")
 
 
+def _with_raw_manifest(small_export: Path, target: Path, text: str) -> Path:
+    """The export's members with ``manifest.json`` replaced by ``text`` (which json.dumps could not even write)."""
+    with zipfile.ZipFile(small_export) as archive:
+        members = {name: archive.read(name) for name in archive.namelist() if name != MANIFEST_MEMBER}
+    with zipfile.ZipFile(target, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+        archive.writestr(MANIFEST_MEMBER, text)
+    return target
+
+
+def test_deeply_nested_manifest_is_refused(victim: Any, small_export: Path, tmp_path: Path) -> None:
+    with zipfile.ZipFile(small_export) as archive:
+        manifest = json.loads(archive.read(MANIFEST_MEMBER))
+    head = json.dumps(manifest)[:-1]  # the real manifest, still open for one more key
+    text = head + ', "x": ' + "[" * 200_000 + "]" * 200_000 + "}"
+    deep = _with_raw_manifest(small_export, tmp_path / "deep.kbx", text)
+    assert deep.stat().st_size < 1 << 20
+    assert_refused(victim, deep, "nests deeper than")
+    # shallow enough for the parser, still far deeper than the format: refused before anything reads it
+    manifest["knowledge_bases"][0]["search_settings"] = {"top_k": json.loads("[" * 500 + "]" * 500)}
+    assert_refused(victim, rebuild(small_export, tmp_path / "d500.kbx", edit_manifest=lambda m: m.update(manifest)),
+                   "nests deeper than")
+
+
+def _npy_with_header(header: dict[str, Any], payload: bytes) -> bytes:
+    buffer = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buffer, header)
+    return buffer.getvalue() + payload
+
+
+def test_vectors_with_a_hostile_npy_header_are_refused_before_reading(
+    victim: Any, small_export: Path, tmp_path: Path
+) -> None:
+    member = first_member(small_export, "vectors.npy")
+    with zipfile.ZipFile(small_export) as archive:
+        vectors = np.load(io.BytesIO(archive.read(member)))
+    payload = vectors.astype("<f4").tobytes()
+    rows, dimension = vectors.shape
+    assert rows >= 1
+    one_row = payload[: 4 * dimension]
+    # a header claiming 2^30 x 2^10 floats (4 TiB) over a few kilobytes: never allocated
+    huge = _npy_with_header({"descr": "<f4", "fortran_order": False, "shape": (1 << 30, 1 << 10)}, payload)
+    assert_refused(victim, rebuild(small_export, tmp_path / "huge.kbx", replace={member: huge}), "shape", "bytes")
+    cases = {
+        "short": ({"descr": "<f4", "fortran_order": False, "shape": (rows, dimension)}, payload[:-4], "bytes"),
+        "long": ({"descr": "<f4", "fortran_order": False, "shape": (rows, dimension)}, payload + b"\0" * 4, "bytes"),
+        "object": ({"descr": "|O", "fortran_order": False, "shape": (rows, dimension)}, payload, "float32"),
+        "3-d": ({"descr": "<f4", "fortran_order": False, "shape": (rows, dimension, 1)}, payload, "2-D"),
+        "rows": ({"descr": "<f4", "fortran_order": False, "shape": (rows + 1, dimension)}, payload + one_row, "chunks"),
+    }
+    for label, (header, data, fragment) in cases.items():
+        bad = rebuild(small_export, tmp_path / f"{label}.kbx", replace={member: _npy_with_header(header, data)})
+        assert_refused(victim, bad, fragment)
+    garbage = rebuild(small_export, tmp_path / "magic.kbx", replace={member: b"\x93NUMPY\x09\x00" + payload})
+    assert_refused(victim, garbage, ".npy")
+
+
 def test_inconsistent_contents_are_refused(victim: Any, small_export: Path, tmp_path: Path) -> None:
     def missing_member(manifest: dict[str, Any]) -> None:
         manifest["files"]["kb/0000/seg/0000/files/doc_ghost.txt"] = {"sha256": "0" * 64, "size": 1}
@@ -799,3 +857,79 @@ def test_export_while_bundles_import_holds_matching_graph_and_documents(tmp_path
         documents = target.list_documents(kb_name="busy")["data"]["documents"]
         assert sorted(d["name"] for d in documents) == sorted(n["doc_name"] for n in nodes)  # no torn state
         assert len(edges) == max(len(nodes) - 1, 0)
+
+
+# -- a killed import-db --------------------------------------------------------------------------------------------
+TRANSFER_WORKER = Path(__file__).with_name("transfer_worker.py")
+
+
+def _staging(home: Path) -> list[Path]:
+    return sorted(p for p in home.glob(".transfer-*") if p.is_dir())
+
+
+def test_a_killed_import_db_leaves_staging_that_verify_reports_and_the_next_open_removes(
+    small_export: Path, tmp_path: Path
+) -> None:
+    import subprocess
+    import sys
+
+    from kb_core.store.verify import verify_home
+
+    home = tmp_path / "home"
+    service = KnowledgeBaseService(home)  # a long-running process (the app) has the home open meanwhile
+    killed = subprocess.run(
+        [sys.executable, str(TRANSFER_WORKER), str(home), str(small_export), "kill"], capture_output=True, timeout=120
+    )
+    assert killed.returncode == -9, killed.stderr.decode()
+    leftovers = _staging(home)
+    assert len(leftovers) == 1 and sum(f.stat().st_size for f in leftovers[0].rglob("*") if f.is_file()) > 0
+    problems = verify_home(service.home)
+    assert len(problems) == 1 and leftovers[0].name in problems[0] and "import-db" in problems[0], problems
+    assert service.session().list_knowledge_bases()["data"]["knowledge_bases"] == []  # nothing half-imported
+    reopened = KnowledgeBaseService(home)  # the next open of the home removes it
+    assert _staging(home) == [] and list(home.glob(".transfer-*")) == []
+    assert verify_home(reopened.home) == []
+
+
+def test_opening_the_home_keeps_the_staging_of_a_running_import_db(small_export: Path, tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from kb_core.store.verify import verify_home
+
+    home = tmp_path / "home"
+    KnowledgeBaseService(home)
+    running = subprocess.Popen(
+        [sys.executable, str(TRANSFER_WORKER), str(home), str(small_export), "pause"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert running.stdout is not None and running.stdin is not None
+        assert running.stdout.readline().strip() == b"staged"
+        staging = _staging(home)
+        assert len(staging) == 1
+        service = KnowledgeBaseService(home)  # another process opens the home while the import runs
+        assert _staging(home) == staging
+        assert verify_home(service.home) == []  # a live import is no problem
+        running.stdin.write(b"go\n")
+        running.stdin.flush()
+        assert running.wait(timeout=120) == 0, running.stderr.read().decode() if running.stderr else ""
+    finally:
+        if running.poll() is None:
+            running.kill()
+            running.wait()
+    assert [r.name for r in service.home.knowledge_bases()] == ["small"]
+    assert list(home.glob(".transfer-*")) == []
+    # A leftover whose pid now names a live process (reused) is still recognised by its free lock ...
+    reused = home / f".transfer-{os.getpid()}-0badc0de"
+    (reused / "raw").mkdir(parents=True)
+    (home / f"{reused.name}.lock").touch()
+    # ... and one written before staging folders had a lock is judged by its (dead) pid.
+    legacy = home / ".transfer-999999999-0ldf0rm0"
+    legacy.mkdir()
+    assert len(verify_home(service.home)) == 2
+    KnowledgeBaseService(home)
+    assert list(home.glob(".transfer-*")) == []

@@ -179,6 +179,10 @@ class KBStore:
             raise KBNotFound(f"Knowledge base id '{self.kb_id}' no longer exists.")
         raise StoreError(f"No readable manifest in {self.root / 'manifests'}")
 
+    def manifest_at(self, version: int) -> Manifest:
+        """One manifest version (FileNotFoundError once garbage-collected; ValueError/KeyError if unreadable)."""
+        return Manifest.from_json(read_json(self._manifest_path(version)))
+
     def segment_dir(self, segment_id: str) -> Path:
         return self.root / "segments" / segment_id
 

@@ -6,6 +6,8 @@ killed with SIGKILL never leaves a stale lock behind. Readers never take these l
 
 from __future__ import annotations
 
+import fcntl
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -40,3 +42,23 @@ def try_writer_lock(path: Path) -> FileLock | None:
     except Timeout:
         return None
     return lock
+
+
+@contextmanager
+def lock_if_free(path: Path) -> Iterator[bool]:
+    """Hold the lock of an existing lock file if nobody does (its holder died): yields True while held, False when
+    a live process holds it or the file is gone. Unlike FileLock it never creates the file."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
+    except OSError:
+        yield False
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # FileLock's own call: the two exclude each other
+        except OSError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock

@@ -12,6 +12,8 @@ Layout of a home (everything addressed by KB id, never by name)::
       kbs/KB_ID/                one knowledge base (see kb_store.py)
       cache/embeddings.sqlite   embedding cache shared by all KBs and processes
       trash/                    KB folders being deleted
+      .transfer-PID-HEX/        an import-db's staging folder; .transfer-PID-HEX.lock beside it is locked while
+                                its import runs, so a later open removes it only once its owner is gone
 """
 
 from __future__ import annotations
@@ -30,20 +32,24 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+from filelock import FileLock
 
 from kb_core.errors import KBNotFound, StoreError
 from kb_core.store.atomic import (
+    owner_pid,
+    pid_is_alive,
     read_json,
     remove_stale_temporaries,
     write_atomically,
     write_bytes_atomically,
     write_json_atomically,
 )
-from kb_core.store.locking import try_writer_lock, writer_lock
+from kb_core.store.locking import lock_if_free, try_writer_lock, writer_lock
 
 logger = logging.getLogger(__name__)
 
 HOME_FORMAT_VERSION = 1
+TRANSFER_STAGING_PREFIX = ".transfer-"
 
 
 def utc_now() -> str:
@@ -92,6 +98,19 @@ KNOWLEDGE_BASES_SCHEMA = pa.schema(
         ("created_at", pa.string()),
     ]
 )
+
+
+@dataclass
+class TransferStaging:
+    """A private folder in the home where an import-db extracts and builds; :meth:`close` removes it."""
+
+    path: Path
+    lock: FileLock  # held until close: tells other processes that this folder is in use
+
+    def close(self) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)
+        self.path.with_name(f"{self.path.name}.lock").unlink(missing_ok=True)
+        self.lock.release()
 
 
 class Home:
@@ -222,9 +241,58 @@ class Home:
     def write_session(self, name: str, value: dict[str, Any]) -> None:
         write_json_atomically(self.root / "sessions" / f"{name}.json", value)
 
+    # -- import-db staging -----------------------------------------------------------------------
+    def open_transfer_staging(self) -> TransferStaging:
+        """A new staging folder for an import-db; its lock file is created and locked before the folder exists."""
+        name = f"{TRANSFER_STAGING_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        lock = try_writer_lock(self.root / f"{name}.lock")
+        if lock is None:
+            raise StoreError(f"Cannot lock a new staging folder {name} in {self.root}.")
+        staging = TransferStaging(self.root / name, lock)
+        try:
+            staging.path.mkdir()
+        except BaseException:
+            staging.close()
+            raise
+        return staging
+
+    def abandoned_transfer_staging(self, *, remove: bool = False) -> list[Path]:
+        """Staging folders of import-db runs that died (SIGKILL, power loss); removed with ``remove``.
+
+        The owner holds ``NAME.lock`` for as long as it runs (the kernel releases it when the process dies), so
+        a live import's folder is never taken, even when a dead owner's pid has been reused. Folders from before
+        staging had a lock are judged by their pid.
+        """
+        found: list[Path] = []
+        for entry in sorted(self.root.glob(f"{TRANSFER_STAGING_PREFIX}*")):
+            folder = entry.with_name(entry.name.removesuffix(".lock"))
+            lock_path = folder.with_name(f"{folder.name}.lock")
+            if entry == lock_path and folder.exists():
+                continue  # seen with its folder
+            if not lock_path.exists():
+                pid = owner_pid(folder.name[len(TRANSFER_STAGING_PREFIX) :])
+                if not entry.is_dir() or (pid is not None and pid_is_alive(pid)):
+                    continue
+                found.append(folder)
+                if remove:
+                    shutil.rmtree(folder, ignore_errors=True)
+                continue
+            with lock_if_free(lock_path) as abandoned:
+                if not abandoned:
+                    continue
+                if folder.is_dir():
+                    found.append(folder)
+                if remove:
+                    shutil.rmtree(folder, ignore_errors=True)
+                    lock_path.unlink(missing_ok=True)
+        if remove and found:
+            logger.info("Removed %d staging folder(s) of import-db runs that did not finish", len(found))
+        return found
+
     # -- recovery ------------------------------------------------------------------------------
     def clean_up(self) -> None:
         """Remove what crashed writers left behind. Skipped when another writer is active."""
+        self.abandoned_transfer_staging(remove=True)  # guarded by each staging folder's own lock
         lock = try_writer_lock(self.root / "registry.lock")
         if lock is None:
             return

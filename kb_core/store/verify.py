@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from kb_core.errors import KBError
 from kb_core.store.catalog import CHUNK_ROWS_FILE, read_segment_info
-from kb_core.store.kb_store import KBStore
+from kb_core.store.kb_store import KBStore, Manifest
+from kb_core.store.locking import lock_if_free
 from kb_core.store.registry import Home
 
 
@@ -34,6 +37,111 @@ def verify_home(home: Home) -> list[str]:
                                                                           ref.documents))
         if manifest.chunk_count < 0 or manifest.document_count < 0:
             problems.append(f"{record.name}: manifest counts are negative")
+        problems.extend(f"{record.name}: {p}" for p in _verify_records(store, manifest))
+        bundle_problem = bundle_index_problem(store)
+        if bundle_problem is not None:
+            problems.append(f"{record.name}: {bundle_problem}")
+    for folder in home.abandoned_transfer_staging():
+        size = _folder_bytes(folder)
+        problems.append(
+            f"{folder.name}: staging folder ({size} bytes) of an import-db that did not finish (its process is "
+            "gone); nothing of it was imported, and the next open of the home removes it"
+        )
+    return problems
+
+
+def _folder_bytes(folder: Path) -> int:
+    total = 0
+    for path in folder.rglob("*"):
+        try:
+            total += path.stat().st_size if path.is_file() else 0
+        except FileNotFoundError:  # removed while we counted
+            continue
+    return total
+
+
+class _DocumentNames:
+    """doc id → (name, source, status) of each segment's documents, read once (None for a segment that is gone
+    or unreadable)."""
+
+    def __init__(self, store: KBStore) -> None:
+        self.store = store
+        self._cache: dict[str, dict[str, tuple[str, str, str]] | None] = {}
+
+    def __call__(self, segment_id: str) -> dict[str, tuple[str, str, str]] | None:
+        if segment_id not in self._cache:
+            try:
+                folder = self.store.segment_dir(segment_id)
+                table = pq.read_table(folder / "documents.parquet", columns=["doc_id", "name", "source", "status"])
+            except (OSError, pa.ArrowException):
+                self._cache[segment_id] = None
+            else:
+                ids = table.column("doc_id").to_pylist()
+                rows = zip(*(table.column(c).to_pylist() for c in ("name", "source", "status")), strict=True)
+                self._cache[segment_id] = dict(zip(ids, rows, strict=True))
+        return self._cache[segment_id]
+
+
+def _records(
+    manifest: Manifest, names: _DocumentNames
+) -> tuple[dict[str, tuple[str, str, str]], set[str]] | None:
+    """(live doc id → (name, source, status), ids of deleted documents still in a segment) of a manifest; None if
+    a segment is gone."""
+    live: dict[str, tuple[str, str, str]] = {}
+    deleted: set[str] = set()
+    for ref in manifest.segments:
+        documents = names(ref.id)
+        if documents is None:
+            return None
+        dead = manifest.tombstones.get(ref.id, {})
+        for doc_id, name in documents.items():
+            if doc_id in dead:
+                deleted.add(doc_id)
+            else:
+                live[doc_id] = name
+    return live, deleted
+
+
+def _verify_records(store: KBStore, manifest: Manifest) -> list[str]:
+    """Document records: tombstones name documents their segment holds, the counts add up, and no commit of the
+    retained history dropped a live document without a deletion (what a faulty compaction would do)."""
+    problems: list[str] = []
+    names = _DocumentNames(store)
+    segment_ids = {ref.id for ref in manifest.segments}
+    for segment_id, dead in manifest.tombstones.items():
+        documents = names(segment_id) if segment_id in segment_ids else None
+        if segment_id not in segment_ids:
+            problems.append(f"manifest {manifest.version} has tombstones for segment {segment_id}, not one of its own")
+        elif documents is not None and set(dead) - set(documents):
+            ghosts = sorted(set(dead) - set(documents))
+            problems.append(
+                f"manifest {manifest.version} deletes document(s) {ghosts[:5]} from segment {segment_id}, which does "
+                "not hold them: its document count is wrong"
+            )
+    current = _records(manifest, names)
+    if current is not None and len(current[0]) != manifest.document_count:
+        problems.append(
+            f"manifest {manifest.version} counts {manifest.document_count} live document(s) but its segments hold "
+            f"{len(current[0])}"
+        )
+    previous: tuple[int, dict[str, tuple[str, str, str]]] | None = None
+    for version in store.manifest_versions():
+        try:
+            state = _records(store.manifest_at(version), names)
+        except (FileNotFoundError, ValueError, KeyError):
+            state = None  # collected meanwhile, or unreadable (the newest one is reported by manifest())
+        if state is None:
+            previous = None
+            continue
+        if previous is not None and previous[0] == version - 1:
+            lost = sorted(set(previous[1]) - set(state[0]) - state[1])
+            if lost:
+                shown = ", ".join(repr(previous[1][d][0]) for d in lost[:5]) + (" …" if len(lost) > 5 else "")
+                problems.append(
+                    f"manifest {version} lost {len(lost)} document record(s) that manifest {version - 1} held, "
+                    f"without a deletion: {shown}"
+                )
+        previous = (version, state[0])
     return problems
 
 
@@ -71,3 +179,49 @@ def _verify_segment(folder: Path, rows: int, documents: int) -> list[str]:
             if found != rows:
                 problems.append(f"segment {folder.name}: vectors.npy has {found} rows, expected {rows}")
     return problems
+
+
+def bundle_index_problem(store: KBStore) -> str | None:
+    """How the KB's bundle documents differ from its knowledge graph (the truth), or None when they match.
+
+    A bundle import commits the search index first and the graph second; a process killed in between leaves
+    documents no graph node names, or nodes whose document was replaced or deleted. Checked under the graph's
+    write lock, and skipped while a bundle import holds it (its two commits are then legitimately apart).
+    """
+    from kb_core.bundles.graph import GraphStore  # imported here: bundles build on the store, not the reverse
+    from kb_core.bundles.indexing import BUNDLE_SOURCE
+
+    graph = GraphStore(store.root)
+    if not graph.root.is_dir():
+        return None
+    lock = graph.root / "write.lock"
+    with lock_if_free(lock) if lock.exists() else nullcontext(True) as free:
+        if not free:
+            return None
+        try:
+            state = graph.load()
+            records = _records(store.manifest(), _DocumentNames(store))
+        except KBError as exc:
+            return f"its knowledge graph or index cannot be read to compare them ({exc.message})"
+        if records is None:
+            return None  # a missing segment is reported on its own
+        indexed = {d: row[0] for d, row in records[0].items() if row[1] == BUNDLE_SOURCE and row[2] == "ready"}
+        linked = {n["doc_id"]: n for n in state.nodes.values() if n.get("doc_id")}
+    orphans = sorted(set(indexed) - set(linked))
+    gone = sorted(set(linked) - set(indexed))
+    if not orphans and not gone:
+        return None
+    parts = []
+    if orphans:
+        names = ", ".join(repr(indexed[d]) for d in orphans[:5]) + (" …" if len(orphans) > 5 else "")
+        parts.append(f"{len(orphans)} searchable bundle document(s) that no graph node names ({names})")
+    if gone:
+        names = ", ".join(repr(linked[d].get("doc_name") or linked[d]["id"]) for d in gone[:5])
+        names += " …" if len(gone) > 5 else ""
+        parts.append(f"{len(gone)} graph node(s) whose indexed document is gone ({names})")
+    return (
+        "the search index does not match the knowledge graph: " + " and ".join(parts) + ". A bundle import "
+        "interrupted between its index and graph commits leaves this (so does deleting a bundle document "
+        "directly). Run `kb verify --repair` to roll the index back to the committed graph (the graph is the "
+        "truth), then import that bundle again"
+    )
