@@ -452,7 +452,8 @@ def test_two_kept_runs_compare_query_by_query_as_the_service_does(filled: Path) 
     second = keep_run(filled, [EvaluationSetting("semantic")])
     test = app("evaluate")
     # newest run is B, the one before it A; each with its first setting
-    assert test.selectbox(key="cmp_run_a").value == first and test.selectbox(key="cmp_run_b").value == second
+    assert test.selectbox(key=f"cmp_run_a_{second}").value == first
+    assert test.selectbox(key=f"cmp_run_b_{second}").value == second
     test.selectbox(key=f"cmp_setting_a_{first}").set_value("hybrid 0.30/0.70").run()
     session = KnowledgeBaseService(filled).session()
     expected = session.compare_evaluation_runs(first, second, "hybrid 0.30/0.70", "semantic", top=1000)["data"]
@@ -468,7 +469,7 @@ def test_two_kept_runs_compare_query_by_query_as_the_service_does(filled: Path) 
     }
 
     # the same run twice compares two of its settings; B starts on the run's second setting
-    test.selectbox(key="cmp_run_b").set_value(first).run()
+    test.selectbox(key=f"cmp_run_b_{second}").set_value(first).run()
     assert test.selectbox(key=f"cmp_setting_b_{first}").value == "hybrid 0.30/0.70"
     test.selectbox(key=f"cmp_setting_a_{first}").set_value("keyword").run()
     expected = session.compare_evaluation_runs(first, first, "keyword", "hybrid 0.30/0.70")["data"]
@@ -490,7 +491,8 @@ def test_runs_of_different_knowledge_bases_warn_when_compared(filled: Path) -> N
     assert session.delete_document("得分解释.doc")["success"]  # the KB the next run searches differs
     second = keep_run(filled, [EvaluationSetting("keyword")])
     test = app("evaluate")
-    assert (test.selectbox(key="cmp_run_a").value, test.selectbox(key="cmp_run_b").value) == (first, second)
+    assert test.selectbox(key=f"cmp_run_a_{second}").value == first
+    assert test.selectbox(key=f"cmp_run_b_{second}").value == second
     assert any("searched different knowledge bases" in w for w in texts(test, "warning")), texts(test, "warning")
 
 
