@@ -107,7 +107,7 @@ else:
     st.caption(f"Evaluating {target}.")
 
 with st.expander("Settings", expanded=True):
-    s1, s2, s3 = st.columns([2, 1.3, 1])
+    s1, s2, s3 = st.columns([1.8, 1.2, 1.3])
     modes = s1.multiselect("Modes", list(evaluation.MODES), default=list(evaluation.MODES), key="eval_modes",
                            help="Each mode with the KB's saved settings (its defaults).")
     compare_fusion = s2.toggle(
@@ -115,12 +115,12 @@ with st.expander("Settings", expanded=True):
         help="Also hybrid with auto weighting and hybrid with reciprocal rank fusion (RRF).",
     )
     max_queries = s3.number_input("Max queries (0 = all)", min_value=0, value=0, step=50, key="eval_max")
-    w1, w2, w3 = st.columns([2, 1.3, 1])
+    w1, w2, w3 = st.columns([1.8, 1.2, 1.3])
     sweep = w1.toggle("Sweep the vector weight", value=True, key="eval_sweep",
                       help="Hybrid at vector weights 0 … 1 (keyword weight 1 − it), fixed weights, weighted fusion.")
     steps = w2.slider("Sweep steps", 2, 20, 10, key="eval_steps", disabled=not sweep)
     sweep_recall = w3.toggle(
-        "Recall@100 in the sweep", value=True, key="eval_sweep_recall", disabled=not sweep,
+        "Recall@100 in sweep", value=True, key="eval_sweep_recall", disabled=not sweep,
         help="Rank 100 documents deep at each sweep point (about twice the time); off: 10 deep, nDCG@10 and MRR@10.",
     )
 
@@ -251,9 +251,12 @@ def show_outcome(outcome: Outcome) -> None:
     if report.warnings:
         st.warning("\n".join(f"- {w}" for w in report.warnings), icon=":material/translate:")
     number = {m: st.column_config.NumberColumn(METRIC_NAMES[m], format="%.4f") for m in evaluation.METRICS}
-    weight = {w: st.column_config.NumberColumn(w.replace("_", " "), format="%.2f")
-              for w in ("vector_weight", "keyword_weight")}
-    st.dataframe(metrics, hide_index=True, width="stretch", column_config={**number, **weight},
+    weight = {w: st.column_config.TextColumn(w.replace("_", " ")) for w in ("vector_weight", "keyword_weight")}
+    shown = metrics.assign(  # blank, not "None", where a setting has no weights (semantic, keyword)
+        **{w: metrics[w].map(lambda v: "" if pd.isna(v) else f"{float(v):.2f}") for w in weight},
+        **{c: metrics[c].fillna("") for c in ("weighting", "fusion")},
+    )
+    st.dataframe(shown, hide_index=True, width="stretch", column_config={**number, **weight},
                  height=ui.table_height(len(metrics)))
 
     swept = metrics[metrics["setting"].isin(outcome.sweep_labels)].sort_values("vector_weight")

@@ -85,7 +85,8 @@ def settings_controls(prefix: str, initial: dict[str, Any]) -> dict[str, Any]:
         "Vector weight", 0.0, 1.0, vector_share(initial), 0.05, key=f"{prefix}_vw", disabled=not hybrid,
         help="Share of the semantic (cosine) score in hybrid search. The keyword (BM25) weight is 1 − it.",
     )
-    top[3].metric("Keyword weight", f"{1 - vector:.2f}", help="1 − vector weight: the two weights sum to 1.")
+    top[3].metric("Keyword weight", f"{1 - vector:.2f}" if hybrid else "–",
+                  help="1 − vector weight: the two weights sum to 1. They apply to hybrid search only.")
     bottom = st.columns(CONTROL_COLUMNS, vertical_alignment="bottom")
     weighting = bottom[0].radio(
         "Weighting", WEIGHTINGS, index=WEIGHTINGS.index(initial["weighting"]), key=f"{prefix}_weighting",
@@ -243,7 +244,7 @@ def weights_panel(data: dict[str, Any], params: dict[str, Any]) -> None:
     auto.metric("Auto weighting would use", ui.weight_pair(weights.get("auto")),
                 help="What weighting = auto chooses for this query; shown whichever weighting is set.")
     for note in weights.get("notes") or []:
-        st.info(f"Why the weights used differ from the weights asked: {note}", icon=":material/tune:")
+        st.caption(f"Why the weights used differ from the weights asked: {note}")
     if params["weighting"] == "fixed" and weights.get("auto_notes"):
         st.caption("Auto weighting: " + " ".join(n.removeprefix("auto weights: ") for n in weights["auto_notes"]))
 
@@ -344,12 +345,12 @@ with moves_tab:
         ui.show_error(failure)
     ids = [c["id"] for c in chunks] + [i for i in ranks if i not in {c["id"] for c in chunks}]
     if ids:
-        st.caption(f"Rank of each chunk in the top {depth} of each mode (blank: not in that top {depth}). "
+        st.caption(f"Rank of each chunk in the top {depth} of each mode (None: not in that top {depth}). "
                    "The hybrid column uses the settings above.")
         table = pd.DataFrame(
             {
                 "Chunk": [labels.get(i, i) for i in ids],
-                **{m: [ranks.get(i, {}).get(m) for i in ids] for m in MODES},
+                **{m: pd.array([ranks.get(i, {}).get(m) for i in ids], dtype="Int64") for m in MODES},
             }
         )
         table["hybrid − semantic"] = table["semantic"] - table["hybrid"]
@@ -404,4 +405,5 @@ with ab_tab:
                         "score (0–1)": [round(c["score"], 4) for c in found],
                     }),
                     hide_index=True, width="stretch",
+                    column_config={"chunk": st.column_config.TextColumn("chunk", width="medium")},
                 )
