@@ -271,7 +271,7 @@ if kind == MULTI:
         if result["data"]["degraded"]:
             st.warning(result["message"], icon=":material/timer_off:")
         st.caption(f"{result['data']['total_results']} chunk(s); chunks related to all keywords rank first. "
-                   "Scores are hybrid scores on the 0–1 scale, with the KB's saved settings.")
+                   "Scores are hybrid scores on the 0–1 scale, with the KB's saved weights.")
         for rank, chunk in enumerate(result["data"]["chunks"], start=1):
             meta = chunk["metadata"]
             with st.container(border=True):
