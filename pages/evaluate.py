@@ -117,7 +117,8 @@ with st.expander("Settings", expanded=True):
     max_queries = s3.number_input("Max queries (0 = all)", min_value=0, value=0, step=50, key="eval_max")
     w1, w2, w3 = st.columns([1.8, 1.2, 1.3])
     sweep = w1.toggle("Sweep the vector weight", value=True, key="eval_sweep",
-                      help="Hybrid at vector weights 0 … 1 (keyword weight 1 − it), fixed weights, weighted fusion.")
+                      help="Hybrid at vector weights 0 … 1 (keyword weight 1 − it), fixed weights, weighted fusion; "
+                      "the KB's other saved settings (language guard, Jaccard weight) as they are.")
     steps = w2.slider("Sweep steps", 2, 20, 10, key="eval_steps", disabled=not sweep)
     sweep_recall = w3.toggle(
         "Recall@100 in sweep", value=True, key="eval_sweep_recall", disabled=not sweep,
@@ -221,10 +222,12 @@ def save_best(outcome: Outcome, best: dict[str, Any]) -> None:
     (the point's own settings); its other saved settings stay."""
     record = session.find_kb(outcome.kb_name)
     current = {**{"vector_weight": 0.7, "keyword_weight": 0.3, "weighting": "fixed", "fusion": "weighted",
-                  "mode": "hybrid"}, **record.search_settings}
+                  "mode": "hybrid", "language_guard": True}, **record.search_settings}
     st.caption(
         f"Default of **{outcome.kb_name}** now: {current['mode']}, vector {float(current['vector_weight']):.2f} / "
-        f"keyword {float(current['keyword_weight']):.2f}, {current['weighting']} weighting, {current['fusion']} fusion."
+        f"keyword {float(current['keyword_weight']):.2f}, {current['weighting']} weighting, "
+        f"{current['fusion']} fusion, language guard {'on' if current['language_guard'] else 'off'} "
+        "(the sweep ran with it; saving keeps it)."
     )
     if st.button("Save best as KB default", key="eval_save_best", type="primary",
                  help="Hybrid search with these weights (fixed, weighted fusion) becomes the KB's default: the "
