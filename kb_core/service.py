@@ -65,6 +65,8 @@ if TYPE_CHECKING:
     from kb_core.evaluation_runs import EvaluationRunStore
 
 logger = logging.getLogger(__name__)
+# Query vectors of local models remembered per service (see CachedEmbedder): 384 floats each, 1.5 MB at most.
+QUERY_MEMO = 1024
 
 
 def default_parse_limits() -> Any:
@@ -199,9 +201,12 @@ class KnowledgeBaseService:
                 else:
                     from kb_core.embedding import CachedEmbedder, EmbeddingCache, get_embedder
 
+                    # A local model gives the same query vector every time, so repeated queries are remembered;
+                    # an endpoint is asked each time (it may change, or fail, between searches).
                     embedder = CachedEmbedder(
                         get_embedder(record.embedding_model, record.embedding_endpoint, api_key),
                         EmbeddingCache(self.home.embedding_cache_path),
+                        query_memo=0 if record.embedding_endpoint else QUERY_MEMO,
                     )
                 self._embedders[key] = embedder
             return embedder
