@@ -5,9 +5,14 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from kb_core.cli.common import Commands, table
 from kb_core.envelope import Envelope, enveloped, ok
+
+if TYPE_CHECKING:
+    from kb_core.service import Session
+    from kb_core.tokens import TokenRecord, TokenStore
 
 logger = logging.getLogger(__name__)
 
@@ -40,20 +45,20 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _store(session: Any) -> Any:
+def _store(session: Session) -> TokenStore:
     from kb_core.tokens import TokenStore
 
     return TokenStore(session.service.home.root)
 
 
-def _scope_names(session: Any, scope: Any) -> str:
+def _scope_names(session: Session, scope: frozenset[str] | None) -> str:
     if scope is None:
         return "all"
     names = {r.id: r.name for r in session.service.home.knowledge_bases()}
     return ",".join(sorted(names.get(kb_id, f"(deleted {kb_id})") for kb_id in scope))
 
 
-def _token_row(session: Any, record: Any) -> dict[str, Any]:
+def _token_row(session: Session, record: TokenRecord) -> dict[str, Any]:
     return {
         "id": record.id,
         "scope": _scope_names(session, record.scope),
@@ -64,7 +69,7 @@ def _token_row(session: Any, record: Any) -> dict[str, Any]:
 
 
 @enveloped
-def create_token(session: Any, args: argparse.Namespace) -> Envelope:
+def create_token(session: Session, args: argparse.Namespace) -> Envelope:
     from kb_core.errors import InvalidArgument
 
     raw_scope = (args.scope or "").strip()
@@ -85,21 +90,20 @@ def create_token(session: Any, args: argparse.Namespace) -> Envelope:
 
 
 @enveloped
-def list_tokens(session: Any, args: argparse.Namespace) -> Envelope:
+def list_tokens(session: Session, args: argparse.Namespace) -> Envelope:
     rows = [_token_row(session, r) for r in _store(session).list()]
     return ok(f"{len(rows)} token(s).", {"tokens": rows, "count": len(rows)})
 
 
 @enveloped
-def revoke_token(session: Any, args: argparse.Namespace) -> Envelope:
+def revoke_token(session: Session, args: argparse.Namespace) -> Envelope:
     record = _store(session).revoke(args.id)
     return ok(f"Revoked token {record.id}.", {"id": record.id})
 
 
 def _render_tokens(envelope: Envelope) -> str:
-    from kb_core.cli import _table
 
-    return _table(
+    return table(
         envelope["data"]["tokens"],
         [
             ("id", "id"),
@@ -111,7 +115,7 @@ def _render_tokens(envelope: Envelope) -> str:
     )
 
 
-def register(commands: Any) -> None:
+def register(commands: Commands) -> None:
     from kb_core.mcp_server import DEFAULT_HTTP_PORT
     from kb_core.tokens import DEFAULT_RATE_PER_HOUR
 
