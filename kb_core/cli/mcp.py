@@ -11,15 +11,15 @@ from kb_core.cli.common import Commands, table
 from kb_core.envelope import Envelope, enveloped, ok
 
 if TYPE_CHECKING:
+    from kb_core.mcp.tokens import TokenRecord, TokenStore
     from kb_core.service import Session
-    from kb_core.tokens import TokenRecord, TokenStore
 
 logger = logging.getLogger(__name__)
 
 
 def _serve(args: argparse.Namespace) -> int:
     from kb_core.errors import KBError
-    from kb_core.mcp_server import serve_http, serve_stdio
+    from kb_core.mcp.transports import serve_http, serve_stdio
 
     try:
         if args.http:
@@ -46,7 +46,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _store(session: Session) -> TokenStore:
-    from kb_core.tokens import TokenStore
+    from kb_core.mcp.tokens import TokenStore
 
     return TokenStore(session.service.home.root)
 
@@ -116,8 +116,8 @@ def _render_tokens(envelope: Envelope) -> str:
 
 
 def register(commands: Commands) -> None:
-    from kb_core.mcp_server import DEFAULT_HTTP_PORT
-    from kb_core.tokens import DEFAULT_RATE_PER_HOUR
+    from kb_core.mcp.server import DEFAULT_HTTP_PORT
+    from kb_core.mcp.tokens import DEFAULT_RATE_PER_HOUR
 
     mcp = commands.add_parser(
         "mcp",
