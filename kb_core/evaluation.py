@@ -38,6 +38,7 @@ from typing import Any
 import pandas as pd
 
 from kb_core.errors import InvalidArgument, KBError, KBNotFound
+from kb_core.seams import Resources, SessionAPI
 from kb_core.store import KnowledgeBaseRecord
 from kb_core.store.atomic import file_sha256
 
@@ -285,7 +286,7 @@ def document_text(document: dict[str, str]) -> str:
 
 
 def build_eval_kb(
-    service: Any,
+    service: Resources,
     dataset: BeirDataset,
     *,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
@@ -519,7 +520,7 @@ def _merged_scores(head: dict[str, float], deep: dict[str, float]) -> dict[str, 
 
 
 def evaluate_kb(
-    session: Any,
+    session: SessionAPI,
     queries: dict[str, str],
     qrels: dict[str, dict[str, int]],
     *,
@@ -610,7 +611,7 @@ def evaluate_kb(
 
 
 def evaluate_with_sweep(
-    session: Any,
+    session: SessionAPI,
     queries: dict[str, str],
     qrels: dict[str, dict[str, int]],
     *,
@@ -640,7 +641,7 @@ def evaluate_with_sweep(
 
 
 def evaluate_folder(
-    service: Any,
+    service: Resources,
     folder: str | Path,
     *,
     modes: Sequence[str] = MODES,

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow.compute as pc
 
 from kb_core.config import resolve_home
-from kb_core.envelope import Envelope, enveloped, ok
+from kb_core.envelope import Envelope, envelope, enveloped, ok
 from kb_core.errors import (
     DocumentNotFound,
     EmbeddingError,
@@ -542,11 +542,7 @@ class Session:
         }
         message = f"Imported {len(succeeded)} of {len(file_paths)} file(s) into '{record.name}'"
         message += f"; {len(failed)} failed." if failed else "."
-        envelope = ok(message, data)
-        envelope["success"] = bool(succeeded)
-        if not succeeded:
-            envelope["error"] = {"code": "IMPORT_FAILED", "details": {}}
-        return envelope
+        return envelope(message, data, error=None if succeeded else KBError(message, code="IMPORT_FAILED"))
 
     def _copy_for_import(self, path: Path, folder: Path) -> Path:
         """Open ``path`` (confined to the session's folders) and copy it to ``folder/<its name>``."""
@@ -937,11 +933,11 @@ class Session:
             reason = "the search failed because of an internal error (see the server log)"
         else:
             data = {"chunks": chunks, "total_results": len(chunks), "degraded": False}
-            return {"success": True, "message": f"Found {len(chunks)} chunk(s).", "data": data, **data}
+            return envelope(f"Found {len(chunks)} chunk(s).", data, **data)
         # The contract: a slow or failing search never fails the caller; it returns no chunks, marked degraded.
         logger.warning("rag_search degraded to no results: %s", reason)
         data = {"chunks": [], "total_results": 0, "degraded": True, "degraded_reason": reason}
-        return {"success": True, "message": f"Returned no results (degraded): {reason}.", "data": data, **data}
+        return envelope(f"Returned no results (degraded): {reason}.", data, **data)
 
     def _rag_rank(self, record: KnowledgeBaseRecord, keywords: list[str], top_k: int) -> list[dict[str, Any]]:
         settings = self._search_settings(record, {"top_k": min(100, top_k * 4), "mode": "hybrid"})
@@ -1017,14 +1013,11 @@ class Session:
         if errors:
             lines += ["", "Not found:"] + [f"- {e['id']}: {e['error']}" for e in errors]
         text = f"Document info for {len(documents)} of {len(ids)} id(s):\n" + "\n".join(lines)
-        envelope = ok(
+        return envelope(
             text,
             {"documents": documents, "total_docs": len(documents), "requested": len(ids), "errors": errors},
+            error=None if documents else DocumentNotFound(text, details={"ids": ids}),
         )
-        envelope["success"] = bool(documents)
-        if not documents:
-            envelope["error"] = {"code": "DOCUMENT_NOT_FOUND", "details": {"ids": ids}}
-        return envelope
 
     # -- export and import of the database -----------------------------------------------------
     def export_database(self, export_path: str, kb_names: Sequence[str] | None = None) -> Envelope:
@@ -1157,9 +1150,7 @@ class Session:
             message += f"{len(problems)} problem(s) found:\n" + "\n".join(f"- {p}" for p in problems)
         else:
             message += "The home is consistent."
-        envelope = ok(message, {"problems": problems, "repaired": repaired})
-        envelope["success"] = not problems
-        return envelope
+        return envelope(message, {"problems": problems, "repaired": repaired}, success=not problems)
 
 
 def _explanation_lines(mode: str, b: ScoreBreakdown, matched_terms: Sequence[str]) -> list[str]:

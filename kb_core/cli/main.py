@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 
 from kb_core.cli import bundles, documents, evaluation, knowledge_bases, mcp, transfer
 from kb_core.cli.common import EXIT_FAILURE, EXIT_OK, Commands, UsageError
-from kb_core.envelope import Envelope
+from kb_core.envelope import Envelope, failure
 
 # The command groups in the order ``kb --help`` lists them.
 COMMAND_GROUPS: tuple[Callable[[Commands], None], ...] = (
@@ -55,7 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         service = KnowledgeBaseService(args.home)
     except KBError as exc:
-        envelope: Envelope = {"success": False, "message": exc.message, "data": None, "error": {"code": exc.code}}
+        envelope: Envelope = failure(exc)
     else:
         try:
             envelope = args.handler(service.session(CLI_SESSION), args)
