@@ -299,7 +299,7 @@ def build_eval_kb(
     so search hits map back to the corpus through ``doc_name``. Pass :func:`open_eval_service` (``service``) to
     keep evaluation KBs out of the user's list. ``progress("import", done, total)`` follows the documents.
     """
-    from kb_core.service import DEFAULT_EMBEDDING_MODEL
+    from kb_core.embedding import DEFAULT_EMBEDDING_MODEL
 
     model = (embedding_model or "").strip() or DEFAULT_EMBEDDING_MODEL
     name = eval_kb_name(dataset, chunk_size, model)

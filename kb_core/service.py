@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow.compute as pc
 
 from kb_core.config import resolve_home
+from kb_core.embedding import DEFAULT_EMBEDDING_MODEL
 from kb_core.envelope import Envelope, envelope, enveloped, ok
 from kb_core.errors import (
     DocumentNotFound,
@@ -70,13 +71,12 @@ QUERY_MEMO = 1024
 
 
 def default_parse_limits() -> Any:
-    # parsing is imported lazily: it pulls in lxml and python-docx
+    # parsing is imported lazily: it pulls in lxml and olefile
     from kb_core.parsing import ParseLimits
 
     return ParseLimits()
 
 
-DEFAULT_EMBEDDING_MODEL = "all-MiniLM-L6-v2"
 CLI_SESSION = "cli"
 
 
@@ -1271,7 +1271,3 @@ def human_size(size: int) -> str:
 
 def open_service(home: str | Path | None = None) -> KnowledgeBaseService:
     return KnowledgeBaseService(home)
-
-
-def _names(values: Sequence[str]) -> str:
-    return ", ".join(repr(v) for v in values)

@@ -24,7 +24,7 @@ def search_library(session: Session, query: str, limit: int, mode: str, expand_g
                 outcome = session.run_search(query, kb_ids=kb_ids, top_k=limit, mode=mode, skipped=skipped)
                 hits, warnings = outcome.hits, outcome.warnings
             except EmbeddingError as exc:
-                # search-knowledge-base.md: an embedding failure is -32603; here only when no KB could be searched.
+                # The tool contract: an embedding failure is -32603; here only when no KB could be searched.
                 reasons = "; ".join(f"knowledge base '{s['kb_name']}': {s['message']}" for s in skipped)
                 raise KBError(
                     f"search_knowledge_base could not embed the query for any knowledge base ({reasons}). "
