@@ -29,7 +29,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import McpError
 from mcp.types import CallToolResult
 
-from kb_core.cli import main
+from kb_core.cli.main import main
 from kb_core.mcp import paths as mcp_paths
 from kb_core.mcp.server import KBMCPServer
 from kb_core.mcp.tokens import TokenStore

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kb_core.cli import main
+from kb_core.cli.main import main
 from kb_core.mcp.tokens import SlidingWindowLimiter, TokenStore
 
 
