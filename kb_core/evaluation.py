@@ -229,7 +229,7 @@ def load_beir(folder: str | Path, *, split: str | None = None, queries_file: str
 
 
 # -- building the KB ------------------------------------------------------------------------------
-def open_eval_service(service_or_home: Any) -> Any:
+def open_eval_service(service_or_home: Resources | str | os.PathLike[str]) -> Resources:
     """A :class:`~kb_core.service.KnowledgeBaseService` on the evaluation home ``<home>/cache/eval`` of the given
     service (or home folder), so evaluation KBs and their embedding cache stay out of the user's KB list."""
     from kb_core.service import KnowledgeBaseService

@@ -63,6 +63,8 @@ from kb_core.validation import (
 )
 
 if TYPE_CHECKING:
+    from kb_core.analysis import Analyzer
+    from kb_core.embedding.base import Embedder
     from kb_core.evaluation_runs import EvaluationRunStore
 
 logger = logging.getLogger(__name__)
@@ -189,7 +191,7 @@ class KnowledgeBaseService:
                 self._readers[kb_id] = reader
             return reader
 
-    def embedder(self, record: KnowledgeBaseRecord) -> Any:
+    def embedder(self, record: KnowledgeBaseRecord) -> Embedder:
         """The KB's embedder, loaded once per process, behind the shared embedding cache."""
         key = f"{record.embedding_model}|{record.embedding_endpoint or ''}|{record.id if record.has_api_key else ''}"
         with self._lock:
@@ -243,7 +245,7 @@ class KnowledgeBaseService:
         return EvaluationRunStore(self.home.root)
 
     @cached_property
-    def analyzer(self) -> Any:
+    def analyzer(self) -> Analyzer:
         from kb_core.analysis import default_analyzer
 
         return default_analyzer()
