@@ -15,6 +15,7 @@ from typing import Any
 
 from kb_core.config import PROJECT_ROOT
 from kb_core.importer import ImportProgress
+from kb_core.seams import SessionAPI
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +48,7 @@ def demo_judgments_folder(folder: str | Path | None = None) -> Path | None:
     return None
 
 
-def demo_exists(session: Any, kb_name: str = DEMO_KB_NAME) -> bool:
+def demo_exists(session: SessionAPI, kb_name: str = DEMO_KB_NAME) -> bool:
     listing = session.list_knowledge_bases()
     if not listing["success"]:
         return False
@@ -56,7 +57,7 @@ def demo_exists(session: Any, kb_name: str = DEMO_KB_NAME) -> bool:
 
 
 def ensure_demo_kb(
-    session: Any,
+    session: SessionAPI,
     *,
     progress: Callable[[ImportProgress], None] | None = None,
     folder: str | Path | None = None,

@@ -18,17 +18,25 @@ Envelope = dict[str, Any]
 P = ParamSpec("P")
 
 
+def envelope(
+    message: str, data: Any, *, success: bool = True, error: KBError | None = None, **top_level: Any
+) -> Envelope:
+    """The one envelope builder: ``{success, message, data}``, and ``error: {code, details}`` when ``error`` is
+    given (a failure that still reports its data, e.g. an import where every file failed). ``top_level``
+    repeats fields beside ``data`` where a tool contract asks for that (rag_search)."""
+    built: Envelope = {"success": success and error is None, "message": message, "data": data}
+    if error is not None:
+        built["error"] = {"code": error.code, "details": error.details}
+    built.update(top_level)
+    return built
+
+
 def ok(message: str, data: Any) -> Envelope:
-    return {"success": True, "message": message, "data": data}
+    return envelope(message, data)
 
 
 def failure(error: KBError) -> Envelope:
-    return {
-        "success": False,
-        "message": error.message,
-        "data": None,
-        "error": {"code": error.code, "details": error.details},
-    }
+    return envelope(error.message, None, error=error)
 
 
 def enveloped(method: Callable[P, Envelope]) -> Callable[P, Envelope]:

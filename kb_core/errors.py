@@ -81,10 +81,6 @@ class EmbeddingError(KBError):
     code = "EMBEDDING_ERROR"
 
 
-class SearchTimeout(KBError):
-    code = "SEARCH_TIMEOUT"
-
-
 class PermissionDenied(KBError):
     code = "PERMISSION_DENIED"
 

@@ -38,6 +38,7 @@ from typing import Any
 import pandas as pd
 
 from kb_core.errors import InvalidArgument, KBError, KBNotFound
+from kb_core.seams import Resources, SessionAPI
 from kb_core.store import KnowledgeBaseRecord
 from kb_core.store.atomic import file_sha256
 
@@ -228,7 +229,7 @@ def load_beir(folder: str | Path, *, split: str | None = None, queries_file: str
 
 
 # -- building the KB ------------------------------------------------------------------------------
-def open_eval_service(service_or_home: Any) -> Any:
+def open_eval_service(service_or_home: Resources | str | os.PathLike[str]) -> Resources:
     """A :class:`~kb_core.service.KnowledgeBaseService` on the evaluation home ``<home>/cache/eval`` of the given
     service (or home folder), so evaluation KBs and their embedding cache stay out of the user's KB list."""
     from kb_core.service import KnowledgeBaseService
@@ -285,7 +286,7 @@ def document_text(document: dict[str, str]) -> str:
 
 
 def build_eval_kb(
-    service: Any,
+    service: Resources,
     dataset: BeirDataset,
     *,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
@@ -298,7 +299,7 @@ def build_eval_kb(
     so search hits map back to the corpus through ``doc_name``. Pass :func:`open_eval_service` (``service``) to
     keep evaluation KBs out of the user's list. ``progress("import", done, total)`` follows the documents.
     """
-    from kb_core.service import DEFAULT_EMBEDDING_MODEL
+    from kb_core.embedding import DEFAULT_EMBEDDING_MODEL
 
     model = (embedding_model or "").strip() or DEFAULT_EMBEDDING_MODEL
     name = eval_kb_name(dataset, chunk_size, model)
@@ -519,7 +520,7 @@ def _merged_scores(head: dict[str, float], deep: dict[str, float]) -> dict[str, 
 
 
 def evaluate_kb(
-    session: Any,
+    session: SessionAPI,
     queries: dict[str, str],
     qrels: dict[str, dict[str, int]],
     *,
@@ -610,7 +611,7 @@ def evaluate_kb(
 
 
 def evaluate_with_sweep(
-    session: Any,
+    session: SessionAPI,
     queries: dict[str, str],
     qrels: dict[str, dict[str, int]],
     *,
@@ -640,7 +641,7 @@ def evaluate_with_sweep(
 
 
 def evaluate_folder(
-    service: Any,
+    service: Resources,
     folder: str | Path,
     *,
     modes: Sequence[str] = MODES,

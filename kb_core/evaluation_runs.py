@@ -33,6 +33,7 @@ import pandas as pd
 
 from kb_core.errors import InvalidArgument, KBError
 from kb_core.evaluation import METRICS, EvaluationReport, EvaluationSetting
+from kb_core.seams import Resources
 
 logger = logging.getLogger(__name__)
 
@@ -377,7 +378,7 @@ def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
 
 def record_run(
     store: EvaluationRunStore,
-    kb_service: Any,
+    kb_service: Resources,
     report: EvaluationReport,
     *,
     dataset: str,

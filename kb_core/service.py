@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 import pyarrow.compute as pc
 
 from kb_core.config import resolve_home
-from kb_core.envelope import Envelope, enveloped, ok
+from kb_core.embedding import DEFAULT_EMBEDDING_MODEL
+from kb_core.envelope import Envelope, envelope, enveloped, ok
 from kb_core.errors import (
     DocumentNotFound,
     EmbeddingError,
@@ -62,6 +63,8 @@ from kb_core.validation import (
 )
 
 if TYPE_CHECKING:
+    from kb_core.analysis import Analyzer
+    from kb_core.embedding.base import Embedder
     from kb_core.evaluation_runs import EvaluationRunStore
 
 logger = logging.getLogger(__name__)
@@ -70,13 +73,12 @@ QUERY_MEMO = 1024
 
 
 def default_parse_limits() -> Any:
-    # parsing is imported lazily: it pulls in lxml and python-docx
+    # parsing is imported lazily: it pulls in lxml and olefile
     from kb_core.parsing import ParseLimits
 
     return ParseLimits()
 
 
-DEFAULT_EMBEDDING_MODEL = "all-MiniLM-L6-v2"
 CLI_SESSION = "cli"
 
 
@@ -189,7 +191,7 @@ class KnowledgeBaseService:
                 self._readers[kb_id] = reader
             return reader
 
-    def embedder(self, record: KnowledgeBaseRecord) -> Any:
+    def embedder(self, record: KnowledgeBaseRecord) -> Embedder:
         """The KB's embedder, loaded once per process, behind the shared embedding cache."""
         key = f"{record.embedding_model}|{record.embedding_endpoint or ''}|{record.id if record.has_api_key else ''}"
         with self._lock:
@@ -243,7 +245,7 @@ class KnowledgeBaseService:
         return EvaluationRunStore(self.home.root)
 
     @cached_property
-    def analyzer(self) -> Any:
+    def analyzer(self) -> Analyzer:
         from kb_core.analysis import default_analyzer
 
         return default_analyzer()
@@ -542,11 +544,7 @@ class Session:
         }
         message = f"Imported {len(succeeded)} of {len(file_paths)} file(s) into '{record.name}'"
         message += f"; {len(failed)} failed." if failed else "."
-        envelope = ok(message, data)
-        envelope["success"] = bool(succeeded)
-        if not succeeded:
-            envelope["error"] = {"code": "IMPORT_FAILED", "details": {}}
-        return envelope
+        return envelope(message, data, error=None if succeeded else KBError(message, code="IMPORT_FAILED"))
 
     def _copy_for_import(self, path: Path, folder: Path) -> Path:
         """Open ``path`` (confined to the session's folders) and copy it to ``folder/<its name>``."""
@@ -937,11 +935,11 @@ class Session:
             reason = "the search failed because of an internal error (see the server log)"
         else:
             data = {"chunks": chunks, "total_results": len(chunks), "degraded": False}
-            return {"success": True, "message": f"Found {len(chunks)} chunk(s).", "data": data, **data}
+            return envelope(f"Found {len(chunks)} chunk(s).", data, **data)
         # The contract: a slow or failing search never fails the caller; it returns no chunks, marked degraded.
         logger.warning("rag_search degraded to no results: %s", reason)
         data = {"chunks": [], "total_results": 0, "degraded": True, "degraded_reason": reason}
-        return {"success": True, "message": f"Returned no results (degraded): {reason}.", "data": data, **data}
+        return envelope(f"Returned no results (degraded): {reason}.", data, **data)
 
     def _rag_rank(self, record: KnowledgeBaseRecord, keywords: list[str], top_k: int) -> list[dict[str, Any]]:
         settings = self._search_settings(record, {"top_k": min(100, top_k * 4), "mode": "hybrid"})
@@ -1017,14 +1015,11 @@ class Session:
         if errors:
             lines += ["", "Not found:"] + [f"- {e['id']}: {e['error']}" for e in errors]
         text = f"Document info for {len(documents)} of {len(ids)} id(s):\n" + "\n".join(lines)
-        envelope = ok(
+        return envelope(
             text,
             {"documents": documents, "total_docs": len(documents), "requested": len(ids), "errors": errors},
+            error=None if documents else DocumentNotFound(text, details={"ids": ids}),
         )
-        envelope["success"] = bool(documents)
-        if not documents:
-            envelope["error"] = {"code": "DOCUMENT_NOT_FOUND", "details": {"ids": ids}}
-        return envelope
 
     # -- export and import of the database -----------------------------------------------------
     def export_database(self, export_path: str, kb_names: Sequence[str] | None = None) -> Envelope:
@@ -1157,9 +1152,7 @@ class Session:
             message += f"{len(problems)} problem(s) found:\n" + "\n".join(f"- {p}" for p in problems)
         else:
             message += "The home is consistent."
-        envelope = ok(message, {"problems": problems, "repaired": repaired})
-        envelope["success"] = not problems
-        return envelope
+        return envelope(message, {"problems": problems, "repaired": repaired}, success=not problems)
 
 
 def _explanation_lines(mode: str, b: ScoreBreakdown, matched_terms: Sequence[str]) -> list[str]:
@@ -1280,7 +1273,3 @@ def human_size(size: int) -> str:
 
 def open_service(home: str | Path | None = None) -> KnowledgeBaseService:
     return KnowledgeBaseService(home)
-
-
-def _names(values: Sequence[str]) -> str:
-    return ", ".join(repr(v) for v in values)

@@ -103,6 +103,7 @@ from kb_core.envelope import Envelope, enveloped, ok
 from kb_core.errors import ImportFormatError, InvalidArgument, KBError, KBNotFound, StoreError
 from kb_core.importer import timestamped_name
 from kb_core.safe_files import OutputFolder, UnusablePath, open_input_file, open_output_folder, reject_nul
+from kb_core.seams import Resources, Scope
 from kb_core.store import Change, KBStore, KnowledgeBaseRecord, Manifest, StagedSegment, catalog, new_id, utc_now
 from kb_core.store.atomic import fsync_directory
 from kb_core.validation import name_key, validate_chunk_size, validate_endpoint, validate_kb_name
@@ -283,7 +284,7 @@ def _close_segments(segments: Sequence[_SegmentExport]) -> None:
 
 
 def _snapshot_with_graph(
-    service: Any, record: KnowledgeBaseRecord, kb_index: int
+    service: Resources, record: KnowledgeBaseRecord, kb_index: int
 ) -> tuple[list[_SegmentExport], GraphState | None]:
     """A KB's live segments and its newest committed graph state (None when it never had one), consistent:
     with a graph, both are read under the graph write lock, which a bundle import holds from before its
@@ -431,7 +432,7 @@ def _zip_time() -> tuple[int, int, int, int, int, int]:
 
 @enveloped
 def export_database(
-    session: Any, export_path: str | os.PathLike[str], kb_names: Sequence[str] | None = None
+    session: Scope, export_path: str | os.PathLike[str], kb_names: Sequence[str] | None = None
 ) -> Envelope:
     """Write every KB the session can see (or only ``kb_names``) to one portable file at ``export_path``.
 
@@ -444,7 +445,7 @@ def export_database(
         return _export_into(session, folder, target, kb_names)
 
 
-def _export_into(session: Any, folder: OutputFolder, target: Path, kb_names: Sequence[str] | None) -> Envelope:
+def _export_into(session: Scope, folder: OutputFolder, target: Path, kb_names: Sequence[str] | None) -> Envelope:
     service = session.service
     home_root: Path = service.home.root
     if (folder.real_path.resolve() / folder.name).is_relative_to(home_root.resolve() / "kbs"):
@@ -1097,7 +1098,7 @@ def _document_name(value: Any, path: str) -> str:
     return name
 
 
-def _home_document_ids(service: Any) -> set[str]:
+def _home_document_ids(service: Resources) -> set[str]:
     ids: set[str] = set()
     for record in service.home.knowledge_bases():
         store = service.kb_store(record.id)
@@ -1240,7 +1241,7 @@ def _commit(home: Any, plans: Sequence[_KBPlan], now: datetime) -> list[tuple[st
 
 @enveloped
 def import_database(
-    session: Any, source_db_path: str | os.PathLike[str], *, limits: TransferLimits | None = None
+    session: Scope, source_db_path: str | os.PathLike[str], *, limits: TransferLimits | None = None
 ) -> Envelope:
     """Merge every KB of an export file into the home, all or nothing.
 

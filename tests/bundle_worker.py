@@ -11,7 +11,7 @@ import sys
 from typing import Any
 
 from kb_core.bundles.graph import GraphStore
-from kb_core.cli import main
+from kb_core.cli.main import main
 
 if __name__ == "__main__":
     home, kb_name, bundle = sys.argv[1:4]

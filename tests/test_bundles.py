@@ -353,7 +353,7 @@ def test_shadow_export_rebuilds_an_identical_graph_and_search(tmp_path: Path) ->
 
 
 def test_cli_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from kb_core.cli import main
+    from kb_core.cli.main import main
 
     home = str(tmp_path / "home")
     assert main(["--home", home, "create", "c", "--chunk-size", "64", "--embedding-model", "hashing"]) == 0
@@ -381,7 +381,7 @@ def test_a_kill_between_index_and_graph_commit_is_found_by_verify_and_rolled_bac
     import subprocess
     import sys
 
-    from kb_core.cli import main
+    from kb_core.cli.main import main
 
     home = tmp_path / "home"
     session = KnowledgeBaseService(home).session()

@@ -65,7 +65,7 @@ def test_alias_cycle_through_the_cli_is_a_bundle_refusal(tmp_path: Path) -> None
     out = run_bounded(
         f"""
         import json
-        from kb_core.cli import main
+        from kb_core.cli.main import main
         home = {str(home)!r}
         assert main(["--home", home, "create", "c", "--chunk-size", "64", "--embedding-model", "hashing"]) == 0
         assert main(["--home", home, "select", "c"]) == 0

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kb_core.cli import main as cli_main
+from kb_core.cli.main import main as cli_main
 from kb_core.errors import InvalidArgument
 from kb_core.evaluation import (
     METRICS,

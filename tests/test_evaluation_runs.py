@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from kb_core.cli import main as cli_main
+from kb_core.cli.main import main as cli_main
 from kb_core.evaluation import EvaluationReport, EvaluationSetting
 from kb_core.evaluation_runs import EvaluationRunStore, best_sweep_setting, compare_runs, kb_fingerprint
 from kb_core.service import KnowledgeBaseService

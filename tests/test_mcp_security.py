@@ -29,10 +29,10 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import McpError
 from mcp.types import CallToolResult
 
-from kb_core import mcp_server
-from kb_core.cli import main
-from kb_core.mcp_server import KBMCPServer
-from kb_core.tokens import TokenStore
+from kb_core.cli.main import main
+from kb_core.mcp import paths as mcp_paths
+from kb_core.mcp.server import KBMCPServer
+from kb_core.mcp.tokens import TokenStore
 from tests.conftest import REPO_ROOT, free_port
 
 BUNDLE = '- type: Document\n  doc_uri: "{uri}"\n  content: "{content}"\n'
@@ -155,7 +155,7 @@ def test_import_document_reads_only_the_file_that_was_checked(
     (live.outside / "report.txt").write_text("TOPSECRET launch codes 机密文件", encoding="utf-8")
     swap = functools.partial(swap_for_symlink, inbox, live.outside)
     if moment == "after the path check":
-        run_after(monkeypatch, mcp_server, "confine_paths", swap)
+        run_after(monkeypatch, mcp_paths, "confine_paths", swap)
     else:
         run_before(monkeypatch, kb_core.parsing, "parse_file", swap)
 
@@ -192,7 +192,7 @@ def test_bundle_import_never_reads_or_deletes_a_file_outside(
     victim.write_text(BUNDLE.format(uri="outside", content="TOPSECRET bundle"), encoding="utf-8")
     swap = functools.partial(swap_for_symlink, drop, live.outside)
     if moment == "after the path check":
-        run_after(monkeypatch, mcp_server, "confine_path", swap)
+        run_after(monkeypatch, mcp_paths, "confine_path", swap)
     else:
         run_after(monkeypatch, kb_core.bundles.api, "_commit_graph", swap)
 
@@ -221,7 +221,7 @@ def test_export_never_writes_outside_the_allowed_folders(
     out.mkdir()
     swap = functools.partial(swap_for_symlink, out, live.outside)
     if moment == "after the path check":
-        run_after(monkeypatch, mcp_server, "confine_path", swap)
+        run_after(monkeypatch, mcp_paths, "confine_path", swap)
     else:
         run_before(monkeypatch, kb_core.transfer, "_write_export", swap)
 
@@ -246,7 +246,7 @@ def test_import_database_reads_only_the_file_that_was_checked(
     assert session.create_knowledge_base("secret-kb", 64, "hashing")["success"]
     assert session.export_database(str(live.outside / "backup.kbx"), kb_names=["secret-kb"])["success"]
     assert session.delete_knowledge_base("secret-kb")["success"]
-    run_after(monkeypatch, mcp_server, "confine_path", functools.partial(swap_for_symlink, inbox, live.outside))
+    run_after(monkeypatch, mcp_paths, "confine_path", functools.partial(swap_for_symlink, inbox, live.outside))
 
     result = live.run(lambda s: call(s, "import_database", source_db_path=str(inbox / "backup.kbx")))
     assert inbox.is_symlink()

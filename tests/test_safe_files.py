@@ -15,7 +15,7 @@ import pytest
 from mcp import ClientSession
 
 from kb_core import bundles
-from kb_core.cli import main
+from kb_core.cli.main import main
 
 FIFO = "is a FIFO (named pipe), not a regular file"
 CHAR_DEVICE = "is a character device, not a regular file"

@@ -586,7 +586,7 @@ def test_round_trip_with_the_real_model(tmp_path: Path) -> None:
 
 
 def test_cli_export_and_import_db(small_export: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from kb_core.cli import main
+    from kb_core.cli.main import main
 
     home = tmp_path / "cli-home"
     assert main(["--home", str(home), "import-db", str(small_export)]) == 0

@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 from kb_core import transfer
-from kb_core.cli import main
+from kb_core.cli.main import main
 
 if __name__ == "__main__":
     home, export, mode = sys.argv[1:4]

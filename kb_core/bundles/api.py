@@ -46,6 +46,7 @@ from kb_core.bundles.validation import (
 from kb_core.envelope import Envelope, enveloped, ok
 from kb_core.errors import ImportFormatError, InvalidArgument, ItemNotFound
 from kb_core.safe_files import OpenedFile, UnusablePath, open_input_file, reject_nul
+from kb_core.seams import Scope
 from kb_core.store import KnowledgeBaseRecord
 
 logger = logging.getLogger(__name__)
@@ -54,13 +55,13 @@ BUNDLE_INVALID = "BUNDLE_INVALID"
 MAX_NEIGHBOURS = 100
 
 
-def graph_store(session: Any, record: KnowledgeBaseRecord) -> GraphStore:
+def graph_store(session: Scope, record: KnowledgeBaseRecord) -> GraphStore:
     return GraphStore(session.service.home.kb_dir(record.id))
 
 
 # -- schema and ontology ------------------------------------------------------------------------------
 @enveloped
-def get_knowledge_schema(session: Any, kb_name: str | None = None) -> Envelope:
+def get_knowledge_schema(session: Scope, kb_name: str | None = None) -> Envelope:
     """The spec's ``{full_bundle_schema, example_yaml}`` for the KB's ontology."""
     record = session.resolve_kb(kb_name)
     ontology = graph_store(session, record).load().ontology
@@ -73,7 +74,7 @@ def get_knowledge_schema(session: Any, kb_name: str | None = None) -> Envelope:
 
 
 @enveloped
-def get_ontology(session: Any, kb_name: str | None = None) -> Envelope:
+def get_ontology(session: Scope, kb_name: str | None = None) -> Envelope:
     record = session.resolve_kb(kb_name)
     state = graph_store(session, record).load()
     return ok(
@@ -100,7 +101,7 @@ def _read_ontology_source(source: str | Path | Mapping[str, Any]) -> Any:
 
 
 @enveloped
-def set_ontology(session: Any, source: str | Path | Mapping[str, Any], kb_name: str | None = None) -> Envelope:
+def set_ontology(session: Scope, source: str | Path | Mapping[str, Any], kb_name: str | None = None) -> Envelope:
     """Replace the KB's ontology (a YAML/JSON file path, YAML text, or a mapping).
 
     Refused, with nothing changed, if the ontology is invalid or an existing node or edge would not
@@ -155,7 +156,7 @@ def _conformance_errors(state: GraphState, ontology: Ontology) -> list[str]:
 
 
 def _commit_graph(
-    session: Any, record: KnowledgeBaseRecord, store: GraphStore, old: GraphState, new: GraphState
+    session: Scope, record: KnowledgeBaseRecord, store: GraphStore, old: GraphState, new: GraphState
 ) -> GraphState:
     """Commit the graph after its index commit; on failure sync the indexes back to ``old``."""
     try:
@@ -234,7 +235,7 @@ def _apply_edges(state: GraphState, ops: Sequence[EdgeOp], stats: dict[str, int]
             stats["edges_deleted"] += 1
 
 
-def check_bundle(session: Any, data: Any, kb_name: str | None = None) -> tuple[list[BundleError], dict[str, int]]:
+def check_bundle(session: Scope, data: Any, kb_name: str | None = None) -> tuple[list[BundleError], dict[str, int]]:
     """Validate parsed bundle ``data`` against the KB without changing anything (the app's dry run)."""
     record = session.resolve_kb(kb_name)
     state = graph_store(session, record).load()
@@ -265,7 +266,7 @@ def _plan(state: GraphState, data: Any) -> tuple[list[BundleError], dict[str, in
 
 @enveloped
 def import_knowledge_bundle(
-    session: Any, temp_file_path: str | Path, kb_name: str | None = None, *, delete_file: bool = True
+    session: Scope, temp_file_path: str | Path, kb_name: str | None = None, *, delete_file: bool = True
 ) -> Envelope:
     """Validate and apply a YAML bundle as one unit; data is the spec's ``{status, stats}``.
 
@@ -289,7 +290,7 @@ def import_knowledge_bundle(
         return _import_opened_bundle(session, opened, kb_name, delete_file)
 
 
-def _import_opened_bundle(session: Any, opened: OpenedFile, kb_name: str | None, delete_file: bool) -> Envelope:
+def _import_opened_bundle(session: Scope, opened: OpenedFile, kb_name: str | None, delete_file: bool) -> Envelope:
     path = opened.path
     record = session.resolve_kb(kb_name)
     try:
@@ -317,7 +318,7 @@ def _import_opened_bundle(session: Any, opened: OpenedFile, kb_name: str | None,
 
 
 @enveloped
-def repair_index(session: Any, kb_name: str | None = None) -> Envelope:
+def repair_index(session: Scope, kb_name: str | None = None) -> Envelope:
     """Re-sync the search indexes with the graph (after a crash between the two commits)."""
     record = session.resolve_kb(kb_name)
     store = graph_store(session, record)
@@ -331,7 +332,7 @@ def repair_index(session: Any, kb_name: str | None = None) -> Envelope:
 
 # -- shadow export ----------------------------------------------------------------------------------------
 @enveloped
-def export_shadow(session: Any, target: str | Path | None = None, kb_name: str | None = None) -> Envelope:
+def export_shadow(session: Scope, target: str | Path | None = None, kb_name: str | None = None) -> Envelope:
     """(Re)write the shadow export, by default to ``graph/shadow`` of the KB."""
     record = session.resolve_kb(kb_name)
     store = graph_store(session, record)
@@ -341,7 +342,7 @@ def export_shadow(session: Any, target: str | Path | None = None, kb_name: str |
 
 
 @enveloped
-def rebuild_from_shadow(session: Any, shadow_dir: str | Path, kb_name: str | None = None) -> Envelope:
+def rebuild_from_shadow(session: Scope, shadow_dir: str | Path, kb_name: str | None = None) -> Envelope:
     """Rebuild a KB's graph (and its indexed texts) from a shadow export: ontology, then one bundle."""
     import tempfile
 
@@ -389,7 +390,7 @@ def node_view(state: GraphState, node: dict[str, Any], limit: int = MAX_NEIGHBOU
 
 
 @enveloped
-def get_node(session: Any, node_id_: str, kb_names: Sequence[str] | None = None) -> Envelope:
+def get_node(session: Scope, node_id_: str, kb_names: Sequence[str] | None = None) -> Envelope:
     """A node (``node_…`` id) with its properties and neighbours via edges."""
     if not isinstance(node_id_, str) or not node_id_.strip().startswith("node_"):
         raise InvalidArgument("A node id starts with 'node_'.", details={"field": "id"})
@@ -403,7 +404,7 @@ def get_node(session: Any, node_id_: str, kb_names: Sequence[str] | None = None)
 
 
 @enveloped
-def graph_view(session: Any, kb_name: str | None = None, limit: int = 500) -> Envelope:
+def graph_view(session: Scope, kb_name: str | None = None, limit: int = 500) -> Envelope:
     """Nodes and edges (up to ``limit`` nodes) for drawing the graph."""
     record = session.resolve_kb(kb_name)
     state = graph_store(session, record).load()
@@ -423,7 +424,7 @@ def graph_view(session: Any, kb_name: str | None = None, limit: int = 500) -> En
     )
 
 
-def expand_hits(session: Any, hits: Sequence[Mapping[str, Any]], max_related: int = 5) -> list[dict[str, Any]]:
+def expand_hits(session: Scope, hits: Sequence[Mapping[str, Any]], max_related: int = 5) -> list[dict[str, Any]]:
     """Search hits (the ``chunks`` of a search result) plus, after each hit on a bundle document, the
     documents of nodes related to it by an edge.
 
@@ -500,7 +501,7 @@ def node_display(node: Mapping[str, Any]) -> str:
     return f"{node['type']} " + ", ".join(f"{k}={v}" for k, v in node["identity"].items())
 
 
-def _first_chunk(session: Any, record: KnowledgeBaseRecord, doc_id: str) -> dict[str, Any] | None:
+def _first_chunk(session: Scope, record: KnowledgeBaseRecord, doc_id: str) -> dict[str, Any] | None:
     snapshot = session.service.reader(record.id).snapshot()
     documents = snapshot.documents()
     match = documents[documents["doc_id"] == doc_id]

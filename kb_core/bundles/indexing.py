@@ -20,6 +20,7 @@ import numpy as np
 
 from kb_core.bundles.graph import GraphState
 from kb_core.errors import StoreError
+from kb_core.seams import Resources
 from kb_core.store import Change, KnowledgeBaseRecord, Manifest, catalog, utc_now
 
 logger = logging.getLogger(__name__)
@@ -56,7 +57,7 @@ class _NewDocument:
     chunks: list[Any]
 
 
-def sync_index(service: Any, record: KnowledgeBaseRecord, state: GraphState) -> dict[str, int]:
+def sync_index(service: Resources, record: KnowledgeBaseRecord, state: GraphState) -> dict[str, int]:
     """Make the KB's bundle documents match ``state`` in one commit; sets each node's doc_id/doc_name.
 
     Call under the graph lock. Returns documents_indexed, documents_removed, chunks_indexed.

@@ -3,24 +3,24 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING
 
+from kb_core.cli.common import Commands
 from kb_core.envelope import Envelope
 
-
-def _export(session: Any, args: argparse.Namespace) -> Envelope:
-    from kb_core.transfer import export_database
-
-    return export_database(session, args.path, args.kb or None)
+if TYPE_CHECKING:
+    from kb_core.service import Session
 
 
-def _import_db(session: Any, args: argparse.Namespace) -> Envelope:
-    from kb_core.transfer import import_database
-
-    return import_database(session, args.path)
+def _export(session: Session, args: argparse.Namespace) -> Envelope:
+    return session.export_database(args.path, args.kb or None)
 
 
-def register(commands: Any) -> None:
+def _import_db(session: Session, args: argparse.Namespace) -> Envelope:
+    return session.import_database(args.path)
+
+
+def register(commands: Commands) -> None:
     export = commands.add_parser(
         "export",
         help="export every knowledge base (or those named with --kb) to one portable file",

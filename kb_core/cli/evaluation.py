@@ -9,9 +9,13 @@ import argparse
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from kb_core.cli.common import Commands
 from kb_core.envelope import Envelope, enveloped, ok
+
+if TYPE_CHECKING:
+    from kb_core.service import Session
 
 _BAR: Any = None
 
@@ -35,7 +39,7 @@ def _progress(stage: str, done: int, total: int) -> None:
 
 
 @enveloped
-def run_eval(session: Any, args: argparse.Namespace) -> Envelope:
+def run_eval(session: Session, args: argparse.Namespace) -> Envelope:
     from kb_core.errors import InvalidArgument
     from kb_core.evaluation import (
         MODES,
@@ -216,7 +220,7 @@ def textwrap_short(text: str, width: int = 60) -> str:
     return textwrap.shorten(" ".join(str(text).split()), width, placeholder=" …")
 
 
-def register(commands: Any) -> None:
+def register(commands: Commands) -> None:
     parser = commands.add_parser(
         "eval",
         help="evaluate retrieval on a BEIR folder (nDCG@10, Recall@100, MRR@10)",

@@ -5,16 +5,21 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from kb_core.cli.common import Commands, table
 from kb_core.envelope import Envelope, enveloped, ok
+
+if TYPE_CHECKING:
+    from kb_core.mcp.tokens import TokenRecord, TokenStore
+    from kb_core.service import Session
 
 logger = logging.getLogger(__name__)
 
 
 def _serve(args: argparse.Namespace) -> int:
     from kb_core.errors import KBError
-    from kb_core.mcp_server import serve_http, serve_stdio
+    from kb_core.mcp.transports import serve_http, serve_stdio
 
     try:
         if args.http:
@@ -40,20 +45,20 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _store(session: Any) -> Any:
-    from kb_core.tokens import TokenStore
+def _store(session: Session) -> TokenStore:
+    from kb_core.mcp.tokens import TokenStore
 
     return TokenStore(session.service.home.root)
 
 
-def _scope_names(session: Any, scope: Any) -> str:
+def _scope_names(session: Session, scope: frozenset[str] | None) -> str:
     if scope is None:
         return "all"
     names = {r.id: r.name for r in session.service.home.knowledge_bases()}
     return ",".join(sorted(names.get(kb_id, f"(deleted {kb_id})") for kb_id in scope))
 
 
-def _token_row(session: Any, record: Any) -> dict[str, Any]:
+def _token_row(session: Session, record: TokenRecord) -> dict[str, Any]:
     return {
         "id": record.id,
         "scope": _scope_names(session, record.scope),
@@ -64,7 +69,7 @@ def _token_row(session: Any, record: Any) -> dict[str, Any]:
 
 
 @enveloped
-def create_token(session: Any, args: argparse.Namespace) -> Envelope:
+def create_token(session: Session, args: argparse.Namespace) -> Envelope:
     from kb_core.errors import InvalidArgument
 
     raw_scope = (args.scope or "").strip()
@@ -85,21 +90,20 @@ def create_token(session: Any, args: argparse.Namespace) -> Envelope:
 
 
 @enveloped
-def list_tokens(session: Any, args: argparse.Namespace) -> Envelope:
+def list_tokens(session: Session, args: argparse.Namespace) -> Envelope:
     rows = [_token_row(session, r) for r in _store(session).list()]
     return ok(f"{len(rows)} token(s).", {"tokens": rows, "count": len(rows)})
 
 
 @enveloped
-def revoke_token(session: Any, args: argparse.Namespace) -> Envelope:
+def revoke_token(session: Session, args: argparse.Namespace) -> Envelope:
     record = _store(session).revoke(args.id)
     return ok(f"Revoked token {record.id}.", {"id": record.id})
 
 
 def _render_tokens(envelope: Envelope) -> str:
-    from kb_core.cli import _table
 
-    return _table(
+    return table(
         envelope["data"]["tokens"],
         [
             ("id", "id"),
@@ -111,9 +115,9 @@ def _render_tokens(envelope: Envelope) -> str:
     )
 
 
-def register(commands: Any) -> None:
-    from kb_core.mcp_server import DEFAULT_HTTP_PORT
-    from kb_core.tokens import DEFAULT_RATE_PER_HOUR
+def register(commands: Commands) -> None:
+    from kb_core.mcp.server import DEFAULT_HTTP_PORT
+    from kb_core.mcp.tokens import DEFAULT_RATE_PER_HOUR
 
     mcp = commands.add_parser(
         "mcp",

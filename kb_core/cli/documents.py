@@ -5,20 +5,24 @@ from __future__ import annotations
 import argparse
 import sys
 import textwrap
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kb_core.cli import _table
+from kb_core.cli.common import Commands, table
 from kb_core.envelope import Envelope
 
+if TYPE_CHECKING:
+    from kb_core.importer import ImportProgress
+    from kb_core.service import Session
 
-def _import(session: Any, args: argparse.Namespace) -> Envelope:
+
+def _import(session: Session, args: argparse.Namespace) -> Envelope:
     bar = None
     if sys.stderr.isatty() and not args.json:
         from tqdm import tqdm
 
         bar = tqdm(total=0, unit="chunk", desc="embedding", file=sys.stderr)
 
-    def progress(state: Any) -> None:
+    def progress(state: ImportProgress) -> None:
         if bar is None:
             return
         bar.total = max(state.chunks_total, 1)
@@ -40,12 +44,12 @@ def _render_import(envelope: Envelope) -> str:
         for r in data["success_files"]
     ]
     rows += [{"file": r["file_path"], "document": "", "chunks": "", "result": r["error"]} for r in data["failed_files"]]
-    return _table(rows, [("file", "file"), ("document", "document"), ("chunks", "chunks"), ("result", "result")])
+    return table(rows, [("file", "file"), ("document", "document"), ("chunks", "chunks"), ("result", "result")])
 
 
 def _render_docs(envelope: Envelope) -> str:
     rows = [{**d, "updated_at": (d["updated_at"] or "")[:19].replace("T", " ")} for d in envelope["data"]["documents"]]
-    return _table(
+    return table(
         rows,
         [
             ("name", "name"),
@@ -59,7 +63,7 @@ def _render_docs(envelope: Envelope) -> str:
     )
 
 
-def _search(session: Any, args: argparse.Namespace) -> Envelope:
+def _search(session: Session, args: argparse.Namespace) -> Envelope:
     return session.search(
         args.query,
         top_k=args.top_k,
@@ -131,7 +135,7 @@ def explain_breakdown(b: dict[str, Any]) -> str:
     return line
 
 
-def _save_settings(session: Any, args: argparse.Namespace) -> Envelope:
+def _save_settings(session: Session, args: argparse.Namespace) -> Envelope:
     return session.save_search_settings(
         kb_name=args.kb,
         mode=args.mode,
@@ -169,7 +173,7 @@ def _add_search_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def register(commands: Any) -> None:
+def register(commands: Commands) -> None:
     importer = commands.add_parser("import", help="import TXT, DOCX and DOC files into the current KB")
     importer.add_argument("files", nargs="+", metavar="FILE")
     importer.add_argument("--chunk-size", type=int, help="tokens per chunk (default: the KB's chunk size)")

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING
 
+from kb_core.cli.common import Commands
 from kb_core.envelope import Envelope
 
+if TYPE_CHECKING:
+    from kb_core.service import Session
 
-def _schema(session: Any, args: argparse.Namespace) -> Envelope:
-    from kb_core.bundles import get_knowledge_schema
 
-    return get_knowledge_schema(session, args.kb)
+def _schema(session: Session, args: argparse.Namespace) -> Envelope:
+    return session.get_knowledge_schema(args.kb)
 
 
 def _render_schema(envelope: Envelope) -> str:
@@ -21,20 +23,16 @@ def _render_schema(envelope: Envelope) -> str:
     return f"{schema}\n\n# example bundle\n{data['example_yaml']}"
 
 
-def _bundle_import(session: Any, args: argparse.Namespace) -> Envelope:
-    from kb_core.bundles import import_knowledge_bundle
-
-    return import_knowledge_bundle(session, args.file, args.kb, delete_file=args.delete)
+def _bundle_import(session: Session, args: argparse.Namespace) -> Envelope:
+    return session.import_knowledge_bundle(args.file, args.kb, delete_file=args.delete)
 
 
 def _render_import(envelope: Envelope) -> str:
     return "\n".join(f"  {key}: {value}" for key, value in envelope["data"]["stats"].items())
 
 
-def _ontology_show(session: Any, args: argparse.Namespace) -> Envelope:
-    from kb_core.bundles import get_ontology
-
-    return get_ontology(session, args.kb)
+def _ontology_show(session: Session, args: argparse.Namespace) -> Envelope:
+    return session.get_ontology(args.kb)
 
 
 def _render_ontology(envelope: Envelope) -> str:
@@ -43,13 +41,11 @@ def _render_ontology(envelope: Envelope) -> str:
     return yaml.safe_dump(envelope["data"]["ontology"], sort_keys=False, allow_unicode=True)
 
 
-def _ontology_set(session: Any, args: argparse.Namespace) -> Envelope:
-    from kb_core.bundles import set_ontology
-
-    return set_ontology(session, args.file, args.kb)
+def _ontology_set(session: Session, args: argparse.Namespace) -> Envelope:
+    return session.set_ontology(args.file, args.kb)
 
 
-def register(commands: Any) -> None:
+def register(commands: Commands) -> None:
     schema = commands.add_parser(
         "schema",
         help="print the knowledge bundle JSON Schema and an example bundle",

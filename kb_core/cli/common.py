@@ -1,0 +1,33 @@
+"""What every ``kb`` command group shares: the handler and renderer types, the usage error, the table helper."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+from tabulate import tabulate
+
+from kb_core.envelope import Envelope
+
+if TYPE_CHECKING:
+    from kb_core.service import Session
+
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+
+# A handler runs one session operation for the parsed command line; a renderer turns its envelope into text.
+Handler = Callable[["Session", argparse.Namespace], Envelope]
+Renderer = Callable[[Envelope], str]
+# The top-level parser's sub-commands: each group's ``register`` adds its commands to it.
+Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
+class UsageError(Exception):
+    """A command line that cannot be run as given (exit status 2)."""
+
+
+def table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]]) -> str:
+    """Rows as a plain-text table: ``columns`` are (key, header) pairs; ``(none)`` when there are no rows."""
+    if not rows:
+        return "(none)"
+    return tabulate([[row.get(key, "") for key, _ in columns] for row in rows], headers=[h for _, h in columns])

@@ -1,0 +1,72 @@
+"""The ``kb`` command line: a thin front end over the session API of :mod:`kb_core.service`.
+
+With ``--json`` it prints exactly the service envelope. Exit status: 0 on success, 1 on a
+reported failure, 2 on a usage error. Each command group lives in its own module of this package
+and is listed once in :data:`COMMAND_GROUPS`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Callable, Sequence
+
+from kb_core.cli import bundles, documents, evaluation, knowledge_bases, mcp, transfer
+from kb_core.cli.common import EXIT_FAILURE, EXIT_OK, Commands, UsageError
+from kb_core.envelope import Envelope, failure
+
+# The command groups in the order ``kb --help`` lists them.
+COMMAND_GROUPS: tuple[Callable[[Commands], None], ...] = (
+    knowledge_bases.register,
+    documents.register,
+    transfer.register,
+    mcp.register,
+    bundles.register,
+    evaluation.register,
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kb", description="KB Workbench: local knowledge bases for RAG.")
+    parser.add_argument("--home", help="home folder of the knowledge bases (default: $KB_HOME, else data/home)")
+    parser.add_argument("--json", action="store_true", help="print the result envelope as JSON")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for register in COMMAND_GROUPS:
+        register(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        stream=sys.stderr,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    if getattr(args, "direct", None) is not None:
+        return int(args.direct(args))
+    from kb_core.errors import KBError
+    from kb_core.service import CLI_SESSION, KnowledgeBaseService
+
+    try:
+        service = KnowledgeBaseService(args.home)
+    except KBError as exc:
+        envelope: Envelope = failure(exc)
+    else:
+        try:
+            envelope = args.handler(service.session(CLI_SESSION), args)
+        except UsageError as exc:
+            parser.error(str(exc))
+    if args.json:
+        print(json.dumps(envelope, ensure_ascii=False, indent=2, default=str))
+    else:
+        stream = sys.stdout if envelope["success"] else sys.stderr
+        print(envelope["message"] if envelope["success"] else f"error: {envelope['message']}", file=stream)
+        # A failure with data (an import where every file failed, kb verify's problems) shows it too.
+        if args.renderer is not None and (envelope["success"] or envelope.get("data") is not None):
+            print(args.renderer(envelope), file=stream)
+    return EXIT_OK if envelope["success"] else EXIT_FAILURE

@@ -1,0 +1,86 @@
+"""``search_knowledge_base``: one search over every knowledge base the session sees, as numbered hits."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kb_core.envelope import Envelope, enveloped, ok
+from kb_core.errors import EmbeddingError, KBError
+from kb_core.mcp.results import snippet
+
+if TYPE_CHECKING:
+    from kb_core.service import Session
+
+
+def search_library(session: Session, query: str, limit: int, mode: str, expand_graph: bool = False) -> Envelope:
+    """search_knowledge_base: every KB the session sees; hybrid uses each KB's saved weights (default 70% semantic +
+    30% keyword). Scores lie in [0, 1]."""
+    @enveloped
+    def search_knowledge_base() -> Envelope:
+        kb_ids = [r.id for r in session.visible_kbs()]
+        hits, warnings, skipped = [], [], []
+        if kb_ids:
+            try:
+                outcome = session.run_search(query, kb_ids=kb_ids, top_k=limit, mode=mode, skipped=skipped)
+                hits, warnings = outcome.hits, outcome.warnings
+            except EmbeddingError as exc:
+                # The tool contract: an embedding failure is -32603; here only when no KB could be searched.
+                reasons = "; ".join(f"knowledge base '{s['kb_name']}': {s['message']}" for s in skipped)
+                raise KBError(
+                    f"search_knowledge_base could not embed the query for any knowledge base ({reasons}). "
+                    "Keyword mode does not need embeddings.",
+                    code="INTERNAL_ERROR",
+                    details={"cause": exc.code, "failed_knowledge_bases": skipped},
+                ) from exc
+        elif not isinstance(query, str) or not query.strip():
+            session.run_search(query)  # raises the service's INVALID_ARGUMENT
+        found = [hit.to_json(False) for hit in hits[:limit]]
+        if expand_graph and found:
+            found = session.expand_hits(found)
+        rows = [
+            {
+                "rank": rank,
+                "id": hit["id"],
+                "doc_id": hit["doc_id"],
+                "title": hit.get("doc_name") or hit["doc_id"],
+                "kb_name": hit.get("kb_name"),
+                "score": round(float(hit["score"]), 4),
+                "snippet": snippet(hit["content"], hit.get("matched_terms") or ()),
+                "chapter": hit.get("chapter"),
+                "page": hit.get("page"),
+                "file_type": hit.get("file_type"),
+                "expanded": bool(hit.get("expanded")),
+                "via": _via(hit),
+            }
+            for rank, hit in enumerate(found, start=1)
+        ]
+        message = f"Found {len(rows)} chunk(s) ({mode} search over {len(kb_ids)} knowledge base(s))."
+        added = sum(1 for r in rows if r["expanded"])
+        if added:
+            message += f" {added} of them were added by graph expansion."
+        if warnings:
+            message += " " + " ".join(warnings)
+        return ok(
+            message,
+            {
+                "hits": rows,
+                "count": len(rows),
+                "mode": mode,
+                "limit": limit,
+                "warnings": warnings,
+                "failed_knowledge_bases": skipped,
+            },
+        )
+
+    return search_knowledge_base()
+
+
+def _via(hit: dict[str, Any]) -> str | None:
+    """``REFERENCES from Document doc_uri=doc-001`` for a hit added by graph expansion."""
+    if not hit.get("expanded"):
+        return None
+    link = (hit.get("breakdown") or {}).get("graph_expansion") or {}
+    notes = (hit.get("breakdown") or {}).get("notes") or []
+    prefix = "added by graph expansion: "
+    note = next((n for n in notes if isinstance(n, str) and n.startswith(prefix)), None)
+    return note[len(prefix) :] if note else link.get("edge_type")

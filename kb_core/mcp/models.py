@@ -1,0 +1,355 @@
+"""The output models of the MCP tools: each tool's structured content is a ``ToolEnvelope`` of one of these.
+
+They give clients an output schema; the data itself comes from the session's envelopes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Generic, Literal, TypeVar
+
+from pydantic import BaseModel, Field
+
+T = TypeVar("T")
+
+
+class ErrorInfo(BaseModel):
+    code: str = Field(description="stable error code, e.g. KB_NOT_FOUND")
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class ToolEnvelope(BaseModel, Generic[T]):
+    """The service envelope. ``data`` is null and ``error`` set when ``success`` is false."""
+
+    success: bool
+    message: str
+    data: T | None = None
+    error: ErrorInfo | None = None
+
+
+class KBCreated(BaseModel):
+    kb_id: str
+    kb_name: str
+    chunk_size: int
+
+
+class KBNamed(BaseModel):
+    kb_name: str
+
+
+class KBInfo(BaseModel):
+    id: str
+    name: str
+    chunk_size: int
+    embedding_model: str | None = None
+    embedding_endpoint: str | None = None
+    created_at: str
+    is_current: bool
+    document_count: int
+    chunk_count: int
+
+
+class KBList(BaseModel):
+    knowledge_bases: list[KBInfo]
+    count: int
+    current_kb_id: str | None = None
+
+
+class KBSelected(BaseModel):
+    kb_id: str
+    kb_name: str
+    document_count: int
+
+
+class ImportedFile(BaseModel):
+    file_path: str
+    doc_name: str
+    chunk_count: int
+
+
+class FailedFile(BaseModel):
+    file_path: str
+    error: str
+
+
+class ImportResult(BaseModel):
+    total: int
+    success_count: int
+    failed_count: int
+    success_files: list[ImportedFile]
+    failed_files: list[FailedFile]
+
+
+class SearchChunk(BaseModel):
+    id: str
+    doc_id: str
+    content: str
+    tokens: int
+    chunk_index: int
+    doc_name: str
+    score: float
+    chapter: str | None = None
+    page: int | None = None
+    file_type: str | None = None
+    kb_id: str | None = None
+    kb_name: str | None = None
+    matched_terms: list[str] = Field(default_factory=list)
+    breakdown: dict[str, Any] = Field(default_factory=dict, description="how the score was computed")
+    expanded: bool = Field(default=False, description="added by graph expansion (expand_graph), not by the query")
+    graph: dict[str, Any] | None = Field(default=None, description="the bundle node of this chunk's document")
+
+
+class SearchResult(BaseModel):
+    chunks: list[SearchChunk]
+    count: int
+    settings: dict[str, Any] = Field(default_factory=dict)
+    weights: dict[str, Any] | None = Field(
+        default=None, description="hybrid only: requested, used and auto weights, with notes when they differ"
+    )
+    warnings: list[str] = Field(default_factory=list)
+
+
+class SearchExplanation(BaseModel):
+    chunk_id: str
+    kb_name: str
+    query: str
+    rank: int | None = Field(description="1-based rank among the hits; null when the chunk is not among them")
+    hits: int
+    candidate_position: int = Field(description="position among all scored candidates, before dedup")
+    candidates: int
+    score: float = Field(description="the score on the 0-1 scale")
+    matched_terms: list[str] = Field(default_factory=list)
+    breakdown: dict[str, Any] = Field(description="every part of the score; recomputes it exactly")
+    above: dict[str, Any] | None = Field(default=None, description="the hit ranked just above: id, doc_name, score")
+    settings: dict[str, Any] = Field(default_factory=dict)
+    explanation: list[str] = Field(description="the steps of the score as sentences")
+
+
+class DocumentRow(BaseModel):
+    id: str | None = Field(description="document id (null while an import is still in flight)")
+    name: str
+    file_path: str | None = None
+    file_type: str | None = None
+    chunk_size: int | None = None
+    created_at: str | None = None
+    updated_at: str | None = None
+    status: str
+    chunk_count: int = 0
+    size_bytes: int | None = None
+    source: str | None = None
+    error: str | None = None
+
+
+class DocumentList(BaseModel):
+    documents: list[DocumentRow]
+    count: int
+
+
+class DocNamed(BaseModel):
+    doc_name: str
+
+
+class DocUpdated(BaseModel):
+    doc_id: str
+    doc_name: str
+    chunk_count: int
+    chunk_size: int
+
+
+class RagMetadata(BaseModel):
+    source: str | None = None
+    chapter: str | None = None
+    page: int | None = None
+
+
+class RagChunk(BaseModel):
+    chunk_text: str
+    metadata: RagMetadata
+    score: float
+    matched_keywords: int | None = None
+    id: str | None = None
+
+
+DEGRADED_REASON = "why no results were returned: the timeout, or the failure (e.g. the embedding endpoint's answer)"
+
+
+class RagData(BaseModel):
+    chunks: list[RagChunk]
+    total_results: int
+    degraded: bool
+    degraded_reason: str | None = Field(default=None, description=DEGRADED_REASON)
+
+
+class RagEnvelope(ToolEnvelope[RagData]):
+    """rag_search also carries chunks, total_results and degraded at the top level, as its spec shows."""
+
+    chunks: list[RagChunk] = Field(default_factory=list)
+    total_results: int = 0
+    degraded: bool = False
+    degraded_reason: str | None = Field(default=None, description=DEGRADED_REASON)
+
+
+class Hit(BaseModel):
+    rank: int
+    id: str = Field(description="chunk id; pass it to get_item for the chunk with its neighbours")
+    doc_id: str = Field(description="document id; get_item and get_document_info accept it")
+    title: str = Field(description="document title (its name)")
+    kb_name: str | None = None
+    score: float
+    snippet: str
+    chapter: str | None = None
+    page: int | None = None
+    file_type: str | None = None
+    expanded: bool = Field(default=False, description="added by graph expansion (expand_graph), not by the query")
+    via: str | None = Field(default=None, description="for expanded hits: the edge that led here")
+
+
+class SkippedKB(BaseModel):
+    kb_name: str
+    code: str = Field(description="why it was not searched, e.g. EMBEDDING_UNAVAILABLE, EMBEDDING_AUTH_FAILED")
+    message: str
+
+
+class HitList(BaseModel):
+    hits: list[Hit]
+    count: int
+    mode: str
+    limit: int
+    warnings: list[str] = Field(default_factory=list)
+    failed_knowledge_bases: list[SkippedKB] = Field(
+        default_factory=list, description="knowledge bases left out because their query embedding failed"
+    )
+
+
+class ChunkBody(BaseModel):
+    id: str
+    doc_id: str
+    chunk_index: int
+    content: str
+    tokens: int | None = None
+    chapter: str | None = None
+    page: int | None = None
+    start_char: int | None = None
+    end_char: int | None = None
+
+
+class Neighbour(BaseModel):
+    direction: Literal["out", "in"]
+    edge_id: str
+    edge_type: str
+    properties: dict[str, Any] = Field(default_factory=dict)
+    node: dict[str, Any] = Field(description="the node at the other end: id, type, identity, doc_name")
+
+
+class Item(BaseModel):
+    """A document (``type`` "document": metadata plus ``text``), a chunk (``type`` "chunk"), or a knowledge-bundle
+    node (``type`` "node": node_type, identity, properties and neighbours via edges)."""
+
+    type: Literal["document", "chunk", "node"]
+    kb_name: str
+    id: str | None = None
+    name: str | None = None
+    file_path: str | None = None
+    file_type: str | None = None
+    status: str | None = None
+    chunk_count: int | None = None
+    size_bytes: int | None = None
+    created_at: str | None = None
+    updated_at: str | None = None
+    text: str | None = None
+    doc_name: str | None = None
+    chunk: ChunkBody | None = None
+    previous: list[ChunkBody] | None = None
+    next: list[ChunkBody] | None = None
+    node_type: str | None = None
+    identity: dict[str, Any] | None = None
+    properties: dict[str, Any] | None = None
+    doc_id: str | None = Field(default=None, description="for a node: the document holding its indexed text")
+    neighbours: list[Neighbour] | None = None
+
+
+class DocumentInfo(BaseModel):
+    id: str
+    name: str
+    file_name: str | None = Field(
+        default=None, description="the original file's name (the document name may carry a clash suffix)"
+    )
+    kb_name: str | None = None
+    file_type: str | None = None
+    size_bytes: int | None = None
+    size_human: str | None = Field(default=None, description="1024-based, e.g. 1.5 KB")
+    source: str | None = Field(default=None, description="upload, path or bundle")
+    source_label: str | None = Field(default=None, description="readable source, e.g. 'Local file: /data/a.docx'")
+    parse_status: str
+    status_text: str | None = Field(default=None, description="readable status, e.g. '✅ Completed'")
+    parse_error: str | None = None
+    error: str | None = None
+    chunk_count: int
+    created_at: str | None = None
+    updated_at: str | None = None
+
+
+class DocumentInfoError(BaseModel):
+    id: str
+    error: str
+
+
+class DocumentInfoResult(BaseModel):
+    documents: list[DocumentInfo]
+    total_docs: int
+    requested: int
+    errors: list[DocumentInfoError]
+
+
+class Exported(BaseModel):
+    source_path: str = Field(description="the home the knowledge bases were exported from")
+    export_path: str
+
+
+class KnowledgeSchema(BaseModel):
+    full_bundle_schema: dict[str, Any] = Field(
+        description="JSON Schema draft-07: an array whose items are oneOf the ontology's node and edge types"
+    )
+    example_yaml: str = Field(description="an example bundle generated from the ontology; it validates")
+
+
+class BundleStats(BaseModel):
+    model_config = {"extra": "allow"}
+
+    nodes_upserted: int = 0
+    nodes_deleted: int = 0
+    edges_upserted: int = 0
+    edges_deleted: int = 0
+    edges_cascaded: int = Field(default=0, description="edges deleted because a node they touch was deleted")
+    documents_indexed: int = 0
+    documents_removed: int = 0
+    chunks_indexed: int = 0
+    items: int = 0
+    nodes_total: int = 0
+    edges_total: int = 0
+
+
+class BundleImported(BaseModel):
+    status: Literal["success"]
+    stats: BundleStats
+    graph_version: int | None = None
+
+
+class ImportedDatabase(BaseModel):
+    source_path: str
+    imported_kb_count: int
+    imported_doc_count: int
+    knowledge_bases: list[str] = Field(default_factory=list)
+    renamed_knowledge_bases: list[dict[str, str]] = Field(default_factory=list)
+
+
+# -- parameter types and descriptions shared by several tools ---------------------------------------
+SearchMode = Literal["hybrid", "semantic", "keyword"]
+Weighting = Literal["fixed", "auto"]
+Fusion = Literal["weighted", "rrf"]
+VECTOR_WEIGHT = "weight of the semantic signal, 0-1 (default from settings, usually 0.7); alone, keyword = 1 − it"
+KEYWORD_WEIGHT = "weight of the BM25 signal, 0-1 (default from settings, usually 0.3); alone, vector = 1 − it"
+WEIGHTING = "fixed: exactly the weights given (default); auto: scaled by each signal's quality for the query"
+LANGUAGE_GUARD = (
+    "true (default): vector weight 0 when the embedding model does not cover the query's language; false: keep it"
+)
+
