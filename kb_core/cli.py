@@ -95,6 +95,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--home", help="home folder of the knowledge bases (default: $KB_HOME, else data/home)")
     parser.add_argument("--json", action="store_true", help="print the result envelope as JSON")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
+    parser.add_argument(
+        "--device",
+        help="where local models embed documents: auto (CUDA, else MPS, else CPU), cpu, cuda, cuda:N or mps "
+        "(default: $KB_DEVICE, else auto)",
+    )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     create = commands.add_parser("create", help="create a knowledge base")
@@ -148,11 +153,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if getattr(args, "direct", None) is not None:
         return int(args.direct(args))
+    from kb_core.embedding.device import device_request
     from kb_core.errors import KBError
     from kb_core.service import CLI_SESSION, KnowledgeBaseService
 
     try:
-        service = KnowledgeBaseService(args.home)
+        device = device_request(args.device, source="--device") if args.device is not None else None
+        service = KnowledgeBaseService(args.home, device=device)
     except KBError as exc:
         envelope: Envelope = {"success": False, "message": exc.message, "data": None, "error": {"code": exc.code}}
     else:

@@ -10,3 +10,6 @@ EXTRA_COMMANDS.append(cli_bundles.register)
 from kb_core import cli_eval  # noqa: E402
 
 EXTRA_COMMANDS.append(cli_eval.register)
+from kb_core import cli_info  # noqa: E402
+
+EXTRA_COMMANDS.append(cli_info.register)

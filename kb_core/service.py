@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow.compute as pc
 
 from kb_core.config import resolve_home
+from kb_core.embedding.device import DeviceChoice, DeviceRequest, device_request
 from kb_core.envelope import Envelope, enveloped, ok
 from kb_core.errors import (
     DocumentNotFound,
@@ -89,7 +90,20 @@ class KnowledgeBaseService:
         *,
         embedder_factory: Callable[[KnowledgeBaseRecord, str | None], Any] | None = None,
         parse_limits: Any = None,
+        device: str | DeviceRequest | None = None,
     ) -> None:
+        """``device`` (``auto``, ``cpu``, ``cuda``, ``cuda:N``, ``mps``; default ``$KB_DEVICE``, else auto) is where
+        local models embed documents. A malformed ``device`` raises :class:`InvalidArgument` here; a malformed
+        ``$KB_DEVICE`` fails each operation that needs a local model, with the same message, so the rest works."""
+        self.device_argument = device  # as given, so services opened for this one (evaluation) use the same
+        self._device_error: InvalidArgument | None = None
+        if device is not None:
+            self._device_request = device if isinstance(device, DeviceRequest) else device_request(device)
+        else:
+            try:
+                self._device_request = device_request()
+            except InvalidArgument as exc:
+                self._device_request, self._device_error = DeviceRequest(), exc
         self.home = Home(resolve_home(home))
         self._embedder_factory = embedder_factory
         self._lock = threading.RLock()
@@ -199,17 +213,47 @@ class KnowledgeBaseService:
                 if self._embedder_factory is not None:
                     embedder = self._embedder_factory(record, api_key)
                 else:
-                    from kb_core.embedding import CachedEmbedder, EmbeddingCache, get_embedder
+                    from kb_core.embedding import CachedEmbedder, EmbeddingCache, get_embedder, is_hashing_model
 
+                    local = not record.embedding_endpoint and not is_hashing_model(record.embedding_model)
                     # A local model gives the same query vector every time, so repeated queries are remembered;
                     # an endpoint is asked each time (it may change, or fail, between searches).
                     embedder = CachedEmbedder(
-                        get_embedder(record.embedding_model, record.embedding_endpoint, api_key),
+                        get_embedder(
+                            record.embedding_model,
+                            record.embedding_endpoint,
+                            api_key,
+                            device=self.device_request if local else None,
+                        ),
                         EmbeddingCache(self.home.embedding_cache_path),
                         query_memo=0 if record.embedding_endpoint else QUERY_MEMO,
                     )
                 self._embedders[key] = embedder
             return embedder
+
+    @property
+    def device_request(self) -> DeviceRequest:
+        """The device asked for (checked for form; raises the ``$KB_DEVICE`` error if that was malformed)."""
+        if self._device_error is not None:
+            raise self._device_error
+        return self._device_request
+
+    def device(self) -> DeviceChoice:
+        """The device local models embed documents on in this process (imports torch; may raise
+        :class:`InvalidArgument` naming the available devices)."""
+        from kb_core.embedding.device import resolve_device
+
+        return resolve_device(self.device_request)
+
+    def embedding_device(self, record: KnowledgeBaseRecord) -> str:
+        """Where ``record``'s documents are embedded, in words: the local device, the endpoint, or none."""
+        from kb_core.embedding import is_hashing_model
+
+        if record.embedding_endpoint:
+            return f"endpoint {record.embedding_endpoint}"
+        if is_hashing_model(record.embedding_model):
+            return "none (the hashing embedder runs no model)"
+        return self.device().describe()
 
     def importer(self, record: KnowledgeBaseRecord) -> Importer:
         from kb_core.chunking import chunk_document
@@ -409,6 +453,15 @@ class Session:
 
     def resolve_kb(self, kb_name: str | None) -> KnowledgeBaseRecord:
         return self.find_kb(kb_name) if kb_name else self.current_kb()
+
+    @enveloped
+    def device_info(self) -> Envelope:
+        """Where local embedding models run in this process: ``data.device`` (see ``DeviceChoice.to_json``)."""
+        choice = self.service.device()
+        return ok(f"Local models embed documents on {choice.describe()}; queries on the CPU.", {
+            "device": choice.to_json(),
+            "query_device": "cpu",
+        })
 
     # -- knowledge bases -----------------------------------------------------------------------
     @enveloped
