@@ -64,6 +64,7 @@ from kb_core.validation import (
 
 if TYPE_CHECKING:
     from kb_core.evaluation_runs import EvaluationRunStore
+    from kb_core.executors import DocumentExecutor
 
 logger = logging.getLogger(__name__)
 # Query vectors of local models remembered per service (see CachedEmbedder): 384 floats each, 1.5 MB at most.
@@ -255,7 +256,35 @@ class KnowledgeBaseService:
             return "none (the hashing embedder runs no model)"
         return self.device().describe()
 
-    def importer(self, record: KnowledgeBaseRecord) -> Importer:
+    def import_executor(
+        self, record: KnowledgeBaseRecord, executor: str, address: str | None = None
+    ) -> DocumentExecutor | None:
+        """The executor named ``executor`` (``local``: ``None``, the importer's own threads; ``ray``: Ray Data on
+        the cluster at ``address``, else the one this process is connected to, else a new local one)."""
+        from kb_core.executors import EXECUTORS
+
+        if executor not in EXECUTORS:
+            raise InvalidArgument(
+                f"unknown executor {executor!r}: use one of {', '.join(EXECUTORS)}", details={"field": "executor"}
+            )
+        if executor == "local":
+            if address:
+                raise InvalidArgument("an address is for the ray executor only", details={"field": "address"})
+            return None
+        from kb_core.embedding import is_hashing_model
+        from kb_core.executors.ray_data import ray_executor_for
+
+        local_model = not record.embedding_endpoint and not is_hashing_model(record.embedding_model)
+        return ray_executor_for(
+            model=record.embedding_model,
+            endpoint=record.embedding_endpoint,
+            device=self.device_request if local_model else DeviceRequest(),
+            cache_path=str(self.home.embedding_cache_path),
+            limits=self._parse_limits or default_parse_limits(),
+            address=address,
+        )
+
+    def importer(self, record: KnowledgeBaseRecord, executor: DocumentExecutor | None = None) -> Importer:
         from kb_core.chunking import chunk_document
         from kb_core.parsing import parse_file
 
@@ -277,6 +306,7 @@ class KnowledgeBaseService:
             parse=lambda path: parse_file(path, limits),
             chunker=lambda parsed, size: chunk_document(parsed, embedder.tokenizer, size),
             kb_name=record.name,
+            executor=executor,
         )
 
     @cached_property
@@ -537,9 +567,13 @@ class Session:
         display_names: Sequence[str] | None = None,
         source: str = "path",
         kb_name: str | None = None,
+        executor: str = "local",
+        executor_address: str | None = None,
     ) -> Envelope:
-        """Import files into the current KB. ``display_names`` name uploads (the app passes the browser's names)."""
+        """Import files into the current KB. ``display_names`` name uploads (the app passes the browser's names).
+        ``executor``: ``local`` (this process) or ``ray`` (Ray Data on the cluster at ``executor_address``)."""
         record = self.resolve_kb(kb_name)
+        runner = self.service.import_executor(record, executor, executor_address)
         if isinstance(file_paths, str) or not isinstance(file_paths, Sequence) or not file_paths:
             raise InvalidArgument("file_paths must be a non-empty list of file paths.", details={"field": "file_paths"})
         if display_names is not None and len(display_names) != len(file_paths):
@@ -570,7 +604,7 @@ class Session:
                     )
                 )
                 positions.append(index)
-            states = self.service.importer(record).run(sources, size, progress)[0] if sources else []
+            states = self.service.importer(record, runner).run(sources, size, progress)[0] if sources else []
         finally:
             shutil.rmtree(copies, ignore_errors=True)
         if sources:
@@ -593,6 +627,8 @@ class Session:
             "success_files": succeeded,
             "failed_files": failed,
         }
+        if runner is not None:
+            data["executor"] = runner.summary()  # what ran where (files and chunks per node)
         message = f"Imported {len(succeeded)} of {len(file_paths)} file(s) into '{record.name}'"
         message += f"; {len(failed)} failed." if failed else "."
         envelope = ok(message, data)
