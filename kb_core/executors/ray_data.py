@@ -44,7 +44,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-EMBED_DOCUMENTS = 4  # documents per embedding call: small enough to spread a short import over every actor
+MAX_EMBED_DOCUMENTS = 64  # documents per embedding call at most (a few hundred chunks: a full GPU batch)
+MAX_BLOCKS = 256  # input blocks: enough to spread parsing, few enough to keep Ray Data's bookkeeping small
 ACTOR_START_TIMEOUT_S = 600  # loading a model on a busy node can take a while
 INSTALL_HINT = "install the optional extra: pip install 'kb-workbench[ray]'"
 
@@ -227,7 +228,7 @@ class RayExecutor:
             {"index": i, "name": source.path.name, "data": source.path.read_bytes()} for i, source in enumerate(sources)
         ]
         dataset = (
-            ray.data.from_items(items, override_num_blocks=max(1, len(items)))
+            ray.data.from_items(items, override_num_blocks=max(1, min(len(items), MAX_BLOCKS)))
             .map_batches(
                 parse_and_chunk,
                 batch_size=1,
@@ -239,7 +240,8 @@ class RayExecutor:
             )
             .map_batches(
                 ChunkEmbedder,
-                batch_size=EMBED_DOCUMENTS,
+                # Small enough that a short import still gives every actor a share.
+                batch_size=max(1, min(MAX_EMBED_DOCUMENTS, len(items) // (4 * actors))),
                 batch_format="pandas",
                 fn_constructor_kwargs={
                     "model": self.model,
