@@ -174,3 +174,18 @@ def test_kb_import_executor_options(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert "an address is for the ray executor only" in capsys.readouterr().err
     assert kb_main(["--home", home, "import", str(note), "--executor", "local"]) == 0
     assert "说明.txt" in capsys.readouterr().out
+
+
+@pytest.mark.model
+def test_a_device_the_workers_lack_fails_the_files_with_the_reason(cluster: Any, tmp_path: Path) -> None:
+    from kb_core.embedding.device import available_devices
+
+    if any(d.startswith("cuda") for d in available_devices()):
+        pytest.skip("this machine has CUDA: asking for it cannot fail here")
+    session = KnowledgeBaseService(tmp_path / "home", device="cuda").session()
+    assert session.create_knowledge_base("gpu", 96)["success"]
+    result = session.import_document([str(DEMO_FILES[0])], kb_name="gpu", executor="ray")
+    assert not result["success"]
+    error = result["data"]["failed_files"][0]["error"]
+    assert error.startswith("the ray executor failed:") and "'cuda'" in error and "available: cpu" in error, error
+    assert session.list_documents("gpu")["data"]["documents"] == []

@@ -259,7 +259,7 @@ class RayExecutor:
         parsed_per_node: Counter[str] = Counter()
         cache_hits = 0
         chunks_per_actor: Counter[str] = Counter()
-        for batch in dataset.iter_batches(batch_size=None, batch_format="pandas"):
+        for batch in _batches(dataset):
             for row in batch.to_dict("records"):
                 parsed_per_node[str(row["parse_node"])] += 1
                 if row["error"]:
@@ -290,6 +290,25 @@ class RayExecutor:
 
     def summary(self) -> dict[str, object]:
         return dict(self._summary)
+
+
+def _batches(dataset: Any) -> Iterator[pd.DataFrame]:
+    """The pipeline's output; a failure Ray gave up on (a retried batch that failed again, an actor that could not
+    start) becomes a :class:`KBError`, so the importer fails what it had not committed, with the reason."""
+    iterator = iter(dataset.iter_batches(batch_size=None, batch_format="pandas"))
+    while True:
+        try:
+            batch = next(iterator)
+        except StopIteration:
+            return
+        except Exception as exc:
+            logger.exception("the Ray pipeline failed")
+            reason = str(exc).strip().splitlines()[-1][:300] if str(exc).strip() else ""
+            raise KBError(
+                f"the ray executor failed: {type(exc).__name__}{': ' + reason if reason else ''}",
+                code="EXECUTOR_FAILED",
+            ) from exc
+        yield batch
 
 
 def ray_executor_for(
