@@ -1,10 +1,19 @@
 """End-to-end import time against the model's own encode() on the same chunk texts, and re-import time.
 
     python benchmarks/bench_import.py --documents 1200 --chunk-size 160
+    python benchmarks/bench_import.py --model hashing --documents 3000        # the pipeline without a model
+    python benchmarks/bench_import.py --model hashing --ray                   # + the ray executor, 1 and 2 nodes
 
 Reads SciFact abstracts from ../shared/eval/scifact as the corpus (one .txt per abstract). Targets:
 import ≤ 1.15 × encode (the pipeline adds at most 15 % to the model's time); re-import of the same
 files ≥ 20 × faster than the first import (the embedding cache answers). Figures from one run.
+
+With ``--model hashing`` the reference is the hashing embedder's own ``embed_documents`` on the same chunk
+texts. With ``--ray`` the same files are imported again with ``--executor ray`` on a local Ray cluster of one,
+then two nodes (``ray.cluster_utils.Cluster``, each node given ``--ray-cpus`` logical CPUs), each against the
+local executor's import measured in the same run; cluster start-up is not timed, actor start-up is (every
+import starts its actor pool). On one machine a second node adds no cores: the figure shows Ray's overhead,
+not a cluster's speed-up.
 """
 
 from __future__ import annotations
@@ -15,6 +24,7 @@ import os
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -27,6 +37,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--documents", type=int, default=1200)
     parser.add_argument("--chunk-size", type=int, default=160)
+    parser.add_argument("--model", default="all-MiniLM-L6-v2", help="the KB's model; 'hashing' runs no model")
+    parser.add_argument("--ray", action="store_true", help="also import with the ray executor on 1 and 2 nodes")
+    parser.add_argument("--ray-cpus", type=int, default=2, help="logical CPUs per Ray node")
     args = parser.parse_args()
     corpus = SHARED / "eval" / "scifact" / "corpus.jsonl"
     if not corpus.exists():
@@ -41,27 +54,33 @@ def main() -> None:
                 files.append(str(path))
         service = KnowledgeBaseService(Path(folder) / "home")
         session = service.session()
-        session.create_knowledge_base("bench", args.chunk_size)
+        session.create_knowledge_base("bench", args.chunk_size, embedding_model=args.model)
         session.select_knowledge_base("bench")
         record = session.current_kb()
         embedder = service.embedder(record)
-        embedder.embed_query("warm up the model")  # model load is not part of either figure
         from kb_core.chunking import chunk_document
+        from kb_core.embedding import is_hashing_model
         from kb_core.parsing import parse_file
 
-        parse_file(Path(files[0]))  # nor is starting the parser worker
-        model = embedder.inner.model  # the SentenceTransformer behind the cache
+        parse_file(Path(files[0]))  # starting the parser worker is not part of either figure
+        if is_hashing_model(args.model):
+            encode: Any = embedder.inner.embed_documents
+        else:
+            model = embedder.inner.model  # the SentenceTransformer behind the cache (loaded now, not timed)
+
+            def encode(texts: list[str]) -> Any:
+                return model.encode(texts, batch_size=64, normalize_embeddings=True)
 
         def encode_seconds(texts: list[str]) -> float:
             started = time.perf_counter()
-            model.encode(texts, batch_size=64, normalize_embeddings=True)
+            encode(texts)
             return time.perf_counter() - started
 
         # The reference runs before and after the import (this machine's speed drifts); the ratio uses their mean.
         planned = [
             c.content for f in files for c in chunk_document(parse_file(Path(f)), embedder.tokenizer, args.chunk_size)
         ]
-        model.encode(planned[:256], batch_size=64)  # warm torch's thread pool and allocator up for both figures
+        encode(planned[:256])  # warm torch's thread pool and allocator up for both figures
         encode_before = encode_seconds(planned)
 
         started = time.perf_counter()
@@ -79,11 +98,18 @@ def main() -> None:
         again = session.import_document(files)
         reimport_seconds = time.perf_counter() - started
         assert again["data"]["success_count"] == len(files)
+        report: dict[str, Any] = {}
+        if args.ray:
+            report["ray"] = ray_figures(files, args.model, args.chunk_size, args.ray_cpus, Path(folder))
         print(
             json.dumps(
                 {
                     "documents": len(files),
+                    "model": args.model,
+                    "device": service.embedding_device(record),
                     "chunks": len(texts),
+                    "chunks_per_second_import": round(len(texts) / import_seconds, 1),
+                    "chunks_per_second_encode": round(len(texts) / encode_mean, 1),
                     "chunk_size": args.chunk_size,
                     "encode_seconds_before_import": round(encode_before, 2),
                     "encode_seconds_after_import": round(encode_after, 2),
@@ -92,10 +118,53 @@ def main() -> None:
                     "reimport_seconds": round(reimport_seconds, 2),
                     "first_over_reimport": round(import_seconds / reimport_seconds, 1),
                     "targets": "import_over_encode <= 1.15; first_over_reimport >= 20",
+                    **report,
                 },
                 indent=2,
             )
         )
+
+
+def ray_figures(files: list[str], model: str, chunk_size: int, cpus: int, folder: Path) -> dict[str, Any]:
+    """chunks/s of the local executor and of the ray executor on 1 and 2 local nodes, in this run."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    def timed_import(service: KnowledgeBaseService, name: str, executor: str) -> tuple[float, dict[str, Any]]:
+        session = service.session()
+        session.create_knowledge_base(name, chunk_size, embedding_model=model)
+        started = time.perf_counter()
+        result = session.import_document(files, kb_name=name, executor=executor)
+        seconds = time.perf_counter() - started
+        assert result["data"]["success_count"] == len(files), result["message"]
+        chunks = sum(f["chunk_count"] for f in result["data"]["success_files"])
+        return chunks / seconds, result["data"]
+
+    figures: dict[str, Any] = {}
+    for nodes in (1, 2):
+        # A fresh home each time: the embedding cache must not answer for the previous run.
+        service = KnowledgeBaseService(folder / f"ray-home-{nodes}")
+        local_rate, _ = timed_import(service, "local", "local")
+        if ray.is_initialized():
+            ray.shutdown()
+        small = {"num_cpus": cpus, "object_store_memory": 200 * 1024**2}
+        cluster = Cluster(initialize_head=True, head_node_args={**small, "include_dashboard": False})
+        for _ in range(nodes - 1):
+            cluster.add_node(**small)
+        cluster.wait_for_nodes()
+        ray.init(address=cluster.address, log_to_driver=False)
+        try:
+            rate, data = timed_import(service, "ray", "ray")
+        finally:
+            ray.shutdown()
+            cluster.shutdown()
+        figures[f"{nodes}_node"] = {
+            "chunks_per_second_local_executor": round(local_rate, 1),
+            "chunks_per_second_ray": round(rate, 1),
+            "ray_over_local": round(rate / local_rate, 3),
+            "chunks_embedded_per_node": list(data["executor"]["chunks_embedded_per_node"].values()),
+        }
+    return figures
 
 
 if __name__ == "__main__":

@@ -235,20 +235,23 @@ def open_eval_service(service_or_home: Resources | str | os.PathLike[str]) -> Re
     from kb_core.service import KnowledgeBaseService
 
     if isinstance(service_or_home, str | os.PathLike):
-        root = Path(service_or_home).expanduser()
+        root, device = Path(service_or_home).expanduser(), None
     else:
-        root = Path(service_or_home.home.root)
+        root, device = Path(service_or_home.home.root), service_or_home.device_argument
     home = root / EVAL_HOME
 
     def embedder_factory(record: KnowledgeBaseRecord, api_key: str | None) -> Any:
         # The service's own recipe (shared model, persistent document cache) plus a query memo: an evaluation
         # embeds each query once instead of once per pass and setting. The vectors are the same.
-        from kb_core.embedding import CachedEmbedder, EmbeddingCache, get_embedder
+        from kb_core.embedding import CachedEmbedder, EmbeddingCache, get_embedder, is_hashing_model
 
-        inner = get_embedder(record.embedding_model, record.embedding_endpoint, api_key)
+        local = not record.embedding_endpoint and not is_hashing_model(record.embedding_model)
+        device = eval_service.device_request if local else None
+        inner = get_embedder(record.embedding_model, record.embedding_endpoint, api_key, device=device)
         return _QueryMemo(CachedEmbedder(inner, EmbeddingCache(home / "cache" / "embeddings.sqlite")))
 
-    return KnowledgeBaseService(home, embedder_factory=embedder_factory)
+    eval_service = KnowledgeBaseService(home, embedder_factory=embedder_factory, device=device)
+    return eval_service
 
 
 class _QueryMemo:

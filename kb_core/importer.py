@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from kb_core.errors import DocumentNotFound, KBError, KBNotFound, ParseError
+from kb_core.executors import DocumentExecutor
 from kb_core.store import Change, KBStore, Manifest, StagedSegment, catalog, utc_now
 from kb_core.store.atomic import file_sha256, remove_stale_temporaries, write_bytes_atomically
 
@@ -182,7 +183,10 @@ class Importer:
         parse: Callable[[Path], Any],
         chunker: Callable[[Any, int], list[Any]],
         kb_name: str = "",
+        executor: DocumentExecutor | None = None,
     ) -> None:
+        """``executor`` runs parsing, chunking and embedding elsewhere (e.g. on Ray); ``None`` runs them here."""
+        self.executor = executor
         self.store = store
         self.kb_name = kb_name or store.kb_id
         self.embedder = embedder
@@ -212,6 +216,9 @@ class Importer:
                     progress_callback(progress)
                 except Exception:  # a broken progress display must not break the import
                     logger.exception("progress callback failed")
+
+        if self.executor is not None:
+            return progress.files, self._run_executor(self.executor, chunk_size, progress, job, notify)
 
         def prepare(index: int) -> _PendingDocument:
             source = sources[index]
@@ -292,6 +299,77 @@ class Importer:
         finally:
             job.close()
         return progress.files, committed
+
+    def _run_executor(
+        self,
+        executor: DocumentExecutor,
+        chunk_size: int,
+        progress: ImportProgress,
+        job: JobFile,
+        notify: Callable[[], None],
+    ) -> list[dict[str, Any]]:
+        """Commit the executor's documents as they arrive, in segments of about ``COMMIT_CHUNKS`` chunks."""
+        committed: list[dict[str, Any]] = []
+        pending: list[_PendingDocument] = []
+        seen: set[int] = set()
+        try:
+            for state in progress.files:
+                state.status = "parsing"  # handed to the executor: parsing, chunking and embedding there
+            job.publish(force=True)
+            notify()
+            for result in executor.execute(self.sources, chunk_size):
+                if result.index in seen or not 0 <= result.index < len(self.sources):
+                    logger.warning("executor %s returned file %d twice; ignored", executor.name, result.index)
+                    continue
+                seen.add(result.index)
+                progress.files_parsed += 1
+                if result.error is not None or result.vectors is None:
+                    pending += self._fail(progress, result.index, result.error or "no result", chunk_size)
+                else:
+                    source = self.sources[result.index]
+                    state = progress.files[result.index]
+                    state.status, state.chunks_total = "embedding", len(result.chunks)
+                    state.chunks_embedded = len(result.chunks)
+                    progress.chunks_total += len(result.chunks)
+                    progress.chunks_embedded += len(result.chunks)
+                    pending.append(
+                        _PendingDocument(
+                            index=result.index,
+                            source=source,
+                            doc_id=source.doc_id or f"doc_{uuid.uuid4().hex[:16]}",
+                            file_type=result.file_type,
+                            text=result.text,
+                            chunks=result.chunks,
+                            size_bytes=source.path.stat().st_size,
+                            sha256=file_sha256(source.path),
+                            chunk_size=chunk_size,
+                            vectors=list(result.vectors),
+                            replaces=source.replaces,
+                        )
+                    )
+                if sum(len(d.chunks) for d in pending) >= COMMIT_CHUNKS:
+                    committed += self._commit(pending, progress)
+                    pending = []
+                job.publish()
+                notify()
+            for index in range(len(self.sources)):
+                if index not in seen:  # an executor must answer for every file; one that did not fails it
+                    message = f"the {executor.name} executor returned no result"
+                    pending += self._fail(progress, index, message, chunk_size)
+            if pending:
+                committed += self._commit(pending, progress)
+            job.publish()
+            notify()
+        except KBError as exc:
+            for state in progress.files:
+                if state.status not in ("ready", "failed"):
+                    state.status, state.error = "failed", exc.message
+            notify()
+            if isinstance(exc, KBNotFound):
+                raise self._deleted_meanwhile() from exc
+        finally:
+            job.close()
+        return committed
 
     def _deleted_meanwhile(self) -> KBNotFound:
         return KBNotFound(

@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 
 from kb_core.config import resolve_home
 from kb_core.embedding import DEFAULT_EMBEDDING_MODEL
+from kb_core.embedding.device import DeviceChoice, DeviceRequest, device_request
 from kb_core.envelope import Envelope, envelope, enveloped, ok
 from kb_core.errors import (
     DocumentNotFound,
@@ -66,6 +67,7 @@ if TYPE_CHECKING:
     from kb_core.analysis import Analyzer
     from kb_core.embedding.base import Embedder
     from kb_core.evaluation_runs import EvaluationRunStore
+    from kb_core.executors import DocumentExecutor
 
 logger = logging.getLogger(__name__)
 # Query vectors of local models remembered per service (see CachedEmbedder): 384 floats each, 1.5 MB at most.
@@ -91,7 +93,20 @@ class KnowledgeBaseService:
         *,
         embedder_factory: Callable[[KnowledgeBaseRecord, str | None], Any] | None = None,
         parse_limits: Any = None,
+        device: str | DeviceRequest | None = None,
     ) -> None:
+        """``device`` (``auto``, ``cpu``, ``cuda``, ``cuda:N``, ``mps``; default ``$KB_DEVICE``, else auto) is where
+        local models embed documents. A malformed ``device`` raises :class:`InvalidArgument` here; a malformed
+        ``$KB_DEVICE`` fails each operation that needs a local model, with the same message, so the rest works."""
+        self.device_argument = device  # as given, so services opened for this one (evaluation) use the same
+        self._device_error: InvalidArgument | None = None
+        if device is not None:
+            self._device_request = device if isinstance(device, DeviceRequest) else device_request(device)
+        else:
+            try:
+                self._device_request = device_request()
+            except InvalidArgument as exc:
+                self._device_request, self._device_error = DeviceRequest(), exc
         self.home = Home(resolve_home(home))
         self._embedder_factory = embedder_factory
         self._lock = threading.RLock()
@@ -201,19 +216,77 @@ class KnowledgeBaseService:
                 if self._embedder_factory is not None:
                     embedder = self._embedder_factory(record, api_key)
                 else:
-                    from kb_core.embedding import CachedEmbedder, EmbeddingCache, get_embedder
+                    from kb_core.embedding import CachedEmbedder, EmbeddingCache, get_embedder, is_hashing_model
 
+                    local = not record.embedding_endpoint and not is_hashing_model(record.embedding_model)
                     # A local model gives the same query vector every time, so repeated queries are remembered;
                     # an endpoint is asked each time (it may change, or fail, between searches).
                     embedder = CachedEmbedder(
-                        get_embedder(record.embedding_model, record.embedding_endpoint, api_key),
+                        get_embedder(
+                            record.embedding_model,
+                            record.embedding_endpoint,
+                            api_key,
+                            device=self.device_request if local else None,
+                        ),
                         EmbeddingCache(self.home.embedding_cache_path),
                         query_memo=0 if record.embedding_endpoint else QUERY_MEMO,
                     )
                 self._embedders[key] = embedder
             return embedder
 
-    def importer(self, record: KnowledgeBaseRecord) -> Importer:
+    @property
+    def device_request(self) -> DeviceRequest:
+        """The device asked for (checked for form; raises the ``$KB_DEVICE`` error if that was malformed)."""
+        if self._device_error is not None:
+            raise self._device_error
+        return self._device_request
+
+    def device(self) -> DeviceChoice:
+        """The device local models embed documents on in this process (imports torch; may raise
+        :class:`InvalidArgument` naming the available devices)."""
+        from kb_core.embedding.device import resolve_device
+
+        return resolve_device(self.device_request)
+
+    def embedding_device(self, record: KnowledgeBaseRecord) -> str:
+        """Where ``record``'s documents are embedded, in words: the local device, the endpoint, or none."""
+        from kb_core.embedding import is_hashing_model
+
+        if record.embedding_endpoint:
+            return f"endpoint {record.embedding_endpoint}"
+        if is_hashing_model(record.embedding_model):
+            return "none (the hashing embedder runs no model)"
+        return self.device().describe()
+
+    def import_executor(
+        self, record: KnowledgeBaseRecord, executor: str, address: str | None = None
+    ) -> DocumentExecutor | None:
+        """The executor named ``executor`` (``local``: ``None``, the importer's own threads; ``ray``: Ray Data on
+        the cluster at ``address``, else the one this process is connected to, else a new local one)."""
+        from kb_core.executors import EXECUTORS
+
+        if executor not in EXECUTORS:
+            raise InvalidArgument(
+                f"unknown executor {executor!r}: use one of {', '.join(EXECUTORS)}", details={"field": "executor"}
+            )
+        if executor == "local":
+            if address:
+                raise InvalidArgument("an address is for the ray executor only", details={"field": "address"})
+            return None
+        from kb_core.embedding import is_hashing_model
+        from kb_core.executors.ray_data import ray_executor_for
+
+        local_model = not record.embedding_endpoint and not is_hashing_model(record.embedding_model)
+        return ray_executor_for(
+            model=record.embedding_model,
+            endpoint=record.embedding_endpoint,
+            device=self.device_request if local_model else DeviceRequest(),
+            cache_path=str(self.home.embedding_cache_path),
+            limits=self._parse_limits or default_parse_limits(),
+            address=address,
+        )
+
+    def importer(self, record: KnowledgeBaseRecord, executor: DocumentExecutor | None = None) -> Importer:
         from kb_core.chunking import chunk_document
         from kb_core.parsing import parse_file
 
@@ -235,6 +308,7 @@ class KnowledgeBaseService:
             parse=lambda path: parse_file(path, limits),
             chunker=lambda parsed, size: chunk_document(parsed, embedder.tokenizer, size),
             kb_name=record.name,
+            executor=executor,
         )
 
     @cached_property
@@ -412,6 +486,15 @@ class Session:
     def resolve_kb(self, kb_name: str | None) -> KnowledgeBaseRecord:
         return self.find_kb(kb_name) if kb_name else self.current_kb()
 
+    @enveloped
+    def device_info(self) -> Envelope:
+        """Where local embedding models run in this process: ``data.device`` (see ``DeviceChoice.to_json``)."""
+        choice = self.service.device()
+        return ok(f"Local models embed documents on {choice.describe()}; queries on the CPU.", {
+            "device": choice.to_json(),
+            "query_device": "cpu",
+        })
+
     # -- knowledge bases -----------------------------------------------------------------------
     @enveloped
     def create_knowledge_base(
@@ -486,9 +569,13 @@ class Session:
         display_names: Sequence[str] | None = None,
         source: str = "path",
         kb_name: str | None = None,
+        executor: str = "local",
+        executor_address: str | None = None,
     ) -> Envelope:
-        """Import files into the current KB. ``display_names`` name uploads (the app passes the browser's names)."""
+        """Import files into the current KB. ``display_names`` name uploads (the app passes the browser's names).
+        ``executor``: ``local`` (this process) or ``ray`` (Ray Data on the cluster at ``executor_address``)."""
         record = self.resolve_kb(kb_name)
+        runner = self.service.import_executor(record, executor, executor_address)
         if isinstance(file_paths, str) or not isinstance(file_paths, Sequence) or not file_paths:
             raise InvalidArgument("file_paths must be a non-empty list of file paths.", details={"field": "file_paths"})
         if display_names is not None and len(display_names) != len(file_paths):
@@ -519,7 +606,7 @@ class Session:
                     )
                 )
                 positions.append(index)
-            states = self.service.importer(record).run(sources, size, progress)[0] if sources else []
+            states = self.service.importer(record, runner).run(sources, size, progress)[0] if sources else []
         finally:
             shutil.rmtree(copies, ignore_errors=True)
         if sources:
@@ -542,6 +629,8 @@ class Session:
             "success_files": succeeded,
             "failed_files": failed,
         }
+        if runner is not None:
+            data["executor"] = runner.summary()  # what ran where (files and chunks per node)
         message = f"Imported {len(succeeded)} of {len(file_paths)} file(s) into '{record.name}'"
         message += f"; {len(failed)} failed." if failed else "."
         return envelope(message, data, error=None if succeeded else KBError(message, code="IMPORT_FAILED"))

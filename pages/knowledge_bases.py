@@ -14,6 +14,14 @@ MODELS = {
 
 session = ui.session()
 st.title("Knowledge bases")
+device = session.device_info()
+st.caption(
+    f"Embedding device: {device['data']['device']['description']}; queries on the CPU."
+    if device["success"]
+    else f"Embedding device: {device['message']}",
+    help="Set with KB_DEVICE (auto, cpu, cuda, cuda:N, mps) before starting the app; float16 on CUDA unless "
+    "KB_PRECISION=float32.",
+)
 
 flash = st.session_state.pop("kb_flash", None)
 if flash:

@@ -2,6 +2,7 @@
 # Installs everything KB Workbench needs into ./.venv. Idempotent: a second run only checks.
 #   scripts/install.sh          Python packages (runtime + test tools)
 #   scripts/install.sh --browser  also Debian's chromium + chromium-driver and CJK fonts (browser tests, screenshots)
+#   KB_WITH_RAY=1 scripts/install.sh  also the optional Ray extra (kb import --executor ray and its tests)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,11 +31,13 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 # pip install is slow even when nothing changes: skip it while pyproject.toml is unchanged.
+extras=dev
+[ "${KB_WITH_RAY:-0}" = 1 ] && extras=dev,ray
 stamp=.venv/.kb-installed
-digest=$(sha256sum pyproject.toml | cut -d' ' -f1)
+digest="$(sha256sum pyproject.toml | cut -d' ' -f1) $extras"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$digest" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
   # torch is pinned to the CPU build (torch==2.13.0 in pyproject.toml); an unpinned torch pulls CUDA.
-  .venv/bin/python -m pip install -q -e ".[dev]"
+  .venv/bin/python -m pip install -q -e ".[$extras]"
   echo "$digest" > "$stamp"
 fi

@@ -31,7 +31,9 @@ def _import(session: Session, args: argparse.Namespace) -> Envelope:
         bar.refresh()
 
     try:
-        return session.import_document(args.files, args.chunk_size, progress=progress)
+        return session.import_document(
+            args.files, args.chunk_size, progress=progress, executor=args.executor, executor_address=args.address
+        )
     finally:
         if bar is not None:
             bar.close()
@@ -44,6 +46,14 @@ def _render_import(envelope: Envelope) -> str:
         for r in data["success_files"]
     ]
     rows += [{"file": r["file_path"], "document": "", "chunks": "", "result": r["error"]} for r in data["failed_files"]]
+    ran = data.get("executor")
+    if ran:  # where a cluster ran the work: chunks embedded per node
+        nodes = ", ".join(f"{node[:8]} {chunks}" for node, chunks in ran["chunks_embedded_per_node"].items())
+        return (
+            f"executor ray: {ran['nodes']} node(s), {ran['embedding_actors']} embedding actor(s); chunks embedded "
+            f"per node: {nodes or 'none'}; {ran['chunks_from_cache']} from the embedding cache\n"
+            + table(rows, [("file", "file"), ("document", "document"), ("chunks", "chunks"), ("result", "result")])
+        )
     return table(rows, [("file", "file"), ("document", "document"), ("chunks", "chunks"), ("result", "result")])
 
 
@@ -177,6 +187,18 @@ def register(commands: Commands) -> None:
     importer = commands.add_parser("import", help="import TXT, DOCX and DOC files into the current KB")
     importer.add_argument("files", nargs="+", metavar="FILE")
     importer.add_argument("--chunk-size", type=int, help="tokens per chunk (default: the KB's chunk size)")
+    importer.add_argument(
+        "--executor",
+        choices=("local", "ray"),
+        default="local",
+        help="where parsing, chunking and embedding run: this process (default) or a Ray cluster "
+        "(needs the optional extra kb-workbench[ray])",
+    )
+    importer.add_argument(
+        "--address",
+        help="the Ray cluster for --executor ray, e.g. 10.0.0.5:6379 or ray://host:10001 "
+        "(default: $RAY_ADDRESS, else a new local cluster)",
+    )
     importer.set_defaults(handler=_import, renderer=_render_import)
 
     docs = commands.add_parser("docs", help="list the documents of the current KB")

@@ -123,6 +123,7 @@ def run_eval(session: Session, args: argparse.Namespace) -> Envelope:
         "queries": len(queries),
         "chunk_size": record.chunk_size,
         "embedding_model": record.embedding_model,
+        "embedding_device": kb_service.embedding_device(record),
         "kb_fingerprint": run.kb_fingerprint,
         "eval_home": str(kb_service.home.root),
         **report.to_json(),
@@ -171,7 +172,10 @@ def render_eval(envelope: Envelope) -> str:
     table = tabulate(
         rows, headers=["setting", "vector w", "keyword w", "nDCG@10", "Recall@100", "MRR@10", "queries", "seconds"]
     )
-    lines = [f"KB {data['kb_name']} (chunk size {data['chunk_size']}, model {data['embedding_model']})", table]
+    lines = [f"KB {data['kb_name']} (chunk size {data['chunk_size']}, model {data['embedding_model']})"]
+    if data.get("embedding_device"):
+        lines.append(f"embedding device: {data['embedding_device']}")
+    lines.append(table)
     lines += [f"note: {w}" for w in data["warnings"]]
     lines.append(f"kept as run {data['run_id']} (compare runs with: kb eval-compare RUN_A RUN_B)")
     if data.get("saved_default"):

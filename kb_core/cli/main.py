@@ -13,7 +13,7 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 
-from kb_core.cli import bundles, documents, evaluation, knowledge_bases, mcp, transfer
+from kb_core.cli import bundles, documents, evaluation, info, knowledge_bases, mcp, transfer
 from kb_core.cli.common import EXIT_FAILURE, EXIT_OK, Commands, UsageError
 from kb_core.envelope import Envelope, failure
 
@@ -25,6 +25,7 @@ COMMAND_GROUPS: tuple[Callable[[Commands], None], ...] = (
     mcp.register,
     bundles.register,
     evaluation.register,
+    info.register,
 )
 
 
@@ -33,6 +34,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--home", help="home folder of the knowledge bases (default: $KB_HOME, else data/home)")
     parser.add_argument("--json", action="store_true", help="print the result envelope as JSON")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
+    parser.add_argument(
+        "--device",
+        help="where local models embed documents: auto (CUDA, else MPS, else CPU), cpu, cuda, cuda:N or mps "
+        "(default: $KB_DEVICE, else auto)",
+    )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for register in COMMAND_GROUPS:
         register(commands)
@@ -49,11 +55,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if getattr(args, "direct", None) is not None:
         return int(args.direct(args))
+    from kb_core.embedding.device import device_request
     from kb_core.errors import KBError
     from kb_core.service import CLI_SESSION, KnowledgeBaseService
 
     try:
-        service = KnowledgeBaseService(args.home)
+        device = device_request(args.device, source="--device") if args.device is not None else None
+        service = KnowledgeBaseService(args.home, device=device)
     except KBError as exc:
         envelope: Envelope = failure(exc)
     else:

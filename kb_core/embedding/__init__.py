@@ -9,6 +9,8 @@
 * ``create_embedder("hashing")`` or ``"hashing-<dim>"``: a deterministic model-free embedder for unit tests.
 * ``get_embedder(...)``: the same, but one instance per ``(model, endpoint)`` per process (models load once).
 * ``CachedEmbedder(embedder, EmbeddingCache(path))``: skips model time for texts already embedded.
+* ``device=device_request("cuda")``: where a local model runs (:mod:`kb_core.embedding.device`; default
+  ``$KB_DEVICE``, else CUDA, MPS, CPU in that order). The device is not part of ``model_key``.
 
 Heavy libraries (torch, sentence-transformers) are imported only when a local model is first created.
 """
@@ -20,6 +22,7 @@ import threading
 
 from kb_core.embedding.base import Embedder, ProgressCallback, Tokenizer, l2_normalize
 from kb_core.embedding.cache import CachedEmbedder, EmbeddingCache
+from kb_core.embedding.device import DeviceRequest, device_request
 from kb_core.embedding.hashing import HashingEmbedder, HashingTokenizer
 from kb_core.errors import InvalidArgument
 
@@ -28,6 +31,7 @@ DEFAULT_EMBEDDING_MODEL = "all-MiniLM-L6-v2"
 __all__ = [
     "DEFAULT_EMBEDDING_MODEL",
     "CachedEmbedder",
+    "DeviceRequest",
     "Embedder",
     "EmbeddingCache",
     "HashingEmbedder",
@@ -35,11 +39,18 @@ __all__ = [
     "ProgressCallback",
     "Tokenizer",
     "create_embedder",
+    "device_request",
     "get_embedder",
+    "is_hashing_model",
     "l2_normalize",
 ]
 
 _HASHING_RE = re.compile(r"^hashing(?:[-:](\d+))?$")
+
+
+def is_hashing_model(name: str | None) -> bool:
+    """Whether ``name`` selects the model-free hashing embedder (``hashing`` or ``hashing-<dim>``)."""
+    return bool(_HASHING_RE.match((name or "").strip()))
 
 
 def create_embedder(
@@ -48,6 +59,7 @@ def create_embedder(
     api_key: str | None = None,
     *,
     batch_size: int = 64,
+    device: DeviceRequest | None = None,
 ) -> Embedder:
     """A new embedder for ``model`` (default all-MiniLM-L6-v2), served locally or by ``endpoint``.
 
@@ -71,10 +83,10 @@ def create_embedder(
         return HashingEmbedder(int(m.group(1)) if m.group(1) else 64)
     from kb_core.embedding.local import SentenceTransformerEmbedder
 
-    return SentenceTransformerEmbedder(name, batch_size=batch_size)
+    return SentenceTransformerEmbedder(name, batch_size=batch_size, device=device)
 
 
-_instances: dict[tuple[str, str | None, str | None, int], Embedder] = {}
+_instances: dict[tuple[str, str | None, str | None, int, tuple[str, str] | None], Embedder] = {}
 _instances_lock = threading.Lock()
 
 
@@ -84,8 +96,10 @@ def get_embedder(
     api_key: str | None = None,
     *,
     batch_size: int = 64,
+    device: DeviceRequest | None = None,
 ) -> Embedder:
-    """Like :func:`create_embedder`, but returns one shared instance per (model, endpoint) in this process."""
+    """Like :func:`create_embedder`, but returns one shared instance per (model, endpoint, device) in this
+    process (``device`` defaults to ``$KB_DEVICE``, read now)."""
     name = (model or ("" if endpoint else DEFAULT_EMBEDDING_MODEL)).strip()
     if name == "sentence-transformers/all-MiniLM-L6-v2":
         name = DEFAULT_EMBEDDING_MODEL
@@ -95,11 +109,14 @@ def get_embedder(
         import hashlib
 
         key_id = hashlib.sha256(api_key.encode("utf-8")).hexdigest()
-    cache_key = (name, (endpoint or "").rstrip("/") or None, key_id, batch_size)
+    local = not endpoint and not is_hashing_model(name)
+    device = (device or device_request()) if local else None  # only a local model has a device
+    device_key = (device.spec, device.precision) if device is not None else None
+    cache_key = (name, (endpoint or "").rstrip("/") or None, key_id, batch_size, device_key)
     with _instances_lock:
         found = _instances.get(cache_key)
         if found is None:
             # Created under the lock so two threads never load the same model twice.
-            found = create_embedder(model, endpoint, api_key, batch_size=batch_size)
+            found = create_embedder(model, endpoint, api_key, batch_size=batch_size, device=device)
             _instances[cache_key] = found
         return found

@@ -10,6 +10,11 @@ vectors weighted by each window's token count, re-normalised to unit length.
 Models load offline only: ``HF_HUB_OFFLINE`` and ``TRANSFORMERS_OFFLINE`` are set to 1 and
 ``local_files_only=True`` is passed, so nothing ever reaches a model hub. torch and sentence-transformers are
 imported on first use (importing torch alone takes seconds), never when ``kb_core`` is imported.
+
+Documents are embedded on the device :mod:`kb_core.embedding.device` resolves (CUDA in float16 when there is
+one). Queries always run on a second copy of the model on the CPU in float32, loaded on the first query: a
+query is one short text, which a CPU embeds in milliseconds, and it must not wait behind an import's batch on a
+busy GPU (or behind the document model's lock on the CPU).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from kb_core.embedding.base import ProgressCallback, l2_normalize
+from kb_core.embedding.device import DeviceChoice, DeviceRequest, device_request, resolve_device
 from kb_core.embedding.wordpiece import HFTokenizerAdapter, bundled_model_path, load_tokenizer_file
 from kb_core.errors import EmbeddingError
 
@@ -51,35 +57,47 @@ def _not_found(model: str, reason: str = "") -> EmbeddingError:
     )
 
 
-def _load_sentence_transformer(name_or_path: str, display: str) -> SentenceTransformer:
+def _load_sentence_transformer(name_or_path: str, display: str, device: DeviceChoice) -> SentenceTransformer:
     _set_offline()
     try:
+        import torch
         from sentence_transformers import SentenceTransformer
         from transformers.utils import logging as hf_logging
     except ImportError as exc:
         raise EmbeddingError(f"sentence-transformers is not installed, so {display!r} cannot be loaded") from exc
+    if torch.get_num_threads() != device.threads:
+        # torch counts the machine's cores; a container or taskset may allow fewer, and oversubscribing is slow.
+        torch.set_num_threads(device.threads)
     bars = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()  # the library never prints; weight-loading bars would go to stderr
     try:
-        model = SentenceTransformer(name_or_path, device="cpu", local_files_only=True)
+        model = SentenceTransformer(name_or_path, device=device.name, local_files_only=True)
     except Exception as exc:
         raise _not_found(display, type(exc).__name__) from exc
     finally:
         if bars:
             hf_logging.enable_progress_bar()
+    if device.precision == "float16":
+        model.half()
     model.eval()
-    log.info("loaded embedding model %s from %s", display, name_or_path)
+    log.info("loaded embedding model %s from %s on %s", display, name_or_path, device.describe())
     return model
 
 
 class SentenceTransformerEmbedder:
     """:class:`~kb_core.embedding.base.Embedder` over a local sentence-transformers model, with windowing."""
 
-    def __init__(self, model: str | None = None, *, batch_size: int = 64) -> None:
+    def __init__(
+        self, model: str | None = None, *, batch_size: int = 64, device: DeviceRequest | None = None
+    ) -> None:
         name = model or DEFAULT_MODEL_NAMES[0]
         self.batch_size = max(1, int(batch_size))
+        self.device_request = device or device_request()
+        self._device: DeviceChoice | None = None
         self._model: SentenceTransformer | None = None
+        self._query_model: SentenceTransformer | None = None
         self._lock = threading.RLock()
+        self._query_lock = threading.Lock()
         self._dimension: int | None = None
         self._max_tokens: int | None = None
         self._tokenizer: HFTokenizerAdapter | None = None
@@ -105,7 +123,15 @@ class SentenceTransformerEmbedder:
         self._read_configs()
 
     def __repr__(self) -> str:
-        return f"SentenceTransformerEmbedder({self.name!r})"
+        return f"SentenceTransformerEmbedder({self.name!r}, device={self.device_request.spec!r})"
+
+    @property
+    def device(self) -> DeviceChoice:
+        """The device documents are embedded on (resolved on first use; imports torch)."""
+        with self._lock:
+            if self._device is None:
+                self._device = resolve_device(self.device_request)
+            return self._device
 
     def _read_configs(self) -> None:
         src = Path(self._source)
@@ -124,7 +150,7 @@ class SentenceTransformerEmbedder:
     def _load(self) -> SentenceTransformer:
         with self._lock:
             if self._model is None:
-                model = _load_sentence_transformer(self._source, self.name)
+                model = _load_sentence_transformer(self._source, self.name, self.device)
                 self._dimension = int(model.get_embedding_dimension())
                 self._max_tokens = int(model.max_seq_length) if model.max_seq_length else self._max_tokens
                 if self._tokenizer is None:
@@ -234,5 +260,27 @@ class SentenceTransformerEmbedder:
         np.add.at(out, owners, vectors * weights[:, None])
         return l2_normalize(out)
 
+    def _cpu_query_model(self) -> SentenceTransformer:
+        with self._query_lock:
+            if self._query_model is None:
+                cpu = resolve_device(DeviceRequest("cpu", "float32", "query embedding"))
+                self._query_model = _load_sentence_transformer(self._source, self.name, cpu)
+            return self._query_model
+
     def embed_query(self, text: str) -> np.ndarray:
-        return self.embed_documents([text])[0]
+        """The query's vector, from the CPU copy of the model (windowed like a document)."""
+        pieces = self._windows_many([text])[0]
+        model = self._cpu_query_model()
+        with self._query_lock:
+            enc: Any = model.encode(
+                [w for w, _ in pieces],
+                batch_size=self.batch_size,
+                show_progress_bar=False,
+                convert_to_numpy=True,
+                normalize_embeddings=True,
+            )
+        vectors = np.asarray(enc, dtype=np.float32)
+        if len(pieces) == 1:
+            return l2_normalize(vectors[0])
+        weights = np.array([max(n, 1) for _, n in pieces], dtype=np.float32)
+        return l2_normalize((vectors * weights[:, None]).sum(axis=0))

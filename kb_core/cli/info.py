@@ -1,0 +1,39 @@
+"""CLI command ``kb info``: where this process would embed (device, precision, threads) and the home in use."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from kb_core.cli.common import Commands
+from kb_core.envelope import Envelope
+
+if TYPE_CHECKING:
+    from kb_core.service import Session
+
+
+def _info(session: Session, args: argparse.Namespace) -> Envelope:
+    envelope: Envelope = session.device_info()
+    if envelope["success"]:
+        envelope["data"]["home"] = str(session.service.home.root)
+    return envelope
+
+
+def _render_info(envelope: Envelope) -> str:
+    data = envelope["data"]
+    device = data["device"]
+    return "\n".join(
+        [
+            f"home: {data['home']}",
+            f"document embedding: {device['device']} ({device['label']}, {device['precision']})",
+            f"CPU threads: {device['threads']}",
+            f"device {'chosen automatically' if device['source'] == 'default' else 'asked for by ' + device['source']}"
+            f" (asked: {device['requested']}); available: {', '.join(device['available'])}",
+            f"query embedding: {data['query_device']}",
+        ]
+    )
+
+
+def register(commands: Commands) -> None:
+    info = commands.add_parser("info", help="show the embedding device (--device / $KB_DEVICE) and the home")
+    info.set_defaults(handler=_info, renderer=_render_info)

@@ -1,0 +1,45 @@
+"""Import executors: where parsing, chunking and embedding run for :class:`kb_core.importer.Importer`.
+
+``local`` (the default) is the importer's own thread pool in this process. ``ray``
+(:mod:`kb_core.executors.ray_data`, optional extra ``kb-workbench[ray]``) runs them as Ray Data stages on a Ray
+cluster. Every executor hands back :class:`ExecutedDocument` results; the importer commits them in this process
+through the store's commit protocol, so the KB's consistency never depends on where the work ran.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from kb_core.chunking import Chunk
+    from kb_core.importer import ImportSource
+
+EXECUTORS = ("local", "ray")
+
+
+@dataclass
+class ExecutedDocument:
+    """One source file, parsed, chunked and embedded elsewhere (or failed there with ``error``)."""
+
+    index: int  # position in the sources handed to the executor
+    file_type: str = ""
+    text: str = ""
+    chunks: list[Chunk] = field(default_factory=list)
+    vectors: np.ndarray | None = None  # (len(chunks), dimension) float32, L2-normalised
+    error: str | None = None
+
+
+class DocumentExecutor(Protocol):
+    """Parses, chunks and embeds sources; yields each document once, in any order, as soon as it is done."""
+
+    name: str
+
+    def execute(self, sources: Sequence[ImportSource], chunk_size: int) -> Iterator[ExecutedDocument]: ...
+
+    def summary(self) -> dict[str, object]:
+        """What the last run did (e.g. chunks per node), for the import's result."""
+        ...

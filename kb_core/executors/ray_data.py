@@ -1,0 +1,331 @@
+"""The ``ray`` import executor: parsing, chunking and embedding as Ray Data stages on a Ray cluster.
+
+Pipeline (streaming; each stage starts as soon as the one before has output)::
+
+    from_items(files as bytes) ─map_batches(parse_and_chunk, tasks)→ ─map_batches(ChunkEmbedder, actor pool)→ driver
+
+* Files travel as bytes through Ray's object store, so worker nodes need not see the driver's disk.
+* The embedding stage is a pool of actors, one per GPU when the cluster has GPUs (each actor takes one), else
+  one per node; each loads the model once. Ray restarts an actor that dies and retries its batch
+  (``max_restarts``/``max_task_retries`` default to -1 for Ray Data actor pools): nothing is lost, and a
+  result that arrives twice is dropped by the importer.
+* Results stream back to the driver, which commits them through the normal commit protocol
+  (:meth:`kb_core.importer.Importer._run_executor`): a driver or worker that dies leaves the KB consistent.
+* An actor whose node sees the home's embedding cache (one machine, or the home on a shared file system)
+  answers repeated texts from it and stores what it embeds, so a re-run costs no model time.
+
+Every node needs ``kb-workbench[ray]`` installed (the same version as the driver) and the model package.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import tempfile
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from kb_core.embedding.device import DeviceRequest
+from kb_core.errors import InvalidArgument, KBError
+from kb_core.executors import ExecutedDocument
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from kb_core.importer import ImportSource
+    from kb_core.parsing import ParseLimits
+
+logger = logging.getLogger(__name__)
+
+MAX_EMBED_DOCUMENTS = 64  # documents per embedding call at most (a few hundred chunks: a full GPU batch)
+MAX_BLOCKS = 256  # input blocks: enough to spread parsing, few enough to keep Ray Data's bookkeeping small
+ACTOR_START_TIMEOUT_S = 600  # loading a model on a busy node can take a while
+INSTALL_HINT = "install the optional extra: pip install 'kb-workbench[ray]'"
+
+
+def _ray() -> Any:
+    try:
+        import ray
+        import ray.data  # the extra, not only ray core
+    except ImportError as exc:
+        raise InvalidArgument(f"the ray executor needs Ray Data, which is not installed; {INSTALL_HINT}") from exc
+    return ray
+
+
+def _node_id() -> str:
+    import ray
+
+    return str(ray.get_runtime_context().get_node_id())
+
+
+def parse_and_chunk(batch: pd.DataFrame, *, model: str, chunk_size: int, limits: ParseLimits) -> pd.DataFrame:
+    """Ray Data stage 1 (tasks): each row's file bytes → text and chunks (JSON), or the error."""
+    import pandas as pd
+
+    from kb_core.chunking import chunk_document
+    from kb_core.embedding import create_embedder
+    from kb_core.parsing import parse_file
+
+    tokenizer = create_embedder(model).tokenizer  # a local model's tokenizer loads without the model
+    rows: list[dict[str, Any]] = []
+    for index, name, data in zip(batch["index"], batch["name"], batch["data"], strict=True):
+        row: dict[str, Any] = {"index": int(index), "file_type": "", "text": "", "chunks": "[]", "error": ""}
+        with tempfile.TemporaryDirectory(prefix="kb-ray-parse-") as folder:
+            path = Path(folder) / str(name)  # the original name, so messages name the user's file
+            path.write_bytes(bytes(data))
+            try:
+                parsed = parse_file(path, limits)
+                chunks = chunk_document(parsed, tokenizer, chunk_size)
+                if not chunks:
+                    row["error"] = f"{name}: the document has no text to index."
+                else:
+                    row.update(
+                        file_type=parsed.file_type,
+                        text=parsed.text,
+                        chunks=json.dumps([asdict(c) for c in chunks], ensure_ascii=False),
+                    )
+            except KBError as exc:
+                row["error"] = exc.message
+            except Exception as exc:  # a parser bug fails one file, not the import
+                logger.exception("unexpected failure parsing %s", name)
+                row["error"] = f"unexpected error: {type(exc).__name__}"
+        row["parse_node"] = _node_id()
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+class _CountingEmbedder:
+    """The model, counting the texts it embeds (the rest came from the cache)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.texts = 0
+        self.model_key, self.dimension = inner.model_key, inner.dimension
+        self.max_input_tokens, self.tokenizer = inner.max_input_tokens, inner.tokenizer
+
+    def embed_documents(self, texts: Sequence[str], progress: Any = None) -> np.ndarray:
+        self.texts += len(texts)
+        return self.inner.embed_documents(texts, progress)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self.inner.embed_query(text)
+
+
+class ChunkEmbedder:
+    """Ray Data stage 2 (actor pool): embeds every chunk of a batch of documents with the KB's model."""
+
+    def __init__(
+        self, model: str, device: DeviceRequest, cache_path: str | None, crash_marker: str | None = None
+    ) -> None:
+        from kb_core.embedding import CachedEmbedder, EmbeddingCache, create_embedder
+
+        self.model = _CountingEmbedder(create_embedder(model, device=device))
+        # The home's cache only where this node sees it (same machine or shared file system); never a new file.
+        if cache_path and Path(cache_path).is_file():
+            self.embedder: Any = CachedEmbedder(self.model, EmbeddingCache(cache_path))
+        else:
+            self.embedder = self.model
+        self.crash_marker = crash_marker
+        self.node = _node_id()
+        self.actor = f"{self.node[:8]}:{os.getpid()}"
+        # Load the model now: the pool counts this actor as ready only then, so no batch waits on a loading actor
+        # while another sits idle.
+        self.model.inner.embed_documents(["warm-up"])
+
+    def __call__(self, batch: pd.DataFrame) -> pd.DataFrame:
+        if self.crash_marker:
+            try:
+                os.unlink(self.crash_marker)  # whoever removes it crashes, exactly once (fault injection for tests)
+            except FileNotFoundError:
+                pass
+            else:
+                os.kill(os.getpid(), signal.SIGKILL)
+        contents = [[c["content"] for c in json.loads(chunks)] for chunks in batch["chunks"]]
+        flat = [text for texts in contents for text in texts]
+        hits = 0
+        if flat:
+            before = self.model.texts
+            vectors = np.asarray(self.embedder.embed_documents(flat), dtype=np.float32)
+            hits = len(flat) - (self.model.texts - before)  # texts the model did not see: cache answers, repeats
+        else:
+            vectors = np.zeros((0, int(self.embedder.dimension)), dtype=np.float32)
+        out = batch.drop(columns=["vectors"], errors="ignore").copy()
+        blobs: list[bytes] = []
+        start = 0
+        for texts in contents:
+            blobs.append(np.ascontiguousarray(vectors[start : start + len(texts)]).tobytes())
+            start += len(texts)
+        out["vectors"] = blobs
+        out["dimension"] = int(vectors.shape[1]) if len(flat) else int(self.embedder.dimension)
+        out["embed_node"] = self.node
+        out["embed_actor"] = self.actor
+        out["cache_hits"] = [hits] + [0] * (len(out) - 1)  # the batch's count, once
+        return out
+
+
+class RayExecutor:
+    """Runs an import's parsing, chunking and embedding on a Ray cluster (``address``: ``ray://…``,
+    ``HOST:PORT`` or ``auto``; ``None``: the cluster this process is connected to, else a new local one)."""
+
+    name = "ray"
+
+    def __init__(
+        self,
+        *,
+        model: str,
+        device: DeviceRequest,
+        cache_path: str | None,
+        limits: ParseLimits,
+        address: str | None = None,
+        actors: int | None = None,
+        crash_marker: str | None = None,
+    ) -> None:
+        self.model = model
+        self.device = device
+        self.cache_path = cache_path
+        self.limits = limits
+        self.address = address
+        self.actors = actors
+        self.crash_marker = crash_marker
+        self._summary: dict[str, object] = {}
+
+    def connect(self) -> Any:
+        ray = _ray()
+        # The library logs, never prints: no progress bars, and Ray Data's INFO lines stay out of stderr.
+        context = ray.data.DataContext.get_current()
+        context.enable_progress_bars = False
+        # Start every embedding actor before handing out work, so the first one up does not take it all.
+        context.wait_for_min_actors_s = ACTOR_START_TIMEOUT_S
+        logging.getLogger("ray.data").setLevel(logging.WARNING)
+        if ray.is_initialized():
+            return ray
+        address = self.address or os.environ.get("RAY_ADDRESS") or None
+        try:
+            if address:
+                ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
+            else:
+                ray.init(include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+        except Exception as exc:
+            where = f"at {address!r}" if address else "on this machine"
+            raise InvalidArgument(f"cannot start or reach a Ray cluster {where}: {exc}") from exc
+        return ray
+
+    def execute(self, sources: Sequence[ImportSource], chunk_size: int) -> Iterator[ExecutedDocument]:
+        from kb_core.chunking import Chunk
+
+        ray = self.connect()
+        nodes = [n for n in ray.nodes() if n.get("Alive")]
+        gpus = int(ray.cluster_resources().get("GPU", 0))
+        actors = self.actors or gpus or max(1, len(nodes))
+        items = [
+            {"index": i, "name": source.path.name, "data": source.path.read_bytes()} for i, source in enumerate(sources)
+        ]
+        dataset = (
+            ray.data.from_items(items, override_num_blocks=max(1, min(len(items), MAX_BLOCKS)))
+            .map_batches(
+                parse_and_chunk,
+                batch_size=1,
+                batch_format="pandas",
+                fn_kwargs={"model": self.model, "chunk_size": chunk_size, "limits": self.limits},
+                # Half a CPU: parsing tasks fit beside the embedding actors, and the different request keeps Ray
+                # from fusing the two stages into one (which would parse inside the embedding actors, serially).
+                num_cpus=0.5,
+            )
+            .map_batches(
+                ChunkEmbedder,
+                # Small enough that a short import still gives every actor a share.
+                batch_size=max(1, min(MAX_EMBED_DOCUMENTS, len(items) // (4 * actors))),
+                batch_format="pandas",
+                fn_constructor_kwargs={
+                    "model": self.model,
+                    "device": self.device,
+                    "cache_path": self.cache_path,
+                    "crash_marker": self.crash_marker,
+                },
+                # One batch at a time per actor: a queued batch waits on a busy actor while another sits idle.
+                compute=ray.data.ActorPoolStrategy(size=actors, max_tasks_in_flight_per_actor=1),
+                num_cpus=1,
+                num_gpus=1 if gpus else 0,
+            )
+        )
+        chunks_per_node: Counter[str] = Counter()
+        parsed_per_node: Counter[str] = Counter()
+        cache_hits = 0
+        chunks_per_actor: Counter[str] = Counter()
+        for batch in _batches(dataset):
+            for row in batch.to_dict("records"):
+                parsed_per_node[str(row["parse_node"])] += 1
+                if row["error"]:
+                    yield ExecutedDocument(index=int(row["index"]), error=str(row["error"]))
+                    continue
+                chunks = [Chunk(**c) for c in json.loads(row["chunks"])]
+                vectors = np.frombuffer(row["vectors"], dtype=np.float32).reshape(len(chunks), int(row["dimension"]))
+                chunks_per_node[str(row["embed_node"])] += len(chunks)
+                chunks_per_actor[str(row["embed_actor"])] += len(chunks)
+                cache_hits += int(row["cache_hits"])
+                yield ExecutedDocument(
+                    index=int(row["index"]),
+                    file_type=str(row["file_type"]),
+                    text=str(row["text"]),
+                    chunks=chunks,
+                    vectors=vectors,
+                )
+        self._summary = {
+            "executor": "ray",
+            "nodes": len(nodes),
+            "embedding_actors": actors,
+            "gpus": gpus,
+            "files_parsed_per_node": dict(parsed_per_node),
+            "chunks_embedded_per_node": dict(chunks_per_node),
+            "chunks_embedded_per_actor": dict(chunks_per_actor),
+            "chunks_from_cache": cache_hits,
+        }
+
+    def summary(self) -> dict[str, object]:
+        return dict(self._summary)
+
+
+def _batches(dataset: Any) -> Iterator[pd.DataFrame]:
+    """The pipeline's output; a failure Ray gave up on (a retried batch that failed again, an actor that could not
+    start) becomes a :class:`KBError`, so the importer fails what it had not committed, with the reason."""
+    iterator = iter(dataset.iter_batches(batch_size=None, batch_format="pandas"))
+    while True:
+        try:
+            batch = next(iterator)
+        except StopIteration:
+            return
+        except Exception as exc:
+            logger.exception("the Ray pipeline failed")
+            reason = str(exc).strip().splitlines()[-1][:300] if str(exc).strip() else ""
+            raise KBError(
+                f"the ray executor failed: {type(exc).__name__}{': ' + reason if reason else ''}",
+                code="EXECUTOR_FAILED",
+            ) from exc
+        yield batch
+
+
+def ray_executor_for(
+    *,
+    model: str,
+    endpoint: str | None,
+    device: DeviceRequest,
+    cache_path: str | None,
+    limits: ParseLimits,
+    address: str | None,
+) -> RayExecutor:
+    """A :class:`RayExecutor` for a KB's model; endpoint KBs are refused (their key stays on this machine)."""
+    if endpoint:
+        raise InvalidArgument(
+            f"the ray executor embeds with local models only; this KB uses the endpoint {endpoint!r} "
+            "(import it with the local executor)",
+            details={"field": "executor"},
+        )
+    _ray()
+    return RayExecutor(model=model, device=device, cache_path=cache_path, limits=limits, address=address)

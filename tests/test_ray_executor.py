@@ -1,0 +1,191 @@
+"""The ``ray`` import executor on a real two-node Ray cluster started here (head + worker on loopback).
+
+Checked against the local executor: the same documents, chunks and vectors; both nodes did work; an embedding
+actor killed (SIGKILL) mid-batch is restarted and its batch retried, losing and duplicating nothing; a re-run is
+answered by the embedding cache. Skipped, with the reason, where the optional extra ``kb-workbench[ray]`` is not
+installed. The cluster is started once for the module (about 20 s on 2 cores).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from kb_core import KnowledgeBaseService
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[1]
+DEMO = REPO / "data" / "demo"
+DEMO_FILES = [p for p in sorted(DEMO.iterdir()) if p.suffix in (".txt", ".docx", ".doc")]
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Any]:
+    ray = pytest.importorskip("ray", reason="the optional extra kb-workbench[ray] (Ray Data) is not installed")
+    pytest.importorskip("ray.data", reason="the optional extra kb-workbench[ray] (Ray Data) is not installed")
+    from ray.cluster_utils import Cluster
+
+    if ray.is_initialized():
+        ray.shutdown()
+    small = {"num_cpus": 2, "object_store_memory": 100 * 1024**2}
+    nodes = Cluster(initialize_head=True, head_node_args={**small, "include_dashboard": False})
+    nodes.add_node(**small)
+    nodes.wait_for_nodes()
+    ray.init(address=nodes.address, log_to_driver=False)
+    try:
+        yield nodes
+    finally:
+        ray.shutdown()
+        nodes.shutdown()
+
+
+def contents(service: KnowledgeBaseService, kb_name: str) -> tuple[set[tuple[Any, ...]], dict[tuple[str, int], Any]]:
+    """The KB's live documents and, per (document name, chunk index), its chunk's text, span and vector."""
+    snapshot = service.reader(service.find_kb(kb_name).id).snapshot()
+    documents = snapshot.documents()
+    names = dict(zip(documents["doc_id"], documents["name"], strict=True))
+    docs = {
+        (row["name"], row["status"], int(row["chunk_count"]), row["sha256"], row["file_type"])
+        for row in documents.to_dict("records")
+    }
+    chunks: dict[tuple[str, int], Any] = {}
+    for index, segment in enumerate(snapshot.segments):
+        rows = np.flatnonzero(snapshot.live_mask(index))
+        table = segment.chunks.to_pandas()
+        vectors = segment.vectors.reconstruct(rows)
+        for row, vector in zip(rows, vectors, strict=True):
+            chunk = table.iloc[int(row)]
+            key = (names[chunk["doc_id"]], int(chunk["chunk_index"]))
+            assert key not in chunks, f"chunk {key} is stored twice"
+            chunks[key] = (chunk["content"], int(chunk["start_char"]), int(chunk["end_char"]), vector)
+    return docs, chunks
+
+
+def import_both_ways(home: Path, model: str, **ray_options: Any) -> tuple[KnowledgeBaseService, dict[str, Any]]:
+    service = KnowledgeBaseService(home)
+    session = service.session()
+    for name in ("local", "ray"):
+        assert session.create_knowledge_base(name, 96, embedding_model=model)["success"]
+    files = [str(p) for p in DEMO_FILES]
+    assert session.import_document(files, kb_name="local")["data"]["success_count"] == len(files)
+    result = session.import_document(files, kb_name="ray", executor="ray", **ray_options)
+    assert result["success"], result
+    assert result["data"]["success_count"] == len(files), result["data"]["failed_files"]
+    return service, result["data"]
+
+
+def assert_same_kb(service: KnowledgeBaseService, min_cosine: float) -> None:
+    local_docs, local_chunks = contents(service, "local")
+    ray_docs, ray_chunks = contents(service, "ray")
+    assert ray_docs == local_docs
+    assert ray_chunks.keys() == local_chunks.keys()
+    for key, (text, start, end, vector) in local_chunks.items():
+        other = ray_chunks[key]
+        assert other[:3] == (text, start, end), key
+        assert float(vector @ other[3]) >= min_cosine, key
+
+
+@pytest.mark.model
+def test_ray_import_matches_the_local_executor_and_both_nodes_work(cluster: Any, tmp_path: Path) -> None:
+    service, data = import_both_ways(tmp_path / "home", "all-MiniLM-L6-v2")
+    assert_same_kb(service, 0.999)
+    summary = data["executor"]
+    assert summary["nodes"] == 2 and summary["embedding_actors"] == 2
+    assert sum(summary["files_parsed_per_node"].values()) == len(DEMO_FILES)
+    # Parsing tasks are spread over the nodes; an embedding actor only gets batches while another is busy.
+    worked = set(summary["files_parsed_per_node"]) | set(summary["chunks_embedded_per_node"])
+    assert worked == {node["NodeID"] for node in cluster_nodes()}, summary
+
+
+def cluster_nodes() -> list[dict[str, Any]]:
+    import ray
+
+    return [node for node in ray.nodes() if node["Alive"]]
+
+
+def test_a_killed_embedding_actor_is_retried_losing_nothing_and_a_re_run_is_cached(
+    cluster: Any, tmp_path: Path
+) -> None:
+    from kb_core.executors import ray_data
+
+    marker = tmp_path / "crash-once"
+    marker.touch()
+    original = ray_data.RayExecutor.__init__
+
+    def with_crash(self: ray_data.RayExecutor, **kwargs: Any) -> None:
+        original(self, **kwargs, crash_marker=str(marker))
+
+    patch = pytest.MonkeyPatch()
+    patch.setattr(ray_data.RayExecutor, "__init__", with_crash)
+    try:
+        service, data = import_both_ways(tmp_path / "home", "hashing")
+    finally:
+        patch.undo()
+    assert not marker.exists(), "no actor ran into the crash"
+    assert_same_kb(service, 0.999999)  # contents() also fails on a chunk stored twice
+    chunks = sum(count for _, _, count, _, _ in contents(service, "local")[0])
+    assert sum(data["executor"]["chunks_embedded_per_node"].values()) == chunks
+
+    again = service.session().import_document([str(p) for p in DEMO_FILES], kb_name="ray", executor="ray")["data"]
+    assert again["success_count"] == len(DEMO_FILES)
+    assert again["executor"]["chunks_from_cache"] == chunks  # no text reached the model again
+
+
+def test_bad_executor_choices_are_clear_errors(tmp_path: Path) -> None:
+    session = KnowledgeBaseService(tmp_path / "home").session()
+    assert session.create_knowledge_base("kb", 96, embedding_model="hashing")["success"]
+    note = tmp_path / "note.txt"
+    note.write_text("hello 你好", encoding="utf-8")
+    result = session.import_document([str(note)], kb_name="kb", executor="dask")
+    assert not result["success"] and result["message"] == "unknown executor 'dask': use one of local, ray"
+    result = session.import_document([str(note)], kb_name="kb", executor_address="127.0.0.1:6379")
+    assert not result["success"] and "ray executor only" in result["message"]
+    assert session.list_documents("kb")["data"]["documents"] == []
+
+
+def test_an_endpoint_kb_is_refused_by_the_ray_executor(tmp_path: Path) -> None:
+    pytest.importorskip("ray.data", reason="the optional extra kb-workbench[ray] (Ray Data) is not installed")
+    session = KnowledgeBaseService(tmp_path / "home").session()
+    made = session.create_knowledge_base("remote", 96, "e5", "http://127.0.0.1:9/v1")
+    assert made["success"], made
+    note = tmp_path / "note.txt"
+    note.write_text("hello", encoding="utf-8")
+    result = session.import_document([str(note)], kb_name="remote", executor="ray")
+    assert not result["success"] and "local models only" in result["message"]
+
+
+def test_kb_import_executor_options(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from kb_core.cli.main import main as kb_main
+
+    home = str(tmp_path / "home")
+    note = tmp_path / "说明.txt"
+    note.write_text("混合检索 hybrid retrieval", encoding="utf-8")
+    assert kb_main(["--home", home, "create", "kb", "--chunk-size", "64", "--embedding-model", "hashing"]) == 0
+    assert kb_main(["--home", home, "select", "kb"]) == 0
+    with pytest.raises(SystemExit) as usage:
+        kb_main(["--home", home, "import", str(note), "--executor", "dask"])
+    assert usage.value.code == 2 and "invalid choice: 'dask'" in capsys.readouterr().err
+    assert kb_main(["--home", home, "import", str(note), "--address", "127.0.0.1:6379"]) == 1
+    assert "an address is for the ray executor only" in capsys.readouterr().err
+    assert kb_main(["--home", home, "import", str(note), "--executor", "local"]) == 0
+    assert "说明.txt" in capsys.readouterr().out
+
+
+@pytest.mark.model
+def test_a_device_the_workers_lack_fails_the_files_with_the_reason(cluster: Any, tmp_path: Path) -> None:
+    from kb_core.embedding.device import available_devices
+
+    if any(d.startswith("cuda") for d in available_devices()):
+        pytest.skip("this machine has CUDA: asking for it cannot fail here")
+    session = KnowledgeBaseService(tmp_path / "home", device="cuda").session()
+    assert session.create_knowledge_base("gpu", 96)["success"]
+    result = session.import_document([str(DEMO_FILES[0])], kb_name="gpu", executor="ray")
+    assert not result["success"]
+    error = result["data"]["failed_files"][0]["error"]
+    assert error.startswith("the ray executor failed:") and "'cuda'" in error and "available: cpu" in error, error
+    assert session.list_documents("gpu")["data"]["documents"] == []
