@@ -18,7 +18,6 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TypeVar
 from urllib.parse import urlsplit
 
 import psycopg
@@ -36,7 +35,7 @@ URL_SCHEMES = ("postgresql", "postgres")
 DEFAULT_CONNECT_TIMEOUT_SECONDS = 5
 DEFAULT_POOL_SIZE = 4
 
-T = TypeVar("T")
+_AUTH_FAILURES = ("authentication failed", "role \"", "no pg_hba.conf entry", "password", "permission denied")
 
 
 @dataclass(frozen=True)
@@ -140,6 +139,21 @@ def translate_error(exc: BaseException, target: DatabaseTarget) -> KBError:
             f"PostgreSQL at {target.display} is read-only (a standby?): give the primary's URL for writing.",
             code="DATABASE_READ_ONLY",
         )
+    if isinstance(exc, psycopg.OperationalError) and exc.sqlstate is None:
+        # Failures while connecting carry no SQLSTATE, only the server's FATAL message.
+        reason = _libpq_reason(exc)
+        if "does not exist" in reason and "database" in reason:
+            return StoreError(
+                f"PostgreSQL at {target.display}: {reason.removeprefix('FATAL:').strip()}; create it first "
+                f"(createdb {target.database}).",
+                code="DATABASE_NOT_FOUND",
+            )
+        if any(marker in reason for marker in _AUTH_FAILURES):
+            return StoreError(
+                f"PostgreSQL at {target.display} refused user {target.user or '(default)'}: "
+                f"{reason.removeprefix('FATAL:').strip()}",
+                code="DATABASE_AUTH",
+            )
     if isinstance(exc, psycopg.OperationalError):
         return StoreError(
             f"PostgreSQL at {target.display} is not reachable: {_libpq_reason(exc)}", code="DATABASE_UNAVAILABLE"
@@ -250,8 +264,20 @@ class Database:
                     pool.putconn(conn)
                 return
         pool = self._pool(self.primary)
-        with database_errors(self.primary), pool.connection() as conn:
-            yield conn, self.primary
+        try:
+            conn = pool.getconn()
+        except PoolTimeout:
+            # After an outage the pool reconnects with a growing back-off; a fresh pool (probe first) answers now:
+            # the server's own reason if it is still down, a connection if it is back.
+            self._drop_pool(self.primary)
+            pool = self._pool(self.primary)
+            with database_errors(self.primary):
+                conn = pool.getconn()
+        try:
+            with database_errors(self.primary):
+                yield conn, self.primary
+        finally:
+            pool.putconn(conn)
 
     def _drop_pool(self, target: DatabaseTarget) -> None:
         with self._lock:

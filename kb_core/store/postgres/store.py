@@ -262,8 +262,10 @@ class PostgresStore:
                         sql.SQL("INSERT INTO {s}.api_keys (kb_id, api_key) VALUES (%s, %s)").format(s=_S),
                         (record.id, api_key),
                     )
-        except psycopg.errors.UniqueViolation as exc:
-            raise KBExists(
+        except StoreError as exc:
+            if not isinstance(exc.__cause__, psycopg.errors.UniqueViolation):
+                raise
+            raise KBExists(  # the unique name_key, checked by the server: two hosts cannot both create one name
                 f"A knowledge base named '{name}' already exists (names are compared ignoring case); "
                 "choose another name.",
                 details={"kb_name": name},
