@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections import Counter
 
@@ -12,6 +13,7 @@ import pytest
 from kb_core.analysis import Analyzer
 from kb_core.errors import DocumentNotFound, InvalidArgument, KBExists, KBNotFound, StoreError
 from kb_core.store.postgres import PostgresStore, StoreChange
+from kb_core.store.postgres import snapshot as postgres_snapshot
 from kb_core.store.postgres.embedded import LocalPostgres
 from tests.postgres.helpers import make_document
 
@@ -258,3 +260,38 @@ def test_the_server_runs_unprivileged_on_loopback_with_pgvector(
     assert tuple(int(p) for p in pg_store.pgvector_version.split(".")[:2]) >= (0, 8)
     with psycopg.connect(postgres_server.url()) as conn:
         assert str(conn.execute("SHOW server_version").fetchone()[0]).startswith("18.")  # type: ignore[index]
+
+
+def test_pruned_keyword_candidates_equal_scoring_every_posting(
+    pg_store: PostgresStore, analyzer: Analyzer, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MaxScore returns exactly the rows and scores of the exhaustive aggregation, English and Chinese, and each of
+    its branches is taken by some query (so the comparison covers them)."""
+    rng = np.random.default_rng(8)
+    words = np.array([f"w{i}" for i in range(3000)] + list("知识库检索向量关键词文档混合排序"))
+    picks = rng.zipf(1.2, size=(4000, 30)) % len(words)
+    texts = [" ".join(row) for row in words[picks]]
+    record = pg_store.create_knowledge_base("maxscore", 64, "hashing", analyzer=analyzer.name)
+    documents = tuple(make_document(f"doc_{i}", texts[i * 100 : (i + 1) * 100], analyzer, rng) for i in range(40))
+    pg_store.commit(record.id, StoreChange(add=documents[:20]))
+    pg_store.commit(record.id, StoreChange(add=documents[20:]))
+    pg_store.commit(record.id, StoreChange(delete=("doc_3", "doc_17")))
+    queries = [" ".join(words[rng.zipf(1.2, size=n) % len(words)]) for n in (2, 3, 4, 6) for _ in range(8)]
+    queries += ["w1 w2", "w1 w2 w3 w2999", "知识 检索 w1", "向量 w5 w700", "w0 w1 w2 w3 w4 w5"]
+    caplog.set_level(logging.DEBUG, logger="kb_core.store.postgres.snapshot")
+    with pg_store.snapshot(record.id) as snapshot:
+        for query, probe_limit in [(q, 20_000) for q in queries] + [(q, 50) for q in queries[:24]]:
+            # a small probe limit sends long essential postings to the full aggregation
+            monkeypatch.setattr(postgres_snapshot, "_PROBE_POSTINGS", probe_limit)
+            terms = snapshot.query_terms(query, analyzer)
+            for k in (1, 10, 100):
+                assert snapshot.keyword_candidates(terms, k) == snapshot.keyword_candidates(
+                    terms, k, exhaustive=True
+                ), (
+                    query,
+                    k,
+                )
+    branches = caplog.text
+    for branch in ("no threshold", "is final", "scoring the rows of", "full aggregation"):
+        assert branch in branches, branch
+    pg_store.delete_knowledge_base(record.id)

@@ -53,6 +53,8 @@ __all__ = [
 _S = sql.Identifier(schema.SCHEMA)
 _RESCORE_EXTRA = 42  # as the folder store: an approximate search for k rows rescores k + max(k // 2, 42)
 _MAX_EF_SEARCH = 1000  # pgvector's limit
+_SEED_POSTINGS = 2_000  # MaxScore's first round scores the rows of the rarest terms, up to this many postings
+_PROBE_POSTINGS = 20_000  # above this many essential postings, one aggregation beats scoring rows by index probes
 _CHUNK_COLUMNS = sql.SQL("chunk_id, doc_id, chunk_index, content, tokens, chapter, page, start_char, end_char")
 
 
@@ -314,23 +316,95 @@ class PostgresSnapshot:
     # idf · (tf · (k1 + 1)) / (tf + k1 · (1 − b + b · dl / avgdl))
     _CONTRIBUTION = "q.idf * (p.tf * %(k1p1)s) / (p.tf + %(k1)s * (1 - %(b)s + %(b)s * (p.dl / %(avgdl)s)))"
 
-    def keyword_candidates(self, query: QueryTerms, k: int) -> list[ScoredRow]:
-        """The ``k`` best live rows by BM25, best first (ties by row id); only rows holding a query term."""
+    def keyword_candidates(self, query: QueryTerms, k: int, *, exhaustive: bool = False) -> list[ScoredRow]:
+        """The ``k`` best live rows by BM25, best first (ties by row id); only rows holding a query term.
+
+        Exact, with MaxScore pruning (Turtle & Flood 1995): the rows of the rarest terms' postings, scored in full,
+        give a threshold θ (the k-th best of them); a term contributes less than ``idf · (k1 + 1)`` to any row, so
+        the most common terms whose bounds add up to less than θ cannot lift a row that holds none of the other
+        ("essential") terms into the top k, and their long postings are never scanned. ``exhaustive`` scores every
+        posting of every term instead (the reference the tests compare with)."""
         if k < 0:
             raise InvalidArgument(f"k must be >= 0, got {k!r}")
         params = self._bm25_params(query)
         if k == 0 or not params["ids"]:
             return []
+        if not exhaustive and len(params["ids"]) > 1:  # type: ignore[arg-type]
+            pruned = self._pruned_keyword_candidates(query, params, k)
+            if pruned is not None:
+                return pruned
         rows = self._fetch(
             sql.SQL(
-                "SELECT p.row_id, sum(" + self._CONTRIBUTION + ") AS score "
-                "FROM unnest(%(ids)s::int[], %(idf)s::float8[]) AS q(term_id, idf) "
+                "SELECT p.row_id, sum(" + self._CONTRIBUTION + " ORDER BY q.pos) AS score "
+                "FROM unnest(%(ids)s::int[], %(idf)s::float8[], %(pos)s::int[]) AS q(term_id, idf, pos) "
                 "JOIN {} p ON p.term_id = q.term_id "
                 "GROUP BY p.row_id ORDER BY score DESC, p.row_id LIMIT %(k)s"
             ).format(self.tables.postings),
             {**params, "k": int(k)},
         )
         return [ScoredRow(int(r), float(s)) for r, s in rows]
+
+    def _score_rows_fully(self, params: dict[str, object], rows: list[int], k: int | None) -> list[ScoredRow]:
+        """Exact BM25 over every query term of the given rows (index probes), best first, at most ``k``."""
+        if not rows:
+            return []
+        limit = sql.SQL("LIMIT %(k)s") if k is not None else sql.SQL("")
+        found = self._fetch(
+            sql.SQL(
+                "SELECT p.row_id, sum(" + self._CONTRIBUTION + " ORDER BY q.pos) AS score "
+                "FROM unnest(%(ids)s::int[], %(idf)s::float8[], %(pos)s::int[]) AS q(term_id, idf, pos) "
+                "JOIN {} p ON p.term_id = q.term_id WHERE p.row_id = ANY(%(rows)s) "
+                "GROUP BY p.row_id ORDER BY score DESC, p.row_id {}"
+            ).format(self.tables.postings, limit),
+            {**params, "rows": rows, "k": k},
+        )
+        return [ScoredRow(int(r), float(s)) for r, s in found]
+
+    def _rows_of(self, term_ids: list[int]) -> list[int]:
+        found = self._fetch(
+            sql.SQL("SELECT DISTINCT row_id FROM {} WHERE term_id = ANY(%s)").format(self.tables.postings), (term_ids,)
+        )
+        return [int(r[0]) for r in found]
+
+    def _pruned_keyword_candidates(
+        self, query: QueryTerms, params: dict[str, object], k: int
+    ) -> list[ScoredRow] | None:
+        """MaxScore (see :meth:`keyword_candidates`), or None when it would not save work."""
+        ids, idfs, _ = query.present()
+        df = {term_id: query.df[query.term_ids.index(term_id)] for term_id in ids}
+        bound = {term_id: idf * (self.bm25.k1 + 1.0) for term_id, idf in zip(ids, idfs, strict=True)}
+        rarest_first = sorted(ids, key=lambda t: (df[t], t))
+        seed: list[int] = []
+        postings = 0
+        for term_id in rarest_first[:-1]:  # never the most common term: that is the work to avoid
+            if seed and postings + df[term_id] > _SEED_POSTINGS:
+                break
+            seed.append(term_id)
+            postings += df[term_id]
+        seed_rows = self._rows_of(seed)
+        if len(seed_rows) < k:
+            logger.debug("MaxScore: %d seed rows, fewer than k=%d: no threshold", len(seed_rows), k)
+            return None
+        first = self._score_rows_fully(params, seed_rows, k)
+        threshold = first[-1].score
+        # The most common terms whose bounds add up to less than θ (with a margin for rounding) are not essential.
+        optional: set[int] = set()
+        total = 0.0
+        for term_id in reversed(rarest_first):
+            total += bound[term_id]
+            if total * (1 + 1e-9) >= threshold:
+                break
+            optional.add(term_id)
+        essential = [t for t in ids if t not in optional]
+        if set(essential) <= set(seed):
+            # every row that can reach θ holds a seed term: the seed's top k is the top k
+            logger.debug("MaxScore: the seed's top %d is final (%d of %d terms skipped)", k, len(optional), len(ids))
+            return first
+        if sum(df[t] for t in essential) > _PROBE_POSTINGS:
+            logger.debug("MaxScore: %d essential terms with long postings: full aggregation", len(essential))
+            return None
+        logger.debug("MaxScore: scoring the rows of %d essential terms (%d skipped)", len(essential), len(optional))
+        return self._score_rows_fully(params, self._rows_of(essential), k)
 
     def vector_candidates(self, vector: np.ndarray, k: int, *, exact: bool = False) -> list[ScoredRow]:
         """The ``k`` best live rows by cosine with ``vector`` (unit length), best first (ties by row id).
