@@ -15,7 +15,8 @@ permissions of every parent folder of the data directory and of the installation
 * stops the server (SIGINT: PostgreSQL's fast shutdown) and removes the folder on :meth:`LocalPostgres.close`,
   or at interpreter exit if the owner forgot.
 
-Measured on the 2-core development machine: ``initdb`` ~1.2 s, start ~0.2 s, a standby ~0.6 s.
+Measured on the 2-core development machine (load average ~3, three runs): ``initdb`` and start 1.0–1.7 s, a
+standby (``pg_basebackup`` and start) 0.7–1.4 s.
 """
 
 from __future__ import annotations

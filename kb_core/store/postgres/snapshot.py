@@ -54,6 +54,7 @@ _S = sql.Identifier(schema.SCHEMA)
 _RESCORE_EXTRA = 42  # as the folder store: an approximate search for k rows rescores k + max(k // 2, 42)
 _MAX_EF_SEARCH = 1000  # pgvector's limit
 _SEED_POSTINGS = 2_000  # MaxScore's first round scores the rows of the rarest terms, up to this many postings
+_SEED_MAX_ROWS = 8_000  # a rarest term in more rows than this gives no cheap threshold
 _PROBE_POSTINGS = 20_000  # above this many essential postings, one aggregation beats scoring rows by index probes
 _CHUNK_COLUMNS = sql.SQL("chunk_id, doc_id, chunk_index, content, tokens, chapter, page, start_char, end_char")
 
@@ -374,6 +375,9 @@ class PostgresSnapshot:
         df = {term_id: query.df[query.term_ids.index(term_id)] for term_id in ids}
         bound = {term_id: idf * (self.bm25.k1 + 1.0) for term_id, idf in zip(ids, idfs, strict=True)}
         rarest_first = sorted(ids, key=lambda t: (df[t], t))
+        if df[rarest_first[0]] > _SEED_MAX_ROWS:
+            logger.debug("MaxScore: no rare term (the rarest is in %d rows): full aggregation", df[rarest_first[0]])
+            return None  # scoring that many rows by index probes costs more than the aggregation saves
         seed: list[int] = []
         postings = 0
         for term_id in rarest_first[:-1]:  # never the most common term: that is the work to avoid
