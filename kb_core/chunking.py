@@ -12,6 +12,11 @@ block it starts in). Consecutive chunks of one chapter share about ``overlap_tok
 starts that far back, at a sentence start when one is close enough, else at a word start. The overlap is
 shrunk rather than letting a chunk grow past ``chunk_size``.
 
+Characters are bounded too (:func:`max_chunk_chars`, 16 per token of the budget): a word no tokenizer splits
+(a 3 MB line without spaces is one hashing token, or one WordPiece ``[UNK]``) is cut into pieces of at most
+that many characters, so every chunk is small whatever the tokenizer. Each chunk starts at least one token
+after the one before it; a piece of a re-split chunk that another chunk wholly contains is dropped.
+
 Every chunk's ``content`` is exactly ``doc.text[start:end]`` and its ``tokens`` is the tokenizer's count of
 that content, which is checked to be ``<= chunk_size`` (a chunk that would re-tokenise longer is split again).
 
@@ -79,6 +84,15 @@ class _Document(Protocol):
     def block_offsets(self) -> list[tuple[int, int]]: ...
 
 
+# Real text averages 3-6 characters per token (English) or 1 (Chinese); only an unsplittable run comes near this.
+CHARS_PER_TOKEN_BOUND = 16
+
+
+def max_chunk_chars(chunk_size: int) -> int:
+    """The most characters a chunk of ``chunk_size`` tokens may hold."""
+    return CHARS_PER_TOKEN_BOUND * chunk_size
+
+
 def default_overlap(chunk_size: int) -> int:
     """About 10% of ``chunk_size`` (0 for tiny chunks)."""
     return max(0, round(chunk_size * 0.1)) if chunk_size >= 10 else 0
@@ -107,11 +121,24 @@ def _stands_alone(ch: str) -> bool:
 class _Cutter:
     """Token-index-space cutting of one document (see the module docstring)."""
 
-    def __init__(self, text: str, starts: np.ndarray, ends: np.ndarray, sentence_starts: np.ndarray) -> None:
+    def __init__(
+        self, text: str, starts: np.ndarray, ends: np.ndarray, sentence_starts: np.ndarray, max_chars: int
+    ) -> None:
         self.text = text
         self.starts = starts
         self.ends = ends
         self.sentences = sentence_starts
+        self.max_chars = max_chars
+
+    def char_end(self, fresh: int) -> int:
+        """The largest end (exclusive) such that tokens ``fresh..end-1`` span at most ``max_chars`` characters
+        (at least one token: a longer single token is cut by characters later)."""
+        limit = int(self.starts[fresh]) + self.max_chars
+        return max(fresh + 1, int(np.searchsorted(self.ends, limit, side="right")))
+
+    def char_start(self, end: int) -> int:
+        """The smallest start such that tokens ``start..end-1`` span at most ``max_chars`` characters."""
+        return int(np.searchsorted(self.starts, int(self.ends[end - 1]) - self.max_chars, side="left"))
 
     def clean(self, k: int) -> bool:
         """Whether cutting before token ``k`` leaves whole words on both sides."""
@@ -153,7 +180,7 @@ class _Cutter:
         From a block start, whole blocks are packed into the full budget (the overlap shrinks to fit). Inside an
         oversized block, ``reserve`` tokens are kept free for the overlap when a sentence end allows it.
         """
-        full = min(fresh + size, run_end)
+        full = min(fresh + size, run_end, self.char_end(fresh))
         lim = max(fresh + 1, min(full, fresh + size - reserve))
         if at_block_start:
             candidates = ((blocks, full), (self.sentences, lim), (self.sentences, full))
@@ -166,7 +193,7 @@ class _Cutter:
         return self.token_cut(fresh, lim)
 
     def overlap_start(self, prev_start: int, fresh: int, end: int, size: int, overlap: int) -> int:
-        lo = max(prev_start + 1, fresh - overlap, end - size)
+        lo = max(prev_start + 1, fresh - overlap, end - size, self.char_start(end))
         if overlap <= 0 or lo >= fresh:
             return fresh
         s = self.first_in(self.sentences, lo, fresh)
@@ -223,7 +250,7 @@ def chunk_document(
     marks = [m.end() for m in _SENTENCE_END.finditer(text)]
     sentence_tokens = np.searchsorted(starts, np.asarray(marks, dtype=np.int64), side="left") if marks else first
     sentences = np.unique(np.concatenate([sentence_tokens, first, [n_tokens]]))
-    cutter = _Cutter(text, starts, ends, sentences)
+    cutter = _Cutter(text, starts, ends, sentences, max_chunk_chars(chunk_size))
 
     # Runs of consecutive blocks with one chapter, in token index space.
     runs: list[tuple[int, int, str | None]] = []
@@ -261,22 +288,31 @@ def _span(cutter: _Cutter, a: int, b: int) -> tuple[int, int]:
     return cs + lead, max(cs + lead, ce - trail)
 
 
-def _split_chars(text: str, s: int, e: int, tokenizer: Tokenizer, chunk_size: int) -> list[tuple[int, int, int]]:
-    """Cut one token's text into longest prefixes that count ``<= chunk_size`` (only for tiny chunk sizes)."""
+def _split_chars(
+    text: str, s: int, e: int, tokenizer: Tokenizer, chunk_size: int, max_chars: int
+) -> list[tuple[int, int, int]]:
+    """Cut one token's text into longest prefixes of at most ``max_chars`` characters that count ``<= chunk_size``
+    (a tiny chunk size, or a run the tokenizer does not split)."""
     out: list[tuple[int, int, int]] = []
     while s < e:
-        lo, hi = s + 1, e  # the longest fitting prefix end, by binary search; one character always goes
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if tokenizer.count(text[s:mid]) <= chunk_size:
-                lo = mid
-            else:
-                hi = mid - 1
+        window_end = min(e, s + max_chars)
+        n = tokenizer.count(text[s:window_end])
+        if n <= chunk_size:  # the whole window fits: the usual case for a run the tokenizer does not split
+            lo = window_end
+        else:  # the longest fitting prefix end, by binary search; one character always goes
+            lo, hi = s + 1, window_end - 1
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if tokenizer.count(text[s:mid]) <= chunk_size:
+                    lo = mid
+                else:
+                    hi = mid - 1
         piece = text[s:lo]
         if piece.strip():
             ps = s + len(piece) - len(piece.lstrip())
             pe = lo - (len(piece) - len(piece.rstrip()))
-            out.append((ps, pe, tokenizer.count(text[ps:pe])))
+            exact = lo == window_end and (ps, pe) == (s, lo) and n <= chunk_size
+            out.append((ps, pe, n if exact else tokenizer.count(text[ps:pe])))
         s = lo
     return out
 
@@ -289,29 +325,36 @@ def _finish(
     blocks: Sequence[_Block],
     first: np.ndarray,
 ) -> list[Chunk]:
-    """Check every chunk's real token count; split any that re-tokenises too long (cuts inside words can)."""
+    """Check every chunk's real token count; split any that re-tokenises too long (cuts inside words can) or
+    holds too many characters (a single unsplittable token)."""
+    max_chars = cutter.max_chars
     # (char start, char end, tokens, chapter, first token index)
     accepted: list[tuple[int, int, int, str | None, int]] = []
     pending = ranges
     if getattr(tokenizer, "boundary_exact", False):
         pending = []
         for a, b, chapter in ranges:
-            if cutter.clean(a) and cutter.clean(b):
-                accepted.append((*_span(cutter, a, b), b - a, chapter, a))
+            span = _span(cutter, a, b)
+            if cutter.clean(a) and cutter.clean(b) and span[1] - span[0] <= max_chars:
+                accepted.append((*span, b - a, chapter, a))
             else:
                 pending.append((a, b, chapter))
     while pending:
         spans = [_span(cutter, a, b) for a, b, _ in pending]
-        counts = count_batch(tokenizer, [cutter.text[s:e] for s, e in spans])
+        # A span over the character bound is cut whatever its count: counting it (megabytes) would be wasted.
+        countable = [i for i, (s, e) in enumerate(spans) if e - s <= max_chars]
+        counted = count_batch(tokenizer, [cutter.text[spans[i][0] : spans[i][1]] for i in countable])
+        counts: dict[int, int] = dict(zip(countable, counted, strict=True))
         again: list[tuple[int, int, str | None]] = []
-        for (a, b, chapter), (s, e), n in zip(pending, spans, counts, strict=True):
-            if n <= chunk_size:
+        for i, ((a, b, chapter), (s, e)) in enumerate(zip(pending, spans, strict=True)):
+            n = counts.get(i)
+            if n is not None and n <= chunk_size:
                 accepted.append((s, e, n, chapter, a))
             elif b - a <= 1:
-                # A word piece alone ("##ilis" -> "il", "##is") can re-tokenise longer than a tiny chunk_size.
-                accepted += [
-                    (ps, pe, pn, chapter, a) for ps, pe, pn in _split_chars(cutter.text, s, e, tokenizer, chunk_size)
-                ]
+                # A word piece alone ("##ilis" -> "il", "##is") can re-tokenise longer than a tiny chunk_size, and
+                # one token ("[UNK]" for a 3 MB word) can hold any number of characters.
+                pieces = _split_chars(cutter.text, s, e, tokenizer, chunk_size, max_chars)
+                accepted += [(ps, pe, pn, chapter, a) for ps, pe, pn in pieces]
             else:
                 mid = cutter.token_cut(a, a + (b - a) // 2) if b - a > 2 else a + 1
                 mid = min(max(mid, a + 1), b - 1)
@@ -319,7 +362,13 @@ def _finish(
         pending = again
 
     chunks: list[Chunk] = []
-    for s, e, n, chapter, a in sorted(accepted):
+    covered_to = -1
+    # Longest first among equal starts; a piece wholly inside an earlier chunk (the second half of a re-split
+    # chunk that the next chunk's overlap also starts at) adds nothing and would break document order.
+    for s, e, n, chapter, a in sorted(accepted, key=lambda x: (x[0], -x[1])):
+        if e <= covered_to:
+            continue
+        covered_to = e
         block_index = int(np.searchsorted(first, a, side="right")) - 1
         chunks.append(
             Chunk(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -30,9 +31,43 @@ def _table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]]) -
 
 
 # -- handlers: each calls one service operation ---------------------------------------------------
+API_KEY_VARIABLE = "KB_EMBEDDING_API_KEY"
+
+
+class UsageError(Exception):
+    """A command line that cannot be run as given (exit status 2)."""
+
+
+def _api_key(args: argparse.Namespace) -> str | None:
+    """The endpoint key: --embedding-api-key-stdin (a prompt without echo on a terminal, else one line of
+    stdin), --embedding-api-key, or $KB_EMBEDDING_API_KEY when an endpoint is given."""
+    if args.embedding_api_key_stdin:
+        if args.embedding_api_key is not None:
+            raise UsageError("give the API key once: --embedding-api-key or --embedding-api-key-stdin, not both")
+        if sys.stdin.isatty():
+            import getpass
+
+            key = getpass.getpass("Embedding API key (not shown): ")
+        else:
+            key = sys.stdin.readline().rstrip("\r\n")
+        if not key.strip():
+            raise UsageError("--embedding-api-key-stdin read no API key from standard input")
+        return key
+    if args.embedding_api_key is not None:
+        print(
+            f"note: a key on the command line is visible to other users (ps) and kept in shell history; "
+            f"prefer ${API_KEY_VARIABLE} or --embedding-api-key-stdin.",
+            file=sys.stderr,
+        )
+        return args.embedding_api_key
+    if args.embedding_endpoint:
+        return os.environ.get(API_KEY_VARIABLE) or None
+    return None
+
+
 def _create(session: Any, args: argparse.Namespace) -> Envelope:
     return session.create_knowledge_base(
-        args.name, args.chunk_size, args.embedding_model, args.embedding_endpoint, args.embedding_api_key
+        args.name, args.chunk_size, args.embedding_model, args.embedding_endpoint, _api_key(args)
     )
 
 
@@ -67,7 +102,17 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--chunk-size", type=int, required=True, help="chunk size in tokens (32-8192)")
     create.add_argument("--embedding-model", help="sentence-transformers model name or path (default all-MiniLM-L6-v2)")
     create.add_argument("--embedding-endpoint", help="OpenAI-compatible endpoint URL, e.g. http://127.0.0.1:8000/v1")
-    create.add_argument("--embedding-api-key", help="API key for the endpoint (stored readable by you only)")
+    create.add_argument(
+        "--embedding-api-key",
+        metavar="KEY",
+        help=f"API key for the endpoint (stored readable by you only); visible in ps and shell history, so prefer "
+        f"${API_KEY_VARIABLE} (used when an endpoint is given) or --embedding-api-key-stdin",
+    )
+    create.add_argument(
+        "--embedding-api-key-stdin",
+        action="store_true",
+        help="read the API key from standard input (a prompt without echo on a terminal)",
+    )
     create.set_defaults(handler=_create, renderer=None)
 
     listing = commands.add_parser("list", help="list knowledge bases")
@@ -111,14 +156,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KBError as exc:
         envelope: Envelope = {"success": False, "message": exc.message, "data": None, "error": {"code": exc.code}}
     else:
-        envelope = args.handler(service.session(CLI_SESSION), args)
+        try:
+            envelope = args.handler(service.session(CLI_SESSION), args)
+        except UsageError as exc:
+            parser.error(str(exc))
     if args.json:
         print(json.dumps(envelope, ensure_ascii=False, indent=2, default=str))
     else:
         stream = sys.stdout if envelope["success"] else sys.stderr
         print(envelope["message"] if envelope["success"] else f"error: {envelope['message']}", file=stream)
-        if envelope["success"] and args.renderer is not None:
-            print(args.renderer(envelope))
+        # A failure with data (an import where every file failed, kb verify's problems) shows it too.
+        if args.renderer is not None and (envelope["success"] or envelope.get("data") is not None):
+            print(args.renderer(envelope), file=stream)
     return EXIT_OK if envelope["success"] else EXIT_FAILURE
 
 

@@ -72,40 +72,63 @@ def _search(session: Any, args: argparse.Namespace) -> Envelope:
         file_types=args.file_type or None,
         kb_names=args.kb or None,
         explain=args.explain or args.json,
+        weighting=args.weighting,
+        language_guard=args.language_guard,
     )
 
 
+def _weights_line(weights: dict[str, Any] | None) -> str | None:
+    """``weights used: vector 0.70 / keyword 0.30 (fixed; auto would use 0.95 / 0.05)``."""
+    if not weights or weights.get("used") is None:
+        return None
+    used, auto = weights["used"], weights.get("auto")
+    line = f"weights used: vector {used['vector']:.2f} / keyword {used['keyword']:.2f} ({weights['weighting']}"
+    requested = weights["requested"]
+    if abs(used["vector"] - requested["vector"]) > 1e-9:
+        line += f"; asked {requested['vector']:.2f} / {requested['keyword']:.2f}"
+    if auto is not None and weights["weighting"] != "auto":
+        line += f"; auto would use {auto['vector']:.2f} / {auto['keyword']:.2f}"
+    if not weights.get("language_guard", True):
+        line += "; language guard off"
+    return line + ")"
+
+
 def _render_search(envelope: Envelope) -> str:
+    data = envelope["data"]
     lines: list[str] = []
-    for rank, hit in enumerate(envelope["data"]["chunks"], start=1):
+    header = _weights_line(data.get("weights"))
+    if header:
+        lines.append(header)
+    lines += [f"warning: {w}" for w in data.get("warnings", [])]
+    for rank, hit in enumerate(data["chunks"], start=1):
         where = " · ".join(str(x) for x in (hit["doc_name"], hit["chapter"], hit["page"] and f"p. {hit['page']}") if x)
         lines.append(f"{rank}. ({hit['score']:.4f}) {where}  [{hit['id']}]")
         snippet = " ".join(hit["content"].split())
         lines.append(textwrap.indent(textwrap.shorten(snippet, 300, placeholder=" …"), "   "))
         breakdown = hit.get("breakdown")
         if breakdown:
-            lines.append(
-                "   cosine {vs} (norm {vn:.3f}, rank {vr}) × {vw:.2f} = {vc:.4f}; "
-                "BM25 {ks} (norm {kn:.3f}, rank {kr}) × {kw:.2f} = {kc:.4f}; "
-                "jaccard {j:.3f} × {jw:.2f}; final {f:.4f}".format(
-                    vs="-" if breakdown["vector_score"] is None else f"{breakdown['vector_score']:.4f}",
-                    vn=breakdown["vector_normalized"],
-                    vr=breakdown["vector_rank"] or "-",
-                    vw=breakdown["vector_weight"],
-                    vc=breakdown["vector_contribution"],
-                    ks="-" if breakdown["keyword_score"] is None else f"{breakdown['keyword_score']:.4f}",
-                    kn=breakdown["keyword_normalized"],
-                    kr=breakdown["keyword_rank"] or "-",
-                    kw=breakdown["keyword_weight"],
-                    kc=breakdown["keyword_contribution"],
-                    j=breakdown["jaccard"],
-                    jw=breakdown["jaccard_weight"],
-                    f=breakdown["final_score"],
-                )
-            )
+            lines.append(f"   {explain_breakdown(breakdown)}")
             for note in breakdown["notes"]:
                 lines.append(f"   note: {note}")
     return "\n".join(lines) or "(no results)"
+
+
+def explain_breakdown(b: dict[str, Any]) -> str:
+    """One line that recomputes the score: each signal's raw value, its [0, 1] value, weight and contribution."""
+    cosine = "-" if b["vector_score"] is None else f"{b['vector_score']:.4f}"
+    bm25 = "-" if b["keyword_score"] is None else f"{b['keyword_score']:.3f}"
+    if b.get("normalization") == "reciprocal rank":
+        v_how, k_how = f"rank {b['vector_rank'] or '-'}", f"rank {b['keyword_rank'] or '-'}"
+    else:
+        v_how = f"cosine {cosine}"
+        k_how = f"BM25 {bm25}, reference {b.get('keyword_reference', 0):.3f}"
+    line = (
+        f"{b['vector_weight']:.2f} × {b['vector_normalized']:.3f} ({v_how}) + "
+        f"{b['keyword_weight']:.2f} × {b['keyword_normalized']:.3f} ({k_how}) = {b['fused_score']:.4f}"
+    )
+    if b["jaccard_weight"]:
+        line += f"; with Jaccard {b['jaccard']:.3f} × {b['jaccard_weight']:.2f}: {b['final_score']:.4f}"
+    return line
 
 
 def _save_settings(session: Any, args: argparse.Namespace) -> Envelope:
@@ -117,16 +140,33 @@ def _save_settings(session: Any, args: argparse.Namespace) -> Envelope:
         keyword_weight=args.keyword_weight,
         jaccard_weight=args.jaccard_weight,
         fusion=args.fusion,
+        weighting=args.weighting,
+        language_guard=args.language_guard,
     )
 
 
 def _add_search_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top-k", type=int, help="number of chunks (default: the KB's saved setting, else 5)")
     parser.add_argument("--mode", choices=["hybrid", "semantic", "keyword"], help="default hybrid")
-    parser.add_argument("--vector-weight", type=float, help="weight of the semantic signal (default 0.7)")
-    parser.add_argument("--keyword-weight", type=float, help="weight of the BM25 signal (default 0.3)")
+    parser.add_argument(
+        "--vector-weight", type=float, help="weight of the semantic signal (default 0.7; alone, keyword = 1 − it)"
+    )
+    parser.add_argument(
+        "--keyword-weight", type=float, help="weight of the BM25 signal (default 0.3; alone, vector = 1 − it)"
+    )
     parser.add_argument("--jaccard-weight", type=float, help="weight of the query/chunk term Jaccard rerank")
     parser.add_argument("--fusion", choices=["weighted", "rrf"], help="fusion method (default weighted)")
+    parser.add_argument(
+        "--weighting",
+        choices=["fixed", "auto"],
+        help="fixed: exactly the given weights (default); auto: scaled by each signal's quality for the query",
+    )
+    parser.add_argument(
+        "--language-guard",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="give the vector signal weight 0 when the model does not cover the query's language (default on)",
+    )
 
 
 def register(commands: Any) -> None:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from kb_core.envelope import Envelope, enveloped, ok
@@ -34,77 +36,114 @@ def _progress(stage: str, done: int, total: int) -> None:
 
 @enveloped
 def run_eval(session: Any, args: argparse.Namespace) -> Envelope:
-    import pandas as pd
-
     from kb_core.errors import InvalidArgument
     from kb_core.evaluation import (
         MODES,
-        EvaluationReport,
-        evaluate_folder,
-        evaluate_kb,
+        build_eval_kb,
+        evaluate_with_sweep,
+        load_beir,
+        load_beir_queries_qrels,
         open_eval_service,
         settings_for,
         sweep_weights,
     )
+    from kb_core.evaluation_runs import best_sweep_setting, record_run
 
     weights_given = args.vector_weight is not None or args.keyword_weight is not None
     for name in ("vector_weight", "keyword_weight"):
         value = getattr(args, name)
         if value is not None and not 0 <= value <= 1:
             raise InvalidArgument(f"--{name.replace('_', '-')} must be from 0 to 1, got {value!r}.")
+    if args.save_best and not args.kb:
+        raise InvalidArgument(
+            "--save-best needs --kb NAME: the sweep must run on the knowledge base whose default it sets."
+        )
     if args.mode:
         modes: tuple[str, ...] = (args.mode,)
     elif weights_given:
         modes = ("hybrid",)
     else:
         modes = MODES
-    settings = settings_for(modes, vector_weight=args.vector_weight, keyword_weight=args.keyword_weight)
-    service = open_eval_service(session.service)
-    dataset, report = evaluate_folder(
-        service,
-        args.folder,
-        settings=settings,
-        chunk_size=args.chunk_size,
-        embedding_model=args.model,
-        max_queries=args.max_queries,
-        top_k=args.depth,
-        progress=_progress,
-        split=args.split,
+    settings = settings_for(
+        modes,
+        vector_weight=args.vector_weight,
+        keyword_weight=args.keyword_weight,
+        weighting=args.weighting,
+        fusion=args.fusion,
+        compare_fusion=args.compare_fusion and "hybrid" in modes,
     )
-    if args.sweep:
-        # The sweep is about the top 10: evaluated 10 deep, without the Recall@100 pass (a third of the time).
-        swept = evaluate_kb(
-            service.session(),
-            dataset.queries,
-            dataset.qrels,
-            settings=[s for s in settings_for((), sweep_weights()) if s not in settings],
-            top_k=10,
-            kb_name=report.kb_name,
-            progress=_progress,
+    sweep = sweep_weights() if args.sweep or args.save_best else None
+    if args.kb:
+        # The user's own KB, judged by the folder's queries and qrels (corpus ids are document names).
+        kb_service = session.service
+        record = session.find_kb(args.kb)
+        queries, qrels = load_beir_queries_qrels(args.folder, split=args.split)
+        if args.max_queries is not None:
+            if args.max_queries < 1:
+                raise InvalidArgument(f"--max-queries must be at least 1, got {args.max_queries!r}.")
+            queries = dict(list(queries.items())[: args.max_queries])
+        dataset_name, documents = Path(args.folder).resolve().name, None
+        eval_session = session
+    else:
+        kb_service = open_eval_service(session.service)
+        dataset = load_beir(args.folder, split=args.split)
+        if args.max_queries is not None:
+            if args.max_queries < 1:
+                raise InvalidArgument(f"--max-queries must be at least 1, got {args.max_queries!r}.")
+            dataset = replace(dataset, queries=dict(list(dataset.queries.items())[: args.max_queries]))
+        record = build_eval_kb(
+            kb_service, dataset, chunk_size=args.chunk_size, embedding_model=args.model, progress=_progress
         )
-        report = EvaluationReport(
-            pd.concat([report.metrics, swept.metrics], ignore_index=True),
-            pd.concat([report.per_query, swept.per_query], ignore_index=True),
-            {**report.runs, **swept.runs},
-            kb_name=report.kb_name,
-            warnings=report.warnings + [w for w in swept.warnings if w not in report.warnings],
-        )
-    record = service.find_kb(report.kb_name)
+        queries, qrels = dataset.queries, {q: dataset.qrels[q] for q in dataset.queries}
+        dataset_name, documents = dataset.name, len(dataset.corpus)
+        eval_session = kb_service.session()
+    report = evaluate_with_sweep(
+        eval_session,
+        queries,
+        qrels,
+        settings=settings,
+        sweep=sweep,
+        top_k=args.depth,
+        kb_name=record.name,
+        progress=_progress,
+    )
+    all_settings = settings + ([s for s in settings_for((), sweep) if s not in settings] if sweep else [])
+    run = record_run(
+        session.service.evaluation_runs, kb_service, report, dataset=dataset_name, settings=all_settings
+    )
     data = {
-        "dataset": dataset.name,
-        "folder": str(dataset.folder),
-        "documents": len(dataset.corpus),
-        "queries": len(dataset.queries),
+        "run_id": run.id,
+        "dataset": dataset_name,
+        "folder": str(Path(args.folder).resolve()),
+        "documents": documents,
+        "queries": len(queries),
         "chunk_size": record.chunk_size,
         "embedding_model": record.embedding_model,
-        "eval_home": str(service.home.root),
+        "kb_fingerprint": run.kb_fingerprint,
+        "eval_home": str(kb_service.home.root),
         **report.to_json(),
     }
     best = report.metrics.sort_values("ndcg@10", ascending=False).iloc[0]
     message = (
-        f"Evaluated {len(settings)} setting(s) on {dataset.name} ({len(dataset.queries)} judged queries, "
-        f"{len(dataset.corpus)} documents); best nDCG@10 {best['ndcg@10']:.4f} ({best['setting']})."
+        f"Evaluated {len(all_settings)} setting(s) on {dataset_name} ({len(queries)} judged queries) against "
+        f"'{record.name}'; best nDCG@10 {best['ndcg@10']:.4f} ({best['setting']}). Kept as run {run.id}."
     )
+    if args.save_best:
+        chosen = best_sweep_setting(report)
+        saved = session.save_search_settings(
+            kb_name=record.name,
+            vector_weight=chosen["vector_weight"],
+            keyword_weight=chosen["keyword_weight"],
+            weighting="fixed",
+            fusion="weighted",
+        )
+        if not saved["success"]:
+            return saved
+        data["saved_default"] = chosen
+        message += (
+            f" Saved vector {chosen['vector_weight']:.2f} / keyword {chosen['keyword_weight']:.2f} "
+            f"(sweep best, nDCG@10 {chosen['ndcg@10']:.4f}) as the default of '{record.name}'."
+        )
     return ok(message, data)
 
 
@@ -130,7 +169,51 @@ def render_eval(envelope: Envelope) -> str:
     )
     lines = [f"KB {data['kb_name']} (chunk size {data['chunk_size']}, model {data['embedding_model']})", table]
     lines += [f"note: {w}" for w in data["warnings"]]
+    lines.append(f"kept as run {data['run_id']} (compare runs with: kb eval-compare RUN_A RUN_B)")
+    if data.get("saved_default"):
+        chosen = data["saved_default"]
+        lines.append(
+            f"saved as the KB default: vector {chosen['vector_weight']:.2f} / keyword {chosen['keyword_weight']:.2f}"
+        )
     return "\n".join(lines)
+
+
+def render_runs(envelope: Envelope) -> str:
+    from tabulate import tabulate
+
+    rows = [
+        [
+            r["id"],
+            r["created_at"][:19].replace("T", " "),
+            r["dataset"],
+            r["kb_name"],
+            r["kb_fingerprint"],
+            r["query_count"],
+            "" if not r.get("best") else f"{r['best']['ndcg@10']:.4f} ({r['best']['setting']})",
+        ]
+        for r in envelope["data"]["runs"]
+    ]
+    headers = ["run", "created (UTC)", "dataset", "KB", "fingerprint", "queries", "best nDCG@10"]
+    return tabulate(rows, headers=headers) if rows else "(no evaluation runs kept yet)"
+
+
+def render_comparison(envelope: Envelope) -> str:
+    from tabulate import tabulate
+
+    data = envelope["data"]
+    lines = [envelope["message"], "", f"queries that moved most ({data['metric']}):"]
+    rows = [
+        [m["query_id"], textwrap_short(m["query"]), f"{m['a']:.4f}", f"{m['b']:.4f}", f"{m['delta']:+.4f}"]
+        for m in data["moved_most"]
+    ]
+    lines.append(tabulate(rows, headers=["query", "text", "A", "B", "B − A"]))
+    return "\n".join(lines)
+
+
+def textwrap_short(text: str, width: int = 60) -> str:
+    import textwrap
+
+    return textwrap.shorten(" ".join(str(text).split()), width, placeholder=" …")
 
 
 def register(commands: Any) -> None:
@@ -141,9 +224,28 @@ def register(commands: Any) -> None:
         "queries of queries.jsonl against qrels.tsv, per search mode. Evaluation KBs live in <home>/cache/eval.",
     )
     parser.add_argument("folder", metavar="DIR", help="BEIR folder: corpus.jsonl, queries.jsonl, qrels.tsv")
+    parser.add_argument(
+        "--kb",
+        help="evaluate this knowledge base of the home instead of one built from corpus.jsonl (the folder's qrels "
+        "name its documents by document name)",
+    )
+    parser.add_argument(
+        "--save-best",
+        action="store_true",
+        help="sweep the weights and save the best as the default of --kb (what the app's 'save as default' does)",
+    )
     parser.add_argument("--mode", choices=("hybrid", "semantic", "keyword"), help="only this mode (default: all)")
     parser.add_argument("--vector-weight", type=float, help="hybrid vector weight (default: the KB default, 0.7)")
     parser.add_argument("--keyword-weight", type=float, help="hybrid keyword weight (default: 1 - vector weight)")
+    parser.add_argument(
+        "--weighting", choices=("fixed", "auto"), help="hybrid weighting (default: the KB default, fixed)"
+    )
+    parser.add_argument("--fusion", choices=("weighted", "rrf"), help="hybrid fusion (default: weighted)")
+    parser.add_argument(
+        "--compare-fusion",
+        action="store_true",
+        help="also run hybrid with auto weights and with reciprocal rank fusion",
+    )
     parser.add_argument(
         "--sweep",
         action="store_true",
@@ -166,3 +268,22 @@ def register(commands: Any) -> None:
     )
     parser.add_argument("--model", help="embedding model of the evaluation KB (default all-MiniLM-L6-v2)")
     parser.set_defaults(handler=run_eval, renderer=render_eval)
+
+    runs = commands.add_parser("eval-runs", help="list the kept evaluation runs, newest first")
+    runs.set_defaults(handler=lambda s, a: s.list_evaluation_runs(), renderer=render_runs)
+
+    compare = commands.add_parser(
+        "eval-compare", help="compare two evaluation runs query by query (wins, losses, ties, largest moves)"
+    )
+    compare.add_argument("run_a", metavar="RUN_A")
+    compare.add_argument("run_b", metavar="RUN_B", help="may be RUN_A again, to compare two of its settings")
+    compare.add_argument("--setting-a", help="setting of RUN_A (default: its first, e.g. 'hybrid (default)')")
+    compare.add_argument("--setting-b", help="setting of RUN_B (default: its first)")
+    compare.add_argument("--metric", default="ndcg@10", choices=("ndcg@10", "recall@100", "mrr@10"))
+    compare.add_argument("--top", type=int, default=10, help="how many of the queries that moved most to show")
+    compare.set_defaults(
+        handler=lambda s, a: s.compare_evaluation_runs(
+            a.run_a, a.run_b, setting_a=a.setting_a, setting_b=a.setting_b, metric=a.metric, top=a.top
+        ),
+        renderer=render_comparison,
+    )

@@ -24,10 +24,13 @@ def _serve(args: argparse.Namespace) -> int:
                 port=args.port,
                 allowed_dirs=args.allow_dir or (),
                 allow_remote=args.allow_remote,
+                allowed_hosts=args.allowed_host or (),
             )
         else:
-            if args.allow_dir or args.allow_remote:
-                raise KBError("--allow-dir and --allow-remote apply to --http only.", code="INVALID_ARGUMENT")
+            if args.allow_dir or args.allow_remote or args.allowed_host:
+                raise KBError(
+                    "--allow-dir, --allow-remote and --allowed-host apply to --http only.", code="INVALID_ARGUMENT"
+                )
             serve_stdio(args.home)
     except KBError as exc:
         print(f"error: {exc.message}", file=sys.stderr)
@@ -119,7 +122,11 @@ def register(commands: Any) -> None:
         "stderr). With --http: streamable HTTP at http://HOST:PORT/mcp, bearer tokens from 'kb token create'.",
     )
     mcp.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio")
-    mcp.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    mcp.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on: IPv4, IPv6 (::1 or [::1]) or a name (default 127.0.0.1)",
+    )
     mcp.add_argument("--port", type=int, default=DEFAULT_HTTP_PORT, help=f"port (default {DEFAULT_HTTP_PORT})")
     mcp.add_argument(
         "--allow-dir",
@@ -129,6 +136,13 @@ def register(commands: Any) -> None:
         "(repeatable; without it those tools refuse paths over HTTP)",
     )
     mcp.add_argument("--allow-remote", action="store_true", help="allow listening on a non-loopback address")
+    mcp.add_argument(
+        "--allowed-host",
+        action="append",
+        metavar="NAME",
+        help="another name clients may reach the server by (Host header), e.g. kb.example.lan; the bind address "
+        "and the loopback names are always allowed (repeatable; requests naming other hosts are refused)",
+    )
     mcp.set_defaults(direct=_serve)
 
     token = commands.add_parser("token", help="manage bearer tokens of the MCP HTTP server")

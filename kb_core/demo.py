@@ -22,6 +22,8 @@ DEMO_KB_NAME = "Demo · 演示"
 DEMO_FOLDER = PROJECT_ROOT / "data" / "demo"
 DEMO_CHUNK_SIZE = 256
 DEMO_SUFFIXES = (".txt", ".docx", ".doc")
+# Relevance judgments over the demo documents (BEIR queries.jsonl + qrels.tsv; corpus ids are document names).
+DEMO_JUDGMENTS_FOLDER = DEMO_FOLDER / "eval"
 
 # One build at a time in this process (two browser sessions may start together).
 _build_lock = threading.Lock()
@@ -33,6 +35,16 @@ def demo_files(folder: str | Path | None = None) -> list[Path]:
     if not root.is_dir():
         return []
     return sorted(p for p in root.iterdir() if p.is_file() and p.suffix.lower() in DEMO_SUFFIXES)
+
+
+def demo_judgments_folder(folder: str | Path | None = None) -> Path | None:
+    """The folder of the demo judgments (``queries.jsonl`` and ``qrels.tsv``), or None where they are not shipped.
+
+    They judge the documents of the demo KB by name, so they evaluate that KB (``kb eval FOLDER --kb NAME``)."""
+    root = Path(folder) if folder is not None else DEMO_JUDGMENTS_FOLDER
+    if (root / "queries.jsonl").is_file() and (root / "qrels.tsv").is_file():
+        return root
+    return None
 
 
 def demo_exists(session: Any, kb_name: str = DEMO_KB_NAME) -> bool:

@@ -53,6 +53,7 @@ __all__ = [
     "eval_kb_name",
     "evaluate_folder",
     "evaluate_kb",
+    "evaluate_with_sweep",
     "load_beir",
     "load_beir_queries_qrels",
     "open_eval_service",
@@ -351,19 +352,54 @@ def build_eval_kb(
 # -- running and scoring --------------------------------------------------------------------------
 @dataclass(frozen=True)
 class EvaluationSetting:
-    """One search configuration. ``None`` weights mean the KB's defaults (saved settings, else 0.7/0.3)."""
+    """One search configuration. ``None`` means the KB's default (its saved settings, else 0.7/0.3 fixed weights
+    with weighted fusion)."""
 
     mode: str
     vector_weight: float | None = None
     keyword_weight: float | None = None
+    weighting: str | None = None  # fixed | auto
+    fusion: str | None = None  # weighted | rrf
 
     @property
     def label(self) -> str:
         if self.mode != "hybrid":
             return self.mode
-        if self.vector_weight is None and self.keyword_weight is None:
-            return "hybrid (default)"
-        return f"hybrid {self.vector_weight or 0:.2f}/{self.keyword_weight or 0:.2f}"
+        parts = ["hybrid"]
+        if self.fusion == "rrf":
+            parts.append("rrf")
+        if self.weighting == "auto":
+            parts.append("auto")
+        if self.vector_weight is not None or self.keyword_weight is not None:
+            parts.append(f"{self.vector_weight or 0:.2f}/{self.keyword_weight or 0:.2f}")
+        elif len(parts) == 1:
+            parts.append("(default)")
+        return " ".join(parts)
+
+    @property
+    def is_sweep_point(self) -> bool:
+        """A plain fixed-weight hybrid setting with explicit weights: one point of a weight sweep."""
+        return (
+            self.mode == "hybrid"
+            and self.vector_weight is not None
+            and self.weighting in (None, "fixed")
+            and self.fusion in (None, "weighted")
+        )
+
+    def overrides(self) -> dict[str, Any]:
+        """The search settings this configuration sets explicitly."""
+        values = {
+            "mode": self.mode,
+            "vector_weight": self.vector_weight,
+            "keyword_weight": self.keyword_weight,
+            "weighting": self.weighting,
+            "fusion": self.fusion,
+        }
+        if self.mode == "hybrid" and self.vector_weight is not None:
+            # a sweep point is the weights exactly as given, not the KB's saved auto weighting or RRF
+            values["weighting"] = self.weighting or "fixed"
+            values["fusion"] = self.fusion or "weighted"
+        return {k: v for k, v in values.items() if v is not None}
 
 
 def sweep_weights(steps: int = 10) -> list[float]:
@@ -377,18 +413,28 @@ def settings_for(
     *,
     vector_weight: float | None = None,
     keyword_weight: float | None = None,
+    weighting: str | None = None,
+    fusion: str | None = None,
+    compare_fusion: bool = False,
 ) -> list[EvaluationSetting]:
-    """Settings to run: each mode with the given (or default) weights, then hybrid at each swept vector weight."""
+    """Settings to run: each mode with the given (or default) settings, then (``compare_fusion``) hybrid with auto
+    weights and with RRF, then hybrid at each swept vector weight (fixed weights, weighted fusion)."""
     settings: list[EvaluationSetting] = []
     for mode in modes:
         if mode not in MODES:
             raise InvalidArgument(f"mode {mode!r} is not supported; use one of {', '.join(MODES)}.")
-        if mode == "hybrid" and (vector_weight is not None or keyword_weight is not None):
-            vw = vector_weight if vector_weight is not None else 1 - float(keyword_weight or 0)
-            kw = keyword_weight if keyword_weight is not None else 1 - float(vector_weight or 0)
-            settings.append(EvaluationSetting("hybrid", float(vw), float(kw)))
+        if mode == "hybrid":
+            vw = kw = None
+            if vector_weight is not None or keyword_weight is not None:
+                vw = float(vector_weight if vector_weight is not None else 1 - float(keyword_weight or 0))
+                kw = float(keyword_weight if keyword_weight is not None else 1 - float(vector_weight or 0))
+            settings.append(EvaluationSetting("hybrid", vw, kw, weighting, fusion))
         else:
             settings.append(EvaluationSetting(mode))
+    if compare_fusion:
+        for extra in (EvaluationSetting("hybrid", weighting="auto"), EvaluationSetting("hybrid", fusion="rrf")):
+            if extra not in settings:
+                settings.append(extra)
     for weight in vector_weights or ():
         value = float(weight)
         if not 0 <= value <= 1 or math.isnan(value):
@@ -401,8 +447,8 @@ def settings_for(
 
 @dataclass
 class EvaluationReport:
-    """``metrics``: one row per setting (setting, mode, vector_weight, keyword_weight, ndcg@10, recall@100,
-    mrr@10, queries, seconds); recall@100 is NaN when the ranking was evaluated less than 100 deep.
+    """``metrics``: one row per setting (setting, mode, vector_weight, keyword_weight, weighting, fusion, ndcg@10,
+    recall@100, mrr@10, queries, seconds); recall@100 is NaN when the ranking was evaluated less than 100 deep.
     ``per_query``: one row per setting and query (setting, query_id, query, ndcg@10,
     recall@100, mrr@10); sort by a metric for the worst queries. ``runs``: ``{setting: {qid: {doc_id: score}}}``.
     """
@@ -513,19 +559,16 @@ def evaluate_kb(
         started = time.perf_counter()
         run: dict[str, dict[str, float]] = {}
         used = None
-        overrides: dict[str, Any] = {"mode": setting.mode}
-        if setting.vector_weight is not None:
-            overrides["vector_weight"] = setting.vector_weight
-        if setting.keyword_weight is not None:
-            overrides["keyword_weight"] = setting.keyword_weight
+        overrides = setting.overrides()
         for done, qid in enumerate(judged, start=1):
-            hits, notes, used = session.run_search(queries[qid], kb_names=[kb], top_k=HEAD_CHUNKS, **overrides)
-            head = _document_ranking(hits, min(top_k, HEAD_DOCUMENTS))
+            outcome = session.run_search(queries[qid], kb_names=[kb], top_k=HEAD_CHUNKS, **overrides)
+            notes, used = outcome.warnings, outcome.settings
+            head = _document_ranking(outcome.hits, min(top_k, HEAD_DOCUMENTS))
             deep: dict[str, float] = {}
             if top_k > len(head):  # deeper than the head, or the head's 10 chunks held fewer than 10 documents
-                more, _, _ = session.run_search(
+                more = session.run_search(
                     queries[qid], kb_names=[kb], top_k=top_k * CHUNK_OVERFETCH, deduplicate=False, **overrides
-                )
+                ).hits
                 deep = _document_ranking(more, top_k, head)
             run[qid] = _merged_scores(head, deep)
             for note in notes:
@@ -542,6 +585,8 @@ def evaluate_kb(
             "mode": setting.mode,
             "vector_weight": used.vector_weight if hybrid else None,
             "keyword_weight": used.keyword_weight if hybrid else None,
+            "weighting": used.weighting if hybrid else None,
+            "fusion": used.fusion if hybrid else None,
         }
         if top_k < RECALL_DEPTH:  # a ranking shallower than 100 cannot give Recall@100
             for values in per_query.values():
@@ -556,10 +601,42 @@ def evaluate_kb(
         logger.info("%s: nDCG@10 %.4f over %d queries in %.1f s", label, row["ndcg@10"], len(judged), seconds)
     metrics = pd.DataFrame(
         metric_rows,
-        columns=["setting", "mode", "vector_weight", "keyword_weight", *METRICS, "queries", "seconds"],
+        columns=[
+            "setting", "mode", "vector_weight", "keyword_weight", "weighting", "fusion", *METRICS, "queries", "seconds"
+        ],
     )
     per_query_frame = pd.DataFrame(query_rows, columns=["setting", "query_id", "query", *METRICS])
     return EvaluationReport(metrics, per_query_frame, runs, kb_name=kb, warnings=warnings)
+
+
+def evaluate_with_sweep(
+    session: Any,
+    queries: dict[str, str],
+    qrels: dict[str, dict[str, int]],
+    *,
+    settings: Sequence[EvaluationSetting],
+    sweep: Sequence[float] | None = None,
+    top_k: int = DEFAULT_TOP_K,
+    kb_name: str | None = None,
+    progress: EvalProgress | None = None,
+) -> EvaluationReport:
+    """:func:`evaluate_kb` for ``settings``, then hybrid at each vector weight of ``sweep`` (fixed weights, keyword
+    weight 1 − w) in one report. The sweep is about the top 10: it is evaluated 10 deep, without the Recall@100
+    pass (a third of the time)."""
+    report = evaluate_kb(session, queries, qrels, settings=settings, top_k=top_k, kb_name=kb_name, progress=progress)
+    swept_settings = [s for s in settings_for((), sweep) if s not in settings] if sweep else []
+    if not swept_settings:
+        return report
+    swept = evaluate_kb(
+        session, queries, qrels, settings=swept_settings, top_k=10, kb_name=report.kb_name, progress=progress
+    )
+    return EvaluationReport(
+        pd.concat([report.metrics, swept.metrics], ignore_index=True),
+        pd.concat([report.per_query, swept.per_query], ignore_index=True),
+        {**report.runs, **swept.runs},
+        kb_name=report.kb_name,
+        warnings=report.warnings + [w for w in swept.warnings if w not in report.warnings],
+    )
 
 
 def evaluate_folder(

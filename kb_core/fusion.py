@@ -1,6 +1,18 @@
 """Fusion of keyword (BM25) and vector (cosine) candidate lists, with a score breakdown per hit.
 
-Every hit carries a :class:`ScoreBreakdown` from which its ``final_score`` can be recomputed by hand:
+Every score a person or agent reads lies in [0, 1], higher is better, and means the same kind of thing in every
+mode, so a threshold set once works across the queries of a KB. Each signal is put on an absolute [0, 1] scale
+that does not depend on the other candidates of the query:
+
+    vector_normalized  = max(0, cosine)                         cosine of the query and chunk embeddings
+    keyword_normalized = 1 − exp(−BM25 / keyword_reference)     saturating share of keyword evidence
+    keyword_reference  = Σ idf(t) over the query's terms that occur in the KB
+
+``keyword_reference`` is the BM25 of a *reference match*: a chunk of average length holding each query term once
+(each term then contributes exactly its idf). So a keyword score of 0.63 (1 − 1/e) means as much keyword evidence
+as the reference match, 0.86 twice as much, 0.39 half of it; 0 means no query term. The map is monotone, so
+keyword-only search ranks exactly as BM25 does. Every hit carries a :class:`ScoreBreakdown` from which
+``final_score`` is recomputed by hand:
 
     vector_contribution  = vector_weight  · vector_normalized
     keyword_contribution = keyword_weight · keyword_normalized
@@ -8,42 +20,29 @@ Every hit carries a :class:`ScoreBreakdown` from which its ``final_score`` can b
     jaccard_contribution = jaccard_weight · jaccard
     final_score          = (1 − jaccard_weight) · fused_score + jaccard_contribution
 
-``vector_weight + keyword_weight = 1`` always (the *effective* weights); the requested weights are recorded
-beside them.
+``vector_weight + keyword_weight = 1`` (the weights *used*, the requested ones normalised to sum to 1); the
+requested weights are recorded beside them. With ``weighting="fixed"`` (the default) the weights used are exactly
+the requested ones. Two things can change them, and each says so in the breakdown's ``notes``:
 
-Normalisation (``method="weighted"``). Each signal is normalised over *its own ranked list* (the candidates it
-retrieved, ``*_rank`` not None), so a candidate that only the other signal found cannot stretch the scale:
+* the language guard (``vector_prior=0``): the caller knows the embedding model does not cover the query's
+  language (an English-only model and a Chinese query), so the vector signal gets weight 0;
+* ``weighting="auto"``: each signal's weight is scaled by how far its top score stands out from what chance
+  would give for that many scores (below), so a signal that carries no information for a query loses its weight.
 
-* ``"zscore"`` (default): ``(s − mean) / std``. A list whose top stands far out of its bulk keeps that margin
-  (BM25 on a rare term: z ≈ 7), while a flat, noisy list cannot stretch its top to the same height, which is
-  what min-max does.
-* ``"minmax"``: ``(s − min) / (max − min)``, the common baseline.
-* ``"meanmax"``: ``(s − mean) / (max − mean)`` — top 1, mean 0.
+With ``method="rrf"`` (weighted reciprocal rank fusion, Cormack et al., SIGIR 2009) the normalised value is
+``(rrf_k + 1) / (rrf_k + rank)``: 1 for rank 1, 0 when the signal did not rank the candidate. RRF scores are
+rank-based: they order one query's hits but say nothing about how well a chunk matches.
 
-A candidate missing a signal's score (outside that list, e.g. no keyword match) gets the list's minimum: it
-ranked below everything the list holds; a candidate rescored exactly on that signal keeps its score clipped to
-the list's range. A list with no spread (one score, or equal scores) normalises its members to 1.
-With ``method="rrf"`` the normalised value is
-``(rrf_k + 1) / (rrf_k + rank)`` (1 for rank 1; 0 when the signal did not rank it), i.e. weighted reciprocal
-rank fusion (Cormack et al., SIGIR 2009) rescaled so the top is 1.
-
-Signal quality (``adaptive=True``). A signal that carries no information for a query (an English-only
-embedding model on a Chinese query, a BM25 list of equal scores) still produces a ranked list, and min-max
-stretches its noise to [0, 1], which is how a hybrid becomes worse than its better half. The evidence of a
-list is how far its top score stands out from the bulk, measured on the list's own scores:
+Signal quality (``weighting="auto"``). The evidence of a list is how far its top score stands out from the bulk,
+measured on the list's own scores:
 
     z_top    = (max − mean) / std                      over the signal's ranked list (n scores)
     chance   = Φ⁻¹((n − 0.375) / (n + 0.25))           the expected z of the maximum of n normal draws (Blom 1958)
     quality  = max(0, (z_top − chance) / chance)       0: the top is no better separated than noise would be
 
-Effective weights are ``w_s · quality_s`` renormalised to sum to 1; if neither signal shows any evidence the
-requested weights are kept. A signal whose scores are constant (or that returned nothing) has quality 0. The
-breakdown's ``notes`` say when and why a weight was moved. ``vector_prior`` (default 1, in [0, 1]) lets the
-caller scale the vector signal's quality by what it knows: :func:`script_coverage` gives the share of the query's
-letters written in scripts the embedding model was trained on (0 for a Chinese query to an English-only model).
-
-The constants here come from principle (Gaussian extreme-value chance level), not from fitting evaluation
-queries; ``benchmarks/fusion_study.py`` measures the result on SciFact (English) and XQuAD (Chinese).
+Auto weights are ``w_s · quality_s`` renormalised to sum to 1; if neither signal shows any evidence the requested
+weights are kept. The constants come from principle (Gaussian extreme-value chance level), not from fitting
+evaluation queries; ``benchmarks/fusion_study.py`` measures fixed, auto and RRF fusion on SciFact and XQuAD.
 """
 
 from __future__ import annotations
@@ -63,19 +62,23 @@ from kb_core.errors import InvalidArgument
 __all__ = [
     "DEFAULT_JACCARD_WEIGHT",
     "FUSION_METHODS",
-    "NORMALIZATIONS",
+    "WEIGHTINGS",
     "Candidate",
+    "FusionWeights",
     "ScoreBreakdown",
+    "auto_weights",
     "fuse",
+    "guarded_weights",
     "jaccard_similarity",
+    "keyword_normalized",
     "near_duplicate_keys",
-    "normalize_scores",
     "script_coverage",
     "signal_quality",
+    "vector_normalized",
 ]
 
 FUSION_METHODS = ("weighted", "rrf")
-NORMALIZATIONS = ("meanmax", "minmax", "zscore")
+WEIGHTINGS = ("fixed", "auto")
 DEFAULT_JACCARD_WEIGHT = 0.0  # measured in benchmarks/fusion_study.py: query/document term Jaccard did not help
 _EPS = 1e-12
 
@@ -95,7 +98,11 @@ class Candidate:
 
 @dataclass(frozen=True)
 class ScoreBreakdown:
-    """Everything needed to recompute ``final_score`` by hand (formula in the module docstring)."""
+    """Everything needed to recompute ``final_score`` by hand (formula in the module docstring).
+
+    ``vector_score`` is the raw cosine, ``keyword_score`` the raw BM25, ``keyword_reference`` the BM25 of the
+    query's reference match; ``normalization`` names how the normalised values were made from them.
+    """
 
     vector_score: float | None
     keyword_score: float | None
@@ -115,46 +122,31 @@ class ScoreBreakdown:
     jaccard_contribution: float
     final_score: float
     fusion_method: str
+    keyword_reference: float = 0.0
+    normalization: str = "absolute"
+    weighting: str = "fixed"
     notes: tuple[str, ...] = ()
 
 
-def normalize_scores(scores: Sequence[float] | np.ndarray, method: str = "meanmax") -> np.ndarray:
-    """Normalise one list's scores; constant (or empty) lists map to zeros: they carry no ordering.
+@dataclass(frozen=True)
+class FusionWeights:
+    """The weights a fusion used (summing to 1), and why they differ from the requested ones, if they do."""
 
-    ``meanmax``: (s − mean)/(max − mean); ``minmax``: (s − min)/(max − min); ``zscore``: (s − mean)/std.
-    """
-    if method not in NORMALIZATIONS:
-        raise InvalidArgument(f"normalization {method!r} is not supported; use one of {', '.join(NORMALIZATIONS)}")
-    values = np.asarray(scores, dtype=np.float64)
-    if values.size == 0:
-        return values
-    low, high, mean = float(values.min()), float(values.max()), float(values.mean())
-    if method == "minmax":
-        span = high - low
-        return (values - low) / span if span > _EPS * max(1.0, abs(high)) else np.zeros_like(values)
-    if method == "zscore":
-        std = float(values.std())
-        return (values - mean) / std if std > _EPS * max(1.0, abs(high)) else np.zeros_like(values)
-    span = high - mean
-    return (values - mean) / span if span > _EPS * max(1.0, abs(high)) else np.zeros_like(values)
+    vector: float
+    keyword: float
+    notes: tuple[str, ...] = ()
 
 
-def _apply_normalization(values: np.ndarray, reference: np.ndarray, method: str) -> np.ndarray:
-    """Normalise ``values`` with the statistics of ``reference`` (the signal's own list)."""
-    if reference.size == 0:
-        return np.zeros_like(values)
-    low, high, mean = float(reference.min()), float(reference.max()), float(reference.mean())
-    tiny = _EPS * max(1.0, abs(high))
-    # A list of one score (or of equal scores) has no scale: its members share the top, 1; others 0.
-    flat = np.where(values >= high - tiny, 1.0, 0.0)
-    if method == "minmax":
-        span = high - low
-        return (values - low) / span if span > tiny else flat
-    if method == "zscore":
-        std = float(reference.std())
-        return (values - mean) / std if std > tiny else flat
-    span = high - mean
-    return (values - mean) / span if span > tiny else flat
+def vector_normalized(cosine: float | None) -> float:
+    """A cosine on the [0, 1] score scale: negative cosines (unrelated or opposed) count as 0."""
+    return 0.0 if cosine is None else min(1.0, max(0.0, float(cosine)))
+
+
+def keyword_normalized(bm25: float | None, reference: float) -> float:
+    """A BM25 score on the [0, 1] scale: ``1 − exp(−bm25 / reference)`` (module docstring)."""
+    if bm25 is None or reference <= 0 or bm25 <= 0:
+        return 0.0
+    return -math.expm1(-float(bm25) / reference)
 
 
 def expected_maximum_z(n: int) -> float:
@@ -196,8 +188,8 @@ _SCRIPT_PREFIXES = {
 def script_coverage(text: str, scripts: Iterable[str] = ("latin",)) -> float:
     """Share of the letters of ``text`` written in one of ``scripts`` (see ``_SCRIPT_PREFIXES``); 1 if none.
 
-    A cheap, model-agnostic language check for ``fuse(vector_prior=...)``: an English-only embedding model
-    (scripts ``("latin",)``) gets 0 for a Chinese query and about 0.6 for "FAISS 是什么".
+    A cheap, model-agnostic language check: an English-only embedding model (scripts ``("latin",)``) gets 0 for
+    a Chinese query and about 0.6 for "FAISS 是什么".
     """
     wanted = tuple(prefix for name in scripts for prefix in _SCRIPT_PREFIXES.get(name.lower(), (name.upper(),)))
     letters = covered = 0
@@ -236,6 +228,84 @@ def _check_weight(name: str, value: float) -> float:
     return float(value)
 
 
+def _ranked_lists(pool: Sequence[Candidate]) -> tuple[np.ndarray, np.ndarray]:
+    """Each signal's own ranked list of scores (the candidates it retrieved)."""
+    v_list = np.array([c.vector_score for c in pool if c.vector_rank is not None and c.vector_score is not None])
+    k_list = np.array([c.keyword_score for c in pool if c.keyword_rank is not None and c.keyword_score is not None])
+    return v_list.astype(np.float64), k_list.astype(np.float64)
+
+
+def guarded_weights(vector_weight: float, keyword_weight: float, vector_prior: float) -> FusionWeights:
+    """The requested weights normalised to sum to 1, with the vector signal off when the language guard says so."""
+    total = vector_weight + keyword_weight
+    base_v, base_k = vector_weight / total, keyword_weight / total
+    if vector_prior > 0 or base_v == 0:
+        return FusionWeights(base_v, base_k)
+    if base_k == 0:
+        return FusionWeights(
+            base_v,
+            base_k,
+            ("language guard not applied: the keyword weight is 0, so the vector signal is the only one asked for",),
+        )
+    return FusionWeights(
+        0.0,
+        1.0,
+        (
+            "language guard: the embedding model does not cover this query's language, so the vector signal "
+            f"gets weight 0 (asked {base_v:.2f}); switch the guard off to use the requested weights",
+        ),
+    )
+
+
+def auto_weights(
+    candidates: Sequence[Candidate], vector_weight: float, keyword_weight: float, vector_prior: float = 1.0
+) -> FusionWeights:
+    """The weights ``weighting="auto"`` uses: the requested ones scaled by each signal's quality (module doc)."""
+    total = vector_weight + keyword_weight
+    base_v, base_k = vector_weight / total, keyword_weight / total
+    v_list, k_list = _ranked_lists(candidates)
+    quality_v, z_v, chance_v = signal_quality(v_list)
+    quality_k, z_k, chance_k = signal_quality(k_list)
+    quality_v *= vector_prior
+    raw_v, raw_k = base_v * quality_v, base_k * quality_k
+    notes: list[str] = []
+    weight_v, weight_k = base_v, base_k
+    if raw_v + raw_k > 0:
+        weight_v, weight_k = raw_v / (raw_v + raw_k), raw_k / (raw_v + raw_k)
+    else:
+        # No evidence either way: keep the requested split among the signals that produced any ordering.
+        usable_v = base_v * float(_orders(v_list) and vector_prior > 0)
+        usable_k = base_k * float(_orders(k_list))
+        if usable_v + usable_k > 0:
+            weight_v, weight_k = usable_v / (usable_v + usable_k), usable_k / (usable_v + usable_k)
+        if base_v > 0 and base_k > 0 and usable_v > 0 and usable_k > 0:
+            notes.append("auto weights: neither signal stands out from chance for this query; requested weights kept")
+    for name, other, base, weight, quality, z, chance, size in (
+        ("vector", "keyword", base_v, weight_v, quality_v, z_v, chance_v, v_list.size),
+        ("keyword", "vector", base_k, weight_k, quality_k, z_k, chance_k, k_list.size),
+    ):
+        if base <= 0 or abs(weight - base) < 0.005:
+            continue
+        if size == 0:
+            notes.append(f"auto weights: {name} search returned no candidates; weight moved to {other}")
+        elif weight == 0 and name == "vector" and vector_prior == 0:
+            notes.append(
+                "auto weights: the embedding model does not cover this query's language; "
+                f"vector weight moved to {other}"
+            )
+        elif weight == 0:
+            notes.append(
+                f"auto weights: {name} signal carries no information for this query "
+                f"(top z {z:.2f} ≤ chance {chance:.2f}); weight moved to {other}"
+            )
+        elif weight < base:
+            notes.append(
+                f"auto weights: {name} signal weakly separated (top z {z:.2f}, chance {chance:.2f}, "
+                f"quality {quality:.2f}); weight {base:.2f} → {weight:.2f}"
+            )
+    return FusionWeights(weight_v, weight_k, tuple(notes))
+
+
 def fuse(
     candidates: Iterable[Candidate],
     *,
@@ -245,11 +315,15 @@ def fuse(
     rrf_k: int = 60,
     query_terms: frozenset[str] = frozenset(),
     jaccard_weight: float = DEFAULT_JACCARD_WEIGHT,
-    normalization: str = "zscore",
-    adaptive: bool = True,
+    weighting: str = "fixed",
     vector_prior: float = 1.0,
+    keyword_reference: float | None = None,
 ) -> list[tuple[Candidate, ScoreBreakdown]]:
-    """Fuse the candidates of both signals; best first (ties keep input order)."""
+    """Fuse the candidates of both signals; best first (ties keep input order).
+
+    ``keyword_reference`` is the BM25 of the query's reference match (module docstring); the search passes it.
+    Without it the best keyword score among the candidates stands in, and a note says the scale is relative.
+    """
     pool = list(candidates)
     requested_v = _check_weight("vector_weight", vector_weight)
     requested_k = _check_weight("keyword_weight", keyword_weight)
@@ -263,67 +337,31 @@ def fuse(
         raise InvalidArgument(f"vector_prior must lie in [0, 1]; got {vector_prior!r}")
     if method not in FUSION_METHODS:
         raise InvalidArgument(f"fusion method {method!r} is not supported; use one of {', '.join(FUSION_METHODS)}")
-    if normalization not in NORMALIZATIONS:
-        raise InvalidArgument(
-            f"normalization {normalization!r} is not supported; use one of {', '.join(NORMALIZATIONS)}"
-        )
+    if weighting not in WEIGHTINGS:
+        raise InvalidArgument(f"weighting {weighting!r} is not supported; use one of {', '.join(WEIGHTINGS)}")
     if not isinstance(rrf_k, int) or rrf_k < 0:
         raise InvalidArgument(f"rrf_k must be an integer ≥ 0; got {rrf_k!r}")
+    if keyword_reference is not None and (not math.isfinite(keyword_reference) or keyword_reference < 0):
+        raise InvalidArgument(f"keyword_reference must be a finite number ≥ 0; got {keyword_reference!r}")
     if not pool:
         return []
 
-    total = requested_v + requested_k
-    base_v, base_k = requested_v / total, requested_k / total
-    notes: list[str] = []
-
-    v_list = np.array([c.vector_score for c in pool if c.vector_rank is not None and c.vector_score is not None])
-    k_list = np.array([c.keyword_score for c in pool if c.keyword_rank is not None and c.keyword_score is not None])
-    weight_v, weight_k = base_v, base_k
-    if adaptive:
-        quality_v, z_v, chance_v = signal_quality(v_list)
-        quality_k, z_k, chance_k = signal_quality(k_list)
-        quality_v *= vector_prior
-        raw_v, raw_k = base_v * quality_v, base_k * quality_k
-        if raw_v + raw_k > 0:
-            weight_v, weight_k = raw_v / (raw_v + raw_k), raw_k / (raw_v + raw_k)
-        else:
-            # No evidence either way: keep the requested split among the signals that produced any ordering.
-            usable_v = base_v * float(_orders(v_list) and vector_prior > 0)
-            usable_k = base_k * float(_orders(k_list))
-            if usable_v + usable_k > 0:
-                weight_v, weight_k = usable_v / (usable_v + usable_k), usable_k / (usable_v + usable_k)
-            if base_v > 0 and base_k > 0 and usable_v > 0 and usable_k > 0:
-                notes.append("neither signal stands out from chance for this query; requested weights kept")
-        for name, other, base, weight, quality, z, chance, size in (
-            ("vector", "keyword", base_v, weight_v, quality_v, z_v, chance_v, v_list.size),
-            ("keyword", "vector", base_k, weight_k, quality_k, z_k, chance_k, k_list.size),
-        ):
-            if base <= 0 or abs(weight - base) < 0.005:
-                continue
-            if size == 0:
-                notes.append(f"{name} search returned no candidates; weight moved to {other}")
-            elif weight == 0 and name == "vector" and vector_prior == 0:
-                notes.append(
-                    "vector signal not used: the embedding model does not cover this query's language "
-                    f"(vector prior 0); weight moved to {other}"
-                )
-            elif weight == 0:
-                notes.append(
-                    f"{name} signal carries no information for this query (top z {z:.2f} ≤ chance {chance:.2f}); "
-                    f"weight moved to {other}"
-                )
-            elif weight < base:
-                notes.append(
-                    f"{name} signal weakly separated (top z {z:.2f}, chance {chance:.2f}, quality {quality:.2f}); "
-                    f"weight {base:.2f} → {weight:.2f}"
-                )
-
-    v_norm, k_norm = _normalized(pool, method, normalization, rrf_k, v_list, k_list)
+    if weighting == "auto":
+        weights = auto_weights(pool, requested_v, requested_k, vector_prior)
+    else:
+        weights = guarded_weights(requested_v, requested_k, vector_prior)
+    notes = list(weights.notes)
+    reference = keyword_reference
+    if reference is None and method == "weighted":
+        reference = max((float(c.keyword_score) for c in pool if c.keyword_score is not None), default=0.0)
+        notes.append("keyword reference unknown: BM25 measured against the best candidate's score")
+    v_norm, k_norm = _normalized(pool, method, rrf_k, reference or 0.0)
     results: list[tuple[Candidate, ScoreBreakdown]] = []
     frozen_notes = tuple(notes)
+    normalization = "reciprocal rank" if method == "rrf" else "absolute"
     for position, candidate in enumerate(pool):
-        vn, kn = float(v_norm[position]), float(k_norm[position])
-        v_contribution, k_contribution = weight_v * vn, weight_k * kn
+        vn, kn = v_norm[position], k_norm[position]
+        v_contribution, k_contribution = weights.vector * vn, weights.keyword * kn
         fused = v_contribution + k_contribution
         jaccard = candidate_jaccard(candidate, query_terms) if jaccard_weight > 0 else 0.0
         j_contribution = jaccard_weight * jaccard
@@ -338,8 +376,8 @@ def fuse(
                     keyword_normalized=kn,
                     vector_rank=candidate.vector_rank,
                     keyword_rank=candidate.keyword_rank,
-                    vector_weight=weight_v,
-                    keyword_weight=weight_k,
+                    vector_weight=weights.vector,
+                    keyword_weight=weights.keyword,
                     requested_vector_weight=requested_v,
                     requested_keyword_weight=requested_k,
                     vector_contribution=v_contribution,
@@ -350,6 +388,9 @@ def fuse(
                     jaccard_contribution=j_contribution,
                     final_score=final,
                     fusion_method=method,
+                    keyword_reference=float(reference or 0.0),
+                    normalization=normalization,
+                    weighting=weighting,
                     notes=frozen_notes,
                 ),
             )
@@ -359,25 +400,16 @@ def fuse(
 
 
 def _normalized(
-    pool: list[Candidate], method: str, normalization: str, rrf_k: int, v_list: np.ndarray, k_list: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
+    pool: list[Candidate], method: str, rrf_k: int, reference: float
+) -> tuple[list[float], list[float]]:
     if method == "rrf":
         v = [(rrf_k + 1) / (rrf_k + c.vector_rank) if c.vector_rank is not None else 0.0 for c in pool]
         k = [(rrf_k + 1) / (rrf_k + c.keyword_rank) if c.keyword_rank is not None else 0.0 for c in pool]
-        return np.asarray(v, dtype=np.float64), np.asarray(k, dtype=np.float64)
-    out = []
-    for values, reference in (
-        ([c.vector_score for c in pool], v_list),
-        ([c.keyword_score for c in pool], k_list),
-    ):
-        floor = float(reference.min()) if reference.size else 0.0
-        filled = np.array([floor if s is None else float(s) for s in values], dtype=np.float64)
-        # A score outside the list (rescored exactly) is kept within the list's range: it never beats the
-        # top, and a far-off value cannot produce an extreme negative z that swamps the other signal.
-        if reference.size:
-            filled = np.clip(filled, float(reference.min()), float(reference.max()))
-        out.append(_apply_normalization(filled, reference.astype(np.float64), normalization))
-    return out[0], out[1]
+        return v, k
+    return (
+        [vector_normalized(c.vector_score) for c in pool],
+        [keyword_normalized(c.keyword_score, reference) for c in pool],
+    )
 
 
 _SPACE = re.compile(r"\s+", re.UNICODE)

@@ -373,6 +373,17 @@ class KeywordSearcher:
                     self._cache_size -= old.df
         return entry
 
+    def reference_score(self, terms: Sequence[str]) -> float:
+        """The BM25 of a row of average length holding each of ``terms`` once: Σ idf(t) over the terms the live
+        rows hold (a term's ``tf · (k1 + 1) / (tf + norm)`` is exactly 1 there). Search measures BM25 in this
+        unit to put it on a [0, 1] scale (:func:`kb_core.fusion.keyword_normalized`)."""
+        total = 0.0
+        for term in dict.fromkeys(terms):
+            entry = self._postings(term)
+            if entry.df:
+                total += float(bm25_idf(entry.df, self.n_docs))
+        return total
+
     def search(self, query: str, k: int) -> list[KeywordHit]:
         """The ``k`` best live rows for ``query``, best first (ties by segment, then row); only scores > 0."""
         return self.search_terms(self.query_terms(query), k)

@@ -23,8 +23,12 @@ HTTP security: bearer tokens from :mod:`kb_core.tokens` (401 without a valid one
 ``TokenVerifier`` and ``RequireAuthMiddleware``); the SDK binds each HTTP session to the token that
 created it. A token's scope becomes the session's KB scope (out-of-scope KBs answer like nonexistent
 ones); read tokens cannot call write tools; paths given to ``import_document``, ``export_database`` and
-``import_database`` must resolve (symlinks followed) inside the ``--allow-dir`` folders. stdio is local and
-trusted: no tokens, no path limits.
+``import_database`` must resolve (symlinks followed) inside the ``--allow-dir`` folders, checked again by the
+session on the file it opens (:mod:`kb_core.safe_files`), so a folder swapped for a symlink after the check
+cannot redirect a read, a write or the bundle file's delete. A path with a NUL byte is invalid (−32602). The
+Host and Origin headers must name this server (the bind address, the loopback names, ``--allowed-host``
+names) on every bind address, against DNS rebinding: others get 421 / 403. stdio is local and trusted: no
+tokens, no path limits.
 
 Knowledge bundles (``../shared/specs/knowledge-bundle.md``): ``get_knowledge_schema`` returns the current
 KB's ``{full_bundle_schema, example_yaml}`` (its text content is that JSON, as the spec's tool returns);
@@ -39,11 +43,13 @@ them by edges, marked ``expanded`` (and ``via`` / ``breakdown.graph_expansion``)
 from __future__ import annotations
 
 import dataclasses
+import errno
 import ipaddress
 import json
 import logging
 import math
 import os
+import socket
 import sys
 import threading
 import time
@@ -61,6 +67,7 @@ from mcp.server.auth.settings import AuthSettings
 from mcp.server.fastmcp import Context, FastMCP
 from mcp.server.fastmcp.exceptions import ToolError
 from mcp.server.fastmcp.tools import Tool
+from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import McpError
 from mcp.types import (
     INTERNAL_ERROR,
@@ -76,7 +83,8 @@ from mcp.types import (
 from pydantic import BaseModel, Field, ValidationError
 
 from kb_core.envelope import Envelope, failure
-from kb_core.errors import EmbeddingError, KBError, PermissionDenied
+from kb_core.errors import EmbeddingError, InvalidArgument, KBError, PermissionDenied
+from kb_core.safe_files import reject_nul
 from kb_core.tokens import SlidingWindowLimiter, TokenRecord, TokenStore
 
 logger = logging.getLogger(__name__)
@@ -192,7 +200,37 @@ class SearchResult(BaseModel):
     chunks: list[SearchChunk]
     count: int
     settings: dict[str, Any] = Field(default_factory=dict)
+    weights: dict[str, Any] | None = Field(
+        default=None, description="hybrid only: requested, used and auto weights, with notes when they differ"
+    )
     warnings: list[str] = Field(default_factory=list)
+
+
+SearchMode = Literal["hybrid", "semantic", "keyword"]
+Weighting = Literal["fixed", "auto"]
+Fusion = Literal["weighted", "rrf"]
+_VECTOR_WEIGHT = "weight of the semantic signal, 0-1 (default from settings, usually 0.7); alone, keyword = 1 − it"
+_KEYWORD_WEIGHT = "weight of the BM25 signal, 0-1 (default from settings, usually 0.3); alone, vector = 1 − it"
+_WEIGHTING = "fixed: exactly the weights given (default); auto: scaled by each signal's quality for the query"
+_LANGUAGE_GUARD = (
+    "true (default): vector weight 0 when the embedding model does not cover the query's language; false: keep it"
+)
+
+
+class SearchExplanation(BaseModel):
+    chunk_id: str
+    kb_name: str
+    query: str
+    rank: int | None = Field(description="1-based rank among the hits; null when the chunk is not among them")
+    hits: int
+    candidate_position: int = Field(description="position among all scored candidates, before dedup")
+    candidates: int
+    score: float = Field(description="the score on the 0-1 scale")
+    matched_terms: list[str] = Field(default_factory=list)
+    breakdown: dict[str, Any] = Field(description="every part of the score; recomputes it exactly")
+    above: dict[str, Any] | None = Field(default=None, description="the hit ranked just above: id, doc_name, score")
+    settings: dict[str, Any] = Field(default_factory=dict)
+    explanation: list[str] = Field(description="the steps of the score as sentences")
 
 
 class DocumentRow(BaseModel):
@@ -475,12 +513,31 @@ DESCRIPTIONS: dict[str, str] = {
     "search": (
         "Perform hybrid search in the currently selected knowledge base. Combines keyword search (BM25) and vector "
         "search, merges results using a weighted approach (keyword weight 0.3, vector weight 0.7 unless the "
-        "knowledge base saved other defaults), reranks with Jaccard similarity, and returns the top-k most relevant "
-        "results.\n\nParameters:\n- query: Query text (required)\n- top_k: Number of results to return (optional, "
-        "default from the knowledge base's settings, usually 5)\n\ndata: chunks (each: id, doc_id, content, tokens, "
-        "chunk_index, doc_name, score, and a score breakdown), count, settings, warnings.\n- expand_graph: follow "
-        "knowledge-bundle edges (optional, default false): each hit on a bundle document is followed by the first "
-        "chunk of every document related to it by an edge, marked expanded=true with breakdown.graph_expansion."
+        "knowledge base saved other defaults; the weights given are the weights used), reranks with Jaccard "
+        "similarity, and returns the top-k most relevant results. Every score lies in [0, 1], higher is better, in "
+        "every mode: vector part = max(0, cosine); keyword part = 1 − exp(−BM25 / BM25 of a chunk holding each query "
+        "term once); hybrid = the weighted sum.\n\nParameters:\n- query: Query text (required)\n- top_k: Number of "
+        "results to return (optional, default from the knowledge base's settings, usually 5)\n- mode: hybrid | "
+        "semantic | keyword (optional)\n- vector_weight, keyword_weight: 0-1 (optional; one alone sets the other "
+        "to its complement)\n- weighting: fixed (the weights as given, default) | auto (scaled by how well each "
+        "signal separates its top hits for this query)\n- language_guard: true (default) gives the vector signal "
+        "weight 0 when the embedding model does not cover the query's language, with a warning; false keeps the "
+        "requested weights\n- fusion: weighted (default) | rrf\n- expand_graph: follow knowledge-bundle edges "
+        "(optional, default false): each hit on a bundle document is followed by the first chunk of every document "
+        "related to it by an edge, marked expanded=true with breakdown.graph_expansion.\n\ndata: chunks (each: id, "
+        "doc_id, content, tokens, chunk_index, doc_name, score, and a score breakdown that recomputes it), count, "
+        "settings, weights (requested, used, and what auto weighting would use), warnings."
+    ),
+    "explain_search": (
+        "Explain why a chunk ranks where it does for a query: its rank among the hits (searched up to 1,000 deep "
+        "with the knowledge base's settings, or the ones given), its score on the 0-1 scale and every step of it "
+        "(raw cosine, raw BM25 and the query's reference BM25, each normalised value, the weights used and asked, "
+        "matched terms, notes such as the language guard), and the hit just above it. A chunk that is not among "
+        "the hits (ranked too low, or dropped as a near-duplicate of a better-ranked chunk) is explained from its "
+        "exact scores.\n\nParameters:\n- query: the query text (required)\n- chunk_id: a chunk id (chk_...) from "
+        "a search hit (required)\n- mode, vector_weight, keyword_weight, weighting, language_guard, fusion: as in "
+        "search (optional)\n\ndata: rank, hits, candidate_position, candidates, score, matched_terms, breakdown, "
+        "above, settings, explanation (the steps as sentences; also the text content)."
     ),
     "get_knowledge_schema": (
         "Get the knowledge base validation schema. Returns the complete validation rules (JSON Schema Draft 7) of "
@@ -529,16 +586,19 @@ DESCRIPTIONS: dict[str, str] = {
         "and the reason in degraded_reason and the message.\n\nParameters:\n- keywords: list of keywords (required, "
         "at least one), e.g. ['青龙', '坎宫', '用神']\n- top_k: number of results, 1-10, default 5\n"
         "- timeout: seconds, 0.1-10.0, default 3.0\n\nReturns success, chunks (chunk_text, metadata {source, "
-        "chapter, page}, score), total_results, degraded, degraded_reason."
+        "chapter, page}, score on the 0-1 scale of search), total_results, degraded, degraded_reason."
     ),
     "search_knowledge_base": (
         "Semantic, keyword, or hybrid search over every knowledge base this session can see (the user's library). "
-        "Returns the top matching chunks as a numbered list '1. (0.84) <document title>' with a quoted snippet; "
-        "structured content has the same hits with ids that get_item accepts.\n\nParameters:\n- query: "
+        "Returns the top matching chunks as a numbered list '1. (0.84) <document title>' with a quoted snippet; the "
+        "score lies in [0, 1] (higher is better; the same scale in every mode and knowledge base, so hits of "
+        "several knowledge bases are merged by it); structured content has the same hits with ids that get_item "
+        "accepts and explain_search explains.\n\nParameters:\n- query: "
         "natural-language query (required)\n- limit: maximum number of chunks, 1-20, default 8\n- mode: semantic | "
         "keyword | hybrid, default hybrid.\n\nModes: semantic = vector similarity, best when the answer paraphrases "
         "the source; keyword = full-text (BM25) search, best for exact strings, names, API names and error codes; "
-        "hybrid = 70% semantic + 30% keyword, catches both.\n- expand_graph: optional, default false; also list "
+        "hybrid = 70% semantic + 30% keyword (or the weights a knowledge base saved as its default), catches both.\n"
+        "- expand_graph: optional, default false; also list "
         "the documents related by knowledge-bundle edges to each hit on a bundle document, numbered after the hits "
         "and marked '[via EDGE_TYPE ...]' (structured: expanded=true, via).\n\nIf the embedding endpoint of a "
         "knowledge base fails, the others are still searched and the failure is reported as a warning (after the "
@@ -617,12 +677,27 @@ DESCRIPTIONS_ZH: dict[str, str] = {
     ),
     "search": (
         "在当前选中的知识库中进行混合检索。结合关键词检索（BM25）和向量检索，使用加权方式合并结果（关键词权重 0.3，"
-        "向量权重 0.7，除非知识库保存了其他默认值），用 Jaccard 相似度重排序，返回最相关的 top-k 个结果。\n\n"
+        "向量权重 0.7，除非知识库保存了其他默认值；给定的权重就是实际使用的权重），用 Jaccard 相似度重排序，返回最相关"
+        "的 top-k 个结果。所有模式下分数都在 [0, 1] 之间，越高越好：向量部分 = max(0, 余弦相似度)；关键词部分 = "
+        "1 − exp(−BM25 / 每个查询词各出现一次的 chunk 的 BM25)；混合分数为二者的加权和。\n\n"
         "参数说明：\n- query：查询文本（必填）\n- top_k：返回数量（可选，默认取知识库的设置，通常为 5）\n"
+        "- mode：hybrid | semantic | keyword（可选）\n- vector_weight、keyword_weight：0-1（可选；只给一个时另一个取"
+        "其补数）\n- weighting：fixed（按给定权重，默认）| auto（按每个信号对本次查询的区分度调整权重）\n"
+        "- language_guard：true（默认）时，若向量模型不支持查询的语言，则向量信号权重为 0 并给出警告；false 时保持"
+        "请求的权重\n- fusion：weighted（默认）| rrf\n"
         "- expand_graph：沿知识包的边扩展（可选，默认 false）：每个命中知识包文档的结果之后，附上通过边与之相关的"
         "每个文档的第一个 chunk，标记为 expanded=true，并在 breakdown.graph_expansion 中说明。\n\n"
-        "返回值 data：chunks（每个包含 id、doc_id、content、tokens、chunk_index、doc_name、score 以及分数明细）、"
-        "count、settings、warnings。"
+        "返回值 data：chunks（每个包含 id、doc_id、content、tokens、chunk_index、doc_name、score 以及可复算分数的"
+        "分数明细）、count、settings、weights（请求的权重、实际使用的权重以及 auto 会使用的权重）、warnings。"
+    ),
+    "explain_search": (
+        "解释某个 chunk 在某个查询下为什么排在这个位置：它在命中结果中的排名（按知识库的设置或给定的设置，最多检索 "
+        "1000 条）、它在 0-1 分数尺度上的得分及每一步计算（原始余弦相似度、原始 BM25 及该查询的参考 BM25、各自的归一化"
+        "值、实际使用和请求的权重、匹配的词、语言保护等说明），以及排在它前面的那个结果。不在命中结果中的 chunk（排名"
+        "太低，或作为排名更高的 chunk 的近似重复被去掉）按其精确分数解释。\n\n参数说明：\n- query：查询文本（必填）\n"
+        "- chunk_id：检索结果中的 chunk id（chk_...，必填）\n- mode、vector_weight、keyword_weight、weighting、"
+        "language_guard、fusion：与 search 相同（可选）\n\n返回值 data：rank、hits、candidate_position、candidates、"
+        "score、matched_terms、breakdown、above、settings、explanation（逐句说明，也是文本内容）。"
     ),
     "get_knowledge_schema": (
         "获取知识库校验 Schema。返回当前选中知识库的完整校验规则（JSON Schema Draft 7），由其本体（ontology）生成，"
@@ -666,16 +741,17 @@ DESCRIPTIONS_ZH: dict[str, str] = {
         "message 中说明原因，不影响主流程。\n\n参数说明：\n"
         "- keywords：检索关键词列表（必填，至少一个），例如 ['青龙', '坎宫', '用神']\n"
         "- top_k：返回结果数量，1-10，默认 5\n- timeout：超时时间（秒），0.1-10.0，默认 3.0\n\n"
-        "返回值：success、chunks（chunk_text、metadata {source, chapter, page}、score）、total_results、degraded、"
-        "degraded_reason。"
+        "返回值：success、chunks（chunk_text、metadata {source, chapter, page}、score，与 search 相同的 0-1 分数）、"
+        "total_results、degraded、degraded_reason。"
     ),
     "search_knowledge_base": (
         "对本会话可见的所有知识库（用户的资料库）进行语义、关键词或混合检索。以编号列表 '1. (0.84) <文档标题>' "
-        "加引用片段的形式返回最匹配的 chunks；结构化内容包含同样的命中结果，其 id 可传给 get_item。\n\n"
+        "加引用片段的形式返回最匹配的 chunks；分数在 [0, 1] 之间（越高越好；各模式和各知识库使用同一尺度，因此多个"
+        "知识库的结果按分数合并）；结构化内容包含同样的命中结果，其 id 可传给 get_item 和 explain_search。\n\n"
         "参数说明：\n- query：自然语言查询（必填）\n- limit：返回 chunk 的最大数量，1-20，默认 8\n"
         "- mode：semantic | keyword | hybrid，默认 hybrid\n\n"
         "模式说明：semantic = 向量相似度，适合答案是对原文的转述时；keyword = 全文（BM25）检索，适合精确字符串、"
-        "名称、API 名称和错误码；hybrid = 70% 语义 + 30% 关键词，两者兼顾。\n"
+        "名称、API 名称和错误码；hybrid = 70% 语义 + 30% 关键词（或知识库保存的默认权重），两者兼顾。\n"
         "- expand_graph：可选，默认 false；对命中知识包文档的结果，同时列出通过知识包的边与之相关的文档，编号排在"
         "命中结果之后，并标记 '[via 边类型 ...]'（结构化内容中为 expanded=true 和 via）。\n\n"
         "某个知识库的向量化服务失败时，其他知识库照常检索，失败作为警告列出（文本中在命中结果之后；结构化内容中为 "
@@ -748,10 +824,47 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def url_host(host: str) -> str:
+    """``host`` as it appears in a URL or a Host header: IPv6 addresses in brackets, names in lower case."""
+    bare = host.strip().strip("[]")
+    try:
+        address = ipaddress.ip_address(bare)
+    except ValueError:
+        return host.strip().lower()
+    return f"[{address.compressed}]" if address.version == 6 else address.compressed
+
+
+def transport_security(host: str, port: int, extra_hosts: Sequence[str] = ()) -> TransportSecuritySettings:
+    """DNS-rebinding protection for every bind address: the Host header must name this server (the bind
+    address, the loopback names, the machine's names for a wildcard bind, and ``extra_hosts``) with its port,
+    and an Origin header, when sent, must be one of those over http or https."""
+    names = {"127.0.0.1", "localhost", "[::1]"}
+    bare = host.strip().strip("[]")
+    try:
+        wildcard = ipaddress.ip_address(bare).is_unspecified
+    except ValueError:
+        wildcard = False
+    if wildcard:
+        names |= {socket.gethostname().lower(), socket.getfqdn().lower()}
+    else:
+        names.add(url_host(host))
+    names |= {url_host(extra) for extra in extra_hosts if extra.strip()}
+    hosts = [f"{name}:{port}" for name in sorted(names)]
+    origins = [f"{scheme}://{name}:{port}" for name in sorted(names) for scheme in ("http", "https")]
+    if port in (80, 443):  # clients leave the default port out
+        hosts += sorted(names)
+        origins += [f"{'http' if port == 80 else 'https'}://{name}" for name in sorted(names)]
+    return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins)
+
+
 def confine_paths(file_paths: Any, allowed_dirs: Sequence[Path]) -> Any:
-    """Over HTTP: every path must resolve (symlinks followed) inside an allowed folder. Returns resolved paths."""
+    """Over HTTP: every path must resolve (symlinks followed) inside an allowed folder. Returns resolved paths.
+
+    This early check gives one clear refusal for the whole call; the service checks again on the files it
+    opens (see :mod:`kb_core.safe_files`), which is what a folder swapped after this check meets."""
     if isinstance(file_paths, str) or not isinstance(file_paths, list):
         return file_paths  # the service reports the wrong type
+    reject_nul(file_paths, "file_paths")
     if not allowed_dirs:
         raise PermissionDenied(
             "Importing files by path over HTTP is disabled on this server; start it with --allow-dir DIR."
@@ -764,7 +877,7 @@ def confine_paths(file_paths: Any, allowed_dirs: Sequence[Path]) -> Any:
         path = Path(raw).expanduser()
         if not path.is_absolute():
             raise PermissionDenied(f"{raw!r} is not an absolute path; over HTTP give absolute paths under: {allowed}.")
-        resolved = path.resolve()
+        resolved = Path(os.path.realpath(path))  # unlike Path.resolve, never raises on a symlink loop
         if not any(resolved.is_relative_to(d) for d in allowed_dirs):
             raise PermissionDenied(
                 f"{raw!r} resolves to {resolved}, outside the folders this server may read ({allowed}); refused.",
@@ -778,6 +891,7 @@ def confine_path(raw: Any, allowed_dirs: Sequence[Path], field: str) -> Any:
     """Like :func:`confine_paths` for one path (export target or import source)."""
     if not isinstance(raw, str) or not raw.strip():
         return raw  # the service reports it
+    reject_nul(raw, field)
     if not allowed_dirs:
         raise PermissionDenied(f"{field} over HTTP is disabled on this server; start it with --allow-dir DIR.")
     return confine_paths([raw], allowed_dirs)[0]
@@ -858,6 +972,7 @@ class KBMCPServer:
         host: str = "127.0.0.1",
         port: int = DEFAULT_HTTP_PORT,
         allowed_dirs: Sequence[str | Path] = (),
+        allowed_hosts: Sequence[str] = (),
         service: Any = None,
     ) -> None:
         self.holder = ServiceHolder(home, service)
@@ -874,7 +989,8 @@ class KBMCPServer:
             self.tokens = TokenStore(resolve_home(home))
             auth = {
                 "token_verifier": _TokenVerifier(self.tokens),
-                "auth": AuthSettings(issuer_url=f"http://{host}:{port}", resource_server_url=None),
+                "auth": AuthSettings(issuer_url=f"http://{url_host(host)}:{port}", resource_server_url=None),
+                "transport_security": transport_security(host, port, allowed_hosts),
             }
         self.tools = {tool.name: tool for tool in self._build_tools()}
         self.mcp = FastMCP(
@@ -921,7 +1037,8 @@ class KBMCPServer:
             session = by_token.get(token_id)
             if session is None:
                 scope = caller.token.scope if caller.token else None
-                session = self.holder.open().session(scope=scope)
+                allowed_dirs = self.allowed_dirs if self.http else None
+                session = self.holder.open().session(scope=scope, allowed_dirs=allowed_dirs)
                 by_token[token_id] = session
             return session
 
@@ -1052,8 +1169,53 @@ class KBMCPServer:
             expand_graph: Annotated[
                 bool, Field(description="also return documents related to bundle hits by graph edges")
             ] = False,
+            mode: Annotated[SearchMode | None, Field(description="default from settings, usually hybrid")] = None,
+            vector_weight: Annotated[float | None, Field(ge=0, le=1, description=_VECTOR_WEIGHT)] = None,
+            keyword_weight: Annotated[float | None, Field(ge=0, le=1, description=_KEYWORD_WEIGHT)] = None,
+            weighting: Annotated[Weighting | None, Field(description=_WEIGHTING)] = None,
+            language_guard: Annotated[bool | None, Field(description=_LANGUAGE_GUARD)] = None,
+            fusion: Annotated[Fusion | None, Field(description="weighted (default) or rrf")] = None,
         ) -> Annotated[CallToolResult, ToolEnvelope[SearchResult]]:
-            return await server._call(ctx, lambda s: s.search(query, top_k=top_k, expand_graph=expand_graph))
+            return await server._call(
+                ctx,
+                lambda s: s.search(
+                    query,
+                    top_k=top_k,
+                    expand_graph=expand_graph,
+                    mode=mode,
+                    vector_weight=vector_weight,
+                    keyword_weight=keyword_weight,
+                    weighting=weighting,
+                    language_guard=language_guard,
+                    fusion=fusion,
+                ),
+            )
+
+        async def explain_search(
+            query: Annotated[str, Field(description="the query text")],
+            chunk_id: Annotated[str, Field(description="a chunk id (chk_...) from a search hit")],
+            ctx: Context,
+            mode: Annotated[SearchMode | None, Field(description="default from settings, usually hybrid")] = None,
+            vector_weight: Annotated[float | None, Field(ge=0, le=1, description=_VECTOR_WEIGHT)] = None,
+            keyword_weight: Annotated[float | None, Field(ge=0, le=1, description=_KEYWORD_WEIGHT)] = None,
+            weighting: Annotated[Weighting | None, Field(description=_WEIGHTING)] = None,
+            language_guard: Annotated[bool | None, Field(description=_LANGUAGE_GUARD)] = None,
+            fusion: Annotated[Fusion | None, Field(description="weighted (default) or rrf")] = None,
+        ) -> Annotated[CallToolResult, ToolEnvelope[SearchExplanation]]:
+            return await server._call(
+                ctx,
+                lambda s: s.explain_search(
+                    query,
+                    chunk_id,
+                    mode=mode,
+                    vector_weight=vector_weight,
+                    keyword_weight=keyword_weight,
+                    weighting=weighting,
+                    language_guard=language_guard,
+                    fusion=fusion,
+                ),
+                lambda e: e["message"],
+            )
 
         async def list_documents(ctx: Context) -> Annotated[CallToolResult, ToolEnvelope[DocumentList]]:
             return await server._call(ctx, lambda s: s.list_documents())
@@ -1168,6 +1330,7 @@ class KBMCPServer:
             (select_knowledge_base, read),
             (import_document, write),
             (search, read),
+            (explain_search, read),
             (list_documents, read),
             (delete_document, destructive),
             (update_document, write),
@@ -1239,19 +1402,18 @@ def _schema_text(envelope: Envelope) -> str:
 
 
 def _search_library(session: Any, query: str, limit: int, mode: str, expand_graph: bool = False) -> Envelope:
-    """search_knowledge_base: every KB the session sees; hybrid is 70% semantic + 30% keyword."""
+    """search_knowledge_base: every KB the session sees; hybrid uses each KB's saved weights (default 70% semantic +
+    30% keyword). Scores lie in [0, 1]."""
     from kb_core.envelope import enveloped, ok
 
     @enveloped
     def search_knowledge_base() -> Envelope:
         kb_ids = [r.id for r in session.visible_kbs()]
-        weights = {"vector_weight": 0.7, "keyword_weight": 0.3} if mode == "hybrid" else {}
         hits, warnings, skipped = [], [], []
         if kb_ids:
             try:
-                hits, warnings, _ = session.run_search(
-                    query, kb_ids=kb_ids, top_k=limit, mode=mode, skipped=skipped, **weights
-                )
+                outcome = session.run_search(query, kb_ids=kb_ids, top_k=limit, mode=mode, skipped=skipped)
+                hits, warnings = outcome.hits, outcome.warnings
             except EmbeddingError as exc:
                 # search-knowledge-base.md: an embedding failure is -32603; here only when no KB could be searched.
                 reasons = "; ".join(f"knowledge base '{s['kb_name']}': {s['message']}" for s in skipped)
@@ -1344,6 +1506,59 @@ def serve_stdio(home: str | Path | None = None) -> None:
     anyio.run(server.run_stdio, protocol_out)
 
 
+def listening_socket(host: str, port: int, allow_remote: bool = False) -> socket.socket:
+    """A TCP socket bound to ``host`` (an address, ``[v6]`` or a name) and ``port``, not yet listening.
+
+    Raises InvalidArgument for a malformed port or host, PermissionDenied for an address other machines can
+    reach without ``allow_remote`` (checked on what the name resolves to), and KBError ``CANNOT_LISTEN``
+    when the address cannot be bound (in use, not this machine's, a privileged port)."""
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise InvalidArgument(f"--port must be between 1 and 65535, got {port!r}.")
+    text = host.strip()
+    if text.startswith("[") or text.endswith("]"):
+        inner = text[1:-1] if text.startswith("[") and text.endswith("]") else ""
+        try:
+            text = ipaddress.IPv6Address(inner).compressed
+        except ValueError:
+            raise InvalidArgument(
+                f"--host {host!r} is not a valid address; write an IPv6 address as ::1 or [::1]."
+            ) from None
+    if not text:
+        raise InvalidArgument("--host must not be empty; the default is 127.0.0.1.")
+    try:
+        found = socket.getaddrinfo(text, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError) as exc:
+        reason = exc.strerror if isinstance(exc, socket.gaierror) and exc.strerror else str(exc)
+        raise InvalidArgument(f"Cannot listen on {host!r}: the name does not resolve ({reason}).") from None
+    addresses = [info for info in found if info[0] in (socket.AF_INET, socket.AF_INET6)]
+    if not addresses:
+        raise InvalidArgument(f"Cannot listen on {host!r}: it resolves to no IPv4 or IPv6 address.")
+    remote = [str(info[4][0]) for info in addresses if not ipaddress.ip_address(str(info[4][0])).is_loopback]
+    if remote and not allow_remote:
+        raise PermissionDenied(
+            f"Refusing to listen on {host!r} ({remote[0]}), which is reachable from other machines; "
+            "pass --allow-remote to do so."
+        )
+    family, kind, proto, _, address = addresses[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        where = f"{url_host(str(address[0]))}:{port}"
+        if exc.errno == errno.EADDRINUSE:
+            reason = f"port {port} is already in use (another server?); choose another with --port"
+        elif exc.errno == errno.EACCES:
+            reason = "permission denied (ports below 1024 need privileges); choose another with --port"
+        elif exc.errno == errno.EADDRNOTAVAIL:
+            reason = "the address does not belong to this machine"
+        else:
+            reason = exc.strerror or str(exc)
+        raise KBError(f"Cannot listen on {where}: {reason}.", code="CANNOT_LISTEN") from None
+    return sock
+
+
 def serve_http(
     home: str | Path | None = None,
     *,
@@ -1351,18 +1566,22 @@ def serve_http(
     port: int = DEFAULT_HTTP_PORT,
     allowed_dirs: Sequence[str | Path] = (),
     allow_remote: bool = False,
+    allowed_hosts: Sequence[str] = (),
 ) -> None:
-    """Serve streamable HTTP at http://HOST:PORT/mcp. A non-loopback host needs ``allow_remote``."""
+    """Serve streamable HTTP at http://HOST:PORT/mcp. A non-loopback host needs ``allow_remote``;
+    ``allowed_hosts`` adds names clients may use in the Host header (see :func:`transport_security`)."""
     import uvicorn
 
-    if not is_loopback(host) and not allow_remote:
-        raise PermissionDenied(
-            f"Refusing to listen on {host!r}, which is reachable from other machines; pass --allow-remote to do so."
-        )
     for folder in allowed_dirs:
         if not Path(folder).expanduser().is_dir():
             raise KBError(f"--allow-dir {folder!r} is not a folder.", code="INVALID_ARGUMENT")
-    server = KBMCPServer(home, http=True, host=host, port=port, allowed_dirs=allowed_dirs)
-    server.holder.open(warm_up_first=True)
-    logger.warning("MCP server listening on http://%s:%d/mcp", host, port)
-    uvicorn.run(server.http_app(), host=host, port=port, log_level="warning")
+    sock = listening_socket(host, port, allow_remote)
+    try:
+        bound = url_host(str(sock.getsockname()[0]))
+        names = [*allowed_hosts, host]  # the name given to --host is one clients use too
+        server = KBMCPServer(home, http=True, host=bound, port=port, allowed_dirs=allowed_dirs, allowed_hosts=names)
+        server.holder.open(warm_up_first=True)
+        logger.warning("MCP server listening on http://%s:%d/mcp", bound, port)
+        uvicorn.Server(uvicorn.Config(server.http_app(), log_level="warning")).run(sockets=[sock])
+    finally:
+        sock.close()

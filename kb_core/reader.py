@@ -130,6 +130,14 @@ class Snapshot:
                 self.cache["documents"] = empty
         return self.cache["documents"]
 
+    def locate_chunk(self, chunk_id: str) -> tuple[int, int] | None:
+        """``(segment index, row)`` of a live chunk, or None when no live chunk has that id."""
+        for index, segment in enumerate(self.segments):
+            row = segment.find_chunk(chunk_id)
+            if row is not None and self.live_mask(index)[row]:
+                return index, row
+        return None
+
     def segment_by_id(self, segment_id: str) -> LoadedSegment | None:
         for segment in self.segments:
             if segment.id == segment_id:

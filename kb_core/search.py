@@ -5,15 +5,17 @@ Pipeline for ``mode="hybrid"``:
 1. over-fetch ``candidates`` rows from the keyword index (BM25) and from the vector index (cosine);
 2. score every candidate exactly on *both* signals (a keyword-only hit gets its real cosine and vice
    versa), so each breakdown shows raw cosine and raw BM25;
-3. fuse (:func:`kb_core.fusion.fuse`: per-list normalisation, signal-quality-aware weights, optional
-   RRF, Jaccard rerank term); the breakdown's formula is in :mod:`kb_core.fusion`;
+3. fuse (:func:`kb_core.fusion.fuse`: cosine and BM25 on absolute [0, 1] scales, the requested weights —
+   or, as options, signal-quality weights or RRF — and a Jaccard rerank term); the breakdown's formula is in
+   :mod:`kb_core.fusion`;
 4. drop exact and near-duplicate chunks, keeping the better-ranked one;
 5. return ``top_k`` hits.
 
-``mode="semantic"`` ranks by cosine and ``mode="keyword"`` by BM25; their breakdowns use weight 1
-on the one signal with the raw score as its normalised value, so ``final = score`` there.
-The embedding model's language coverage is checked against the query: an English-only model on a
-Chinese query gets ``vector_prior = 0`` (its weight moves to BM25, with a note in the breakdown).
+``mode="semantic"`` ranks by cosine and ``mode="keyword"`` by BM25; their breakdowns use weight 1 on the one
+signal, with the same normalised value as hybrid, so a score means the same thing in every mode.
+The language guard (``language_guard=True``, the default) checks the embedding model's language coverage
+against the query: an English-only model on a Chinese query gets vector weight 0, with a warning and a note
+in the breakdown; ``language_guard=False`` uses the requested weights anyway.
 """
 
 from __future__ import annotations
@@ -29,11 +31,17 @@ import numpy as np
 from kb_core.errors import InvalidArgument
 from kb_core.fusion import (
     DEFAULT_JACCARD_WEIGHT,
+    FUSION_METHODS,
+    WEIGHTINGS,
     Candidate,
+    FusionWeights,
     ScoreBreakdown,
+    auto_weights,
     candidate_jaccard,
     fuse,
+    keyword_normalized,
     near_duplicate_keys,
+    vector_normalized,
 )
 from kb_core.reader import Snapshot
 
@@ -83,6 +91,8 @@ class SearchSettings:
     keyword_weight: float = 0.3
     jaccard_weight: float = DEFAULT_JACCARD_WEIGHT
     fusion: str = "weighted"  # weighted | rrf
+    weighting: str = "fixed"  # fixed: exactly the requested weights | auto: scaled by each signal's quality
+    language_guard: bool = True  # vector weight 0 when the model does not cover the query's language
     candidates: int = MIN_CANDIDATES
     deduplicate: bool = True
 
@@ -101,13 +111,33 @@ class SearchSettings:
                 raise InvalidArgument(f"{name} must be a number from 0 to 1, got {value!r}.", details={"field": name})
         if self.mode == "hybrid" and self.vector_weight + self.keyword_weight <= 0:
             raise InvalidArgument("vector_weight and keyword_weight are both 0; at least one must be positive.")
-        if self.fusion not in ("weighted", "rrf"):
+        if self.fusion not in FUSION_METHODS:
             raise InvalidArgument(
-                f"fusion {self.fusion!r} is not supported; use weighted or rrf.", details={"field": "fusion"}
+                f"fusion {self.fusion!r} is not supported; use one of {', '.join(FUSION_METHODS)}.",
+                details={"field": "fusion"},
+            )
+        if self.weighting not in WEIGHTINGS:
+            raise InvalidArgument(
+                f"weighting {self.weighting!r} is not supported; use one of {', '.join(WEIGHTINGS)}.",
+                details={"field": "weighting"},
+            )
+        if not isinstance(self.language_guard, bool):
+            raise InvalidArgument(
+                f"language_guard must be true or false, got {self.language_guard!r}.",
+                details={"field": "language_guard"},
             )
         return self
 
-    SAVED_FIELDS = ("mode", "top_k", "vector_weight", "keyword_weight", "jaccard_weight", "fusion")
+    SAVED_FIELDS = (
+        "mode",
+        "top_k",
+        "vector_weight",
+        "keyword_weight",
+        "jaccard_weight",
+        "fusion",
+        "weighting",
+        "language_guard",
+    )
 
 
 @dataclass(frozen=True)
@@ -151,33 +181,62 @@ class SearchHit:
         return value
 
 
-def _single_signal(candidate: Candidate, signal: str, jaccard: float, jaccard_weight: float) -> ScoreBreakdown:
-    raw = candidate.vector_score if signal == "vector" else candidate.keyword_score
-    raw = float(raw or 0.0)
-    fused = raw
-    final = (1 - jaccard_weight) * fused + jaccard_weight * jaccard
+def _single_signal(
+    candidate: Candidate, signal: str, jaccard: float, jaccard_weight: float, keyword_reference: float
+) -> ScoreBreakdown:
     is_vector = signal == "vector"
+    normalized = (
+        vector_normalized(candidate.vector_score)
+        if is_vector
+        else keyword_normalized(candidate.keyword_score, keyword_reference)
+    )
+    final = (1 - jaccard_weight) * normalized + jaccard_weight * jaccard
     return ScoreBreakdown(
         vector_score=candidate.vector_score,
         keyword_score=candidate.keyword_score,
-        vector_normalized=raw if is_vector else 0.0,
-        keyword_normalized=0.0 if is_vector else raw,
+        vector_normalized=normalized if is_vector else vector_normalized(candidate.vector_score),
+        keyword_normalized=keyword_normalized(candidate.keyword_score, keyword_reference) if is_vector else normalized,
         vector_rank=candidate.vector_rank,
         keyword_rank=candidate.keyword_rank,
         vector_weight=1.0 if is_vector else 0.0,
         keyword_weight=0.0 if is_vector else 1.0,
         requested_vector_weight=1.0 if is_vector else 0.0,
         requested_keyword_weight=0.0 if is_vector else 1.0,
-        vector_contribution=raw if is_vector else 0.0,
-        keyword_contribution=0.0 if is_vector else raw,
-        fused_score=fused,
+        vector_contribution=normalized if is_vector else 0.0,
+        keyword_contribution=0.0 if is_vector else normalized,
+        fused_score=normalized,
         jaccard=jaccard,
         jaccard_weight=jaccard_weight,
         jaccard_contribution=jaccard_weight * jaccard,
         final_score=final,
         fusion_method="semantic only" if is_vector else "keyword only",
-        notes=("raw score used as the normalised value",),
+        keyword_reference=keyword_reference,
+        normalization="absolute",
+        weighting="fixed",
     )
+
+
+@dataclass
+class RankedHits:
+    """One KB's ranked hits, warnings for the user, and the weights hybrid fusion used and would use on auto."""
+
+    hits: list[SearchHit]
+    warnings: list[str]
+    weights_used: FusionWeights | None = None
+    auto_weights: FusionWeights | None = None
+    keyword_reference: float = 0.0
+    explained: dict[tuple[int, int], ExplainedRow] = field(default_factory=dict)
+    explained_by_id: dict[str, ExplainedRow] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ExplainedRow:
+    """Where one row landed among a query's scored candidates (1-based, before near-duplicate removal)."""
+
+    position: int
+    candidates: int
+    breakdown: ScoreBreakdown
+    matched_terms: list[str]
 
 
 class SnapshotSearcher:
@@ -213,13 +272,19 @@ class SnapshotSearcher:
         return self._document(key[0], str(values[codes[key[1]]]))
 
     def candidates(
-        self, query: str, query_vector: np.ndarray | None, settings: SearchSettings, filters: SearchFilters
+        self,
+        query: str,
+        query_vector: np.ndarray | None,
+        settings: SearchSettings,
+        filters: SearchFilters,
+        extra_keys: Sequence[tuple[int, int]] = (),
     ) -> tuple[list[Candidate], RowTerms]:
         """Over-fetched candidates of both signals, each scored on both, with their Jaccard term.
 
         Also returns what the keyword index knows of each candidate row (in candidate order): the query's
         terms, which of them each row contains, and its distinct term count — so neither the Jaccard term
-        nor the matched terms need the chunk text.
+        nor the matched terms need the chunk text. ``extra_keys`` (rows to explain) join the candidates with their
+        exact scores on both signals, ranked by neither list unless one retrieved them.
         """
         fetch = max(settings.candidates, settings.top_k * 10) * (4 if filters.active else 1)
         terms = self.keyword.query_terms(query)
@@ -234,8 +299,19 @@ class SnapshotSearcher:
             found[(hit.segment_index, hit.row)] = {"keyword_score": hit.score, "keyword_rank": rank}
         for rank, hit in enumerate(vector_hits, start=1):
             found.setdefault((hit.segment_index, hit.row), {}).update(vector_score=hit.score, vector_rank=rank)
+        for key in extra_keys:
+            found.setdefault(key, {})
         keys = list(found)
         row_terms = self.keyword.row_terms(terms, keys)
+        if extra_keys and settings.mode != "hybrid":
+            extra = [k for k in extra_keys if k in found]
+            positions = {k: i for i, k in enumerate(keys)}
+            for key in extra:
+                found[key].setdefault("keyword_score", float(row_terms.bm25[positions[key]]))
+            if query_vector is not None:
+                missing = [k for k in extra if "vector_score" not in found[k]]
+                for key, score in zip(missing, self.vector.score_rows(query_vector, missing), strict=True):
+                    found[key]["vector_score"] = float(score)
         if settings.mode == "hybrid" and keys:
             for key, score in zip(keys, row_terms.bm25.tolist(), strict=True):
                 found[key].setdefault("keyword_score", score)
@@ -268,6 +344,42 @@ class SnapshotSearcher:
         return out
 
 
+@dataclass
+class SearchOutcome:
+    """What a search returns to the session: hits, warnings, the settings, and the hybrid weights.
+
+    ``weights_used`` are the weights the fusion used (the requested ones unless the language guard or
+    ``weighting="auto"`` moved them, with the reason in ``notes``); ``auto_weights`` are what auto weighting would
+    use for the same query, shown beside the requested ones.
+    """
+
+    hits: list[SearchHit]
+    warnings: list[str]
+    settings: SearchSettings
+    weights_used: FusionWeights | None = None
+    auto_weights: FusionWeights | None = None
+
+    def weights_json(self) -> dict[str, Any] | None:
+        if self.settings.mode != "hybrid":
+            return None
+        total = self.settings.vector_weight + self.settings.keyword_weight
+        requested = {
+            "vector": self.settings.vector_weight / total,
+            "keyword": self.settings.keyword_weight / total,
+        }
+        used = self.weights_used
+        auto = self.auto_weights
+        return {
+            "weighting": self.settings.weighting,
+            "language_guard": self.settings.language_guard,
+            "requested": requested,
+            "used": None if used is None else {"vector": used.vector, "keyword": used.keyword},
+            "auto": None if auto is None else {"vector": auto.vector, "keyword": auto.keyword},
+            "notes": [] if used is None else list(used.notes),
+            "auto_notes": [] if auto is None else list(auto.notes),
+        }
+
+
 def rank(
     searcher: SnapshotSearcher,
     query: str,
@@ -275,12 +387,17 @@ def rank(
     settings: SearchSettings,
     filters: SearchFilters,
     kb_name: str,
-) -> tuple[list[SearchHit], list[str]]:
-    """The ranked hits of one KB snapshot, and warnings for the user."""
+    explain_keys: Sequence[tuple[int, int]] = (),
+) -> RankedHits:
+    """The ranked hits of one KB snapshot, warnings for the user, and the weights used.
+
+    For each of ``explain_keys`` (rows whose rank someone asks about) ``RankedHits.explained`` holds its position
+    among all scored candidates before near-duplicate removal, its breakdown and its matched terms, whether or not
+    it made the hits."""
     warnings: list[str] = []
-    candidates, row_terms = searcher.candidates(query, query_vector, settings, filters)
+    candidates, row_terms = searcher.candidates(query, query_vector, settings, filters, explain_keys)
     if not candidates:
-        return [], warnings
+        return RankedHits([], warnings)
     matched = {c.key: position for position, c in enumerate(candidates)}
     if filters.active:
         allowed = []
@@ -290,15 +407,30 @@ def rank(
                 allowed.append(candidate)
         candidates = allowed
     query_terms = frozenset(row_terms.terms)
-    language = detect_language(query)
-    covered = model_covers(searcher.embedding_model, language)
-    if not covered and settings.mode != "keyword":
+    keyword_reference = searcher.keyword.reference_score(row_terms.terms)
+    covered = model_covers(searcher.embedding_model, detect_language(query))
+    guarded = settings.language_guard and not covered
+    if not covered and settings.mode == "hybrid" and settings.vector_weight > 0:
+        if guarded and settings.keyword_weight > 0:
+            warnings.append(
+                f"The embedding model {searcher.embedding_model} does not cover this query's language, so the "
+                "language guard gave the vector signal weight 0 and hybrid search ranks by keywords. "
+                "Switch the language guard off to use the requested weights."
+            )
+        else:
+            warnings.append(
+                f"The embedding model {searcher.embedding_model} does not cover this query's language; its "
+                "semantic scores carry little meaning here, and the requested weights are used."
+            )
+    elif not covered and settings.mode == "semantic":
         warnings.append(
             f"The embedding model {searcher.embedding_model} does not cover this query's language; "
-            "semantic scores carry little meaning here"
-            + (" and hybrid search relies on keywords." if settings.mode == "hybrid" else ".")
+            "semantic scores carry little meaning here."
         )
+    weights_used: FusionWeights | None = None
+    suggested: FusionWeights | None = None
     if settings.mode == "hybrid":
+        vector_prior = 0.0 if guarded else 1.0
         fused = fuse(
             candidates,
             vector_weight=settings.vector_weight,
@@ -306,15 +438,31 @@ def rank(
             method=settings.fusion,
             query_terms=query_terms,
             jaccard_weight=settings.jaccard_weight,
-            vector_prior=1.0 if covered else 0.0,
+            weighting=settings.weighting,
+            vector_prior=vector_prior,
+            keyword_reference=keyword_reference,
         )
+        if fused:
+            top = fused[0][1]
+            weights_used = FusionWeights(top.vector_weight, top.keyword_weight, top.notes)
+        suggested = auto_weights(candidates, settings.vector_weight, settings.keyword_weight, vector_prior)
     else:
         signal = "vector" if settings.mode == "semantic" else "keyword"
         scored = []
         for candidate in candidates:
             jaccard = candidate_jaccard(candidate, query_terms) if settings.jaccard_weight > 0 else 0.0
-            scored.append((candidate, _single_signal(candidate, signal, jaccard, settings.jaccard_weight)))
+            scored.append(
+                (candidate, _single_signal(candidate, signal, jaccard, settings.jaccard_weight, keyword_reference))
+            )
         fused = sorted(scored, key=lambda pair: -pair[1].final_score)
+    explained: dict[tuple[int, int], ExplainedRow] = {}
+    if explain_keys:
+        wanted = set(explain_keys)
+        for position, (candidate, breakdown) in enumerate(fused, start=1):
+            if candidate.key in wanted:
+                explained[candidate.key] = ExplainedRow(  # type: ignore[index]
+                    position, len(fused), breakdown, row_terms.matched(matched[candidate.key])
+                )
     # Dropped duplicates are refilled from a margin below top_k; pairwise dedup keeps that margin small.
     margin = min(settings.top_k, 10) if settings.deduplicate else 0
     window = fused[: settings.top_k + margin]
@@ -347,4 +495,4 @@ def rank(
                 location=candidate.key,  # type: ignore[arg-type]
             )
         )
-    return hits, warnings
+    return RankedHits(hits, warnings, weights_used, suggested, keyword_reference, explained)

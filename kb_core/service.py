@@ -9,14 +9,17 @@ session method returns the envelope ``{success, message, data}`` (see :mod:`kb_c
 from __future__ import annotations
 
 import logging
+import os
+import shutil
 import threading
+import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FuturesTimeout
 from dataclasses import asdict
 from functools import cached_property
 from pathlib import Path, PurePath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow.compute as pc
 
@@ -32,11 +35,22 @@ from kb_core.errors import (
     KBIsCurrent,
     KBNotFound,
     NoCurrentKB,
+    PermissionDenied,
     StoreError,
 )
+from kb_core.fusion import ScoreBreakdown
 from kb_core.importer import Importer, ImportProgress, ImportSource, in_flight_documents
 from kb_core.reader import KBReader
-from kb_core.search import SearchFilters, SearchHit, SearchSettings, SnapshotSearcher, rank
+from kb_core.safe_files import UnusablePath, open_input_file, reject_nul
+from kb_core.search import (
+    RankedHits,
+    SearchFilters,
+    SearchHit,
+    SearchOutcome,
+    SearchSettings,
+    SnapshotSearcher,
+    rank,
+)
 from kb_core.store import Change, Home, KBStore, KnowledgeBaseRecord, new_id, utc_now
 from kb_core.validation import (
     name_key,
@@ -47,7 +61,12 @@ from kb_core.validation import (
     validate_kb_name,
 )
 
+if TYPE_CHECKING:
+    from kb_core.evaluation_runs import EvaluationRunStore
+
 logger = logging.getLogger(__name__)
+# Query vectors of local models remembered per service (see CachedEmbedder): 384 floats each, 1.5 MB at most.
+QUERY_MEMO = 1024
 
 
 def default_parse_limits() -> Any:
@@ -79,10 +98,16 @@ class KnowledgeBaseService:
         self._parse_limits = parse_limits
 
     # -- sessions ------------------------------------------------------------------------------
-    def session(self, persistent_name: str | None = None, scope: frozenset[str] | None = None) -> Session:
+    def session(
+        self,
+        persistent_name: str | None = None,
+        scope: frozenset[str] | None = None,
+        allowed_dirs: Sequence[Path] | None = None,
+    ) -> Session:
         """A new session. With ``persistent_name`` (the CLI uses "cli") the current KB is kept in the home;
-        ``scope`` limits it to those KB ids (MCP tokens)."""
-        return Session(self, persistent_name, scope)
+        ``scope`` limits it to those KB ids (MCP tokens); ``allowed_dirs`` (resolved folders) confines the
+        files it reads and writes by path (the MCP server's --allow-dir over HTTP)."""
+        return Session(self, persistent_name, scope, allowed_dirs)
 
     # -- knowledge bases -----------------------------------------------------------------------
     def find_kb(self, kb_name: str, among: Sequence[KnowledgeBaseRecord] | None = None) -> KnowledgeBaseRecord:
@@ -176,9 +201,12 @@ class KnowledgeBaseService:
                 else:
                     from kb_core.embedding import CachedEmbedder, EmbeddingCache, get_embedder
 
+                    # A local model gives the same query vector every time, so repeated queries are remembered;
+                    # an endpoint is asked each time (it may change, or fail, between searches).
                     embedder = CachedEmbedder(
                         get_embedder(record.embedding_model, record.embedding_endpoint, api_key),
                         EmbeddingCache(self.home.embedding_cache_path),
+                        query_memo=0 if record.embedding_endpoint else QUERY_MEMO,
                     )
                 self._embedders[key] = embedder
             return embedder
@@ -208,6 +236,13 @@ class KnowledgeBaseService:
         )
 
     @cached_property
+    def evaluation_runs(self) -> EvaluationRunStore:
+        """The kept evaluation runs of this home (``HOME/evaluations``)."""
+        from kb_core.evaluation_runs import EvaluationRunStore
+
+        return EvaluationRunStore(self.home.root)
+
+    @cached_property
     def analyzer(self) -> Any:
         from kb_core.analysis import default_analyzer
 
@@ -218,16 +253,29 @@ class KnowledgeBaseService:
         return ThreadPoolExecutor(max_workers=4, thread_name_prefix="kb-service")
 
     def search_kb(
-        self, record: KnowledgeBaseRecord, query: str, settings: SearchSettings, filters: SearchFilters
-    ) -> tuple[list[SearchHit], list[str]]:
+        self,
+        record: KnowledgeBaseRecord,
+        query: str,
+        settings: SearchSettings,
+        filters: SearchFilters,
+        explain_chunk_ids: Sequence[str] = (),
+    ) -> RankedHits:
+        """One KB's ranked hits. The place of each of ``explain_chunk_ids`` (live chunks) among the scored candidates
+        is in ``RankedHits.explained_by_id``, whether or not it made the hits."""
         snapshot = self.reader(record.id).snapshot()
         if snapshot.manifest.chunk_count == 0:
-            return [], [f"Knowledge base '{record.name}' has no documents yet."]
+            return RankedHits([], [f"Knowledge base '{record.name}' has no documents yet."])
         searcher = SnapshotSearcher.for_snapshot(snapshot, self.analyzer, record.embedding_model)
         query_vector = None
         if settings.mode != "keyword":
             query_vector = self.embedder(record).embed_query(query)
-        return rank(searcher, query, query_vector, settings, filters, record.name)
+        located = {chunk_id: snapshot.locate_chunk(chunk_id) for chunk_id in explain_chunk_ids}
+        keys = [key for key in located.values() if key is not None]
+        ranked = rank(searcher, query, query_vector, settings, filters, record.name, keys)
+        ranked.explained_by_id = {
+            chunk_id: ranked.explained[key] for chunk_id, key in located.items() if key in ranked.explained
+        }
+        return ranked
 
     def find_item(self, item_id: str, records: Sequence[KnowledgeBaseRecord], neighbours: int) -> dict[str, Any]:
         for record in records:
@@ -314,12 +362,15 @@ class Session:
         service: KnowledgeBaseService,
         persistent_name: str | None = None,
         scope: frozenset[str] | None = None,
+        allowed_dirs: Sequence[Path] | None = None,
     ) -> None:
         self.service = service
         self.persistent_name = persistent_name
         # KB ids this session may see (an MCP token's scope); None means all. Out-of-scope KBs answer
         # exactly like nonexistent ones.
         self.scope = scope
+        # Folders the files named by path must lie in (checked on the opened file); None means anywhere.
+        self.allowed_dirs: tuple[Path, ...] | None = None if allowed_dirs is None else tuple(allowed_dirs)
         self._current_kb_id: str | None = None
 
     def visible_kbs(self) -> list[KnowledgeBaseRecord]:
@@ -440,25 +491,36 @@ class Session:
             raise InvalidArgument("file_paths must be a non-empty list of file paths.", details={"field": "file_paths"})
         if display_names is not None and len(display_names) != len(file_paths):
             raise InvalidArgument("display_names must name each file in file_paths.")
+        reject_nul(list(file_paths), "file_paths")
         size = record.chunk_size if chunk_size is None else validate_chunk_size(chunk_size)
         results: list[dict[str, Any] | None] = [None] * len(file_paths)
         sources: list[ImportSource] = []
         positions: list[int] = []
-        for index, raw in enumerate(file_paths):
-            path = Path(str(raw)).expanduser()
-            if not path.is_absolute():
-                path = Path.cwd() / path
-            if not path.is_file():
-                reason = "is a folder, not a file" if path.is_dir() else "does not exist"
-                results[index] = {"file_path": str(raw), "error": f"{raw} {reason}."}
-                continue
-            name = display_names[index] if display_names is not None else path.name
-            sources.append(
-                ImportSource(path=path, display_name=_safe_document_name(name), source=source, reported_path=str(raw))
-            )
-            positions.append(index)
+        # Each file is opened once and copied into this private folder; everything after works on the
+        # copy, so the path cannot be redirected (a folder swapped for a symlink) after its check.
+        copies = self.service.kb_store(record.id).root / "staging" / f"{os.getpid()}-import-{uuid.uuid4().hex[:8]}"
+        try:
+            for index, raw in enumerate(file_paths):
+                path = Path(str(raw)).expanduser()
+                if not path.is_absolute():
+                    path = Path.cwd() / path
+                try:
+                    copy = self._copy_for_import(path, copies / str(index))
+                except (UnusablePath, PermissionDenied) as exc:
+                    reason = f"{raw} {exc.reason}." if isinstance(exc, UnusablePath) else exc.message
+                    results[index] = {"file_path": str(raw), "error": reason}
+                    continue
+                name = display_names[index] if display_names is not None else path.name
+                sources.append(
+                    ImportSource(
+                        path=copy, display_name=_safe_document_name(name), source=source, reported_path=str(raw)
+                    )
+                )
+                positions.append(index)
+            states = self.service.importer(record).run(sources, size, progress)[0] if sources else []
+        finally:
+            shutil.rmtree(copies, ignore_errors=True)
         if sources:
-            states, _ = self.service.importer(record).run(sources, size, progress)
             self.service.compact_quietly(record)
             for position, state in zip(positions, states, strict=True):
                 if state.status == "ready":
@@ -485,6 +547,28 @@ class Session:
         if not succeeded:
             envelope["error"] = {"code": "IMPORT_FAILED", "details": {}}
         return envelope
+
+    def _copy_for_import(self, path: Path, folder: Path) -> Path:
+        """Open ``path`` (confined to the session's folders) and copy it to ``folder/<its name>``."""
+        limit = (self.service._parse_limits or default_parse_limits()).max_file_bytes
+        with open_input_file(path, self.allowed_dirs) as opened:
+            if opened.stat.st_size > limit:
+                raise UnusablePath(
+                    path, f"is {opened.stat.st_size / 1e6:.1f} MB, over the import limit of {limit / 1e6:.1f} MB"
+                )
+            try:  # inside the KB's staging/, which is never recreated for a KB deleted meanwhile
+                folder.parent.mkdir(exist_ok=True)
+                folder.mkdir()
+            except FileNotFoundError:
+                raise KBNotFound("The knowledge base was deleted during the import.") from None
+            copy = folder / path.name
+            try:
+                opened.copy_to(copy, limit)
+            except OSError as exc:
+                raise UnusablePath(
+                    path, f"could not be read and copied for the import ({exc.strerror or exc})"
+                ) from None
+        return copy
 
     def _live_document(self, record: KnowledgeBaseRecord, doc_name: str) -> dict[str, Any]:
         if not isinstance(doc_name, str) or not doc_name.strip():
@@ -598,10 +682,16 @@ class Session:
 
     # -- search --------------------------------------------------------------------------------
     def _search_settings(self, record: KnowledgeBaseRecord, overrides: dict[str, Any]) -> SearchSettings:
+        """The KB's saved defaults overridden by the call's settings. One weight given alone takes the other
+        as its complement (vector 0.2 means keyword 0.8), so a single slider means what it shows."""
         saved = {k: v for k, v in record.search_settings.items() if k in SearchSettings.SAVED_FIELDS}
         given = {k: v for k, v in overrides.items() if v is not None}
         if "mode" in given and isinstance(given["mode"], str):
             given["mode"] = given["mode"].strip().lower()
+        for name, other in (("vector_weight", "keyword_weight"), ("keyword_weight", "vector_weight")):
+            value = given.get(name)
+            if other not in given and isinstance(value, int | float) and not isinstance(value, bool):
+                given[other] = round(1.0 - float(value), 12)
         return SearchSettings(**{**saved, **given}).validated()
 
     def run_search(
@@ -613,12 +703,14 @@ class Session:
         filters: SearchFilters | None = None,
         skipped: list[dict[str, str]] | None = None,
         **overrides: Any,
-    ) -> tuple[list[SearchHit], list[str], SearchSettings]:
-        """Search the current KB (or the named ones) and return hits, warnings and the settings used.
+    ) -> SearchOutcome:
+        """Search the current KB (or the named ones): hits, warnings, the settings and the weights used.
 
-        With ``skipped`` (a list to fill), a KB whose query embedding fails (endpoint down, key refused) is
-        left out with a warning and appended as ``{kb_name, code, message}``; if every KB fails, the first
-        failure is raised with all of them in ``details["failed_knowledge_bases"]``.
+        Each KB searches with its own saved defaults under the call's explicit settings; hit scores share one
+        [0, 1] scale, so hits of several KBs are merged by score. With ``skipped`` (a list to fill), a KB whose
+        query embedding fails (endpoint down, key refused) is left out with a warning and appended as
+        ``{kb_name, code, message}``; if every KB fails, the first failure is raised with all of them in
+        ``details["failed_knowledge_bases"]``.
         """
         if not isinstance(query, str) or not query.strip():
             raise InvalidArgument("query must be a non-empty string.", details={"field": "query"})
@@ -628,28 +720,37 @@ class Session:
             records = [self.find_kb(name) for name in kb_names]
         else:
             records = [self.current_kb()]
-        settings = self._search_settings(records[0], overrides)
+        first_settings: SearchSettings | None = None
+        outcome: SearchOutcome | None = None
         hits: list[SearchHit] = []
         warnings: list[str] = []
         failures: list[EmbeddingError] = []
         for record in records:
+            settings = self._search_settings(record, overrides)
             try:
-                found, notes = self.service.search_kb(record, query, settings, filters or SearchFilters())
+                ranked = self.service.search_kb(record, query, settings, filters or SearchFilters())
             except EmbeddingError as exc:
                 if skipped is None:
                     raise
                 failures.append(exc)
                 skipped.append({"kb_name": record.name, "code": exc.code, "message": exc.message})
-                found, notes = [], [f"Knowledge base '{record.name}' was not searched: {exc.message} ({exc.code})."]
-            hits.extend(found)
-            warnings.extend(n for n in notes if n not in warnings)
+                note = f"Knowledge base '{record.name}' was not searched: {exc.message} ({exc.code})."
+                ranked = RankedHits([], [note])
+            if outcome is None or (outcome.weights_used is None and ranked.weights_used is not None):
+                first_settings = settings
+                outcome = SearchOutcome([], [], settings, ranked.weights_used, ranked.auto_weights)
+            hits.extend(ranked.hits)
+            warnings.extend(n for n in ranked.warnings if n not in warnings)
         if failures and len(failures) == len(records):
             failures[0].details = {**failures[0].details, "failed_knowledge_bases": list(skipped or ())}
             raise failures[0]
+        if outcome is None or first_settings is None:
+            return SearchOutcome([], [], self._search_settings(self.current_kb(), overrides))
         if len(records) > 1:
             hits.sort(key=lambda h: -h.score)
-            hits = hits[: settings.top_k]
-        return hits, warnings, settings
+            hits = hits[: first_settings.top_k]
+        outcome.hits, outcome.warnings = hits, warnings
+        return outcome
 
     @enveloped
     def search(
@@ -666,13 +767,19 @@ class Session:
         kb_names: Sequence[str] | None = None,
         explain: bool = True,
         expand_graph: bool = False,
+        weighting: str | None = None,
+        language_guard: bool | None = None,
     ) -> Envelope:
         """Hybrid (default), semantic or keyword search; every hit carries its score breakdown.
 
-        ``expand_graph`` follows knowledge-bundle edges: hits on bundle documents are followed by their
-        related nodes' first chunks, marked ``expanded`` with ``breakdown.graph_expansion``.
+        Scores lie in [0, 1] (see :mod:`kb_core.fusion`). ``weighting="auto"`` scales the weights by each
+        signal's quality for the query; ``language_guard=False`` keeps the vector weight for a query in a language
+        the embedding model does not cover. ``data.weights`` holds the requested weights, the weights used and
+        those ``weighting="auto"`` would use. ``expand_graph`` follows knowledge-bundle edges: hits on bundle
+        documents are followed by their related nodes' first chunks, marked ``expanded`` with
+        ``breakdown.graph_expansion``.
         """
-        hits, warnings, settings = self.run_search(
+        outcome = self.run_search(
             query,
             kb_names=kb_names,
             filters=SearchFilters(tuple(doc_names or ()), tuple(file_types or ())),
@@ -682,17 +789,115 @@ class Session:
             keyword_weight=keyword_weight,
             jaccard_weight=jaccard_weight,
             fusion=fusion,
+            weighting=weighting,
+            language_guard=language_guard,
         )
-        chunks = [hit.to_json(explain) for hit in hits]
+        settings = outcome.settings
+        chunks = [hit.to_json(explain) for hit in outcome.hits]
         if expand_graph:
             chunks = self.expand_hits(chunks)
-        message = f"Found {len(chunks)} chunk(s) ({settings.mode} search)."
-        if warnings:
-            message += " " + " ".join(warnings)
+        message = f"Found {len(chunks)} chunk(s) ({settings.mode} search"
+        if settings.mode == "hybrid" and outcome.weights_used is not None:
+            message += (
+                f", weights used: vector {outcome.weights_used.vector:.2f} / keyword "
+                f"{outcome.weights_used.keyword:.2f}"
+            )
+        message += ")."
+        if outcome.warnings:
+            message += " " + " ".join(outcome.warnings)
         return ok(
             message,
-            {"chunks": chunks, "count": len(chunks), "settings": asdict(settings), "warnings": warnings},
+            {
+                "chunks": chunks,
+                "count": len(chunks),
+                "settings": asdict(settings),
+                "weights": outcome.weights_json(),
+                "warnings": outcome.warnings,
+            },
         )
+
+    @enveloped
+    def explain_search(
+        self,
+        query: str,
+        chunk_id: str,
+        mode: str | None = None,
+        vector_weight: float | None = None,
+        keyword_weight: float | None = None,
+        jaccard_weight: float | None = None,
+        fusion: str | None = None,
+        weighting: str | None = None,
+        language_guard: bool | None = None,
+    ) -> Envelope:
+        """Why chunk ``chunk_id`` ranks where it does for ``query``: its place among the hits (searched up to
+        1,000 deep with the KB's settings under the given ones), its full score breakdown, the hit just above it,
+        and each step in words. A chunk that is not among the hits (too low, or dropped as a near-duplicate of a
+        better-ranked chunk) is explained from its exact scores."""
+        if not isinstance(chunk_id, str) or not chunk_id.strip():
+            raise InvalidArgument("chunk_id must be a non-empty chunk id (chk_...).", details={"field": "chunk_id"})
+        if not isinstance(query, str) or not query.strip():
+            raise InvalidArgument("query must be a non-empty string.", details={"field": "query"})
+        chunk_id = chunk_id.strip()
+        record = next(
+            (r for r in self.visible_kbs() if self.service.reader(r.id).snapshot().locate_chunk(chunk_id)), None
+        )
+        if record is None:
+            raise ItemNotFound(f"No live chunk with id {chunk_id!r} exists.", details={"id": chunk_id})
+        overrides = {
+            "mode": mode,
+            "vector_weight": vector_weight,
+            "keyword_weight": keyword_weight,
+            "jaccard_weight": jaccard_weight,
+            "fusion": fusion,
+            "weighting": weighting,
+            "language_guard": language_guard,
+        }
+        settings = self._search_settings(record, {**overrides, "top_k": 1000})
+        ranked = self.service.search_kb(record, query, settings, SearchFilters(), explain_chunk_ids=[chunk_id])
+        explained = ranked.explained_by_id.get(chunk_id)
+        if explained is None:  # deleted between the lookup and the search
+            raise ItemNotFound(f"No live chunk with id {chunk_id!r} exists.", details={"id": chunk_id})
+        position = next((i for i, hit in enumerate(ranked.hits, start=1) if hit.id == chunk_id), None)
+        breakdown = asdict(explained.breakdown)
+        breakdown["notes"] = list(breakdown["notes"])
+        above = ranked.hits[position - 2] if position and position > 1 else None
+        if position is None:
+            above = next((h for h in ranked.hits if h.score < explained.breakdown.final_score), None)
+        lines = _explanation_lines(settings.mode, explained.breakdown, explained.matched_terms)
+        if position is not None:
+            lines.insert(0, f"Ranked {position} of {len(ranked.hits)} hits in '{record.name}'.")
+        else:
+            lines.insert(
+                0,
+                f"Not among the hits of '{record.name}': {explained.position} of {explained.candidates} scored "
+                "candidates before near-duplicate removal"
+                + (
+                    "; a better-ranked chunk with nearly the same text was kept instead."
+                    if explained.position <= len(ranked.hits) + 10
+                    else "."
+                ),
+            )
+        if position is not None and above is not None:
+            lines.append(
+                f"The hit above it ({above.id}, {above.doc_name}) scores {above.score:.4f}, "
+                f"{above.score - explained.breakdown.final_score:+.4f} more."
+            )
+        data = {
+            "chunk_id": chunk_id,
+            "kb_name": record.name,
+            "query": query,
+            "rank": position,
+            "hits": len(ranked.hits),
+            "candidate_position": explained.position,
+            "candidates": explained.candidates,
+            "score": explained.breakdown.final_score,
+            "matched_terms": explained.matched_terms,
+            "breakdown": breakdown,
+            "above": None if above is None else {"id": above.id, "doc_name": above.doc_name, "score": above.score},
+            "settings": asdict(settings),
+            "explanation": lines,
+        }
+        return ok("\n".join(lines), data)
 
     @enveloped
     def save_search_settings(self, kb_name: str | None = None, **settings: Any) -> Envelope:
@@ -740,7 +945,7 @@ class Session:
 
     def _rag_rank(self, record: KnowledgeBaseRecord, keywords: list[str], top_k: int) -> list[dict[str, Any]]:
         settings = self._search_settings(record, {"top_k": min(100, top_k * 4), "mode": "hybrid"})
-        hits, _ = self.service.search_kb(record, " ".join(keywords), settings, SearchFilters())
+        hits = self.service.search_kb(record, " ".join(keywords), settings, SearchFilters()).hits
         analyzer = self.service.analyzer
         keyword_terms = [frozenset(analyzer.tokens(k)) or frozenset({k.casefold()}) for k in keywords]
 
@@ -870,6 +1075,46 @@ class Session:
 
         return bundles.expand_hits(self, hits, max_related)
 
+    # -- kept evaluation runs ------------------------------------------------------------------
+    @enveloped
+    def list_evaluation_runs(self) -> Envelope:
+        """The evaluation runs kept in this home, newest first (see :mod:`kb_core.evaluation_runs`)."""
+        runs = self.service.evaluation_runs.list()
+        return ok(f"{len(runs)} evaluation run(s) kept.", {"runs": runs, "count": len(runs)})
+
+    @enveloped
+    def compare_evaluation_runs(
+        self,
+        run_a: str,
+        run_b: str,
+        setting_a: str | None = None,
+        setting_b: str | None = None,
+        metric: str = "ndcg@10",
+        top: int = 10,
+    ) -> Envelope:
+        """Setting ``setting_a`` of run ``run_a`` against ``setting_b`` of ``run_b``, query by query."""
+        from kb_core.evaluation_runs import compare_runs
+
+        store = self.service.evaluation_runs
+        comparison = compare_runs(
+            store.load(run_a), store.load(run_b), setting_a=setting_a, setting_b=setting_b, metric=metric
+        )
+        data = comparison.to_json(validate_int_range(top, "top", 1, 1000))
+        message = (
+            f"{comparison.setting_b} ({comparison.run_b}) against {comparison.setting_a} ({comparison.run_a}) on "
+            f"{len(comparison.per_query)} queries: {comparison.wins} wins, {comparison.losses} losses, "
+            f"{comparison.ties} ties; mean {metric} {comparison.mean_a:.4f} → {comparison.mean_b:.4f} "
+            f"({comparison.mean_delta:+.4f})."
+        )
+        if comparison.warnings:
+            message += " " + " ".join(comparison.warnings)
+        return ok(message, data)
+
+    @enveloped
+    def delete_evaluation_run(self, run_id: str) -> Envelope:
+        self.service.evaluation_runs.delete(run_id)
+        return ok(f"Deleted evaluation run {run_id}.", {"run_id": run_id})
+
     # -- maintenance ---------------------------------------------------------------------------
     @enveloped
     def compact(self, kb_name: str | None = None) -> Envelope:
@@ -915,6 +1160,40 @@ class Session:
         envelope = ok(message, {"problems": problems, "repaired": repaired})
         envelope["success"] = not problems
         return envelope
+
+
+def _explanation_lines(mode: str, b: ScoreBreakdown, matched_terms: Sequence[str]) -> list[str]:
+    """The steps of a score in words; every figure is in the breakdown."""
+    lines = [f"Score {b.final_score:.4f} on a 0–1 scale ({mode} search, {b.fusion_method} fusion)."]
+    cosine = "none" if b.vector_score is None else f"{b.vector_score:.4f}"
+    bm25 = "none" if b.keyword_score is None else f"{b.keyword_score:.3f}"
+    if b.normalization == "reciprocal rank":
+        lines.append(f"Vector: rank {b.vector_rank or '-'} → {b.vector_normalized:.4f} (reciprocal rank, k 60).")
+        lines.append(f"Keyword: rank {b.keyword_rank or '-'} → {b.keyword_normalized:.4f}.")
+    else:
+        lines.append(
+            f"Vector: cosine {cosine} → {b.vector_normalized:.4f} (negative cosines count as 0); "
+            f"rank {b.vector_rank or 'not retrieved'} in the vector list."
+        )
+        lines.append(
+            f"Keyword: BM25 {bm25}; the reference match for this query (each term once, average length) scores "
+            f"{b.keyword_reference:.3f}, so 1 − exp(−{bm25}/{b.keyword_reference:.3f}) = {b.keyword_normalized:.4f}; "
+            f"rank {b.keyword_rank or 'not retrieved'} in the keyword list; matched terms: "
+            f"{', '.join(matched_terms) or 'none'}."
+        )
+    lines.append(
+        f"Weights used: vector {b.vector_weight:.2f}, keyword {b.keyword_weight:.2f} ({b.weighting}; asked "
+        f"{b.requested_vector_weight:.2f} / {b.requested_keyword_weight:.2f}): "
+        f"{b.vector_weight:.2f} × {b.vector_normalized:.4f} + {b.keyword_weight:.2f} × {b.keyword_normalized:.4f} "
+        f"= {b.fused_score:.4f}."
+    )
+    if b.jaccard_weight:
+        lines.append(
+            f"Jaccard rerank: (1 − {b.jaccard_weight:.2f}) × {b.fused_score:.4f} + {b.jaccard_weight:.2f} × "
+            f"{b.jaccard:.4f} = {b.final_score:.4f}."
+        )
+    lines += [f"Note: {note}" for note in b.notes]
+    return lines
 
 
 def _safe_document_name(name: str) -> str:

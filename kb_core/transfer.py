@@ -102,6 +102,7 @@ from kb_core.bundles.graph import GraphState, GraphStore, write_shadow
 from kb_core.envelope import Envelope, enveloped, ok
 from kb_core.errors import ImportFormatError, InvalidArgument, KBError, KBNotFound, StoreError
 from kb_core.importer import timestamped_name
+from kb_core.safe_files import OutputFolder, UnusablePath, open_input_file, open_output_folder, reject_nul
 from kb_core.store import Change, KBStore, KnowledgeBaseRecord, Manifest, StagedSegment, catalog, new_id, utc_now
 from kb_core.store.atomic import fsync_directory
 from kb_core.validation import name_key, validate_chunk_size, validate_endpoint, validate_kb_name
@@ -182,6 +183,7 @@ def _resolve_path(value: object, field_name: str) -> Path:
         value = os.fspath(value)
     if not isinstance(value, str) or not value.strip():
         raise InvalidArgument(f"{field_name} must be a non-empty file path.", details={"field": field_name})
+    reject_nul(value, field_name)
     path = Path(value.strip()).expanduser()
     return path if path.is_absolute() else Path.cwd() / path
 
@@ -330,7 +332,7 @@ def _table_bytes(table: pa.Table) -> bytes:
 
 
 def _write_export(
-    target: Path,
+    target: Path | IO[bytes],
     records: Sequence[KnowledgeBaseRecord],
     snapshots: Sequence[list[_SegmentExport]],
     graphs: Sequence[GraphState | None],
@@ -436,13 +438,16 @@ def export_database(
     Returns ``{source_path: the home, export_path}``. API keys are never exported.
     """
     target = _resolve_path(export_path, "export_path")
-    if target.is_dir():
-        raise InvalidArgument(f"export_path {str(target)!r} is a folder; give a file path, e.g. backup.kbx.")
-    if not target.parent.is_dir():
-        raise InvalidArgument(f"The folder of export_path {str(target.parent)!r} does not exist.")
+    # The folder is opened once; the file is created in it and renamed into place relative to that open
+    # folder, so swapping a folder on the way for a symlink cannot redirect the write.
+    with open_output_folder(target, "export_path", getattr(session, "allowed_dirs", None)) as folder:
+        return _export_into(session, folder, target, kb_names)
+
+
+def _export_into(session: Any, folder: OutputFolder, target: Path, kb_names: Sequence[str] | None) -> Envelope:
     service = session.service
     home_root: Path = service.home.root
-    if target.resolve().is_relative_to(home_root / "kbs"):
+    if (folder.real_path.resolve() / folder.name).is_relative_to(home_root.resolve() / "kbs"):
         raise InvalidArgument(f"export_path {str(target)!r} lies inside the store; choose a path outside {home_root}.")
     if kb_names:
         if isinstance(kb_names, str):
@@ -453,7 +458,7 @@ def export_database(
     snapshots: list[list[_SegmentExport]] = []
     graphs: list[GraphState | None] = []
     kept: list[KnowledgeBaseRecord] = []
-    temporary = target.with_name(f".{target.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    temporary: str | None = None
     try:
         for record in records:
             try:
@@ -466,14 +471,19 @@ def export_database(
             snapshots.append(segments)
             graphs.append(graph)
             kept.append(record)
-        manifest = _write_export(temporary, kept, snapshots, graphs)
-        with open(temporary, "rb") as handle:
+        temporary, handle = folder.create_temporary()
+        with handle:
+            manifest = _write_export(handle, kept, snapshots, graphs)
+            handle.flush()
             os.fsync(handle.fileno())
-        os.replace(temporary, target)
+            size = os.fstat(handle.fileno()).st_size
+        folder.replace(temporary)
+        temporary = None
     except OSError as exc:
         raise StoreError(f"Cannot write the export file {str(target)!r}: {exc.strerror or exc}") from exc
     finally:
-        temporary.unlink(missing_ok=True)
+        if temporary is not None:
+            folder.discard(temporary)
         for segments in snapshots:
             _close_segments(segments)
     kbs = manifest["knowledge_bases"]
@@ -488,7 +498,7 @@ def export_database(
         )
     message = (
         f"Exported {len(kbs)} knowledge base(s) ({documents} document(s), {chunks} chunk(s){graph_text}) to {target} "
-        f"({target.stat().st_size} bytes). API keys are never exported."
+        f"({size} bytes). API keys are never exported."
     )
     logger.info(message)
     return ok(message, {"source_path": str(home_root), "export_path": str(target)})
@@ -645,12 +655,22 @@ def _read_manifest(data: bytes) -> dict[str, Any]:
     return manifest
 
 
-def _open_package(path: Path, staging: Path, limits: TransferLimits) -> _Package:
-    if not path.is_file():
-        reason = "is a folder" if path.is_dir() else "does not exist"
-        raise InvalidArgument(f"source_db_path {str(path)!r} {reason}; give an export file.")
+def _open_package(
+    path: Path, staging: Path, limits: TransferLimits, allowed_dirs: Sequence[Path] | None = None
+) -> _Package:
+    # Opened once (confined where the session is); the archive is read from that open file only.
     try:
-        archive = zipfile.ZipFile(path)
+        with open_input_file(path, allowed_dirs) as opened:
+            handle = opened.reader()
+    except UnusablePath as exc:
+        raise InvalidArgument(f"source_db_path {str(path)!r} {exc.reason}; give an export file.") from None
+    with handle:
+        return _read_package(handle, path, staging, limits)
+
+
+def _read_package(handle: IO[bytes], path: Path, staging: Path, limits: TransferLimits) -> _Package:
+    try:
+        archive = zipfile.ZipFile(handle)
     except zipfile.BadZipFile as exc:
         raise _refuse(
             f"{path.name} is not a {FORMAT_NAME} file, or it is truncated: it is not a readable ZIP archive ({exc})."
@@ -1235,7 +1255,7 @@ def import_database(
     home.abandoned_transfer_staging(remove=True)
     staging = home.open_transfer_staging()
     try:
-        package = _open_package(source, staging.path, limits)
+        package = _open_package(source, staging.path, limits, getattr(session, "allowed_dirs", None))
         entries = package.manifest["knowledge_bases"]
         graph_paths: set[str] = set()
         plans = [_validate_kb(entry, position, package, graph_paths) for position, entry in enumerate(entries)]

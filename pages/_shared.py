@@ -234,7 +234,7 @@ PART_COLOURS = {"semantic": "#4C78A8", "keyword": "#F58518", "Jaccard": "#54A24B
 
 
 def breakdown_figure(chunks: Sequence[dict[str, Any]], height: int | None = None) -> Any:
-    """A plotly stacked horizontal bar per hit: semantic + keyword + Jaccard = final score."""
+    """A plotly stacked horizontal bar per hit on the 0–1 score scale: semantic + keyword + Jaccard = final."""
     import plotly.graph_objects as go
 
     labels = [f"#{i + 1} {c['doc_name']}"[:48] for i, c in enumerate(chunks)]
@@ -252,16 +252,17 @@ def breakdown_figure(chunks: Sequence[dict[str, Any]], height: int | None = None
     finals = [float((c.get("breakdown") or {}).get("final_score", c.get("score", 0.0))) for c in chunks]
     figure.add_scatter(
         y=labels, x=finals, mode="markers+text", name="final score", text=[f"{v:.3f}" for v in finals],
-        textposition=["middle left" if v < 0 else "middle right" for v in finals],  # clear of a negative bar
-        marker={"color": "black", "symbol": "line-ns-open", "size": 14},
+        textposition="middle right", marker={"color": "black", "symbol": "line-ns-open", "size": 14},
+        hovertemplate="final score %{x:.4f}<extra></extra>",
     )
     figure.update_layout(
         barmode="stack",
         height=height or 110 + 38 * len(chunks),
         margin={"l": 10, "r": 40, "t": 40, "b": 10},
-        legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0},
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0, "traceorder": "normal"},
         yaxis={"autorange": "reversed"},
-        xaxis={"title": "score"},
+        # the whole scale, so a bar's length reads as an absolute score, not relative to this query's best
+        xaxis={"title": "score (0–1 scale)", "range": [0, 1.08], "tickvals": [0, 0.2, 0.4, 0.6, 0.8, 1.0]},
     )
     return figure
 
@@ -270,12 +271,28 @@ def score_scale(settings: dict[str, Any]) -> str:
     """One sentence on what a result's score means for these settings (see kb_core.fusion)."""
     mode = settings.get("mode")
     if mode == "semantic":
-        return "Semantic scores are cosine similarities between the query and the chunk (at most 1)."
+        return ("Scores lie on a 0–1 scale: the cosine similarity of the query and the chunk embeddings "
+                "(a negative cosine counts as 0).")
     if mode == "keyword":
-        return "Keyword scores are raw BM25 scores: unbounded, higher for rarer matched terms; compare within a query."
+        return ("Scores lie on a 0–1 scale: 1 − exp(−BM25 / reference), where the reference is the BM25 of a chunk "
+                "of average length holding each query term once; 0.63 is as much keyword evidence as that "
+                "reference match, 0.86 twice as much.")
     if settings.get("fusion") == "rrf":
-        return ("Hybrid scores use reciprocal rank fusion: 1 for a chunk ranked first by both signals, "
-                "less the lower it ranks; see each hit's breakdown.")
-    return ("Hybrid scores are in standard deviations above this query's candidates (z-scores of each signal, "
-            "weighted): about 2 is a clear top hit, 0 is average, below 0 below average. Compare hits within one "
-            "query; each hit's breakdown shows the parts.")
+        return ("Scores lie on a 0–1 scale but come from ranks (reciprocal rank fusion): each signal gives "
+                "61 / (60 + rank), 1 for its first place. They order this query's hits; they do not say how well "
+                "a chunk matches.")
+    return ("Scores lie on a 0–1 scale: vector weight × max(0, cosine) + keyword weight × (1 − exp(−BM25 / "
+            "reference)), where the reference is the BM25 of a chunk of average length holding each query term "
+            "once. The same score means the same evidence in every query.")
+
+
+def weight_pair(weights: dict[str, Any] | None) -> str:
+    """``"0.70 / 0.30"`` for ``{"vector": 0.7, "keyword": 0.3}`` (vector first), or a dash."""
+    if not weights:
+        return "–"
+    return f"{float(weights['vector']):.2f} / {float(weights['keyword']):.2f}"
+
+
+def table_height(rows: int) -> int:
+    """Pixels for a st.dataframe that shows ``rows`` rows and its header without scrolling."""
+    return 35 * (rows + 1) + 3

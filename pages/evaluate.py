@@ -1,27 +1,39 @@
-"""Evaluate: BEIR judgments (a folder on the server, or uploaded queries.jsonl + qrels.tsv) against the current
-KB, or against a cached KB built from the folder's corpus.jsonl; three modes, a weight sweep, worst queries, CSV."""
+"""Evaluate: BEIR judgments (the demo judgments, a folder on the server, or uploaded queries.jsonl + qrels.tsv)
+against the current KB, or against a cached KB built from the folder's corpus.jsonl; the modes, auto and RRF
+fusion, a weight sweep whose best point can become the KB default, worst queries, CSV; every run is kept, and two
+kept runs (or two settings of one run) compare query by query."""
 
 from __future__ import annotations
 
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
 from kb_core import KBError
+from kb_core.demo import DEMO_KB_NAME, demo_judgments_folder
 from pages import _shared as ui
 
 try:
-    from kb_core import evaluation
+    from kb_core import evaluation, evaluation_runs
 except ImportError:  # the module is optional for the rest of the app
     evaluation = None  # type: ignore[assignment]
+    evaluation_runs = None  # type: ignore[assignment]
+
+DEMO = "Demo judgments"
+FOLDER = "Folder on the server"
+UPLOAD = "Upload files"
+METRIC_NAMES = {"ndcg@10": "nDCG@10", "recall@100": "Recall@100", "mrr@10": "MRR@10"}
+METRIC_COLOURS = {"ndcg@10": "#1f4e9c", "recall@100": "#7fb3e6", "mrr@10": "#e07b39"}
 
 session = ui.session()
 st.title("Evaluate retrieval")
-if evaluation is None:
-    st.error("The evaluation module (kb_core.evaluation) is not available in this installation.")
+if evaluation is None or evaluation_runs is None:
+    st.error("The evaluation modules (kb_core.evaluation, kb_core.evaluation_runs) are not available here.")
     st.stop()
 
 
@@ -31,20 +43,49 @@ def eval_service(home: str) -> Any:
     return evaluation.open_eval_service(home)
 
 
+@dataclass
+class Outcome:
+    """One finished evaluation, kept in the browser session."""
+
+    report: Any
+    run_id: str
+    kb_name: str
+    user_kb: bool  # the user's own KB (its default may be set), not one built from a corpus
+    dataset: str
+    sweep_labels: list[str]
+
+
 kb_name = ui.current_kb_name(session)
+demo_folder = demo_judgments_folder()
 st.caption(
     "Judgments in BEIR format: `queries.jsonl` ({\"_id\", \"text\"}) and `qrels.tsv` (query-id, corpus-id, score). "
-    "Against the current knowledge base, corpus ids are document names (e.g. `guide.docx`)."
+    "Against the current knowledge base, corpus ids are document names (e.g. `guide.docx`). Every run is kept in "
+    "this home, so runs can be compared query by query below (and with `kb eval-compare`)."
 )
 
-source = st.radio("Judgments from", ["Folder on the server", "Upload files"], horizontal=True, key="eval_source")
+sources = ([DEMO] if demo_folder is not None else []) + [FOLDER, UPLOAD]
+default_source = DEMO if demo_folder is not None and kb_name == DEMO_KB_NAME else FOLDER
+source = st.radio("Judgments from", sources, index=sources.index(default_source), horizontal=True,
+                  key="eval_source")
 folder: Path | None = None
 build_corpus = False
 uploaded: dict[str, bytes] = {}
-if source == "Folder on the server":
+dataset_name = "judgments"
+if source == DEMO:
+    folder = demo_folder
+    dataset_name = "demo judgments"
+    st.caption(
+        "24 questions about the demo documents, 12 in English and 12 in Chinese, each judged by hand (grade 2: "
+        "about what the question asks; 1: part of it, or the other language's version); `data/demo/eval`."
+    )
+    if kb_name != DEMO_KB_NAME:
+        st.warning(f"These judgments name the documents of the demo knowledge base “{DEMO_KB_NAME}”; select it in "
+                   "the sidebar to evaluate it.", icon=":material/info:")
+elif source == FOLDER:
     text = st.text_input("BEIR folder", key="eval_folder", placeholder="/data/beir/scifact")
     if text.strip():
         folder = Path(text.strip()).expanduser()
+        dataset_name = folder.name or "judgments"
         if (folder / "corpus.jsonl").is_file():
             build_corpus = st.toggle(
                 "Search a knowledge base built from this folder's corpus.jsonl (built once, then cached)",
@@ -54,27 +95,43 @@ else:
     c1, c2 = st.columns(2)
     queries_file = c1.file_uploader("queries.jsonl", type=["jsonl", "json"], key="eval_queries")
     qrels_file = c2.file_uploader("qrels.tsv", type=["tsv", "txt"], key="eval_qrels")
+    dataset_name = "uploaded judgments"
     if queries_file is not None and qrels_file is not None:
         uploaded = {"queries.jsonl": queries_file.getvalue(), "qrels.tsv": qrels_file.getvalue()}
 
-if not build_corpus and kb_name is None:
+can_run = build_corpus or kb_name is not None
+if not can_run:
     st.info("Select a knowledge base in the sidebar to evaluate it, or give a BEIR folder with a corpus.")
-    st.stop()
-target = "a KB built from the corpus" if build_corpus else f"knowledge base **{kb_name}**"
-st.caption(f"Evaluating {target}.")
+else:
+    target = "a KB built from the corpus" if build_corpus else f"knowledge base **{kb_name}**"
+    st.caption(f"Evaluating {target}.")
 
-with st.expander("Settings", expanded=False):
-    modes = st.multiselect("Modes", list(evaluation.MODES), default=list(evaluation.MODES), key="eval_modes")
-    s1, s2, s3 = st.columns(3)
-    sweep = s1.toggle("Sweep the vector weight", value=True, key="eval_sweep")
-    steps = s2.slider("Sweep steps", 2, 20, 10, key="eval_steps", disabled=not sweep)
+with st.expander("Settings", expanded=True):
+    s1, s2, s3 = st.columns([1.8, 1.2, 1.3])
+    modes = s1.multiselect("Modes", list(evaluation.MODES), default=list(evaluation.MODES), key="eval_modes",
+                           help="Each mode with the KB's saved settings (its defaults).")
+    compare_fusion = s2.toggle(
+        "Compare fusion", value=True, key="eval_compare_fusion",
+        help="Also hybrid with auto weighting and hybrid with reciprocal rank fusion (RRF).",
+    )
     max_queries = s3.number_input("Max queries (0 = all)", min_value=0, value=0, step=50, key="eval_max")
+    w1, w2, w3 = st.columns([1.8, 1.2, 1.3])
+    sweep = w1.toggle("Sweep the vector weight", value=True, key="eval_sweep",
+                      help="Hybrid at vector weights 0 … 1 (keyword weight 1 − it), fixed weights, weighted fusion; "
+                      "the KB's other saved settings (language guard, Jaccard weight) as they are.")
+    steps = w2.slider("Sweep steps", 2, 20, 10, key="eval_steps", disabled=not sweep)
+    sweep_recall = w3.toggle(
+        "Recall@100 in sweep", value=True, key="eval_sweep_recall", disabled=not sweep,
+        help="Rank 100 documents deep at each sweep point (about twice the time); off: 10 deep, nDCG@10 and MRR@10.",
+    )
 
-ready = (folder is not None) or bool(uploaded)
-if st.button("Run evaluation", type="primary", disabled=not ready or not modes, key="eval_run"):
-    bar = st.progress(0.0, text="Starting…")
+ready = can_run and ((folder is not None) or bool(uploaded)) and bool(modes)
+if st.button("Run evaluation", type="primary", disabled=not ready, key="eval_run"):
+    planned = evaluation.settings_for(modes, compare_fusion=compare_fusion and "hybrid" in modes)
     weights = evaluation.sweep_weights(steps) if sweep else None
-    planned = evaluation.settings_for(modes, weights)
+    swept = [s for s in evaluation.settings_for((), weights) if s not in planned] if weights else []
+    everything = planned + swept
+    bar = st.progress(0.0, text="Starting…")
     seen: list[str] = []
 
     def progress(stage: str, done: int, total: int) -> None:
@@ -83,9 +140,9 @@ if st.button("Run evaluation", type="primary", disabled=not ready or not modes, 
             return
         if stage not in seen:
             seen.append(stage)
-        fraction = (len(seen) - 1 + (done / total if total else 1.0)) / len(planned)
+        fraction = (len(seen) - 1 + (done / total if total else 1.0)) / len(everything)
         bar.progress(min(1.0, fraction), text=f"{stage}: {done} of {total} queries "
-                     f"(setting {len(seen)} of {len(planned)})")
+                     f"(setting {len(seen)} of {len(everything)})")
 
     try:
         with tempfile.TemporaryDirectory(prefix="kb-eval-upload-") as scratch:
@@ -95,17 +152,35 @@ if st.button("Run evaluation", type="primary", disabled=not ready or not modes, 
                 folder = Path(scratch)
             assert folder is not None
             if build_corpus:
-                _, report = evaluation.evaluate_folder(
-                    eval_service(str(ui.service().home.root)), folder, settings=planned,
-                    max_queries=int(max_queries) or None, progress=progress,
+                kb_service = eval_service(str(ui.service().home.root))
+                dataset = evaluation.load_beir(folder)
+                dataset_name = dataset.name
+                queries = dict(list(dataset.queries.items())[: int(max_queries) or None])
+                record = evaluation.build_eval_kb(kb_service, dataset, progress=progress)
+                eval_session, qrels = kb_service.session(), dataset.qrels
+            else:
+                kb_service = ui.service()
+                queries, qrels = evaluation.load_beir_queries_qrels(folder)
+                queries = dict(list(queries.items())[: int(max_queries) or None])
+                record = session.current_kb()
+                eval_session = session
+            if swept and not sweep_recall:  # the sweep 10 deep, as `kb eval --sweep` runs it
+                report = evaluation.evaluate_with_sweep(
+                    eval_session, queries, qrels, settings=planned, sweep=weights, kb_name=record.name,
+                    progress=progress,
                 )
             else:
-                queries, qrels = evaluation.load_beir_queries_qrels(folder)
-                if max_queries:
-                    queries = dict(list(queries.items())[: int(max_queries)])
-                report = evaluation.evaluate_kb(session, queries, qrels, settings=planned, progress=progress)
+                report = evaluation.evaluate_kb(
+                    eval_session, queries, qrels, settings=everything, kb_name=record.name, progress=progress
+                )
+            run = evaluation_runs.record_run(
+                ui.service().evaluation_runs, kb_service, report, dataset=dataset_name, settings=everything
+            )
         bar.progress(1.0, text="Done")
-        st.session_state["eval_report"] = report
+        st.session_state["eval_outcome"] = Outcome(
+            report, run.id, str(report.kb_name), not build_corpus, dataset_name, [s.label for s in swept]
+        )
+        st.session_state.pop("eval_saved", None)
     except KBError as error:
         bar.empty()
         st.error(error.message, icon=":material/error:")
@@ -113,54 +188,210 @@ if st.button("Run evaluation", type="primary", disabled=not ready or not modes, 
         bar.empty()
         st.error(f"Could not read the judgments: {error}", icon=":material/error:")
 
-report = st.session_state.get("eval_report")
-if report is None:
-    st.stop()
 
-for warning in report.warnings:
-    st.warning(warning, icon=":material/translate:")
-metrics = report.metrics
-st.subheader(f"Results · {report.kb_name}")
-st.dataframe(
-    metrics, hide_index=True, width="stretch",
-    column_config={m: st.column_config.NumberColumn(m, format="%.4f") for m in evaluation.METRICS},
-)
-
-chart_col, sweep_col = st.columns(2)
-with chart_col:
-    by_mode = metrics[~metrics["setting"].str.match(r"hybrid \d")]
+def sweep_figure(swept: pd.DataFrame, best: dict[str, Any]) -> go.Figure:
     figure = go.Figure()
-    for metric in evaluation.METRICS:
-        figure.add_bar(name=metric, x=by_mode["setting"], y=by_mode[metric])
-    figure.update_layout(title="Modes", barmode="group", height=340, yaxis={"range": [0, 1]},
-                         margin={"l": 10, "r": 10, "t": 40, "b": 10})
-    st.plotly_chart(figure, key="eval_modes_chart", width="stretch")
-with sweep_col:
-    swept = metrics[metrics["setting"].str.match(r"hybrid \d")].sort_values("vector_weight")
-    if len(swept) > 1:
-        figure = go.Figure()
-        for metric, name in (("ndcg@10", "nDCG@10"), ("recall@100", "Recall@100")):
-            figure.add_scatter(x=swept["vector_weight"], y=swept[metric], mode="lines+markers", name=name)
-        best = swept.loc[swept["ndcg@10"].idxmax()]
-        figure.update_layout(
-            title=f"Weight sweep (best nDCG@10 {best['ndcg@10']:.3f} at vector weight {best['vector_weight']:.2f})",
-            xaxis={"title": "vector weight (keyword weight = 1 − it)"}, yaxis={"range": [0, 1]}, height=340,
-            margin={"l": 10, "r": 10, "t": 40, "b": 10},
-        )
-        st.plotly_chart(figure, key="eval_sweep_chart", width="stretch")
-    else:
-        st.caption("Turn on the weight sweep to see nDCG@10 and Recall@100 against the vector weight.")
+    for metric in ("ndcg@10", "recall@100", "mrr@10"):
+        if swept[metric].notna().any():
+            figure.add_scatter(
+                x=swept["vector_weight"], y=swept[metric], mode="lines+markers", name=METRIC_NAMES[metric],
+                customdata=swept["keyword_weight"], line={"color": METRIC_COLOURS[metric]},
+                hovertemplate=f"vector %{{x:.2f}} / keyword %{{customdata:.2f}}: {METRIC_NAMES[metric]} "
+                "%{y:.4f}<extra></extra>",
+            )
+    figure.add_scatter(
+        x=[best["vector_weight"]], y=[best["ndcg@10"]], mode="markers", name="best nDCG@10",
+        marker={"symbol": "star", "size": 17, "color": "#ffd400", "line": {"color": "black", "width": 1}},
+        hoverinfo="skip",
+    )
+    low = float(swept[["ndcg@10", "mrr@10"]].min().min())
+    figure.update_layout(
+        title=f"Weight sweep: best nDCG@10 {best['ndcg@10']:.4f} at vector {best['vector_weight']:.2f} / "
+        f"keyword {best['keyword_weight']:.2f}",
+        xaxis={"title": "vector weight (keyword weight = 1 − it)", "tickvals": list(swept["vector_weight"]),
+               "tickformat": ".2f"},
+        yaxis={"range": [max(0.0, low - 0.1), 1.02], "title": "metric"}, height=360,
+        margin={"l": 10, "r": 10, "t": 50, "b": 10},
+        legend={"orientation": "h", "yanchor": "bottom", "y": -0.45, "x": 0},
+    )
+    return figure
 
-st.subheader("Per query, worst first")
-settings_list = list(metrics["setting"])
-chosen = st.selectbox("Setting", settings_list, key="eval_setting")
-worst = report.per_query[report.per_query["setting"] == chosen].sort_values(["ndcg@10", "recall@100", "query_id"])
-st.dataframe(
-    worst, hide_index=True, width="stretch",
-    column_config={m: st.column_config.NumberColumn(m, format="%.3f") for m in evaluation.METRICS},
-)
-d1, d2 = st.columns(2)
-d1.download_button("Download metrics (CSV)", metrics.to_csv(index=False).encode("utf-8"), "metrics.csv",
-                   "text/csv", key="eval_dl_metrics")
-d2.download_button("Download per-query results (CSV)", report.per_query.to_csv(index=False).encode("utf-8"),
-                   "per_query.csv", "text/csv", key="eval_dl_per_query")
+
+def save_best(outcome: Outcome, best: dict[str, Any]) -> None:
+    """The best sweep point as the evaluated KB's default: hybrid, those weights, fixed weighting, weighted fusion
+    (the point's own settings); its other saved settings stay."""
+    record = session.find_kb(outcome.kb_name)
+    current = {**{"vector_weight": 0.7, "keyword_weight": 0.3, "weighting": "fixed", "fusion": "weighted",
+                  "mode": "hybrid", "language_guard": True}, **record.search_settings}
+    st.caption(
+        f"Default of **{outcome.kb_name}** now: {current['mode']}, vector {float(current['vector_weight']):.2f} / "
+        f"keyword {float(current['keyword_weight']):.2f}, {current['weighting']} weighting, "
+        f"{current['fusion']} fusion, language guard {'on' if current['language_guard'] else 'off'} "
+        "(the sweep ran with it; saving keeps it)."
+    )
+    if st.button("Save best as KB default", key="eval_save_best", type="primary",
+                 help="Hybrid search with these weights (fixed, weighted fusion) becomes the KB's default: the "
+                 "Search lab, the CLI and MCP searches that give no settings use it."):
+        result = session.save_search_settings(
+            kb_name=outcome.kb_name, mode="hybrid", vector_weight=best["vector_weight"],
+            keyword_weight=best["keyword_weight"], weighting="fixed", fusion="weighted",
+        )
+        if result["success"]:
+            st.session_state["eval_saved"] = (
+                f"{result['message']} Vector {best['vector_weight']:.2f} / keyword {best['keyword_weight']:.2f}, "
+                "fixed weighting, weighted fusion."
+            )
+            st.rerun()
+        ui.show_error(result)
+
+
+def show_outcome(outcome: Outcome) -> None:
+    report = outcome.report
+    metrics = report.metrics
+    st.subheader(f"Results · {outcome.kb_name}")
+    st.success(f"Kept as run {outcome.run_id} ({outcome.dataset}, {len(metrics)} settings).",
+               icon=":material/inventory_2:")
+    if report.warnings:
+        st.warning("\n".join(f"- {w}" for w in report.warnings), icon=":material/translate:")
+    number = {m: st.column_config.NumberColumn(METRIC_NAMES[m], format="%.4f") for m in evaluation.METRICS}
+    weight = {w: st.column_config.TextColumn(w.replace("_", " ")) for w in ("vector_weight", "keyword_weight")}
+    shown = metrics.assign(  # blank, not "None", where a setting has no weights (semantic, keyword)
+        **{w: metrics[w].map(lambda v: "" if pd.isna(v) else f"{float(v):.2f}") for w in weight},
+        **{c: metrics[c].fillna("") for c in ("weighting", "fusion")},
+    )
+    st.dataframe(shown, hide_index=True, width="stretch", column_config={**number, **weight},
+                 height=ui.table_height(len(metrics)))
+
+    swept = metrics[metrics["setting"].isin(outcome.sweep_labels)].sort_values("vector_weight")
+    by_mode = metrics[~metrics["setting"].isin(outcome.sweep_labels)]
+    chart_col, sweep_col = st.columns(2)
+    with chart_col:
+        figure = go.Figure()
+        for metric in evaluation.METRICS:
+            figure.add_bar(name=METRIC_NAMES[metric], x=by_mode["setting"], y=by_mode[metric],
+                           marker_color=METRIC_COLOURS[metric])
+        figure.update_layout(title="Modes and fusion", barmode="group", height=360, yaxis={"range": [0, 1]},
+                             margin={"l": 10, "r": 10, "t": 50, "b": 10},
+                             legend={"orientation": "h", "yanchor": "bottom", "y": -0.45, "x": 0})
+        st.plotly_chart(figure, key="eval_modes_chart", width="stretch")
+    best = None
+    with sweep_col:
+        if len(swept) > 1:
+            best = evaluation_runs.best_sweep_setting(metrics)
+            st.plotly_chart(sweep_figure(swept, best), key="eval_sweep_chart", width="stretch")
+        else:
+            st.caption("Turn on the weight sweep to see nDCG@10 and Recall@100 against the vector weight.")
+
+    if best is not None:
+        ties = int((swept["ndcg@10"] >= best["ndcg@10"] - 1e-12).sum())
+        line = (f"**Best sweep point:** vector **{best['vector_weight']:.2f}** / keyword "
+                f"**{best['keyword_weight']:.2f}** · nDCG@10 **{best['ndcg@10']:.4f}** "
+                f"(sweep from {swept['ndcg@10'].min():.4f} to {swept['ndcg@10'].max():.4f})")
+        if ties > 1:
+            line += f"; {ties} sweep points tie at this nDCG@10, and the one closest to the default 0.7 is chosen"
+        st.markdown(line + ".")
+        saved_message = st.session_state.get("eval_saved")
+        if saved_message:
+            st.success(saved_message, icon=":material/check_circle:")
+        if outcome.user_kb:
+            save_best(outcome, best)
+        else:
+            st.info(
+                "These weights are not offered as a default: the sweep searched a knowledge base built from the "
+                "folder's corpus (kept in the evaluation home, out of your list), not one of your knowledge "
+                "bases. To tune your own KB, evaluate it with judgments that name its documents.",
+                icon=":material/info:",
+            )
+
+    st.subheader("Per query, worst first")
+    chosen = st.selectbox("Setting", list(metrics["setting"]), key="eval_setting")
+    worst = report.per_query[report.per_query["setting"] == chosen].sort_values(
+        ["ndcg@10", "recall@100", "query_id"]
+    )
+    st.dataframe(
+        worst, hide_index=True, width="stretch",
+        column_config={m: st.column_config.NumberColumn(METRIC_NAMES[m], format="%.3f") for m in evaluation.METRICS},
+    )
+    d1, d2 = st.columns(2)
+    d1.download_button("Download metrics (CSV)", metrics.to_csv(index=False).encode("utf-8"), "metrics.csv",
+                       "text/csv", key="eval_dl_metrics")
+    d2.download_button("Download per-query results (CSV)", report.per_query.to_csv(index=False).encode("utf-8"),
+                       "per_query.csv", "text/csv", key="eval_dl_per_query")
+
+
+def run_label(run: dict[str, Any]) -> str:
+    return f"{run['id']} · {run['dataset']} · {run['kb_name']} · {run['query_count']} queries"
+
+
+def delta_figure(moved: pd.DataFrame, metric: str) -> go.Figure:
+    colours = ["#2ca02c" if d > 0 else "#d62728" if d < 0 else "#9e9e9e" for d in moved["delta"]]
+    figure = go.Figure(go.Bar(
+        x=moved["query_id"], y=moved["delta"], marker_color=colours, customdata=moved["query"],
+        hovertemplate="%{x}: %{customdata}<br>B − A %{y:+.4f}<extra></extra>",
+    ))
+    figure.update_layout(
+        height=260, margin={"l": 10, "r": 10, "t": 30, "b": 10}, title=f"B − A per query ({METRIC_NAMES[metric]})",
+        yaxis={"title": "B − A", "zeroline": True}, xaxis={"title": None, "type": "category"},
+    )
+    return figure
+
+
+def compare_section() -> None:
+    st.subheader("Compare runs")
+    listing = ui.data_or_error(session.list_evaluation_runs())
+    if listing is None:
+        return
+    runs = {r["id"]: r for r in listing["runs"]}
+    if not runs:
+        st.caption("No runs are kept yet: every evaluation run here or with `kb eval` is kept for comparison.")
+        return
+    st.caption("Set one setting of a run against one setting of another run, or of the same run, on the queries "
+               "both judged. A win is a query that scores higher with B.")
+    ids = list(runs)  # newest first
+    col_a, col_b = st.columns(2)
+    # Keyed by the newest run: a new run starts the comparison over as B against the run before it.
+    run_a = col_a.selectbox("Run A", ids, index=min(1, len(ids) - 1), format_func=lambda r: run_label(runs[r]),
+                            key=f"cmp_run_a_{ids[0]}")
+    run_b = col_b.selectbox("Run B", ids, index=0, format_func=lambda r: run_label(runs[r]),
+                            key=f"cmp_run_b_{ids[0]}")
+    settings_a = list(runs[run_a]["settings"])
+    settings_b = list(runs[run_b]["settings"])
+    setting_a = col_a.selectbox("Setting of A", settings_a, key=f"cmp_setting_a_{run_a}")
+    default_b = 1 if run_a == run_b and len(settings_b) > 1 else 0
+    setting_b = col_b.selectbox("Setting of B", settings_b, index=default_b, key=f"cmp_setting_b_{run_b}")
+    metric = st.radio("Metric", list(evaluation.METRICS), horizontal=True, format_func=METRIC_NAMES.get,
+                      key="cmp_metric")
+    data = ui.data_or_error(session.compare_evaluation_runs(
+        run_a, run_b, setting_a=setting_a, setting_b=setting_b, metric=metric, top=1000
+    ))
+    if data is None:
+        return
+    for warning in data["warnings"]:
+        st.warning(warning, icon=":material/warning:")
+    wins, losses, ties, mean = st.columns([1, 1, 1, 2.2])
+    wins.metric("Wins (B better)", data["wins"])
+    losses.metric("Losses (B worse)", data["losses"])
+    ties.metric("Ties", data["ties"])
+    mean.metric(f"Mean {METRIC_NAMES[metric]}: A → B", f"{data['mean_a']:.4f} → {data['mean_b']:.4f}",
+                delta=f"{data['mean_delta']:+.4f} (B − A)" if abs(data["mean_delta"]) > 1e-12 else None)
+    moved = pd.DataFrame(data["moved_most"], columns=["query_id", "query", "a", "b", "delta"])
+    st.caption(
+        f"{data['queries']} queries compared"
+        + (f"; the {len(moved)} that moved most are listed" if len(moved) < data["queries"] else "")
+        + ", largest move first."
+    )
+    if data["wins"] or data["losses"]:
+        st.plotly_chart(delta_figure(moved, metric), key="cmp_chart", width="stretch")
+    else:
+        st.caption(f"No query moved: every {METRIC_NAMES[metric]} is the same in A and B.")
+    st.dataframe(
+        moved.rename(columns={"query_id": "query id", "a": "A", "b": "B", "delta": "B − A"}),
+        hide_index=True, width="stretch",
+        column_config={c: st.column_config.NumberColumn(c, format="%.4f") for c in ("A", "B", "B − A")},
+    )
+
+
+outcome = st.session_state.get("eval_outcome")
+if outcome is not None:
+    show_outcome(outcome)
+compare_section()

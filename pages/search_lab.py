@@ -1,5 +1,7 @@
-"""Search lab: settings, ranked chunk cards with highlights and score breakdowns, rank movement across
-modes, an A/B comparison, saving settings as the KB default, and multi-keyword (rag_search) search."""
+"""Search lab: settings (one vector-weight slider, weighting, language guard, fusion, Jaccard, mode, top_k), the
+weights used beside the weights asked, ranked chunk cards with highlights, score breakdowns on the 0–1 scale and
+per-hit explanations, rank movement across modes, an A/B comparison, saving settings as the KB default, and
+multi-keyword (rag_search) search."""
 
 from __future__ import annotations
 
@@ -13,8 +15,14 @@ from pages import _shared as ui
 
 MODES = ["hybrid", "semantic", "keyword"]
 MULTI = "multi-keyword"
-DEFAULTS = {"mode": "hybrid", "top_k": 5, "vector_weight": 0.7, "keyword_weight": 0.3, "jaccard_weight": 0.0,
-            "fusion": "weighted"}
+WEIGHTINGS = ["fixed", "auto"]
+FUSIONS = ["weighted", "rrf"]
+DEFAULTS: dict[str, Any] = {
+    "mode": "hybrid", "top_k": 5, "vector_weight": 0.7, "keyword_weight": 0.3, "jaccard_weight": 0.0,
+    "fusion": "weighted", "weighting": "fixed", "language_guard": True,
+}
+CONTROL_COLUMNS = [1.1, 1.3, 2.4, 1.3]
+RRF_K = 60  # the service's reciprocal-rank constant (kb_core.fusion.fuse)
 
 session = ui.session()
 kb_name = ui.require_current_kb(session)
@@ -22,12 +30,31 @@ record = session.current_kb()
 saved = {**DEFAULTS, **{k: v for k, v in record.search_settings.items() if k in DEFAULTS}}
 key = f"{record.id}_{st.session_state.get('lab_saved_round', 0)}"  # widgets reset to the KB's defaults
 
+
+def vector_share(settings: dict[str, Any]) -> float:
+    """The vector weight as a share of both weights (what the fusion uses), on the slider's 0.05 grid."""
+    total = float(settings["vector_weight"]) + float(settings["keyword_weight"])
+    share = float(settings["vector_weight"]) / total if total > 0 else 0.7
+    return round(round(share / 0.05) * 0.05, 2)
+
+
+def describe(settings: dict[str, Any]) -> str:
+    parts = [settings["mode"], f"top {settings['top_k']}"]
+    if settings["mode"] == "hybrid":
+        total = float(settings["vector_weight"]) + float(settings["keyword_weight"]) or 1.0
+        parts += [
+            f"vector {float(settings['vector_weight']) / total:.2f} / keyword "
+            f"{float(settings['keyword_weight']) / total:.2f}",
+            f"{settings['weighting']} weighting",
+            f"{'RRF' if settings['fusion'] == 'rrf' else 'weighted'} fusion",
+            f"language guard {'on' if settings['language_guard'] else 'off'}",
+        ]
+    parts.append(f"Jaccard {float(settings['jaccard_weight']):.2f}")
+    return ", ".join(parts)
+
+
 st.title("Search lab")
-st.caption(
-    f"Knowledge base **{kb_name}** · {record.embedding_model} · saved defaults: {saved['mode']}, "
-    f"top {saved['top_k']}, vector {saved['vector_weight']:.2f} / keyword {saved['keyword_weight']:.2f}, "
-    f"Jaccard {saved['jaccard_weight']:.2f}"
-)
+st.caption(f"Knowledge base **{kb_name}** · {record.embedding_model} · saved defaults: {describe(saved)}")
 flash = st.session_state.pop("lab_flash", None)
 if flash:
     st.success(flash, icon=":material/check_circle:")
@@ -42,7 +69,51 @@ def run_search(query: str, params: dict[str, Any]) -> dict[str, Any]:
         keyword_weight=float(params["keyword_weight"]),
         jaccard_weight=float(params["jaccard_weight"]),
         fusion=params["fusion"],
+        weighting=params["weighting"],
+        language_guard=bool(params["language_guard"]),
     )
+
+
+def settings_controls(prefix: str, initial: dict[str, Any]) -> dict[str, Any]:
+    """The search settings as widgets; they apply as soon as they change. The keyword weight is 1 − the vector
+    weight, shown beside its slider."""
+    top = st.columns(CONTROL_COLUMNS, vertical_alignment="bottom")
+    mode = top[0].selectbox("Mode", MODES, index=MODES.index(initial["mode"]), key=f"{prefix}_mode")
+    hybrid = mode == "hybrid"
+    top_k = top[1].slider("top_k", 1, 50, int(initial["top_k"]), key=f"{prefix}_top_k")
+    vector = top[2].slider(
+        "Vector weight", 0.0, 1.0, vector_share(initial), 0.05, key=f"{prefix}_vw", disabled=not hybrid,
+        help="Share of the semantic (cosine) score in hybrid search. The keyword (BM25) weight is 1 − it.",
+    )
+    top[3].metric("Keyword weight", f"{1 - vector:.2f}" if hybrid else "–",
+                  help="1 − vector weight: the two weights sum to 1. They apply to hybrid search only.")
+    bottom = st.columns(CONTROL_COLUMNS, vertical_alignment="bottom")
+    weighting = bottom[0].radio(
+        "Weighting", WEIGHTINGS, index=WEIGHTINGS.index(initial["weighting"]), key=f"{prefix}_weighting",
+        horizontal=True, disabled=not hybrid,
+        help="fixed: exactly the weights above. auto: each weight scaled, per query, by how clearly its signal's "
+        "top candidates stand out from the rest; the weights used are shown with the results.",
+    )
+    fusion = bottom[1].radio(
+        "Fusion", FUSIONS, index=FUSIONS.index(initial["fusion"]), key=f"{prefix}_fusion", horizontal=True,
+        disabled=not hybrid, format_func=lambda f: "weighted sum" if f == "weighted" else "RRF",
+        help="weighted sum: the weights times each signal's 0–1 score. RRF: reciprocal rank fusion, the weights "
+        f"times {RRF_K + 1} / ({RRF_K} + rank) of each signal.",
+    )
+    jaccard = bottom[2].slider(
+        "Jaccard weight", 0.0, 1.0, float(initial["jaccard_weight"]), 0.05, key=f"{prefix}_jw",
+        help="Final score = (1 − Jaccard weight) × fused score + Jaccard weight × the query/chunk term overlap.",
+    )
+    guard = bottom[3].toggle(
+        "Language guard", bool(initial["language_guard"]), key=f"{prefix}_guard", disabled=not hybrid,
+        help="When the embedding model does not cover the query's language (all-MiniLM-L6-v2 is English-only: a "
+        "Chinese query), give the vector signal weight 0 and say so. Off: the weights above are used as they are.",
+    )
+    return {
+        "mode": mode, "top_k": int(top_k), "vector_weight": round(float(vector), 4),
+        "keyword_weight": round(1.0 - float(vector), 4), "jaccard_weight": float(jaccard), "fusion": fusion,
+        "weighting": weighting, "language_guard": bool(guard),
+    }
 
 
 def place(chunk: dict[str, Any]) -> str:
@@ -54,65 +125,128 @@ def place(chunk: dict[str, Any]) -> str:
     return " · ".join(parts)
 
 
-def breakdown_table(breakdown: dict[str, Any]) -> pd.DataFrame:
+def number(value: Any, digits: int = 4) -> str:
+    return "–" if value is None else f"{float(value):.{digits}f}"
+
+
+def breakdown_steps(b: dict[str, Any]) -> list[str]:
+    """How the final score is computed from the raw scores, every figure from the breakdown."""
+    vn, kn = float(b["vector_normalized"]), float(b["keyword_normalized"])
+    if b.get("normalization") == "reciprocal rank":
+        steps = [
+            f"semantic: rank {b['vector_rank']} → {RRF_K + 1} / ({RRF_K} + {b['vector_rank']}) = {vn:.4f}"
+            if b.get("vector_rank") else "semantic: not ranked by the vector search → 0",
+            f"keyword: rank {b['keyword_rank']} → {RRF_K + 1} / ({RRF_K} + {b['keyword_rank']}) = {kn:.4f}"
+            if b.get("keyword_rank") else "keyword: not ranked by the keyword search → 0",
+        ]
+    else:
+        cosine, bm25, reference = b.get("vector_score"), b.get("keyword_score"), b.get("keyword_reference")
+        steps = [
+            f"semantic: cosine {cosine:.4f} → max(0, {cosine:.4f}) = {vn:.4f}"
+            if cosine is not None else "semantic: no cosine → 0",
+            f"keyword: BM25 {bm25:.3f}, reference {reference:.3f} → 1 − exp(−{bm25:.3f} / {reference:.3f}) = {kn:.4f}"
+            if bm25 and reference else "keyword: no query term in the chunk (BM25 0) → 0",
+        ]
+    vw, kw, fused = float(b["vector_weight"]), float(b["keyword_weight"]), float(b["fused_score"])
+    steps.append(f"fused: {vw:.2f} × {vn:.4f} + {kw:.2f} × {kn:.4f} = {fused:.4f}")
+    jw, final = float(b.get("jaccard_weight") or 0.0), float(b["final_score"])
+    if jw:
+        steps.append(f"final: (1 − {jw:.2f}) × {fused:.4f} + {jw:.2f} × {float(b['jaccard']):.4f} = {final:.4f}")
+    else:
+        steps.append(f"final = fused = {final:.4f} (Jaccard weight 0)")
+    return steps
+
+
+def breakdown_table(b: dict[str, Any]) -> pd.DataFrame:
+    rank_based = b.get("normalization") == "reciprocal rank"
     rows = [
-        ("raw cosine (semantic)", breakdown.get("vector_score")),
-        ("raw BM25 (keyword)", breakdown.get("keyword_score")),
-        ("semantic normalised", breakdown.get("vector_normalized")),
-        ("keyword normalised", breakdown.get("keyword_normalized")),
-        ("rank in semantic list", breakdown.get("vector_rank")),
-        ("rank in keyword list", breakdown.get("keyword_rank")),
-        ("vector weight (used / asked)",
-         f"{breakdown.get('vector_weight', 0):.3f} / {breakdown.get('requested_vector_weight', 0):.3f}"),
-        ("keyword weight (used / asked)",
-         f"{breakdown.get('keyword_weight', 0):.3f} / {breakdown.get('requested_keyword_weight', 0):.3f}"),
-        ("fused score", breakdown.get("fused_score")),
-        ("Jaccard overlap × weight", f"{breakdown.get('jaccard', 0):.3f} × {breakdown.get('jaccard_weight', 0):.2f}"),
-        ("final score", breakdown.get("final_score")),
-        ("fusion", breakdown.get("fusion_method")),
+        ("raw cosine (semantic)", number(b.get("vector_score"))),
+        ("semantic, 0–1" + (" (from its rank)" if rank_based else ": max(0, cosine)"), number(b["vector_normalized"])),
+        ("raw BM25 (keyword)", number(b.get("keyword_score"))),
+        ("keyword reference: BM25 of a reference match", number(b.get("keyword_reference"))),
+        ("keyword, 0–1" + (" (from its rank)" if rank_based else ": 1 − exp(−BM25 / reference)"),
+         number(b["keyword_normalized"])),
+        ("rank in semantic list", str(b.get("vector_rank") or "–")),
+        ("rank in keyword list", str(b.get("keyword_rank") or "–")),
+        ("weights used (vector / keyword)", f"{b['vector_weight']:.3f} / {b['keyword_weight']:.3f}"),
+        ("weights asked (vector / keyword)",
+         f"{b['requested_vector_weight']:.3f} / {b['requested_keyword_weight']:.3f}"),
+        ("weighting", str(b.get("weighting", "fixed"))),
+        ("semantic contribution", number(b["vector_contribution"])),
+        ("keyword contribution", number(b["keyword_contribution"])),
+        ("fused score", number(b["fused_score"])),
+        ("Jaccard overlap × weight", f"{b['jaccard']:.4f} × {b['jaccard_weight']:.2f}"),
+        ("final score (0–1)", number(b["final_score"])),
+        ("fusion", f"{b['fusion_method']} · {b.get('normalization', 'absolute')} normalisation"),
     ]
-    values = ["–" if v is None else (f"{v:.4f}" if isinstance(v, float) else str(v)) for _, v in rows]
-    return pd.DataFrame({"part": [r[0] for r in rows], "value": values})
+    return pd.DataFrame({"part": [r[0] for r in rows], "value": [r[1] for r in rows]})
 
 
-def chunk_cards(chunks: list[dict[str, Any]], prefix: str, with_breakdown: bool = True) -> None:
+def explanation(query: str, chunk_id: str, params: dict[str, Any]) -> None:
+    result = session.explain_search(
+        query, chunk_id, mode=params["mode"], vector_weight=params["vector_weight"],
+        keyword_weight=params["keyword_weight"], jaccard_weight=params["jaccard_weight"], fusion=params["fusion"],
+        weighting=params["weighting"], language_guard=params["language_guard"],
+    )
+    data = ui.data_or_error(result)
+    if data is not None:
+        st.markdown("\n".join(f"- {line}" for line in data["explanation"]))
+
+
+def chunk_cards(chunks: list[dict[str, Any]], query: str, params: dict[str, Any]) -> None:
     for rank, chunk in enumerate(chunks, start=1):
         with st.container(border=True):
-            head, score = st.columns([5, 1])
+            head, score = st.columns([4, 2])
             head.markdown(f"**#{rank}** · {place(chunk)}")
-            score.markdown(f"score **{chunk['score']:.3f}**")
+            score.markdown(f"score **{chunk['score']:.3f}** on a 0–1 scale")
             st.markdown(
                 f"<div style='line-height:1.55'>{ui.highlight(chunk['content'], chunk.get('matched_terms') or [])}"
                 "</div>",
                 unsafe_allow_html=True,
             )
             terms = chunk.get("matched_terms") or []
-            if terms:
-                st.caption("Matched terms: " + ", ".join(f"`{t}`" for t in terms))
-            if with_breakdown and chunk.get("breakdown"):
+            st.caption(
+                ("Matched terms: " + ", ".join(f"`{t}`" for t in terms) + " · " if terms else "No query term · ")
+                + f"chunk `{chunk['id']}`"
+            )
+            breakdown = chunk.get("breakdown")
+            if breakdown:
                 with st.expander("Score breakdown", expanded=False):
-                    parts = ui.contribution_parts(chunk["breakdown"])
+                    parts = ui.contribution_parts(breakdown)
                     st.plotly_chart(
-                        ui.breakdown_figure([chunk], height=190), key=f"{prefix}_chart_{rank}", width="stretch"
+                        ui.breakdown_figure([chunk], height=170), key=f"lab_chart_{rank}", width="stretch"
                     )
                     st.caption(
                         " + ".join(f"{name} {value:.4f}" for name, value in parts.items())
-                        + f" = final {chunk['breakdown']['final_score']:.4f}"
+                        + f" = final {breakdown['final_score']:.4f}"
                     )
-                    st.dataframe(breakdown_table(chunk["breakdown"]), hide_index=True, width="stretch")
-                    for note in chunk["breakdown"].get("notes") or []:
+                    st.markdown("\n".join(f"- {step}" for step in breakdown_steps(breakdown)))
+                    table = breakdown_table(breakdown)
+                    st.dataframe(table, hide_index=True, width="stretch", height=ui.table_height(len(table)))
+                    for note in breakdown.get("notes") or []:
                         st.caption(f"Note: {note}")
+            if st.toggle("Explain this rank", key=f"lab_explain_{chunk['id']}",
+                         help="Where this chunk ranks among all candidates and why, step by step (explain_search)."):
+                explanation(query, chunk["id"], params)
 
 
-def settings_inputs(prefix: str, initial: dict[str, Any], columns: int = 5) -> dict[str, Any]:
-    cols = st.columns(columns)
-    mode = cols[0].selectbox("Mode", MODES, index=MODES.index(initial["mode"]), key=f"{prefix}_mode")
-    top_k = cols[1].slider("top_k", 1, 50, int(initial["top_k"]), key=f"{prefix}_top_k")
-    vector = cols[2].slider("Vector weight", 0.0, 1.0, float(initial["vector_weight"]), 0.05, key=f"{prefix}_vw")
-    keyword = cols[3].slider("Keyword weight", 0.0, 1.0, float(initial["keyword_weight"]), 0.05, key=f"{prefix}_kw")
-    jaccard = cols[4].slider("Jaccard weight", 0.0, 1.0, float(initial["jaccard_weight"]), 0.05, key=f"{prefix}_jw")
-    return {"mode": mode, "top_k": top_k, "vector_weight": vector, "keyword_weight": keyword,
-            "jaccard_weight": jaccard, "fusion": initial.get("fusion", "weighted")}
+def weights_panel(data: dict[str, Any], params: dict[str, Any]) -> None:
+    """The weights hybrid search used, beside the ones asked and what auto weighting would choose."""
+    weights = data.get("weights")
+    if not weights:
+        st.caption(ui.score_scale(data["settings"]))
+        return
+    used, asked, auto = st.columns(3)
+    used.metric("Weights used · vector / keyword", ui.weight_pair(weights.get("used")),
+                help="The weights the fusion applied to this query's hits.")
+    asked.metric("Weights asked", ui.weight_pair(weights.get("requested")),
+                 help="The weights set above (or saved as the KB's defaults).")
+    auto.metric("Auto weighting would use", ui.weight_pair(weights.get("auto")),
+                help="What weighting = auto chooses for this query; shown whichever weighting is set.")
+    for note in weights.get("notes") or []:
+        st.caption(f"Why the weights used differ from the weights asked: {note}")
+    if params["weighting"] == "fixed" and weights.get("auto_notes"):
+        st.caption("Auto weighting: " + " ".join(n.removeprefix("auto weights: ") for n in weights["auto_notes"]))
 
 
 kind = st.radio("Search type", ["single query", MULTI], horizontal=True, key="lab_kind",
@@ -136,7 +270,8 @@ if kind == MULTI:
             st.stop()
         if result["data"]["degraded"]:
             st.warning(result["message"], icon=":material/timer_off:")
-        st.caption(f"{result['data']['total_results']} chunk(s); chunks related to all keywords rank first.")
+        st.caption(f"{result['data']['total_results']} chunk(s); chunks related to all keywords rank first. "
+                   "Scores are hybrid scores on the 0–1 scale, with the KB's saved weights.")
         for rank, chunk in enumerate(result["data"]["chunks"], start=1):
             meta = chunk["metadata"]
             with st.container(border=True):
@@ -150,40 +285,37 @@ if kind == MULTI:
     st.stop()
 
 with st.form("lab_form"):
-    query = st.text_input(
-        "Query", key="lab_query", placeholder="How does hybrid search combine scores? / 混合检索如何计算得分？"
+    typed = st.text_input(
+        "Query", value=st.session_state.get("lab_query_run", ""), key="lab_query",
+        placeholder="How does hybrid search combine scores? / 混合检索如何计算得分？",
     )
-    params = settings_inputs(f"lab_{key}", saved)
-    submitted = st.form_submit_button("Search", type="primary")
-if submitted:
-    st.session_state["lab_params"] = {"query": query, **params}
-current: dict[str, Any] | None = st.session_state.get("lab_params")
-if not current or not current["query"].strip():
-    st.info("Type a query and press **Search**. Weights, Jaccard weight and top_k start from the KB's saved defaults.")
+    if st.form_submit_button("Search", type="primary"):
+        st.session_state["lab_query_run"] = typed
+params = settings_controls(f"lab_{key}", saved)
+query = str(st.session_state.get("lab_query_run") or "")
+if not query.strip():
+    st.info("Type a query and press **Search**. The settings start from the KB's saved defaults and apply as soon "
+            "as you change them.")
     st.stop()
 
-query = current["query"]
-main = run_search(query, current)
+main = run_search(query, params)
 if not main["success"]:
     ui.show_error(main)
     st.stop()
 for warning in main["data"]["warnings"]:
     st.warning(warning, icon=":material/translate:")
+weights_panel(main["data"], params)
 
 save_col, info_col = st.columns([1, 4], vertical_alignment="center")
-if save_col.button("Save as KB default", key="lab_save", help="CLI and MCP searches without settings use these."):
-    to_save = {k: current[k] for k in DEFAULTS}
-    result = session.save_search_settings(**to_save)
+if save_col.button("Save as KB default", key="lab_save",
+                   help="Searches that give no settings (CLI, MCP, this app's next visit) use these."):
+    result = session.save_search_settings(**params)
     if result["success"]:
         st.session_state["lab_flash"] = result["message"]
         st.session_state["lab_saved_round"] = st.session_state.get("lab_saved_round", 0) + 1
         st.rerun()
     ui.show_error(result)
-used = main["data"]["settings"]
-info_col.caption(
-    f"{main['data']['count']} chunk(s) · {used['mode']} · vector {used['vector_weight']:.2f} / keyword "
-    f"{used['keyword_weight']:.2f} · Jaccard {used['jaccard_weight']:.2f} · fusion {used['fusion']}"
-)
+info_col.caption(f"{main['data']['count']} chunk(s) · {describe(params)}")
 
 results_tab, moves_tab, ab_tab = st.tabs(["Results", "Rank movement across modes", "A/B comparison"])
 chunks = main["data"]["chunks"]
@@ -191,18 +323,18 @@ with results_tab:
     if not chunks:
         st.info("No chunks matched.")
     else:
-        st.markdown("**Score breakdown** — stacked contributions add up to each hit's final score")
-        st.caption(ui.score_scale(used))
+        st.markdown("**Score breakdown** — stacked contributions add up to each hit's final score (0–1 scale)")
+        st.caption(ui.score_scale(main["data"]["settings"]))
         st.plotly_chart(ui.breakdown_figure(chunks), key="lab_overview_chart", width="stretch")
-        chunk_cards(chunks, "main")
+        chunk_cards(chunks, query, params)
 
 with moves_tab:
-    depth = max(int(current["top_k"]), 10)
+    depth = max(int(params["top_k"]), 10)
     ranks: dict[str, dict[str, int]] = {}
     labels: dict[str, str] = {}
     failures = []
     for mode in MODES:
-        result = run_search(query, {**current, "mode": mode, "top_k": depth})
+        result = run_search(query, {**params, "mode": mode, "top_k": depth})
         if not result["success"]:
             failures.append(result)
             continue
@@ -213,21 +345,21 @@ with moves_tab:
         ui.show_error(failure)
     ids = [c["id"] for c in chunks] + [i for i in ranks if i not in {c["id"] for c in chunks}]
     if ids:
-        st.caption(f"Rank of each chunk in the top {depth} of each mode (blank: not in that top {depth}). "
-                   f"Current settings' weights apply to hybrid.")
+        st.caption(f"Rank of each chunk in the top {depth} of each mode (None: not in that top {depth}). "
+                   "The hybrid column uses the settings above.")
         table = pd.DataFrame(
             {
-                "Chunk": [labels[i] for i in ids],
-                **{m: [ranks[i].get(m) for i in ids] for m in MODES},
+                "Chunk": [labels.get(i, i) for i in ids],
+                **{m: pd.array([ranks.get(i, {}).get(m) for i in ids], dtype="Int64") for m in MODES},
             }
         )
         table["hybrid − semantic"] = table["semantic"] - table["hybrid"]
         table["hybrid − keyword"] = table["keyword"] - table["hybrid"]
         figure = go.Figure()
-        for i in ids[: int(current["top_k"])]:
+        for i in ids[: int(params["top_k"])]:
             figure.add_scatter(
-                x=MODES, y=[ranks[i].get(m) for m in MODES], mode="lines+markers", name=labels[i][:40],
-                connectgaps=False,
+                x=MODES, y=[ranks.get(i, {}).get(m) for m in MODES], mode="lines+markers",
+                name=labels.get(i, i)[:40], connectgaps=False,
             )
         figure.update_layout(yaxis={"autorange": "reversed", "title": "rank", "dtick": 1}, height=360,
                              margin={"l": 10, "r": 10, "t": 20, "b": 10}, legend={"font": {"size": 10}})
@@ -237,14 +369,9 @@ with moves_tab:
         })
 
 with ab_tab:
-    st.caption("A is the settings above; set B here. Chunks found by both are marked ●.")
-    b_initial = st.session_state.get("lab_b_params") or {
-        **current, "mode": "keyword" if current["mode"] != "keyword" else "semantic"
-    }
-    with st.form("lab_ab"):
-        b_params = settings_inputs("lab_b", b_initial)
-        st.form_submit_button("Compare")
-    st.session_state["lab_b_params"] = b_params
+    st.caption("A is the settings above; set B here (it applies as you change it). Chunks found by both are marked ●.")
+    b_initial = {**params, "mode": "keyword" if params["mode"] != "keyword" else "semantic"}
+    b_params = settings_controls(f"lab_b_{record.id}", b_initial)
     other = run_search(query, b_params)
     if not other["success"]:
         ui.show_error(other)
@@ -259,19 +386,24 @@ with ab_tab:
         m2.metric("Overlap (Jaccard)", f"{len(shared) / len(union):.2f}" if union else "–")
         m3.metric("Only in A / only in B", f"{len(set(a_ids) - shared)} / {len(set(b_ids) - shared)}")
         col_a, col_b = st.columns(2)
-        for column, label, params, found in ((col_a, "A", current, chunks), (col_b, "B", b_params, b_chunks)):
+        for column, label, side, found in ((col_a, "A", main, chunks), (col_b, "B", other, b_chunks)):
             with column:
-                st.markdown(
-                    f"**{label}** · {params['mode']} · vector {params['vector_weight']:.2f} / keyword "
-                    f"{params['keyword_weight']:.2f} · Jaccard {params['jaccard_weight']:.2f} · top {params['top_k']}"
-                )
+                side_settings = {**side["data"]["settings"]}
+                used = (side["data"].get("weights") or {}).get("used")
+                line = f"**{label}** · {describe(side_settings)}"
+                if used is not None:
+                    line += f" · weights used {ui.weight_pair(used)}"
+                st.markdown(line)
+                for warning in side["data"]["warnings"] if label == "B" else []:
+                    st.caption(f"B: {warning}")
                 st.dataframe(
                     pd.DataFrame({
                         "#": range(1, len(found) + 1),
                         "both": ["●" if c["id"] in shared else "" for c in found],
                         "document": [c["doc_name"] for c in found],
                         "chunk": [c["content"][:80] for c in found],
-                        "score": [round(c["score"], 4) for c in found],
+                        "score (0–1)": [round(c["score"], 4) for c in found],
                     }),
                     hide_index=True, width="stretch",
+                    column_config={"chunk": st.column_config.TextColumn("chunk", width="medium")},
                 )

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from kb_core import KnowledgeBaseService
-from kb_core.demo import DEMO_KB_NAME, demo_files, ensure_demo_kb
+from kb_core.demo import DEMO_KB_NAME, demo_files, demo_judgments_folder, ensure_demo_kb
+from kb_core.evaluation import load_beir_queries_qrels
 from kb_core.parsing import parse_file
 
 REPO = Path(__file__).resolve().parents[1]
@@ -53,6 +54,20 @@ def test_demo_docx_keeps_headings_as_chapters_and_the_table() -> None:
     parsed = parse_file(DEMO / "混合检索.docx")
     assert "向量权重 | 0.7 | 归一化语义得分所占比例" in parsed.text
     assert "当一种信号失效时" in parsed.text
+
+
+def test_demo_judgments_grade_demo_documents_for_english_and_chinese_questions(tmp_path: Path) -> None:
+    folder = demo_judgments_folder()
+    assert folder is not None and folder == DEMO / "eval"
+    queries, qrels = load_beir_queries_qrels(folder)
+    chinese = [q for q, text in queries.items() if any("\u4e00" <= c <= "\u9fff" for c in text)]
+    assert len(queries) == 24 and len(chinese) == 12
+    names = {p.name for p in demo_files()}
+    for query_id, judged in qrels.items():
+        assert set(judged) <= names, judged  # corpus ids are the demo KB's document names
+        assert set(judged.values()) <= {1, 2} and 2 in judged.values(), (query_id, judged)
+    assert set().union(*qrels.values()) == names  # every demo document is the answer to some question
+    assert demo_judgments_folder(tmp_path) is None  # a folder without them offers none
 
 
 def test_ensure_demo_kb_builds_once_and_leaves_the_selection_alone(tmp_path: Path) -> None:

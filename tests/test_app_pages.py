@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,14 @@ if str(REPO) not in sys.path:
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from kb_core import KnowledgeBaseService  # noqa: E402
+from kb_core.demo import DEMO_KB_NAME, ensure_demo_kb  # noqa: E402
+from kb_core.evaluation import (  # noqa: E402
+    EvaluationSetting,
+    evaluate_with_sweep,
+    load_beir_queries_qrels,
+    settings_for,
+)
+from kb_core.evaluation_runs import best_sweep_setting, record_run  # noqa: E402
 
 
 @pytest.fixture
@@ -202,20 +211,43 @@ def search(test: AppTest, query: str) -> AppTest:
     return test
 
 
+def lab_prefix(home: Path, kb: str = "Alpha", saved_round: int = 0) -> str:
+    """The search lab's widget keys carry the KB id (they reset to the KB's saved defaults)."""
+    return f"lab_{KnowledgeBaseService(home).find_kb(kb).id}_{saved_round}"
+
+
+def metric(test: AppTest, label: str) -> str:
+    return next(str(m.value) for m in test.metric if m.label == label)
+
+
+def pair(weights: dict[str, float]) -> str:
+    return f"{weights['vector']:.2f} / {weights['keyword']:.2f}"
+
+
+def shown_chunk_ids(test: AppTest) -> list[str]:
+    """The chunk ids of the result cards, in the order shown (each card's caption ends with its id)."""
+    return [c.split("chunk `")[1].rstrip("`") for c in texts(test, "caption") if "chunk `chk_" in c]
+
+
 def test_search_lab_cards_highlights_breakdowns_rank_moves_and_ab(filled: Path) -> None:
     test = search(app("search_lab"), "混合检索 权重")
     html = " ".join(texts(test, "markdown"))
     assert "<mark>" in html and "混合检索" in html
     cards = [m for m in texts(test, "markdown") if m.startswith("**#")]
     assert cards and "混合检索.docx" in cards[0]
+    assert sum("on a 0–1 scale" in m for m in texts(test, "markdown")) == len(cards)
     assert any(e.label == "Score breakdown" for e in test.expander)
     # the caption under each chart: the stacked parts add up to the final score
     sums = [c for c in texts(test, "caption") if "= final" in c]
-    assert sums
+    assert len(sums) == len(cards)
     for caption in sums:
         parts, final = caption.split("= final")
         total = sum(float(piece.split()[-1]) for piece in parts.split(" + "))
         assert abs(total - float(final)) < 2e-4, caption
+        assert 0 <= float(final) <= 1
+    # no trace of the old z-scores: the scale is stated in words
+    assert not any("z-score" in c or "standard deviation" in c for c in texts(test, "caption"))
+    assert any("0–1 scale" in c for c in texts(test, "caption"))
     # rank movement: one column per mode
     moves = next(d.value for d in test.dataframe if "semantic" in d.value.columns)
     assert {"hybrid", "semantic", "keyword"} <= set(moves.columns)
@@ -224,36 +256,104 @@ def test_search_lab_cards_highlights_breakdowns_rank_moves_and_ab(filled: Path) 
     assert "Shared chunks" in labels and "Overlap (Jaccard)" in labels
 
 
-def lab_prefix(home: Path, kb: str = "Alpha") -> str:
-    """The search lab's widget keys carry the KB id (they reset to the KB's saved defaults)."""
-    return f"lab_{KnowledgeBaseService(home).find_kb(kb).id}_0"
+def recomputed(step: str) -> tuple[float, float]:
+    """``fused: 0.20 × 0.5123 + 0.80 × 0.4000 = 0.4225`` → (the sum recomputed from the line, the stated result)."""
+    terms, stated = step.removeprefix("- fused: ").split(" = ")
+    total = sum(float(w) * float(v) for w, v in (t.split(" × ") for t in terms.split(" + ")))
+    return total, float(stated)
 
 
-def test_save_as_kb_default_persists_for_the_cli_and_mcp(filled: Path) -> None:
+def test_one_vector_weight_slider_sets_both_weights_and_every_hit_uses_them(filled: Path) -> None:
+    test = search(app("search_lab"), "hybrid search weights")
+    base = lab_prefix(filled)
+    assert metric(test, "Keyword weight") == "0.30"
+    assert metric(test, "Weights used · vector / keyword") == "0.70 / 0.30"
+    test.slider(key=f"{base}_vw").set_value(0.2).run()
+    assert not test.exception
+    assert metric(test, "Keyword weight") == "0.80"
+    assert metric(test, "Weights used · vector / keyword") == "0.20 / 0.80"
+    assert metric(test, "Weights asked") == "0.20 / 0.80"
+    # the cards are the service's hits for exactly these weights, in its order
+    session = KnowledgeBaseService(filled).session()
+    session.select_knowledge_base("Alpha")
+    expected = session.search("hybrid search weights", vector_weight=0.2)["data"]
+    assert shown_chunk_ids(test) == [c["id"] for c in expected["chunks"]]
+    # each breakdown shows its arithmetic with the weights used, and it adds up
+    steps = [line for m in texts(test, "markdown") for line in m.splitlines() if line.startswith("- fused:")]
+    assert len(steps) == len(expected["chunks"])
+    for step in steps:
+        assert step.startswith("- fused: 0.20 × ") and " + 0.80 × " in step, step
+        total, stated = recomputed(step)
+        assert abs(total - stated) < 1e-3, step
+    # auto weighting: the weights used are the ones the service calls auto, beside the ones asked
+    test.radio(key=f"{base}_weighting").set_value("auto").run()
+    auto = session.search("hybrid search weights", vector_weight=0.2, weighting="auto")["data"]["weights"]
+    assert metric(test, "Weights asked") == "0.20 / 0.80"
+    assert metric(test, "Weights used · vector / keyword") == pair(auto["used"])
+    assert metric(test, "Auto weighting would use") == pair(auto["auto"])
+
+
+def test_explain_shows_why_a_hit_ranks_where_it_does(filled: Path) -> None:
+    test = search(app("search_lab"), "hybrid search weights")
+    second = shown_chunk_ids(test)[1]
+    test.toggle(key=f"lab_explain_{second}").set_value(True).run()
+    assert not test.exception
+    session = KnowledgeBaseService(filled).session()
+    session.select_knowledge_base("Alpha")
+    expected = session.explain_search("hybrid search weights", second)["data"]["explanation"]
+    assert expected[0].startswith("Ranked 2 of")
+    assert "\n".join(f"- {line}" for line in expected) in texts(test, "markdown")
+
+
+def test_save_as_kb_default_persists_every_setting_for_the_cli_and_mcp(filled: Path) -> None:
     test = app("search_lab")
     base = lab_prefix(filled)
-    test.selectbox(key=f"{base}_mode").set_value("keyword")
     test.slider(key=f"{base}_top_k").set_value(7)
+    test.slider(key=f"{base}_vw").set_value(0.35)
+    test.radio(key=f"{base}_weighting").set_value("auto")
+    test.radio(key=f"{base}_fusion").set_value("rrf")
     test.slider(key=f"{base}_jw").set_value(0.25)
+    test.toggle(key=f"{base}_guard").set_value(False)
     search(test, "hybrid search weights")
     test.button(key="lab_save").click().run()
     assert any("Saved search defaults for 'Alpha'" in s for s in texts(test, "success"))
     saved = KnowledgeBaseService(filled).session().resolve_kb("Alpha").search_settings
-    assert saved["mode"] == "keyword" and saved["top_k"] == 7 and saved["jaccard_weight"] == 0.25
+    assert saved == {"mode": "hybrid", "top_k": 7, "vector_weight": 0.35, "keyword_weight": 0.65,
+                     "jaccard_weight": 0.25, "fusion": "rrf", "weighting": "auto", "language_guard": False}
+    # the page starts from the saved defaults now
+    again = lab_prefix(filled, saved_round=1)
+    assert test.slider(key=f"{again}_vw").value == 0.35 and test.radio(key=f"{again}_fusion").value == "rrf"
+    assert test.toggle(key=f"{again}_guard").value is False
+    # and a search that gives no settings (CLI, MCP) uses them
     other = KnowledgeBaseService(filled).session()
     other.select_knowledge_base("Alpha")
-    assert other.search("hybrid search")["data"]["settings"]["mode"] == "keyword"
+    used = other.search("hybrid search")["data"]
+    assert used["settings"]["fusion"] == "rrf" and used["weights"]["requested"]["vector"] == pytest.approx(0.35)
+    # keyword mode: the saved weights stay for hybrid
+    test.selectbox(key=f"{again}_mode").set_value("keyword").run()
+    test.button(key="lab_save").click().run()
+    saved = KnowledgeBaseService(filled).session().resolve_kb("Alpha").search_settings
+    assert saved["mode"] == "keyword" and saved["vector_weight"] == 0.35
 
 
-def test_search_lab_shows_service_errors_readably(filled: Path) -> None:
-    test = app("search_lab")
-    base = lab_prefix(filled)
-    test.slider(key=f"{base}_vw").set_value(0.0)
-    test.slider(key=f"{base}_kw").set_value(0.0)
-    search(test, "hybrid")
-    errors = texts(test, "error")
-    assert any("both 0" in e and "INVALID_ARGUMENT" in e for e in errors), errors
-    assert not any("Traceback" in e for e in errors)
+@pytest.mark.model
+def test_language_guard_is_shown_where_the_user_looks_and_can_be_switched_off(home: Path) -> None:
+    session = KnowledgeBaseService(home).session()
+    assert session.create_knowledge_base("英文模型", 128)["success"]  # all-MiniLM-L6-v2: English only
+    files = [str(DEMO / f) for f in ("混合检索.docx", "hybrid_search.docx")]
+    assert session.import_document(files, kb_name="英文模型")["success"]
+    test = search(app("search_lab"), "混合检索的默认权重是多少")
+    base = lab_prefix(home, "英文模型")
+    warnings = texts(test, "warning")
+    assert any("language guard gave the vector signal weight 0" in w and "Switch the language guard off" in w
+               for w in warnings), warnings
+    assert metric(test, "Weights used · vector / keyword") == "0.00 / 1.00"
+    assert metric(test, "Weights asked") == "0.70 / 0.30"
+    assert any("Why the weights used differ" in c for c in texts(test, "caption"))
+    test.toggle(key=f"{base}_guard").set_value(False).run()
+    assert metric(test, "Weights used · vector / keyword") == "0.70 / 0.30"
+    assert any("the requested weights are used" in w for w in texts(test, "warning"))
+    assert not any("Why the weights used differ" in c for c in texts(test, "caption"))
 
 
 def test_multi_keyword_mode_uses_rag_search(filled: Path) -> None:
@@ -284,20 +384,145 @@ def write_judgments(folder: Path) -> Path:
     return folder
 
 
-def test_evaluate_folder_against_the_current_kb(filled: Path, tmp_path: Path) -> None:
+def run_id_shown(test: AppTest) -> str:
+    kept = next(s for s in texts(test, "success") if s.startswith("Kept as run "))
+    return kept.split()[3]
+
+
+def test_evaluate_folder_sweeps_keeps_the_run_and_saves_the_best_weights(filled: Path, tmp_path: Path) -> None:
     test = app("evaluate")
+    assert test.radio(key="eval_source").value == "Folder on the server"  # the current KB is not the demo
     test.text_input(key="eval_folder").input(str(write_judgments(tmp_path / "beir")))
     test.run()
     test.slider(key="eval_steps").set_value(4)
     test.button(key="eval_run").click().run()
     assert not test.exception and not texts(test, "error"), texts(test, "error")
     metrics = test.dataframe[0].value
-    assert list(metrics["setting"][:3]) == ["hybrid (default)", "semantic", "keyword"]
-    assert len(metrics) == 3 + 5  # modes + sweep 0, .25, .5, .75, 1
+    assert list(metrics["setting"]) == [
+        "hybrid (default)", "semantic", "keyword", "hybrid auto", "hybrid rrf",
+        "hybrid 0.00/1.00", "hybrid 0.25/0.75", "hybrid 0.50/0.50", "hybrid 0.75/0.25", "hybrid 1.00/0.00",
+    ]
     assert metrics["ndcg@10"].between(0, 1).all() and (metrics["queries"] == 3).all()
+    assert metrics["recall@100"].notna().all()  # the sweep was ranked 100 deep too
     per_query = test.dataframe[1].value
     assert len(per_query) == 3 and list(per_query["ndcg@10"]) == sorted(per_query["ndcg@10"])
     assert test.get("download_button")
+    # the run is kept in the user's home with what it measured
+    service = KnowledgeBaseService(filled)
+    run = service.evaluation_runs.load(run_id_shown(test))
+    assert run.kb_name == "Alpha" and run.query_count == 3 and list(run.metrics["setting"]) == list(metrics["setting"])
+    # the best sweep point becomes the KB's default: hybrid, those weights, fixed, weighted
+    best = best_sweep_setting(run.metrics)
+    assert any(f"vector **{best['vector_weight']:.2f}**" in m for m in texts(test, "markdown"))
+    test.button(key="eval_save_best").click().run()
+    assert any("Saved search defaults for 'Alpha'" in s for s in texts(test, "success"))
+    saved = service.find_kb("Alpha").search_settings
+    assert saved == {"mode": "hybrid", "vector_weight": best["vector_weight"],
+                     "keyword_weight": best["keyword_weight"], "weighting": "fixed", "fusion": "weighted"}
+
+
+def test_demo_judgments_are_offered_and_chosen_for_the_demo_kb(home: Path) -> None:
+    session = KnowledgeBaseService(home).session()
+    assert ensure_demo_kb(session, embedding_model="hashing")["success"]
+    test = app("evaluate")
+    assert test.radio(key="eval_source").value == "Demo judgments"
+    test.toggle(key="eval_sweep").set_value(False)
+    test.toggle(key="eval_compare_fusion").set_value(False)
+    test.multiselect(key="eval_modes").set_value(["hybrid"])
+    test.button(key="eval_run").click().run()
+    assert not test.exception and not texts(test, "error"), texts(test, "error")
+    assert list(test.dataframe[0].value["queries"]) == [24]
+    run = KnowledgeBaseService(home).evaluation_runs.load(run_id_shown(test))
+    assert run.dataset == "demo judgments" and run.kb_name == DEMO_KB_NAME
+    # without a sweep there is nothing to save as a default
+    assert not [b for b in test.button if b.key == "eval_save_best"]
+
+
+def keep_run(home: Path, settings: list, *, sweep: list[float] | None = None) -> str:
+    """A kept run of the first two test judgments against Alpha, as `kb eval --kb Alpha` keeps one."""
+    service = KnowledgeBaseService(home)
+    session = service.session()
+    queries, qrels = load_beir_queries_qrels(write_judgments(home.parent / "beir"))
+    report = evaluate_with_sweep(session, queries, qrels, settings=settings, sweep=sweep, kb_name="Alpha")
+    everything = list(settings) + [s for s in settings_for((), sweep) if s not in settings] if sweep else settings
+    return record_run(service.evaluation_runs, service, report, dataset="beir", settings=everything).id
+
+
+def test_two_kept_runs_compare_query_by_query_as_the_service_does(filled: Path) -> None:
+    first = keep_run(filled, [EvaluationSetting("keyword"), EvaluationSetting("hybrid", 0.3, 0.7)], sweep=[0.0, 1.0])
+    time.sleep(1.1)  # runs are listed newest first by their creation time, kept to the second
+    second = keep_run(filled, [EvaluationSetting("semantic")])
+    test = app("evaluate")
+    # newest run is B, the one before it A; each with its first setting
+    assert test.selectbox(key=f"cmp_run_a_{second}").value == first
+    assert test.selectbox(key=f"cmp_run_b_{second}").value == second
+    test.selectbox(key=f"cmp_setting_a_{first}").set_value("hybrid 0.30/0.70").run()
+    session = KnowledgeBaseService(filled).session()
+    expected = session.compare_evaluation_runs(first, second, "hybrid 0.30/0.70", "semantic", top=1000)["data"]
+    shown = {m.label: str(m.value) for m in test.metric}
+    assert shown["Wins (B better)"] == str(expected["wins"]) and shown["Losses (B worse)"] == str(expected["losses"])
+    assert shown["Ties"] == str(expected["ties"])
+    assert shown["Mean nDCG@10: A → B"] == f"{expected['mean_a']:.4f} → {expected['mean_b']:.4f}"
+    table = test.dataframe[-1].value
+    assert list(table["query id"]) == [m["query_id"] for m in expected["moved_most"]]
+    assert list(table["B − A"]) == pytest.approx([m["delta"] for m in expected["moved_most"]])
+    assert set(table["query"]) == {
+        "how are the vector and keyword scores fused", "混合检索 权重", "what is KB Workbench"
+    }
+
+    # the same run twice compares two of its settings; B starts on the run's second setting
+    test.selectbox(key=f"cmp_run_b_{second}").set_value(first).run()
+    assert test.selectbox(key=f"cmp_setting_b_{first}").value == "hybrid 0.30/0.70"
+    test.selectbox(key=f"cmp_setting_a_{first}").set_value("keyword").run()
+    expected = session.compare_evaluation_runs(first, first, "keyword", "hybrid 0.30/0.70")["data"]
+    assert {m.label: str(m.value) for m in test.metric}["Wins (B better)"] == str(expected["wins"])
+    assert not texts(test, "warning")  # one KB: the fingerprints agree
+
+    # Recall@100 of a sweep point that was ranked 10 deep: the service's reason, readably
+    test.selectbox(key=f"cmp_setting_b_{first}").set_value("hybrid 1.00/0.00")
+    test.radio(key="cmp_metric").set_value("recall@100").run()
+    assert not test.exception
+    errors = texts(test, "error")
+    assert any("recall@100" in e and "INVALID_ARGUMENT" in e for e in errors), errors
+
+
+def test_runs_of_different_knowledge_bases_warn_when_compared(filled: Path) -> None:
+    first = keep_run(filled, [EvaluationSetting("keyword")])
+    session = KnowledgeBaseService(filled).session()
+    session.select_knowledge_base("Alpha")
+    assert session.delete_document("得分解释.doc")["success"]  # the KB the next run searches differs
+    time.sleep(1.1)
+    second = keep_run(filled, [EvaluationSetting("keyword")])
+    test = app("evaluate")
+    assert test.selectbox(key=f"cmp_run_a_{second}").value == first
+    assert test.selectbox(key=f"cmp_run_b_{second}").value == second
+    assert any("searched different knowledge bases" in w for w in texts(test, "warning")), texts(test, "warning")
+
+
+@pytest.mark.model
+def test_a_kb_built_from_a_corpus_is_evaluated_but_not_offered_a_default(home: Path, tmp_path: Path) -> None:
+    KnowledgeBaseService(home).session().create_knowledge_base("Mine", 128, embedding_model="hashing")
+    folder = write_judgments(tmp_path / "corpus")
+    corpus = {
+        "hybrid_search.docx": "Hybrid search fuses BM25 keyword scores and vector cosine scores with weights.",
+        "混合检索.docx": "混合检索按权重融合关键词得分和向量得分。",
+        "kb_workbench_overview.txt": "KB Workbench is a local knowledge-base workbench for RAG.",
+    }
+    (folder / "corpus.jsonl").write_text(
+        "".join(json.dumps({"_id": k, "text": v}, ensure_ascii=False) + "\n" for k, v in corpus.items()),
+        encoding="utf-8",
+    )
+    test = app("evaluate")
+    test.text_input(key="eval_folder").input(str(folder)).run()
+    assert test.toggle(key="eval_build").value is True
+    test.slider(key="eval_steps").set_value(2)
+    test.button(key="eval_run").click().run()
+    assert not test.exception and not texts(test, "error"), texts(test, "error")
+    assert any("not offered as a default" in i for i in texts(test, "info"))
+    assert not [b for b in test.button if b.key == "eval_save_best"]
+    run = KnowledgeBaseService(home).evaluation_runs.load(run_id_shown(test))
+    assert run.kb_name.startswith("eval-corpus-") and run.dataset == "corpus"
+    assert [kb.name for kb in KnowledgeBaseService(home).home.knowledge_bases()] == ["Mine"]
 
 
 def test_evaluate_reports_bad_judgments_as_a_message(filled: Path, tmp_path: Path) -> None:

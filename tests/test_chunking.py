@@ -12,10 +12,10 @@ import time
 from dataclasses import dataclass
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from kb_core.chunking import Chunk, chunk_document, default_overlap
+from kb_core.chunking import Chunk, chunk_document, default_overlap, max_chunk_chars
 from kb_core.embedding.hashing import HashingTokenizer
 from kb_core.embedding.wordpiece import bundled_tokenizer
 from kb_core.errors import InvalidArgument
@@ -70,6 +70,7 @@ def check_invariants(d: Doc, chunks: list[Chunk], tokenizer: object, size: int) 
         assert c.content == c.content.strip() and c.content
         assert c.tokens == tokenizer.count(c.content)  # type: ignore[attr-defined]
         assert c.tokens <= size
+        assert len(c.content) <= max_chunk_chars(size)
     for a, b in itertools.pairwise(chunks):
         assert a.start < b.start and a.end <= b.end  # document order
     # Together the chunks cover the text of every token of the document (nothing is lost between chunks).
@@ -96,6 +97,14 @@ block_text = st.lists(words, min_size=1, max_size=80).map(lambda ws: " ".join(ws
     size=st.integers(min_value=8, max_value=120),
     overlap_frac=st.floats(min_value=0.0, max_value=0.6),
     tokenizer=st.sampled_from([WORDPIECE, HASHING]),
+)
+# Found by hypothesis: with overlap over half the chunk and a word longer than the chunk, a chunk split after
+# re-counting ended where the next one started, so two chunks began at the same character.
+@example(
+    blocks=[("。 supercalifragilisticexpialidocious the embedding embedding Hello. the the the", None)],
+    size=15,
+    overlap_frac=0.5625,
+    tokenizer=WORDPIECE,
 )
 def test_no_chunk_exceeds_chunk_size(blocks, size, overlap_frac, tokenizer) -> None:
     d = Doc(tuple(Block(t, ch, i + 1) for i, (t, ch) in enumerate(blocks)))
@@ -249,3 +258,51 @@ def test_any_unicode_text_is_chunked_within_bounds(texts, size, tokenizer) -> No
     """Arbitrary scripts, symbols and combining marks (Hangul syllables are several word pieces each)."""
     d = doc(*texts)
     check_invariants(d, chunk_document(d, tokenizer, size, size // 5), tokenizer, size)
+
+
+LONG_RUNS = {
+    "one 3 MB word": "a" * 3_000_000,
+    "a long word between words": "start here " + "x" * 200_000 + " and end here.",
+    "digits and letters": ("0123456789abcdef" * 20_000) + "\n\nA short paragraph after it.",
+    "ignored characters between words": "before " + "\u200b" * 100_000 + " after",
+    "Chinese then a long Latin run": "中文段落。" * 50 + "Z" * 100_000,
+}
+
+
+@pytest.mark.parametrize("tokenizer", [WORDPIECE, HASHING], ids=["wordpiece", "hashing"])
+@pytest.mark.parametrize("text", list(LONG_RUNS.values()), ids=list(LONG_RUNS))
+def test_a_long_unsplittable_run_is_cut_into_bounded_chunks(text: str, tokenizer: object) -> None:
+    """A word the tokenizer cannot split (one [UNK], one hashing token) used to become one chunk of any length."""
+    d = doc(*text.split("\n\n"))
+    t0 = time.perf_counter()
+    chunks = chunk_document(d, tokenizer, 64)
+    assert time.perf_counter() - t0 < 30
+    check_invariants(d, chunks, tokenizer, 64)
+    assert max(len(c.content) for c in chunks) <= max_chunk_chars(64)
+    if "x" * 1000 in text:
+        covered = sum(c.content.count("x") for c in chunks)
+        assert covered >= 200_000  # every character of the long word is in some chunk
+
+
+def test_max_chunk_chars_leaves_room_for_real_text() -> None:
+    """The character bound never cuts ordinary English or Chinese chunks short of their token budget."""
+    for size in (32, 256, 8192):
+        assert max_chunk_chars(size) >= 16 * size
+    english = doc(EN * 200)
+    chunks = chunk_document(english, WORDPIECE, 256)
+    assert max(c.tokens for c in chunks) >= 200  # the token budget, not the character bound, decides
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    parts=st.lists(
+        st.one_of(words, st.integers(min_value=50, max_value=3000).map(lambda n: "q" * n)), min_size=1, max_size=30
+    ),
+    size=st.integers(min_value=8, max_value=64),
+    overlap_frac=st.floats(min_value=0.0, max_value=0.9),
+    tokenizer=st.sampled_from([WORDPIECE, HASHING]),
+)
+def test_long_words_and_high_overlap_keep_every_bound(parts, size, overlap_frac, tokenizer) -> None:
+    d = doc(" ".join(parts).strip() or "x")
+    overlap = min(size - 1, int(size * overlap_frac))
+    check_invariants(d, chunk_document(d, tokenizer, size, overlap), tokenizer, size)

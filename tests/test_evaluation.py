@@ -199,11 +199,13 @@ def test_evaluate_kb_reports_each_mode_and_per_query_results(eval_service, beir:
     )
     metrics = report.metrics.set_index("setting")
     assert list(metrics.index) == ["hybrid (default)", "semantic", "keyword"]
-    assert list(report.metrics.columns[:8]) == [
+    assert list(report.metrics.columns[:10]) == [
         "setting",
         "mode",
         "vector_weight",
         "keyword_weight",
+        "weighting",
+        "fusion",
         *METRICS,
         "queries",
     ]
@@ -328,6 +330,11 @@ def test_notebook_runs_on_a_small_dataset(tmp_path: Path, beir: Path, monkeypatc
     text = json.dumps(outputs, ensure_ascii=False)
     assert "ndcg@10" in text and "application/vnd.plotly.v1+json" in text
     assert "q-zh-" in text  # the worst-queries table lists queries
+    assert "hybrid auto" in text and "hybrid rrf" in text  # auto weights and RRF next to the fixed default
+    from kb_core import KnowledgeBaseService
+
+    runs = KnowledgeBaseService(tmp_path / "nb-home").session().list_evaluation_runs()["data"]["runs"]
+    assert len(runs) == 1 and f"kept as run {runs[0]['id']}" in text
 
 
 # -- the real model ----------------------------------------------------------------------------------

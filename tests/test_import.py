@@ -45,6 +45,28 @@ def test_all_failed_is_a_failure(kb, tmp_path: Path) -> None:
     assert result["success"] is False and result["data"]["failed_count"] == 1
 
 
+def test_unsupported_suffix_is_refused_with_a_readable_reason(kb, tmp_path: Path) -> None:
+    paper = tmp_path / "paper.pdf"
+    paper.write_bytes(b"no magic bytes here")
+    result = kb.import_document([str(paper)])
+    assert result["success"] is False
+    assert result["data"]["failed_files"][0]["error"] == (
+        "Cannot import 'paper.pdf': it is a file ending in '.pdf'; supported are text files "
+        "(.txt, .md, .csv and the like), .docx and .doc (Word)"
+    )
+
+
+def test_a_long_line_without_spaces_imports_as_bounded_chunks(kb, tmp_path: Path) -> None:
+    """One 1 MB word is one hashing token: it used to become a single 1 MB chunk."""
+    line = write(tmp_path, "blob.txt", "z" * 1_000_000 + "\n\n后记：一段中文。")
+    result = kb.import_document([str(line)])
+    assert result["data"]["success_count"] == 1, result
+    chunks = kb.list_chunks("blob.txt")["data"]["chunks"]
+    assert max(len(c["content"]) for c in chunks) <= 16 * 128
+    assert sum(c["content"].count("z") for c in chunks) >= 1_000_000  # nothing lost
+    assert chunks[-1]["content"].endswith("后记：一段中文。")
+
+
 def test_clashing_names_get_a_timestamp_and_the_result_shows_it(kb, tmp_path: Path) -> None:
     first = write(tmp_path, "报告.txt", "第一版。")
     other = tmp_path / "other"

@@ -140,7 +140,7 @@ def test_stdio_schema_bundle_import_search_and_exact_errors(tmp_path: Path) -> N
 
         await tool_error(s, "import_knowledge_bundle", "FILE_NOT_FOUND", temp_file_path=str(tmp_path / "gone.yaml"))
         (tmp_path / "bad.yaml").write_text("- type: Document\n  doc_uri: [unclosed\n", encoding="utf-8")
-        await tool_error(s, "import_knowledge_bundle", "INVALID_IMPORT_FILE", temp_file_path=str(tmp_path / "bad.yaml"))
+        await tool_error(s, "import_knowledge_bundle", "BUNDLE_INVALID", temp_file_path=str(tmp_path / "bad.yaml"))
         await rpc_error(s, "import_knowledge_bundle", -32602, temp_file_path="  ")
         await rpc_error(s, "import_knowledge_bundle", -32602)
 

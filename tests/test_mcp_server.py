@@ -39,6 +39,7 @@ ALL_TOOLS = {
     "select_knowledge_base",
     "import_document",
     "search",
+    "explain_search",
     "list_documents",
     "delete_document",
     "update_document",

@@ -95,6 +95,9 @@ EXPECTED_SUBSTRINGS = {
     "node-word-extractor/test16.docx": ["First text box, regular"],
     "node-word-extractor/test16.doc": ["First text box, regular"],
     "apache-poi/footnotes.docx": [],
+    # One-character runs between Word's marks (a cell holding "9", a field result "1") are text, not marks.
+    "node-word-extractor/test07.doc": ["Number of Copies: | 9", "Proposal Type: |"],
+    "node-word-extractor/test17.doc": ["1 | In eleifend velit vitae libero"],
 }
 # Text that must NOT come out: tracked deletions, external entities, field instructions.
 FORBIDDEN = {
@@ -373,6 +376,27 @@ def test_unsupported_and_missing_files(tmp_path: Path) -> None:
         assert path.name in info.value.message
     assert detect_file_type(pdf, b"%PDF-1.7") == "unknown"
     assert set(SUPPORTED_TYPES) == {"txt", "docx", "doc"}
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "reason"),
+    [
+        ("paper.pdf", b"not really a pdf", "it is a file ending in '.pdf';"),
+        ("paper.pdf", b"%PDF-1.7\n", "it is a PDF file;"),
+        ("sheet.xlsx", b"plain bytes", "it is a file ending in '.xlsx';"),
+        ("图片.PNG", b"\x89PNG\r\n", "it is a PNG image file;"),
+    ],
+)
+def test_unsupported_type_message_is_a_sentence(tmp_path: Path, name: str, content: bytes, reason: str) -> None:
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(ParseError) as info:
+        parse_file_inprocess(path)
+    assert info.value.code == "UNSUPPORTED_FORMAT"
+    assert info.value.message == (
+        f"Cannot import '{name}': {reason} supported are text files (.txt, .md, .csv and the like), "
+        ".docx and .doc (Word)"
+    )
 
 
 # ---------------------------------------------------------------- limits

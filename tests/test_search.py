@@ -46,6 +46,13 @@ def kb(session, tmp_path: Path):
     return session
 
 
+def reference_match_bm25(query_terms: list[str], texts: list[list[str]]) -> float:
+    """The BM25 of a chunk of average length holding each query term once: Σ idf over the terms some chunk holds."""
+    n = len(texts)
+    df = Counter(term for tokens in texts for term in set(tokens))
+    return sum(math.log(1 + (n - df[t] + 0.5) / (df[t] + 0.5)) for t in dict.fromkeys(query_terms) if df[t])
+
+
 def reference_bm25(query_terms: list[str], texts: list[list[str]], k1: float, b: float) -> list[float]:
     """BM25 from scratch, written from the formula (Lucene idf), over exactly the given token lists."""
     n = len(texts)
@@ -79,15 +86,18 @@ def test_bm25_scores_equal_a_from_scratch_index_after_imports_and_deletions(kb, 
     analyzer = service.analyzer
     params = BM25Parameters()
     for query in ("keyword search vectors", "检索 向量", "documents chunks", "BM25 ranks"):
-        expected = reference_bm25(
-            analyzer.tokens(query), [analyzer.tokens(c["content"]) for c in chunks], params.k1, params.b
-        )
+        texts = [analyzer.tokens(c["content"]) for c in chunks]
+        expected = reference_bm25(analyzer.tokens(query), texts, params.k1, params.b)
+        reference = reference_match_bm25(analyzer.tokens(query), texts)
         by_id = {c["chunk_id"]: s for c, s in zip(chunks, expected, strict=True)}
         hits = kb.search(query, mode="keyword", top_k=100)["data"]["chunks"]
         assert hits, query
         for hit in hits:
-            assert hit["score"] == pytest.approx(by_id[hit["id"]], abs=1e-6)
+            # the raw BM25 is exact; the score measures it in units of the query's reference match
             assert hit["breakdown"]["keyword_score"] == pytest.approx(by_id[hit["id"]], abs=1e-6)
+            assert hit["breakdown"]["keyword_reference"] == pytest.approx(reference, abs=1e-6)
+            assert hit["score"] == pytest.approx(1 - math.exp(-by_id[hit["id"]] / reference), abs=1e-6)
+            assert 0 < hit["score"] < 1
         assert len(hits) == sum(1 for s in expected if s > 0) or len(hits) <= 100
         assert all(h["doc_name"] not in ("doc1.txt", "doc7.txt") for h in hits)
 

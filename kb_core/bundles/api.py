@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 
 from kb_core.bundles.graph import GraphState, GraphStore, read_shadow
 from kb_core.bundles.indexing import sync_index
-from kb_core.bundles.loading import BundleLimits, load_bundle_file, load_bundle_text
+from kb_core.bundles.loading import BundleLimits, load_bundle_file, load_bundle_handle, load_bundle_text
 from kb_core.bundles.ontology import Ontology, parse_ontology
 from kb_core.bundles.schema import bundle_schema, example_yaml
 from kb_core.bundles.validation import (
@@ -45,6 +45,7 @@ from kb_core.bundles.validation import (
 )
 from kb_core.envelope import Envelope, enveloped, ok
 from kb_core.errors import ImportFormatError, InvalidArgument, ItemNotFound
+from kb_core.safe_files import OpenedFile, UnusablePath, open_input_file, reject_nul
 from kb_core.store import KnowledgeBaseRecord
 
 logger = logging.getLogger(__name__)
@@ -129,7 +130,7 @@ def set_ontology(session: Any, source: str | Path | Mapping[str, Any], kb_name: 
 def _conformance_errors(state: GraphState, ontology: Ontology) -> list[str]:
     from kb_core.bundles.graph import edge_item, node_item
 
-    validator = BundleValidator(ontology, max_errors=50)
+    validator = BundleValidator(ontology, max_errors=50, max_value_chars=None)  # the data was accepted already
     errors: list[str] = []
     for node in state.nodes.values():
         if node["type"] not in ontology.nodes:
@@ -243,7 +244,12 @@ def check_bundle(session: Any, data: Any, kb_name: str | None = None) -> tuple[l
 
 def _plan(state: GraphState, data: Any) -> tuple[list[BundleError], dict[str, int], GraphState]:
     limits = BundleLimits()
-    validator = BundleValidator(state.ontology, max_errors=limits.max_errors, max_items=limits.max_items)
+    validator = BundleValidator(
+        state.ontology,
+        max_errors=limits.max_errors,
+        max_items=limits.max_items,
+        max_value_chars=limits.max_value_chars,
+    )
     node_ops, edge_ops, errors = validator.structural(data)
     stats = dict.fromkeys(("nodes_upserted", "nodes_deleted", "edges_upserted", "edges_deleted", "edges_cascaded"), 0)
     new = state.copy()
@@ -268,15 +274,29 @@ def import_knowledge_bundle(
     """
     if not isinstance(temp_file_path, (str, Path)) or not str(temp_file_path).strip():
         raise InvalidArgument("temp_file_path must be the path of a YAML file.", details={"field": "temp_file_path"})
-    path = Path(str(temp_file_path)).expanduser()
-    if not path.is_file():
+    reject_nul(str(temp_file_path), "temp_file_path")
+    path = Path(str(temp_file_path)).expanduser().absolute()
+    # Opened once: the content read and the file deleted afterwards are the file that was checked.
+    try:
+        opened = open_input_file(path, getattr(session, "allowed_dirs", None), keep_folder=delete_file)
+    except UnusablePath as exc:
         raise InvalidArgument(
-            f"Bundle file {str(temp_file_path)!r} does not exist" + (" (it is a folder)." if path.is_dir() else "."),
+            f"Bundle file {str(temp_file_path)!r} {exc.reason}.",
             details={"field": "temp_file_path", "path": str(temp_file_path)},
             code="FILE_NOT_FOUND",
-        )
+        ) from None
+    with opened:
+        return _import_opened_bundle(session, opened, kb_name, delete_file)
+
+
+def _import_opened_bundle(session: Any, opened: OpenedFile, kb_name: str | None, delete_file: bool) -> Envelope:
+    path = opened.path
     record = session.resolve_kb(kb_name)
-    data = load_bundle_file(path)
+    try:
+        with opened.reader() as handle:
+            data = load_bundle_handle(handle)
+    except ImportFormatError as exc:  # unreadable or hostile YAML: refused like any invalid bundle, file kept
+        raise _refusal([BundleError(None, "root", exc.message)], path, None) from None
     store = graph_store(session, record)
     with store.lock():
         state = store.load()
@@ -286,8 +306,8 @@ def import_knowledge_bundle(
         stats.update(sync_index(session.service, record, new))
         committed = _commit_graph(session, record, store, state, new)
     stats.update(items=len(data or []), nodes_total=len(committed.nodes), edges_total=len(committed.edges))
-    if delete_file:
-        path.unlink(missing_ok=True)
+    if delete_file and not opened.remove():
+        logger.warning("Kept the bundle file %s: it was replaced during the import, so it is not the one read", path)
     return ok(
         f"Imported the bundle into '{record.name}': {stats['nodes_upserted']} node(s) upserted, "
         f"{stats['nodes_deleted']} deleted; {stats['edges_upserted']} edge(s) upserted, "

@@ -18,8 +18,11 @@ from typing import Any
 from jsonschema import Draft7Validator
 from jsonschema.exceptions import ValidationError
 
+from kb_core.bundles.loading import BundleLimits
 from kb_core.bundles.ontology import Ontology
 from kb_core.bundles.schema import item_schema
+
+_MAX_MESSAGE_CHARS = 400  # a schema message quotes the bad value; a long one is cut
 
 
 @dataclass(frozen=True)
@@ -91,14 +94,51 @@ class EdgeOp:
     properties: dict[str, Any] = field(default_factory=dict)
 
 
+def _shorten(message: str) -> str:
+    if len(message) <= _MAX_MESSAGE_CHARS:
+        return message
+    return f"{message[: _MAX_MESSAGE_CHARS - 40]}… ({len(message):,} characters in all)"
+
+
+def oversized_strings(item: Any, limit: int) -> list[tuple[list[Any], int, bool]]:
+    """(path, length, is_key) of every string in ``item`` longer than ``limit`` characters, keys included."""
+    found: list[tuple[list[Any], int, bool]] = []
+    stack: list[tuple[Any, list[Any]]] = [(item, [])]
+    while stack:
+        value, path = stack.pop()
+        if isinstance(value, str):
+            if len(value) > limit:
+                found.append((path, len(value), False))
+        elif isinstance(value, dict):
+            for key, child in value.items():
+                if isinstance(key, str) and len(key) > limit:
+                    found.append((path, len(key), True))
+                    continue
+                stack.append((child, [*path, key]))
+        elif isinstance(value, list):
+            stack.extend((child, [*path, i]) for i, child in enumerate(value))
+    return sorted(found, key=lambda f: [str(p) for p in f[0]])
+
+
 def _schema_error(index: int, error: ValidationError) -> BundleError:
+    return _bounded(_schema_error_unbounded(index, error))
+
+
+def _bounded(error: BundleError) -> BundleError:
+    if len(error.message) <= _MAX_MESSAGE_CHARS:
+        return error
+    return BundleError(error.index, _shorten(error.path), _shorten(error.message), error.kind)
+
+
+def _schema_error_unbounded(index: int, error: ValidationError) -> BundleError:
     parts: list[Any] = [index, *error.absolute_path]
     if error.validator == "required":
         missing = error.message.split("'")[1] if error.message.count("'") >= 2 else ""
         return BundleError(index, format_path([*parts, missing]), f'"{missing}" is required')
     if error.validator == "additionalProperties":
         allowed = sorted(error.schema.get("properties", {})) if isinstance(error.schema, dict) else []
-        extra = sorted(set(error.instance) - set(allowed)) if isinstance(error.instance, dict) else []
+        # YAML allows keys that are not text ({1: x}); str() keeps the sort from comparing int with str.
+        extra = sorted(set(error.instance) - set(allowed), key=str) if isinstance(error.instance, dict) else []
         if extra:
             return BundleError(
                 index,
@@ -113,10 +153,17 @@ def _schema_error(index: int, error: ValidationError) -> BundleError:
 class BundleValidator:
     """Validates parsed bundles against one ontology (the compiled per-type validators are reused)."""
 
-    def __init__(self, ontology: Ontology, max_errors: int = 50, max_items: int = 100_000) -> None:
+    def __init__(
+        self,
+        ontology: Ontology,
+        max_errors: int = 50,
+        max_items: int = 100_000,
+        max_value_chars: int | None = BundleLimits.max_value_chars,
+    ) -> None:
         self.ontology = ontology
         self.max_errors = max_errors
         self.max_items = max_items
+        self.max_value_chars = max_value_chars  # None: no per-value check (data accepted earlier)
         self._validators = {name: Draft7Validator(item_schema(ontology, name)) for name in ontology.type_names()}
 
     def structural(self, data: Any) -> tuple[list[NodeOp], list[EdgeOp], list[BundleError]]:
@@ -147,6 +194,11 @@ class BundleValidator:
             if validator is None:
                 errors.append(BundleError(index, f"[{index}].type", self.unknown_type(type_name), "semantic"))
                 continue
+            if self.max_value_chars is not None:
+                too_long = oversized_strings(item, self.max_value_chars)
+                if too_long:
+                    errors.extend(self._too_long(index, path, length, is_key) for path, length, is_key in too_long)
+                    continue
             found = sorted(validator.iter_errors(item), key=lambda e: (list(map(str, e.absolute_path)), e.message))
             if found:
                 errors.extend(_schema_error(index, e) for e in found)
@@ -160,6 +212,15 @@ class BundleValidator:
                 properties = {k: v for k, v in fields.items() if k not in ("source", "target")}
                 edges.append(EdgeOp(index, type_name, action, dict(item["source"]), dict(item["target"]), properties))
         return nodes, edges, errors[: self.max_errors]
+
+    def _too_long(self, index: int, path: list[Any], length: int, is_key: bool) -> BundleError:
+        what = "a field name" if is_key else "the text"
+        return BundleError(
+            index,
+            _shorten(format_path([index, *path])),
+            f"{what} is {length:,} characters long; at most {self.max_value_chars:,} characters per value are "
+            "accepted. Split a long text into several items.",
+        )
 
     def unknown_type(self, type_name: Any) -> str:
         names = self.ontology.type_names()

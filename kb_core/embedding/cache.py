@@ -11,6 +11,7 @@ import hashlib
 import logging
 import sqlite3
 import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -121,12 +122,18 @@ class EmbeddingCache:
 class CachedEmbedder:
     """An :class:`~kb_core.embedding.base.Embedder` that asks ``cache`` first and embeds only the misses.
 
-    Queries are not cached (they are short, rarely repeated, and some backends embed them differently).
+    Queries are not stored in the cache file (they are short, and some backends embed them differently). With
+    ``query_memo`` > 0 the last ``query_memo`` query vectors are remembered in memory: for a deterministic local
+    model, where a repeated query (the search lab re-ranking one query under new weights, an evaluation running
+    each judged query under every setting) would otherwise cost model time again for the same vector.
     """
 
-    def __init__(self, embedder: Embedder, cache: EmbeddingCache) -> None:
+    def __init__(self, embedder: Embedder, cache: EmbeddingCache, *, query_memo: int = 0) -> None:
         self.inner = embedder
         self.cache = cache
+        self.query_memo = max(0, int(query_memo))
+        self._queries: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._queries_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"CachedEmbedder({self.inner!r}, {self.cache!r})"
@@ -182,4 +189,16 @@ class CachedEmbedder:
         return np.stack([found[d] for d in digests]).astype(np.float32, copy=False)
 
     def embed_query(self, text: str) -> np.ndarray:
-        return self.inner.embed_query(text)
+        if not self.query_memo:
+            return self.inner.embed_query(text)
+        with self._queries_lock:
+            vector = self._queries.get(text)
+            if vector is not None:
+                self._queries.move_to_end(text)
+                return vector.copy()
+        vector = self.inner.embed_query(text)
+        with self._queries_lock:
+            self._queries[text] = vector.copy()
+            while len(self._queries) > self.query_memo:
+                self._queries.popitem(last=False)
+        return vector

@@ -10,7 +10,10 @@ chunk sizes are counted in those tokens (one per CJK character, roughly one per 
 approximation of what the endpoint's model sees. ``max_input_tokens`` is None unless given: no client-side
 windowing is done, the server applies its own limit.
 
-The API key is kept private: it appears in no log line, exception message or ``repr``.
+The API key is kept private: it appears in no log line, exception message or ``repr``. Upstream response
+bodies never reach a message or a log above DEBUG (servers echo keys in them, altered: JSON-escaped,
+URL-encoded, base64, cut short); errors report the HTTP status and its reason. At DEBUG a short body is
+logged with every form and fragment of the key scrubbed (:mod:`kb_core.embedding.redaction`).
 """
 
 from __future__ import annotations
@@ -25,12 +28,14 @@ import httpx
 import numpy as np
 
 from kb_core.embedding.base import ProgressCallback, Tokenizer, l2_normalize
+from kb_core.embedding.redaction import SecretScrubber
 from kb_core.embedding.wordpiece import bundled_tokenizer
 from kb_core.errors import EmbeddingError, InvalidArgument
 
 log = logging.getLogger(__name__)
 
 _RETRY_STATUS = {408, 425, 429}
+_DEBUG_BODY_CHARS = 200
 
 
 class EndpointEmbedder:
@@ -65,6 +70,7 @@ class EndpointEmbedder:
         self.max_input_tokens = max_input_tokens
         self.tokenizer: Tokenizer = tokenizer if tokenizer is not None else bundled_tokenizer()
         self._api_key = api_key or None
+        self._scrub = SecretScrubber(self._api_key)
         self._dimension: int | None = None
         self._lock = threading.Lock()
         headers = {"Content-Type": "application/json"}
@@ -80,11 +86,6 @@ class EndpointEmbedder:
 
     def close(self) -> None:
         self._client.close()
-
-    def _scrub(self, text: str) -> str:
-        if self._api_key:
-            text = text.replace(self._api_key, "***")
-        return text
 
     @property
     def dimension(self) -> int:
@@ -111,8 +112,13 @@ class EndpointEmbedder:
                         return resp.json()
                     except ValueError as exc:
                         raise self._fail(f"embedding endpoint {url} answered with invalid JSON") from exc
-                body = resp.text[:300]
-                problem = f"HTTP {resp.status_code}: {body}"
+                problem = f"HTTP {resp.status_code}" + (f" {resp.reason_phrase}" if resp.reason_phrase else "")
+                log.debug(
+                    "embedding endpoint %s answered %s: %s",
+                    url,
+                    problem,
+                    self._scrub(resp.text[:_DEBUG_BODY_CHARS]),
+                )
                 if resp.status_code in (401, 403):
                     raise self._fail(
                         f"embedding endpoint {url} refused the request (HTTP {resp.status_code}): "

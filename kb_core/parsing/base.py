@@ -59,10 +59,14 @@ class ParseLimits:
     max_file_bytes: int = 100 * 1024 * 1024
     # DOCX zip-bomb guard: the sum of the declared uncompressed member sizes.
     max_decompressed_bytes: int = 500 * 1024 * 1024
+    # Characters of text one file may produce (a 100 MB text file gives at most 100 million).
+    max_text_chars: int = 100_000_000
+    # Address space of a parser worker process (parse_file only; parse_file_inprocess cannot cap its caller).
+    max_memory_bytes: int = 4 * 1024**3
     timeout_seconds: float = 60.0
 
     def __post_init__(self) -> None:
-        for name in ("max_file_bytes", "max_decompressed_bytes"):
+        for name in ("max_file_bytes", "max_decompressed_bytes", "max_text_chars", "max_memory_bytes"):
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
                 raise InvalidArgument(f"ParseLimits.{name} must be a positive integer, got {value!r}")
@@ -75,6 +79,12 @@ class ParseLimits:
 def parse_error(code: str, path: Path, reason: str) -> ParseError:
     """A ParseError whose message names the file and the reason."""
     return ParseError(f"Cannot import '{path.name}': {reason}", code=code, details={"path": str(path)})
+
+
+def too_much_text(path: Path, chars: int, limit: int) -> ParseError:
+    return parse_error(
+        FILE_TOO_LARGE, path, f"its text is {chars:,} characters long, over the limit of {limit:,} characters"
+    )
 
 
 def make_document(path: Path, file_type: str, blocks: list[TextBlock], metadata: dict[str, str]) -> ParsedDocument:

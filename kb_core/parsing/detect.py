@@ -34,7 +34,7 @@ def sniff(path: Path, head: bytes) -> tuple[str, str]:
         try:
             with zipfile.ZipFile(path) as zf:
                 names = set(zf.namelist())
-        except (zipfile.BadZipFile, OSError, ValueError, EOFError):
+        except Exception:  # zipfile raises BadZipFile, NotImplementedError (odd versions), ValueError, EOFError ...
             # A damaged zip named like a Word file is reported as a damaged Word file.
             if suffix in WORD_SUFFIXES:
                 return "docx", "damaged zip"
@@ -49,7 +49,7 @@ def sniff(path: Path, head: bytes) -> tuple[str, str]:
         return WORD_SUFFIXES[suffix], "suffix only"
     if suffix in TEXT_SUFFIXES:
         return "txt", "text suffix"
-    return UNKNOWN, f"files ending in '{suffix}' are not supported"
+    return UNKNOWN, f"a file ending in '{suffix}'"
 
 
 def detect_file_type(path: Path, head: bytes) -> str:

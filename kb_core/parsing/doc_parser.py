@@ -12,15 +12,24 @@ last cell is empty may be split in two.
 Word 6/95 files (nFib < 0xC0) are read from their 8-bit text (fcMin..fcMac, or their in-stream
 piece table) in the codepage of the FIB language id, or one chosen by charset_normalizer among
 the Windows codepages when the language says Western but the bytes do not look Western.
+
+Hostile files: every piece must point at its own bytes of the WordDocument stream (pieces that overlap
+or repeat would let a 1 MB file expand to billions of characters), so the text is never longer than the
+stream, and the whole text is checked against ``ParseLimits.max_text_chars`` before anything is decoded.
+Property modifiers (Prc) with an impossible size, and formatting pages named more than once, are
+caught before they can loop or multiply work.
 """
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import logging
 import re
 import struct
 from pathlib import Path
 
+import numpy as np
 import olefile
 
 from kb_core.parsing.base import (
@@ -28,9 +37,11 @@ from kb_core.parsing.base import (
     ENCRYPTED_DOCUMENT,
     UNSUPPORTED_FORMAT,
     ParsedDocument,
+    ParseLimits,
     TextBlock,
     make_document,
     parse_error,
+    too_much_text,
 )
 
 logger = logging.getLogger(__name__)
@@ -43,6 +54,7 @@ _FC_CHPX_INDEX = 12
 _SPRM_CF_RMARK_DEL = 0x0800
 _SPRA_SIZES = (1, 1, 2, 4, 2, 2, -1, 3)
 _MAX_PIECES = 1_000_000
+_MAX_PRC_GRPPRL = 0x3FA2  # [MS-DOC] PrcData.cbGrpprl: 0 to 0x3FA2
 _MAX_GARBAGE = 0.1
 # Language id (FIB lid) -> Windows codepage, for Word 6/95 8-bit text. Full lids first, then primary ids.
 _LID_CODEPAGES = {
@@ -63,6 +75,14 @@ _SPACES = re.compile(r"[ \t\u00a0]+\n")
 
 class _Corrupt(Exception):
     """Internal: a structural check failed; turned into CORRUPT_DOCUMENT with the reason."""
+
+
+class _TooMuchText(Exception):
+    """Internal: the pieces add up to more characters than ParseLimits.max_text_chars."""
+
+    def __init__(self, chars: int) -> None:
+        super().__init__(chars)
+        self.chars = chars
 
 
 def _u16(data: bytes, off: int) -> int:
@@ -87,7 +107,10 @@ def _read_plcpcd(clx: bytes) -> list[tuple[int, int, int, bool]]:
     while pos < len(clx) and clx[pos] == 0x01:  # Prc: clxt, cbGrpprl, grpprl
         if pos + 3 > len(clx):
             raise _Corrupt("the piece table (CLX) is truncated")
-        pos += 3 + struct.unpack_from("<h", clx, pos + 1)[0]
+        size = struct.unpack_from("<h", clx, pos + 1)[0]  # signed: a negative size would step back for ever
+        if not 0 <= size <= _MAX_PRC_GRPPRL:
+            raise _Corrupt(f"a property modifier before the piece table has an impossible size ({size})")
+        pos += 3 + size
     if pos >= len(clx) or clx[pos] != 0x02:
         raise _Corrupt("the piece table (CLX) has no Pcdt entry")
     lcb = _u32(clx, pos + 1)
@@ -112,10 +135,11 @@ def _deleted_ranges(wd: bytes, table: bytes, fc_plcf: int, lcb_plcf: int) -> lis
     if lcb_plcf < 8 or fc_plcf + lcb_plcf > len(table) or (lcb_plcf - 4) % 8:
         return []
     n = (lcb_plcf - 4) // 8
-    pns = struct.unpack_from(f"<{n}I", table, fc_plcf + 4 * (n + 1))
+    # A page named twice adds nothing but work (a hostile list names one page thousands of times).
+    pns = dict.fromkeys(pn & 0x3FFFFF for pn in struct.unpack_from(f"<{n}I", table, fc_plcf + 4 * (n + 1)))
     ranges: list[tuple[int, int]] = []
     for pn in pns:
-        page = wd[(pn & 0x3FFFFF) * 512 : (pn & 0x3FFFFF) * 512 + 512]
+        page = wd[pn * 512 : pn * 512 + 512]
         if len(page) != 512:
             raise _Corrupt("a character formatting page lies outside the WordDocument stream")
         crun = page[511]
@@ -124,9 +148,20 @@ def _deleted_ranges(wd: bytes, table: bytes, fc_plcf: int, lcb_plcf: int) -> lis
         fcs = struct.unpack_from(f"<{crun + 1}I", page, 0)
         for i in range(crun):
             offset = page[4 * (crun + 1) + i] * 2
-            if offset and _grpprl_deletes(page[offset + 1 : offset + 1 + page[offset]]):
+            if offset and _grpprl_deletes(page[offset + 1 : offset + 1 + page[offset]]) and fcs[i] < fcs[i + 1]:
                 ranges.append((fcs[i], fcs[i + 1]))
-    return ranges
+    return _merged(ranges)
+
+
+def _merged(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sorted, disjoint ranges covering the same bytes."""
+    out: list[tuple[int, int]] = []
+    for lo, hi in sorted(ranges):
+        if out and lo <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return out
 
 
 def _grpprl_deletes(grpprl: bytes) -> bool:
@@ -143,16 +178,73 @@ def _grpprl_deletes(grpprl: bytes) -> bool:
     return False
 
 
-def _mask_deleted(chars: str, start: int, step: int, deleted: list[tuple[int, int]]) -> str:
-    """Replace the characters stored at deleted byte ranges with NUL (dropped later), keeping CPs aligned."""
+def _mask_deleted(chars: str, start: int, step: int, deleted: list[tuple[int, int]], ends: list[int]) -> str:
+    """Replace the characters stored at deleted byte ranges with NUL (dropped later), keeping CPs aligned.
+
+    ``deleted`` is sorted and disjoint (``ends`` its end offsets), so only the ranges that meet this piece
+    are visited.
+    """
     end = start + step * len(chars)
-    out = chars
-    for d0, d1 in deleted:
-        lo, hi = max(d0, start), min(d1, end)
-        if lo < hi:
-            i, j = (lo - start + step - 1) // step, (hi - start + step - 1) // step
-            out = out[:i] + "\x00" * (j - i) + out[j:]
-    return out
+    parts: list[str] = []
+    done = 0
+    for d0, d1 in itertools.islice(deleted, bisect.bisect_right(ends, start), None):
+        if d0 >= end:
+            break
+        i = (max(d0, start) - start + step - 1) // step
+        j = (min(d1, end) - start + step - 1) // step
+        if i < j:
+            parts += [chars[done:i], "\x00" * (j - i)]
+            done = j
+    if not parts:
+        return chars
+    parts.append(chars[done:])
+    return "".join(parts)
+
+
+def _decode_utf16_units(raw: bytes) -> str:
+    """One character per UTF-16 unit, as Word counts positions: a surrogate pair stays two characters.
+
+    (Python's UTF-16 decoder joins a pair into one character, which would shift every later position by one;
+    pairs are joined again per paragraph by :func:`_fix_surrogates`.)
+    """
+    chars = raw.decode("utf-16-le", errors="surrogatepass")
+    if 2 * len(chars) == len(raw):
+        return chars
+    units = np.frombuffer(raw, dtype="<u2").astype("<u4")
+    return units.tobytes().decode("utf-32-le", errors="surrogatepass")
+
+
+def _piece_spans(
+    pieces: list[tuple[int, int, int, bool]], limit_cp: int, wide: bool, stream_size: int, max_chars: int
+) -> list[tuple[int, int, bool]]:
+    """(byte offset, characters, 8-bit) of the part of each piece inside characters [0, limit_cp).
+
+    Refuses pieces that point past the stream or at bytes another piece already maps (so the text is never
+    longer than the stream), then text over ``max_chars``: all before a character is decoded.
+    """
+    spans: list[tuple[int, int, bool]] = []
+    for cp_start, cp_end, fc, compressed in pieces:
+        if cp_start >= limit_cp:
+            break
+        count = min(cp_end, limit_cp) - cp_start
+        if count <= 0:
+            continue
+        narrow = compressed or not wide
+        start = fc // 2 if (compressed and wide) else fc
+        if start + (count if narrow else 2 * count) > stream_size:
+            raise _Corrupt(f"a text piece points past the end of the WordDocument stream (offset {start})")
+        spans.append((start, count, narrow))
+    ordered = sorted((start, start + (count if narrow else 2 * count)) for start, count, narrow in spans)
+    for (_, end), (start, _) in itertools.pairwise(ordered):
+        if start < end:
+            raise _Corrupt(
+                f"its piece table maps the same bytes (offset {start}) to text more than once, which would repeat "
+                "text without end"
+            )
+    total = sum(count for _, count, _ in spans)
+    if total > max_chars:
+        raise _TooMuchText(total)
+    return spans
 
 
 def _text_from_pieces(
@@ -160,27 +252,18 @@ def _text_from_pieces(
     pieces: list[tuple[int, int, int, bool]],
     limit_cp: int,
     wide: bool,
+    max_chars: int,
     deleted: list[tuple[int, int]] | None = None,
 ) -> str:
     """Characters [0, limit_cp) of the document. UTF-16 surrogates stay separate so CPs line up."""
+    ends = [d1 for _, d1 in deleted] if deleted else []
     out: list[str] = []
-    for cp_start, cp_end, fc, compressed in pieces:
-        if cp_start >= limit_cp:
-            break
-        count = min(cp_end, limit_cp) - cp_start
-        if compressed or not wide:
-            start = fc // 2 if (compressed and wide) else fc
-            raw = stream[start : start + count]
-            if len(raw) != count:
-                raise _Corrupt(f"a text piece points past the end of the WordDocument stream (offset {start})")
-            chars = _decode_8bit(raw)
-            out.append(_mask_deleted(chars, start, 1, deleted) if deleted else chars)
+    for start, count, narrow in _piece_spans(pieces, limit_cp, wide, len(stream), max_chars):
+        if narrow:
+            chars = _decode_8bit(stream[start : start + count])
         else:
-            raw = stream[fc : fc + 2 * count]
-            if len(raw) != 2 * count:
-                raise _Corrupt(f"a text piece points past the end of the WordDocument stream (offset {fc})")
-            chars = raw.decode("utf-16-le", errors="surrogatepass")
-            out.append(_mask_deleted(chars, fc, 2, deleted) if deleted else chars)
+            chars = _decode_utf16_units(stream[start : start + 2 * count])
+        out.append(_mask_deleted(chars, start, 1 if narrow else 2, deleted, ends) if deleted else chars)
     return "".join(out)
 
 
@@ -214,7 +297,7 @@ def text_to_blocks(text: str, track_pages: bool) -> list[TextBlock]:
 
     for match in _TOKENS.finditer(text):
         tok = match.group()
-        code = ord(tok[0]) if len(tok) == 1 else -1
+        code = ord(tok) if len(tok) == 1 and tok < "\x20" else -1  # a control mark; -1 for text
         if code == 0x13:
             field_stack.append(False)
             hidden += 1
@@ -290,7 +373,7 @@ def _fib_counts(wd: bytes) -> tuple[dict[str, int], int]:
     return counts, off + 2
 
 
-def _read_word97(ole: olefile.OleFileIO, wd: bytes, flags: int) -> tuple[str, str, str, str, str]:
+def _read_word97(ole: olefile.OleFileIO, wd: bytes, flags: int, max_chars: int) -> tuple[str, str, str, str, str]:
     table_name = "1Table" if flags & 0x0200 else "0Table"
     if not ole.exists(table_name):
         raise _Corrupt(f"the {table_name} stream named by the FIB is missing")
@@ -308,7 +391,7 @@ def _read_word97(ole: olefile.OleFileIO, wd: bytes, flags: int) -> tuple[str, st
     except (_Corrupt, struct.error) as exc:  # formatting is damaged: keep the text, lose revision marks
         logger.debug("character formatting unreadable, tracked deletions kept: %s", exc)
         deleted = []
-    text = _text_from_pieces(wd, pieces, total, wide=True, deleted=deleted)
+    text = _text_from_pieces(wd, pieces, total, wide=True, max_chars=max_chars, deleted=deleted)
     main_end = counts["ccpText"]
     ftn_end = main_end + counts["ccpFtn"]
     edn_start = ftn_end + counts["ccpHdd"] + counts["ccpMcr"] + counts["ccpAtn"]
@@ -338,20 +421,16 @@ def _word6_codepage(lid: int, raw: bytes) -> str:
     return "cp1252"
 
 
-def _read_word6(wd: bytes, flags: int) -> tuple[str, str, str, str, str]:
+def _read_word6(wd: bytes, flags: int, max_chars: int) -> tuple[str, str, str, str, str]:
     fc_min, fc_mac = _u32(wd, 0x18), _u32(wd, 0x1C)
     ccp_text, ccp_ftn = _u32(wd, 0x34), _u32(wd, 0x38)
     if flags & 0x0004:  # complex (fast-saved): piece table inside the WordDocument stream
         fc_clx, lcb_clx = _u32(wd, 0x160), _u32(wd, 0x164)
         if lcb_clx == 0 or fc_clx + lcb_clx > len(wd):
             raise _Corrupt("the Word 6/95 piece table lies outside the WordDocument stream")
-        raw = b""
-        for cp_start, cp_end, fc, _compressed in _read_plcpcd(wd[fc_clx : fc_clx + lcb_clx]):
-            count = max(0, min(cp_end, ccp_text + ccp_ftn) - cp_start)
-            piece = wd[fc : fc + count]
-            if len(piece) != count:
-                raise _Corrupt(f"a text piece points past the end of the WordDocument stream (offset {fc})")
-            raw += piece
+        pieces = _read_plcpcd(wd[fc_clx : fc_clx + lcb_clx])
+        spans = _piece_spans(pieces, ccp_text + ccp_ftn, False, len(wd), max_chars)
+        raw = b"".join(wd[start : start + count] for start, count, _ in spans)
     else:
         if not fc_min <= fc_mac <= len(wd):
             raise _Corrupt("the Word 6/95 text range lies outside the WordDocument stream")
@@ -376,7 +455,8 @@ def _note_blocks(text: str) -> list[TextBlock]:
     return [TextBlock(text=b.text, chapter=None, page=None) for b in text_to_blocks(text, track_pages=False)]
 
 
-def parse_doc(path: Path) -> ParsedDocument:
+def parse_doc(path: Path, limits: ParseLimits | None = None) -> ParsedDocument:
+    max_chars = (limits or ParseLimits()).max_text_chars
     try:
         ole = olefile.OleFileIO(str(path))
     except Exception as exc:  # olefile raises OSError, struct.error, IndexError ... on damaged files
@@ -397,13 +477,15 @@ def parse_doc(path: Path) -> ParsedDocument:
             if flags & 0x0100 or flags & 0x8000:  # fEncrypted / fObfuscated
                 raise parse_error(ENCRYPTED_DOCUMENT, path, _ENCRYPTED)
             if nfib < _NFIB_97:
-                main, footnotes, endnotes, textboxes, encoding = _read_word6(wd, flags)
+                main, footnotes, endnotes, textboxes, encoding = _read_word6(wd, flags, max_chars)
                 version = "word6/95"
             else:
-                main, footnotes, endnotes, textboxes, encoding = _read_word97(ole, wd, flags)
+                main, footnotes, endnotes, textboxes, encoding = _read_word97(ole, wd, flags, max_chars)
                 version = "word97-2003"
         except _Corrupt as exc:
             raise parse_error(CORRUPT_DOCUMENT, path, f"it is a damaged Word 97-2003 file: {exc}") from None
+        except _TooMuchText as exc:
+            raise too_much_text(path, exc.chars, max_chars) from None
         except OSError as exc:
             raise parse_error(CORRUPT_DOCUMENT, path, f"a stream of the OLE2 file cannot be read ({exc})") from None
         garbage = _garbage_ratio(main)

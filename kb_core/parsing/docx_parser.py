@@ -13,6 +13,7 @@ import logging
 import posixpath
 import re
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -333,6 +334,10 @@ def _clean(text: str) -> str:
     return "\n".join(line for line in lines if line.strip()).strip()
 
 
+# What zipfile raises on a damaged member (a bad deflate stream is zlib.error; an odd version NotImplementedError).
+_UNPACK_ERRORS = (zipfile.BadZipFile, OSError, EOFError, NotImplementedError, RuntimeError, ValueError, zlib.error)
+
+
 class _Package:
     """Bounded, entity-safe reads of the members of one DOCX zip."""
 
@@ -341,7 +346,7 @@ class _Package:
         try:
             self.zip = zipfile.ZipFile(path)
             infos = self.zip.infolist()
-        except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError, EOFError) as exc:
+        except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError, EOFError, NotImplementedError) as exc:
             raise parse_error(
                 CORRUPT_DOCUMENT, path, f"it is not a valid DOCX (damaged or truncated zip: {exc})"
             ) from None
@@ -380,7 +385,7 @@ class _Package:
             return etree.fromstring(data, self.parser)
         except etree.XMLSyntaxError as exc:
             raise parse_error(CORRUPT_DOCUMENT, self.path, f"{name} is not well-formed XML ({exc})") from None
-        except (zipfile.BadZipFile, OSError, EOFError, NotImplementedError, RuntimeError, ValueError) as exc:
+        except _UNPACK_ERRORS as exc:
             raise parse_error(CORRUPT_DOCUMENT, self.path, f"{name} cannot be unpacked ({exc})") from None
 
     def relationships(self, part: str) -> list[tuple[str, str]]:

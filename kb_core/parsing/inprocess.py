@@ -15,11 +15,13 @@ from kb_core.parsing.base import (
     ParsedDocument,
     ParseLimits,
     parse_error,
+    too_much_text,
 )
 from kb_core.parsing.detect import sniff
 
 logger = logging.getLogger(__name__)
 _HEAD_BYTES = 4096
+_SUPPORTED = "text files (.txt, .md, .csv and the like), .docx and .doc (Word)"
 
 
 def check_file(path: Path, limits: ParseLimits) -> int:
@@ -63,8 +65,16 @@ def parse_file_inprocess(path: Path, limits: ParseLimits = ParseLimits()) -> Par
         raise parse_error(FILE_NOT_FOUND, path, f"the file cannot be read ({exc.strerror})") from None
     file_type, reason = sniff(path, head)
     if file_type not in SUPPORTED_TYPES:
-        raise parse_error(UNSUPPORTED_FORMAT, path, f"it is {reason}; supported are .txt (text), .docx and .doc (Word)")
+        raise parse_error(UNSUPPORTED_FORMAT, path, f"it is {reason}; supported are {_SUPPORTED}")
     logger.debug("parsing %s as %s (%s)", path, file_type, reason)
+    document = _parse(path, file_type, head, limits)
+    chars = sum(len(block.text) for block in document.blocks)
+    if chars > limits.max_text_chars:
+        raise too_much_text(path, chars, limits.max_text_chars)
+    return document
+
+
+def _parse(path: Path, file_type: str, head: bytes, limits: ParseLimits) -> ParsedDocument:
     try:
         if file_type == "txt":
             from kb_core.parsing.txt_parser import parse_txt
@@ -78,13 +88,17 @@ def parse_file_inprocess(path: Path, limits: ParseLimits = ParseLimits()) -> Par
 
         if not head.startswith(b"\xd0\xcf\x11\xe0"):
             raise parse_error(CORRUPT_DOCUMENT, path, "it is named like a Word file but is not one (no OLE2 header)")
-        return parse_doc(path)
+        return parse_doc(path, limits)
     except ParseError:
         raise
-    except (MemoryError, RecursionError) as exc:
+    except MemoryError:
         raise parse_error(
-            CORRUPT_DOCUMENT, path, f"the document is too deeply nested or too large to parse ({type(exc).__name__})"
+            FILE_TOO_LARGE,
+            path,
+            f"parsing it needs more memory than a parser may use ({limits.max_memory_bytes / 2**30:.1f} GiB)",
         ) from None
+    except RecursionError:
+        raise parse_error(CORRUPT_DOCUMENT, path, "the document is nested too deeply to parse") from None
     except Exception as exc:  # a parser bug or a malformed file we did not foresee: never leak other exception types
         logger.warning("unexpected %s while parsing %s", type(exc).__name__, path, exc_info=True)
         raise parse_error(CORRUPT_DOCUMENT, path, f"the file is malformed ({type(exc).__name__}: {exc})") from None

@@ -4,7 +4,9 @@ Workers are separate interpreters started with ``subprocess`` (never fork: the p
 torch threads; and not multiprocessing's spawn/forkserver, which re-import the caller's ``__main__``
 and so break unguarded scripts). Each worker serves many files; one that times out or dies is killed and replaced on the
 next call. The parse timeout starts once a worker is ready, so process start-up is not charged to
-the file.
+the file. Each request also caps the worker's address space (``ParseLimits.max_memory_bytes``, RLIMIT_AS),
+so a file that needs more memory fails as FILE_TOO_LARGE instead of exhausting the machine; a worker
+that ran out of memory is retired after its answer.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import contextlib
 import logging
 import os
 import pickle
+import resource
 import select
 import struct
 import subprocess
@@ -24,7 +27,14 @@ from pathlib import Path
 from typing import Any
 
 from kb_core.errors import ParseError
-from kb_core.parsing.base import CORRUPT_DOCUMENT, PARSE_TIMEOUT, ParsedDocument, ParseLimits, parse_error
+from kb_core.parsing.base import (
+    CORRUPT_DOCUMENT,
+    FILE_TOO_LARGE,
+    PARSE_TIMEOUT,
+    ParsedDocument,
+    ParseLimits,
+    parse_error,
+)
 from kb_core.parsing.inprocess import check_file, parse_file_inprocess
 
 logger = logging.getLogger(__name__)
@@ -83,16 +93,26 @@ def serve_stdio() -> None:
         if request is None:
             return
         path, limits = request
+        _cap_memory(limits.max_memory_bytes)
         try:
-            reply: tuple[Any, ...] = ("ok", parse_file_inprocess(path, limits))
+            reply: tuple[Any, ...] = ("ok", parse_file_inprocess(path, limits), False)
         except ParseError as exc:
-            reply = ("error", exc.code, exc.message, exc.details)
+            # After a MemoryError the heap may be fragmented or half-freed: answer, then let the pool retire us.
+            reply = ("error", exc.code, exc.message, exc.details, exc.code == FILE_TOO_LARGE)
         except BaseException as exc:  # the worker must answer, whatever happened
-            reply = ("error", CORRUPT_DOCUMENT, f"Cannot import '{Path(path).name}': {type(exc).__name__}: {exc}", {})
+            message = f"Cannot import '{Path(path).name}': {type(exc).__name__}: {exc}"
+            reply = ("error", CORRUPT_DOCUMENT, message, {}, True)
         try:
             conn.send(reply)
-        except (EOFError, OSError):
+        except (EOFError, OSError, MemoryError):
             return
+
+
+def _cap_memory(limit: int) -> None:
+    """Lower (or raise, up to the hard limit) this worker's address-space limit for the next file."""
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    soft = limit if hard == resource.RLIM_INFINITY else min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
 class _Worker:
@@ -183,10 +203,13 @@ class ParserPool:
                 PARSE_TIMEOUT, path, f"parsing took longer than {limits.timeout_seconds:g} s and was stopped"
             )
         logger.debug("parsed %s in %.3f s", path, time.monotonic() - started)
-        self._give_back(worker)
+        if reply[-1]:  # the worker asks to be retired (it ran out of memory)
+            worker.kill()
+        else:
+            self._give_back(worker)
         if reply[0] == "ok":
             return reply[1]
-        _, code, message, details = reply
+        _, code, message, details, _ = reply
         raise ParseError(message, code=code, details=details)
 
     def close(self) -> None:

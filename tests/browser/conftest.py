@@ -103,6 +103,18 @@ def served(tmp_path: Path) -> Iterator[RunningApp]:
         app.stop()
 
 
+@pytest.fixture(scope="module")
+def demo_served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningApp]:
+    """One app per test module over a fresh home with the demo KB: the first page visit builds it with the real
+    model (tests that use it are marked ``model``)."""
+    app = RunningApp(tmp_path_factory.mktemp("demo") / "home", demo=True)
+    try:
+        app.wait()
+        yield app
+    finally:
+        app.stop()
+
+
 @pytest.fixture
 def pages(request: pytest.FixtureRequest, browser: object) -> Iterator[list]:
     """New pages (each in its own browser context, i.e. its own session); screenshots on failure."""

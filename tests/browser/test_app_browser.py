@@ -106,7 +106,8 @@ def test_create_upload_search_breakdown_and_evaluate(served, pages, tmp_path: Pa
     wait_idle(page)
     page.get_by_role("button", name="Run evaluation").click()
     page.get_by_text("Per query, worst first").wait_for(timeout=90_000)
-    page.get_by_text("Weight sweep (best nDCG@10").wait_for()
+    page.get_by_text("Weight sweep: best nDCG@10").wait_for()
+    page.get_by_text("Kept as run ").wait_for()
     page.get_by_text("Download metrics (CSV)").wait_for()
 
 

@@ -1,0 +1,301 @@
+"""Opening the paths users and MCP clients name, so that what was checked is what is used.
+
+A path is opened once; every later step works on what was opened (a private copy for document imports, the
+descriptor itself for bundles and export files), never on the path again. So a folder swapped for a symlink
+after the check cannot redirect a read, a write or a delete:
+
+- :func:`open_input_file` refuses anything but a regular file, saying what it is (a FIFO, a device, a
+  folder, a dangling link ...), and never blocks on opening one (``O_NONBLOCK``, ``O_NOCTTY``). With
+  ``allowed_dirs`` (the MCP server's ``--allow-dir`` folders) the opened file must lie inside one of them:
+  the check is made on the opened file (its device and inode must be those of its symlink-free path, and
+  that path must be inside), so a swap before, during or after the open is refused.
+- :meth:`OpenedFile.remove` deletes the file's name only while it still names the file that was opened,
+  relative to the folder that was checked (``unlinkat`` on a directory descriptor).
+- :func:`open_output_folder` opens the folder of a file to be written; the file is created there with
+  ``O_EXCL | O_NOFOLLOW`` under a temporary name and renamed into place inside that same folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import stat
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from kb_core.errors import InvalidArgument, KBError, PermissionDenied
+
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | _CLOEXEC
+_FOLDER_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _CLOEXEC
+_CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | _CLOEXEC
+_COPY_BLOCK = 1 << 20
+
+
+class UnusablePath(KBError):
+    """The path names no regular file that can be read; ``reason`` says what it is instead."""
+
+    code = "FILE_NOT_FOUND"
+
+    def __init__(self, path: Path | str, reason: str) -> None:
+        super().__init__(f"{path} {reason}.", details={"path": str(path)})
+        self.path = str(path)
+        self.reason = reason
+
+
+def reject_nul(value: Any, field: str) -> None:
+    """A NUL byte cannot be part of a file path (the OS would cut the path there): refuse it as invalid."""
+    values = value if isinstance(value, list | tuple) else [value]
+    for item in values:
+        if isinstance(item, str) and "\x00" in item:
+            raise InvalidArgument(
+                f"{field} contains a NUL byte (\\x00), which no file path can contain: {item!r}.",
+                details={"field": field},
+            )
+
+
+def kind_of(mode: int) -> str:
+    """What a non-regular file is, as the end of a sentence: ``is a FIFO (named pipe), not a regular file``."""
+    if stat.S_ISDIR(mode):
+        return "is a folder, not a file"
+    if stat.S_ISFIFO(mode):
+        return "is a FIFO (named pipe), not a regular file"
+    if stat.S_ISCHR(mode):
+        return "is a character device, not a regular file"
+    if stat.S_ISBLK(mode):
+        return "is a block device, not a regular file"
+    if stat.S_ISSOCK(mode):
+        return "is a socket, not a regular file"
+    return "is not a regular file"
+
+
+def _through_link(path: Path, reason: str) -> str:
+    """``is a symbolic link to '/dev/zero', which is a character device ...`` when ``path`` is a link."""
+    try:
+        target = os.readlink(path)
+    except (OSError, ValueError):
+        return reason
+    return f"is a symbolic link to {target!r}, which {reason}"
+
+
+def _access_failure(path: Path, exc: OSError) -> str:
+    if exc.errno == errno.ENOENT:
+        return _through_link(path, "does not exist")
+    if exc.errno == errno.ELOOP:
+        return "is a symbolic link that loops (or passes through too many links)"
+    if exc.errno == errno.ENOTDIR:
+        return "does not exist (a part of the path is not a folder)"
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return "cannot be read (permission denied)"
+    if exc.errno == errno.ENAMETOOLONG:
+        return "is too long to be a file path"
+    return f"cannot be opened ({exc.strerror or exc})"
+
+
+def _not_regular(path: Path, mode: int) -> str:
+    return _through_link(path, kind_of(mode)) if os.path.islink(path) else kind_of(mode)
+
+
+def _same_file(a: os.stat_result, b: os.stat_result) -> bool:
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def require_inside(raw: str | Path, resolved: Path, allowed_dirs: Sequence[Path]) -> None:
+    """PermissionDenied unless ``resolved`` (symlinks resolved) lies inside an allowed folder."""
+    allowed = ", ".join(str(d) for d in allowed_dirs)
+    if not allowed_dirs:
+        raise PermissionDenied(
+            "Reading or writing files by path over HTTP is disabled on this server; start it with --allow-dir DIR."
+        )
+    if not any(resolved == d or resolved.is_relative_to(d) for d in allowed_dirs):
+        raise PermissionDenied(
+            f"{str(raw)!r} resolves to {resolved}, outside the folders this server may use ({allowed}); refused.",
+            details={"file_path": str(raw)},
+        )
+
+
+def _confirm_inside(raw: Path, opened: os.stat_result, allowed_dirs: Sequence[Path]) -> Path:
+    """The symlink-free path of what was opened, checked inside ``allowed_dirs``. The path is resolved again
+    after the open and must lead to the very same file; otherwise something on the way was swapped."""
+    resolved = Path(os.path.realpath(raw))
+    require_inside(raw, resolved, allowed_dirs)
+    try:
+        now = os.stat(resolved, follow_symlinks=False)
+    except OSError:
+        now = None
+    if now is None or not _same_file(now, opened):
+        raise PermissionDenied(
+            f"{str(raw)!r} changed while it was being opened (a folder or link on its way was replaced); refused.",
+            details={"file_path": str(raw)},
+        )
+    return resolved
+
+
+def _open_folder(folder: Path, allowed_dirs: Sequence[Path] | None) -> tuple[int, Path]:
+    if allowed_dirs is not None:
+        require_inside(folder, Path(os.path.realpath(folder)), allowed_dirs)
+    fd = os.open(folder, _FOLDER_FLAGS)
+    try:
+        real = _confirm_inside(folder, os.fstat(fd), allowed_dirs) if allowed_dirs is not None else folder
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, real
+
+
+@dataclass
+class OpenedFile:
+    """A regular file opened for reading. ``real_path`` is where it was found (symlinks resolved) when the
+    open was confined, else the path as given. Close it (or use it as a context manager)."""
+
+    path: Path
+    fd: int
+    stat: os.stat_result
+    real_path: Path
+    folder_fd: int | None = None  # the checked folder holding ``path.name`` (for remove)
+
+    def __enter__(self) -> OpenedFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for fd in (self.fd, self.folder_fd):
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self.fd, self.folder_fd = -1, None
+
+    def reader(self) -> IO[bytes]:
+        """A binary file object over the opened file, from its start (its own descriptor; close it)."""
+        handle = os.fdopen(os.dup(self.fd), "rb")
+        handle.seek(0)
+        return handle
+
+    def copy_to(self, target: Path, max_bytes: int | None = None) -> int:
+        """Copy the opened file into a new file ``target`` (created, never followed or overwritten)."""
+        copied = 0
+        with self.reader() as source, os.fdopen(os.open(target, _CREATE_FLAGS, 0o600), "wb") as out:
+            while block := source.read(_COPY_BLOCK):
+                copied += len(block)
+                if max_bytes is not None and copied > max_bytes:
+                    raise UnusablePath(self.path, f"grew past {max_bytes} bytes while it was being read")
+                out.write(block)
+        return copied
+
+    def remove(self) -> bool:
+        """Delete the name this file was opened by, relative to the folder that was checked, only while that
+        name still leads to the opened file. Returns whether it was deleted."""
+        if self.folder_fd is None:
+            raise ValueError("open the file with keep_folder=True to remove it")
+        try:
+            now = os.stat(self.path.name, dir_fd=self.folder_fd)
+        except FileNotFoundError:
+            return False
+        if not _same_file(now, self.stat):
+            return False
+        os.unlink(self.path.name, dir_fd=self.folder_fd)
+        return True
+
+
+def open_input_file(path: Path, allowed_dirs: Sequence[Path] | None = None, *, keep_folder: bool = False) -> OpenedFile:
+    """Open the regular file ``path`` (absolute) for reading.
+
+    Raises :class:`UnusablePath` when it is missing or not a regular file (the reason says what it is), and
+    PermissionDenied when ``allowed_dirs`` is given and the file is not inside one of them. ``keep_folder``
+    also keeps its folder open (checked like the file), for :meth:`OpenedFile.remove`.
+    """
+    if allowed_dirs is not None:  # refuse paths outside first: say nothing about files there
+        require_inside(path, Path(os.path.realpath(path)), allowed_dirs)
+    try:
+        before = os.stat(path)
+    except OSError as exc:
+        raise UnusablePath(path, _access_failure(path, exc)) from None
+    if not stat.S_ISREG(before.st_mode):
+        raise UnusablePath(path, _not_regular(path, before.st_mode))
+    folder_fd = None
+    try:
+        if keep_folder:
+            folder_fd, _ = _open_folder(path.parent, allowed_dirs)
+            fd = os.open(path.name, _READ_FLAGS, dir_fd=folder_fd)
+        else:
+            fd = os.open(path, _READ_FLAGS)
+    except OSError as exc:
+        if folder_fd is not None:
+            os.close(folder_fd)
+        raise UnusablePath(path, _access_failure(path, exc)) from None
+    opened = OpenedFile(path, fd, os.fstat(fd), path, folder_fd)
+    try:
+        if not stat.S_ISREG(opened.stat.st_mode):  # swapped between the stat and the open
+            raise UnusablePath(path, kind_of(opened.stat.st_mode))
+        if allowed_dirs is not None:
+            opened.real_path = _confirm_inside(path, opened.stat, allowed_dirs)
+    except BaseException:
+        opened.close()
+        raise
+    return opened
+
+
+@dataclass
+class OutputFolder:
+    """The opened folder a file ``name`` is written into: create a temporary file, then rename it in place."""
+
+    path: Path
+    fd: int
+    real_path: Path
+    name: str
+
+    def __enter__(self) -> OutputFolder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+
+    def create_temporary(self) -> tuple[str, IO[bytes]]:
+        """A new empty file beside the target (never a followed link or an existing file), open for writing."""
+        name = f".{self.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        fd = os.open(name, _CREATE_FLAGS, 0o644, dir_fd=self.fd)
+        return name, os.fdopen(fd, "w+b")
+
+    def replace(self, temporary: str) -> None:
+        """Rename the temporary file to the target name inside this folder (a link there is replaced, not
+        followed), then make the rename durable."""
+        os.replace(temporary, self.name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+        with contextlib.suppress(OSError):
+            os.fsync(self.fd)
+
+    def discard(self, temporary: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary, dir_fd=self.fd)
+
+
+def open_output_folder(target: Path, field: str, allowed_dirs: Sequence[Path] | None = None) -> OutputFolder:
+    """Open the folder of the file ``target`` (absolute) is to become. Raises InvalidArgument when the folder
+    does not exist or ``target`` is a folder, PermissionDenied when it is outside ``allowed_dirs``."""
+    name = target.name
+    if name in ("", ".", ".."):
+        raise InvalidArgument(f"{field} {str(target)!r} names no file; give a file path, e.g. backup.kbx.")
+    try:
+        fd, real = _open_folder(target.parent, allowed_dirs)
+    except OSError as exc:
+        reason = _access_failure(target.parent, exc)
+        if exc.errno == errno.ENOTDIR:
+            reason = "is not a folder"
+        raise InvalidArgument(f"The folder of {field} {str(target.parent)!r} {reason}.") from None
+    folder = OutputFolder(target.parent, fd, real, name)
+    try:
+        existing = os.stat(name, dir_fd=fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return folder
+    except OSError:
+        existing = None
+    if existing is not None and stat.S_ISDIR(existing.st_mode):
+        os.close(fd)
+        raise InvalidArgument(f"{field} {str(target)!r} is a folder; give a file path, e.g. backup.kbx.")
+    return folder

@@ -1,0 +1,134 @@
+"""Paths that name no regular file: FIFOs, devices, sockets, dangling links and loops.
+
+Import (service, CLI, MCP stdio), bundle import and database import say what the path is instead of
+"does not exist", and never block on opening a FIFO. Real FIFOs, sockets, devices and symlinks.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from mcp import ClientSession
+
+from kb_core import bundles
+from kb_core.cli import main
+
+FIFO = "is a FIFO (named pipe), not a regular file"
+CHAR_DEVICE = "is a character device, not a regular file"
+
+
+@pytest.fixture
+def kb(session):
+    assert session.create_knowledge_base("docs", 64, embedding_model="hashing")["success"]
+    session.select_knowledge_base("docs")
+    return session
+
+
+@pytest.fixture
+def specials(tmp_path: Path) -> Iterator[dict[str, tuple[Path, str]]]:
+    """name -> (path, the reason the error must give)."""
+    folder = tmp_path / "specials"
+    folder.mkdir()
+    os.mkfifo(folder / "pipe.txt")
+    (folder / "zero.txt").symlink_to("/dev/zero")
+    (folder / "dangling.txt").symlink_to(folder / "gone.txt")
+    (folder / "loop.txt").symlink_to(folder / "loop.txt")
+    (folder / "folder.txt").mkdir()
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(folder / "sock.txt"))
+    try:
+        yield {
+            "fifo": (folder / "pipe.txt", FIFO),
+            "link to /dev/zero": (folder / "zero.txt", f"is a symbolic link to '/dev/zero', which {CHAR_DEVICE}"),
+            "device": (Path("/dev/null"), CHAR_DEVICE),
+            "socket": (folder / "sock.txt", "is a socket, not a regular file"),
+            "dangling link": (
+                folder / "dangling.txt",
+                f"is a symbolic link to '{folder / 'gone.txt'}', which does not",
+            ),
+            "link loop": (folder / "loop.txt", "is a symbolic link that loops"),
+            "folder": (folder / "folder.txt", "is a folder, not a file"),
+            "missing": (folder / "missing.txt", "does not exist"),
+        }
+    finally:
+        listener.close()
+
+
+@pytest.mark.timeout(60)
+def test_import_says_what_each_path_is_and_never_blocks(kb, specials: dict[str, tuple[Path, str]]) -> None:
+    result = kb.import_document([str(path) for path, _ in specials.values()])
+    assert result["data"]["failed_count"] == len(specials)
+    errors = {f["file_path"]: f["error"] for f in result["data"]["failed_files"]}
+    for name, (path, reason) in specials.items():
+        assert reason in errors[str(path)], (name, errors[str(path)])
+        if name not in ("dangling link", "missing"):
+            assert "does not exist" not in errors[str(path)], name
+
+
+@pytest.mark.timeout(60)
+def test_a_fifo_swapped_in_after_the_check_does_not_block(kb, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The file passes the type check, then becomes a FIFO before it is opened: the open must not wait."""
+    path = tmp_path / "notes.txt"
+    path.write_text("a regular file at first", encoding="utf-8")
+    real_stat = os.stat
+    swapped: list[bool] = []
+
+    def stat_then_swap(target: object, *args: object, **kwargs: object) -> os.stat_result:
+        result = real_stat(target, *args, **kwargs)  # type: ignore[arg-type]
+        if str(target) == str(path) and not swapped:
+            swapped.append(True)
+            path.unlink()
+            os.mkfifo(path)
+        return result
+
+    monkeypatch.setattr(os, "stat", stat_then_swap)
+    result = kb.import_document([str(path)])
+    assert result["data"]["failed_count"] == 1
+    assert "FIFO" in result["data"]["failed_files"][0]["error"]
+
+
+@pytest.mark.timeout(60)
+def test_cli_import_shows_the_reason_of_every_failed_file(
+    capsys: pytest.CaptureFixture[str], home: Path, specials: dict[str, tuple[Path, str]]
+) -> None:
+    assert main(["--home", str(home), "create", "docs", "--chunk-size", "64", "--embedding-model", "hashing"]) == 0
+    assert main(["--home", str(home), "select", "docs"]) == 0
+    capsys.readouterr()
+    fifo, zero = specials["fifo"][0], specials["link to /dev/zero"][0]
+    assert main(["--home", str(home), "import", str(fifo), str(zero)]) == 1
+    err = capsys.readouterr().err
+    assert FIFO in err and CHAR_DEVICE in err and "does not exist" not in err, err
+
+
+@pytest.mark.timeout(60)
+def test_bundle_and_database_imports_say_what_the_path_is(kb, specials: dict[str, tuple[Path, str]]) -> None:
+    for name in ("fifo", "link to /dev/zero", "socket"):
+        path, reason = specials[name]
+        bundle = bundles.import_knowledge_bundle(kb, str(path))
+        assert not bundle["success"] and reason in bundle["message"], (name, bundle["message"])
+        database = kb.import_database(str(path))
+        assert not database["success"] and reason in database["message"], (name, database["message"])
+    exported = kb.export_database(str(specials["folder"][0]))
+    assert not exported["success"] and "is a folder" in exported["message"]
+
+
+@pytest.mark.timeout(120)
+def test_mcp_stdio_import_of_a_fifo_is_a_clear_tool_error(tmp_path: Path) -> None:
+    from tests.test_mcp_server import run_stdio, tool_error
+
+    fifo = tmp_path / "pipe.docx"
+    os.mkfifo(fifo)
+
+    async def scenario(s: ClientSession) -> None:
+        await s.call_tool("create_knowledge_base", {"kb_name": "k", "chunk_size": 64, "embedding_model": "hashing"})
+        await s.call_tool("select_knowledge_base", {"kb_name": "k"})
+        failed = await tool_error(s, "import_document", "IMPORT_FAILED", file_paths=[str(fifo)])
+        assert FIFO in failed.structuredContent["data"]["failed_files"][0]["error"]
+        refused = await tool_error(s, "import_knowledge_bundle", "FILE_NOT_FOUND", temp_file_path=str(fifo))
+        assert FIFO in refused.content[0].text
+
+    run_stdio(tmp_path / "home", scenario, tmp_path / "stderr.log")
