@@ -22,7 +22,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -117,6 +117,14 @@ def timestamped_name(name: str, taken: set[str], now: datetime | None = None) ->
     return candidate
 
 
+class ImportJob(Protocol):
+    """Where an import shows its in-flight documents to other processes."""
+
+    def publish(self, force: bool = False) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class JobFile:
     """Publishes in-flight documents (pending/parsing/embedding) so other processes can list them."""
 
@@ -201,7 +209,7 @@ class Importer:
         self.sources = list(sources)
         progress = ImportProgress(files=[FileProgress(file_path=s.reported_path or str(s.path)) for s in sources])
         try:
-            job = JobFile(self.store, progress)
+            job = self._open_job(progress)
         except KBNotFound as exc:
             raise self._deleted_meanwhile() from exc
         lock = threading.Lock()
@@ -292,6 +300,9 @@ class Importer:
         finally:
             job.close()
         return progress.files, committed
+
+    def _open_job(self, progress: ImportProgress) -> ImportJob:
+        return JobFile(self.store, progress)
 
     def _deleted_meanwhile(self) -> KBNotFound:
         return KBNotFound(
