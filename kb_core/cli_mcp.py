@@ -49,7 +49,7 @@ def _store(session: Any) -> Any:
 def _scope_names(session: Any, scope: Any) -> str:
     if scope is None:
         return "all"
-    names = {r.id: r.name for r in session.service.home.knowledge_bases()}
+    names = {r.id: r.name for r in session.service.registry.knowledge_bases()}
     return ",".join(sorted(names.get(kb_id, f"(deleted {kb_id})") for kb_id in scope))
 
 

@@ -927,13 +927,14 @@ class ServiceHolder:
         started = time.monotonic()
         try:
             self._service.analyzer.tokens("warm up 预热")
-            records = self._service.home.knowledge_bases()
+            records = self._service.registry.knowledge_bases()
         except Exception:
             logger.warning("Could not preload the search models; they load on first use.", exc_info=True)
             return
         for record in records:
             try:
-                self._service.reader(record.id).snapshot()
+                if self._service.postgres is None:  # a database KB has no indexes to load into memory
+                    self._service.reader(record.id).snapshot()
                 if not record.embedding_endpoint:
                     self._service.embedder(record).embed_query("warm up")
             except Exception:

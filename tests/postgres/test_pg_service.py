@@ -234,11 +234,41 @@ def test_two_processes_on_one_url_see_each_others_commits(pg_url: str, tmp_path:
 
 def test_operations_the_postgres_store_lacks_say_so(stores: tuple[Session, Session]) -> None:
     _, postgres = stores
-    for result in (postgres.compact(), postgres.export_database("/tmp/never-written.kbx")):
+    name = postgres.list_documents()["data"]["documents"][0]["name"]
+    for result in (postgres.compact(), postgres.update_document(name, 128), postgres.get_ontology()):
         assert not result["success"]
-        assert result["error"]["code"] == "NOT_ON_POSTGRES"
+        assert result["error"]["code"] == "NOT_ON_POSTGRES", result["message"]
         assert "not available on the PostgreSQL store" in result["message"]
-    assert not Path("/tmp/never-written.kbx").exists()
+
+
+def test_export_from_a_folder_import_db_into_postgres_and_back(stores: tuple[Session, Session], tmp_path: Path) -> None:
+    """``kb export`` of the folder KB, ``kb --store URL import-db`` of the file, then an export of the PostgreSQL KB
+    imported into a new folder home: all three answer every search alike, with the same documents and chunks."""
+    folder, postgres = stores
+    exported = folder.export_database(str(tmp_path / "folder.kbx"))
+    assert exported["success"], exported["message"]
+    url = postgres.service.postgres.db.primary.url  # type: ignore[union-attr]
+    imported = run_cli(tmp_path / "cli-home", "import-db", str(tmp_path / "folder.kbx"), store=url)
+    assert imported["success"], imported["message"]
+    moved = imported["data"]["knowledge_bases"][0]
+    assert moved != KB  # the name was taken in the database: stamped, as in a folder home
+    assert postgres.select_knowledge_base(moved)["success"]
+    try:
+        compare_searches(folder, postgres)
+        back = postgres.export_database(str(tmp_path / "postgres.kbx"), kb_names=[moved])
+        assert back["success"], back["message"]
+    finally:
+        assert postgres.select_knowledge_base(KB)["success"]
+    returned = KnowledgeBaseService(tmp_path / "returned-home").session()
+    assert returned.import_database(str(tmp_path / "postgres.kbx"))["success"]
+    assert returned.select_knowledge_base(moved)["success"]
+    compare_searches(folder, returned)
+    folder_docs = {d["name"]: d["chunk_count"] for d in folder.list_documents()["data"]["documents"]}
+    assert {d["name"]: d["chunk_count"] for d in returned.list_documents()["data"]["documents"]} == folder_docs
+    for name in folder_docs:
+        assert [c["content"] for c in returned.list_chunks(name)["data"]["chunks"]] == [
+            c["content"] for c in folder.list_chunks(name)["data"]["chunks"]
+        ]
 
 
 def test_bad_store_values_and_a_down_server_give_clear_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

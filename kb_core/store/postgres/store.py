@@ -698,6 +698,12 @@ class PostgresStore:
         return problems
 
     # -- graphs ------------------------------------------------------------------------------------------------
+    def document_ids(self) -> set[str]:
+        """The ids of every document of every KB (an import of an export file keeps ids only where none clash)."""
+        with self._read() as conn:
+            rows = conn.execute(sql.SQL("SELECT doc_id FROM {s}.documents").format(s=_S)).fetchall()
+        return {str(row[0]) for row in rows}
+
     def graph(self, kb_id: str) -> dict[str, Any] | None:
         """The KB's committed bundle graph (``GraphState.to_json()`` form, with its version), or None."""
         with self._read() as conn:
