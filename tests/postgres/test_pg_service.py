@@ -68,7 +68,6 @@ def assert_same_hits(postgres: dict[str, Any], folder: dict[str, Any], label: ob
     assert postgres["success"] and folder["success"], (label, postgres["message"], folder["message"])
     pg_hits, folder_hits = postgres["data"]["chunks"], folder["data"]["chunks"]
     assert len(pg_hits) == len(folder_hits), label
-    assert pg_hits, label
     by_key = {hit_key(h): h for h in folder_hits}
     for pg_hit, folder_hit in zip(pg_hits, folder_hits, strict=True):
         assert abs(pg_hit["score"] - folder_hit["score"]) <= TOLERANCE, label
@@ -116,13 +115,13 @@ def stores(pg_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tu
 
 
 def compare_searches(folder: Session, postgres: Session) -> None:
+    empty = 0
     for query in QUERIES:
         for settings in SETTINGS:
-            assert_same_hits(
-                postgres.search(query, top_k=8, **settings),
-                folder.search(query, top_k=8, **settings),
-                (query, settings),
-            )
+            answer = postgres.search(query, top_k=8, **settings)
+            assert_same_hits(answer, folder.search(query, top_k=8, **settings), (query, settings))
+            empty += not answer["data"]["chunks"]
+    assert empty <= 2, f"{empty} searches found nothing: the comparison would prove little"
 
 
 def test_the_service_on_a_url_gives_the_folder_stores_hits_and_breakdowns(stores: tuple[Session, Session]) -> None:
@@ -177,59 +176,42 @@ def test_the_same_answers_after_deletions_and_a_later_import(stores: tuple[Sessi
     assert verified["success"] and verified["data"]["problems"] == [], verified["message"]
 
 
-def test_kb_store_url_on_the_command_line_answers_as_the_folder_store(
+def test_two_hosts_on_one_url_and_the_command_line_answer_as_the_folder_store(
     postgres_server: LocalPostgres, tmp_path: Path
 ) -> None:
-    """``kb --store URL create/select/import/search`` answers as the service on a folder home, hit for hit."""
-    url = new_database(postgres_server, "t_cli")  # empty: the first command creates the schema
-    home = tmp_path / "cli-home"
-    created = run_cli(home, "create", "cli kb", "--chunk-size", "64", "--embedding-model", "hashing", store=url)
+    """Host B is ``kb`` processes with their own home, given the URL by ``--store`` or by ``$KB_STORE`` (as the app
+    and ``kb mcp`` read it); host A is a service in this process, with its own home and caches. Each sees the
+    other's imports and deletions on its next call, and both answer as a folder store holding the same documents.
+    """
+    url = new_database(postgres_server, "t_two_hosts")  # empty: the first command creates the schema
+    host_a = KnowledgeBaseService(tmp_path / "host-a", store=url)
+    a = host_a.session()
+    assert a.list_knowledge_bases()["data"]["count"] == 0  # host A is open (and has looked) before B writes
+    host_b, env = tmp_path / "host-b", {"KB_STORE": url}
+    created = run_cli(host_b, "create", KB, "--chunk-size", "64", "--embedding-model", "hashing", store=url)
     assert created["success"], created["message"]
-    assert run_cli(home, "select", "cli kb", store=url)["success"]
-    imported = run_cli(home, "import", *DEMO_FILES[:4], store=url)
-    assert imported["data"]["success_count"] == 4, imported
-    query = "知识库 hybrid search 权重"
-    searched = run_cli(home, "search", query, "--top-k", "6", store=url)
-    assert not any((home / "kbs").iterdir())  # nothing of the KB in the home
+    assert run_cli(host_b, "select", KB, env=env)["success"]
+    imported = run_cli(host_b, "import", *DEMO_FILES[::2], store=url)
+    assert imported["data"]["success_count"] == 5, imported
+    assert not any((host_b / "kbs").iterdir())  # nothing of the KB in the home
 
-    folder = KnowledgeBaseService(tmp_path / "folder-home").session()
-    assert folder.create_knowledge_base("cli kb", 64, embedding_model="hashing")["success"]
-    assert folder.select_knowledge_base("cli kb")["success"]
-    assert folder.import_document(DEMO_FILES[:4])["data"]["success_count"] == 4
-    assert_same_hits(searched, folder.search(query, top_k=6), "cli")
+    folder = open_kb(KnowledgeBaseService(tmp_path / "folder-home"))
+    assert folder.import_document(DEMO_FILES[::2])["data"]["success_count"] == 5
+    assert a.select_knowledge_base(KB)["success"]  # B's KB and import, seen on A's next call
+    compare_searches(folder, a)
 
-
-def test_two_processes_on_one_url_see_each_others_commits(pg_url: str, tmp_path: Path) -> None:
-    """A service in this process and ``kb`` processes with their own homes (``$KB_STORE``, as the app and ``kb mcp``
-    read it): an import by one is searched by the other on its next call, and a deletion is seen as well."""
-    service = KnowledgeBaseService(tmp_path / "host-a", store=pg_url)
-    host_a = service.session()
-    assert host_a.create_knowledge_base("two hosts 两台", 64, embedding_model="hashing")["success"]
-    assert host_a.select_knowledge_base("two hosts 两台")["success"]
-    first = tmp_path / "first.txt"
-    first.write_text("The replica answers searches while the primary takes imports.\n" * 10, encoding="utf-8")
-    assert host_a.import_document([str(first)])["success"]
-    assert host_a.search("replica primary")["data"]["count"] >= 1  # warms this process's caches
-
-    env = {"KB_STORE": pg_url}
-    host_b = tmp_path / "host-b"
-    assert run_cli(host_b, "select", "two hosts 两台", env=env)["success"]
-    seen = run_cli(host_b, "search", "replica primary", "--mode", "keyword", env=env)
-    assert {h["doc_name"] for h in seen["data"]["chunks"]} == {"first.txt"}
-    second = tmp_path / "第二份.txt"
-    second.write_text("向量检索 的 召回 与 知识库 的 混合检索 在另一台主机上导入。\n" * 10, encoding="utf-8")
-    assert run_cli(host_b, "import", str(second), env=env)["data"]["success_count"] == 1
-
-    found = host_a.search("混合检索 召回", mode="keyword")
-    assert "第二份.txt" in {h["doc_name"] for h in found["data"]["chunks"]}
-    listed = host_a.list_knowledge_bases()["data"]["knowledge_bases"]
-    assert [(k["name"], k["document_count"]) for k in listed if k["name"] == "two hosts 两台"] == [
-        ("two hosts 两台", 2)
-    ]
-    assert host_a.delete_document("第二份.txt")["success"]
-    after = run_cli(host_b, "search", "混合检索 召回", "--mode", "keyword", env=env)
-    assert "第二份.txt" not in {h["doc_name"] for h in after["data"]["chunks"]}
-    service.close()
+    extra = tmp_path / "第二份.txt"
+    extra.write_text("向量检索 的 召回 与 知识库 的 混合检索 在另一台主机上导入。\n" * 10, encoding="utf-8")
+    deleted = Path(DEMO_FILES[2]).name
+    for session in (a, folder):
+        assert session.import_document([str(extra)])["success"]
+        assert session.delete_document(deleted)["success"]
+    query = "知识库 混合检索 召回 hybrid search"
+    searched = run_cli(host_b, "search", query, "--top-k", "8", env=env)  # A's commits, seen by B
+    assert "第二份.txt" in {h["doc_name"] for h in searched["data"]["chunks"]}
+    assert_same_hits(searched, folder.search(query, top_k=8), "kb search on host B")
+    assert [k["document_count"] for k in a.list_knowledge_bases()["data"]["knowledge_bases"]] == [5]
+    host_a.close()
 
 
 def test_operations_the_postgres_store_lacks_say_so(stores: tuple[Session, Session]) -> None:
