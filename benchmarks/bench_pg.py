@@ -13,8 +13,14 @@ wheel (loopback TCP, fsync on, shared_buffers 1 GB). Reports:
   100, vector top 100, exact BM25 and cosine of their union, matched and distinct terms), the folder store compacted
   into one segment, PostgreSQL in the state its imports left; queries alternate between the stores so both see the
   same machine; plus recall@10 of each store's vector candidates against an exact scan;
+* **hybrid search** p50/p95 at the full size, end to end but for the query embedding (given): candidates, fusion,
+  breakdowns, near-duplicate removal and the hits' rows (``kb_core.search.rank`` over the folder store's searcher,
+  ``kb_core.store.postgres.searching.search_snapshot`` over a PostgreSQL snapshot; top 10, default settings);
 * **commit cost** of one small document (3 chunks) into the full KB, median of ``--repeats``, and for the folder
-  store the searcher refresh its next search pays.
+  store the searcher refresh its next search pays;
+* **two concurrent writer processes** on the full KB, each committing ``--writer-commits`` small documents: the
+  wall time against one process committing them all, and a check that nothing was lost or duplicated (row and
+  document counts; ``PostgresStore.verify``).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import multiprocessing
 import sys
 import tempfile
 import time
@@ -37,10 +44,11 @@ from bench_vector import clustered_vectors
 
 from kb_core import KnowledgeBaseService
 from kb_core.importer import write_segment_files
-from kb_core.search import SearchFilters, SearchSettings, SnapshotSearcher
+from kb_core.search import SearchFilters, SearchSettings, SnapshotSearcher, rank
 from kb_core.store import Change
 from kb_core.store.postgres import ChunkRecord, DocumentRecord, PostgresStore, PreparedDocument, StoreChange
 from kb_core.store.postgres.embedded import LocalPostgres
+from kb_core.store.postgres.searching import search_snapshot
 
 logger = logging.getLogger("bench_pg")
 SERVER_SETTINGS = {"shared_buffers": "1GB", "maintenance_work_mem": "512MB", "work_mem": "64MB"}
@@ -191,6 +199,125 @@ def measure_retrieval(
     }
 
 
+def measure_hybrid_search(
+    service: KnowledgeBaseService, record: Any, store: PostgresStore, kb_id: str, corpus: Corpus, queries: int
+) -> dict[str, float]:
+    """Whole hybrid searches (embedding excluded), alternating between the stores."""
+    searcher = SnapshotSearcher.for_snapshot(
+        service.reader(record.id).snapshot(), service.analyzer, record.embedding_model
+    )
+    pg_record = store.get(kb_id)
+    settings, filters = SearchSettings(top_k=10), SearchFilters()
+
+    def folder(i: int) -> None:
+        rank(searcher, corpus.query_texts[i], corpus.query_vectors[i], settings, filters, "bench")
+
+    def postgres(i: int) -> None:
+        with store.snapshot(kb_id) as view:
+            search_snapshot(view, pg_record, service.analyzer, corpus.query_texts[i], corpus.query_vectors[i],
+                            settings, filters)  # fmt: skip
+
+    for i in range(queries, min(300, queries + 50)):
+        folder(i)
+        postgres(i)
+    folder_times, pg_times = [], []
+    for i in range(queries):
+        for run, times in ((folder, folder_times), (postgres, pg_times))[:: 1 if i % 2 else -1]:
+            started = time.perf_counter()
+            run(i)
+            times.append(time.perf_counter() - started)
+    folder_p50, folder_p95 = percentiles(folder_times)
+    pg_p50, pg_p95 = percentiles(pg_times)
+    return {
+        "folder_hybrid_search_p50_ms": round(folder_p50, 2),
+        "folder_hybrid_search_p95_ms": round(folder_p95, 2),
+        "postgres_hybrid_search_p50_ms": round(pg_p50, 2),
+        "postgres_hybrid_search_p95_ms": round(pg_p95, 2),
+        "postgres_over_folder_hybrid_p50": round(pg_p50 / folder_p50, 2),
+        "postgres_over_folder_hybrid_p95": round(pg_p95 / folder_p95, 2),
+    }
+
+
+def small_document(prefix: str, i: int) -> tuple[list[str], np.ndarray]:
+    rng = np.random.default_rng(abs(hash((prefix, i))) % 2**32)
+    texts = [f"A small note {prefix} {i} part {j} about hybrid retrieval. 混合检索的小文档 {j}。" for j in range(3)]
+    vectors = rng.standard_normal((3, 384)).astype(np.float32)
+    return texts, vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+def write_small_documents(
+    url: str, kb_id: str, prefix: str, count: int, times: Any = None, start: Any = None
+) -> tuple[float, float]:
+    """A writer: ``count`` commits of one 3-chunk document each; returns (and puts on ``times``) when its commits
+    began and ended (``time.time()``, comparable between processes)."""
+    from kb_core.analysis import default_analyzer
+
+    analyzer = default_analyzer()
+    analyzer.tokens("warm up 预热")  # jieba's dictionary loads before the clock starts
+    with PostgresStore.open(url) as store:
+        if start is not None:
+            start.wait()  # both writers begin together
+        began = time.time()
+        for i in range(count):
+            texts, vectors = small_document(prefix, i)
+            document, chunks = document_rows(f"doc_{prefix}_{i}", texts)
+            change = StoreChange(
+                add=(
+                    PreparedDocument.build(
+                        DocumentRecord.from_row(document),
+                        [ChunkRecord.from_row(c) for c in chunks],
+                        vectors,
+                        analyzer,
+                        text="",
+                    ),
+                )
+            )
+            store.commit(kb_id, change)
+        span = (began, time.time())
+    if times is not None:
+        times.put(span)
+    return span
+
+
+def measure_two_writers(url: str, store: PostgresStore, kb_id: str, commits: int) -> dict[str, Any]:
+    """Two writer processes at once against one process doing both shares, on the same KB."""
+    context = multiprocessing.get_context("spawn")
+
+    def counts() -> tuple[int, int]:
+        with store.snapshot(kb_id, prefer_replica=False) as view:
+            return view.statistics.live_rows, len(view.documents())
+
+    rows_before, documents_before = counts()
+    began, ended = write_small_documents(url, kb_id, "alone", 2 * commits)
+    alone = ended - began
+    times, start = context.Queue(), context.Barrier(2)
+    writers = [
+        context.Process(target=write_small_documents, args=(url, kb_id, f"writer{w}", commits, times, start))
+        for w in range(2)
+    ]
+    for writer in writers:
+        writer.start()
+    spans = [times.get(timeout=600) for _ in writers]
+    for writer in writers:
+        writer.join()
+    together = max(end for _, end in spans) - min(start for start, _ in spans)
+    overlap = min(end for _, end in spans) - max(start for start, _ in spans)
+    rows_after, documents_after = counts()
+    return {
+        "writer_commits_each": commits,
+        "one_process_2n_commits_s": round(alone, 2),
+        "two_processes_n_commits_each_s": round(together, 2),  # first commit's start to last commit's end
+        "two_writers_overlap_s": round(overlap, 2),  # how long both were committing at once
+        "two_writers_over_one": round(together / alone, 2),
+        "two_writers_exit_codes": [w.exitcode for w in writers],
+        "rows_added_expected": 4 * commits * 3,
+        "rows_added": rows_after - rows_before,
+        "documents_added_expected": 4 * commits,
+        "documents_added": documents_after - documents_before,
+        "verify_problems": len(store.verify(kb_id)),
+    }
+
+
 def measure_commit(
     service: KnowledgeBaseService, record: Any, store: PostgresStore, kb_id: str, repeats: int
 ) -> dict[str, float]:
@@ -242,6 +369,7 @@ def main() -> None:
     parser.add_argument("--batch-documents", type=int, default=10, help="documents per commit")
     parser.add_argument("--queries", type=int, default=200, help="measured queries per store")
     parser.add_argument("--repeats", type=int, default=5, help="small commits per store")
+    parser.add_argument("--writer-commits", type=int, default=50, help="small commits per concurrent writer")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("kb_core").setLevel(logging.WARNING)
@@ -292,6 +420,10 @@ def main() -> None:
         report.update(measure_retrieval(service, record, store, kb.id, corpus, args.queries))
         logger.info("measuring small commits")
         report.update(measure_commit(service, record, store, kb.id, args.repeats))
+        logger.info("measuring whole hybrid searches")
+        report.update(measure_hybrid_search(service, record, store, kb.id, corpus, args.queries))
+        logger.info("measuring two concurrent writers")
+        report.update(measure_two_writers(server.url(), store, kb.id, args.writer_commits))
         store.close()
     print(json.dumps(report, indent=2))  # the benchmark's result
 
