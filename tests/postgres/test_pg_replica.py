@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import psycopg
 import pytest
 
+from kb_core import KnowledgeBaseService
 from kb_core.analysis import Analyzer
 from kb_core.errors import KBError
 from kb_core.store.postgres import PostgresStore, StoreChange
@@ -78,3 +80,32 @@ def test_a_standby_given_as_the_primary_is_refused_by_name(
         with pytest.raises(KBError) as caught:
             PostgresStore.open(database_url(replica, pg_store))
         assert caught.value.code == "DATABASE_READ_ONLY" and "primary" in caught.value.message
+
+
+def test_the_service_searches_the_standby_and_says_when_it_falls_back(
+    postgres_server: LocalPostgres, pg_store: PostgresStore, tmp_path: Path
+) -> None:
+    """``KnowledgeBaseService(store=PRIMARY, read_url=STANDBY)``: searches read the standby; once it is gone they
+    read the primary and the search's warnings name the standby."""
+    primary_url = pg_store.db.primary.url
+    with postgres_server.standby() as replica:
+        replica_url = database_url(replica, pg_store)
+        service = KnowledgeBaseService(tmp_path / "home", store=primary_url, read_url=replica_url)
+        try:
+            session = service.session()
+            assert session.create_knowledge_base("standby 备用", 64, embedding_model="hashing")["success"]
+            assert session.select_knowledge_base("standby 备用")["success"]
+            note = tmp_path / "备用.txt"
+            note.write_text("The standby serves searches; 备用服务器 提供 检索。\n" * 5, encoding="utf-8")
+            assert session.import_document([str(note)])["success"]
+            wait_for_replay(primary_url, replica_url)
+            served = session.search("备用服务器 standby searches")
+            assert served["success"] and served["data"]["count"] >= 1
+            assert served["data"]["warnings"] == []
+            replica.stop()
+            fallen_back = session.search("备用服务器 standby searches")
+            assert fallen_back["success"]
+            assert [h["id"] for h in fallen_back["data"]["chunks"]] == [h["id"] for h in served["data"]["chunks"]]
+            assert any(f"127.0.0.1:{replica.port}" in w for w in fallen_back["data"]["warnings"])
+        finally:
+            service.close()

