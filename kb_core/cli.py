@@ -96,8 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--store",
         metavar="URL",
-        help="a postgresql://USER@HOST:PORT/DATABASE store shared by several hosts (default: $KB_STORE, else the "
-        "folder store in the home)",
+        help="a postgresql://USER@HOST:PORT/DATABASE store shared by several hosts, or 'folder' (default: "
+        "$KB_STORE, else the folder store in the home)",
     )
     parser.add_argument("--json", action="store_true", help="print the result envelope as JSON")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")

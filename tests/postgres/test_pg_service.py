@@ -275,3 +275,13 @@ def test_the_folder_store_stays_the_default(tmp_path: Path, monkeypatch: pytest.
     session = service.session()
     assert session.create_knowledge_base("folder kb", 64, embedding_model="hashing")["success"]
     assert (tmp_path / "home").is_dir() and any((tmp_path / "home").rglob("*"))
+
+
+def test_evaluation_kbs_stay_in_a_folder_when_kb_store_is_set(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``store="folder"`` (``kb --store folder``) overrides ``$KB_STORE``; the evaluation home uses it, so evaluation
+    KBs never land in the shared database."""
+    from kb_core.evaluation import open_eval_service
+
+    monkeypatch.setenv("KB_STORE", "postgresql://kb@127.0.0.1:9/kb")  # down: connecting would fail
+    assert KnowledgeBaseService(tmp_path / "home", store="folder").postgres is None
+    assert open_eval_service(tmp_path / "home").postgres is None
