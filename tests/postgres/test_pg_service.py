@@ -285,3 +285,48 @@ def test_evaluation_kbs_stay_in_a_folder_when_kb_store_is_set(tmp_path: Path, mo
     monkeypatch.setenv("KB_STORE", "postgresql://kb@127.0.0.1:9/kb")  # down: connecting would fail
     assert KnowledgeBaseService(tmp_path / "home", store="folder").postgres is None
     assert open_eval_service(tmp_path / "home").postgres is None
+
+
+def test_an_mcp_server_on_the_url_and_a_service_share_commits(pg_url: str, tmp_path: Path) -> None:
+    """``kb --store URL mcp`` (stdio, its own home) and a service in this process: the server searches what the
+    service imported, and the service sees what the server imported, each on its next call."""
+    import anyio
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    service = KnowledgeBaseService(tmp_path / "host-a", store=pg_url)
+    host_a = service.session()
+    assert host_a.create_knowledge_base("mcp 共享", 64, embedding_model="hashing")["success"]
+    assert host_a.select_knowledge_base("mcp 共享")["success"]
+    first = tmp_path / "standby.txt"
+    first.write_text("A streaming standby serves the searches of many agents.\n" * 5, encoding="utf-8")
+    assert host_a.import_document([str(first)])["success"]
+    second = tmp_path / "代理.txt"
+    second.write_text("多个 代理 通过 MCP 服务器 共享 一个 知识库。\n" * 5, encoding="utf-8")
+    parameters = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "kb_core.cli", "--store", pg_url, "--home", str(tmp_path / "host-b"), "mcp"],
+        cwd=str(ROOT),
+        env={**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"},
+    )
+
+    async def scenario() -> dict[str, Any]:
+        with open(tmp_path / "mcp.log", "w", encoding="utf-8") as log:
+            async with stdio_client(parameters, errlog=log) as (read, write):  # noqa: SIM117
+                async with ClientSession(read, write) as session:
+                    await session.initialize()
+                    for name, arguments in (
+                        ("select_knowledge_base", {"kb_name": "mcp 共享"}),
+                        ("import_document", {"file_paths": [str(second)]}),
+                        ("search", {"query": "standby agents searches", "mode": "keyword"}),
+                    ):
+                        result = await session.call_tool(name, arguments)
+                        assert not result.isError, result.content[0].text
+                    assert result.structuredContent is not None
+                    return result.structuredContent
+
+    found = anyio.run(scenario)
+    assert [h["doc_name"] for h in found["data"]["chunks"]] == ["standby.txt"]
+    seen = host_a.search("代理 共享 知识库", mode="keyword")
+    assert [h["doc_name"] for h in seen["data"]["chunks"]] == ["代理.txt"]
+    service.close()
