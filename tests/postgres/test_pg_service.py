@@ -41,6 +41,7 @@ SETTINGS: list[dict[str, Any]] = [
     {"mode": "semantic"},
     {"fusion": "rrf"},
     {"vector_weight": 0.3, "weighting": "auto", "language_guard": False},
+    {"file_types": ["docx", "doc"]},
 ]
 
 

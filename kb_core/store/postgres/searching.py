@@ -17,7 +17,7 @@ import numpy as np
 from kb_core.analysis import Analyzer
 from kb_core.fusion import Candidate
 from kb_core.keyword_index import RowTerms
-from kb_core.search import RankedHits, SearchFilters, SearchSettings, SnapshotSearcher, rank
+from kb_core.search import RankedHits, SearchFilters, SearchSettings, rank
 from kb_core.store.postgres.snapshot import PostgresSnapshot, QueryTerms
 from kb_core.store.registry import KnowledgeBaseRecord
 
@@ -39,7 +39,8 @@ class _KeywordReference:
 
 
 class PostgresSearcher:
-    """One search over one PostgreSQL snapshot (valid inside its ``with store.snapshot(...)`` block)."""
+    """One search over one PostgreSQL snapshot (valid inside its ``with store.snapshot(...)`` block); offers the
+    members of :class:`kb_core.search.SnapshotSearcher` that :func:`~kb_core.search.rank` reads."""
 
     def __init__(self, snapshot: PostgresSnapshot, analyzer: Analyzer, embedding_model: str) -> None:
         self.snapshot = snapshot
@@ -47,6 +48,7 @@ class PostgresSearcher:
         self.embedding_model = embedding_model
         self.keyword = _KeywordReference()
         self._documents: dict[str, dict[str, Any]] | None = None
+        self._rows: dict[RowKey, dict[str, Any]] = {}
 
     @property
     def documents(self) -> dict[str, dict[str, Any]]:
@@ -58,7 +60,7 @@ class PostgresSearcher:
         return self.documents[doc_id]
 
     def document_of(self, key: RowKey) -> dict[str, Any]:
-        return self.rows([key])[key]["document"]
+        return self.rows([key])[key]["document"]  # candidates() fetched the rows of a filtered search at once
 
     def candidates(
         self,
@@ -95,6 +97,8 @@ class PostgresSearcher:
                 scores.setdefault("keyword_score", float(row_terms.bm25[position]))
                 if query_vector is not None and not np.isnan(cosine[position]):
                     scores.setdefault("vector_score", float(cosine[position]))
+        if filters.active:  # rank() asks each candidate's document: one query for all of them
+            self.rows(keys)
         jaccard = row_terms.jaccard().tolist()
         candidates = [
             Candidate(
@@ -110,12 +114,12 @@ class PostgresSearcher:
         return candidates, row_terms
 
     def rows(self, keys: Sequence[RowKey]) -> dict[RowKey, dict[str, Any]]:
-        chunks = self.snapshot.chunks([row for _, row in keys])
-        out: dict[RowKey, dict[str, Any]] = {}
-        for key in keys:
-            chunk = chunks[key[1]].to_row()
-            out[key] = {**chunk, "document": self.documents[chunk["doc_id"]]}
-        return out
+        missing = [key[1] for key in keys if key not in self._rows]
+        if missing:
+            for row_id, chunk in self.snapshot.chunks(missing).items():
+                values = chunk.to_row()
+                self._rows[(0, row_id)] = {**values, "document": self.documents[values["doc_id"]]}
+        return {key: self._rows[key] for key in keys}
 
 
 def search_snapshot(
@@ -147,6 +151,3 @@ def search_snapshot(
         if warning not in ranked.warnings:
             ranked.warnings.append(warning)
     return ranked
-
-
-_ = SnapshotSearcher  # the interface mirrored above
