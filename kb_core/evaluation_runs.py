@@ -219,7 +219,7 @@ class EvaluationRunStore:
         now = datetime.now(UTC)
         run = EvaluationRun(
             id=f"run_{now:%Y%m%d-%H%M%S}_{secrets.token_hex(3)}",
-            created_at=now.isoformat(timespec="seconds"),
+            created_at=now.isoformat(timespec="microseconds"),  # orders runs made within one second
             dataset=dataset,
             kb_name=report.kb_name or "",
             kb_id=kb_id,

@@ -285,7 +285,7 @@ def test_embed_documents_equals_raw_model_encode(minilm, record_property) -> Non
         *("vector", "score", "rank", "fusion", "keyword", "semantic", "hybrid", "evaluation", "dataset", "recall"),
         *("precision", "protein", "cell", "gene", "patient", "clinical", "trial"),
     ]
-    texts = [" ".join(rng.choice(vocab, size=150)) + "." for _ in range(300)]
+    texts = [" ".join(rng.choice(vocab, size=150)) + "." for _ in range(64)]
     mean_tokens = float(np.mean(minilm.tokenizer.count_batch(texts)))
     raw, ours = [], []
     for _ in range(2):
