@@ -47,17 +47,17 @@ class PostgresSearcher:
         self.analyzer = analyzer
         self.embedding_model = embedding_model
         self.keyword = _KeywordReference()
-        self._documents: dict[str, dict[str, Any]] | None = None
+        self._documents: dict[str, dict[str, Any]] = {}  # only those of rows asked for: a KB may hold many
         self._rows: dict[RowKey, dict[str, Any]] = {}
 
-    @property
-    def documents(self) -> dict[str, dict[str, Any]]:
-        if self._documents is None:
-            self._documents = {d.doc_id: d.to_row() for d in self.snapshot.documents()}
-        return self._documents
+    def _load_documents(self, doc_ids: Sequence[str]) -> None:
+        missing = sorted({d for d in doc_ids if d not in self._documents})
+        if missing:
+            self._documents.update((d.doc_id, d.to_row()) for d in self.snapshot.documents(missing))
 
     def _document(self, segment_index: int, doc_id: str) -> dict[str, Any]:
-        return self.documents[doc_id]
+        self._load_documents([doc_id])
+        return self._documents[doc_id]
 
     def document_of(self, key: RowKey) -> dict[str, Any]:
         return self.rows([key])[key]["document"]  # candidates() fetched the rows of a filtered search at once
@@ -116,9 +116,10 @@ class PostgresSearcher:
     def rows(self, keys: Sequence[RowKey]) -> dict[RowKey, dict[str, Any]]:
         missing = [key[1] for key in keys if key not in self._rows]
         if missing:
-            for row_id, chunk in self.snapshot.chunks(missing).items():
-                values = chunk.to_row()
-                self._rows[(0, row_id)] = {**values, "document": self.documents[values["doc_id"]]}
+            chunks = {row_id: chunk.to_row() for row_id, chunk in self.snapshot.chunks(missing).items()}
+            self._load_documents([values["doc_id"] for values in chunks.values()])
+            for row_id, values in chunks.items():
+                self._rows[(0, row_id)] = {**values, "document": self._documents[values["doc_id"]]}
         return {key: self._rows[key] for key in keys}
 
 

@@ -205,14 +205,15 @@ class PostgresSnapshot:
             raise KBNotFound(f"Knowledge base id '{self.kb_id}' was deleted.", details={"kb_id": self.kb_id}) from exc
 
     # -- catalog -----------------------------------------------------------------------------------------------
-    def documents(self) -> list[DocumentRecord]:
-        """The live documents (ready and failed), oldest first."""
+    def documents(self, doc_ids: Sequence[str] | None = None) -> list[DocumentRecord]:
+        """The live documents (ready and failed), oldest first; only those of ``doc_ids`` if given."""
         columns = [f for f in DocumentRecord.__dataclass_fields__]
+        only = sql.SQL("" if doc_ids is None else "AND doc_id = ANY(%s) ")
         rows = self._fetch(
-            sql.SQL("SELECT {} FROM {}.documents WHERE kb_id = %s ORDER BY created_at, doc_id").format(
-                sql.SQL(", ").join(sql.Identifier(c) for c in columns), _S
+            sql.SQL("SELECT {} FROM {}.documents WHERE kb_id = %s {}ORDER BY created_at, doc_id").format(
+                sql.SQL(", ").join(sql.Identifier(c) for c in columns), _S, only
             ),
-            (self.kb_id,),
+            (self.kb_id,) if doc_ids is None else (self.kb_id, list(doc_ids)),
         )
         return [DocumentRecord.from_row(dict(zip(columns, row, strict=True))) for row in rows]
 
