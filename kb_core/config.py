@@ -18,3 +18,31 @@ def resolve_home(home: str | os.PathLike[str] | None = None) -> Path:
     if from_env:
         return Path(from_env).expanduser()
     return DEFAULT_HOME
+
+
+STORE_ENVIRONMENT_VARIABLE = "KB_STORE"
+READ_STORE_ENVIRONMENT_VARIABLE = "KB_STORE_READ_URL"
+FOLDER_STORE = "folder"  # the folder store named explicitly: overrides $KB_STORE
+_STORE_SCHEMES = ("postgresql://", "postgres://")
+
+
+def resolve_store(store: str | None = None, read_url: str | None = None) -> tuple[str | None, str | None]:
+    """The PostgreSQL URLs of the store (primary, standby): ``store`` if given, else ``$KB_STORE``; the standby
+    ``read_url`` if given, else ``$KB_STORE_READ_URL``. ``(None, None)`` means the folder store, the default: its
+    folder is the home (:func:`resolve_home`); ``store="folder"`` chooses it whatever ``$KB_STORE`` says."""
+    from kb_core.errors import InvalidArgument
+
+    chosen = store if store else os.environ.get(STORE_ENVIRONMENT_VARIABLE, "")
+    chosen = chosen.strip() if isinstance(chosen, str) else chosen
+    if not chosen or chosen == FOLDER_STORE:
+        return None, None
+    if not isinstance(chosen, str) or not chosen.lower().startswith(_STORE_SCHEMES):
+        raise InvalidArgument(
+            f"store must be a PostgreSQL URL (postgresql://USER@HOST:PORT/DATABASE) or {FOLDER_STORE!r}, not one "
+            f"starting with "
+            f"{str(chosen).split(':', 1)[0][:20]!r}; the folder store is the default "
+            f"(its folder: --home or ${HOME_ENVIRONMENT_VARIABLE}).",
+            details={"field": "store"},
+        )
+    standby = read_url if read_url else os.environ.get(READ_STORE_ENVIRONMENT_VARIABLE, "").strip()
+    return chosen, standby or None

@@ -232,6 +232,7 @@ def load_beir(folder: str | Path, *, split: str | None = None, queries_file: str
 def open_eval_service(service_or_home: Resources | str | os.PathLike[str]) -> Resources:
     """A :class:`~kb_core.service.KnowledgeBaseService` on the evaluation home ``<home>/cache/eval`` of the given
     service (or home folder), so evaluation KBs and their embedding cache stay out of the user's KB list."""
+    from kb_core.config import FOLDER_STORE
     from kb_core.service import KnowledgeBaseService
 
     if isinstance(service_or_home, str | os.PathLike):
@@ -250,7 +251,8 @@ def open_eval_service(service_or_home: Resources | str | os.PathLike[str]) -> Re
         inner = get_embedder(record.embedding_model, record.embedding_endpoint, api_key, device=device)
         return _QueryMemo(CachedEmbedder(inner, EmbeddingCache(home / "cache" / "embeddings.sqlite")))
 
-    eval_service = KnowledgeBaseService(home, embedder_factory=embedder_factory, device=device)
+    # always a folder: evaluation KBs stay out of a shared PostgreSQL store ($KB_STORE) too
+    eval_service = KnowledgeBaseService(home, store=FOLDER_STORE, embedder_factory=embedder_factory, device=device)
     return eval_service
 
 
@@ -606,7 +608,15 @@ def evaluate_kb(
     metrics = pd.DataFrame(
         metric_rows,
         columns=[
-            "setting", "mode", "vector_weight", "keyword_weight", "weighting", "fusion", *METRICS, "queries", "seconds"
+            "setting",
+            "mode",
+            "vector_weight",
+            "keyword_weight",
+            "weighting",
+            "fusion",
+            *METRICS,
+            "queries",
+            "seconds",
         ],
     )
     per_query_frame = pd.DataFrame(query_rows, columns=["setting", "query_id", "query", *METRICS])

@@ -22,7 +22,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -118,6 +118,14 @@ def timestamped_name(name: str, taken: set[str], now: datetime | None = None) ->
     return candidate
 
 
+class ImportJob(Protocol):
+    """Where an import shows its in-flight documents to other processes."""
+
+    def publish(self, force: bool = False) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class JobFile:
     """Publishes in-flight documents (pending/parsing/embedding) so other processes can list them."""
 
@@ -205,7 +213,7 @@ class Importer:
         self.sources = list(sources)
         progress = ImportProgress(files=[FileProgress(file_path=s.reported_path or str(s.path)) for s in sources])
         try:
-            job = JobFile(self.store, progress)
+            job = self._open_job(progress)
         except KBNotFound as exc:
             raise self._deleted_meanwhile() from exc
         lock = threading.Lock()
@@ -300,12 +308,15 @@ class Importer:
             job.close()
         return progress.files, committed
 
+    def _open_job(self, progress: ImportProgress) -> ImportJob:
+        return JobFile(self.store, progress)
+
     def _run_executor(
         self,
         executor: DocumentExecutor,
         chunk_size: int,
         progress: ImportProgress,
-        job: JobFile,
+        job: ImportJob,
         notify: Callable[[], None],
     ) -> list[dict[str, Any]]:
         """Commit the executor's documents as they arrive, in segments of about ``COMMIT_CHUNKS`` chunks."""

@@ -20,12 +20,14 @@ if TYPE_CHECKING:
     from kb_core.reader import KBReader
     from kb_core.search import SearchOutcome
     from kb_core.store import Home, KBStore, KnowledgeBaseRecord
+    from kb_core.store.postgres import PostgresStore
 
 
 class Resources(Protocol):
     """The process's resources: the home, each KB's store and reader, embedders, the analyzer."""
 
     home: Home
+    postgres: PostgresStore | None  # the shared database when the service was opened on a postgresql:// URL
 
     @property
     def analyzer(self) -> Analyzer: ...

@@ -19,11 +19,11 @@ from concurrent.futures import TimeoutError as FuturesTimeout
 from dataclasses import asdict
 from functools import cached_property
 from pathlib import Path, PurePath
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow.compute as pc
 
-from kb_core.config import resolve_home
+from kb_core.config import resolve_home, resolve_store
 from kb_core.embedding import DEFAULT_EMBEDDING_MODEL
 from kb_core.embedding.device import DeviceChoice, DeviceRequest, device_request
 from kb_core.envelope import Envelope, envelope, enveloped, ok
@@ -68,6 +68,7 @@ if TYPE_CHECKING:
     from kb_core.embedding.base import Embedder
     from kb_core.evaluation_runs import EvaluationRunStore
     from kb_core.executors import DocumentExecutor
+    from kb_core.store.postgres import PostgresStore
 
 logger = logging.getLogger(__name__)
 # Query vectors of local models remembered per service (see CachedEmbedder): 384 floats each, 1.5 MB at most.
@@ -82,15 +83,44 @@ def default_parse_limits() -> Any:
 
 
 CLI_SESSION = "cli"
+# What a service on a PostgreSQL store does so far; everything else answers NOT_ON_POSTGRES (issue #16).
+POSTGRES_OPERATIONS = (
+    "create, list, select and delete knowledge bases; import, list and delete documents and list their chunks; "
+    "search, explain_search, rag_search and saved search settings"
+)
+
+
+class NotOnPostgres(KBError):
+    code = "NOT_ON_POSTGRES"
+
+
+class KBRegistry(Protocol):
+    """The KB registry both stores offer (:class:`kb_core.store.Home`, :class:`PostgresStore`)."""
+
+    def knowledge_bases(self) -> list[KnowledgeBaseRecord]: ...
+
+    def get(self, kb_id: str) -> KnowledgeBaseRecord: ...
+
+    def api_key(self, kb_id: str) -> str | None: ...
+
+    def update_search_settings(self, kb_id: str, settings: dict[str, Any]) -> KnowledgeBaseRecord: ...
 
 
 class KnowledgeBaseService:
-    """Opened once per process; thread-safe; shares its home safely with other processes."""
+    """Opened once per process; thread-safe; shares its home safely with other processes.
+
+    The knowledge bases live in the home folder (the default), or, with ``store`` (or ``$KB_STORE``) a
+    ``postgresql://`` URL, in that database, shared by every process and host pointed at it; ``read_url`` (or
+    ``$KB_STORE_READ_URL``) names a streaming standby that searches prefer. On PostgreSQL the home keeps only what
+    is local to this process's user: the CLI's current KB, the embedding cache, kept evaluation runs.
+    """
 
     def __init__(
         self,
         home: str | Path | None = None,
         *,
+        store: str | None = None,
+        read_url: str | None = None,
         embedder_factory: Callable[[KnowledgeBaseRecord, str | None], Any] | None = None,
         parse_limits: Any = None,
         device: str | DeviceRequest | None = None,
@@ -107,12 +137,28 @@ class KnowledgeBaseService:
                 self._device_request = device_request()
             except InvalidArgument as exc:
                 self._device_request, self._device_error = DeviceRequest(), exc
+        url, standby = resolve_store(store, read_url)
+        self.postgres: PostgresStore | None = None
+        if url is not None:
+            from kb_core.store.postgres import PostgresStore
+
+            self.postgres = PostgresStore.open(url, read_url=standby)
         self.home = Home(resolve_home(home))
         self._embedder_factory = embedder_factory
         self._lock = threading.RLock()
         self._readers: dict[str, KBReader] = {}
         self._embedders: dict[str, Any] = {}
         self._parse_limits = parse_limits
+
+    @property
+    def registry(self) -> KBRegistry:
+        """Where the KBs are registered: the database on PostgreSQL, else the home."""
+        return self.postgres if self.postgres is not None else self.home
+
+    def close(self) -> None:
+        """Close the database connections (a folder store holds none)."""
+        if self.postgres is not None:
+            self.postgres.close()
 
     # -- sessions ------------------------------------------------------------------------------
     def session(
@@ -131,7 +177,7 @@ class KnowledgeBaseService:
         """The KB named ``kb_name`` (ignoring case), among ``among`` (default: all KBs of the home)."""
         if not isinstance(kb_name, str) or not kb_name.strip():
             raise InvalidArgument("kb_name must be a non-empty string.", details={"field": "kb_name"})
-        records = self.home.knowledge_bases() if among is None else list(among)
+        records = self.registry.knowledge_bases() if among is None else list(among)
         key = name_key(kb_name)
         for record in records:
             if name_key(record.name) == key:
@@ -143,6 +189,11 @@ class KnowledgeBaseService:
         )
 
     def kb_store(self, kb_id: str) -> KBStore:
+        if self.postgres is not None:
+            raise NotOnPostgres(
+                f"This operation is not available on the PostgreSQL store ({self.postgres.display}) yet; there the "
+                f"workbench can {POSTGRES_OPERATIONS}. Use a folder store (the default) for the rest."
+            )
         return KBStore(self.home.kb_dir(kb_id), kb_id)
 
     def create_kb(
@@ -165,6 +216,12 @@ class KnowledgeBaseService:
                 "embedding_api_key was given without embedding_endpoint; a key is only used with an endpoint.",
                 details={"field": "embedding_api_key"},
             )
+        if self.postgres is not None:  # the database's unique name key refuses a name taken meanwhile
+            record = self.postgres.create_knowledge_base(
+                name, size, model, analyzer=self.analyzer.name, embedding_endpoint=endpoint, api_key=api_key
+            )
+            logger.info("Created knowledge base %s (%s) in %s", record.name, record.id, self.postgres.display)
+            return record
         with self.home.registry_lock():
             key = name_key(name)
             for record in self.home.knowledge_bases():
@@ -190,6 +247,10 @@ class KnowledgeBaseService:
         return record
 
     def delete_kb(self, record: KnowledgeBaseRecord) -> None:
+        if self.postgres is not None:
+            self.postgres.delete_knowledge_base(record.id)
+            logger.info("Deleted knowledge base %s (%s)", record.name, record.id)
+            return
         with self.home.registry_lock(), self.kb_store(record.id).lock():
             self.home.remove(record.id)
         with self._lock:
@@ -212,7 +273,7 @@ class KnowledgeBaseService:
         with self._lock:
             embedder = self._embedders.get(key)
             if embedder is None:
-                api_key = self.home.api_key(record.id) if record.has_api_key else None
+                api_key = self.registry.api_key(record.id) if record.has_api_key else None
                 if self._embedder_factory is not None:
                     embedder = self._embedder_factory(record, api_key)
                 else:
@@ -291,8 +352,26 @@ class KnowledgeBaseService:
         from kb_core.parsing import parse_file
 
         embedder = self.embedder(record)
-        reader = self.reader(record.id)
         limits = self._parse_limits or default_parse_limits()
+        if self.postgres is not None:
+            from kb_core.store.postgres.importing import PostgresImporter
+
+            if executor is not None:
+                raise NotOnPostgres(
+                    f"The {executor.name} executor commits into folder stores only; imports into the PostgreSQL "
+                    f"store ({self.postgres.display}) run in this process (executor 'local')."
+                )
+
+            return PostgresImporter(
+                self.postgres,
+                record.id,
+                embedder,
+                analyzer=self.analyzer,
+                parse=lambda path: parse_file(path, limits),
+                chunker=lambda parsed, size: chunk_document(parsed, embedder.tokenizer, size),
+                kb_name=record.name,
+            )
+        reader = self.reader(record.id)
 
         def live_documents(manifest: Any) -> list[dict[str, Any]]:
             snapshot = reader.snapshot()
@@ -338,6 +417,15 @@ class KnowledgeBaseService:
     ) -> RankedHits:
         """One KB's ranked hits. The place of each of ``explain_chunk_ids`` (live chunks) among the scored candidates
         is in ``RankedHits.explained_by_id``, whether or not it made the hits."""
+        if self.postgres is not None:
+            from kb_core.store.postgres.searching import search_snapshot
+
+            # embedded before the snapshot opens: no transaction stays open while a model or endpoint works
+            vector = None if settings.mode == "keyword" else self.embedder(record).embed_query(query)
+            with self.postgres.snapshot(record.id) as pg_snapshot:
+                return search_snapshot(
+                    pg_snapshot, record, self.analyzer, query, vector, settings, filters, explain_chunk_ids
+                )
         snapshot = self.reader(record.id).snapshot()
         if snapshot.manifest.chunk_count == 0:
             return RankedHits([], [f"Knowledge base '{record.name}' has no documents yet."])
@@ -416,13 +504,44 @@ class KnowledgeBaseService:
         return compact(self.kb_store(record.id), self.analyzer, everything=everything)
 
     def compact_quietly(self, record: KnowledgeBaseRecord) -> None:
-        """Automatic compaction after an import: best effort, never fails the import."""
+        """Automatic compaction after an import: best effort, never fails the import (PostgreSQL needs none)."""
+        if self.postgres is not None:
+            return
         try:
             self.compact(record)
         except Exception:
             logger.warning("automatic compaction of %s failed; it will be retried later", record.name, exc_info=True)
 
+    def documents(self, record: KnowledgeBaseRecord) -> list[dict[str, Any]]:
+        """The KB's documents (ready and failed) as catalog rows, as of now."""
+        if self.postgres is not None:
+            with self.postgres.snapshot(record.id) as snapshot:
+                return [d.to_row() for d in snapshot.documents()]
+        return self.reader(record.id).snapshot().documents().to_dict("records")
+
+    def has_chunk(self, record: KnowledgeBaseRecord, chunk_id: str) -> bool:
+        if self.postgres is not None:
+            with self.postgres.snapshot(record.id) as snapshot:
+                return snapshot.find_chunk(chunk_id) is not None
+        return self.reader(record.id).snapshot().locate_chunk(chunk_id) is not None
+
+    def import_staging(self, record: KnowledgeBaseRecord) -> Path:
+        """A new private folder for the copies an import works on: inside the KB's folder (never recreated for a
+        KB deleted meanwhile), or in the home on PostgreSQL."""
+        name = f"{os.getpid()}-import-{uuid.uuid4().hex[:8]}"
+        if self.postgres is not None:
+            staging = self.home.root / "staging"
+            staging.mkdir(parents=True, exist_ok=True)
+            return staging / name
+        return self.kb_store(record.id).root / "staging" / name
+
     def kb_counts(self, record: KnowledgeBaseRecord) -> tuple[int, int]:
+        if self.postgres is not None:
+            try:
+                with self.postgres.snapshot(record.id) as snapshot:
+                    return len(snapshot.documents()), snapshot.statistics.live_rows
+            except KBNotFound:
+                return 0, 0
         try:
             manifest = self.kb_store(record.id).manifest()
         except KBNotFound:
@@ -450,7 +569,7 @@ class Session:
         self._current_kb_id: str | None = None
 
     def visible_kbs(self) -> list[KnowledgeBaseRecord]:
-        records = self.service.home.knowledge_bases()
+        records = self.service.registry.knowledge_bases()
         return records if self.scope is None else [r for r in records if r.id in self.scope]
 
     def find_kb(self, kb_name: str) -> KnowledgeBaseRecord:
@@ -474,7 +593,7 @@ class Session:
         if kb_id is None:
             raise NoCurrentKB("No knowledge base is selected; call select_knowledge_base(kb_name) first.")
         try:
-            record = self.service.home.get(kb_id)
+            record = self.service.registry.get(kb_id)
             if self.scope is not None and record.id not in self.scope:
                 raise KBNotFound(kb_id)
             return record
@@ -587,7 +706,7 @@ class Session:
         positions: list[int] = []
         # Each file is opened once and copied into this private folder; everything after works on the
         # copy, so the path cannot be redirected (a folder swapped for a symlink) after its check.
-        copies = self.service.kb_store(record.id).root / "staging" / f"{os.getpid()}-import-{uuid.uuid4().hex[:8]}"
+        copies = self.service.import_staging(record)
         try:
             for index, raw in enumerate(file_paths):
                 path = Path(str(raw)).expanduser()
@@ -660,21 +779,24 @@ class Session:
     def _live_document(self, record: KnowledgeBaseRecord, doc_name: str) -> dict[str, Any]:
         if not isinstance(doc_name, str) or not doc_name.strip():
             raise InvalidArgument("doc_name must be a non-empty string.", details={"field": "doc_name"})
-        documents = self.service.reader(record.id).snapshot().documents()
+        documents = self.service.documents(record)
         key = doc_name.strip().casefold()
-        matches = documents[documents["name"].str.casefold() == key]
-        if matches.empty:
-            names = documents["name"].tolist()
+        matches = [d for d in documents if str(d["name"]).casefold() == key]
+        if not matches:
+            names = [d["name"] for d in documents]
             shown = ", ".join(repr(n) for n in names[:10]) + (" …" if len(names) > 10 else "")
             raise DocumentNotFound(
                 f"Document {doc_name!r} is not in knowledge base '{record.name}'. Documents: {shown or 'none'}.",
                 details={"doc_name": doc_name},
             )
-        return matches.iloc[0].to_dict()
+        return matches[0]
 
     @enveloped
     def list_documents(self, kb_name: str | None = None) -> Envelope:
         record = self.resolve_kb(kb_name)
+        if self.service.postgres is not None:
+            rows = [_document_row(d) for d in self.service.documents(record)]
+            return ok(f"{len(rows)} document(s) in '{record.name}'.", {"documents": rows, "count": len(rows)})
         reader = self.service.reader(record.id)
         documents = reader.snapshot().documents()
         rows = [_document_row(d) for d in documents.to_dict("records")]
@@ -701,8 +823,13 @@ class Session:
         """The chunks of one document in order, with chapter, page, tokens and character offsets."""
         record = self.resolve_kb(kb_name)
         document = self._live_document(record, doc_name)
-        segment = self.service.reader(record.id).snapshot().segment_by_id(document["segment_id"])
         rows: list[dict[str, Any]] = []
+        if self.service.postgres is not None:
+            with self.service.postgres.snapshot(record.id) as snapshot:
+                rows = [_chunk_json(chunk.to_row()) for _, chunk in snapshot.document_chunks(document["doc_id"])]
+            segment = None
+        else:
+            segment = self.service.reader(record.id).snapshot().segment_by_id(document["segment_id"])
         if segment is not None:
             table = segment.chunks.filter(pc.equal(segment.chunks.column("doc_id"), document["doc_id"]))
             rows = sorted((_chunk_json(r) for r in table.to_pylist()), key=lambda r: r["chunk_index"])
@@ -714,8 +841,13 @@ class Session:
     @enveloped
     def delete_document(self, doc_name: str, kb_name: str | None = None) -> Envelope:
         record = self.resolve_kb(kb_name)
-        reader = self.service.reader(record.id)
         document = self._live_document(record, doc_name)
+        if self.service.postgres is not None:
+            from kb_core.store.postgres import StoreChange
+
+            self.service.postgres.commit(record.id, StoreChange(delete=(document["doc_id"],)))
+            return ok(f"Deleted document '{document['name']}' and its chunks.", {"doc_name": document["name"]})
+        reader = self.service.reader(record.id)
 
         def plan(manifest: Any) -> Change:
             if manifest.is_deleted(document["segment_id"], document["doc_id"]) or not any(
@@ -925,9 +1057,7 @@ class Session:
         if not isinstance(query, str) or not query.strip():
             raise InvalidArgument("query must be a non-empty string.", details={"field": "query"})
         chunk_id = chunk_id.strip()
-        record = next(
-            (r for r in self.visible_kbs() if self.service.reader(r.id).snapshot().locate_chunk(chunk_id)), None
-        )
+        record = next((r for r in self.visible_kbs() if self.service.has_chunk(r, chunk_id)), None)
         if record is None:
             raise ItemNotFound(f"No live chunk with id {chunk_id!r} exists.", details={"id": chunk_id})
         overrides = {
@@ -998,7 +1128,7 @@ class Session:
         merged = {**record.search_settings, **{k: v for k, v in settings.items() if v is not None}}
         validated = SearchSettings(**merged).validated()
         saved = {k: getattr(validated, k) for k in SearchSettings.SAVED_FIELDS if k in merged}
-        self.service.home.update_search_settings(record.id, saved)
+        self.service.registry.update_search_settings(record.id, saved)
         return ok(f"Saved search defaults for '{record.name}'.", {"kb_name": record.name, "search_settings": saved})
 
     @enveloped
@@ -1217,6 +1347,15 @@ class Session:
         """
         from kb_core.store.verify import bundle_index_problem, verify_home
 
+        postgres = self.service.postgres
+        if postgres is not None:  # statistics, postings and rows recomputed and compared, KB by KB
+            problems = [f"{r.name}: {p}" for r in postgres.knowledge_bases() for p in postgres.verify(r.id)]
+            message = f"{len(problems)} problem(s) found:\n" + "\n".join(f"- {p}" for p in problems)
+            return envelope(
+                message if problems else f"The store {postgres.display} is consistent.",
+                {"problems": problems, "repaired": []},
+                success=not problems,
+            )
         repaired: list[str] = []
         if repair:
             from kb_core.bundles import repair_index

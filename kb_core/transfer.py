@@ -291,6 +291,10 @@ def _snapshot_with_graph(
     index commit until after its graph commit."""
     from kb_core.store.locking import writer_lock
 
+    if service.postgres is not None:  # one snapshot holds the documents and the graph, consistent
+        from kb_core.store.postgres.transfer import export_segments
+
+        return export_segments(service.postgres, record, kb_index, service.embedder(record).model_key)
     graph = GraphStore(service.home.kb_dir(record.id))
     store = service.kb_store(record.id)
     if not graph.root.is_dir():
@@ -502,7 +506,8 @@ def _export_into(session: Scope, folder: OutputFolder, target: Path, kb_names: S
         f"({size} bytes). API keys are never exported."
     )
     logger.info(message)
-    return ok(message, {"source_path": str(home_root), "export_path": str(target)})
+    source = service.postgres.display if service.postgres is not None else str(home_root)
+    return ok(message, {"source_path": source, "export_path": str(target)})
 
 
 # -- import: reading and validating the file ----------------------------------------------------------------------
@@ -1099,6 +1104,8 @@ def _document_name(value: Any, path: str) -> str:
 
 
 def _home_document_ids(service: Resources) -> set[str]:
+    if service.postgres is not None:
+        return service.postgres.document_ids()
     ids: set[str] = set()
     for record in service.home.knowledge_bases():
         store = service.kb_store(record.id)
@@ -1268,9 +1275,14 @@ def import_database(
                 ids = {row["doc_id"] for segment in plan.segments for row in segment.documents}
             taken_ids |= ids
             _unique_document_names(plan, now)
-        for plan in plans:
-            _stage_kb(plan, staging.path, service.analyzer)
-        renamed = _commit(home, plans, now)
+        if service.postgres is not None:
+            from kb_core.store.postgres.transfer import commit_plans
+
+            renamed = commit_plans(service.postgres, plans, service.analyzer, now)
+        else:
+            for plan in plans:
+                _stage_kb(plan, staging.path, service.analyzer)
+            renamed = _commit(home, plans, now)
     finally:
         staging.close()
     documents = sum(p.document_count for p in plans)

@@ -56,7 +56,7 @@ MAX_NEIGHBOURS = 100
 
 
 def graph_store(session: Scope, record: KnowledgeBaseRecord) -> GraphStore:
-    return GraphStore(session.service.home.kb_dir(record.id))
+    return GraphStore(session.service.kb_store(record.id).root)  # NOT_ON_POSTGRES on a PostgreSQL store
 
 
 # -- schema and ontology ------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -32,6 +33,12 @@ COMMAND_GROUPS: tuple[Callable[[Commands], None], ...] = (
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kb", description="KB Workbench: local knowledge bases for RAG.")
     parser.add_argument("--home", help="home folder of the knowledge bases (default: $KB_HOME, else data/home)")
+    parser.add_argument(
+        "--store",
+        metavar="URL",
+        help="a postgresql://USER@HOST:PORT/DATABASE store shared by several hosts, or 'folder' (default: "
+        "$KB_STORE, else the folder store in the home)",
+    )
     parser.add_argument("--json", action="store_true", help="print the result envelope as JSON")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
     parser.add_argument(
@@ -53,6 +60,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         stream=sys.stderr,
         format="%(levelname)s %(name)s: %(message)s",
     )
+    if args.store:  # through the environment it also reaches the service a direct command (kb mcp) opens
+        from kb_core.config import STORE_ENVIRONMENT_VARIABLE
+
+        os.environ[STORE_ENVIRONMENT_VARIABLE] = args.store
     if getattr(args, "direct", None) is not None:
         return int(args.direct(args))
     from kb_core.embedding.device import device_request

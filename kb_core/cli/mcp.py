@@ -54,7 +54,7 @@ def _store(session: Session) -> TokenStore:
 def _scope_names(session: Session, scope: frozenset[str] | None) -> str:
     if scope is None:
         return "all"
-    names = {r.id: r.name for r in session.service.home.knowledge_bases()}
+    names = {r.id: r.name for r in session.service.registry.knowledge_bases()}
     return ",".join(sorted(names.get(kb_id, f"(deleted {kb_id})") for kb_id in scope))
 
 

@@ -103,13 +103,14 @@ class ServiceHolder:
         started = time.monotonic()
         try:
             service.analyzer.tokens("warm up 预热")
-            records = service.home.knowledge_bases()
+            records = service.registry.knowledge_bases()
         except Exception:
             logger.warning("Could not preload the search models; they load on first use.", exc_info=True)
             return
         for record in records:
             try:
-                service.reader(record.id).snapshot()
+                if service.postgres is None:  # a database KB has no indexes to load into memory
+                    service.reader(record.id).snapshot()
                 if not record.embedding_endpoint:
                     service.embedder(record).embed_query("warm up")
             except Exception:

