@@ -47,7 +47,7 @@ evaluation queries; ``benchmarks/fusion_study.py`` measures fixed, auto and RRF 
 
 from __future__ import annotations
 
-import heapq
+import hashlib
 import math
 import re
 import unicodedata
@@ -66,14 +66,18 @@ __all__ = [
     "Candidate",
     "FusionWeights",
     "ScoreBreakdown",
+    "TextSignatures",
     "auto_weights",
     "fuse",
     "guarded_weights",
     "jaccard_similarity",
     "keyword_normalized",
     "near_duplicate_keys",
+    "near_duplicate_rows",
     "script_coverage",
     "signal_quality",
+    "text_signature",
+    "text_signatures",
     "vector_normalized",
 ]
 
@@ -432,38 +436,152 @@ def near_duplicate_keys(texts: Mapping[Hashable, str], threshold: float = 0.9) -
 
     ``texts`` must iterate best-ranked first. Exact duplicates are found after Unicode (NFKC), whitespace and
     case normalisation; near duplicates by Jaccard similarity ≥ ``threshold`` of 4-character shingles. A text
-    is dropped when it is that close to any text that is kept. Pairwise comparison is fine at top-k scale.
+    is dropped when it is that close to any text that is kept. The texts' signatures are computed here; search
+    reads them stored with the chunks instead (:func:`near_duplicate_rows`).
     """
-    if not 0 < threshold <= 1:
-        raise InvalidArgument(f"threshold must lie in (0, 1]; got {threshold!r}")
-    drop: set[Hashable] = set()
-    seen_exact: set[str] = set()
-    kept: list[tuple[frozenset[str], frozenset[int]]] = []
-    for key, text in texts.items():
-        normal = _normalise_text(text)
-        if normal in seen_exact:
-            drop.add(key)
-            continue
-        shingles = _shingles(normal)
-        sketch = _sketch(shingles)
-        for other, other_sketch in kept:
-            # Cheap filters first: Jaccard ≥ t needs sizes within a factor t, and near-identical sets share
-            # most of their smallest shingle hashes; only then the exact Jaccard.
-            small, large = sorted((len(shingles), len(other)))
-            if small < threshold * large or len(sketch & other_sketch) < _SKETCH_SIZE // 2:
-                continue
-            if jaccard_similarity(shingles, other) >= threshold:
-                drop.add(key)
-                break
-        else:
-            seen_exact.add(normal)
-            kept.append((shingles, sketch))
-    return drop
+    keys = list(texts)
+    values = [texts[key] for key in keys]
+    drop = near_duplicate_rows(text_signatures(values), values, threshold)
+    return {key for key, dropped in zip(keys, drop.tolist(), strict=True) if dropped}
 
 
 _SKETCH_SIZE = 16
+# Hashes use 63 bits, so the all-ones value marks an unused sketch slot (a text of fewer than 16 shingles).
+SKETCH_EMPTY = np.uint64(0xFFFFFFFFFFFFFFFF)
+_SHINGLE = 4
+_PAD = 0x1FFFFF  # not a code point: pads the single shingle of a text shorter than 4 characters
+_MIX_1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX_2 = np.uint64(0x94D049BB133111EB)
 
 
-def _sketch(shingles: frozenset[str]) -> frozenset[int]:
-    """Bottom-k sketch: the smallest shingle hashes. Sets with Jaccard ≥ 0.9 share most of them."""
-    return frozenset(heapq.nsmallest(_SKETCH_SIZE, map(hash, shingles)))
+@dataclass(frozen=True)
+class TextSignatures:
+    """Near-duplicate signatures of some texts, one row per text (computed once, at import, and stored).
+
+    ``text_hash``: 63-bit hash of the normalised text (exact duplicates; confirmed on the text itself);
+    ``shingle_count``: number of distinct 4-character shingles; ``sketch``: the 16 smallest 63-bit shingle
+    hashes, ascending, padded with :data:`SKETCH_EMPTY`. Hashes are stable across processes and machines.
+    """
+
+    text_hash: np.ndarray  # uint64 (n,)
+    shingle_count: np.ndarray  # int32 (n,)
+    sketch: np.ndarray  # uint64 (n, 16)
+
+    def __len__(self) -> int:
+        return int(self.text_hash.shape[0])
+
+    def take(self, rows: np.ndarray | Sequence[int]) -> TextSignatures:
+        index = np.asarray(rows, dtype=np.int64)
+        return TextSignatures(self.text_hash[index], self.shingle_count[index], self.sketch[index])
+
+    @staticmethod
+    def concatenate(parts: Sequence[TextSignatures]) -> TextSignatures:
+        if not parts:
+            return text_signatures([])
+        return TextSignatures(
+            np.concatenate([p.text_hash for p in parts]),
+            np.concatenate([p.shingle_count for p in parts]),
+            np.concatenate([p.sketch for p in parts]),
+        )
+
+
+def _mix(values: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser on a uint64 array (wrapping arithmetic)."""
+    values = (values ^ (values >> np.uint64(30))) * _MIX_1
+    values = (values ^ (values >> np.uint64(27))) * _MIX_2
+    return values ^ (values >> np.uint64(31))
+
+
+def _shingle_hashes(compact: str) -> np.ndarray:
+    """Distinct 63-bit hashes of the 4-character shingles of ``compact`` (a normalised text without spaces),
+    sorted: the same shingles as :func:`_shingles`, hashed with numpy instead of one Python object each."""
+    if not compact:
+        return np.empty(0, dtype=np.uint64)
+    points = np.frombuffer(compact.encode("utf-32-le", "surrogatepass"), dtype=np.uint32).astype(np.uint64)
+    if len(points) < _SHINGLE:
+        points = np.concatenate([points, np.full(_SHINGLE - len(points), _PAD, dtype=np.uint64)])
+    width = len(points) - _SHINGLE + 1
+    head = points[:width] | (points[1 : width + 1] << np.uint64(21)) | (points[2 : width + 2] << np.uint64(42))
+    hashes = _mix(_mix(head) + points[3 : width + 3]) >> np.uint64(1)
+    return np.unique(hashes)
+
+
+def text_signature(text: str) -> tuple[int, int, np.ndarray]:
+    """``(text_hash, shingle_count, sketch)`` of one text (see :class:`TextSignatures`)."""
+    normal = _normalise_text(text)
+    digest = hashlib.blake2b(normal.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    hashes = _shingle_hashes(normal.replace(" ", ""))
+    sketch = np.full(_SKETCH_SIZE, SKETCH_EMPTY, dtype=np.uint64)
+    sketch[: min(_SKETCH_SIZE, len(hashes))] = hashes[:_SKETCH_SIZE]
+    return int.from_bytes(digest, "little") >> 1, len(hashes), sketch
+
+
+def text_signatures(texts: Sequence[str]) -> TextSignatures:
+    """The signatures of ``texts``, one row each."""
+    n = len(texts)
+    text_hash = np.zeros(n, dtype=np.uint64)
+    counts = np.zeros(n, dtype=np.int32)
+    sketch = np.full((n, _SKETCH_SIZE), SKETCH_EMPTY, dtype=np.uint64)
+    for row, text in enumerate(texts):
+        text_hash[row], counts[row], sketch[row] = text_signature(text)
+    return TextSignatures(text_hash, counts, sketch)
+
+
+def near_duplicate_rows(
+    signatures: TextSignatures, texts: Sequence[str], threshold: float = 0.9
+) -> np.ndarray:
+    """Which of ``texts`` (best-ranked first) to drop as exact or near duplicates of a better-ranked kept one.
+
+    The decision is exact: an exact duplicate has the same normalised text; a near duplicate has a Jaccard
+    similarity ≥ ``threshold`` of its 4-character shingle *strings*, computed only for the pairs that pass two
+    cheap filters on the stored signatures, all pairs at once with numpy: sizes within a factor ``threshold``
+    (necessary for that Jaccard), and at least half of the 16 smallest shingle hashes shared (a bottom-k sketch:
+    sets that similar share most of them).
+    """
+    if not 0 < threshold <= 1:
+        raise InvalidArgument(f"threshold must lie in (0, 1]; got {threshold!r}")
+    n = len(texts)
+    if len(signatures) != n:
+        raise InvalidArgument(f"{len(signatures)} signatures for {n} texts")
+    drop = np.zeros(n, dtype=bool)
+    if n < 2:
+        return drop
+    counts = signatures.shingle_count.astype(np.int64)
+    small = np.minimum(counts[:, None], counts[None, :])
+    large = np.maximum(counts[:, None], counts[None, :])
+    sketch = signatures.sketch
+    used = sketch != SKETCH_EMPTY
+    values, inverse = np.unique(sketch[used], return_inverse=True)
+    incidence = np.zeros((n, len(values)), dtype=np.int32)
+    incidence[np.nonzero(used)[0], inverse] = 1
+    shared = incidence @ incidence.T
+    may_match = ~(small < threshold * large) & (shared >= _SKETCH_SIZE // 2)
+    same_hash = signatures.text_hash[:, None] == signatures.text_hash[None, :]
+    normals: dict[int, str] = {}
+    shingles: dict[int, frozenset[str]] = {}
+
+    def normal(row: int) -> str:
+        if row not in normals:
+            normals[row] = _normalise_text(texts[row])
+        return normals[row]
+
+    def shingle_set(row: int) -> frozenset[str]:
+        if row not in shingles:
+            shingles[row] = _shingles(normal(row))
+        return shingles[row]
+
+    kept: list[int] = []
+    for row in range(n):
+        if kept:
+            earlier = np.asarray(kept)
+            if any(normal(row) == normal(int(j)) for j in earlier[same_hash[row, earlier]]):
+                drop[row] = True
+                continue
+            if any(
+                jaccard_similarity(shingle_set(row), shingle_set(int(j))) >= threshold
+                for j in earlier[may_match[row, earlier]]
+            ):
+                drop[row] = True
+                continue
+        kept.append(row)
+    return drop

@@ -36,11 +36,12 @@ from kb_core.fusion import (
     Candidate,
     FusionWeights,
     ScoreBreakdown,
+    TextSignatures,
     auto_weights,
     candidate_jaccard,
     fuse,
     keyword_normalized,
-    near_duplicate_keys,
+    near_duplicate_rows,
     vector_normalized,
 )
 from kb_core.reader import Snapshot
@@ -333,6 +334,27 @@ class SnapshotSearcher:
         ]
         return candidates, row_terms
 
+    def rows_with_signatures(
+        self, keys: Sequence[tuple[int, int]]
+    ) -> tuple[list[dict[str, Any]], TextSignatures]:
+        """The chunk rows of ``keys`` and their near-duplicate signatures, in the order of ``keys``."""
+        records: list[dict[str, Any]] = [{} for _ in keys]
+        parts: list[tuple[np.ndarray, TextSignatures]] = []
+        by_segment: dict[int, list[int]] = {}
+        for position, (segment_index, _) in enumerate(keys):
+            by_segment.setdefault(segment_index, []).append(position)
+        for segment_index, positions in by_segment.items():
+            segment = self.snapshot.segments[segment_index]
+            found, signatures = segment.chunk_rows_with_signatures([keys[p][1] for p in positions])
+            for position, record in zip(positions, found, strict=True):
+                records[position] = record
+            parts.append((np.asarray(positions, dtype=np.int64), signatures))
+        if len(parts) == 1:
+            return records, parts[0][1]
+        where = np.concatenate([positions for positions, _ in parts])
+        merged = TextSignatures.concatenate([signatures for _, signatures in parts])
+        return records, merged.take(np.argsort(where))
+
     def rows(self, keys: Sequence[tuple[int, int]]) -> dict[tuple[int, int], dict[str, Any]]:
         out: dict[tuple[int, int], dict[str, Any]] = {}
         by_segment: dict[int, list[int]] = {}
@@ -466,11 +488,12 @@ def rank(
     # Dropped duplicates are refilled from a margin below top_k; pairwise dedup keeps that margin small.
     margin = min(settings.top_k, 10) if settings.deduplicate else 0
     window = fused[: settings.top_k + margin]
-    rows = searcher.rows([pair[0].key for pair in window])  # type: ignore[misc]
+    window_keys = [pair[0].key for pair in window]
+    records, signatures = searcher.rows_with_signatures(window_keys)  # type: ignore[arg-type]
+    rows = dict(zip(window_keys, records, strict=True))
     if settings.deduplicate:
-        ordered = {pair[0].key: rows[pair[0].key]["content"] for pair in window}  # type: ignore[index]
-        dropped = near_duplicate_keys(ordered, NEAR_DUPLICATE_THRESHOLD)
-        window = [pair for pair in window if pair[0].key not in dropped]
+        dropped = near_duplicate_rows(signatures, [r["content"] for r in records], NEAR_DUPLICATE_THRESHOLD)
+        window = [pair for pair, drop in zip(window, dropped.tolist(), strict=True) if not drop]
     hits: list[SearchHit] = []
     for candidate, breakdown in window[: settings.top_k]:
         row = rows[candidate.key]  # type: ignore[index]
