@@ -723,8 +723,8 @@ def _shingle_hashes(compact: str) -> np.ndarray:
         points = np.concatenate([points, np.full(_SHINGLE - len(points), _PAD, dtype=np.uint64)])
     width = len(points) - _SHINGLE + 1
     head = points[:width] | (points[1 : width + 1] << np.uint64(21)) | (points[2 : width + 2] << np.uint64(42))
-    hashes = _mix(_mix(head) + points[3 : width + 3]) >> np.uint64(1)
-    return np.unique(hashes)
+    hashes = np.sort(_mix(_mix(head) + points[3 : width + 3]) >> np.uint64(1))
+    return hashes[np.concatenate(([True], hashes[1:] != hashes[:-1]))]  # sorted, distinct
 
 
 def text_signature(text: str) -> tuple[int, int, np.ndarray]:
@@ -791,18 +791,15 @@ def near_duplicate_rows(
             shingles[row] = _shingles(normal(row))
         return shingles[row]
 
-    kept: list[int] = []
-    for row in range(n):
-        if kept:
-            earlier = np.asarray(kept)
-            if any(normal(row) == normal(int(j)) for j in earlier[same_hash[row, earlier]]):
-                drop[row] = True
-                continue
-            if any(
-                jaccard_similarity(shingle_set(row), shingle_set(int(j))) >= threshold
-                for j in earlier[may_match[row, earlier]]
-            ):
-                drop[row] = True
-                continue
-        kept.append(row)
+    # Only rows with a better-ranked suspect need a look; whether that one was kept is known by then.
+    suspects = np.nonzero((same_hash | may_match) & np.tri(n, k=-1, dtype=bool))
+    partners: dict[int, list[int]] = {}
+    for row, other in zip(suspects[0].tolist(), suspects[1].tolist(), strict=True):
+        partners.setdefault(row, []).append(other)
+    for row, others in sorted(partners.items()):
+        kept = [j for j in others if not drop[j]]
+        if any(same_hash[row, j] and normal(row) == normal(j) for j in kept) or any(
+            may_match[row, j] and jaccard_similarity(shingle_set(row), shingle_set(j)) >= threshold for j in kept
+        ):
+            drop[row] = True
     return drop
