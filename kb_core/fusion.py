@@ -773,8 +773,8 @@ def near_duplicate_rows(
     sketch = signatures.sketch
     used = sketch != SKETCH_EMPTY
     values, inverse = np.unique(sketch[used], return_inverse=True)
-    incidence = np.zeros((n, len(values)), dtype=np.int32)
-    incidence[np.nonzero(used)[0], inverse] = 1
+    incidence = np.zeros((n, len(values)), dtype=np.float32)  # float: BLAS; counts ≤ 16 are exact
+    incidence[np.nonzero(used)[0], inverse] = 1.0
     shared = incidence @ incidence.T
     may_match = ~(small < threshold * large) & (shared >= _SKETCH_SIZE // 2)
     same_hash = signatures.text_hash[:, None] == signatures.text_hash[None, :]

@@ -393,3 +393,24 @@ def test_a_kb_written_before_signatures_were_stored_searches_the_same(kb_with_co
     segments = old.reader(session.current_kb().id).snapshot().segments
     assert all(catalog.signatures_of(segment.row_store) is not None for segment in segments)
     assert _results(session, SIGNATURE_QUERIES) == before
+
+
+def test_a_repeated_query_costs_no_model_call_on_any_search_path(kb, service, monkeypatch) -> None:
+    """The app re-runs its script on every widget change; the CLI, MCP and the app all call the session."""
+    record = kb.current_kb()
+    inner = service.embedder(record).inner
+    calls: list[str] = []
+    original = inner.embed_query
+    monkeypatch.setattr(inner, "embed_query", lambda text: calls.append(text) or original(text))
+    query = "keyword search 向量"
+    first = kb.search(query, top_k=5)["data"]["chunks"]
+    assert calls == [query]
+    assert kb.search(query, top_k=5)["data"]["chunks"] == first
+    kb.search(query, top_k=3, mode="semantic", vector_weight=0.2)
+    kb.search(query, top_k=5, weighting="auto", fusion="rrf")
+    assert kb.explain_search(query, first[0]["id"])["success"]
+    assert kb.search(query, kb_names=["s"])["success"]
+    assert calls == [query]  # one model call for all of them
+    kb.rag_search(["keyword", "向量"])  # rag_search embeds its keywords joined: one new query, then remembered
+    kb.rag_search(["keyword", "向量"])
+    assert len(calls) == 2
