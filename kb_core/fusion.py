@@ -727,6 +727,26 @@ def _shingle_hashes(compact: str) -> np.ndarray:
     return hashes[np.concatenate(([True], hashes[1:] != hashes[:-1]))]  # sorted, distinct
 
 
+def _shingle_keys(compact: str) -> np.ndarray:
+    """The distinct 4-character shingles of ``compact`` as exact 16-byte keys (4 code points), sorted: the same
+    set as :func:`_shingles` (a text shorter than 4 characters is one shingle, padded with a non-code-point)."""
+    points = np.frombuffer(compact.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+    if not len(points):
+        return np.empty(0, dtype="V16")
+    if len(points) < _SHINGLE:
+        points = np.concatenate([points, np.full(_SHINGLE - len(points), _PAD, dtype=np.uint32)])
+    windows = np.ascontiguousarray(np.lib.stride_tricks.sliding_window_view(points, _SHINGLE))
+    return np.unique(windows.view("V16").ravel())
+
+
+def _key_jaccard(a: np.ndarray, b: np.ndarray) -> float:
+    """Exact Jaccard similarity of two sorted, distinct shingle key arrays (0 when both are empty)."""
+    if not len(a) and not len(b):
+        return 0.0
+    shared = len(np.intersect1d(a, b, assume_unique=True))
+    return shared / (len(a) + len(b) - shared)
+
+
 def text_signature(text: str) -> tuple[int, int, np.ndarray]:
     """``(text_hash, shingle_count, sketch)`` of one text (see :class:`TextSignatures`)."""
     normal = _normalise_text(text)
@@ -772,23 +792,32 @@ def near_duplicate_rows(
     large = np.maximum(counts[:, None], counts[None, :])
     sketch = signatures.sketch
     used = sketch != SKETCH_EMPTY
-    values, inverse = np.unique(sketch[used], return_inverse=True)
-    incidence = np.zeros((n, len(values)), dtype=np.float32)  # float: BLAS; counts ≤ 16 are exact
-    incidence[np.nonzero(used)[0], inverse] = 1.0
-    shared = incidence @ incidence.T
+    # Shared sketch values per pair: sort every stored value, and within each run of equal values (one value
+    # held by several rows; a sketch's own values are distinct) count every pair of its rows, all with numpy.
+    values, owners = sketch[used], np.nonzero(used)[0]
+    order = np.argsort(values, kind="stable")
+    values, owners = values[order], owners[order]
+    starts = np.flatnonzero(np.concatenate(([True], values[1:] != values[:-1])))
+    sizes = np.diff(np.append(starts, len(values)))
+    run_start = np.repeat(starts, sizes)  # per stored value: where its run starts, and the run's length
+    run_size = np.repeat(sizes, sizes)
+    left = np.repeat(np.arange(len(values)), run_size)
+    offset = np.arange(len(left)) - np.repeat(np.cumsum(run_size) - run_size, run_size)
+    right = run_start[left] + offset
+    shared = np.bincount(owners[left] * n + owners[right], minlength=n * n).reshape(n, n)
     may_match = ~(small < threshold * large) & (shared >= _SKETCH_SIZE // 2)
     same_hash = signatures.text_hash[:, None] == signatures.text_hash[None, :]
     normals: dict[int, str] = {}
-    shingles: dict[int, frozenset[str]] = {}
+    shingles: dict[int, np.ndarray] = {}
 
     def normal(row: int) -> str:
         if row not in normals:
             normals[row] = _normalise_text(texts[row])
         return normals[row]
 
-    def shingle_set(row: int) -> frozenset[str]:
+    def shingle_set(row: int) -> np.ndarray:
         if row not in shingles:
-            shingles[row] = _shingles(normal(row))
+            shingles[row] = _shingle_keys(normal(row).replace(" ", ""))
         return shingles[row]
 
     # Only rows with a better-ranked suspect need a look; whether that one was kept is known by then.
@@ -799,7 +828,7 @@ def near_duplicate_rows(
     for row, others in sorted(partners.items()):
         kept = [j for j in others if not drop[j]]
         if any(same_hash[row, j] and normal(row) == normal(j) for j in kept) or any(
-            may_match[row, j] and jaccard_similarity(shingle_set(row), shingle_set(j)) >= threshold for j in kept
+            may_match[row, j] and _key_jaccard(shingle_set(row), shingle_set(j)) >= threshold for j in kept
         ):
             drop[row] = True
     return drop
