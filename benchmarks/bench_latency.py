@@ -110,13 +110,14 @@ class Floor:
         return scores, reference
 
     def search(self, query: str, mode: str, top_k: int) -> np.ndarray:
+        top_k = min(top_k, len(self.texts) - 1)
         if mode == "semantic":
             return self.index.search(self.encode(query), top_k)[1][0]
         if mode == "keyword":
             scores, _ = self.bm25(query)
             best = np.argpartition(-scores, top_k)[:top_k]
             return best[np.argsort(-scores[best])]
-        fetch = max(MIN_CANDIDATES, 10 * top_k)
+        fetch = min(max(MIN_CANDIDATES, 10 * top_k), len(self.texts) - 1)
         vector = self.encode(query)
         _cosines, vector_rows = self.index.search(vector, fetch)
         scores, reference = self.bm25(query)
