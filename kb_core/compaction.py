@@ -117,7 +117,7 @@ def _write_merged(
         info = info or segment.info
         dead = list(manifest.tombstones.get(source_id, {}))
         doc_table = pq.read_table(segment.folder / "documents.parquet")
-        chunk_table = segment.chunks
+        chunk_table = segment.row_store  # with signatures, computed here for a segment that predates them
         text_table = pq.read_table(segment.folder / "texts.parquet")
         alive_docs = pc.invert(pc.is_in(doc_table.column("doc_id"), pa.array(dead, type=pa.string())))
         alive_rows = pc.invert(pc.is_in(chunk_table.column("doc_id"), pa.array(dead, type=pa.string())))
@@ -125,7 +125,7 @@ def _write_merged(
         rows = np.flatnonzero(alive_rows.to_numpy(zero_copy_only=False))
         dropped += chunk_table.num_rows - len(rows)
         documents.append(doc_table.filter(alive_docs))
-        chunks.append(chunk_table.take(pa.array(rows)))  # row-store schema (64-bit text) in every segment
+        chunks.append(catalog.with_signatures(chunk_table.take(pa.array(rows))))  # one row-store schema for all
         texts.append(text_table.filter(alive_texts))
         vectors.append(segment.vectors.reconstruct(rows))
         files = target / "files"

@@ -47,7 +47,8 @@ evaluation queries; ``benchmarks/fusion_study.py`` measures fixed, auto and RRF 
 
 from __future__ import annotations
 
-import heapq
+import dataclasses
+import hashlib
 import math
 import re
 import unicodedata
@@ -64,16 +65,24 @@ __all__ = [
     "FUSION_METHODS",
     "WEIGHTINGS",
     "Candidate",
+    "CandidateArrays",
+    "FusedRanking",
     "FusionWeights",
     "ScoreBreakdown",
+    "TextSignatures",
     "auto_weights",
     "fuse",
+    "fuse_arrays",
     "guarded_weights",
     "jaccard_similarity",
     "keyword_normalized",
     "near_duplicate_keys",
+    "near_duplicate_rows",
     "script_coverage",
     "signal_quality",
+    "single_signal_ranking",
+    "text_signature",
+    "text_signatures",
     "vector_normalized",
 ]
 
@@ -258,12 +267,18 @@ def guarded_weights(vector_weight: float, keyword_weight: float, vector_prior: f
 
 
 def auto_weights(
-    candidates: Sequence[Candidate], vector_weight: float, keyword_weight: float, vector_prior: float = 1.0
+    candidates: Sequence[Candidate] | CandidateArrays,
+    vector_weight: float,
+    keyword_weight: float,
+    vector_prior: float = 1.0,
 ) -> FusionWeights:
     """The weights ``weighting="auto"`` uses: the requested ones scaled by each signal's quality (module doc)."""
     total = vector_weight + keyword_weight
     base_v, base_k = vector_weight / total, keyword_weight / total
-    v_list, k_list = _ranked_lists(candidates)
+    if isinstance(candidates, CandidateArrays):
+        v_list, k_list = candidates.ranked_lists()
+    else:
+        v_list, k_list = _ranked_lists(candidates)
     quality_v, z_v, chance_v = signal_quality(v_list)
     quality_k, z_k, chance_k = signal_quality(k_list)
     quality_v *= vector_prior
@@ -306,6 +321,198 @@ def auto_weights(
     return FusionWeights(weight_v, weight_k, tuple(notes))
 
 
+@dataclass(frozen=True)
+class CandidateArrays:
+    """Candidates as columns, one row per candidate (what search builds: no Python object per candidate).
+
+    A missing score is NaN, a missing rank 0. ``keys`` identify the rows (search uses ``(segment, row)`` pairs).
+    """
+
+    keys: Sequence[Hashable]
+    vector_score: np.ndarray  # float64
+    keyword_score: np.ndarray  # float64
+    vector_rank: np.ndarray  # int64, 1-based; 0 = not ranked by the vector signal
+    keyword_rank: np.ndarray  # int64, 1-based; 0 = not ranked by the keyword signal
+    jaccard: np.ndarray  # float64
+
+    def __len__(self) -> int:
+        return len(self.vector_score)
+
+    @classmethod
+    def from_candidates(cls, pool: Sequence[Candidate], query_terms: frozenset[str] = frozenset()) -> CandidateArrays:
+        def column(values: list[float | None]) -> np.ndarray:
+            return np.array([math.nan if v is None else float(v) for v in values], dtype=np.float64)
+
+        return cls(
+            [c.key for c in pool],
+            column([c.vector_score for c in pool]),
+            column([c.keyword_score for c in pool]),
+            np.array([c.vector_rank or 0 for c in pool], dtype=np.int64),
+            np.array([c.keyword_rank or 0 for c in pool], dtype=np.int64),
+            np.array([candidate_jaccard(c, query_terms) for c in pool], dtype=np.float64),
+        )
+
+    def take(self, positions: np.ndarray) -> CandidateArrays:
+        index = np.asarray(positions, dtype=np.int64)
+        keys = self.keys[index] if isinstance(self.keys, np.ndarray) else [self.keys[i] for i in index.tolist()]
+        return CandidateArrays(
+            keys,
+            self.vector_score[index],
+            self.keyword_score[index],
+            self.vector_rank[index],
+            self.keyword_rank[index],
+            self.jaccard[index],
+        )
+
+    def key(self, position: int) -> Hashable:
+        key = self.keys[position]
+        return tuple(int(x) for x in key) if isinstance(key, np.ndarray) else key
+
+    def candidate(self, position: int) -> Candidate:
+        vector, keyword = self.vector_score[position], self.keyword_score[position]
+        v_rank, k_rank = int(self.vector_rank[position]), int(self.keyword_rank[position])
+        return Candidate(
+            key=self.key(position),
+            vector_score=None if math.isnan(vector) else float(vector),
+            keyword_score=None if math.isnan(keyword) else float(keyword),
+            vector_rank=v_rank or None,
+            keyword_rank=k_rank or None,
+            jaccard=float(self.jaccard[position]),
+        )
+
+    def ranked_lists(self) -> tuple[np.ndarray, np.ndarray]:
+        """Each signal's own ranked list of scores, in candidate order (as :func:`_ranked_lists`)."""
+        v = self.vector_score[(self.vector_rank > 0) & ~np.isnan(self.vector_score)]
+        k = self.keyword_score[(self.keyword_rank > 0) & ~np.isnan(self.keyword_score)]
+        return v, k
+
+
+@dataclass(frozen=True)
+class FusedRanking:
+    """Every candidate's score parts as arrays and the order best first; breakdowns are built on demand.
+
+    The arrays hold exactly what :class:`ScoreBreakdown` reports, computed with the same float64 operations in the
+    same order, so a breakdown built from them recomputes its ``final_score`` exactly.
+    """
+
+    candidates: CandidateArrays
+    order: np.ndarray  # candidate positions, best first (ties keep candidate order)
+    vector_normalized: np.ndarray
+    keyword_normalized: np.ndarray
+    vector_contribution: np.ndarray
+    keyword_contribution: np.ndarray
+    fused_score: np.ndarray
+    jaccard: np.ndarray
+    final_score: np.ndarray
+    weights: FusionWeights
+    requested_vector_weight: float
+    requested_keyword_weight: float
+    jaccard_weight: float
+    fusion_method: str
+    keyword_reference: float
+    normalization: str
+    weighting: str
+    notes: tuple[str, ...]
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def rank_of(self) -> np.ndarray:
+        """1-based rank of each candidate position."""
+        ranks = np.empty(len(self.order), dtype=np.int64)
+        ranks[self.order] = np.arange(1, len(self.order) + 1)
+        return ranks
+
+    def breakdown(self, position: int) -> ScoreBreakdown:
+        """The breakdown of the candidate at ``position`` (candidate order, not rank)."""
+        c = self.candidates
+        vector, keyword = float(c.vector_score[position]), float(c.keyword_score[position])
+        v_rank, k_rank = int(c.vector_rank[position]), int(c.keyword_rank[position])
+        jaccard = float(self.jaccard[position])
+        return ScoreBreakdown(
+            vector_score=None if math.isnan(vector) else vector,
+            keyword_score=None if math.isnan(keyword) else keyword,
+            vector_normalized=float(self.vector_normalized[position]),
+            keyword_normalized=float(self.keyword_normalized[position]),
+            vector_rank=v_rank or None,
+            keyword_rank=k_rank or None,
+            vector_weight=self.weights.vector,
+            keyword_weight=self.weights.keyword,
+            requested_vector_weight=self.requested_vector_weight,
+            requested_keyword_weight=self.requested_keyword_weight,
+            vector_contribution=float(self.vector_contribution[position]),
+            keyword_contribution=float(self.keyword_contribution[position]),
+            fused_score=float(self.fused_score[position]),
+            jaccard=jaccard,
+            jaccard_weight=self.jaccard_weight,
+            jaccard_contribution=self.jaccard_weight * jaccard,
+            final_score=float(self.final_score[position]),
+            fusion_method=self.fusion_method,
+            keyword_reference=self.keyword_reference,
+            normalization=self.normalization,
+            weighting=self.weighting,
+            notes=self.notes,
+        )
+
+    def pairs(self, limit: int | None = None) -> list[tuple[Candidate, ScoreBreakdown]]:
+        """``(candidate, breakdown)`` best first, for the first ``limit`` ranks (all by default)."""
+        positions = self.order.tolist() if limit is None else self.order[:limit].tolist()
+        return [(self.candidates.candidate(p), self.breakdown(p)) for p in positions]
+
+
+def vector_normalized_array(cosines: np.ndarray) -> np.ndarray:
+    """:func:`vector_normalized` of each value (NaN, a missing score, gives 0)."""
+    return np.nan_to_num(np.minimum(1.0, np.maximum(0.0, cosines)), nan=0.0)
+
+
+def keyword_normalized_array(bm25: np.ndarray, reference: float) -> np.ndarray:
+    """:func:`keyword_normalized` of each value, computed by the same ``math.expm1`` (so values are identical)."""
+    out = np.zeros(len(bm25), dtype=np.float64)
+    if reference <= 0:
+        return out
+    positive = np.flatnonzero(bm25 > 0)  # NaN (missing) compares False
+    out[positive] = [-math.expm1(-value / reference) for value in bm25[positive].tolist()]
+    return out
+
+
+def _ranking(
+    arrays: CandidateArrays,
+    vn: np.ndarray,
+    kn: np.ndarray,
+    weights: FusionWeights,
+    requested: tuple[float, float],
+    jaccard_weight: float,
+    method: str,
+    reference: float,
+    normalization: str,
+    weighting: str,
+) -> FusedRanking:
+    v_contribution, k_contribution = weights.vector * vn, weights.keyword * kn
+    fused = v_contribution + k_contribution
+    jaccard = arrays.jaccard if jaccard_weight > 0 else np.zeros(len(arrays), dtype=np.float64)
+    final = (1.0 - jaccard_weight) * fused + jaccard_weight * jaccard
+    return FusedRanking(
+        candidates=arrays,
+        order=np.argsort(-final, kind="stable"),
+        vector_normalized=vn,
+        keyword_normalized=kn,
+        vector_contribution=v_contribution,
+        keyword_contribution=k_contribution,
+        fused_score=fused,
+        jaccard=jaccard,
+        final_score=final,
+        weights=weights,
+        requested_vector_weight=requested[0],
+        requested_keyword_weight=requested[1],
+        jaccard_weight=jaccard_weight,
+        fusion_method=method,
+        keyword_reference=reference,
+        normalization=normalization,
+        weighting=weighting,
+        notes=weights.notes,
+    )
+
+
 def fuse(
     candidates: Iterable[Candidate],
     *,
@@ -325,6 +532,33 @@ def fuse(
     Without it the best keyword score among the candidates stands in, and a note says the scale is relative.
     """
     pool = list(candidates)
+    ranking = fuse_arrays(
+        CandidateArrays.from_candidates(pool, query_terms),
+        vector_weight=vector_weight,
+        keyword_weight=keyword_weight,
+        method=method,
+        rrf_k=rrf_k,
+        jaccard_weight=jaccard_weight,
+        weighting=weighting,
+        vector_prior=vector_prior,
+        keyword_reference=keyword_reference,
+    )
+    return [(pool[p], ranking.breakdown(p)) for p in ranking.order.tolist()]
+
+
+def fuse_arrays(
+    arrays: CandidateArrays,
+    *,
+    vector_weight: float = 0.7,
+    keyword_weight: float = 0.3,
+    method: str = "weighted",
+    rrf_k: int = 60,
+    jaccard_weight: float = DEFAULT_JACCARD_WEIGHT,
+    weighting: str = "fixed",
+    vector_prior: float = 1.0,
+    keyword_reference: float | None = None,
+) -> FusedRanking:
+    """:func:`fuse` on columnar candidates, every candidate at once with numpy; breakdowns on demand."""
     requested_v = _check_weight("vector_weight", vector_weight)
     requested_k = _check_weight("keyword_weight", keyword_weight)
     if requested_v + requested_k <= 0:
@@ -343,73 +577,64 @@ def fuse(
         raise InvalidArgument(f"rrf_k must be an integer ≥ 0; got {rrf_k!r}")
     if keyword_reference is not None and (not math.isfinite(keyword_reference) or keyword_reference < 0):
         raise InvalidArgument(f"keyword_reference must be a finite number ≥ 0; got {keyword_reference!r}")
-    if not pool:
-        return []
 
-    if weighting == "auto":
-        weights = auto_weights(pool, requested_v, requested_k, vector_prior)
+    if weighting == "auto" and len(arrays):
+        weights = auto_weights(arrays, requested_v, requested_k, vector_prior)
     else:
         weights = guarded_weights(requested_v, requested_k, vector_prior)
     notes = list(weights.notes)
     reference = keyword_reference
     if reference is None and method == "weighted":
-        reference = max((float(c.keyword_score) for c in pool if c.keyword_score is not None), default=0.0)
-        notes.append("keyword reference unknown: BM25 measured against the best candidate's score")
-    v_norm, k_norm = _normalized(pool, method, rrf_k, reference or 0.0)
-    results: list[tuple[Candidate, ScoreBreakdown]] = []
-    frozen_notes = tuple(notes)
-    normalization = "reciprocal rank" if method == "rrf" else "absolute"
-    for position, candidate in enumerate(pool):
-        vn, kn = v_norm[position], k_norm[position]
-        v_contribution, k_contribution = weights.vector * vn, weights.keyword * kn
-        fused = v_contribution + k_contribution
-        jaccard = candidate_jaccard(candidate, query_terms) if jaccard_weight > 0 else 0.0
-        j_contribution = jaccard_weight * jaccard
-        final = (1.0 - jaccard_weight) * fused + j_contribution
-        results.append(
-            (
-                candidate,
-                ScoreBreakdown(
-                    vector_score=candidate.vector_score,
-                    keyword_score=candidate.keyword_score,
-                    vector_normalized=vn,
-                    keyword_normalized=kn,
-                    vector_rank=candidate.vector_rank,
-                    keyword_rank=candidate.keyword_rank,
-                    vector_weight=weights.vector,
-                    keyword_weight=weights.keyword,
-                    requested_vector_weight=requested_v,
-                    requested_keyword_weight=requested_k,
-                    vector_contribution=v_contribution,
-                    keyword_contribution=k_contribution,
-                    fused_score=fused,
-                    jaccard=jaccard,
-                    jaccard_weight=jaccard_weight,
-                    jaccard_contribution=j_contribution,
-                    final_score=final,
-                    fusion_method=method,
-                    keyword_reference=float(reference or 0.0),
-                    normalization=normalization,
-                    weighting=weighting,
-                    notes=frozen_notes,
-                ),
-            )
-        )
-    order = sorted(range(len(results)), key=lambda i: -results[i][1].final_score)
-    return [results[i] for i in order]
-
-
-def _normalized(
-    pool: list[Candidate], method: str, rrf_k: int, reference: float
-) -> tuple[list[float], list[float]]:
+        known = arrays.keyword_score[~np.isnan(arrays.keyword_score)]
+        reference = float(known.max()) if len(known) else 0.0
+        if len(arrays):
+            notes.append("keyword reference unknown: BM25 measured against the best candidate's score")
     if method == "rrf":
-        v = [(rrf_k + 1) / (rrf_k + c.vector_rank) if c.vector_rank is not None else 0.0 for c in pool]
-        k = [(rrf_k + 1) / (rrf_k + c.keyword_rank) if c.keyword_rank is not None else 0.0 for c in pool]
-        return v, k
-    return (
-        [vector_normalized(c.vector_score) for c in pool],
-        [keyword_normalized(c.keyword_score, reference) for c in pool],
+        v_rank = arrays.vector_rank.astype(np.float64)
+        k_rank = arrays.keyword_rank.astype(np.float64)
+        vn = np.where(arrays.vector_rank > 0, (rrf_k + 1) / (rrf_k + v_rank), 0.0)
+        kn = np.where(arrays.keyword_rank > 0, (rrf_k + 1) / (rrf_k + k_rank), 0.0)
+    else:
+        vn = vector_normalized_array(arrays.vector_score)
+        kn = keyword_normalized_array(arrays.keyword_score, reference or 0.0)
+    return _ranking(
+        arrays,
+        vn,
+        kn,
+        FusionWeights(weights.vector, weights.keyword, tuple(notes)),
+        (requested_v, requested_k),
+        jaccard_weight,
+        method,
+        float(reference or 0.0),
+        "reciprocal rank" if method == "rrf" else "absolute",
+        weighting,
     )
+
+
+def single_signal_ranking(
+    arrays: CandidateArrays, signal: str, jaccard_weight: float, keyword_reference: float
+) -> FusedRanking:
+    """Ranking by one signal (semantic or keyword search): weight 1 on it, the same normalised values as fusion."""
+    is_vector = signal == "vector"
+    vn = vector_normalized_array(arrays.vector_score)
+    kn = keyword_normalized_array(arrays.keyword_score, keyword_reference)
+    ranking = _ranking(
+        arrays,
+        vn,
+        kn,
+        FusionWeights(1.0 if is_vector else 0.0, 0.0 if is_vector else 1.0),
+        (1.0 if is_vector else 0.0, 0.0 if is_vector else 1.0),
+        jaccard_weight,
+        "semantic only" if is_vector else "keyword only",
+        keyword_reference,
+        "absolute",
+        "fixed",
+    )
+    # Only the ranked signal contributes (its weight is 1); the other's contribution is 0, not 0 × value.
+    zero = np.zeros(len(arrays), dtype=np.float64)
+    if is_vector:
+        return dataclasses.replace(ranking, keyword_contribution=zero, fused_score=vn)
+    return dataclasses.replace(ranking, vector_contribution=zero, fused_score=kn)
 
 
 _SPACE = re.compile(r"\s+", re.UNICODE)
@@ -432,38 +657,178 @@ def near_duplicate_keys(texts: Mapping[Hashable, str], threshold: float = 0.9) -
 
     ``texts`` must iterate best-ranked first. Exact duplicates are found after Unicode (NFKC), whitespace and
     case normalisation; near duplicates by Jaccard similarity ≥ ``threshold`` of 4-character shingles. A text
-    is dropped when it is that close to any text that is kept. Pairwise comparison is fine at top-k scale.
+    is dropped when it is that close to any text that is kept. The texts' signatures are computed here; search
+    reads them stored with the chunks instead (:func:`near_duplicate_rows`).
     """
-    if not 0 < threshold <= 1:
-        raise InvalidArgument(f"threshold must lie in (0, 1]; got {threshold!r}")
-    drop: set[Hashable] = set()
-    seen_exact: set[str] = set()
-    kept: list[tuple[frozenset[str], frozenset[int]]] = []
-    for key, text in texts.items():
-        normal = _normalise_text(text)
-        if normal in seen_exact:
-            drop.add(key)
-            continue
-        shingles = _shingles(normal)
-        sketch = _sketch(shingles)
-        for other, other_sketch in kept:
-            # Cheap filters first: Jaccard ≥ t needs sizes within a factor t, and near-identical sets share
-            # most of their smallest shingle hashes; only then the exact Jaccard.
-            small, large = sorted((len(shingles), len(other)))
-            if small < threshold * large or len(sketch & other_sketch) < _SKETCH_SIZE // 2:
-                continue
-            if jaccard_similarity(shingles, other) >= threshold:
-                drop.add(key)
-                break
-        else:
-            seen_exact.add(normal)
-            kept.append((shingles, sketch))
-    return drop
+    keys = list(texts)
+    values = [texts[key] for key in keys]
+    drop = near_duplicate_rows(text_signatures(values), values, threshold)
+    return {key for key, dropped in zip(keys, drop.tolist(), strict=True) if dropped}
 
 
 _SKETCH_SIZE = 16
+# Hashes use 63 bits, so the all-ones value marks an unused sketch slot (a text of fewer than 16 shingles).
+SKETCH_EMPTY = np.uint64(0xFFFFFFFFFFFFFFFF)
+_SHINGLE = 4
+_PAD = 0x1FFFFF  # not a code point: pads the single shingle of a text shorter than 4 characters
+_MIX_1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX_2 = np.uint64(0x94D049BB133111EB)
 
 
-def _sketch(shingles: frozenset[str]) -> frozenset[int]:
-    """Bottom-k sketch: the smallest shingle hashes. Sets with Jaccard ≥ 0.9 share most of them."""
-    return frozenset(heapq.nsmallest(_SKETCH_SIZE, map(hash, shingles)))
+@dataclass(frozen=True)
+class TextSignatures:
+    """Near-duplicate signatures of some texts, one row per text (computed once, at import, and stored).
+
+    ``text_hash``: 63-bit hash of the normalised text (exact duplicates; confirmed on the text itself);
+    ``shingle_count``: number of distinct 4-character shingles; ``sketch``: the 16 smallest 63-bit shingle
+    hashes, ascending, padded with :data:`SKETCH_EMPTY`. Hashes are stable across processes and machines.
+    """
+
+    text_hash: np.ndarray  # uint64 (n,)
+    shingle_count: np.ndarray  # int32 (n,)
+    sketch: np.ndarray  # uint64 (n, 16)
+
+    def __len__(self) -> int:
+        return int(self.text_hash.shape[0])
+
+    def take(self, rows: np.ndarray | Sequence[int]) -> TextSignatures:
+        index = np.asarray(rows, dtype=np.int64)
+        return TextSignatures(self.text_hash[index], self.shingle_count[index], self.sketch[index])
+
+    @staticmethod
+    def concatenate(parts: Sequence[TextSignatures]) -> TextSignatures:
+        if not parts:
+            return text_signatures([])
+        return TextSignatures(
+            np.concatenate([p.text_hash for p in parts]),
+            np.concatenate([p.shingle_count for p in parts]),
+            np.concatenate([p.sketch for p in parts]),
+        )
+
+
+def _mix(values: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser on a uint64 array (wrapping arithmetic)."""
+    values = (values ^ (values >> np.uint64(30))) * _MIX_1
+    values = (values ^ (values >> np.uint64(27))) * _MIX_2
+    return values ^ (values >> np.uint64(31))
+
+
+def _shingle_hashes(compact: str) -> np.ndarray:
+    """Distinct 63-bit hashes of the 4-character shingles of ``compact`` (a normalised text without spaces),
+    sorted: the same shingles as :func:`_shingles`, hashed with numpy instead of one Python object each."""
+    if not compact:
+        return np.empty(0, dtype=np.uint64)
+    points = np.frombuffer(compact.encode("utf-32-le", "surrogatepass"), dtype=np.uint32).astype(np.uint64)
+    if len(points) < _SHINGLE:
+        points = np.concatenate([points, np.full(_SHINGLE - len(points), _PAD, dtype=np.uint64)])
+    width = len(points) - _SHINGLE + 1
+    head = points[:width] | (points[1 : width + 1] << np.uint64(21)) | (points[2 : width + 2] << np.uint64(42))
+    hashes = np.sort(_mix(_mix(head) + points[3 : width + 3]) >> np.uint64(1))
+    return hashes[np.concatenate(([True], hashes[1:] != hashes[:-1]))]  # sorted, distinct
+
+
+def _shingle_keys(compact: str) -> np.ndarray:
+    """The distinct 4-character shingles of ``compact`` as exact 16-byte keys (4 code points), sorted: the same
+    set as :func:`_shingles` (a text shorter than 4 characters is one shingle, padded with a non-code-point)."""
+    points = np.frombuffer(compact.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+    if not len(points):
+        return np.empty(0, dtype="V16")
+    if len(points) < _SHINGLE:
+        points = np.concatenate([points, np.full(_SHINGLE - len(points), _PAD, dtype=np.uint32)])
+    windows = np.ascontiguousarray(np.lib.stride_tricks.sliding_window_view(points, _SHINGLE))
+    return np.unique(windows.view("V16").ravel())
+
+
+def _key_jaccard(a: np.ndarray, b: np.ndarray) -> float:
+    """Exact Jaccard similarity of two sorted, distinct shingle key arrays (0 when both are empty)."""
+    if not len(a) and not len(b):
+        return 0.0
+    shared = len(np.intersect1d(a, b, assume_unique=True))
+    return shared / (len(a) + len(b) - shared)
+
+
+def text_signature(text: str) -> tuple[int, int, np.ndarray]:
+    """``(text_hash, shingle_count, sketch)`` of one text (see :class:`TextSignatures`)."""
+    normal = _normalise_text(text)
+    digest = hashlib.blake2b(normal.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    hashes = _shingle_hashes(normal.replace(" ", ""))
+    sketch = np.full(_SKETCH_SIZE, SKETCH_EMPTY, dtype=np.uint64)
+    sketch[: min(_SKETCH_SIZE, len(hashes))] = hashes[:_SKETCH_SIZE]
+    return int.from_bytes(digest, "little") >> 1, len(hashes), sketch
+
+
+def text_signatures(texts: Sequence[str]) -> TextSignatures:
+    """The signatures of ``texts``, one row each."""
+    n = len(texts)
+    text_hash = np.zeros(n, dtype=np.uint64)
+    counts = np.zeros(n, dtype=np.int32)
+    sketch = np.full((n, _SKETCH_SIZE), SKETCH_EMPTY, dtype=np.uint64)
+    for row, text in enumerate(texts):
+        text_hash[row], counts[row], sketch[row] = text_signature(text)
+    return TextSignatures(text_hash, counts, sketch)
+
+
+def near_duplicate_rows(
+    signatures: TextSignatures, texts: Sequence[str], threshold: float = 0.9
+) -> np.ndarray:
+    """Which of ``texts`` (best-ranked first) to drop as exact or near duplicates of a better-ranked kept one.
+
+    The decision is exact: an exact duplicate has the same normalised text; a near duplicate has a Jaccard
+    similarity ≥ ``threshold`` of its 4-character shingle *strings*, computed only for the pairs that pass two
+    cheap filters on the stored signatures, all pairs at once with numpy: sizes within a factor ``threshold``
+    (necessary for that Jaccard), and at least half of the 16 smallest shingle hashes shared (a bottom-k sketch:
+    sets that similar share most of them).
+    """
+    if not 0 < threshold <= 1:
+        raise InvalidArgument(f"threshold must lie in (0, 1]; got {threshold!r}")
+    n = len(texts)
+    if len(signatures) != n:
+        raise InvalidArgument(f"{len(signatures)} signatures for {n} texts")
+    drop = np.zeros(n, dtype=bool)
+    if n < 2:
+        return drop
+    counts = signatures.shingle_count.astype(np.int64)
+    small = np.minimum(counts[:, None], counts[None, :])
+    large = np.maximum(counts[:, None], counts[None, :])
+    sketch = signatures.sketch
+    used = sketch != SKETCH_EMPTY
+    # Shared sketch values per pair: sort every stored value, and within each run of equal values (one value
+    # held by several rows; a sketch's own values are distinct) count every pair of its rows, all with numpy.
+    values, owners = sketch[used], np.nonzero(used)[0]
+    order = np.argsort(values, kind="stable")
+    values, owners = values[order], owners[order]
+    starts = np.flatnonzero(np.concatenate(([True], values[1:] != values[:-1])))
+    sizes = np.diff(np.append(starts, len(values)))
+    run_start = np.repeat(starts, sizes)  # per stored value: where its run starts, and the run's length
+    run_size = np.repeat(sizes, sizes)
+    left = np.repeat(np.arange(len(values)), run_size)
+    offset = np.arange(len(left)) - np.repeat(np.cumsum(run_size) - run_size, run_size)
+    right = run_start[left] + offset
+    shared = np.bincount(owners[left] * n + owners[right], minlength=n * n).reshape(n, n)
+    may_match = ~(small < threshold * large) & (shared >= _SKETCH_SIZE // 2)
+    same_hash = signatures.text_hash[:, None] == signatures.text_hash[None, :]
+    normals: dict[int, str] = {}
+    shingles: dict[int, np.ndarray] = {}
+
+    def normal(row: int) -> str:
+        if row not in normals:
+            normals[row] = _normalise_text(texts[row])
+        return normals[row]
+
+    def shingle_set(row: int) -> np.ndarray:
+        if row not in shingles:
+            shingles[row] = _shingle_keys(normal(row).replace(" ", ""))
+        return shingles[row]
+
+    # Only rows with a better-ranked suspect need a look; whether that one was kept is known by then.
+    suspects = np.nonzero((same_hash | may_match) & np.tri(n, k=-1, dtype=bool))
+    partners: dict[int, list[int]] = {}
+    for row, other in zip(suspects[0].tolist(), suspects[1].tolist(), strict=True):
+        partners.setdefault(row, []).append(other)
+    for row, others in sorted(partners.items()):
+        kept = [j for j in others if not drop[j]]
+        if any(same_hash[row, j] and normal(row) == normal(j) for j in kept) or any(
+            may_match[row, j] and _key_jaccard(shingle_set(row), shingle_set(j)) >= threshold for j in kept
+        ):
+            drop[row] = True
+    return drop

@@ -270,6 +270,7 @@ class _TermPostings:
 
 
 _NO_POSTINGS = _TermPostings(np.empty(0, dtype=np.int64), np.empty(0), np.empty(0))
+_NO_HITS = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64))
 _TOP_KEPT = 256  # enough for the over-fetch of hybrid search (k up to a few hundred)
 
 
@@ -389,7 +390,15 @@ class KeywordSearcher:
         return self.search_terms(self.query_terms(query), k)
 
     def search_terms(self, terms: Sequence[str], k: int) -> list[KeywordHit]:
-        """Like :meth:`search` for already analysed terms (duplicates count once).
+        """Like :meth:`search` for already analysed terms (duplicates count once)."""
+        segments, rows, scores = self.search_terms_arrays(terms, k)
+        return [
+            KeywordHit(si, row, score)
+            for si, row, score in zip(segments.tolist(), rows.tolist(), scores.tolist(), strict=True)
+        ]
+
+    def search_terms_arrays(self, terms: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`search_terms` as arrays ``(segment indexes, rows, scores)``, best first.
 
         Per segment the cost is the query terms' postings in it, plus one pass over the segment's rows when
         those postings are dense enough that a dense accumulator beats sorting them.
@@ -398,10 +407,10 @@ class KeywordSearcher:
             raise InvalidArgument(f"k must be >= 0, got {k!r}")
         terms = list(dict.fromkeys(terms))
         if k == 0 or not terms or self.n_docs == 0:
-            return []
+            return _NO_HITS
         postings = [(term, entry) for term in terms if (entry := self._postings(term)).df]
         if not postings:
-            return []
+            return _NO_HITS
         # Every row's score is at least its contribution from any one term, so the k-th best contribution of
         # any single term is a lower bound of the k-th best score.
         floor = max((float(e.top[k - 1]) for _, e in postings if len(e.top) >= k), default=0.0)
@@ -409,7 +418,7 @@ class KeywordSearcher:
             entry = postings[0][1]
             rows, scores = entry.rows, entry.scores
             best = _top_k(scores, rows, k, floor)
-            return self._hits(rows[best], scores[best])
+            return self._hit_arrays(rows[best], scores[best])
         if sum(e.df for _, e in postings) * 8 >= self._total_rows:
             dense = np.zeros(self._total_rows, dtype=np.float64)
             largest = max(range(len(postings)), key=lambda i: postings[i][1].df)
@@ -418,20 +427,17 @@ class KeywordSearcher:
                 if i != largest:
                     np.add.at(dense, entry.rows, entry.scores)  # numpy >= 2 fast path: ~4x `dense[rows] += s`
             best = _top_k(dense, None, k, floor)
-            return self._hits(best, dense[best])
+            return self._hit_arrays(best, dense[best])
         unique_rows, inverse = np.unique(np.concatenate([e.rows for _, e in postings]), return_inverse=True)
         summed = np.bincount(inverse, weights=np.concatenate([e.scores for _, e in postings]))
         best = _top_k(summed, unique_rows, k, floor)
-        return self._hits(unique_rows[best], summed[best])
+        return self._hit_arrays(unique_rows[best], summed[best])
 
-    def _hits(self, global_rows: np.ndarray, scores: np.ndarray) -> list[KeywordHit]:
-        """Hits by (segment, row); which query terms a hit holds is :meth:`row_terms`' job (only when asked)."""
+    def _hit_arrays(self, global_rows: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Hits as (segment, row, score) arrays; which query terms a hit holds is :meth:`row_terms`' job."""
         seg_of = np.searchsorted(self._offsets, global_rows, side="right") - 1
         local_rows = global_rows - self._offsets[seg_of]
-        return [
-            KeywordHit(si, row, score)
-            for si, row, score in zip(seg_of.tolist(), local_rows.tolist(), scores.tolist(), strict=True)
-        ]
+        return seg_of.astype(np.int64), local_rows.astype(np.int64), np.asarray(scores, dtype=np.float64)
 
     def score_rows(self, query: str, rows: Sequence[tuple[int, int]]) -> np.ndarray:
         """Exact BM25 of ``query`` for the given ``(segment_index, row)`` pairs (0.0 for rows not live)."""

@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from kb_core.fusion import TextSignatures, text_signatures
 from kb_core.store import catalog
 from kb_core.store.kb_store import KBStore, Manifest
 
@@ -56,12 +57,28 @@ class LoadedSegment:
         return values, codes
 
     @cached_property
+    def row_store(self) -> pa.Table:
+        """The chunk rows with their near-duplicate signatures (when stored), memory-mapped: ``take`` touches only
+        the rows it returns."""
+        return catalog.open_row_store(self.folder)
+
+    @cached_property
     def chunks(self) -> pa.Table:
-        """The chunk rows as an Arrow table, memory-mapped: ``take`` touches only the rows it returns."""
-        return catalog.open_chunk_rows(self.folder)
+        """The chunk rows (catalog columns) as an Arrow table, memory-mapped."""
+        return self.row_store.select(catalog.CHUNK_FIELDS_SCHEMA.names)
 
     def chunk_rows(self, rows: Sequence[int]) -> list[dict[str, Any]]:
         return self.chunks.take(pa.array(list(rows), type=pa.int64())).to_pylist()
+
+    def chunk_rows_with_signatures(self, rows: Sequence[int]) -> tuple[list[dict[str, Any]], TextSignatures]:
+        """The given rows and their near-duplicate signatures: stored ones, or computed from the text for a
+        segment written before signatures were stored."""
+        taken = self.row_store.take(pa.array(list(rows), type=pa.int64()))
+        records = taken.select(catalog.CHUNK_FIELDS_SCHEMA.names).to_pylist()
+        signatures = catalog.signatures_of(taken)
+        if signatures is None:
+            signatures = text_signatures([record["content"] for record in records])
+        return records, signatures
 
     def find_chunk(self, chunk_id: str) -> int | None:
         matches = np.flatnonzero(pc.equal(self.chunks.column("chunk_id"), chunk_id).to_numpy(zero_copy_only=False))

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -33,15 +33,14 @@ from kb_core.fusion import (
     DEFAULT_JACCARD_WEIGHT,
     FUSION_METHODS,
     WEIGHTINGS,
-    Candidate,
+    CandidateArrays,
     FusionWeights,
     ScoreBreakdown,
+    TextSignatures,
     auto_weights,
-    candidate_jaccard,
-    fuse,
-    keyword_normalized,
-    near_duplicate_keys,
-    vector_normalized,
+    fuse_arrays,
+    near_duplicate_rows,
+    single_signal_ranking,
 )
 from kb_core.reader import Snapshot
 
@@ -174,46 +173,22 @@ class SearchHit:
     location: tuple[int, int] = (0, 0)  # (segment index, row) inside its snapshot
 
     def to_json(self, explain: bool = True) -> dict[str, Any]:
-        value = asdict(self)
-        value.pop("location")
-        if not explain:
-            value.pop("breakdown")
+        value = {name: getattr(self, name) for name in _HIT_FIELDS}
+        value["matched_terms"] = list(self.matched_terms)
+        if explain:
+            value["breakdown"] = {k: (list(v) if isinstance(v, list) else v) for k, v in self.breakdown.items()}
         return value
 
 
-def _single_signal(
-    candidate: Candidate, signal: str, jaccard: float, jaccard_weight: float, keyword_reference: float
-) -> ScoreBreakdown:
-    is_vector = signal == "vector"
-    normalized = (
-        vector_normalized(candidate.vector_score)
-        if is_vector
-        else keyword_normalized(candidate.keyword_score, keyword_reference)
-    )
-    final = (1 - jaccard_weight) * normalized + jaccard_weight * jaccard
-    return ScoreBreakdown(
-        vector_score=candidate.vector_score,
-        keyword_score=candidate.keyword_score,
-        vector_normalized=normalized if is_vector else vector_normalized(candidate.vector_score),
-        keyword_normalized=keyword_normalized(candidate.keyword_score, keyword_reference) if is_vector else normalized,
-        vector_rank=candidate.vector_rank,
-        keyword_rank=candidate.keyword_rank,
-        vector_weight=1.0 if is_vector else 0.0,
-        keyword_weight=0.0 if is_vector else 1.0,
-        requested_vector_weight=1.0 if is_vector else 0.0,
-        requested_keyword_weight=0.0 if is_vector else 1.0,
-        vector_contribution=normalized if is_vector else 0.0,
-        keyword_contribution=0.0 if is_vector else normalized,
-        fused_score=normalized,
-        jaccard=jaccard,
-        jaccard_weight=jaccard_weight,
-        jaccard_contribution=jaccard_weight * jaccard,
-        final_score=final,
-        fusion_method="semantic only" if is_vector else "keyword only",
-        keyword_reference=keyword_reference,
-        normalization="absolute",
-        weighting="fixed",
-    )
+_HIT_FIELDS = tuple(f.name for f in fields(SearchHit) if f.name not in ("location", "breakdown"))
+_BREAKDOWN_FIELDS = tuple(f.name for f in fields(ScoreBreakdown))
+
+
+def breakdown_json(breakdown: ScoreBreakdown) -> dict[str, Any]:
+    """A breakdown as a JSON-ready dict (what ``asdict`` gives, tuples as lists), without a deep copy."""
+    value = {name: getattr(breakdown, name) for name in _BREAKDOWN_FIELDS}
+    value["notes"] = list(breakdown.notes)
+    return value
 
 
 @dataclass
@@ -237,6 +212,14 @@ class ExplainedRow:
     candidates: int
     breakdown: ScoreBreakdown
     matched_terms: list[str]
+
+
+_ROW_BITS = 40  # a candidate's code: segment index << 40 | row (segments hold far fewer than 2**40 rows)
+_ROW_MASK = (1 << _ROW_BITS) - 1
+
+
+def _codes(segments: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    return (np.asarray(segments, dtype=np.int64) << _ROW_BITS) | np.asarray(rows, dtype=np.int64)
 
 
 class SnapshotSearcher:
@@ -278,60 +261,76 @@ class SnapshotSearcher:
         settings: SearchSettings,
         filters: SearchFilters,
         extra_keys: Sequence[tuple[int, int]] = (),
-    ) -> tuple[list[Candidate], RowTerms]:
-        """Over-fetched candidates of both signals, each scored on both, with their Jaccard term.
+    ) -> tuple[CandidateArrays, RowTerms]:
+        """Over-fetched candidates of both signals, each scored on both, with their Jaccard term, as columns.
 
-        Also returns what the keyword index knows of each candidate row (in candidate order): the query's
-        terms, which of them each row contains, and its distinct term count — so neither the Jaccard term
-        nor the matched terms need the chunk text. ``extra_keys`` (rows to explain) join the candidates with their
-        exact scores on both signals, ranked by neither list unless one retrieved them.
+        Order: the keyword list, then vector hits the keyword list lacks, then ``extra_keys`` (rows to explain,
+        with their exact scores on both signals, ranked by neither list unless one retrieved them). Also returns
+        what the keyword index knows of each candidate row (in candidate order): the query's terms, which of them
+        each row contains, and its distinct term count — so neither the Jaccard term nor the matched terms need
+        the chunk text.
         """
         fetch = max(settings.candidates, settings.top_k * 10) * (4 if filters.active else 1)
         terms = self.keyword.query_terms(query)
-        keyword_hits = self.keyword.search_terms(terms, fetch) if settings.mode != "semantic" else []
-        vector_hits = (
-            self.vector.search(query_vector, fetch)
-            if settings.mode != "keyword" and query_vector is not None and self.snapshot.manifest.chunk_count
-            else []
-        )
-        found: dict[tuple[int, int], dict[str, Any]] = {}
-        for rank, hit in enumerate(keyword_hits, start=1):
-            found[(hit.segment_index, hit.row)] = {"keyword_score": hit.score, "keyword_rank": rank}
-        for rank, hit in enumerate(vector_hits, start=1):
-            found.setdefault((hit.segment_index, hit.row), {}).update(vector_score=hit.score, vector_rank=rank)
-        for key in extra_keys:
-            found.setdefault(key, {})
-        keys = list(found)
+        empty = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64), np.empty(0))
+        keyword = self.keyword.search_terms_arrays(terms, fetch) if settings.mode != "semantic" else empty
+        use_vector = settings.mode != "keyword" and query_vector is not None and self.snapshot.manifest.chunk_count
+        vector = self.vector.search_arrays(query_vector, fetch) if use_vector else empty  # type: ignore[arg-type]
+        keyword_codes = _codes(keyword[0], keyword[1])
+        vector_codes = _codes(vector[0], vector[1])
+        codes = np.concatenate([keyword_codes, vector_codes[~np.isin(vector_codes, keyword_codes)]])
+        if extra_keys:
+            known = set(codes.tolist())
+            extra_codes = [c for c in dict.fromkeys(_codes(*np.array(extra_keys, dtype=np.int64).T).tolist())]
+            codes = np.concatenate([codes, np.array([c for c in extra_codes if c not in known], dtype=np.int64)])
+        n = len(codes)
+        keys = np.stack([codes >> _ROW_BITS, codes & _ROW_MASK], axis=1)
+        keyword_score = np.full(n, np.nan)
+        keyword_rank = np.zeros(n, dtype=np.int64)
+        keyword_score[: len(keyword_codes)] = keyword[2]
+        keyword_rank[: len(keyword_codes)] = np.arange(1, len(keyword_codes) + 1)
+        vector_score = np.full(n, np.nan)
+        vector_rank = np.zeros(n, dtype=np.int64)
+        if len(vector_codes):
+            sorter = np.argsort(codes)
+            where = sorter[np.searchsorted(codes, vector_codes, sorter=sorter)]
+            vector_score[where] = vector[2].astype(np.float64)
+            vector_rank[where] = np.arange(1, len(vector_codes) + 1)
         row_terms = self.keyword.row_terms(terms, keys)
-        if extra_keys and settings.mode != "hybrid":
-            extra = [k for k in extra_keys if k in found]
-            positions = {k: i for i, k in enumerate(keys)}
-            for key in extra:
-                found[key].setdefault("keyword_score", float(row_terms.bm25[positions[key]]))
-            if query_vector is not None:
-                missing = [k for k in extra if "vector_score" not in found[k]]
-                for key, score in zip(missing, self.vector.score_rows(query_vector, missing), strict=True):
-                    found[key]["vector_score"] = float(score)
-        if settings.mode == "hybrid" and keys:
-            for key, score in zip(keys, row_terms.bm25.tolist(), strict=True):
-                found[key].setdefault("keyword_score", score)
-            missing_cos = [k for k in keys if "vector_score" not in found[k]]
-            if missing_cos and query_vector is not None:
-                for key, score in zip(missing_cos, self.vector.score_rows(query_vector, missing_cos), strict=True):
-                    found[key]["vector_score"] = float(score)
-        jaccard = row_terms.jaccard().tolist()
-        candidates = [
-            Candidate(
-                key=key,
-                vector_score=found[key].get("vector_score"),
-                keyword_score=found[key].get("keyword_score"),
-                vector_rank=found[key].get("vector_rank"),
-                keyword_rank=found[key].get("keyword_rank"),
-                jaccard=jaccard[position],
-            )
-            for position, key in enumerate(keys)
-        ]
-        return candidates, row_terms
+        if settings.mode == "hybrid" or extra_keys:
+            # Hybrid scores every candidate on both signals; other modes only the rows to explain.
+            if settings.mode == "hybrid":
+                scored = np.ones(n, dtype=bool)
+            else:
+                scored = np.isin(codes, _codes(*np.array(extra_keys, dtype=np.int64).T))
+            missing = scored & np.isnan(keyword_score)
+            keyword_score[missing] = row_terms.bm25[missing]
+            missing = np.flatnonzero(scored & np.isnan(vector_score))
+            if len(missing) and query_vector is not None:
+                vector_score[missing] = self.vector.score_rows(query_vector, keys[missing])
+        arrays = CandidateArrays(keys, vector_score, keyword_score, vector_rank, keyword_rank, row_terms.jaccard())
+        return arrays, row_terms
+
+    def rows_with_signatures(
+        self, keys: Sequence[tuple[int, int]]
+    ) -> tuple[list[dict[str, Any]], TextSignatures]:
+        """The chunk rows of ``keys`` and their near-duplicate signatures, in the order of ``keys``."""
+        records: list[dict[str, Any]] = [{} for _ in keys]
+        parts: list[tuple[np.ndarray, TextSignatures]] = []
+        by_segment: dict[int, list[int]] = {}
+        for position, (segment_index, _) in enumerate(keys):
+            by_segment.setdefault(segment_index, []).append(position)
+        for segment_index, positions in by_segment.items():
+            segment = self.snapshot.segments[segment_index]
+            found, signatures = segment.chunk_rows_with_signatures([keys[p][1] for p in positions])
+            for position, record in zip(positions, found, strict=True):
+                records[position] = record
+            parts.append((np.asarray(positions, dtype=np.int64), signatures))
+        if len(parts) == 1:
+            return records, parts[0][1]
+        where = np.concatenate([positions for positions, _ in parts])
+        merged = TextSignatures.concatenate([signatures for _, signatures in parts])
+        return records, merged.take(np.argsort(where))
 
     def rows(self, keys: Sequence[tuple[int, int]]) -> dict[tuple[int, int], dict[str, Any]]:
         out: dict[tuple[int, int], dict[str, Any]] = {}
@@ -396,17 +395,19 @@ def rank(
     it made the hits."""
     warnings: list[str] = []
     candidates, row_terms = searcher.candidates(query, query_vector, settings, filters, explain_keys)
-    if not candidates:
+    if not len(candidates):
         return RankedHits([], warnings)
-    matched = {c.key: position for position, c in enumerate(candidates)}
+    source = np.arange(len(candidates))  # each candidate's position in ``row_terms``
     if filters.active:
-        allowed = []
-        for candidate in candidates:
-            document = searcher.document_of(candidate.key)  # type: ignore[arg-type]
-            if filters.allows(document["name"], document["file_type"]):
-                allowed.append(candidate)
-        candidates = allowed
-    query_terms = frozenset(row_terms.terms)
+        allowed = np.array(
+            [
+                filters.allows(document["name"], document["file_type"])
+                for document in (searcher.document_of(key) for key in candidates.keys.tolist())  # type: ignore[union-attr]
+            ],
+            dtype=bool,
+        )
+        source = np.flatnonzero(allowed)
+        candidates = candidates.take(source)
     keyword_reference = searcher.keyword.reference_score(row_terms.terms)
     covered = model_covers(searcher.embedding_model, detect_language(query))
     guarded = settings.language_guard and not covered
@@ -431,51 +432,47 @@ def rank(
     suggested: FusionWeights | None = None
     if settings.mode == "hybrid":
         vector_prior = 0.0 if guarded else 1.0
-        fused = fuse(
+        ranking = fuse_arrays(
             candidates,
             vector_weight=settings.vector_weight,
             keyword_weight=settings.keyword_weight,
             method=settings.fusion,
-            query_terms=query_terms,
             jaccard_weight=settings.jaccard_weight,
             weighting=settings.weighting,
             vector_prior=vector_prior,
             keyword_reference=keyword_reference,
         )
-        if fused:
-            top = fused[0][1]
-            weights_used = FusionWeights(top.vector_weight, top.keyword_weight, top.notes)
+        if len(ranking):
+            weights_used = FusionWeights(ranking.weights.vector, ranking.weights.keyword, ranking.notes)
         suggested = auto_weights(candidates, settings.vector_weight, settings.keyword_weight, vector_prior)
     else:
         signal = "vector" if settings.mode == "semantic" else "keyword"
-        scored = []
-        for candidate in candidates:
-            jaccard = candidate_jaccard(candidate, query_terms) if settings.jaccard_weight > 0 else 0.0
-            scored.append(
-                (candidate, _single_signal(candidate, signal, jaccard, settings.jaccard_weight, keyword_reference))
-            )
-        fused = sorted(scored, key=lambda pair: -pair[1].final_score)
+        ranking = single_signal_ranking(candidates, signal, settings.jaccard_weight, keyword_reference)
     explained: dict[tuple[int, int], ExplainedRow] = {}
-    if explain_keys:
+    if explain_keys and len(ranking):
         wanted = set(explain_keys)
-        for position, (candidate, breakdown) in enumerate(fused, start=1):
-            if candidate.key in wanted:
-                explained[candidate.key] = ExplainedRow(  # type: ignore[index]
-                    position, len(fused), breakdown, row_terms.matched(matched[candidate.key])
+        ranks = ranking.rank_of()
+        for position, key in enumerate(candidates.keys.tolist()):  # type: ignore[union-attr]
+            if tuple(key) in wanted:
+                explained[tuple(key)] = ExplainedRow(
+                    int(ranks[position]),
+                    len(ranking),
+                    ranking.breakdown(position),
+                    row_terms.matched(int(source[position])),
                 )
     # Dropped duplicates are refilled from a margin below top_k; pairwise dedup keeps that margin small.
     margin = min(settings.top_k, 10) if settings.deduplicate else 0
-    window = fused[: settings.top_k + margin]
-    rows = searcher.rows([pair[0].key for pair in window])  # type: ignore[misc]
+    window = ranking.order[: settings.top_k + margin].tolist()
+    window_keys = [candidates.key(position) for position in window]
+    records, signatures = searcher.rows_with_signatures(window_keys)  # type: ignore[arg-type]
+    chosen = list(zip(window, window_keys, records, strict=True))
     if settings.deduplicate:
-        ordered = {pair[0].key: rows[pair[0].key]["content"] for pair in window}  # type: ignore[index]
-        dropped = near_duplicate_keys(ordered, NEAR_DUPLICATE_THRESHOLD)
-        window = [pair for pair in window if pair[0].key not in dropped]
+        dropped = near_duplicate_rows(signatures, [r["content"] for r in records], NEAR_DUPLICATE_THRESHOLD)
+        chosen = [item for item, drop in zip(chosen, dropped.tolist(), strict=True) if not drop]
     hits: list[SearchHit] = []
-    for candidate, breakdown in window[: settings.top_k]:
-        row = rows[candidate.key]  # type: ignore[index]
-        segment_index = candidate.key[0]  # type: ignore[index]
-        document = searcher._document(segment_index, row["doc_id"])
+    for position, key, row in chosen[: settings.top_k]:
+        breakdown = ranking.breakdown(position)
+        document = searcher._document(key[0], row["doc_id"])  # type: ignore[index]
         hits.append(
             SearchHit(
                 id=row["chunk_id"],
@@ -490,9 +487,9 @@ def rank(
                 file_type=document["file_type"],
                 kb_id=searcher.snapshot.kb_id,
                 kb_name=kb_name,
-                matched_terms=row_terms.matched(matched[candidate.key]),
-                breakdown={k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(breakdown).items()},
-                location=candidate.key,  # type: ignore[arg-type]
+                matched_terms=row_terms.matched(int(source[position])),
+                breakdown=breakdown_json(breakdown),
+                location=key,  # type: ignore[arg-type]
             )
         )
     return RankedHits(hits, warnings, weights_used, suggested, keyword_reference, explained)

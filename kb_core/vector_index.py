@@ -24,7 +24,6 @@ structures, selector-based filtering and memory-mapped loading in one well-kept 
 
 from __future__ import annotations
 
-import heapq
 import logging
 import os
 import threading
@@ -470,16 +469,29 @@ class VectorSearcher:
         """Best ``k`` live hits across all segments, best first (ties broken by segment, then row)."""
         if not isinstance(k, int | np.integer) or k < 1:
             raise InvalidArgument(f"k must be a positive integer; got {k!r}")
-        hits: list[VectorHit] = []
-        for position, (segment, live) in enumerate(self._segments):
-            scores, rows = segment.search(query, k, live)
-            hits.extend(VectorHit(position, int(r), float(s)) for s, r in zip(scores, rows, strict=True))
-        return heapq.nsmallest(k, hits, key=lambda hit: (-hit.score, hit.segment_index, hit.row))
+        segments, rows, scores = self.search_arrays(query, k)
+        return [
+            VectorHit(si, row, score)
+            for si, row, score in zip(segments.tolist(), rows.tolist(), scores.tolist(), strict=True)
+        ]
+
+    def search_arrays(self, query: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`search` as arrays ``(segment indexes, rows, float32 scores)``, best first."""
+        if not isinstance(k, int | np.integer) or k < 1:
+            raise InvalidArgument(f"k must be a positive integer; got {k!r}")
+        parts = [(position, *segment.search(query, k, live)) for position, (segment, live) in enumerate(self._segments)]
+        if not parts:
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)
+        segments = np.concatenate([np.full(len(rows), position, dtype=np.int64) for position, _, rows in parts])
+        scores = np.concatenate([scores for _, scores, _ in parts]).astype(np.float32, copy=False)
+        rows = np.concatenate([rows for _, _, rows in parts]).astype(np.int64, copy=False)
+        best = np.lexsort((rows, segments, -scores))[:k]
+        return segments[best], rows[best], scores[best]
 
     def score_rows(self, query: np.ndarray, rows: Sequence[tuple[int, int]]) -> np.ndarray:
         """Exact cosine of the query with each ``(segment_index, row)``, in the given order (float64)."""
         out = np.zeros(len(rows), dtype=np.float64)
-        if not rows:
+        if len(rows) == 0:
             return out
         if self.dimension is None:
             raise InvalidArgument("cannot score rows: the searcher has no segments")

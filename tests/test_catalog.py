@@ -80,7 +80,7 @@ def test_chunk_table_is_written_in_row_groups_with_catalog_types(tmp_path: Path,
     parquet = pq.ParquetFile(tmp_path / "chunks.parquet")
     assert parquet.metadata.num_row_groups == 4 and parquet.schema_arrow == catalog.CHUNKS_SCHEMA
     assert pq.read_table(tmp_path / "chunks.parquet").to_pylist() == rows
-    assert catalog.open_chunk_rows(tmp_path).schema == catalog.CHUNK_ROWS_SCHEMA
+    assert catalog.open_chunk_rows(tmp_path).schema == catalog.CHUNK_FIELDS_SCHEMA
 
 
 @settings(max_examples=60, deadline=None)

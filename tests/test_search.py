@@ -314,3 +314,103 @@ def test_verify_reports_a_damaged_row_store(kb, service, home: Path) -> None:
     failed = fresh.search("keyword search vectors", top_k=3)
     assert failed["success"] is False and failed["error"]["code"] == "STORE_ERROR"
     assert "unreadable" in failed["message"]
+
+
+NEAR_DUPLICATE = "Signatures for near duplicate detection are computed once when a segment is written, not per query."
+
+
+@pytest.fixture
+def kb_with_copies(kb, tmp_path: Path):
+    """The KB plus three near-identical documents: search keeps the best-ranked of them only."""
+    for i, text in enumerate((NEAR_DUPLICATE, NEAR_DUPLICATE.upper(), NEAR_DUPLICATE.replace("query.", "query!"))):
+        path = tmp_path / f"copy{i}.txt"
+        path.write_text(text, encoding="utf-8")
+        kb.import_document([str(path)])
+    return kb
+
+
+def _results(session, queries: tuple[str, ...]) -> list[list[tuple]]:
+    out = []
+    for query in queries:
+        for mode in ("hybrid", "semantic", "keyword"):
+            chunks = session.search(query, top_k=8, mode=mode)["data"]["chunks"]
+            out.append([(h["id"], h["score"], h["breakdown"]) for h in chunks])
+    return out
+
+
+SIGNATURE_QUERIES = ("near duplicate detection signatures", "检索 向量", "keyword search vectors")
+
+
+def test_segments_store_signatures_so_search_never_shingles_text(kb_with_copies, service, monkeypatch) -> None:
+    import kb_core.reader
+    from kb_core.fusion import text_signatures
+    from kb_core.store import catalog
+
+    for segment in service.reader(kb_with_copies.current_kb().id).snapshot().segments:
+        stored = catalog.signatures_of(segment.row_store)
+        assert stored is not None
+        expected = text_signatures(segment.chunks.column("content").to_pylist())
+        assert stored.text_hash.tolist() == expected.text_hash.tolist()
+        assert stored.sketch.tolist() == expected.sketch.tolist()
+
+    def refuse(texts):
+        raise AssertionError("a search computed signatures that the segment stores")
+
+    monkeypatch.setattr(kb_core.reader, "text_signatures", refuse)
+    hits = kb_with_copies.search(NEAR_DUPLICATE, top_k=5, mode="keyword")["data"]["chunks"]
+    assert sum("signatures for near duplicate" in h["content"].casefold() for h in hits) == 1
+
+
+def test_a_kb_written_before_signatures_were_stored_searches_the_same(kb_with_copies, home: Path) -> None:
+    """Segments of older versions have no signature columns: their signatures are computed at query time."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from kb_core import KnowledgeBaseService
+    from kb_core.reader import LoadedSegment
+    from kb_core.store import catalog
+
+    before = _results(kb_with_copies, SIGNATURE_QUERIES)
+    hits = kb_with_copies.search(NEAR_DUPLICATE, top_k=5, mode="keyword")["data"]["chunks"]
+    assert sum("signatures for near duplicate" in h["content"].casefold() for h in hits) == 1
+    folders = [path.parent for path in home.glob("kbs/*/segments/*/chunks.arrow")]
+    assert folders
+    for folder in folders:  # rewrite the row store as the previous version wrote it
+        rows = pq.read_table(folder / "chunks.parquet").cast(catalog.CHUNK_FIELDS_SCHEMA)
+        with (
+            pa.OSFile(str(folder / "old.arrow"), "wb") as sink,
+            pa.ipc.new_file(sink, catalog.CHUNK_FIELDS_SCHEMA) as writer,
+        ):
+            writer.write_table(rows)
+        (folder / "old.arrow").replace(folder / catalog.CHUNK_ROWS_FILE)
+        assert catalog.signatures_of(LoadedSegment(folder).row_store) is None
+    old = KnowledgeBaseService(home)
+    session = old.session()
+    session.select_knowledge_base("s")
+    assert _results(session, SIGNATURE_QUERIES) == before
+    # Compaction writes the merged segment with its signatures.
+    assert session.compact()["success"]
+    segments = old.reader(session.current_kb().id).snapshot().segments
+    assert all(catalog.signatures_of(segment.row_store) is not None for segment in segments)
+    assert _results(session, SIGNATURE_QUERIES) == before
+
+
+def test_a_repeated_query_costs_no_model_call_on_any_search_path(kb, service, monkeypatch) -> None:
+    """The app re-runs its script on every widget change; the CLI, MCP and the app all call the session."""
+    record = kb.current_kb()
+    inner = service.embedder(record).inner
+    calls: list[str] = []
+    original = inner.embed_query
+    monkeypatch.setattr(inner, "embed_query", lambda text: calls.append(text) or original(text))
+    query = "keyword search 向量"
+    first = kb.search(query, top_k=5)["data"]["chunks"]
+    assert calls == [query]
+    assert kb.search(query, top_k=5)["data"]["chunks"] == first
+    kb.search(query, top_k=3, mode="semantic", vector_weight=0.2)
+    kb.search(query, top_k=5, weighting="auto", fusion="rrf")
+    assert kb.explain_search(query, first[0]["id"])["success"]
+    assert kb.search(query, kb_names=["s"])["success"]
+    assert calls == [query]  # one model call for all of them
+    kb.rag_search(["keyword", "向量"])  # rag_search embeds its keywords joined: one new query, then remembered
+    kb.rag_search(["keyword", "向量"])
+    assert len(calls) == 2

@@ -159,6 +159,16 @@ def test_round_trip_into_an_empty_home_gives_the_same_search_results(source: dic
                 expected = search_rows(original, kb, query, mode)
                 assert expected or mode == "keyword"
                 assert_same_results(expected, search_rows(target, kb, query, mode))
+    # The export holds no signatures (its format is unchanged); the import computes them with the segments.
+    from kb_core.fusion import text_signatures
+    from kb_core.store import catalog
+
+    for record in target.visible_kbs():
+        for segment in target.service.reader(record.id).snapshot().segments:
+            stored = catalog.signatures_of(segment.row_store)
+            assert stored is not None
+            expected = text_signatures(segment.chunks.column("content").to_pylist())
+            assert stored.sketch.tolist() == expected.sketch.tolist()
     listed = {kb["name"]: kb for kb in target.list_knowledge_bases()["data"]["knowledge_bases"]}
     assert listed["中文"]["embedding_model"] == "hashing"
     assert target.search("长城", kb_names=["中文"])["data"]["settings"]["top_k"] == 7

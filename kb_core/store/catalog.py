@@ -14,11 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kb_core.errors import StoreError
+from kb_core.fusion import TextSignatures, text_signatures
 from kb_core.store.atomic import prefetch, write_atomically, write_json_atomically
 
 DOCUMENTS_SCHEMA = pa.schema(
@@ -70,23 +72,67 @@ def write_documents(folder: Path, rows: list[dict[str, Any]]) -> None:
 CHUNK_ROWS_FILE = "chunks.arrow"
 _PARQUET_ROW_GROUP = 16_384  # chunks of at most 8,192 tokens: well under 2 GB of text per row group
 # Large offsets: one record batch may hold more than 2 GB of chunk text.
-CHUNK_ROWS_SCHEMA = pa.schema(
+CHUNK_FIELDS_SCHEMA = pa.schema(
     [pa.field(f.name, pa.large_string() if f.type == pa.string() else f.type) for f in CHUNKS_SCHEMA]
 )
+# Near-duplicate signatures of each chunk (kb_core.fusion.TextSignatures), computed once when the segment is
+# written so a search never shingles chunk text; only in the row store (the catalog table stays as documented).
+SIGNATURE_SCHEMA = pa.schema(
+    [
+        ("dedup_hash", pa.uint64()),
+        ("shingle_count", pa.int32()),
+        ("shingle_sketch", pa.list_(pa.uint64(), 16)),
+    ]
+)
+CHUNK_ROWS_SCHEMA = pa.schema([*CHUNK_FIELDS_SCHEMA, *SIGNATURE_SCHEMA])
 
 
 def write_chunks(folder: Path, rows: list[dict[str, Any]]) -> None:
     write_chunk_table(folder, pa.Table.from_pylist(rows, schema=CHUNKS_SCHEMA))
 
 
+def signature_table(signatures: TextSignatures) -> pa.Table:
+    sketch = pa.FixedSizeListArray.from_arrays(pa.array(signatures.sketch.reshape(-1), pa.uint64()), 16)
+    return pa.Table.from_arrays(
+        [pa.array(signatures.text_hash, pa.uint64()), pa.array(signatures.shingle_count, pa.int32()), sketch],
+        schema=SIGNATURE_SCHEMA,
+    )
+
+
+def signatures_of(table: pa.Table) -> TextSignatures | None:
+    """The stored signatures of a row-store table (or some rows of it); None when its segment predates them."""
+    if not set(SIGNATURE_SCHEMA.names) <= set(table.column_names):
+        return None
+    sketch = table.column("shingle_sketch").combine_chunks()
+    values = sketch.flatten().to_numpy(zero_copy_only=False).astype(np.uint64, copy=False)
+    return TextSignatures(
+        table.column("dedup_hash").to_numpy().astype(np.uint64, copy=False),
+        table.column("shingle_count").to_numpy().astype(np.int32, copy=False),
+        values.reshape(table.num_rows, 16),
+    )
+
+
+def with_signatures(table: pa.Table) -> pa.Table:
+    """Chunk rows in the row-store schema with their signatures: kept when present, else computed from content."""
+    rows = table.select(CHUNKS_SCHEMA.names).cast(CHUNK_FIELDS_SCHEMA)
+    signatures = signatures_of(table)
+    if signatures is None:
+        signatures = text_signatures(rows.column("content").to_pylist())
+    columns = signature_table(signatures)
+    for name in SIGNATURE_SCHEMA.names:
+        rows = rows.append_column(SIGNATURE_SCHEMA.field(name), columns.column(name))
+    return rows.combine_chunks()
+
+
 def write_chunk_table(folder: Path, table: pa.Table) -> None:
-    """Write a segment's chunk rows twice: the parquet catalog table and the memory-mappable row store."""
-    rows = table.select(CHUNKS_SCHEMA.names).cast(CHUNK_ROWS_SCHEMA).combine_chunks()
+    """Write a segment's chunk rows twice: the parquet catalog table and the memory-mappable row store (which
+    also holds each row's near-duplicate signatures)."""
+    rows = with_signatures(table)
 
     def write_parquet(tmp: Path) -> None:
         # Cast back to the catalog's 32-bit strings per row group: a segment may hold more than 2 GB of text.
         with pq.ParquetWriter(str(tmp), CHUNKS_SCHEMA, compression="zstd") as writer:
-            for batch in rows.to_batches(max_chunksize=_PARQUET_ROW_GROUP):
+            for batch in rows.select(CHUNKS_SCHEMA.names).to_batches(max_chunksize=_PARQUET_ROW_GROUP):
                 writer.write_batch(batch.cast(CHUNKS_SCHEMA))
 
     write_atomically(folder / "chunks.parquet", write_parquet)
@@ -98,17 +144,23 @@ def write_chunk_table(folder: Path, table: pa.Table) -> None:
     write_atomically(folder / CHUNK_ROWS_FILE, write_rows)
 
 
-def open_chunk_rows(folder: Path) -> pa.Table:
-    """A segment's chunk rows for random access: memory-mapped from the row store, or (segments written
-    before it existed) read from parquet into one in-memory chunk per column."""
+def open_row_store(folder: Path) -> pa.Table:
+    """A segment's chunk rows for random access, with their signatures when the segment stores them:
+    memory-mapped from the row store, or (segments written before it existed) read from parquet into one
+    in-memory chunk per column."""
     path = folder / CHUNK_ROWS_FILE
     try:
         if path.exists():
             prefetch(path)
             return pa.ipc.open_file(pa.memory_map(str(path), "r")).read_all()
-        return pq.read_table(folder / "chunks.parquet").cast(CHUNK_ROWS_SCHEMA).combine_chunks()
+        return pq.read_table(folder / "chunks.parquet").cast(CHUNK_FIELDS_SCHEMA).combine_chunks()
     except (OSError, pa.ArrowException) as exc:
         raise StoreError(f"the chunk rows of segment {folder.name} are unreadable: {exc}") from exc
+
+
+def open_chunk_rows(folder: Path) -> pa.Table:
+    """A segment's chunk rows (the catalog columns, 64-bit strings) for random access; see :func:`open_row_store`."""
+    return open_row_store(folder).select(CHUNK_FIELDS_SCHEMA.names)
 
 
 def write_texts(folder: Path, rows: list[dict[str, Any]]) -> None:

@@ -1,0 +1,260 @@
+"""Search latency on real knowledge bases, query embedding included, against a floor of raw libraries.
+
+    python benchmarks/bench_latency.py                              # SciFact and XQuAD-zh from ../shared/eval
+    python benchmarks/bench_latency.py --home /tmp/latency --queries 60 --txtai-python /work/txtai-venv/bin/python
+
+Each dataset's corpus is imported once into an evaluation KB (chunk 512, all-MiniLM-L6-v2; reused from
+``HOME/cache/eval`` afterwards). For every mode (hybrid, semantic, keyword) and top_k (10, 100) the judged
+queries go through the service API (``session.search``: what the CLI, the app and MCP call), each one a fresh
+query (the query-vector memo is off, so the model embeds every query), interleaved with a **floor** on the same
+KB, in the same run:
+
+* semantic: ``SentenceTransformer.encode`` of the query + a FAISS ``IndexFlatIP`` search of all chunk vectors;
+* keyword: the same analyzer's tokens + BM25 (k1 1.2, b 0.75) over a scipy CSC term-frequency matrix
+  (the library the project's index is built on) + ``argpartition``;
+* hybrid: both, over-fetching as the project does (max(100, 10 × top_k) per list), each candidate scored on
+  both signals, a numpy weighted fusion of the two lists (0.7 / 0.3 on the [0, 1] scales), ``argsort``.
+
+The floor returns row numbers only; the service also reads each hit's chunk, builds its score breakdown,
+removes near duplicates and answers in its envelope. Reported: p50 / p95 per mode and top_k, the ratio of the
+service's p50 to the floor's, top_k 100 against top_k 10, and a repeated query (memo on: no model call).
+With ``--txtai-python`` txtai's hybrid search runs on the same chunks with the same model in that interpreter
+(``benchmarks/txtai_hybrid.py``, right after; its index is saved under ``HOME/txtai-*`` and reused).
+Output: one JSON object on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import faiss
+import numpy as np
+import scipy.sparse as sp
+
+from kb_core import KnowledgeBaseService
+from kb_core.embedding import CachedEmbedder, EmbeddingCache, get_embedder
+from kb_core.embedding.wordpiece import bundled_model_path
+from kb_core.evaluation import EVAL_HOME, build_eval_kb, load_beir, open_eval_service
+from kb_core.keyword_index import bm25_idf, bm25_length_norm
+from kb_core.search import MIN_CANDIDATES
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared" / "eval"
+MODES = ("hybrid", "semantic", "keyword")
+TOP_KS = (10, 100)
+K1, B = 1.2, 0.75
+
+
+def percentiles(samples: list[float]) -> dict[str, float]:
+    return {"p50_ms": float(np.percentile(samples, 50) * 1000), "p95_ms": float(np.percentile(samples, 95) * 1000)}
+
+
+class Floor:
+    """The same KB's chunks in raw libraries: one FAISS flat index, one CSC BM25 matrix, the raw model."""
+
+    def __init__(self, service: KnowledgeBaseService, kb_id: str, model: Any) -> None:
+        snapshot = service.reader(kb_id).snapshot()
+        texts: list[str] = []
+        vectors: list[np.ndarray] = []
+        for index, segment in enumerate(snapshot.segments):
+            live = np.flatnonzero(snapshot.live_mask(index))
+            contents = segment.chunks.column("content").to_pylist()
+            texts += [contents[i] for i in live.tolist()]
+            vectors.append(segment.vectors.reconstruct(live))
+        self.texts = texts
+        self.model = model
+        self.analyzer = service.analyzer
+        matrix = np.vstack(vectors).astype(np.float32)
+        self.vectors = matrix
+        self.index = faiss.IndexFlatIP(matrix.shape[1])
+        self.index.add(matrix)
+        vocabulary: dict[str, int] = {}
+        rows: list[int] = []
+        cols: list[int] = []
+        lengths = np.zeros(len(texts), dtype=np.float64)
+        for row, text in enumerate(texts):
+            tokens = self.analyzer.tokens(text)
+            lengths[row] = len(tokens)
+            cols.extend(vocabulary.setdefault(t, len(vocabulary)) for t in tokens)
+            rows.extend([row] * len(tokens))
+        tf = sp.csc_matrix((np.ones(len(rows)), (rows, cols)), shape=(len(texts), len(vocabulary)))
+        tf.sum_duplicates()
+        self.tf, self.vocabulary = tf, vocabulary
+        self.norm = bm25_length_norm(lengths, float(lengths.mean()), K1, B)
+        self.df = np.diff(tf.indptr)
+
+    def encode(self, query: str) -> np.ndarray:
+        return self.model.encode([query], normalize_embeddings=True, convert_to_numpy=True).astype(np.float32)
+
+    def bm25(self, query: str) -> tuple[np.ndarray, float]:
+        """Dense BM25 of every chunk, and the query's reference (Σ idf) for the [0, 1] scale."""
+        scores = np.zeros(len(self.texts))
+        reference = 0.0
+        for term in dict.fromkeys(self.analyzer.tokens(query)):
+            col = self.vocabulary.get(term)
+            if col is None:
+                continue
+            start, end = self.tf.indptr[col], self.tf.indptr[col + 1]
+            rows, tf = self.tf.indices[start:end], self.tf.data[start:end]
+            idf = float(bm25_idf(float(self.df[col]), len(self.texts)))
+            scores[rows] += idf * tf * (K1 + 1) / (tf + self.norm[rows])
+            reference += idf
+        return scores, reference
+
+    def search(self, query: str, mode: str, top_k: int) -> np.ndarray:
+        top_k = min(top_k, len(self.texts) - 1)
+        if mode == "semantic":
+            return self.index.search(self.encode(query), top_k)[1][0]
+        if mode == "keyword":
+            scores, _ = self.bm25(query)
+            best = np.argpartition(-scores, top_k)[:top_k]
+            return best[np.argsort(-scores[best])]
+        fetch = min(max(MIN_CANDIDATES, 10 * top_k), len(self.texts) - 1)
+        vector = self.encode(query)
+        _cosines, vector_rows = self.index.search(vector, fetch)
+        scores, reference = self.bm25(query)
+        keyword_rows = np.argpartition(-scores, fetch)[:fetch]
+        keyword_rows = keyword_rows[scores[keyword_rows] > 0]
+        rows = np.union1d(vector_rows[0], keyword_rows)
+        cosine = self.vectors[rows] @ vector[0]
+        keyword = -np.expm1(-scores[rows] / reference) if reference > 0 else np.zeros(len(rows))
+        fused = 0.7 * np.clip(cosine, 0.0, 1.0) + 0.3 * keyword
+        return rows[np.argsort(-fused, kind="stable")[:top_k]]
+
+
+def fresh_query_service(home: Path) -> KnowledgeBaseService:
+    """The evaluation home with the service's own embedder recipe but no query memo: every query is embedded."""
+
+    def factory(record: Any, api_key: str | None) -> Any:
+        inner = get_embedder(record.embedding_model, record.embedding_endpoint, api_key)
+        return CachedEmbedder(inner, EmbeddingCache(home / "cache" / "embeddings.sqlite"), query_memo=0)
+
+    return KnowledgeBaseService(home, embedder_factory=factory)
+
+
+def measure(home: Path, dataset_dir: Path, queries: int, repeats: int) -> dict[str, Any]:
+    dataset = load_beir(dataset_dir)
+    record = build_eval_kb(open_eval_service(home), dataset)
+    eval_home = home / EVAL_HOME
+    service = fresh_query_service(eval_home)
+    session = service.session()
+    session.select_knowledge_base(record.name)
+    texts = [dataset.queries[q] for q in sorted(dataset.qrels)][:queries]
+    embedder = service.embedder(record)
+    model = embedder.inner._load() if hasattr(embedder.inner, "_load") else None
+    if model is None:
+        from sentence_transformers import SentenceTransformer
+
+        model = SentenceTransformer(str(bundled_model_path()), device="cpu", local_files_only=True)
+    floor = Floor(service, record.id, model)
+    for text in texts[:5]:  # warm-up: page in the indexes and the model
+        for mode in MODES:
+            session.search(text, top_k=10, mode=mode)
+            floor.search(text, mode, 10)
+    out: dict[str, Any] = {"dataset": dataset.name, "chunks": len(floor.texts), "queries": len(texts)}
+    for mode in MODES:
+        for top_k in TOP_KS:
+            ours: list[float] = []
+            raw: list[float] = []
+            for _ in range(repeats):
+                for text in texts:  # interleaved, so drift of the machine's speed hits both alike
+                    started = time.perf_counter()
+                    result = session.search(text, top_k=top_k, mode=mode)
+                    ours.append(time.perf_counter() - started)
+                    assert result["success"], result["message"]
+                    started = time.perf_counter()
+                    floor.search(text, mode, top_k)
+                    raw.append(time.perf_counter() - started)
+            mine, base = percentiles(ours), percentiles(raw)
+            out[f"{mode}@{top_k}"] = {
+                "service": mine,
+                "floor": base,
+                "ratio_p50": mine["p50_ms"] / base["p50_ms"],
+            }
+    for mode in MODES:
+        out[f"{mode} top_k 100 / top_k 10 (p50)"] = (
+            out[f"{mode}@100"]["service"]["p50_ms"] / out[f"{mode}@10"]["service"]["p50_ms"]
+        )
+    memo_service = KnowledgeBaseService(eval_home)  # the default recipe: query-vector memo on
+    memo = memo_service.session()
+    memo.select_knowledge_base(record.name)
+    calls = 0
+    inner = memo_service.embedder(record).inner
+    original = inner.embed_query
+
+    def counted(text: str) -> np.ndarray:
+        nonlocal calls
+        calls += 1
+        return original(text)
+
+    inner.embed_query = counted
+    try:
+        for text in texts:
+            memo.search(text, top_k=10, mode="hybrid")
+        repeated: list[float] = []
+        before = calls
+        for text in texts:
+            started = time.perf_counter()
+            memo.search(text, top_k=10, mode="hybrid")
+            repeated.append(time.perf_counter() - started)
+    finally:
+        del inner.embed_query  # the model instance is shared by every embedder of the process
+    out["hybrid@10 repeated query"] = {**percentiles(repeated), "model_calls": calls - before}
+    out["_floor"] = floor
+    out["_texts"] = texts
+    return out
+
+
+def run_txtai(python: str, home: Path, name: str, floor: Floor, texts: list[str], repeats: int) -> dict[str, Any]:
+    job = {
+        "texts": floor.texts,
+        "queries": texts,
+        "top_k": list(TOP_KS),
+        "index_dir": str(home / f"txtai-{name}"),
+        "repeats": repeats,
+        "model_path": str(bundled_model_path()),
+    }
+    job_path, result_path = home / f"txtai-{name}-job.json", home / f"txtai-{name}-result.json"
+    job_path.write_text(json.dumps(job), encoding="utf-8")
+    script = Path(__file__).resolve().parent / "txtai_hybrid.py"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    subprocess.run([python, str(script), str(job_path), str(result_path)], check=True, env=env, cwd=str(home))
+    return json.loads(result_path.read_text(encoding="utf-8"))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--home", type=Path, default=Path("/tmp/kb-bench-latency"))
+    parser.add_argument("--datasets", nargs="+", type=Path, default=[SHARED / "scifact", SHARED / "xquad-retrieval-zh"])
+    parser.add_argument("--queries", type=int, default=60)
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--txtai-python", help="interpreter of a separate venv with txtai (never a project dependency)")
+    args = parser.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    report: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "results": []}
+    for folder in args.datasets:
+        result = measure(args.home, folder, args.queries, args.repeats)
+        floor, texts = result.pop("_floor"), result.pop("_texts")
+        if args.txtai_python:
+            txtai = run_txtai(args.txtai_python, args.home, result["dataset"], floor, texts, args.repeats)
+            result["txtai hybrid"] = txtai
+            for top_k in TOP_KS:
+                ours = result[f"hybrid@{top_k}"]["service"]["p50_ms"]
+                theirs = txtai[str(top_k)]["p50_ms"]
+                result[f"hybrid@{top_k} / txtai (p50)"] = ours / theirs if theirs > 0 else math.nan
+        report["results"].append(result)
+        print(json.dumps(result, indent=1), file=sys.stderr)
+    print(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
