@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from kb_core.analysis import Analyzer
-from kb_core.fusion import Candidate
+from kb_core.fusion import CandidateArrays, TextSignatures, text_signatures
 from kb_core.keyword_index import RowTerms
 from kb_core.search import RankedHits, SearchFilters, SearchSettings, rank
 from kb_core.store.postgres.snapshot import PostgresSnapshot, QueryTerms
@@ -59,8 +59,9 @@ class PostgresSearcher:
         self._load_documents([doc_id])
         return self._documents[doc_id]
 
-    def document_of(self, key: RowKey) -> dict[str, Any]:
-        return self.rows([key])[key]["document"]  # candidates() fetched the rows of a filtered search at once
+    def document_of(self, key: Sequence[int]) -> dict[str, Any]:
+        row_key = (int(key[0]), int(key[1]))
+        return self.rows([row_key])[row_key]["document"]  # candidates() fetched the rows of a filtered search at once
 
     def candidates(
         self,
@@ -69,7 +70,7 @@ class PostgresSearcher:
         settings: SearchSettings,
         filters: SearchFilters,
         extra_keys: Sequence[RowKey] = (),
-    ) -> tuple[list[Candidate], RowTerms]:
+    ) -> tuple[CandidateArrays, RowTerms]:
         """As :meth:`kb_core.search.SnapshotSearcher.candidates`, signal by signal and mode by mode."""
         fetch = max(settings.candidates, settings.top_k * 10) * (4 if filters.active else 1)
         terms = self.snapshot.query_terms(query, self.analyzer)
@@ -99,19 +100,28 @@ class PostgresSearcher:
                     scores.setdefault("vector_score", float(cosine[position]))
         if filters.active:  # rank() asks each candidate's document: one query for all of them
             self.rows(keys)
-        jaccard = row_terms.jaccard().tolist()
-        candidates = [
-            Candidate(
-                key=key,
-                vector_score=found[key].get("vector_score"),
-                keyword_score=found[key].get("keyword_score"),
-                vector_rank=found[key].get("vector_rank"),
-                keyword_rank=found[key].get("keyword_rank"),
-                jaccard=jaccard[position],
-            )
-            for position, key in enumerate(keys)
-        ]
-        return candidates, row_terms
+        def column(name: str) -> np.ndarray:
+            return np.array([found[key].get(name, np.nan) for key in keys], dtype=np.float64)
+
+        def ranks(name: str) -> np.ndarray:
+            return np.array([found[key].get(name, 0) for key in keys], dtype=np.int64)
+
+        arrays = CandidateArrays(
+            np.array(keys, dtype=np.int64).reshape(-1, 2),
+            column("vector_score"),
+            column("keyword_score"),
+            ranks("vector_rank"),
+            ranks("keyword_rank"),
+            row_terms.jaccard(),
+        )
+        return arrays, row_terms
+
+    def rows_with_signatures(self, keys: Sequence[RowKey]) -> tuple[list[dict[str, Any]], TextSignatures]:
+        """The chunk rows of ``keys`` in their order and their near-duplicate signatures (computed from the text:
+        the database stores none)."""
+        found = self.rows([(int(key[0]), int(key[1])) for key in keys])
+        records = [found[(int(key[0]), int(key[1]))] for key in keys]
+        return records, text_signatures([record["content"] for record in records])
 
     def rows(self, keys: Sequence[RowKey]) -> dict[RowKey, dict[str, Any]]:
         missing = [key[1] for key in keys if key not in self._rows]
