@@ -48,12 +48,19 @@ def demo_judgments_folder(folder: str | Path | None = None) -> Path | None:
     return None
 
 
-def demo_exists(session: SessionAPI, kb_name: str = DEMO_KB_NAME) -> bool:
+def _demo_listing(session: SessionAPI, kb_name: str) -> dict[str, Any] | None:
     listing = session.list_knowledge_bases()
     if not listing["success"]:
-        return False
+        return None
     key = kb_name.casefold()
-    return any(kb["name"].casefold() == key for kb in listing["data"]["knowledge_bases"])
+    return next((kb for kb in listing["data"]["knowledge_bases"] if kb["name"].casefold() == key), None)
+
+
+def demo_exists(session: SessionAPI, kb_name: str = DEMO_KB_NAME) -> bool:
+    """Whether the demo KB exists with documents. An empty one is a first build that was cut off (the browser tab
+    closed while it imported, which stops the app's script run): :func:`ensure_demo_kb` fills it."""
+    found = _demo_listing(session, kb_name)
+    return found is not None and int(found.get("document_count") or 0) > 0
 
 
 def ensure_demo_kb(
@@ -77,10 +84,14 @@ def ensure_demo_kb(
     with _build_lock:
         if demo_exists(session, kb_name):
             return None
-        created = session.create_knowledge_base(kb_name, chunk_size, embedding_model=embedding_model)
-        if not created["success"]:
-            return created
+        interrupted = _demo_listing(session, kb_name)
+        if interrupted is None:
+            created = session.create_knowledge_base(kb_name, chunk_size, embedding_model=embedding_model)
+            if not created["success"]:
+                return created
+            name = created["data"]["kb_name"]
+        else:
+            name = interrupted["name"]
+            logger.warning("The demo knowledge base %r is empty (a first build was cut off): filling it", name)
         logger.info("Building the demo knowledge base from %d files", len(files))
-        return session.import_document(
-            [str(p) for p in files], progress=progress, kb_name=created["data"]["kb_name"]
-        )
+        return session.import_document([str(p) for p in files], progress=progress, kb_name=name)

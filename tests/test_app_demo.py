@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kb_core import KnowledgeBaseService
-from kb_core.demo import DEMO_KB_NAME, demo_files, demo_judgments_folder, ensure_demo_kb
+from kb_core.demo import DEMO_KB_NAME, demo_exists, demo_files, demo_judgments_folder, ensure_demo_kb
 from kb_core.evaluation import load_beir_queries_qrels
 from kb_core.parsing import parse_file
 
@@ -83,6 +83,21 @@ def test_ensure_demo_kb_builds_once_and_leaves_the_selection_alone(tmp_path: Pat
     listing = session.list_knowledge_bases()["data"]
     assert [kb["name"] for kb in listing["knowledge_bases"]] == [DEMO_KB_NAME]
     assert listing["current_kb_id"] is None
+
+
+def test_a_demo_build_cut_off_before_its_documents_is_filled_on_the_next_start(tmp_path: Path) -> None:
+    # The app builds the demo inside a browser session's script run; closing the tab stops it after the KB was
+    # created and before its documents were committed. The next start must not leave that empty KB as "the demo".
+    session = KnowledgeBaseService(tmp_path / "home").session()
+    assert session.create_knowledge_base(DEMO_KB_NAME, 256, embedding_model="hashing")["success"]
+    assert not demo_exists(session)
+    result = ensure_demo_kb(session, embedding_model="hashing")
+    assert result is not None and result["success"], result
+    assert result["data"]["success_count"] == len(demo_files())
+    assert demo_exists(session)
+    assert ensure_demo_kb(session, embedding_model="hashing") is None  # a filled demo is left alone
+    listing = session.list_knowledge_bases()["data"]["knowledge_bases"]
+    assert [(kb["name"], kb["document_count"]) for kb in listing] == [(DEMO_KB_NAME, len(demo_files()))]
 
 
 @pytest.mark.model
