@@ -79,6 +79,28 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
+def new_token(
+    scope: Sequence[str] | None, capability: str, rate_per_hour: int = DEFAULT_RATE_PER_HOUR
+) -> tuple[str, TokenRecord]:
+    """A validated new token and its record (only the token's SHA-256 is kept), for any store to save."""
+    if capability not in CAPABILITIES:
+        raise InvalidArgument(f"capability {capability!r} is not one of: read, write.")
+    if isinstance(rate_per_hour, bool) or not isinstance(rate_per_hour, int) or rate_per_hour < 1:
+        raise InvalidArgument(f"rate {rate_per_hour!r} must be a whole number of calls per hour, at least 1.")
+    if scope is not None and not scope:
+        raise InvalidArgument("scope must name at least one knowledge base, or be 'all'.")
+    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    record = TokenRecord(
+        id=new_id("tok"),
+        token_hash=hash_token(token),
+        scope=None if scope is None else frozenset(scope),
+        capability=capability,  # type: ignore[arg-type]
+        rate_per_hour=rate_per_hour,
+        created_at=utc_now(),
+    )
+    return token, record
+
+
 class TokenStore:
     """The tokens of one home. Reads are cached until the file changes, so a running server sees
     tokens created or revoked by ``kb token`` in another process on the next request."""
@@ -125,21 +147,7 @@ class TokenStore:
         self, scope: Sequence[str] | None, capability: str, rate_per_hour: int = DEFAULT_RATE_PER_HOUR
     ) -> tuple[str, TokenRecord]:
         """A new token: returns (the token, to show once; its record). ``scope`` is KB ids or None for all."""
-        if capability not in CAPABILITIES:
-            raise InvalidArgument(f"capability {capability!r} is not one of: read, write.")
-        if isinstance(rate_per_hour, bool) or not isinstance(rate_per_hour, int) or rate_per_hour < 1:
-            raise InvalidArgument(f"rate {rate_per_hour!r} must be a whole number of calls per hour, at least 1.")
-        if scope is not None and not scope:
-            raise InvalidArgument("scope must name at least one knowledge base, or be 'all'.")
-        token = TOKEN_PREFIX + secrets.token_urlsafe(32)
-        record = TokenRecord(
-            id=new_id("tok"),
-            token_hash=hash_token(token),
-            scope=None if scope is None else frozenset(scope),
-            capability=capability,  # type: ignore[arg-type]
-            rate_per_hour=rate_per_hour,
-            created_at=utc_now(),
-        )
+        token, record = new_token(scope, capability, rate_per_hour)
         with self._lock():
             self._write([*self._read(), record])
         logger.info("Created token %s (%s, %s)", record.id, record.capability, "all" if scope is None else "scoped")

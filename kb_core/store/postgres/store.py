@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import logging
-import secrets as secrets_module
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -38,7 +37,7 @@ from psycopg import sql
 
 from kb_core.errors import DocumentNotFound, InvalidArgument, KBError, KBExists, KBNotFound, StoreError
 from kb_core.keyword_index import BM25Parameters
-from kb_core.mcp.tokens import CAPABILITIES, DEFAULT_RATE_PER_HOUR, TOKEN_PREFIX, TokenRecord, hash_token
+from kb_core.mcp.tokens import DEFAULT_RATE_PER_HOUR, TOKEN_PREFIX, TokenRecord, hash_token, new_token
 from kb_core.store.postgres import schema
 from kb_core.store.postgres.connection import Database, DatabaseTarget, database_errors
 from kb_core.store.postgres.records import CommitResult, DocumentRecord, PreparedDocument, StoreChange
@@ -717,21 +716,7 @@ class PostgresStore:
         self, scope: Sequence[str] | None, capability: str, rate_per_hour: int = DEFAULT_RATE_PER_HOUR
     ) -> tuple[str, TokenRecord]:
         """A new MCP bearer token (shown once; only its SHA-256 is stored), as `kb_core.mcp.tokens.TokenStore`."""
-        if capability not in CAPABILITIES:
-            raise InvalidArgument(f"capability {capability!r} is not one of: read, write.")
-        if isinstance(rate_per_hour, bool) or not isinstance(rate_per_hour, int) or rate_per_hour < 1:
-            raise InvalidArgument(f"rate {rate_per_hour!r} must be a whole number of calls per hour, at least 1.")
-        if scope is not None and not scope:
-            raise InvalidArgument("scope must name at least one knowledge base, or be 'all'.")
-        token = TOKEN_PREFIX + secrets_module.token_urlsafe(32)
-        record = TokenRecord(
-            id=new_id("tok"),
-            token_hash=hash_token(token),
-            scope=None if scope is None else frozenset(scope),
-            capability="write" if capability == "write" else "read",
-            rate_per_hour=rate_per_hour,
-            created_at=utc_now(),
-        )
+        token, record = new_token(scope, capability, rate_per_hour)
         with self._write() as (conn, _):
             conn.execute(
                 sql.SQL(
