@@ -58,9 +58,9 @@ def main() -> None:
         session.select_knowledge_base("bench")
         record = session.current_kb()
         embedder = service.embedder(record)
-        from kb_core.chunking import chunk_document
         from kb_core.embedding import is_hashing_model
-        from kb_core.parsing import parse_file
+        from kb_core.ingest.chunking import chunk_document
+        from kb_core.ingest.parsing import parse_file
 
         parse_file(Path(files[0]))  # starting the parser worker is not part of either figure
         if is_hashing_model(args.model):

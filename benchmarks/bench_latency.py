@@ -43,8 +43,8 @@ from kb_core import KnowledgeBaseService
 from kb_core.embedding import CachedEmbedder, EmbeddingCache, get_embedder
 from kb_core.embedding.wordpiece import bundled_model_path
 from kb_core.evaluation import EVAL_HOME, build_eval_kb, load_beir, open_eval_service
-from kb_core.keyword_index import bm25_idf, bm25_length_norm
-from kb_core.search import MIN_CANDIDATES
+from kb_core.retrieval.keyword_index import bm25_idf, bm25_length_norm
+from kb_core.retrieval.search import MIN_CANDIDATES
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared" / "eval"

@@ -27,7 +27,7 @@ from bench_store import commit_synthetic_segment, synthetic_texts
 from bench_vector import clustered_vectors
 
 from kb_core import KnowledgeBaseService
-from kb_core.search import SearchFilters, SearchSettings, SnapshotSearcher, rank
+from kb_core.retrieval.search import SearchFilters, SearchSettings, SnapshotSearcher, rank
 
 
 def memory_mb(field: str = "VmHWM") -> float:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from kb_core.config import PROJECT_ROOT
-from kb_core.importer import ImportProgress
+from kb_core.ingest.pipeline import ImportProgress
 from kb_core.seams import SessionAPI
 
 logger = logging.getLogger(__name__)

@@ -13,14 +13,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from kb_core.analysis import Analyzer
     from kb_core.embedding.base import Embedder
     from kb_core.envelope import Envelope
-    from kb_core.importer import ImportProgress
-    from kb_core.reader import KBReader
-    from kb_core.search import SearchOutcome
+    from kb_core.ingest.pipeline import ImportProgress
+    from kb_core.retrieval.analysis import Analyzer
+    from kb_core.retrieval.search import SearchOutcome
     from kb_core.store import Home, KBStore, KnowledgeBaseRecord
     from kb_core.store.postgres import PostgresStore
+    from kb_core.store.reader import KBReader
 
 
 class Resources(Protocol):

@@ -40,11 +40,9 @@ from kb_core.errors import (
     PermissionDenied,
     StoreError,
 )
-from kb_core.fusion import ScoreBreakdown
-from kb_core.importer import Importer, ImportProgress, ImportSource, in_flight_documents
-from kb_core.reader import KBReader
-from kb_core.safe_files import UnusablePath, open_input_file, reject_nul
-from kb_core.search import (
+from kb_core.ingest.pipeline import Importer, ImportProgress, ImportSource, in_flight_documents
+from kb_core.retrieval.fusion import ScoreBreakdown
+from kb_core.retrieval.search import (
     RankedHits,
     SearchFilters,
     SearchHit,
@@ -53,7 +51,9 @@ from kb_core.search import (
     SnapshotSearcher,
     rank,
 )
+from kb_core.safe_files import UnusablePath, open_input_file, reject_nul
 from kb_core.store import Change, Home, KBStore, KnowledgeBaseRecord, new_id, utc_now
+from kb_core.store.reader import KBReader
 from kb_core.validation import (
     name_key,
     validate_chunk_size,
@@ -64,10 +64,10 @@ from kb_core.validation import (
 )
 
 if TYPE_CHECKING:
-    from kb_core.analysis import Analyzer
     from kb_core.embedding.base import Embedder
     from kb_core.evaluation_runs import EvaluationRunStore
-    from kb_core.executors import DocumentExecutor
+    from kb_core.ingest.executors import DocumentExecutor
+    from kb_core.retrieval.analysis import Analyzer
     from kb_core.store.postgres import PostgresStore
 
 logger = logging.getLogger(__name__)
@@ -77,7 +77,7 @@ QUERY_MEMO = 1024
 
 def default_parse_limits() -> Any:
     # parsing is imported lazily: it pulls in lxml and olefile
-    from kb_core.parsing import ParseLimits
+    from kb_core.ingest.parsing import ParseLimits
 
     return ParseLimits()
 
@@ -324,7 +324,7 @@ class KnowledgeBaseService:
     ) -> DocumentExecutor | None:
         """The executor named ``executor`` (``local``: ``None``, the importer's own threads; ``ray``: Ray Data on
         the cluster at ``address``, else the one this process is connected to, else a new local one)."""
-        from kb_core.executors import EXECUTORS
+        from kb_core.ingest.executors import EXECUTORS
 
         if executor not in EXECUTORS:
             raise InvalidArgument(
@@ -335,7 +335,7 @@ class KnowledgeBaseService:
                 raise InvalidArgument("an address is for the ray executor only", details={"field": "address"})
             return None
         from kb_core.embedding import is_hashing_model
-        from kb_core.executors.ray_data import ray_executor_for
+        from kb_core.ingest.executors.ray_data import ray_executor_for
 
         local_model = not record.embedding_endpoint and not is_hashing_model(record.embedding_model)
         return ray_executor_for(
@@ -348,8 +348,8 @@ class KnowledgeBaseService:
         )
 
     def importer(self, record: KnowledgeBaseRecord, executor: DocumentExecutor | None = None) -> Importer:
-        from kb_core.chunking import chunk_document
-        from kb_core.parsing import parse_file
+        from kb_core.ingest.chunking import chunk_document
+        from kb_core.ingest.parsing import parse_file
 
         embedder = self.embedder(record)
         limits = self._parse_limits or default_parse_limits()
@@ -399,7 +399,7 @@ class KnowledgeBaseService:
 
     @cached_property
     def analyzer(self) -> Analyzer:
-        from kb_core.analysis import default_analyzer
+        from kb_core.retrieval.analysis import default_analyzer
 
         return default_analyzer()
 
@@ -499,7 +499,7 @@ class KnowledgeBaseService:
         return {"id": doc_id, "error": f"Document {doc_id!r} not found."}
 
     def compact(self, record: KnowledgeBaseRecord, everything: bool = False) -> dict[str, int]:
-        from kb_core.compaction import compact
+        from kb_core.store.compaction import compact
 
         return compact(self.kb_store(record.id), self.analyzer, everything=everything)
 
@@ -991,7 +991,7 @@ class Session:
     ) -> Envelope:
         """Hybrid (default), semantic or keyword search; every hit carries its score breakdown.
 
-        Scores lie in [0, 1] (see :mod:`kb_core.fusion`). ``weighting="auto"`` scales the weights by each
+        Scores lie in [0, 1] (see :mod:`kb_core.retrieval.fusion`). ``weighting="auto"`` scales the weights by each
         signal's quality for the query; ``language_guard=False`` keeps the vector weight for a query in a language
         the embedding model does not cover. ``data.weights`` holds the requested weights, the weights used and
         those ``weighting="auto"`` would use. ``expand_graph`` follows knowledge-bundle edges: hits on bundle
@@ -1242,14 +1242,14 @@ class Session:
 
     # -- export and import of the database -----------------------------------------------------
     def export_database(self, export_path: str, kb_names: Sequence[str] | None = None) -> Envelope:
-        """Write every visible KB (or the named ones) into one portable file; see :mod:`kb_core.transfer`."""
-        from kb_core import transfer
+        """Write every visible KB (or the named ones) into one portable file; see :mod:`kb_core.transfer.restore`."""
+        from kb_core.transfer import restore as transfer
 
         return transfer.export_database(self, export_path, kb_names)
 
     def import_database(self, source_db_path: str) -> Envelope:
         """Validate an export file completely, then merge its KBs into the home (all or nothing)."""
-        from kb_core import transfer
+        from kb_core.transfer import restore as transfer
 
         return transfer.import_database(self, source_db_path)
 

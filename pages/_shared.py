@@ -17,7 +17,7 @@ import streamlit as st
 
 from kb_core import KnowledgeBaseService, Session
 from kb_core.config import resolve_home
-from kb_core.importer import FileProgress, ImportProgress
+from kb_core.ingest.pipeline import FileProgress, ImportProgress
 
 SESSION_KEY = "kb_session"
 DEMO_ENVIRONMENT_VARIABLE = "KB_DEMO"  # "0" skips building the demo KB (tests)
@@ -221,7 +221,7 @@ def highlight(text: str, terms: Sequence[str]) -> str:
 
 
 def contribution_parts(breakdown: dict[str, Any]) -> dict[str, float]:
-    """The three stacked parts of the final score: they add up to ``final_score`` (see kb_core.fusion)."""
+    """The three stacked parts of the final score: they add up to ``final_score`` (see kb_core.retrieval.fusion)."""
     keep = 1.0 - float(breakdown.get("jaccard_weight") or 0.0)
     return {
         "semantic": keep * float(breakdown.get("vector_contribution") or 0.0),
@@ -268,7 +268,7 @@ def breakdown_figure(chunks: Sequence[dict[str, Any]], height: int | None = None
 
 
 def score_scale(settings: dict[str, Any]) -> str:
-    """One sentence on what a result's score means for these settings (see kb_core.fusion)."""
+    """One sentence on what a result's score means for these settings (see kb_core.retrieval.fusion)."""
     mode = settings.get("mode")
     if mode == "semantic":
         return ("Scores lie on a 0–1 scale: the cosine similarity of the query and the chunk embeddings "

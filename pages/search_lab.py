@@ -22,7 +22,7 @@ DEFAULTS: dict[str, Any] = {
     "fusion": "weighted", "weighting": "fixed", "language_guard": True,
 }
 CONTROL_COLUMNS = [1.1, 1.3, 2.4, 1.3]
-RRF_K = 60  # the service's reciprocal-rank constant (kb_core.fusion.fuse)
+RRF_K = 60  # the service's reciprocal-rank constant (kb_core.retrieval.fusion.fuse)
 
 session = ui.session()
 kb_name = ui.require_current_kb(session)

@@ -9,8 +9,9 @@ A failed import prints its error code; the number of imported files comes last.
 import sys
 from pathlib import Path
 
-from kb_core import KnowledgeBaseService, importer
-from kb_core.importer import ImportProgress
+from kb_core import KnowledgeBaseService
+from kb_core.ingest import pipeline as importer
+from kb_core.ingest.pipeline import ImportProgress
 
 if __name__ == "__main__":
     home, folder = sys.argv[1], Path(sys.argv[2])

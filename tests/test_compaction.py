@@ -93,7 +93,7 @@ def test_compaction_of_only_failed_documents_keeps_them(kb, service, tmp_path: P
 def test_a_merge_that_would_lose_records_is_refused_and_changes_nothing(
     kb, service, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from kb_core import compaction
+    from kb_core.store import compaction
 
     _fail_imports(kb, tmp_path, 2)
     for i in range(2):

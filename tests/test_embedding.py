@@ -103,7 +103,7 @@ def test_get_embedder_shares_one_instance_across_threads() -> None:
 
 def test_importing_and_creating_the_default_embedder_does_not_load_torch() -> None:
     code = (
-        "import sys, kb_core.embedding, kb_core.chunking\n"
+        "import sys, kb_core.embedding, kb_core.ingest.chunking\n"
         "e = kb_core.embedding.create_embedder()\n"
         "assert e.max_input_tokens == 256 and e.tokenizer.count('hello world') == 2\n"
         "print(sorted(m for m in ('torch', 'sentence_transformers', 'transformers') if m in sys.modules))\n"

@@ -1,5 +1,5 @@
-"""kb_core.fusion: [0, 1] scores, exact weights, recomputable breakdowns, pure-signal orderings, RRF, the language
-guard, auto weights, dedup."""
+"""kb_core.retrieval.fusion: [0, 1] scores, exact weights, recomputable breakdowns, pure-signal orderings, RRF,
+the language guard, auto weights, dedup."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kb_core.errors import InvalidArgument
-from kb_core.fusion import (
+from kb_core.retrieval.fusion import (
     Candidate,
     ScoreBreakdown,
     auto_weights,
@@ -334,7 +334,7 @@ def test_near_duplicates_dropped_keeping_best_ranked() -> None:
 def _brute_force_near_duplicates(texts: list[str], threshold: float) -> list[bool]:
     """The definition, without any filter: drop a text whose normalised form equals, or whose shingle Jaccard
     reaches ``threshold`` with, a better-ranked kept text."""
-    from kb_core.fusion import _normalise_text, _shingles
+    from kb_core.retrieval.fusion import _normalise_text, _shingles
 
     kept: list[tuple[str, frozenset[str]]] = []
     drop = []
@@ -349,7 +349,7 @@ def _brute_force_near_duplicates(texts: list[str], threshold: float) -> list[boo
 
 
 def test_stored_signature_dedup_matches_the_definition_in_english_and_chinese() -> None:
-    from kb_core.fusion import near_duplicate_rows, text_signatures
+    from kb_core.retrieval.fusion import near_duplicate_rows, text_signatures
 
     rng = np.random.default_rng(7)
     words = ["retrieval", "hybrid", "vector", "keyword", "chunk", "index", "score", "fusion", "model", "query"]
@@ -380,12 +380,12 @@ def test_text_signatures_are_stable_across_processes() -> None:
     import subprocess
     import sys
 
-    from kb_core.fusion import text_signatures
+    from kb_core.retrieval.fusion import text_signatures
 
     texts = ["Hybrid retrieval fuses BM25 with cosine.", "知识库工作台把文档切分成片段。", "ab", ""]
     mine = text_signatures(texts)
     code = (
-        "import json, sys; from kb_core.fusion import text_signatures as t; s = t(json.loads(sys.argv[1])); "
+        "import json, sys; from kb_core.retrieval.fusion import text_signatures as t; s = t(json.loads(sys.argv[1])); "
         "print(json.dumps([s.text_hash.tolist(), s.shingle_count.tolist(), s.sketch.tolist()]))"
     )
     for seed in ("1", "2"):

@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kb_core.errors import ParseError
-from kb_core.parsing import ParsedDocument, ParseLimits, parse_file
+from kb_core.ingest.parsing import ParsedDocument, ParseLimits, parse_file
 from tests.bounded import run_bounded
 from tests.word_files import TEXT_FC, compound_file, piece, word97
 

@@ -147,7 +147,7 @@ def run_before(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str, action: C
 def test_import_document_reads_only_the_file_that_was_checked(
     live: LiveServer, monkeypatch: pytest.MonkeyPatch, moment: str
 ) -> None:
-    import kb_core.parsing
+    import kb_core.ingest.parsing
 
     inbox = live.allowed / "inbox"
     inbox.mkdir()
@@ -157,7 +157,7 @@ def test_import_document_reads_only_the_file_that_was_checked(
     if moment == "after the path check":
         run_after(monkeypatch, mcp_paths, "confine_paths", swap)
     else:
-        run_before(monkeypatch, kb_core.parsing, "parse_file", swap)
+        run_before(monkeypatch, kb_core.ingest.parsing, "parse_file", swap)
 
     async def scenario(s: ClientSession) -> CallToolResult:
         assert not (await call(s, "select_knowledge_base", kb_name="docs")).isError
@@ -215,7 +215,7 @@ def test_bundle_import_never_reads_or_deletes_a_file_outside(
 def test_export_never_writes_outside_the_allowed_folders(
     live: LiveServer, monkeypatch: pytest.MonkeyPatch, moment: str
 ) -> None:
-    import kb_core.transfer
+    import kb_core.transfer.restore
 
     out = live.allowed / "out"
     out.mkdir()
@@ -223,7 +223,7 @@ def test_export_never_writes_outside_the_allowed_folders(
     if moment == "after the path check":
         run_after(monkeypatch, mcp_paths, "confine_path", swap)
     else:
-        run_before(monkeypatch, kb_core.transfer, "_write_export", swap)
+        run_before(monkeypatch, kb_core.transfer.restore, "_write_export", swap)
 
     result = live.run(lambda s: call(s, "export_database", export_path=str(out / "backup.kbx")))
     assert out.is_symlink()  # the swap happened

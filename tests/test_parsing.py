@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kb_core.errors import ParseError
-from kb_core.parsing import (
+from kb_core.ingest.parsing import (
     SUPPORTED_TYPES,
     ParsedDocument,
     ParseLimits,

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from kb_core.errors import InvalidArgument, ParseError
-from kb_core.parsing import ParseLimits, parse_file, parse_file_inprocess
+from kb_core.ingest.parsing import ParseLimits, parse_file, parse_file_inprocess
 from tests.bounded import peak_mb, run_bounded
 from tests.word_files import TEXT_FC, compound_file, piece, word97
 
@@ -106,7 +106,7 @@ def test_amplifying_piece_table_is_refused_in_bounded_time_and_memory(tmp_path: 
         f"""
         import time
         from kb_core.errors import InvalidArgument, ParseError
-        from kb_core.parsing import parse_file_inprocess
+        from kb_core.ingest.parsing import parse_file_inprocess
         started = time.perf_counter()
         try:
             doc = parse_file_inprocess({str(path)!r})

@@ -111,7 +111,7 @@ def cluster_nodes() -> list[dict[str, Any]]:
 def test_a_killed_embedding_actor_is_retried_losing_nothing_and_a_re_run_is_cached(
     cluster: Any, tmp_path: Path
 ) -> None:
-    from kb_core.executors import ray_data
+    from kb_core.ingest.executors import ray_data
 
     marker = tmp_path / "crash-once"
     marker.touch()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kb_core.keyword_index import BM25Parameters
+from kb_core.retrieval.keyword_index import BM25Parameters
 
 ENGLISH = [
     "Hybrid retrieval combines keyword search with dense vectors.",
@@ -134,7 +134,7 @@ def test_jaccard_and_matched_terms_agree_with_the_chunk_text(kb, service) -> Non
 def test_chunk_rows_are_memory_mapped_not_loaded(kb, service) -> None:
     import pyarrow as pa
 
-    from kb_core.reader import LoadedSegment
+    from kb_core.store.reader import LoadedSegment
 
     folder = service.reader(kb.current_kb().id).snapshot().segments[0].folder
     before = pa.total_allocated_bytes()
@@ -342,8 +342,8 @@ SIGNATURE_QUERIES = ("near duplicate detection signatures", "检索 向量", "ke
 
 
 def test_segments_store_signatures_so_search_never_shingles_text(kb_with_copies, service, monkeypatch) -> None:
-    import kb_core.reader
-    from kb_core.fusion import text_signatures
+    import kb_core.store.reader
+    from kb_core.retrieval.fusion import text_signatures
     from kb_core.store import catalog
 
     for segment in service.reader(kb_with_copies.current_kb().id).snapshot().segments:
@@ -356,7 +356,7 @@ def test_segments_store_signatures_so_search_never_shingles_text(kb_with_copies,
     def refuse(texts):
         raise AssertionError("a search computed signatures that the segment stores")
 
-    monkeypatch.setattr(kb_core.reader, "text_signatures", refuse)
+    monkeypatch.setattr(kb_core.store.reader, "text_signatures", refuse)
     hits = kb_with_copies.search(NEAR_DUPLICATE, top_k=5, mode="keyword")["data"]["chunks"]
     assert sum("signatures for near duplicate" in h["content"].casefold() for h in hits) == 1
 
@@ -367,8 +367,8 @@ def test_a_kb_written_before_signatures_were_stored_searches_the_same(kb_with_co
     import pyarrow.parquet as pq
 
     from kb_core import KnowledgeBaseService
-    from kb_core.reader import LoadedSegment
     from kb_core.store import catalog
+    from kb_core.store.reader import LoadedSegment
 
     before = _results(kb_with_copies, SIGNATURE_QUERIES)
     hits = kb_with_copies.search(NEAR_DUPLICATE, top_k=5, mode="keyword")["data"]["chunks"]

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from kb_core import KnowledgeBaseService
-from kb_core.transfer import FORMAT_VERSION, MANIFEST_MEMBER, TransferLimits, export_database, import_database
+from kb_core.transfer.restore import FORMAT_VERSION, MANIFEST_MEMBER, TransferLimits, export_database, import_database
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 DOCS = SHARED / "fixtures" / "docs"
@@ -160,7 +160,7 @@ def test_round_trip_into_an_empty_home_gives_the_same_search_results(source: dic
                 assert expected or mode == "keyword"
                 assert_same_results(expected, search_rows(target, kb, query, mode))
     # The export holds no signatures (its format is unchanged); the import computes them with the segments.
-    from kb_core.fusion import text_signatures
+    from kb_core.retrieval.fusion import text_signatures
     from kb_core.store import catalog
 
     for record in target.visible_kbs():

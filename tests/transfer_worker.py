@@ -12,8 +12,8 @@ import signal
 import sys
 from typing import Any
 
-from kb_core import transfer
 from kb_core.cli.main import main
+from kb_core.transfer import restore as transfer
 
 if __name__ == "__main__":
     home, export, mode = sys.argv[1:4]

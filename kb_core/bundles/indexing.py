@@ -62,10 +62,10 @@ def sync_index(service: Resources, record: KnowledgeBaseRecord, state: GraphStat
 
     Call under the graph lock. Returns documents_indexed, documents_removed, chunks_indexed.
     """
-    from kb_core.chunking import chunk_document
-    from kb_core.importer import chunk_row, timestamped_name, write_segment_files
-    from kb_core.parsing.base import ParsedDocument
-    from kb_core.parsing.txt_parser import split_paragraphs
+    from kb_core.ingest.chunking import chunk_document
+    from kb_core.ingest.parsing.base import ParsedDocument
+    from kb_core.ingest.parsing.txt_parser import split_paragraphs
+    from kb_core.ingest.pipeline import chunk_row, timestamped_name, write_segment_files
 
     reader = service.reader(record.id)
     documents = reader.snapshot().documents()

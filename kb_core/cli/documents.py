@@ -11,7 +11,7 @@ from kb_core.cli.common import Commands, table
 from kb_core.envelope import Envelope
 
 if TYPE_CHECKING:
-    from kb_core.importer import ImportProgress
+    from kb_core.ingest.pipeline import ImportProgress
     from kb_core.service import Session
 
 

@@ -14,7 +14,7 @@ from kb_core.envelope import Envelope
 from kb_core.mcp.results import tool_result
 
 if TYPE_CHECKING:
-    from kb_core.importer import ImportProgress
+    from kb_core.ingest.pipeline import ImportProgress
     from kb_core.service import Session
 
 logger = logging.getLogger(__name__)

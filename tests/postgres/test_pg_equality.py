@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from kb_core import KnowledgeBaseService
-from kb_core.fusion import Candidate, fuse
-from kb_core.keyword_index import bm25_idf
-from kb_core.search import SnapshotSearcher
+from kb_core.retrieval.fusion import Candidate, fuse
+from kb_core.retrieval.keyword_index import bm25_idf
+from kb_core.retrieval.search import SnapshotSearcher
 from kb_core.store.postgres import (
     ChunkRecord,
     DocumentRecord,

@@ -13,8 +13,8 @@ import numpy as np
 import psycopg
 import pytest
 
-from kb_core.analysis import Analyzer
 from kb_core.errors import InvalidArgument, KBError
+from kb_core.retrieval.analysis import Analyzer
 from kb_core.store.postgres import PostgresStore, StoreChange, parse_database_url
 from kb_core.store.postgres.embedded import LocalPostgres, find_install_dir, free_loopback_port
 from tests.postgres.helpers import make_document

@@ -11,8 +11,8 @@ import psycopg
 import pytest
 
 from kb_core import KnowledgeBaseService
-from kb_core.analysis import Analyzer
 from kb_core.errors import KBError
+from kb_core.retrieval.analysis import Analyzer
 from kb_core.store.postgres import PostgresStore, StoreChange
 from kb_core.store.postgres.embedded import LocalPostgres
 from tests.postgres.helpers import make_document

@@ -1,8 +1,8 @@
 """A store engine on PostgreSQL + pgvector: several hosts, one database, the folder store's answers (issue #16).
 
 The service chooses it by URL (``KnowledgeBaseService(store=...)``, ``$KB_STORE``, ``kb --store``). It mirrors
-what the folder store (:mod:`kb_core.store`, :class:`kb_core.reader.KBReader`) and the searcher
-(:class:`kb_core.search.SnapshotSearcher`) provide:
+what the folder store (:mod:`kb_core.store`, :class:`kb_core.store.reader.KBReader`) and the searcher
+(:class:`kb_core.retrieval.search.SnapshotSearcher`) provide:
 
 * :class:`PostgresStore` — the registry (:meth:`~PostgresStore.create_knowledge_base`, ``get``, ``find``,
   ``knowledge_bases``, ``delete_knowledge_base``, ``update_search_settings``, ``api_key``), one-transaction

@@ -1,6 +1,6 @@
 """Imports into a PostgreSQL KB: the folder store's pipeline (parse → chunk → embed), committed as SQL rows.
 
-:class:`PostgresImporter` reuses :class:`kb_core.importer.Importer` for everything before the commit (parsing in
+:class:`PostgresImporter` reuses :class:`kb_core.ingest.pipeline.Importer` for everything before the commit (parsing in
 isolated workers, chunking, shared embedding batches, progress, failed files), so a document gets the same text,
 chunks and vectors in both stores. Its commit builds one :class:`PreparedDocument` per document (the analysis,
 outside any transaction) and writes them with :meth:`PostgresStore.commit`: one transaction, in which names are
@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from kb_core.importer import Importer, ImportJob, ImportProgress, _PendingDocument, chunk_row
+from kb_core.ingest.pipeline import Importer, ImportJob, ImportProgress, _PendingDocument, chunk_row
 from kb_core.store import utc_now
 from kb_core.store.postgres.records import ChunkRecord, DocumentRecord, PreparedDocument, StoreChange
 from kb_core.store.postgres.store import PostgresStore

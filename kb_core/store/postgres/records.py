@@ -3,8 +3,8 @@
 The columns of :class:`DocumentRecord` and :class:`ChunkRecord` are exactly those of the folder store's parquet
 catalog (:data:`kb_core.store.catalog.DOCUMENTS_SCHEMA`, :data:`kb_core.store.catalog.CHUNKS_SCHEMA`), so the
 two stores describe documents and chunks the same way. :class:`PreparedDocument` is a document ready to commit:
-its chunks already embedded and analysed (analysis stays in Python, :mod:`kb_core.analysis`, so both stores index
-the same terms); building one does all the slow work, so a commit's transaction only writes rows.
+its chunks already embedded and analysed (analysis stays in Python, :mod:`kb_core.retrieval.analysis`, so both
+stores index the same terms); building one does all the slow work, so a commit's transaction only writes rows.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from kb_core.analysis import Analyzer
 from kb_core.errors import InvalidArgument
+from kb_core.retrieval.analysis import Analyzer
 from kb_core.store import catalog
 
 __all__ = [

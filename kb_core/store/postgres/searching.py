@@ -1,7 +1,7 @@
-"""Search over a PostgreSQL snapshot with the folder store's ranking code (:func:`kb_core.search.rank`).
+"""Search over a PostgreSQL snapshot with the folder store's ranking code (:func:`kb_core.retrieval.search.rank`).
 
-:class:`PostgresSearcher` offers what :func:`~kb_core.search.rank` asks of a searcher — candidates scored on both
-signals, the keyword reference, chunk and document rows — computed by :class:`PostgresSnapshot` in SQL. Fusion,
+:class:`PostgresSearcher` offers what :func:`~kb_core.retrieval.search.rank` asks of a searcher — candidates scored
+on both signals, the keyword reference, chunk and document rows — computed by :class:`PostgresSnapshot` in SQL. Fusion,
 the score breakdown, near-duplicate removal and the language guard are the very same Python code as for a folder
 KB, so both stores give the same hits and breakdowns. A row is addressed by the key ``(0, row_id)``: the store has
 one "segment" per KB.
@@ -14,10 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from kb_core.analysis import Analyzer
-from kb_core.fusion import CandidateArrays, TextSignatures, text_signatures
-from kb_core.keyword_index import RowTerms
-from kb_core.search import RankedHits, SearchFilters, SearchSettings, rank
+from kb_core.retrieval.analysis import Analyzer
+from kb_core.retrieval.fusion import CandidateArrays, TextSignatures, text_signatures
+from kb_core.retrieval.keyword_index import RowTerms
+from kb_core.retrieval.search import RankedHits, SearchFilters, SearchSettings, rank
 from kb_core.store.postgres.snapshot import PostgresSnapshot, QueryTerms
 from kb_core.store.registry import KnowledgeBaseRecord
 
@@ -40,7 +40,7 @@ class _KeywordReference:
 
 class PostgresSearcher:
     """One search over one PostgreSQL snapshot (valid inside its ``with store.snapshot(...)`` block); offers the
-    members of :class:`kb_core.search.SnapshotSearcher` that :func:`~kb_core.search.rank` reads."""
+    members of :class:`kb_core.retrieval.search.SnapshotSearcher` that :func:`~kb_core.retrieval.search.rank` reads."""
 
     def __init__(self, snapshot: PostgresSnapshot, analyzer: Analyzer, embedding_model: str) -> None:
         self.snapshot = snapshot
@@ -71,7 +71,7 @@ class PostgresSearcher:
         filters: SearchFilters,
         extra_keys: Sequence[RowKey] = (),
     ) -> tuple[CandidateArrays, RowTerms]:
-        """As :meth:`kb_core.search.SnapshotSearcher.candidates`, signal by signal and mode by mode."""
+        """As :meth:`kb_core.retrieval.search.SnapshotSearcher.candidates`, signal by signal and mode by mode."""
         fetch = max(settings.candidates, settings.top_k * 10) * (4 if filters.active else 1)
         terms = self.snapshot.query_terms(query, self.analyzer)
         self.keyword.query = terms

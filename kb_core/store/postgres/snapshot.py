@@ -5,13 +5,14 @@ A :class:`PostgresSnapshot` lives inside one ``REPEATABLE READ READ ONLY`` trans
 so a search never mixes rows or statistics from before and after a commit. Rows are addressed by ``row_id``, the
 chunk's position in insertion order (the tie-break of equal scores, as the folder store's segment and row order).
 
-Retrieval, with exactly the folder store's formulas (:mod:`kb_core.keyword_index`, :mod:`kb_core.vector_index`):
+Retrieval, with exactly the folder store's formulas (:mod:`kb_core.retrieval.keyword_index`,
+:mod:`kb_core.retrieval.vector_index`):
 
 * :meth:`~PostgresSnapshot.query_terms`: the query's analysed terms (analysis stays in Python), their df and
   ``idf = ln(1 + (N − df + 0.5) / (df + 0.5))`` from the live statistics; ``reference`` = Σ idf of the terms
   present (the keyword score scale of the fusion);
 * :meth:`~PostgresSnapshot.keyword_candidates`: the top k rows by BM25 (k1, b of
-  :class:`kb_core.keyword_index.BM25Parameters`, the ``(k1 + 1)`` factor kept), summed over the query terms'
+  :class:`kb_core.retrieval.keyword_index.BM25Parameters`, the ``(k1 + 1)`` factor kept), summed over the query terms'
   postings by one ``GROUP BY`` in SQL;
 * :meth:`~PostgresSnapshot.vector_candidates`: the top k rows by cosine: the HNSW index (``<=>``, iterative scan)
   proposes ``k + max(k // 2, 42)`` rows, which are rescored exactly (the stored float32 vectors' inner product,
@@ -32,9 +33,9 @@ import psycopg
 import psycopg.errors
 from psycopg import sql
 
-from kb_core.analysis import Analyzer
 from kb_core.errors import InvalidArgument, KBNotFound
-from kb_core.keyword_index import BM25Parameters, RowTerms
+from kb_core.retrieval.analysis import Analyzer
+from kb_core.retrieval.keyword_index import BM25Parameters, RowTerms
 from kb_core.store.postgres import schema
 from kb_core.store.postgres.connection import DatabaseTarget
 from kb_core.store.postgres.records import ChunkRecord, DocumentRecord, KeywordStatistics
@@ -118,7 +119,7 @@ class QueryTerms:
     @property
     def reference(self) -> float:
         """Σ idf over the terms the live rows hold: the BM25 of an average-length row holding each term once
-        (:meth:`kb_core.keyword_index.KeywordSearcher.reference_score`)."""
+        (:meth:`kb_core.retrieval.keyword_index.KeywordSearcher.reference_score`)."""
         total = 0.0
         for df, idf in zip(self.df, self.idf, strict=True):
             if df:
@@ -314,7 +315,7 @@ class PostgresSnapshot:
             "avgdl": self.statistics.avgdl,
         }
 
-    # BM25 of one posting as kb_core.keyword_index computes it, the same float8 operations in the same order:
+    # BM25 of one posting as kb_core.retrieval.keyword_index computes it, the same float8 operations in the same order:
     # idf · (tf · (k1 + 1)) / (tf + k1 · (1 − b + b · dl / avgdl))
     _CONTRIBUTION = "q.idf * (p.tf * %(k1p1)s) / (p.tf + %(k1)s * (1 - %(b)s + %(b)s * (p.dl / %(avgdl)s)))"
 

@@ -36,8 +36,8 @@ import psycopg.errors
 from psycopg import sql
 
 from kb_core.errors import DocumentNotFound, InvalidArgument, KBError, KBExists, KBNotFound, StoreError
-from kb_core.keyword_index import BM25Parameters
 from kb_core.mcp.tokens import DEFAULT_RATE_PER_HOUR, TOKEN_PREFIX, TokenRecord, hash_token, new_token
+from kb_core.retrieval.keyword_index import BM25Parameters
 from kb_core.store.postgres import schema
 from kb_core.store.postgres.connection import Database, DatabaseTarget, database_errors
 from kb_core.store.postgres.records import CommitResult, DocumentRecord, PreparedDocument, StoreChange
@@ -214,7 +214,7 @@ class PostgresStore:
         """Register a KB and create its tables in one transaction (validate ``name`` and ``chunk_size`` first).
 
         ``dimension`` may be left out: the first commit with vectors sets it. ``analyzer`` is the name of the
-        :class:`kb_core.analysis.Analyzer` its chunks are analysed with (checked at every commit and search).
+        :class:`kb_core.retrieval.analysis.Analyzer` its chunks are analysed with (checked at every commit and search).
         """
         if dimension is not None and (not isinstance(dimension, int) or dimension < 1 or dimension > 16_000):
             raise InvalidArgument(f"dimension must be a whole number from 1 to 16000, got {dimension!r}.")
@@ -391,7 +391,7 @@ class PostgresStore:
         """Names and replacements decided against the live documents, as the folder store's importer does."""
         from dataclasses import replace
 
-        from kb_core.importer import timestamped_name
+        from kb_core.ingest.pipeline import timestamped_name
 
         removed: list[str] = []
         for doc_id in change.delete:

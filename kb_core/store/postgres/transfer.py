@@ -1,4 +1,4 @@
-"""Export files (:mod:`kb_core.transfer`) to and from the PostgreSQL store.
+"""Export files (:mod:`kb_core.transfer.restore`) to and from the PostgreSQL store.
 
 An export file holds KBs as segments (parquet catalog rows, ``vectors.npy``, originals). Into PostgreSQL
 (:func:`commit_plans`), each validated KB becomes a new KB and one commit of all its documents, rows in the file's
@@ -20,8 +20,8 @@ from typing import IO, TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from kb_core.analysis import Analyzer
 from kb_core.bundles.graph import GraphState
+from kb_core.retrieval.analysis import Analyzer
 from kb_core.store import catalog
 from kb_core.store.postgres.records import ChunkRecord, DocumentRecord, PreparedDocument, StoreChange
 from kb_core.store.postgres.store import PostgresStore
@@ -29,7 +29,7 @@ from kb_core.store.registry import KnowledgeBaseRecord
 from kb_core.validation import name_key
 
 if TYPE_CHECKING:
-    from kb_core.transfer import _KBPlan, _SegmentExport
+    from kb_core.transfer.restore import _KBPlan, _SegmentExport
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ def commit_plans(
 ) -> list[tuple[str, str]]:
     """Create each planned KB and commit its documents (and graph); all or nothing: on a failure the KBs created so
     far are deleted again. Returns the KBs renamed because their name was taken, as (old, new)."""
-    from kb_core.transfer import _kb_name_with_stamp
+    from kb_core.transfer.restore import _kb_name_with_stamp
 
     renamed: list[tuple[str, str]] = []
     stamp = now.strftime("%Y%m%d-%H%M%S")
@@ -110,7 +110,7 @@ def export_segments(
     store: PostgresStore, record: KnowledgeBaseRecord, kb_index: int, model_key: str
 ) -> tuple[list[_SegmentExport], GraphState | None]:
     """A KB as one export segment (none when it holds no documents) and its graph, read in one snapshot."""
-    from kb_core.transfer import SUFFIX_PATTERN, _SegmentExport
+    from kb_core.transfer.restore import SUFFIX_PATTERN, _SegmentExport
 
     path = f"kb/{kb_index:04d}/seg/0000"
     with store.snapshot(record.id, prefer_replica=False) as snapshot:

@@ -13,7 +13,7 @@ import logging
 import re
 from pathlib import Path
 
-from kb_core.parsing.base import BINARY_FILE, ParsedDocument, TextBlock, make_document, parse_error
+from kb_core.ingest.parsing.base import BINARY_FILE, ParsedDocument, TextBlock, make_document, parse_error
 
 logger = logging.getLogger(__name__)
 

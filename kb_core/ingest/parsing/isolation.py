@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from kb_core.errors import ParseError
-from kb_core.parsing.base import (
+from kb_core.ingest.parsing.base import (
     CORRUPT_DOCUMENT,
     FILE_TOO_LARGE,
     PARSE_TIMEOUT,
@@ -35,7 +35,7 @@ from kb_core.parsing.base import (
     ParseLimits,
     parse_error,
 )
-from kb_core.parsing.inprocess import check_file, parse_file_inprocess
+from kb_core.ingest.parsing.inprocess import check_file, parse_file_inprocess
 
 logger = logging.getLogger(__name__)
 
@@ -123,7 +123,7 @@ class _Worker:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
         self.process = subprocess.Popen(
-            [sys.executable, "-c", "from kb_core.parsing.isolation import serve_stdio; serve_stdio()"],
+            [sys.executable, "-c", "from kb_core.ingest.parsing.isolation import serve_stdio; serve_stdio()"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=env,

@@ -6,7 +6,7 @@ import logging
 from pathlib import Path
 
 from kb_core.errors import ParseError
-from kb_core.parsing.base import (
+from kb_core.ingest.parsing.base import (
     CORRUPT_DOCUMENT,
     FILE_NOT_FOUND,
     FILE_TOO_LARGE,
@@ -17,7 +17,7 @@ from kb_core.parsing.base import (
     parse_error,
     too_much_text,
 )
-from kb_core.parsing.detect import sniff
+from kb_core.ingest.parsing.detect import sniff
 
 logger = logging.getLogger(__name__)
 _HEAD_BYTES = 4096
@@ -77,14 +77,14 @@ def parse_file_inprocess(path: Path, limits: ParseLimits = ParseLimits()) -> Par
 def _parse(path: Path, file_type: str, head: bytes, limits: ParseLimits) -> ParsedDocument:
     try:
         if file_type == "txt":
-            from kb_core.parsing.txt_parser import parse_txt
+            from kb_core.ingest.parsing.txt_parser import parse_txt
 
             return parse_txt(path, _read(path, limits.max_file_bytes))
         if file_type == "docx":
-            from kb_core.parsing.docx_parser import parse_docx
+            from kb_core.ingest.parsing.docx_parser import parse_docx
 
             return parse_docx(path, limits)
-        from kb_core.parsing.doc_parser import parse_doc
+        from kb_core.ingest.parsing.doc_parser import parse_doc
 
         if not head.startswith(b"\xd0\xcf\x11\xe0"):
             raise parse_error(CORRUPT_DOCUMENT, path, "it is named like a Word file but is not one (no OLE2 header)")

@@ -101,7 +101,7 @@ import pyarrow.parquet as pq
 from kb_core.bundles.graph import GraphState, GraphStore, write_shadow
 from kb_core.envelope import Envelope, enveloped, ok
 from kb_core.errors import ImportFormatError, InvalidArgument, KBError, KBNotFound, StoreError
-from kb_core.importer import timestamped_name
+from kb_core.ingest.pipeline import timestamped_name
 from kb_core.safe_files import OutputFolder, UnusablePath, open_input_file, open_output_folder, reject_nul
 from kb_core.seams import Resources, Scope
 from kb_core.store import Change, KBStore, KnowledgeBaseRecord, Manifest, StagedSegment, catalog, new_id, utc_now
@@ -203,7 +203,7 @@ class _SegmentExport:
 
 
 def _live_segment(store: KBStore, manifest: Manifest, segment_id: str, path: str) -> _SegmentExport | None:
-    from kb_core.vector_index import VectorSegment
+    from kb_core.retrieval.vector_index import VectorSegment
 
     folder = store.segment_dir(segment_id)
     info = catalog.read_segment_info(folder)
@@ -1074,7 +1074,7 @@ def _validate_graph(
 
 
 def _validate_search_settings(settings: dict[str, Any], where: str) -> dict[str, Any]:
-    from kb_core.search import SearchSettings
+    from kb_core.retrieval.search import SearchSettings
 
     unknown = set(settings) - set(SearchSettings.SAVED_FIELDS)
     if unknown:
@@ -1164,7 +1164,7 @@ class _IndexIdentity:
 
 
 def _stage_kb(plan: _KBPlan, staging: Path, analyzer: Any) -> None:
-    from kb_core.importer import write_segment_files
+    from kb_core.ingest.pipeline import write_segment_files
 
     root = staging / "kbs" / plan.record.id
     store = KBStore.create(root, plan.record.id)

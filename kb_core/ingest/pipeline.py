@@ -1,7 +1,7 @@
 """The import pipeline: parse → chunk → embed → write a segment → commit.
 
 Files are parsed concurrently in worker threads (each parse runs in an isolated process with a
-time limit, see :mod:`kb_core.parsing`), so parsing overlaps embedding; chunks from several files
+time limit, see :mod:`kb_core.ingest.parsing`), so parsing overlaps embedding; chunks from several files
 share embedding batches. Finished documents are committed in segments of roughly
 ``COMMIT_CHUNKS`` chunks, so a long import shows its documents as it goes and a killed import
 loses only the uncommitted tail: a document is either fully indexed (ready) or absent.
@@ -27,7 +27,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from kb_core.errors import DocumentNotFound, KBError, KBNotFound, ParseError
-from kb_core.executors import DocumentExecutor
+from kb_core.ingest.executors import DocumentExecutor
 from kb_core.store import Change, KBStore, Manifest, StagedSegment, catalog, utc_now
 from kb_core.store.atomic import file_sha256, remove_stale_temporaries, write_bytes_atomically
 
@@ -551,8 +551,8 @@ def write_segment_files(
     analyzer: Any,
 ) -> None:
     """Build a staged segment's indexes and write every file; ``segment.json`` last, marking it complete."""
-    from kb_core.keyword_index import KeywordSegment
-    from kb_core.vector_index import VectorSegment
+    from kb_core.retrieval.keyword_index import KeywordSegment
+    from kb_core.retrieval.vector_index import VectorSegment
 
     write_indexed_segment(
         staged,

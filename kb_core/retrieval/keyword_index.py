@@ -38,8 +38,8 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from kb_core.analysis import Analyzer
 from kb_core.errors import InvalidArgument, StoreError
+from kb_core.retrieval.analysis import Analyzer
 
 logger = logging.getLogger(__name__)
 
@@ -377,7 +377,7 @@ class KeywordSearcher:
     def reference_score(self, terms: Sequence[str]) -> float:
         """The BM25 of a row of average length holding each of ``terms`` once: Σ idf(t) over the terms the live
         rows hold (a term's ``tf · (k1 + 1) / (tf + norm)`` is exactly 1 there). Search measures BM25 in this
-        unit to put it on a [0, 1] scale (:func:`kb_core.fusion.keyword_normalized`)."""
+        unit to put it on a [0, 1] scale (:func:`kb_core.retrieval.fusion.keyword_normalized`)."""
         total = 0.0
         for term in dict.fromkeys(terms):
             entry = self._postings(term)

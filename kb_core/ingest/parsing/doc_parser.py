@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import olefile
 
-from kb_core.parsing.base import (
+from kb_core.ingest.parsing.base import (
     CORRUPT_DOCUMENT,
     ENCRYPTED_DOCUMENT,
     UNSUPPORTED_FORMAT,

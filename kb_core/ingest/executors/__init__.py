@@ -1,7 +1,7 @@
-"""Import executors: where parsing, chunking and embedding run for :class:`kb_core.importer.Importer`.
+"""Import executors: where parsing, chunking and embedding run for :class:`kb_core.ingest.pipeline.Importer`.
 
 ``local`` (the default) is the importer's own thread pool in this process. ``ray``
-(:mod:`kb_core.executors.ray_data`, optional extra ``kb-workbench[ray]``) runs them as Ray Data stages on a Ray
+(:mod:`kb_core.ingest.executors.ray_data`, optional extra ``kb-workbench[ray]``) runs them as Ray Data stages on a Ray
 cluster. Every executor hands back :class:`ExecutedDocument` results; the importer commits them in this process
 through the store's commit protocol, so the KB's consistency never depends on where the work ran.
 """
@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 if TYPE_CHECKING:
-    from kb_core.chunking import Chunk
-    from kb_core.importer import ImportSource
+    from kb_core.ingest.chunking import Chunk
+    from kb_core.ingest.pipeline import ImportSource
 
 EXECUTORS = ("local", "ray")
 

@@ -41,7 +41,7 @@ from kb_core.embedding.base import Tokenizer, count_batch, offsets_batch
 from kb_core.errors import InvalidArgument
 
 if TYPE_CHECKING:
-    from kb_core.parsing import ParsedDocument
+    from kb_core.ingest.parsing import ParsedDocument
 
 log = logging.getLogger(__name__)
 

@@ -23,8 +23,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from kb_core.errors import StoreError
-from kb_core.reader import LoadedSegment
 from kb_core.store import Change, KBStore, Manifest, catalog, utc_now
+from kb_core.store.reader import LoadedSegment
 
 logger = logging.getLogger(__name__)
 
@@ -103,8 +103,8 @@ def _check_nothing_lost(manifest: Manifest, chosen: Sequence[str], change: Chang
 def _write_merged(
     store: KBStore, manifest: Manifest, chosen: Sequence[str], segment_id: str, target: Path, analyzer: Any
 ) -> tuple[dict[str, int], int]:
-    from kb_core.keyword_index import KeywordSegment
-    from kb_core.vector_index import VectorSegment
+    from kb_core.retrieval.keyword_index import KeywordSegment
+    from kb_core.retrieval.vector_index import VectorSegment
 
     documents: list[pa.Table] = []
     chunks: list[pa.Table] = []

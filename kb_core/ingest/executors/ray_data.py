@@ -10,7 +10,7 @@ Pipeline (streaming; each stage starts as soon as the one before has output)::
   (``max_restarts``/``max_task_retries`` default to -1 for Ray Data actor pools): nothing is lost, and a
   result that arrives twice is dropped by the importer.
 * Results stream back to the driver, which commits them through the normal commit protocol
-  (:meth:`kb_core.importer.Importer._run_executor`): a driver or worker that dies leaves the KB consistent.
+  (:meth:`kb_core.ingest.pipeline.Importer._run_executor`): a driver or worker that dies leaves the KB consistent.
 * An actor whose node sees the home's embedding cache (one machine, or the home on a shared file system)
   answers repeated texts from it and stores what it embeds, so a re-run costs no model time.
 
@@ -34,13 +34,13 @@ import numpy as np
 
 from kb_core.embedding.device import DeviceRequest
 from kb_core.errors import InvalidArgument, KBError
-from kb_core.executors import ExecutedDocument
+from kb_core.ingest.executors import ExecutedDocument
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from kb_core.importer import ImportSource
-    from kb_core.parsing import ParseLimits
+    from kb_core.ingest.parsing import ParseLimits
+    from kb_core.ingest.pipeline import ImportSource
 
 logger = logging.getLogger(__name__)
 
@@ -69,9 +69,9 @@ def parse_and_chunk(batch: pd.DataFrame, *, model: str, chunk_size: int, limits:
     """Ray Data stage 1 (tasks): each row's file bytes → text and chunks (JSON), or the error."""
     import pandas as pd
 
-    from kb_core.chunking import chunk_document
     from kb_core.embedding import create_embedder
-    from kb_core.parsing import parse_file
+    from kb_core.ingest.chunking import chunk_document
+    from kb_core.ingest.parsing import parse_file
 
     tokenizer = create_embedder(model).tokenizer  # a local model's tokenizer loads without the model
     rows: list[dict[str, Any]] = []
@@ -218,7 +218,7 @@ class RayExecutor:
         return ray
 
     def execute(self, sources: Sequence[ImportSource], chunk_size: int) -> Iterator[ExecutedDocument]:
-        from kb_core.chunking import Chunk
+        from kb_core.ingest.chunking import Chunk
 
         ray = self.connect()
         nodes = [n for n in ray.nodes() if n.get("Alive")]

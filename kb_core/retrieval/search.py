@@ -5,9 +5,9 @@ Pipeline for ``mode="hybrid"``:
 1. over-fetch ``candidates`` rows from the keyword index (BM25) and from the vector index (cosine);
 2. score every candidate exactly on *both* signals (a keyword-only hit gets its real cosine and vice
    versa), so each breakdown shows raw cosine and raw BM25;
-3. fuse (:func:`kb_core.fusion.fuse`: cosine and BM25 on absolute [0, 1] scales, the requested weights —
+3. fuse (:func:`kb_core.retrieval.fusion.fuse`: cosine and BM25 on absolute [0, 1] scales, the requested weights —
    or, as options, signal-quality weights or RRF — and a Jaccard rerank term); the breakdown's formula is in
-   :mod:`kb_core.fusion`;
+   :mod:`kb_core.retrieval.fusion`;
 4. drop exact and near-duplicate chunks, keeping the better-ranked one;
 5. return ``top_k`` hits.
 
@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from kb_core.errors import InvalidArgument
-from kb_core.fusion import (
+from kb_core.retrieval.fusion import (
     DEFAULT_JACCARD_WEIGHT,
     FUSION_METHODS,
     WEIGHTINGS,
@@ -42,10 +42,10 @@ from kb_core.fusion import (
     near_duplicate_rows,
     single_signal_ranking,
 )
-from kb_core.reader import Snapshot
+from kb_core.store.reader import Snapshot
 
 if TYPE_CHECKING:
-    from kb_core.keyword_index import RowTerms
+    from kb_core.retrieval.keyword_index import RowTerms
 
 logger = logging.getLogger(__name__)
 
@@ -226,8 +226,8 @@ class SnapshotSearcher:
     """Searches one snapshot. Built once per snapshot version and cached on it."""
 
     def __init__(self, snapshot: Snapshot, analyzer: Any, embedding_model: str) -> None:
-        from kb_core.keyword_index import KeywordSearcher
-        from kb_core.vector_index import VectorSearcher
+        from kb_core.retrieval.keyword_index import KeywordSearcher
+        from kb_core.retrieval.vector_index import VectorSearcher
 
         self.snapshot = snapshot
         self.analyzer = analyzer

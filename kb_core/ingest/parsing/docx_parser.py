@@ -19,7 +19,7 @@ from pathlib import Path
 
 from lxml import etree
 
-from kb_core.parsing.base import (
+from kb_core.ingest.parsing.base import (
     CORRUPT_DOCUMENT,
     FILE_TOO_LARGE,
     ParsedDocument,

@@ -21,13 +21,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from kb_core.fusion import TextSignatures, text_signatures
+from kb_core.retrieval.fusion import TextSignatures, text_signatures
 from kb_core.store import catalog
 from kb_core.store.kb_store import KBStore, Manifest
 
 if TYPE_CHECKING:
-    from kb_core.keyword_index import KeywordSegment
-    from kb_core.vector_index import VectorSegment
+    from kb_core.retrieval.keyword_index import KeywordSegment
+    from kb_core.retrieval.vector_index import VectorSegment
 
 logger = logging.getLogger(__name__)
 
@@ -86,13 +86,13 @@ class LoadedSegment:
 
     @cached_property
     def keyword(self) -> KeywordSegment:
-        from kb_core.keyword_index import KeywordSegment
+        from kb_core.retrieval.keyword_index import KeywordSegment
 
         return KeywordSegment.load(self.folder)
 
     @cached_property
     def vectors(self) -> VectorSegment:
-        from kb_core.vector_index import VectorSegment
+        from kb_core.retrieval.vector_index import VectorSegment
 
         return VectorSegment.load(self.folder)
 

@@ -1,0 +1,1 @@
+"""Export and import-db files: a KB Workbench export archive read under limits, written and restored."""
