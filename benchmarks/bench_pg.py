@@ -44,12 +44,12 @@ from bench_store import synthetic_texts
 from bench_vector import clustered_vectors
 
 from kb_core import KnowledgeBaseService
-from kb_core.ingest.pipeline import write_segment_files
 from kb_core.retrieval.search import SearchFilters, SearchSettings, SnapshotSearcher, rank
 from kb_core.store import Change
 from kb_core.store.postgres import ChunkRecord, DocumentRecord, PostgresStore, PreparedDocument, StoreChange
 from kb_core.store.postgres.embedded import LocalPostgres
 from kb_core.store.postgres.searching import search_snapshot
+from kb_core.store.segments import write_segment_files
 
 logger = logging.getLogger("bench_pg")
 SERVER_SETTINGS = {"shared_buffers": "1GB", "maintenance_work_mem": "512MB", "work_mem": "64MB"}

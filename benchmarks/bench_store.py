@@ -19,11 +19,11 @@ from typing import Any
 import numpy as np
 
 from kb_core import KnowledgeBaseService
-from kb_core.ingest.pipeline import write_indexed_segment, write_segment_files
 from kb_core.retrieval.keyword_index import KeywordSegment
 from kb_core.retrieval.search import SnapshotSearcher
 from kb_core.retrieval.vector_index import VectorSegment
 from kb_core.store import Change
+from kb_core.store.segments import write_indexed_segment, write_segment_files
 
 
 def synthetic_texts(count: int, rng: np.random.Generator) -> list[str]:

@@ -65,7 +65,8 @@ def sync_index(service: Resources, record: KnowledgeBaseRecord, state: GraphStat
     from kb_core.ingest.chunking import chunk_document
     from kb_core.ingest.parsing.base import ParsedDocument
     from kb_core.ingest.parsing.txt_parser import split_paragraphs
-    from kb_core.ingest.pipeline import chunk_row, timestamped_name, write_segment_files
+    from kb_core.ingest.pipeline import timestamped_name
+    from kb_core.store.segments import chunk_row, write_segment_files
 
     reader = service.reader(record.id)
     documents = reader.snapshot().documents()

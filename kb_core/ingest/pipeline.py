@@ -13,7 +13,6 @@ import json
 import logging
 import math
 import os
-import shutil
 import threading
 import time
 import uuid
@@ -28,8 +27,9 @@ import numpy as np
 
 from kb_core.errors import DocumentNotFound, KBError, KBNotFound, ParseError
 from kb_core.ingest.executors import DocumentExecutor
-from kb_core.store import Change, KBStore, Manifest, StagedSegment, catalog, utc_now
+from kb_core.store import Change, KBStore, Manifest, StagedSegment, catalog
 from kb_core.store.atomic import file_sha256, remove_stale_temporaries, write_bytes_atomically
+from kb_core.store.segments import write_document_segment
 
 logger = logging.getLogger(__name__)
 
@@ -470,129 +470,4 @@ class Importer:
         return rows
 
     def write_segment(self, staged: StagedSegment, documents: list[_PendingDocument]) -> list[dict[str, Any]]:
-        now = utc_now()
-        doc_rows: list[dict[str, Any]] = []
-        chunk_rows: list[dict[str, Any]] = []
-        text_rows: list[dict[str, Any]] = []
-        vectors: list[np.ndarray] = []
-        for document in documents:
-            row = {
-                "doc_id": document.doc_id,
-                "name": document.source.display_name,
-                "file_name": document.source.path.name,
-                "file_path": document.source.reported_path or str(document.source.path),
-                "file_type": document.file_type,
-                "source": document.source.source,
-                "size_bytes": document.size_bytes,
-                "chunk_size": document.chunk_size,
-                "created_at": document.source.created_at or now,
-                "updated_at": now,
-            }
-            if document.error is not None:
-                # a file that failed is recorded with its reason, but not kept
-                doc_rows.append(
-                    {
-                        **row,
-                        "sha256": None,
-                        "status": "failed",
-                        "error": document.error,
-                        "chunk_count": 0,
-                        "original": None,
-                    }
-                )
-                continue
-            suffix = document.source.path.suffix.lower() or f".{document.file_type}"
-            original = Path("files") / f"{document.doc_id}{suffix}"
-            shutil.copyfile(document.source.path, staged.path / original)
-            doc_rows.append(
-                {
-                    **row,
-                    "sha256": document.sha256,
-                    "status": "ready",
-                    "error": None,
-                    "chunk_count": len(document.chunks),
-                    "original": str(original),
-                }
-            )
-            text_rows.append({"doc_id": document.doc_id, "text": document.text})
-            chunk_rows.extend(chunk_row(document.doc_id, chunk) for chunk in document.chunks)
-            vectors.extend(document.vectors)
-        matrix = (
-            np.vstack(vectors).astype(np.float32)
-            if vectors
-            else np.empty((0, int(self.embedder.dimension)), dtype=np.float32)
-        )
-        write_segment_files(staged, doc_rows, chunk_rows, text_rows, matrix, self.embedder, self.analyzer)
-        return doc_rows
-
-
-def chunk_row(doc_id: str, chunk: Any) -> dict[str, Any]:
-    """The catalog row of one chunk (see ``catalog.CHUNKS_SCHEMA``), with a fresh chunk id."""
-    return {
-        "chunk_id": f"chk_{uuid.uuid4().hex[:16]}",
-        "doc_id": doc_id,
-        "chunk_index": chunk.chunk_index,
-        "content": chunk.content,
-        "tokens": chunk.tokens,
-        "chapter": chunk.chapter,
-        "page": chunk.page,
-        "start_char": chunk.start,
-        "end_char": chunk.end,
-    }
-
-
-def write_segment_files(
-    staged: StagedSegment,
-    doc_rows: list[dict[str, Any]],
-    chunk_rows: list[dict[str, Any]],
-    text_rows: list[dict[str, Any]],
-    vectors: np.ndarray,
-    embedder: Any,
-    analyzer: Any,
-) -> None:
-    """Build a staged segment's indexes and write every file; ``segment.json`` last, marking it complete."""
-    from kb_core.retrieval.keyword_index import KeywordSegment
-    from kb_core.retrieval.vector_index import VectorSegment
-
-    write_indexed_segment(
-        staged,
-        doc_rows,
-        chunk_rows,
-        text_rows,
-        KeywordSegment.build([row["content"] for row in chunk_rows], analyzer),
-        VectorSegment.build(vectors),
-        model_key=str(getattr(embedder, "model_key", "")),
-        dimension=int(vectors.shape[1]) if len(vectors) else int(getattr(embedder, "dimension", 0)),
-    )
-
-
-def write_indexed_segment(
-    staged: StagedSegment,
-    doc_rows: list[dict[str, Any]],
-    chunk_rows: list[dict[str, Any]],
-    text_rows: list[dict[str, Any]],
-    keyword: Any,
-    vectors: Any,
-    *,
-    model_key: str,
-    dimension: int,
-) -> None:
-    """Write every file of a staged segment whose keyword and vector indexes are already built."""
-    catalog.write_documents(staged.path, doc_rows)
-    catalog.write_chunks(staged.path, chunk_rows)
-    catalog.write_texts(staged.path, text_rows)
-    keyword.save(staged.path)
-    vectors.save(staged.path)
-    staged.rows, staged.documents = len(chunk_rows), len(doc_rows)
-    catalog.write_segment_info(
-        staged.path,
-        catalog.SegmentInfo(
-            id=staged.id,
-            rows=len(chunk_rows),
-            documents=len(doc_rows),
-            model_key=model_key,
-            dimension=dimension,
-            analyzer=keyword.analyzer_name,
-            created_at=utc_now(),
-        ),
-    )
+        return write_document_segment(staged, documents, self.embedder, self.analyzer)

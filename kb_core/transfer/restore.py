@@ -1164,7 +1164,7 @@ class _IndexIdentity:
 
 
 def _stage_kb(plan: _KBPlan, staging: Path, analyzer: Any) -> None:
-    from kb_core.ingest.pipeline import write_segment_files
+    from kb_core.store.segments import write_segment_files
 
     root = staging / "kbs" / plan.record.id
     store = KBStore.create(root, plan.record.id)

@@ -15,10 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from kb_core.ingest.pipeline import Importer, ImportJob, ImportProgress, _PendingDocument, chunk_row
+from kb_core.ingest.pipeline import Importer, ImportJob, ImportProgress, _PendingDocument
 from kb_core.store import utc_now
 from kb_core.store.postgres.records import ChunkRecord, DocumentRecord, PreparedDocument, StoreChange
 from kb_core.store.postgres.store import PostgresStore
+from kb_core.store.segments import chunk_row
 
 __all__ = ["PostgresImporter"]
 
