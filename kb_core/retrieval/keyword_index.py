@@ -26,8 +26,6 @@ from __future__ import annotations
 import io
 import logging
 import math
-import os
-import tempfile
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -40,6 +38,8 @@ import scipy.sparse as sp
 
 from kb_core.errors import InvalidArgument, StoreError
 from kb_core.retrieval.analysis import Analyzer
+from kb_core.store import files
+from kb_core.store.atomic import write_bytes_atomically
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ __all__ = [
     "bm25_term_scores",
 ]
 
-KEYWORD_FILE = "keyword.npz"
+KEYWORD_FILE = files.KEYWORD_FILE
 _FORMAT_VERSION = 1
 
 
@@ -165,16 +165,7 @@ class KeywordSegment:
             vocab_offsets=offsets,
             analyzer_name=np.frombuffer(self.analyzer_name.encode("utf-8"), dtype=np.uint8),
         )
-        fd, tmp = tempfile.mkstemp(prefix=".keyword-", suffix=".tmp", dir=directory)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(buffer.getbuffer())
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, directory / KEYWORD_FILE)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_bytes_atomically(directory / KEYWORD_FILE, buffer.getbuffer())
 
     @classmethod
     def load(cls, directory: Path) -> KeywordSegment:

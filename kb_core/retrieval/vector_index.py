@@ -36,7 +36,8 @@ import faiss
 import numpy as np
 
 from kb_core.errors import InvalidArgument, StoreError
-from kb_core.store.atomic import prefetch
+from kb_core.store import files
+from kb_core.store.atomic import prefetch, write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +51,8 @@ __all__ = [
     "VectorSegment",
 ]
 
-INDEX_FILENAME = "vectors.faiss"
-EXACT_FILENAME = "vectors.npy"
+INDEX_FILENAME = files.VECTOR_INDEX_FILE
+EXACT_FILENAME = files.EXACT_VECTORS_FILE
 # An approximate search for k rows fetches k + max(k // 2, _RESCORE_EXTRA) candidates, keeps the exact best k.
 _RESCORE_EXTRA = 42
 _READ_WINDOW_BYTES = 64 << 20  # exact vectors are read in windows of at most this many bytes
@@ -301,27 +302,19 @@ class VectorSegment:
         return cls(index, kind, settings.hnsw_ef_search, settings.ivf_nprobe, exact)
 
     def save(self, directory: Path) -> None:
-        """Write ``directory/vectors.faiss`` atomically (temporary name, then ``os.replace``)."""
+        """Write ``directory/vectors.faiss`` (and the exact vectors, if kept) atomically (:func:`write_atomically`)."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         if self._exact_vectors is not None:
             exact_target = directory / EXACT_FILENAME
-            exact_temporary = directory / f".{EXACT_FILENAME}.{os.getpid()}.{threading.get_ident()}.tmp"
             try:
-                self._exact_vectors.save(exact_temporary)
-                os.replace(exact_temporary, exact_target)
+                write_atomically(exact_target, self._exact_vectors.save)
             except OSError as exc:
-                exact_temporary.unlink(missing_ok=True)
                 raise StoreError(f"could not write exact vectors {exact_target}: {exc}") from exc
         target = directory / INDEX_FILENAME
-        temporary = directory / f".{INDEX_FILENAME}.{os.getpid()}.{threading.get_ident()}.tmp"
         try:
-            faiss.write_index(self._index, str(temporary))
-            with open(temporary, "rb") as handle:
-                os.fsync(handle.fileno())
-            os.replace(temporary, target)
+            write_atomically(target, lambda temporary: faiss.write_index(self._index, str(temporary)))
         except (OSError, RuntimeError) as exc:
-            temporary.unlink(missing_ok=True)
             raise StoreError(f"could not write vector index {target}: {exc}") from exc
 
     @classmethod

@@ -53,7 +53,9 @@ def write_atomically(path: Path, write: Callable[[Path], None], *, replace: bool
     fsync_directory(path.parent)
 
 
-def write_bytes_atomically(path: Path, data: bytes, *, replace: bool = True, mode: int | None = None) -> None:
+def write_bytes_atomically(
+    path: Path, data: bytes | memoryview, *, replace: bool = True, mode: int | None = None
+) -> None:
     def write(tmp: Path) -> None:
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
         fd = os.open(tmp, flags, 0o600 if mode is None else mode)

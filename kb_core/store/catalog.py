@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 from kb_core.errors import StoreError
 from kb_core.retrieval.fusion import TextSignatures, text_signatures
 from kb_core.store.atomic import prefetch, write_atomically, write_json_atomically
+from kb_core.store.files import CHUNK_ROWS_FILE, CHUNKS_FILE, DOCUMENTS_FILE, SEGMENT_INFO_FILE, TEXTS_FILE
 
 DOCUMENTS_SCHEMA = pa.schema(
     [
@@ -66,10 +67,9 @@ def _write_table(path: Path, rows: list[dict[str, Any]], schema: pa.Schema) -> N
 
 
 def write_documents(folder: Path, rows: list[dict[str, Any]]) -> None:
-    _write_table(folder / "documents.parquet", rows, DOCUMENTS_SCHEMA)
+    _write_table(folder / DOCUMENTS_FILE, rows, DOCUMENTS_SCHEMA)
 
 
-CHUNK_ROWS_FILE = "chunks.arrow"
 _PARQUET_ROW_GROUP = 16_384  # chunks of at most 8,192 tokens: well under 2 GB of text per row group
 # Large offsets: one record batch may hold more than 2 GB of chunk text.
 CHUNK_FIELDS_SCHEMA = pa.schema(
@@ -135,7 +135,7 @@ def write_chunk_table(folder: Path, table: pa.Table) -> None:
             for batch in rows.select(CHUNKS_SCHEMA.names).to_batches(max_chunksize=_PARQUET_ROW_GROUP):
                 writer.write_batch(batch.cast(CHUNKS_SCHEMA))
 
-    write_atomically(folder / "chunks.parquet", write_parquet)
+    write_atomically(folder / CHUNKS_FILE, write_parquet)
 
     def write_rows(tmp: Path) -> None:
         with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, CHUNK_ROWS_SCHEMA) as writer:
@@ -153,7 +153,7 @@ def open_row_store(folder: Path) -> pa.Table:
         if path.exists():
             prefetch(path)
             return pa.ipc.open_file(pa.memory_map(str(path), "r")).read_all()
-        return pq.read_table(folder / "chunks.parquet").cast(CHUNK_FIELDS_SCHEMA).combine_chunks()
+        return pq.read_table(folder / CHUNKS_FILE).cast(CHUNK_FIELDS_SCHEMA).combine_chunks()
     except (OSError, pa.ArrowException) as exc:
         raise StoreError(f"the chunk rows of segment {folder.name} are unreadable: {exc}") from exc
 
@@ -164,7 +164,7 @@ def open_chunk_rows(folder: Path) -> pa.Table:
 
 
 def write_texts(folder: Path, rows: list[dict[str, Any]]) -> None:
-    _write_table(folder / "texts.parquet", rows, TEXTS_SCHEMA)
+    _write_table(folder / TEXTS_FILE, rows, TEXTS_SCHEMA)
 
 
 @dataclass(frozen=True)
@@ -180,23 +180,23 @@ class SegmentInfo:
 
 def write_segment_info(folder: Path, info: SegmentInfo) -> None:
     """Written last: its presence marks the staged segment complete."""
-    write_json_atomically(folder / "segment.json", info.__dict__)
+    write_json_atomically(folder / SEGMENT_INFO_FILE, info.__dict__)
 
 
 def read_segment_info(folder: Path) -> SegmentInfo:
-    with open(folder / "segment.json", encoding="utf-8") as handle:
+    with open(folder / SEGMENT_INFO_FILE, encoding="utf-8") as handle:
         return SegmentInfo(**json.load(handle))
 
 
 def read_documents(folder: Path) -> pd.DataFrame:
-    return pq.read_table(folder / "documents.parquet", schema=DOCUMENTS_SCHEMA).to_pandas()
+    return pq.read_table(folder / DOCUMENTS_FILE, schema=DOCUMENTS_SCHEMA).to_pandas()
 
 
 def read_chunks(folder: Path, columns: list[str] | None = None) -> pd.DataFrame:
-    return pq.read_table(folder / "chunks.parquet", columns=columns).to_pandas()
+    return pq.read_table(folder / CHUNKS_FILE, columns=columns).to_pandas()
 
 
 def read_text(folder: Path, doc_id: str) -> str | None:
-    table = pq.read_table(folder / "texts.parquet", filters=[("doc_id", "=", doc_id)])
+    table = pq.read_table(folder / TEXTS_FILE, filters=[("doc_id", "=", doc_id)])
     values = table.column("text").to_pylist()
     return values[0] if values else None

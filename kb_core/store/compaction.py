@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 
 from kb_core.errors import StoreError
 from kb_core.store import Change, KBStore, Manifest, catalog, utc_now
+from kb_core.store.files import DOCUMENTS_FILE, TEXTS_FILE
 from kb_core.store.reader import LoadedSegment
 
 logger = logging.getLogger(__name__)
@@ -116,9 +117,9 @@ def _write_merged(
         segment = LoadedSegment(store.segment_dir(source_id))
         info = info or segment.info
         dead = list(manifest.tombstones.get(source_id, {}))
-        doc_table = pq.read_table(segment.folder / "documents.parquet")
+        doc_table = pq.read_table(segment.folder / DOCUMENTS_FILE)
         chunk_table = segment.row_store  # with signatures, computed here for a segment that predates them
-        text_table = pq.read_table(segment.folder / "texts.parquet")
+        text_table = pq.read_table(segment.folder / TEXTS_FILE)
         alive_docs = pc.invert(pc.is_in(doc_table.column("doc_id"), pa.array(dead, type=pa.string())))
         alive_rows = pc.invert(pc.is_in(chunk_table.column("doc_id"), pa.array(dead, type=pa.string())))
         alive_texts = pc.invert(pc.is_in(text_table.column("doc_id"), pa.array(dead, type=pa.string())))
@@ -135,9 +136,9 @@ def _write_merged(
     doc_all = pa.concat_tables(documents)
     chunk_all = pa.concat_tables(chunks)
     text_all = pa.concat_tables(texts)
-    pq.write_table(doc_all.cast(catalog.DOCUMENTS_SCHEMA), target / "documents.parquet", compression="zstd")
+    pq.write_table(doc_all.cast(catalog.DOCUMENTS_SCHEMA), target / DOCUMENTS_FILE, compression="zstd")
     catalog.write_chunk_table(target, chunk_all)
-    pq.write_table(text_all.cast(catalog.TEXTS_SCHEMA), target / "texts.parquet", compression="zstd")
+    pq.write_table(text_all.cast(catalog.TEXTS_SCHEMA), target / TEXTS_FILE, compression="zstd")
     assert info is not None
     if doc_all.num_rows == 0:
         return {"chunks": 0, "documents": 0}, dropped

@@ -50,6 +50,7 @@ from kb_core.store.atomic import (
     remove_stale_temporaries,
     write_json_atomically,
 )
+from kb_core.store.files import SEGMENT_INFO_FILE
 from kb_core.store.locking import try_writer_lock, writer_lock
 from kb_core.store.registry import utc_now
 
@@ -233,7 +234,7 @@ class KBStore:
             current = self.manifest()
             change = plan(current) if callable(plan) else plan
             for staged in change.add:
-                if not (staged.path / "segment.json").exists():
+                if not (staged.path / SEGMENT_INFO_FILE).exists():
                     raise StoreError(f"Segment {staged.id} is incomplete and cannot be committed.")
             for staged in change.add:
                 os.replace(staged.path, self.segment_dir(staged.id))
@@ -274,7 +275,7 @@ class KBStore:
         for folder in (self.root / "segments").iterdir():
             if folder.name in referenced:
                 continue
-            if now - folder.stat().st_mtime > GRACE_SECONDS or not (folder / "segment.json").exists():
+            if now - folder.stat().st_mtime > GRACE_SECONDS or not (folder / SEGMENT_INFO_FILE).exists():
                 shutil.rmtree(folder, ignore_errors=True)
 
     def clean_up(self) -> None:

@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 
 from kb_core.retrieval.fusion import TextSignatures, text_signatures
 from kb_core.store import catalog
+from kb_core.store.files import CHUNKS_FILE
 from kb_core.store.kb_store import KBStore, Manifest
 
 if TYPE_CHECKING:
@@ -48,7 +49,7 @@ class LoadedSegment:
     @cached_property
     def chunk_doc_codes(self) -> tuple[np.ndarray, np.ndarray]:
         """(doc ids, code per chunk row): compact even at a million rows."""
-        path = self.folder / "chunks.parquet"
+        path = self.folder / CHUNKS_FILE
         # Read as a dictionary column: a million repeated doc ids never materialise as strings.
         column = pq.read_table(path, columns=["doc_id"], read_dictionary=["doc_id"]).column("doc_id")
         encoded = column.unify_dictionaries().combine_chunks()  # one dictionary across row groups

@@ -10,7 +10,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kb_core.errors import KBError
-from kb_core.store.catalog import CHUNK_ROWS_FILE, read_segment_info
+from kb_core.store.catalog import read_segment_info
+from kb_core.store.files import CHUNK_ROWS_FILE, CHUNKS_FILE, DOCUMENTS_FILE, EXACT_VECTORS_FILE, SEGMENT_INFO_FILE
 from kb_core.store.kb_store import KBStore, Manifest
 from kb_core.store.locking import lock_if_free
 from kb_core.store.registry import Home
@@ -72,7 +73,7 @@ class _DocumentNames:
         if segment_id not in self._cache:
             try:
                 folder = self.store.segment_dir(segment_id)
-                table = pq.read_table(folder / "documents.parquet", columns=["doc_id", "name", "source", "status"])
+                table = pq.read_table(folder / DOCUMENTS_FILE, columns=["doc_id", "name", "source", "status"])
             except (OSError, pa.ArrowException):
                 self._cache[segment_id] = None
             else:
@@ -146,13 +147,13 @@ def _verify_records(store: KBStore, manifest: Manifest) -> list[str]:
 
 
 def _verify_segment(folder: Path, rows: int, documents: int) -> list[str]:
-    if not (folder / "segment.json").exists():
+    if not (folder / SEGMENT_INFO_FILE).exists():
         return [f"segment {folder.name} is missing or incomplete"]
     info = read_segment_info(folder)
     problems = []
     if info.rows != rows or info.documents != documents:
         problems.append(f"segment {folder.name} counts differ from the manifest")
-    for table, expected in (("chunks.parquet", rows), ("documents.parquet", documents)):
+    for table, expected in ((CHUNKS_FILE, rows), (DOCUMENTS_FILE, documents)):
         try:
             found = pq.read_metadata(folder / table).num_rows
         except (OSError, ValueError) as exc:
@@ -169,7 +170,7 @@ def _verify_segment(folder: Path, rows: int, documents: int) -> list[str]:
         else:
             if found != rows:
                 problems.append(f"segment {folder.name}: {CHUNK_ROWS_FILE} has {found} rows, expected {rows}")
-    exact = folder / "vectors.npy"  # exact vectors beside an 8-bit HNSW index
+    exact = folder / EXACT_VECTORS_FILE  # exact vectors beside an 8-bit HNSW index
     if exact.exists():
         try:
             found = int(np.load(exact, mmap_mode="r", allow_pickle=False).shape[0])

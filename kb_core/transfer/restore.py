@@ -106,6 +106,7 @@ from kb_core.safe_files import OutputFolder, UnusablePath, open_input_file, open
 from kb_core.seams import Resources, Scope
 from kb_core.store import Change, KBStore, KnowledgeBaseRecord, Manifest, StagedSegment, catalog, new_id, utc_now
 from kb_core.store.atomic import fsync_directory
+from kb_core.store.files import CHUNKS_FILE, DOCUMENTS_FILE, EXACT_VECTORS_FILE, TABLE_FILES, TEXTS_FILE
 from kb_core.validation import name_key, validate_chunk_size, validate_endpoint, validate_kb_name
 
 logger = logging.getLogger(__name__)
@@ -122,8 +123,7 @@ __all__ = [
 FORMAT_NAME = "kb-workbench-export"
 FORMAT_VERSION = 1
 MANIFEST_MEMBER = "manifest.json"
-TABLE_FILES = ("documents.parquet", "chunks.parquet", "texts.parquet")
-VECTORS_FILE = "vectors.npy"
+VECTORS_FILE = EXACT_VECTORS_FILE
 SEGMENT_PATH = re.compile(r"^kb/\d{4}/seg/\d{4}$")
 GRAPH_PATH = re.compile(r"^kb/\d{4}/graph/state\.json$")
 MEMBER_PATH = re.compile(
@@ -208,10 +208,10 @@ def _live_segment(store: KBStore, manifest: Manifest, segment_id: str, path: str
     folder = store.segment_dir(segment_id)
     info = catalog.read_segment_info(folder)
     deleted = set(manifest.tombstones.get(segment_id, {}))
-    documents = pq.read_table(folder / "documents.parquet").select(catalog.DOCUMENTS_SCHEMA.names)
+    documents = pq.read_table(folder / DOCUMENTS_FILE).select(catalog.DOCUMENTS_SCHEMA.names)
     documents = documents.cast(catalog.DOCUMENTS_SCHEMA)
-    chunks = pq.read_table(folder / "chunks.parquet").select(catalog.CHUNKS_SCHEMA.names).cast(catalog.CHUNKS_SCHEMA)
-    texts = pq.read_table(folder / "texts.parquet").select(catalog.TEXTS_SCHEMA.names).cast(catalog.TEXTS_SCHEMA)
+    chunks = pq.read_table(folder / CHUNKS_FILE).select(catalog.CHUNKS_SCHEMA.names).cast(catalog.CHUNKS_SCHEMA)
+    texts = pq.read_table(folder / TEXTS_FILE).select(catalog.TEXTS_SCHEMA.names).cast(catalog.TEXTS_SCHEMA)
     doc_ids = documents.column("doc_id").to_pylist()
     keep_docs = np.array([d not in deleted for d in doc_ids], dtype=bool)
     if not keep_docs.any():
@@ -355,9 +355,9 @@ def _write_export(
             segment_entries: list[dict[str, Any]] = []
             for segment in segments:
                 # parquet is already zstd-compressed: stored, not deflated again
-                add_bytes(f"{segment.path}/documents.parquet", _table_bytes(segment.documents), zipfile.ZIP_STORED)
-                add_bytes(f"{segment.path}/chunks.parquet", _table_bytes(segment.chunks), zipfile.ZIP_STORED)
-                add_bytes(f"{segment.path}/texts.parquet", _table_bytes(segment.texts), zipfile.ZIP_STORED)
+                add_bytes(f"{segment.path}/{DOCUMENTS_FILE}", _table_bytes(segment.documents), zipfile.ZIP_STORED)
+                add_bytes(f"{segment.path}/{CHUNKS_FILE}", _table_bytes(segment.chunks), zipfile.ZIP_STORED)
+                add_bytes(f"{segment.path}/{TEXTS_FILE}", _table_bytes(segment.texts), zipfile.ZIP_STORED)
                 buffer = io.BytesIO()
                 np.save(buffer, segment.vectors, allow_pickle=False)
                 add_bytes(f"{segment.path}/{VECTORS_FILE}", buffer.getvalue(), zipfile.ZIP_DEFLATED)
@@ -875,10 +875,10 @@ def _validate_kb(entry: Any, position: int, package: _Package, graph_paths: set[
             raise _refuse(f"Knowledge base {name!r} mixes vector dimensions {dimension} and {declared}; refused.")
         dimension = declared
         documents = _read_table(
-            package.members[f"{path}/documents.parquet"], catalog.DOCUMENTS_SCHEMA, f"{path}/documents"
+            package.members[f"{path}/{DOCUMENTS_FILE}"], catalog.DOCUMENTS_SCHEMA, f"{path}/documents"
         )
-        chunks = _read_table(package.members[f"{path}/chunks.parquet"], catalog.CHUNKS_SCHEMA, f"{path}/chunks")
-        texts = _read_table(package.members[f"{path}/texts.parquet"], catalog.TEXTS_SCHEMA, f"{path}/texts")
+        chunks = _read_table(package.members[f"{path}/{CHUNKS_FILE}"], catalog.CHUNKS_SCHEMA, f"{path}/chunks")
+        texts = _read_table(package.members[f"{path}/{TEXTS_FILE}"], catalog.TEXTS_SCHEMA, f"{path}/texts")
         vectors = _read_vectors(package.members[f"{path}/{VECTORS_FILE}"], len(chunks), f"{path}/{VECTORS_FILE}")
         if vectors.shape[1] != declared:
             raise _refuse(
@@ -1115,7 +1115,7 @@ def _home_document_ids(service: Resources) -> set[str]:
             continue
         for ref in manifest.segments:
             try:
-                table = pq.read_table(store.segment_dir(ref.id) / "documents.parquet", columns=["doc_id"])
+                table = pq.read_table(store.segment_dir(ref.id) / DOCUMENTS_FILE, columns=["doc_id"])
             except (OSError, pa.ArrowException):
                 continue
             ids.update(table.column("doc_id").to_pylist())
