@@ -69,6 +69,7 @@ if TYPE_CHECKING:
     from kb_core.ingest.executors import DocumentExecutor
     from kb_core.retrieval.analysis import Analyzer
     from kb_core.store.postgres import PostgresStore
+    from kb_core.store.tokens import TokenStore
 
 logger = logging.getLogger(__name__)
 # Query vectors of local models remembered per service (see CachedEmbedder): 384 floats each, 1.5 MB at most.
@@ -396,6 +397,13 @@ class KnowledgeBaseService:
         from kb_core.evaluation_runs import EvaluationRunStore
 
         return EvaluationRunStore(self.home.root)
+
+    @cached_property
+    def token_store(self) -> TokenStore:
+        """The MCP HTTP bearer tokens of this home (``HOME/tokens.json``)."""
+        from kb_core.store.tokens import TokenStore
+
+        return TokenStore(self.home.root)
 
     @cached_property
     def analyzer(self) -> Analyzer:

@@ -32,7 +32,7 @@ from mcp.types import CallToolResult
 from kb_core.cli.main import main
 from kb_core.mcp import paths as mcp_paths
 from kb_core.mcp.server import KBMCPServer
-from kb_core.mcp.tokens import TokenStore
+from kb_core.store.tokens import TokenStore
 from tests.conftest import REPO_ROOT, free_port
 
 BUNDLE = '- type: Document\n  doc_uri: "{uri}"\n  content: "{content}"\n'

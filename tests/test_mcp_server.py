@@ -29,7 +29,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import McpError
 from mcp.types import CallToolResult
 
-from kb_core.mcp.tokens import TokenStore
+from kb_core.store.tokens import TokenStore
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 ALL_TOOLS = {

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from kb_core.cli.main import main
-from kb_core.mcp.tokens import SlidingWindowLimiter, TokenStore
+from kb_core.mcp.rate_limits import SlidingWindowLimiter
+from kb_core.store.tokens import TokenStore
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], home: Path, *args: str) -> tuple[int, dict]:

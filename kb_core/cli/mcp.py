@@ -11,8 +11,8 @@ from kb_core.cli.common import Commands, table
 from kb_core.envelope import Envelope, enveloped, ok
 
 if TYPE_CHECKING:
-    from kb_core.mcp.tokens import TokenRecord, TokenStore
     from kb_core.service import Session
+    from kb_core.store.tokens import TokenRecord, TokenStore
 
 logger = logging.getLogger(__name__)
 
@@ -46,9 +46,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _store(session: Session) -> TokenStore:
-    from kb_core.mcp.tokens import TokenStore
-
-    return TokenStore(session.service.home.root)
+    return session.service.token_store
 
 
 def _scope_names(session: Session, scope: frozenset[str] | None) -> str:
@@ -117,7 +115,7 @@ def _render_tokens(envelope: Envelope) -> str:
 
 def register(commands: Commands) -> None:
     from kb_core.mcp.server import DEFAULT_HTTP_PORT
-    from kb_core.mcp.tokens import DEFAULT_RATE_PER_HOUR
+    from kb_core.store.tokens import DEFAULT_RATE_PER_HOUR
 
     mcp = commands.add_parser(
         "mcp",

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from mcp.types import ToolAnnotations
 
 from kb_core.errors import PermissionDenied
-from kb_core.mcp.tokens import TokenRecord
+from kb_core.store.tokens import TokenRecord
 
 READS = ToolAnnotations(readOnlyHint=True)
 WRITES = ToolAnnotations(readOnlyHint=False, destructiveHint=False)

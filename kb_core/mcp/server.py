@@ -10,7 +10,7 @@ and a token over its rate −32605 with ``data.retry_after_sec``. The SDK turns 
 tool into an ``isError`` result, so ``tools/call`` is dispatched by :meth:`KBMCPServer.dispatch_call_tool`,
 which raises ``McpError`` for the JSON-RPC cases.
 
-HTTP security: bearer tokens from :mod:`kb_core.mcp.tokens` (401 without a valid one, via the SDK's
+HTTP security: bearer tokens from :mod:`kb_core.store.tokens` (401 without a valid one, via the SDK's
 ``TokenVerifier`` and ``RequireAuthMiddleware``); the SDK binds each HTTP session to the token that created
 it. A token's scope becomes the session's KB scope (out-of-scope KBs answer like nonexistent ones); the rules
 per tool (read tokens cannot call write tools; scoped tokens cannot add knowledge bases; which arguments are
@@ -57,9 +57,10 @@ from kb_core.mcp import sdk
 from kb_core.mcp.access import ACCESS, check_token
 from kb_core.mcp.http_security import transport_security, url_host
 from kb_core.mcp.paths import confine_arguments
+from kb_core.mcp.rate_limits import SlidingWindowLimiter
 from kb_core.mcp.results import tool_result
-from kb_core.mcp.tokens import SlidingWindowLimiter, TokenRecord, TokenStore
 from kb_core.mcp.tools import build_tools
+from kb_core.store.tokens import TokenRecord, TokenStore
 
 if TYPE_CHECKING:
     from kb_core.service import KnowledgeBaseService, Session

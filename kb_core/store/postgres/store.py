@@ -36,13 +36,13 @@ import psycopg.errors
 from psycopg import sql
 
 from kb_core.errors import DocumentNotFound, InvalidArgument, KBError, KBExists, KBNotFound, StoreError
-from kb_core.mcp.tokens import DEFAULT_RATE_PER_HOUR, TOKEN_PREFIX, TokenRecord, hash_token, new_token
 from kb_core.retrieval.keyword_index import BM25Parameters
 from kb_core.store.postgres import schema
 from kb_core.store.postgres.connection import Database, DatabaseTarget, database_errors
 from kb_core.store.postgres.records import CommitResult, DocumentRecord, PreparedDocument, StoreChange
 from kb_core.store.postgres.snapshot import KBTables, PostgresSnapshot, VectorSearchSettings
 from kb_core.store.registry import KnowledgeBaseRecord, new_id, utc_now
+from kb_core.store.tokens import DEFAULT_RATE_PER_HOUR, TOKEN_PREFIX, TokenRecord, hash_token, new_token
 from kb_core.validation import name_key
 
 logger = logging.getLogger(__name__)
@@ -715,7 +715,7 @@ class PostgresStore:
     def create_token(
         self, scope: Sequence[str] | None, capability: str, rate_per_hour: int = DEFAULT_RATE_PER_HOUR
     ) -> tuple[str, TokenRecord]:
-        """A new MCP bearer token (shown once; only its SHA-256 is stored), as `kb_core.mcp.tokens.TokenStore`."""
+        """A new MCP bearer token (shown once; only its SHA-256 is stored), as `kb_core.store.tokens.TokenStore`."""
         token, record = new_token(scope, capability, rate_per_hour)
         with self._write() as (conn, _):
             conn.execute(

@@ -1,24 +1,22 @@
-"""Bearer tokens for the MCP server's HTTP transport, and their per-token rate limits.
+"""Bearer tokens for the MCP server's HTTP transport: records, ``new_token`` and the folder store's TokenStore.
 
 Tokens live in ``<home>/tokens.json`` (mode 0600, written atomically). Only a SHA-256 hash of each
 token is stored: a token is 256 random bits, so a fast hash is enough (a slow password KDF would
 only matter for guessable secrets). The token itself is shown once, when it is created.
 
 A token has a scope (every knowledge base, or a fixed set of KB ids resolved from names at creation),
-a capability (``read`` or ``write``) and a rate limit per hour.
+a capability (``read`` or ``write``) and a rate limit per hour (enforced by :mod:`kb_core.mcp.rate_limits`).
+The PostgreSQL store keeps the same records in its database (:mod:`kb_core.store.postgres.store`).
 """
 
 from __future__ import annotations
 
-import collections
 import hashlib
 import hmac
 import logging
-import math
 import secrets
 import threading
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -174,24 +172,3 @@ class TokenStore:
                 return record
         return None
 
-
-class SlidingWindowLimiter:
-    """At most ``limit`` events per key in any window of ``window_seconds`` (an exact sliding log)."""
-
-    def __init__(self, window_seconds: float = 3600.0, clock: Callable[[], float] = time.monotonic) -> None:
-        self.window = window_seconds
-        self.clock = clock
-        self._events: dict[str, collections.deque[float]] = {}
-        self._lock = threading.Lock()
-
-    def acquire(self, key: str, limit: int) -> int | None:
-        """Record an event and return None, or refuse it and return the seconds until one is allowed."""
-        now = self.clock()
-        with self._lock:
-            events = self._events.setdefault(key, collections.deque())
-            while events and events[0] <= now - self.window:
-                events.popleft()
-            if len(events) >= limit:
-                return max(1, math.ceil(events[len(events) - limit] + self.window - now))
-            events.append(now)
-            return None

@@ -1,0 +1,31 @@
+"""Per-token rate limits of the MCP server's HTTP transport (tokens: :mod:`kb_core.store.tokens`)."""
+
+from __future__ import annotations
+
+import collections
+import math
+import threading
+import time
+from collections.abc import Callable
+
+
+class SlidingWindowLimiter:
+    """At most ``limit`` events per key in any window of ``window_seconds`` (an exact sliding log)."""
+
+    def __init__(self, window_seconds: float = 3600.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.window = window_seconds
+        self.clock = clock
+        self._events: dict[str, collections.deque[float]] = {}
+        self._lock = threading.Lock()
+
+    def acquire(self, key: str, limit: int) -> int | None:
+        """Record an event and return None, or refuse it and return the seconds until one is allowed."""
+        now = self.clock()
+        with self._lock:
+            events = self._events.setdefault(key, collections.deque())
+            while events and events[0] <= now - self.window:
+                events.popleft()
+            if len(events) >= limit:
+                return max(1, math.ceil(events[len(events) - limit] + self.window - now))
+            events.append(now)
+            return None
