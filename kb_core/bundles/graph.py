@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import re
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -43,10 +41,10 @@ from kb_core.store.atomic import (
     write_json_atomically,
 )
 from kb_core.store.locking import writer_lock
+from kb_core.store.versioned import VersionedJSON
 
 logger = logging.getLogger(__name__)
 
-STATE_NAME = re.compile(r"^state-(\d{12})\.json$")
 STATES_KEPT = 3
 
 
@@ -89,27 +87,23 @@ class GraphState:
 class GraphStore:
     def __init__(self, kb_root: Path) -> None:
         self.root = kb_root / "graph"
+        self._states = VersionedJSON(self.root, prefix="state-")
 
     def _state_path(self, version: int) -> Path:
-        return self.root / f"state-{version:012d}.json"
+        return self._states.path(version)
 
     def versions(self) -> list[int]:
         try:
-            names = os.listdir(self.root)
+            return self._states.versions()
         except FileNotFoundError:
             return []
-        return sorted(int(m.group(1)) for n in names if (m := STATE_NAME.match(n)))
 
     def load(self) -> GraphState:
         """The newest committed state; an empty graph with the default ontology if none yet."""
-        for version in reversed(self.versions()):
-            try:
-                return GraphState.from_json(read_json(self._state_path(version)))
-            except FileNotFoundError:
-                continue
-            except (ValueError, KeyError, TypeError) as exc:
-                raise StoreError(f"Graph state {version} in {self.root} is unreadable: {exc}") from exc
-        return GraphState(version=0, ontology=default_ontology())
+        newest = self._states.newest(
+            GraphState.from_json, lambda version: f"Graph state {version} in {self.root}", self.versions()
+        )
+        return newest if newest is not None else GraphState(version=0, ontology=default_ontology())
 
     @contextmanager
     def lock(self) -> Iterator[None]:
@@ -123,9 +117,8 @@ class GraphStore:
         current = self.versions()
         version = (current[-1] if current else 0) + 1
         committed = GraphState(version, state.ontology, state.nodes, state.edges)
-        write_json_atomically(self._state_path(version), committed.to_json(), replace=False)
-        for old in current[:-STATES_KEPT]:
-            self._state_path(old).unlink(missing_ok=True)
+        self._states.write(version, committed.to_json())
+        self._states.prune([*current, version], STATES_KEPT + 1)
         return committed
 
     # -- shadow export -------------------------------------------------------------------------

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import shutil
 import time
 import uuid
@@ -53,10 +52,10 @@ from kb_core.store.atomic import (
 from kb_core.store.files import SEGMENT_INFO_FILE
 from kb_core.store.locking import try_writer_lock, writer_lock
 from kb_core.store.registry import utc_now
+from kb_core.store.versioned import VersionedJSON
 
 logger = logging.getLogger(__name__)
 
-MANIFEST_NAME = re.compile(r"^(\d{12})\.json$")
 MANIFESTS_KEPT = 8
 GRACE_SECONDS = 600.0
 
@@ -137,6 +136,7 @@ class KBStore:
     def __init__(self, root: Path, kb_id: str) -> None:
         self.root = root
         self.kb_id = kb_id
+        self._manifests = VersionedJSON(root / "manifests")
 
     # -- creation ------------------------------------------------------------------------------
     @classmethod
@@ -152,14 +152,13 @@ class KBStore:
 
     # -- reading (never locks) -------------------------------------------------------------------
     def _manifest_path(self, version: int) -> Path:
-        return self.root / "manifests" / f"{version:012d}.json"
+        return self._manifests.path(version)
 
     def manifest_versions(self) -> list[int]:
         try:
-            names = os.listdir(self.root / "manifests")
+            return self._manifests.versions()
         except FileNotFoundError as exc:
             raise KBNotFound(f"Knowledge base id '{self.kb_id}' no longer exists.") from exc
-        return sorted(int(m.group(1)) for n in names if (m := MANIFEST_NAME.match(n)))
 
     def latest_version(self) -> int:
         versions = self.manifest_versions()
@@ -167,13 +166,11 @@ class KBStore:
 
     def manifest(self) -> Manifest:
         versions = self.manifest_versions()
-        for version in reversed(versions):
-            try:
-                return Manifest.from_json(read_json(self._manifest_path(version)))
-            except FileNotFoundError:
-                continue  # garbage-collected between listdir and open: an older one may still do
-            except (ValueError, KeyError) as exc:
-                raise StoreError(f"Manifest {version} of knowledge base {self.kb_id} is unreadable: {exc}") from exc
+        newest = self._manifests.newest(
+            Manifest.from_json, lambda version: f"Manifest {version} of knowledge base {self.kb_id}", versions
+        )
+        if newest is not None:
+            return newest
         if not versions:
             return EMPTY_MANIFEST
         if not self.exists():  # the KB was deleted while we read
@@ -251,7 +248,7 @@ class KBStore:
                     raise StoreError(f"Cannot delete from segment {seg}: it is not part of the knowledge base.")
                 tombstones.setdefault(seg, {}).update(docs)
             new = Manifest(version=current.version + 1, segments=segments, tombstones=tombstones, created_at=utc_now())
-            write_json_atomically(self._manifest_path(new.version), new.to_json(), replace=False)
+            self._manifests.write(new.version, new.to_json())
             self._collect_garbage(new)
             return new
 
@@ -266,12 +263,8 @@ class KBStore:
                 referenced.update(s["id"] for s in read_json(self._manifest_path(version))["segments"])
             except (FileNotFoundError, ValueError, KeyError):
                 continue
+        self._manifests.prune(versions, MANIFESTS_KEPT, grace_seconds=GRACE_SECONDS)
         now = time.time()
-        for version in versions:
-            if version not in keep:
-                path = self._manifest_path(version)
-                if now - path.stat().st_mtime > GRACE_SECONDS:
-                    path.unlink(missing_ok=True)
         for folder in (self.root / "segments").iterdir():
             if folder.name in referenced:
                 continue
