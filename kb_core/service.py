@@ -1250,16 +1250,16 @@ class Session:
 
     # -- export and import of the database -----------------------------------------------------
     def export_database(self, export_path: str, kb_names: Sequence[str] | None = None) -> Envelope:
-        """Write every visible KB (or the named ones) into one portable file; see :mod:`kb_core.transfer.restore`."""
-        from kb_core.transfer import restore as transfer
+        """Write every visible KB (or the named ones) into one portable file; see :mod:`kb_core.transfer`."""
+        from kb_core.transfer.export import export_database
 
-        return transfer.export_database(self, export_path, kb_names)
+        return export_database(self, export_path, kb_names)
 
     def import_database(self, source_db_path: str) -> Envelope:
         """Validate an export file completely, then merge its KBs into the home (all or nothing)."""
-        from kb_core.transfer import restore as transfer
+        from kb_core.transfer.restore import import_database
 
-        return transfer.import_database(self, source_db_path)
+        return import_database(self, source_db_path)
 
     # -- knowledge bundles (typed nodes and edges; see kb_core.bundles) -------------------------
     def get_knowledge_schema(self, kb_name: str | None = None) -> Envelope:

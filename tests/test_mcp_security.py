@@ -215,7 +215,7 @@ def test_bundle_import_never_reads_or_deletes_a_file_outside(
 def test_export_never_writes_outside_the_allowed_folders(
     live: LiveServer, monkeypatch: pytest.MonkeyPatch, moment: str
 ) -> None:
-    import kb_core.transfer.restore
+    import kb_core.transfer.export
 
     out = live.allowed / "out"
     out.mkdir()
@@ -223,7 +223,7 @@ def test_export_never_writes_outside_the_allowed_folders(
     if moment == "after the path check":
         run_after(monkeypatch, mcp_paths, "confine_path", swap)
     else:
-        run_before(monkeypatch, kb_core.transfer.restore, "_write_export", swap)
+        run_before(monkeypatch, kb_core.transfer.export, "_write_export", swap)
 
     result = live.run(lambda s: call(s, "export_database", export_path=str(out / "backup.kbx")))
     assert out.is_symlink()  # the swap happened

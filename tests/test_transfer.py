@@ -19,7 +19,9 @@ import numpy as np
 import pytest
 
 from kb_core import KnowledgeBaseService
-from kb_core.transfer.restore import FORMAT_VERSION, MANIFEST_MEMBER, TransferLimits, export_database, import_database
+from kb_core.transfer.export import export_database
+from kb_core.transfer.format import FORMAT_VERSION, MANIFEST_MEMBER, TransferLimits
+from kb_core.transfer.restore import import_database
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 DOCS = SHARED / "fixtures" / "docs"

@@ -1,4 +1,4 @@
-"""Export files (:mod:`kb_core.transfer.restore`) to and from the PostgreSQL store.
+"""Export files (:mod:`kb_core.transfer`) to and from the PostgreSQL store.
 
 An export file holds KBs as segments (parquet catalog rows, ``vectors.npy``, originals). Into PostgreSQL
 (:func:`commit_plans`), each validated KB becomes a new KB and one commit of all its documents, rows in the file's
@@ -29,7 +29,8 @@ from kb_core.store.registry import KnowledgeBaseRecord
 from kb_core.validation import name_key
 
 if TYPE_CHECKING:
-    from kb_core.transfer.restore import _KBPlan, _SegmentExport
+    from kb_core.transfer.export import _SegmentExport
+    from kb_core.transfer.restore import _KBPlan
 
 logger = logging.getLogger(__name__)
 
@@ -110,7 +111,8 @@ def export_segments(
     store: PostgresStore, record: KnowledgeBaseRecord, kb_index: int, model_key: str
 ) -> tuple[list[_SegmentExport], GraphState | None]:
     """A KB as one export segment (none when it holds no documents) and its graph, read in one snapshot."""
-    from kb_core.transfer.restore import SUFFIX_PATTERN, _SegmentExport
+    from kb_core.transfer.export import _SegmentExport
+    from kb_core.transfer.format import SUFFIX_PATTERN
 
     path = f"kb/{kb_index:04d}/seg/0000"
     with store.snapshot(record.id, prefer_replica=False) as snapshot:

@@ -1,0 +1,320 @@
+"""Reading an export file's ZIP archive under limits: member names, declared sizes and ratios, the manifest, the
+members' sizes and SHA-256, tables and ``.npy`` headers checked before anything is allocated
+(``docs/export-format.md``). Everything it refuses raises ImportFormatError (INVALID_IMPORT_FILE).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+import os
+import re
+import shutil
+import stat
+import zipfile
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from kb_core.errors import ImportFormatError, InvalidArgument, StoreError
+from kb_core.safe_files import UnusablePath, open_input_file
+from kb_core.transfer.format import (
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    GRAPH_PATH,
+    MANIFEST_MEMBER,
+    MAX_MANIFEST_DEPTH,
+    MEMBER_PATH,
+    NPY_VERSIONS,
+    READ_BLOCK,
+    TransferLimits,
+)
+
+logger = logging.getLogger(__name__)
+
+
+def _refuse(message: str, **details: Any) -> ImportFormatError:
+    return ImportFormatError(message, details=details)
+
+
+def _check_member_name(info: zipfile.ZipInfo) -> None:
+    name = info.filename
+    shown = repr(name)
+    if "\x00" in name or any(ord(c) < 32 for c in name):
+        raise _refuse(f"Member {shown} has control characters in its name; refused.", member=name)
+    if name.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", name):
+        raise _refuse(f"Member {shown} has an absolute path; only relative member names are accepted.", member=name)
+    if "\\" in name:
+        raise _refuse(f"Member {shown} uses backslashes; only '/' separated names are accepted.", member=name)
+    if ".." in name.split("/"):
+        raise _refuse(f"Member {shown} climbs out of the archive with '..'; refused.", member=name)
+    mode = info.external_attr >> 16
+    kind = stat.S_IFMT(mode)
+    if kind not in (0, stat.S_IFREG, stat.S_IFDIR):
+        what = {stat.S_IFLNK: "a symbolic link", stat.S_IFCHR: "a device", stat.S_IFBLK: "a device"}.get(
+            kind, "a special file"
+        )
+        raise _refuse(f"Member {shown} is {what}; only regular files are accepted.", member=name)
+    if info.is_dir():
+        raise _refuse(f"Member {shown} is a folder entry; an export file holds only files.", member=name)
+    if info.flag_bits & 0x1:
+        raise _refuse(f"Member {shown} is encrypted; export files are never encrypted.", member=name)
+    if name != MANIFEST_MEMBER and not MEMBER_PATH.match(name):
+        raise _refuse(
+            f"Member {shown} is not part of the {FORMAT_NAME} format (expected manifest.json, kb/NNNN/seg/NNNN/… "
+            "and kb/NNNN/graph/state.json).",
+            member=name,
+        )
+
+
+def _check_sizes(infos: Sequence[zipfile.ZipInfo], limits: TransferLimits) -> int:
+    if len(infos) > limits.max_members:
+        raise _refuse(f"The file has {len(infos)} members; at most {limits.max_members} are accepted.")
+    total = 0
+    for info in infos:
+        if info.file_size > limits.max_member_bytes:
+            raise _refuse(
+                f"Member {info.filename!r} declares {info.file_size} bytes uncompressed; "
+                f"at most {limits.max_member_bytes} are accepted (decompression bomb?).",
+                member=info.filename,
+            )
+        if info.file_size > limits.ratio_floor_bytes and info.file_size > limits.max_ratio * max(info.compress_size, 1):
+            raise _refuse(
+                f"Member {info.filename!r} expands {info.file_size / max(info.compress_size, 1):.0f}-fold "
+                f"({info.compress_size} → {info.file_size} bytes); at most {limits.max_ratio:g}-fold is accepted "
+                "(decompression bomb?).",
+                member=info.filename,
+            )
+        if GRAPH_PATH.match(info.filename) and info.file_size > limits.max_graph_bytes:
+            raise _refuse(
+                f"Member {info.filename!r} declares a {info.file_size}-byte graph; at most {limits.max_graph_bytes} "
+                "bytes are accepted.",
+                member=info.filename,
+            )
+        total += info.file_size
+    if total > limits.max_total_bytes:
+        raise _refuse(
+            f"The file declares {total} bytes uncompressed in all; at most {limits.max_total_bytes} are accepted."
+        )
+    return total
+
+
+def _extract(archive: zipfile.ZipFile, info: zipfile.ZipInfo, target: Path | None) -> tuple[str, int, bytes | None]:
+    """Stream one member, never past its declared size; returns (sha256, size, bytes if target is None)."""
+    digest = hashlib.sha256()
+    size = 0
+    kept = io.BytesIO() if target is None else None
+    out = open(target, "xb") if target is not None else None  # noqa: SIM115
+    try:
+        with archive.open(info) as source:
+            while True:
+                block = source.read(READ_BLOCK)
+                if not block:
+                    break
+                size += len(block)
+                if size > info.file_size:
+                    raise _refuse(f"Member {info.filename!r} holds more data than it declares; refused.")
+                digest.update(block)
+                (out or kept).write(block)  # type: ignore[union-attr]
+    except (zipfile.BadZipFile, EOFError, zlib.error) as exc:
+        raise _refuse(f"Member {info.filename!r} is damaged ({exc}); the file is corrupt or truncated.") from exc
+    finally:
+        if out is not None:
+            out.close()
+    if size != info.file_size:
+        raise _refuse(f"Member {info.filename!r} holds {size} bytes but declares {info.file_size}; refused.")
+    return digest.hexdigest(), size, kept.getvalue() if kept is not None else None
+
+
+@dataclass
+class _Package:
+    manifest: dict[str, Any]
+    members: dict[str, Path]  # member name → extracted file
+
+
+def _nests_deeper_than(value: Any, limit: int) -> bool:
+    """Whether parsed JSON nests more than ``limit`` containers deep (iterative: no recursion to exhaust)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        if not children:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return False
+
+
+def _read_manifest(data: bytes) -> dict[str, Any]:
+    too_deep = _refuse(f"manifest.json nests deeper than {MAX_MANIFEST_DEPTH} levels; this is not an export file.")
+    try:
+        manifest = json.loads(data.decode("utf-8"))
+    except RecursionError:  # the parser stops at the interpreter's recursion limit: bounded time, nothing allocated
+        raise too_deep from None
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise _refuse(f"manifest.json is not valid UTF-8 JSON: {exc}.") from exc
+    if _nests_deeper_than(manifest, MAX_MANIFEST_DEPTH):
+        raise too_deep  # a value hundreds of levels deep would exhaust the stack of whatever formats it later
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
+        found = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__
+        raise _refuse(f"This is not a {FORMAT_NAME} file (manifest format is {found!r}).")
+    version = manifest.get("format_version")
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise _refuse(f"format_version {version!r} is not valid; this program reads version {FORMAT_VERSION}.")
+    if version > FORMAT_VERSION:
+        raise _refuse(
+            f"The file has format_version {version}, newer than this program understands ({FORMAT_VERSION}); "
+            "upgrade KB Workbench to import it.",
+            format_version=version,
+        )
+    if not isinstance(manifest.get("files"), dict) or not isinstance(manifest.get("knowledge_bases"), list):
+        raise _refuse("manifest.json lacks its 'files' map or 'knowledge_bases' list.")
+    for name, entry in manifest["files"].items():
+        if (
+            not isinstance(entry, dict)
+            or not isinstance(entry.get("sha256"), str)
+            or not re.fullmatch(r"[0-9a-f]{64}", entry["sha256"])
+            or isinstance(entry.get("size"), bool)
+            or not isinstance(entry.get("size"), int)
+            or entry["size"] < 0
+        ):
+            raise _refuse(f"manifest.json entry for {name!r} needs a sha256 (64 hex digits) and a size.")
+    return manifest
+
+
+def _open_package(
+    path: Path, staging: Path, limits: TransferLimits, allowed_dirs: Sequence[Path] | None = None
+) -> _Package:
+    # Opened once (confined where the session is); the archive is read from that open file only.
+    try:
+        with open_input_file(path, allowed_dirs) as opened:
+            handle = opened.reader()
+    except UnusablePath as exc:
+        raise InvalidArgument(f"source_db_path {str(path)!r} {exc.reason}; give an export file.") from None
+    with handle:
+        return _read_package(handle, path, staging, limits)
+
+
+def _read_package(handle: IO[bytes], path: Path, staging: Path, limits: TransferLimits) -> _Package:
+    try:
+        archive = zipfile.ZipFile(handle)
+    except zipfile.BadZipFile as exc:
+        raise _refuse(
+            f"{path.name} is not a {FORMAT_NAME} file, or it is truncated: it is not a readable ZIP archive ({exc})."
+        ) from exc
+    except OSError as exc:
+        raise _refuse(f"{path.name} cannot be read: {exc.strerror or exc}.") from exc
+    with archive:
+        infos = archive.infolist()
+        names = [i.filename for i in infos]
+        duplicates = sorted({n for n in names if names.count(n) > 1}) if len(set(names)) != len(names) else []
+        if duplicates:
+            raise _refuse(f"Member name(s) {duplicates[:5]} occur more than once; refused.")
+        for info in infos:
+            _check_member_name(info)
+        total = _check_sizes(infos, limits)
+        by_name = {i.filename: i for i in infos}
+        if MANIFEST_MEMBER not in by_name:
+            raise _refuse(f"{path.name} has no {MANIFEST_MEMBER}: it is not a {FORMAT_NAME} file.")
+        manifest_info = by_name[MANIFEST_MEMBER]
+        if manifest_info.file_size > limits.max_manifest_bytes:
+            raise _refuse(f"manifest.json declares {manifest_info.file_size} bytes; refused.")
+        _, _, data = _extract(archive, manifest_info, None)
+        manifest = _read_manifest(data or b"")
+        listed = set(manifest["files"])
+        present = set(by_name) - {MANIFEST_MEMBER}
+        if listed - present:
+            raise _refuse(f"Member(s) listed in the manifest are missing: {sorted(listed - present)[:5]}.")
+        if present - listed:
+            raise _refuse(f"Member(s) not listed in the manifest: {sorted(present - listed)[:5]}.")
+        free = shutil.disk_usage(staging.parent).free
+        if total * 2 > free:
+            raise StoreError(
+                f"Importing needs about {2 * total} bytes of free space in the home; {free} are free.",
+                code="INSUFFICIENT_SPACE",
+            )
+        members: dict[str, Path] = {}
+        raw = staging / "raw"
+        raw.mkdir()
+        for number, name in enumerate(sorted(listed)):
+            info = by_name[name]
+            expected = manifest["files"][name]
+            if info.file_size != expected["size"]:
+                raise _refuse(
+                    f"Member {name!r} is {info.file_size} bytes but the manifest says {expected['size']}; refused.",
+                    member=name,
+                )
+            target = raw / f"{number:08d}"
+            digest, _, _ = _extract(archive, info, target)
+            if digest != expected["sha256"]:
+                raise _refuse(
+                    f"Member {name!r} fails its checksum (sha256 {digest[:12]}…, manifest says "
+                    f"{expected['sha256'][:12]}…): the file is damaged or was altered.",
+                    member=name,
+                )
+            members[name] = target
+    return _Package(manifest, members)
+
+
+
+
+def _read_table(path: Path, schema: pa.Schema, what: str) -> list[dict[str, Any]]:
+    try:
+        table = pq.read_table(path)
+        missing = [n for n in schema.names if n not in table.column_names]
+        if missing:
+            raise _refuse(f"{what} lacks the column(s) {missing}.")
+        return table.select(schema.names).cast(schema).to_pylist()
+    except ImportFormatError:
+        raise
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise _refuse(f"{what} is not a readable table of the expected schema: {exc}.") from exc
+
+
+def _read_vectors(path: Path, rows: int, what: str) -> np.ndarray:
+    """Read a vectors.npy member after checking its header against the member's real size (never allocating
+    what a header merely claims)."""
+    from numpy.lib import format as npy
+
+    try:
+        with open(path, "rb") as handle:
+            version = npy.read_magic(handle)
+            if version not in NPY_VERSIONS:
+                raise _refuse(f"{what} is a .npy file of version {version[0]}.{version[1]}; 1.0 and 2.0 are accepted.")
+            read_header = npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0
+            shape, fortran_order, dtype = read_header(handle)
+            data_bytes = os.fstat(handle.fileno()).st_size - handle.tell()
+            if len(shape) != 2 or dtype != np.dtype("<f4") or fortran_order or not 1 <= shape[1] <= 65536:
+                order = " in Fortran order" if fortran_order else ""
+                raise _refuse(
+                    f"{what} must be a 2-D little-endian float32 array in C order with 1 to 65536 columns, got "
+                    f"{dtype} of shape {shape}{order}."
+                )
+            claimed = shape[0] * shape[1] * dtype.itemsize
+            if claimed != data_bytes:
+                raise _refuse(
+                    f"{what}: its header claims shape {shape} ({claimed} bytes) but the member holds {data_bytes} "
+                    "bytes of data; refused."
+                )
+            if shape[0] != rows:
+                raise _refuse(f"{what} has {shape[0]} vectors for {rows} chunks.")
+            vectors = np.fromfile(handle, dtype=dtype, count=shape[0] * shape[1]).reshape(shape)
+    except ImportFormatError:
+        raise
+    except (OSError, ValueError, EOFError) as exc:
+        raise _refuse(f"{what} is not a readable .npy array: {exc}.") from exc
+    if not np.isfinite(vectors).all():
+        raise _refuse(f"{what} contains NaN or infinite values.")
+    norms = np.linalg.norm(vectors, axis=1)
+    if rows and not ((np.abs(norms - 1.0) <= 1e-3) | (norms == 0.0)).all():
+        raise _refuse(f"{what} holds vectors that are not L2-normalised.")
+    return vectors
