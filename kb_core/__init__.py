@@ -3,7 +3,8 @@
 import logging
 
 from kb_core.errors import KBError
-from kb_core.service import KnowledgeBaseService, Session, open_service
+from kb_core.service import KnowledgeBaseService, open_service
+from kb_core.session import Session
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 

@@ -1,8 +1,8 @@
 """The typed seams between the session layer and the features built on it (bundles, transfer, evaluation, demo).
 
-Features take a :class:`Scope` (what a :class:`kb_core.service.Session` offers them: the KBs it may see, and
+Features take a :class:`Scope` (what a :class:`kb_core.session.Session` offers them: the KBs it may see, and
 the process's :class:`Resources`) instead of importing the service, so the service can delegate to them
-without an import cycle. :class:`kb_core.service.KnowledgeBaseService` and :class:`kb_core.service.Session`
+without an import cycle. :class:`kb_core.service.KnowledgeBaseService` and :class:`kb_core.session.Session`
 satisfy these protocols; a new store (e.g. PostgreSQL) plugs in behind the same methods.
 """
 

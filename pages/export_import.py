@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from kb_core.service import human_size
+from kb_core.store.documents import human_size
 from pages import _shared as ui
 
 EXPORT_SUFFIX = ".kbx"

@@ -1,6 +1,6 @@
 """Knowledge bundles: an ontology per KB, a generated JSON Schema, validated YAML import, a graph.
 
-Public functions take a :class:`kb_core.service.Session` and return an envelope; see :mod:`kb_core.bundles.api`.
+Public functions take a :class:`kb_core.session.Session` and return an envelope; see :mod:`kb_core.bundles.api`.
 """
 
 from kb_core.bundles.api import (

@@ -1,6 +1,6 @@
 """Knowledge-bundle operations on a session: schema, import, ontology, nodes, search expansion.
 
-Each function takes a :class:`kb_core.service.Session` and returns the team's envelope
+Each function takes a :class:`kb_core.session.Session` and returns the team's envelope
 ``{success, message, data}``; where the spec prescribes a result shape (``get_knowledge_schema``:
 ``{full_bundle_schema, example_yaml}``; ``import_knowledge_bundle``: ``{status, stats}``) that shape
 is the envelope's ``data``.

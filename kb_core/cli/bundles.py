@@ -10,7 +10,7 @@ from kb_core.cli.common import Commands
 from kb_core.envelope import Envelope
 
 if TYPE_CHECKING:
-    from kb_core.service import Session
+    from kb_core.session import Session
 
 
 def _schema(session: Session, args: argparse.Namespace) -> Envelope:

@@ -11,7 +11,7 @@ from tabulate import tabulate
 from kb_core.envelope import Envelope
 
 if TYPE_CHECKING:
-    from kb_core.service import Session
+    from kb_core.session import Session
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 

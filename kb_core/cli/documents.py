@@ -12,7 +12,7 @@ from kb_core.envelope import Envelope
 
 if TYPE_CHECKING:
     from kb_core.ingest.pipeline import ImportProgress
-    from kb_core.service import Session
+    from kb_core.session import Session
 
 
 def _import(session: Session, args: argparse.Namespace) -> Envelope:

@@ -15,7 +15,7 @@ from kb_core.cli.common import Commands
 from kb_core.envelope import Envelope, enveloped, ok
 
 if TYPE_CHECKING:
-    from kb_core.service import Session
+    from kb_core.session import Session
 
 _BAR: Any = None
 

@@ -11,7 +11,7 @@ from kb_core.cli.common import Commands, UsageError, table
 from kb_core.envelope import Envelope
 
 if TYPE_CHECKING:
-    from kb_core.service import Session
+    from kb_core.session import Session
 
 API_KEY_VARIABLE = "KB_EMBEDDING_API_KEY"
 

@@ -11,7 +11,7 @@ from kb_core.cli.common import Commands, table
 from kb_core.envelope import Envelope, enveloped, ok
 
 if TYPE_CHECKING:
-    from kb_core.service import Session
+    from kb_core.session import Session
     from kb_core.store.tokens import TokenRecord, TokenStore
 
 logger = logging.getLogger(__name__)

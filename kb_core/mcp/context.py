@@ -15,7 +15,7 @@ from kb_core.mcp.results import tool_result
 
 if TYPE_CHECKING:
     from kb_core.ingest.pipeline import ImportProgress
-    from kb_core.service import Session
+    from kb_core.session import Session
 
 logger = logging.getLogger(__name__)
 

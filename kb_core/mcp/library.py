@@ -9,7 +9,7 @@ from kb_core.errors import EmbeddingError, KBError
 from kb_core.mcp.results import snippet
 
 if TYPE_CHECKING:
-    from kb_core.service import Session
+    from kb_core.session import Session
 
 
 def search_library(session: Session, query: str, limit: int, mode: str, expand_graph: bool = False) -> Envelope:

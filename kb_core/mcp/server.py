@@ -2,7 +2,7 @@
 
 Built on the official MCP Python SDK v1 (``mcp.server.fastmcp.FastMCP``; v2 renamed it, so pyproject pins
 ``mcp<2``; the private parts it needs are reached only through :mod:`kb_core.mcp.sdk`). Every tool calls one
-:class:`kb_core.service.Session` method and returns the session envelope ``{success, message, data[, error]}``
+:class:`kb_core.session.Session` method and returns the session envelope ``{success, message, data[, error]}``
 as structured content, with an output schema (:mod:`kb_core.mcp.models`).
 
 Errors follow one rule for every tool (:mod:`kb_core.mcp.results`); in addition unknown tools answer −32602
@@ -63,7 +63,8 @@ from kb_core.mcp.tools import build_tools
 from kb_core.store.tokens import TokenRecord, TokenStore
 
 if TYPE_CHECKING:
-    from kb_core.service import KnowledgeBaseService, Session
+    from kb_core.service import KnowledgeBaseService
+    from kb_core.session import Session
 
 logger = logging.getLogger(__name__)
 

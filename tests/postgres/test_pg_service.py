@@ -18,7 +18,7 @@ import pytest
 
 from kb_core import KnowledgeBaseService
 from kb_core.errors import InvalidArgument, KBError
-from kb_core.service import Session
+from kb_core.session import Session
 from kb_core.store.postgres.embedded import LocalPostgres
 from tests.postgres.conftest import new_database
 

@@ -1,0 +1,90 @@
+"""Search features above the ranking code: a KB's settings for one call, rag_search's ranking, explanations.
+
+They take the process's resources (:class:`kb_core.seams.Resources`) and KB records and return typed data; the
+session (:mod:`kb_core.session`) wraps them into envelopes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from kb_core.retrieval.fusion import ScoreBreakdown
+from kb_core.retrieval.search import SearchFilters, SearchHit, SearchSettings
+from kb_core.store.registry import KnowledgeBaseRecord
+
+if TYPE_CHECKING:
+    from kb_core.seams import Resources
+
+
+def search_settings(record: KnowledgeBaseRecord, overrides: dict[str, Any]) -> SearchSettings:
+    """The KB's saved defaults overridden by the call's settings. One weight given alone takes the other
+    as its complement (vector 0.2 means keyword 0.8), so a single slider means what it shows."""
+    saved = {k: v for k, v in record.search_settings.items() if k in SearchSettings.SAVED_FIELDS}
+    given = {k: v for k, v in overrides.items() if v is not None}
+    if "mode" in given and isinstance(given["mode"], str):
+        given["mode"] = given["mode"].strip().lower()
+    for name, other in (("vector_weight", "keyword_weight"), ("keyword_weight", "vector_weight")):
+        value = given.get(name)
+        if other not in given and isinstance(value, int | float) and not isinstance(value, bool):
+            given[other] = round(1.0 - float(value), 12)
+    return SearchSettings(**{**saved, **given}).validated()
+
+
+def rag_rank(service: Resources, record: KnowledgeBaseRecord, keywords: list[str], top_k: int) -> list[dict[str, Any]]:
+    """rag_search's ranking: hybrid hits for all keywords, those covering more keywords first."""
+    settings = search_settings(record, {"top_k": min(100, top_k * 4), "mode": "hybrid"})
+    hits = service.search_kb(record, " ".join(keywords), settings, SearchFilters()).hits
+    analyzer = service.analyzer
+    keyword_terms = [frozenset(analyzer.tokens(k)) or frozenset({k.casefold()}) for k in keywords]
+
+    def coverage(hit: SearchHit) -> int:
+        terms = frozenset(analyzer.tokens(hit.content))
+        text = hit.content.casefold()
+        return sum(1 for k, t in zip(keywords, keyword_terms, strict=True) if t <= terms or k.casefold() in text)
+
+    ranked = sorted(hits, key=lambda h: (-coverage(h), -h.score))[:top_k]
+    return [
+        {
+            "chunk_text": hit.content,
+            "metadata": {"source": hit.doc_name, "chapter": hit.chapter, "page": hit.page},
+            "score": hit.score,
+            "matched_keywords": coverage(hit),
+            "id": hit.id,
+        }
+        for hit in ranked
+    ]
+
+
+def explanation_lines(mode: str, b: ScoreBreakdown, matched_terms: Sequence[str]) -> list[str]:
+    """The steps of a score in words; every figure is in the breakdown."""
+    lines = [f"Score {b.final_score:.4f} on a 0–1 scale ({mode} search, {b.fusion_method} fusion)."]
+    cosine = "none" if b.vector_score is None else f"{b.vector_score:.4f}"
+    bm25 = "none" if b.keyword_score is None else f"{b.keyword_score:.3f}"
+    if b.normalization == "reciprocal rank":
+        lines.append(f"Vector: rank {b.vector_rank or '-'} → {b.vector_normalized:.4f} (reciprocal rank, k 60).")
+        lines.append(f"Keyword: rank {b.keyword_rank or '-'} → {b.keyword_normalized:.4f}.")
+    else:
+        lines.append(
+            f"Vector: cosine {cosine} → {b.vector_normalized:.4f} (negative cosines count as 0); "
+            f"rank {b.vector_rank or 'not retrieved'} in the vector list."
+        )
+        lines.append(
+            f"Keyword: BM25 {bm25}; the reference match for this query (each term once, average length) scores "
+            f"{b.keyword_reference:.3f}, so 1 − exp(−{bm25}/{b.keyword_reference:.3f}) = {b.keyword_normalized:.4f}; "
+            f"rank {b.keyword_rank or 'not retrieved'} in the keyword list; matched terms: "
+            f"{', '.join(matched_terms) or 'none'}."
+        )
+    lines.append(
+        f"Weights used: vector {b.vector_weight:.2f}, keyword {b.keyword_weight:.2f} ({b.weighting}; asked "
+        f"{b.requested_vector_weight:.2f} / {b.requested_keyword_weight:.2f}): "
+        f"{b.vector_weight:.2f} × {b.vector_normalized:.4f} + {b.keyword_weight:.2f} × {b.keyword_normalized:.4f} "
+        f"= {b.fused_score:.4f}."
+    )
+    if b.jaccard_weight:
+        lines.append(
+            f"Jaccard rerank: (1 − {b.jaccard_weight:.2f}) × {b.fused_score:.4f} + {b.jaccard_weight:.2f} × "
+            f"{b.jaccard:.4f} = {b.final_score:.4f}."
+        )
+    lines += [f"Note: {note}" for note in b.notes]
+    return lines

@@ -1,0 +1,863 @@
+"""The session: the per-user view of the service (which KB is current, which KBs it may see) and the only place
+result envelopes ``{success, message, data}`` are built (see :mod:`kb_core.envelope`).
+
+The CLI keeps one session per home (persisted), each MCP session and each browser session has its own (in memory).
+Features below it (store/, retrieval/, ingest/, bundles/, transfer/) take the process's resources and a KB record,
+raise KBError and return typed data; the session wraps them.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from collections.abc import Callable, Sequence
+from concurrent.futures import TimeoutError as FuturesTimeout
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow.compute as pc
+
+from kb_core.envelope import Envelope, envelope, enveloped, ok
+from kb_core.errors import (
+    DocumentNotFound,
+    EmbeddingError,
+    InvalidArgument,
+    ItemNotFound,
+    KBError,
+    KBIsCurrent,
+    KBNotFound,
+    NoCurrentKB,
+    PermissionDenied,
+)
+from kb_core.ingest.pipeline import ImportProgress, ImportSource, in_flight_documents
+from kb_core.retrieval.query import explanation_lines, rag_rank, search_settings
+from kb_core.retrieval.search import (
+    RankedHits,
+    SearchFilters,
+    SearchHit,
+    SearchOutcome,
+    SearchSettings,
+)
+from kb_core.safe_files import UnusablePath, open_input_file, reject_nul
+from kb_core.store import Change, KnowledgeBaseRecord
+from kb_core.store.documents import chunk_json, document_info, document_row, find_item
+from kb_core.validation import (
+    validate_chunk_size,
+    validate_float_range,
+    validate_int_range,
+)
+
+if TYPE_CHECKING:
+
+    from kb_core.service import KnowledgeBaseService
+
+logger = logging.getLogger(__name__)
+
+
+class Session:
+    """The per-user view of the service: which KB is current, plus every operation as an envelope."""
+
+    def __init__(
+        self,
+        service: KnowledgeBaseService,
+        persistent_name: str | None = None,
+        scope: frozenset[str] | None = None,
+        allowed_dirs: Sequence[Path] | None = None,
+    ) -> None:
+        self.service = service
+        self.persistent_name = persistent_name
+        # KB ids this session may see (an MCP token's scope); None means all. Out-of-scope KBs answer
+        # exactly like nonexistent ones.
+        self.scope = scope
+        # Folders the files named by path must lie in (checked on the opened file); None means anywhere.
+        self.allowed_dirs: tuple[Path, ...] | None = None if allowed_dirs is None else tuple(allowed_dirs)
+        self._current_kb_id: str | None = None
+
+    def visible_kbs(self) -> list[KnowledgeBaseRecord]:
+        records = self.service.registry.knowledge_bases()
+        return records if self.scope is None else [r for r in records if r.id in self.scope]
+
+    def find_kb(self, kb_name: str) -> KnowledgeBaseRecord:
+        return self.service.find_kb(kb_name, None if self.scope is None else self.visible_kbs())
+
+    # -- current KB ----------------------------------------------------------------------------
+    @property
+    def current_kb_id(self) -> str | None:
+        if self.persistent_name is not None:
+            return self.service.home.read_session(self.persistent_name).get("current_kb_id")
+        return self._current_kb_id
+
+    def _set_current(self, kb_id: str | None) -> None:
+        if self.persistent_name is not None:
+            self.service.home.write_session(self.persistent_name, {"current_kb_id": kb_id})
+        else:
+            self._current_kb_id = kb_id
+
+    def current_kb(self) -> KnowledgeBaseRecord:
+        kb_id = self.current_kb_id
+        if kb_id is None:
+            raise NoCurrentKB("No knowledge base is selected; call select_knowledge_base(kb_name) first.")
+        try:
+            record = self.service.registry.get(kb_id)
+            if self.scope is not None and record.id not in self.scope:
+                raise KBNotFound(kb_id)
+            return record
+        except KBNotFound as exc:
+            raise NoCurrentKB(
+                "The selected knowledge base no longer exists (deleted elsewhere); select another one."
+            ) from exc
+
+    def resolve_kb(self, kb_name: str | None) -> KnowledgeBaseRecord:
+        return self.find_kb(kb_name) if kb_name else self.current_kb()
+
+    @enveloped
+    def device_info(self) -> Envelope:
+        """Where local embedding models run in this process: ``data.device`` (see ``DeviceChoice.to_json``)."""
+        choice = self.service.device()
+        return ok(f"Local models embed documents on {choice.describe()}; queries on the CPU.", {
+            "device": choice.to_json(),
+            "query_device": "cpu",
+        })
+
+    # -- knowledge bases -----------------------------------------------------------------------
+    @enveloped
+    def create_knowledge_base(
+        self,
+        kb_name: str,
+        chunk_size: int,
+        embedding_model: str | None = None,
+        embedding_endpoint: str | None = None,
+        embedding_api_key: str | None = None,
+    ) -> Envelope:
+        record = self.service.create_kb(kb_name, chunk_size, embedding_model, embedding_endpoint, embedding_api_key)
+        return ok(
+            f"Created knowledge base '{record.name}'. Select it with select_knowledge_base to use it.",
+            {"kb_id": record.id, "kb_name": record.name, "chunk_size": record.chunk_size},
+        )
+
+    @enveloped
+    def list_knowledge_bases(self) -> Envelope:
+        current = self.current_kb_id
+        rows = []
+        for record in self.visible_kbs():
+            documents, chunks = self.service.kb_counts(record)
+            rows.append(
+                {
+                    "id": record.id,
+                    "name": record.name,
+                    "chunk_size": record.chunk_size,
+                    "embedding_model": record.embedding_model,
+                    "embedding_endpoint": record.embedding_endpoint,
+                    "created_at": record.created_at,
+                    "is_current": record.id == current,
+                    "document_count": documents,
+                    "chunk_count": chunks,
+                }
+            )
+        current_id = current if any(r["id"] == current for r in rows) else None
+        return ok(
+            f"{len(rows)} knowledge base(s).",
+            {"knowledge_bases": rows, "count": len(rows), "current_kb_id": current_id},
+        )
+
+    @enveloped
+    def select_knowledge_base(self, kb_name: str) -> Envelope:
+        record = self.find_kb(kb_name)
+        self._set_current(record.id)
+        documents, _ = self.service.kb_counts(record)
+        return ok(
+            f"Selected knowledge base '{record.name}'.",
+            {"kb_id": record.id, "kb_name": record.name, "document_count": documents},
+        )
+
+    @enveloped
+    def delete_knowledge_base(self, kb_name: str) -> Envelope:
+        record = self.find_kb(kb_name)
+        if record.id == self.current_kb_id:
+            raise KBIsCurrent(
+                f"Knowledge base '{record.name}' is the current one and cannot be deleted; "
+                "select another knowledge base first.",
+                details={"kb_name": record.name},
+            )
+        self.service.delete_kb(record)
+        return ok(f"Deleted knowledge base '{record.name}' with all its documents.", {"kb_name": record.name})
+
+    # -- documents -----------------------------------------------------------------------------
+    @enveloped
+    def import_document(
+        self,
+        file_paths: Sequence[str],
+        chunk_size: int | None = None,
+        *,
+        progress: Callable[[ImportProgress], None] | None = None,
+        display_names: Sequence[str] | None = None,
+        source: str = "path",
+        kb_name: str | None = None,
+        executor: str = "local",
+        executor_address: str | None = None,
+    ) -> Envelope:
+        """Import files into the current KB. ``display_names`` name uploads (the app passes the browser's names).
+        ``executor``: ``local`` (this process) or ``ray`` (Ray Data on the cluster at ``executor_address``)."""
+        record = self.resolve_kb(kb_name)
+        runner = self.service.import_executor(record, executor, executor_address)
+        if isinstance(file_paths, str) or not isinstance(file_paths, Sequence) or not file_paths:
+            raise InvalidArgument("file_paths must be a non-empty list of file paths.", details={"field": "file_paths"})
+        if display_names is not None and len(display_names) != len(file_paths):
+            raise InvalidArgument("display_names must name each file in file_paths.")
+        reject_nul(list(file_paths), "file_paths")
+        size = record.chunk_size if chunk_size is None else validate_chunk_size(chunk_size)
+        results: list[dict[str, Any] | None] = [None] * len(file_paths)
+        sources: list[ImportSource] = []
+        positions: list[int] = []
+        # Each file is opened once and copied into this private folder; everything after works on the
+        # copy, so the path cannot be redirected (a folder swapped for a symlink) after its check.
+        copies = self.service.import_staging(record)
+        try:
+            for index, raw in enumerate(file_paths):
+                path = Path(str(raw)).expanduser()
+                if not path.is_absolute():
+                    path = Path.cwd() / path
+                try:
+                    copy = self._copy_for_import(path, copies / str(index))
+                except (UnusablePath, PermissionDenied) as exc:
+                    reason = f"{raw} {exc.reason}." if isinstance(exc, UnusablePath) else exc.message
+                    results[index] = {"file_path": str(raw), "error": reason}
+                    continue
+                name = display_names[index] if display_names is not None else path.name
+                sources.append(
+                    ImportSource(
+                        path=copy, display_name=_safe_document_name(name), source=source, reported_path=str(raw)
+                    )
+                )
+                positions.append(index)
+            states = self.service.importer(record, runner).run(sources, size, progress)[0] if sources else []
+        finally:
+            shutil.rmtree(copies, ignore_errors=True)
+        if sources:
+            self.service.compact_quietly(record)
+            for position, state in zip(positions, states, strict=True):
+                if state.status == "ready":
+                    results[position] = {
+                        "file_path": state.file_path,
+                        "doc_name": state.doc_name,
+                        "chunk_count": state.chunks_total,
+                    }
+                else:
+                    results[position] = {"file_path": state.file_path, "error": state.error or "import failed"}
+        succeeded = [r for r in results if r is not None and "error" not in r]
+        failed = [r for r in results if r is not None and "error" in r]
+        data = {
+            "total": len(file_paths),
+            "success_count": len(succeeded),
+            "failed_count": len(failed),
+            "success_files": succeeded,
+            "failed_files": failed,
+        }
+        if runner is not None:
+            data["executor"] = runner.summary()  # what ran where (files and chunks per node)
+        message = f"Imported {len(succeeded)} of {len(file_paths)} file(s) into '{record.name}'"
+        message += f"; {len(failed)} failed." if failed else "."
+        return envelope(message, data, error=None if succeeded else KBError(message, code="IMPORT_FAILED"))
+
+    def _copy_for_import(self, path: Path, folder: Path) -> Path:
+        """Open ``path`` (confined to the session's folders) and copy it to ``folder/<its name>``."""
+        limit = self.service.parse_limits.max_file_bytes
+        with open_input_file(path, self.allowed_dirs) as opened:
+            if opened.stat.st_size > limit:
+                raise UnusablePath(
+                    path, f"is {opened.stat.st_size / 1e6:.1f} MB, over the import limit of {limit / 1e6:.1f} MB"
+                )
+            try:  # inside the KB's staging/, which is never recreated for a KB deleted meanwhile
+                folder.parent.mkdir(exist_ok=True)
+                folder.mkdir()
+            except FileNotFoundError:
+                raise KBNotFound("The knowledge base was deleted during the import.") from None
+            copy = folder / path.name
+            try:
+                opened.copy_to(copy, limit)
+            except OSError as exc:
+                raise UnusablePath(
+                    path, f"could not be read and copied for the import ({exc.strerror or exc})"
+                ) from None
+        return copy
+
+    def _live_document(self, record: KnowledgeBaseRecord, doc_name: str) -> dict[str, Any]:
+        if not isinstance(doc_name, str) or not doc_name.strip():
+            raise InvalidArgument("doc_name must be a non-empty string.", details={"field": "doc_name"})
+        documents = self.service.documents(record)
+        key = doc_name.strip().casefold()
+        matches = [d for d in documents if str(d["name"]).casefold() == key]
+        if not matches:
+            names = [d["name"] for d in documents]
+            shown = ", ".join(repr(n) for n in names[:10]) + (" …" if len(names) > 10 else "")
+            raise DocumentNotFound(
+                f"Document {doc_name!r} is not in knowledge base '{record.name}'. Documents: {shown or 'none'}.",
+                details={"doc_name": doc_name},
+            )
+        return matches[0]
+
+    @enveloped
+    def list_documents(self, kb_name: str | None = None) -> Envelope:
+        record = self.resolve_kb(kb_name)
+        if self.service.postgres is not None:
+            rows = [document_row(d) for d in self.service.documents(record)]
+            return ok(f"{len(rows)} document(s) in '{record.name}'.", {"documents": rows, "count": len(rows)})
+        reader = self.service.reader(record.id)
+        documents = reader.snapshot().documents()
+        rows = [document_row(d) for d in documents.to_dict("records")]
+        for flight in in_flight_documents(reader.store):
+            rows.append(
+                {
+                    "id": None,
+                    "name": flight.get("name") or Path(flight["file_path"]).name,
+                    "file_path": flight["file_path"],
+                    "file_type": Path(flight["file_path"]).suffix.lstrip(".").lower(),
+                    "chunk_size": None,
+                    "created_at": None,
+                    "updated_at": None,
+                    "status": flight["status"],
+                    "chunk_count": 0,
+                    "size_bytes": None,
+                    "error": None,
+                }
+            )
+        return ok(f"{len(rows)} document(s) in '{record.name}'.", {"documents": rows, "count": len(rows)})
+
+    @enveloped
+    def list_chunks(self, doc_name: str, kb_name: str | None = None) -> Envelope:
+        """The chunks of one document in order, with chapter, page, tokens and character offsets."""
+        record = self.resolve_kb(kb_name)
+        document = self._live_document(record, doc_name)
+        rows: list[dict[str, Any]] = []
+        if self.service.postgres is not None:
+            with self.service.postgres.snapshot(record.id) as snapshot:
+                rows = [chunk_json(chunk.to_row()) for _, chunk in snapshot.document_chunks(document["doc_id"])]
+            segment = None
+        else:
+            segment = self.service.reader(record.id).snapshot().segment_by_id(document["segment_id"])
+        if segment is not None:
+            table = segment.chunks.filter(pc.equal(segment.chunks.column("doc_id"), document["doc_id"]))
+            rows = sorted((chunk_json(r) for r in table.to_pylist()), key=lambda r: r["chunk_index"])
+        return ok(
+            f"{len(rows)} chunk(s) in '{document['name']}'.",
+            {"doc_id": document["doc_id"], "doc_name": document["name"], "chunks": rows, "count": len(rows)},
+        )
+
+    @enveloped
+    def delete_document(self, doc_name: str, kb_name: str | None = None) -> Envelope:
+        record = self.resolve_kb(kb_name)
+        document = self._live_document(record, doc_name)
+        if self.service.postgres is not None:
+            from kb_core.store.postgres import StoreChange
+
+            self.service.postgres.commit(record.id, StoreChange(delete=(document["doc_id"],)))
+            return ok(f"Deleted document '{document['name']}' and its chunks.", {"doc_name": document["name"]})
+        reader = self.service.reader(record.id)
+
+        def plan(manifest: Any) -> Change:
+            if manifest.is_deleted(document["segment_id"], document["doc_id"]) or not any(
+                s.id == document["segment_id"] for s in manifest.segments
+            ):
+                raise DocumentNotFound(f"Document {doc_name!r} was already deleted.", details={"doc_name": doc_name})
+            return Change(tombstones={document["segment_id"]: {document["doc_id"]: int(document["chunk_count"])}})
+
+        reader.store.commit(plan)
+        return ok(f"Deleted document '{document['name']}' and its chunks.", {"doc_name": document["name"]})
+
+    @enveloped
+    def update_document(
+        self,
+        doc_name: str,
+        chunk_size: int,
+        kb_name: str | None = None,
+        progress: Callable[[ImportProgress], None] | None = None,
+    ) -> Envelope:
+        record = self.resolve_kb(kb_name)
+        size = validate_chunk_size(chunk_size)
+        document = self._live_document(record, doc_name)
+        if document["status"] != "ready":
+            raise InvalidArgument(f"Document {doc_name!r} failed to import; import it again instead of updating.")
+        segment = self.service.reader(record.id).snapshot().segment_by_id(document["segment_id"])
+        if segment is None:
+            raise DocumentNotFound(f"Document {doc_name!r} was changed meanwhile; try again.")
+        original = segment.original_path(document["original"])
+        source = ImportSource(
+            path=original,
+            display_name=document["name"],
+            source=document["source"],
+            reported_path=document["file_path"],
+            doc_id=document["doc_id"],
+            created_at=document["created_at"],
+            replaces=(document["segment_id"], document["doc_id"]),
+        )
+        states, _ = self.service.importer(record).run([source], size, progress)
+        state = states[0]
+        if state.status != "ready":
+            raise KBError(f"Updating {doc_name!r} failed: {state.error}", code="UPDATE_FAILED")
+        return ok(
+            f"Re-chunked '{document['name']}' into {state.chunks_total} chunk(s) of at most {size} tokens.",
+            {
+                "doc_id": document["doc_id"],
+                "doc_name": document["name"],
+                "chunk_count": state.chunks_total,
+                "chunk_size": size,
+            },
+        )
+
+    # -- search --------------------------------------------------------------------------------
+    def run_search(
+        self,
+        query: str,
+        *,
+        kb_names: Sequence[str] | None = None,
+        kb_ids: Sequence[str] | None = None,
+        filters: SearchFilters | None = None,
+        skipped: list[dict[str, str]] | None = None,
+        **overrides: Any,
+    ) -> SearchOutcome:
+        """Search the current KB (or the named ones): hits, warnings, the settings and the weights used.
+
+        Each KB searches with its own saved defaults under the call's explicit settings; hit scores share one
+        [0, 1] scale, so hits of several KBs are merged by score. With ``skipped`` (a list to fill), a KB whose
+        query embedding fails (endpoint down, key refused) is left out with a warning and appended as
+        ``{kb_name, code, message}``; if every KB fails, the first failure is raised with all of them in
+        ``details["failed_knowledge_bases"]``.
+        """
+        if not isinstance(query, str) or not query.strip():
+            raise InvalidArgument("query must be a non-empty string.", details={"field": "query"})
+        if kb_ids:
+            records = [r for r in self.visible_kbs() if r.id in set(kb_ids)]
+        elif kb_names:
+            records = [self.find_kb(name) for name in kb_names]
+        else:
+            records = [self.current_kb()]
+        first_settings: SearchSettings | None = None
+        outcome: SearchOutcome | None = None
+        hits: list[SearchHit] = []
+        warnings: list[str] = []
+        failures: list[EmbeddingError] = []
+        for record in records:
+            settings = search_settings(record, overrides)
+            try:
+                ranked = self.service.search_kb(record, query, settings, filters or SearchFilters())
+            except EmbeddingError as exc:
+                if skipped is None:
+                    raise
+                failures.append(exc)
+                skipped.append({"kb_name": record.name, "code": exc.code, "message": exc.message})
+                note = f"Knowledge base '{record.name}' was not searched: {exc.message} ({exc.code})."
+                ranked = RankedHits([], [note])
+            if outcome is None or (outcome.weights_used is None and ranked.weights_used is not None):
+                first_settings = settings
+                outcome = SearchOutcome([], [], settings, ranked.weights_used, ranked.auto_weights)
+            hits.extend(ranked.hits)
+            warnings.extend(n for n in ranked.warnings if n not in warnings)
+        if failures and len(failures) == len(records):
+            failures[0].details = {**failures[0].details, "failed_knowledge_bases": list(skipped or ())}
+            raise failures[0]
+        if outcome is None or first_settings is None:
+            return SearchOutcome([], [], search_settings(self.current_kb(), overrides))
+        if len(records) > 1:
+            hits.sort(key=lambda h: -h.score)
+            hits = hits[: first_settings.top_k]
+        outcome.hits, outcome.warnings = hits, warnings
+        return outcome
+
+    @enveloped
+    def search(
+        self,
+        query: str,
+        top_k: int | None = None,
+        mode: str | None = None,
+        vector_weight: float | None = None,
+        keyword_weight: float | None = None,
+        jaccard_weight: float | None = None,
+        fusion: str | None = None,
+        doc_names: Sequence[str] | None = None,
+        file_types: Sequence[str] | None = None,
+        kb_names: Sequence[str] | None = None,
+        explain: bool = True,
+        expand_graph: bool = False,
+        weighting: str | None = None,
+        language_guard: bool | None = None,
+    ) -> Envelope:
+        """Hybrid (default), semantic or keyword search; every hit carries its score breakdown.
+
+        Scores lie in [0, 1] (see :mod:`kb_core.retrieval.fusion`). ``weighting="auto"`` scales the weights by each
+        signal's quality for the query; ``language_guard=False`` keeps the vector weight for a query in a language
+        the embedding model does not cover. ``data.weights`` holds the requested weights, the weights used and
+        those ``weighting="auto"`` would use. ``expand_graph`` follows knowledge-bundle edges: hits on bundle
+        documents are followed by their related nodes' first chunks, marked ``expanded`` with
+        ``breakdown.graph_expansion``.
+        """
+        outcome = self.run_search(
+            query,
+            kb_names=kb_names,
+            filters=SearchFilters(tuple(doc_names or ()), tuple(file_types or ())),
+            top_k=top_k,
+            mode=mode,
+            vector_weight=vector_weight,
+            keyword_weight=keyword_weight,
+            jaccard_weight=jaccard_weight,
+            fusion=fusion,
+            weighting=weighting,
+            language_guard=language_guard,
+        )
+        settings = outcome.settings
+        chunks = [hit.to_json(explain) for hit in outcome.hits]
+        if expand_graph:
+            chunks = self.expand_hits(chunks)
+        message = f"Found {len(chunks)} chunk(s) ({settings.mode} search"
+        if settings.mode == "hybrid" and outcome.weights_used is not None:
+            message += (
+                f", weights used: vector {outcome.weights_used.vector:.2f} / keyword "
+                f"{outcome.weights_used.keyword:.2f}"
+            )
+        message += ")."
+        if outcome.warnings:
+            message += " " + " ".join(outcome.warnings)
+        return ok(
+            message,
+            {
+                "chunks": chunks,
+                "count": len(chunks),
+                "settings": asdict(settings),
+                "weights": outcome.weights_json(),
+                "warnings": outcome.warnings,
+            },
+        )
+
+    @enveloped
+    def explain_search(
+        self,
+        query: str,
+        chunk_id: str,
+        mode: str | None = None,
+        vector_weight: float | None = None,
+        keyword_weight: float | None = None,
+        jaccard_weight: float | None = None,
+        fusion: str | None = None,
+        weighting: str | None = None,
+        language_guard: bool | None = None,
+    ) -> Envelope:
+        """Why chunk ``chunk_id`` ranks where it does for ``query``: its place among the hits (searched up to
+        1,000 deep with the KB's settings under the given ones), its full score breakdown, the hit just above it,
+        and each step in words. A chunk that is not among the hits (too low, or dropped as a near-duplicate of a
+        better-ranked chunk) is explained from its exact scores."""
+        if not isinstance(chunk_id, str) or not chunk_id.strip():
+            raise InvalidArgument("chunk_id must be a non-empty chunk id (chk_...).", details={"field": "chunk_id"})
+        if not isinstance(query, str) or not query.strip():
+            raise InvalidArgument("query must be a non-empty string.", details={"field": "query"})
+        chunk_id = chunk_id.strip()
+        record = next((r for r in self.visible_kbs() if self.service.has_chunk(r, chunk_id)), None)
+        if record is None:
+            raise ItemNotFound(f"No live chunk with id {chunk_id!r} exists.", details={"id": chunk_id})
+        overrides = {
+            "mode": mode,
+            "vector_weight": vector_weight,
+            "keyword_weight": keyword_weight,
+            "jaccard_weight": jaccard_weight,
+            "fusion": fusion,
+            "weighting": weighting,
+            "language_guard": language_guard,
+        }
+        settings = search_settings(record, {**overrides, "top_k": 1000})
+        ranked = self.service.search_kb(record, query, settings, SearchFilters(), explain_chunk_ids=[chunk_id])
+        explained = ranked.explained_by_id.get(chunk_id)
+        if explained is None:  # deleted between the lookup and the search
+            raise ItemNotFound(f"No live chunk with id {chunk_id!r} exists.", details={"id": chunk_id})
+        position = next((i for i, hit in enumerate(ranked.hits, start=1) if hit.id == chunk_id), None)
+        breakdown = asdict(explained.breakdown)
+        breakdown["notes"] = list(breakdown["notes"])
+        above = ranked.hits[position - 2] if position and position > 1 else None
+        if position is None:
+            above = next((h for h in ranked.hits if h.score < explained.breakdown.final_score), None)
+        lines = explanation_lines(settings.mode, explained.breakdown, explained.matched_terms)
+        if position is not None:
+            lines.insert(0, f"Ranked {position} of {len(ranked.hits)} hits in '{record.name}'.")
+        else:
+            lines.insert(
+                0,
+                f"Not among the hits of '{record.name}': {explained.position} of {explained.candidates} scored "
+                "candidates before near-duplicate removal"
+                + (
+                    "; a better-ranked chunk with nearly the same text was kept instead."
+                    if explained.position <= len(ranked.hits) + 10
+                    else "."
+                ),
+            )
+        if position is not None and above is not None:
+            lines.append(
+                f"The hit above it ({above.id}, {above.doc_name}) scores {above.score:.4f}, "
+                f"{above.score - explained.breakdown.final_score:+.4f} more."
+            )
+        data = {
+            "chunk_id": chunk_id,
+            "kb_name": record.name,
+            "query": query,
+            "rank": position,
+            "hits": len(ranked.hits),
+            "candidate_position": explained.position,
+            "candidates": explained.candidates,
+            "score": explained.breakdown.final_score,
+            "matched_terms": explained.matched_terms,
+            "breakdown": breakdown,
+            "above": None if above is None else {"id": above.id, "doc_name": above.doc_name, "score": above.score},
+            "settings": asdict(settings),
+            "explanation": lines,
+        }
+        return ok("\n".join(lines), data)
+
+    @enveloped
+    def save_search_settings(self, kb_name: str | None = None, **settings: Any) -> Envelope:
+        """Persist search defaults for the KB; searches without explicit settings use them."""
+        record = self.resolve_kb(kb_name)
+        unknown = set(settings) - set(SearchSettings.SAVED_FIELDS)
+        if unknown:
+            raise InvalidArgument(
+                f"Unknown search setting(s) {sorted(unknown)}; allowed: {', '.join(SearchSettings.SAVED_FIELDS)}."
+            )
+        merged = {**record.search_settings, **{k: v for k, v in settings.items() if v is not None}}
+        validated = SearchSettings(**merged).validated()
+        saved = {k: getattr(validated, k) for k in SearchSettings.SAVED_FIELDS if k in merged}
+        self.service.registry.update_search_settings(record.id, saved)
+        return ok(f"Saved search defaults for '{record.name}'.", {"kb_name": record.name, "search_settings": saved})
+
+    @enveloped
+    def rag_search(self, keywords: Sequence[str], top_k: int = 5, timeout: float = 3.0) -> Envelope:
+        """Multi-keyword search; chunks related to all keywords rank first; degrades on timeout or failure."""
+        if isinstance(keywords, str) or not isinstance(keywords, Sequence) or not keywords:
+            raise InvalidArgument("keywords must be a list of at least one keyword.", details={"field": "keywords"})
+        cleaned = [k.strip() for k in keywords if isinstance(k, str) and k.strip()]
+        if len(cleaned) != len(keywords):
+            raise InvalidArgument("Every keyword must be a non-empty string.", details={"field": "keywords"})
+        validate_int_range(top_k, "top_k", 1, 10)
+        validate_float_range(timeout, "timeout", 0.1, 10.0)
+        record = self.current_kb()
+        future = self.service.background.submit(rag_rank, self.service, record, cleaned, top_k)
+        try:
+            chunks = future.result(timeout=timeout)
+        except FuturesTimeout:
+            reason = f"the search took longer than the {timeout:g} s timeout"
+        except KBError as exc:
+            reason = f"the search failed: {exc.message} ({exc.code})"
+        except Exception:
+            logger.exception("rag_search failed unexpectedly")
+            reason = "the search failed because of an internal error (see the server log)"
+        else:
+            data = {"chunks": chunks, "total_results": len(chunks), "degraded": False}
+            return envelope(f"Found {len(chunks)} chunk(s).", data, **data)
+        # The contract: a slow or failing search never fails the caller; it returns no chunks, marked degraded.
+        logger.warning("rag_search degraded to no results: %s", reason)
+        data = {"chunks": [], "total_results": 0, "degraded": True, "degraded_reason": reason}
+        return envelope(f"Returned no results (degraded): {reason}.", data, **data)
+
+    @enveloped
+    def get_item(self, item_id: str, neighbours: int = 1, kb_names: Sequence[str] | None = None) -> Envelope:
+        """A document's full parsed text (``doc_…`` id) or a chunk with its neighbours (``chk_…`` id)."""
+        if not isinstance(item_id, str) or not item_id.strip():
+            raise InvalidArgument("id must be a non-empty string.", details={"field": "id"})
+        if item_id.strip().startswith("node_"):
+            from kb_core import bundles
+
+            return bundles.get_node(self, item_id.strip(), kb_names)
+        records = [self.find_kb(n) for n in kb_names] if kb_names else self.visible_kbs()
+        item = find_item(self.service, item_id.strip(), records, neighbours)
+        return ok(f"Found {item['type']} {item_id}.", item)
+
+    @enveloped
+    def get_document_info(self, knowledge_ids: Sequence[str], kb_names: Sequence[str] | None = None) -> Envelope:
+        """Metadata of 1-10 documents by id, looked up concurrently; per-id failures in ``errors``."""
+        if isinstance(knowledge_ids, str) or not isinstance(knowledge_ids, Sequence):
+            raise InvalidArgument("knowledge_ids must be a list of document ids.", details={"field": "knowledge_ids"})
+        if len(knowledge_ids) == 0:
+            raise InvalidArgument(
+                "knowledge_ids is empty: give at least one document id.", details={"field": "knowledge_ids"}
+            )
+        if len(knowledge_ids) > 10:
+            raise InvalidArgument(
+                f"knowledge_ids has {len(knowledge_ids)} ids; at most 10 are allowed per call.",
+                details={"field": "knowledge_ids"},
+            )
+        records = [self.find_kb(n) for n in kb_names] if kb_names else self.visible_kbs()
+        ids = list(dict.fromkeys(str(i) for i in knowledge_ids))
+        results = list(self.service.background.map(lambda i: document_info(self.service, i, records), ids))
+        documents = [r for r in results if "parse_status" in r]
+        errors = [r for r in results if "parse_status" not in r]
+        lines = []
+        for doc in documents:
+            lines += [
+                "",
+                f"📄 {doc['name']}",
+                f"   ID: {doc['id']}",
+                f"   Knowledge base: {doc['kb_name']}",
+                f"   Original file: {doc['file_name'] or '(none: not imported from a file)'}",
+                f"   Type: {doc['file_type']}",
+                f"   Size: {doc['size_human']} ({doc['size_bytes']} bytes)",
+                f"   Source: {doc['source_label']}",
+                f"   Status: {doc['status_text']}",
+                f"   Chunks: {doc['chunk_count']}",
+                f"   Created: {doc['created_at']}",
+                f"   Updated: {doc['updated_at']}",
+            ]
+        if errors:
+            lines += ["", "Not found:"] + [f"- {e['id']}: {e['error']}" for e in errors]
+        text = f"Document info for {len(documents)} of {len(ids)} id(s):\n" + "\n".join(lines)
+        return envelope(
+            text,
+            {"documents": documents, "total_docs": len(documents), "requested": len(ids), "errors": errors},
+            error=None if documents else DocumentNotFound(text, details={"ids": ids}),
+        )
+
+    # -- export and import of the database -----------------------------------------------------
+    def export_database(self, export_path: str, kb_names: Sequence[str] | None = None) -> Envelope:
+        """Write every visible KB (or the named ones) into one portable file; see :mod:`kb_core.transfer`."""
+        from kb_core.transfer.export import export_database
+
+        return export_database(self, export_path, kb_names)
+
+    def import_database(self, source_db_path: str) -> Envelope:
+        """Validate an export file completely, then merge its KBs into the home (all or nothing)."""
+        from kb_core.transfer.restore import import_database
+
+        return import_database(self, source_db_path)
+
+    # -- knowledge bundles (typed nodes and edges; see kb_core.bundles) -------------------------
+    def get_knowledge_schema(self, kb_name: str | None = None) -> Envelope:
+        """The JSON Schema a bundle must satisfy for the KB's ontology, and an example bundle in YAML."""
+        from kb_core import bundles
+
+        return bundles.get_knowledge_schema(self, kb_name)
+
+    def import_knowledge_bundle(
+        self, temp_file_path: str, kb_name: str | None = None, delete_file: bool = True
+    ) -> Envelope:
+        """Validate a YAML bundle as a whole, then apply it in one transaction (see kb_core.bundles)."""
+        from kb_core import bundles
+
+        return bundles.import_knowledge_bundle(self, temp_file_path, kb_name, delete_file=delete_file)
+
+    def get_ontology(self, kb_name: str | None = None) -> Envelope:
+        from kb_core import bundles
+
+        return bundles.get_ontology(self, kb_name)
+
+    def set_ontology(self, source: Any, kb_name: str | None = None) -> Envelope:
+        from kb_core import bundles
+
+        return bundles.set_ontology(self, source, kb_name)
+
+    def graph_view(self, kb_name: str | None = None, limit: int = 500) -> Envelope:
+        from kb_core import bundles
+
+        return bundles.graph_view(self, kb_name, limit)
+
+    def expand_hits(self, hits: Sequence[dict[str, Any]], max_related: int = 5) -> list[dict[str, Any]]:
+        """Search hits on bundle documents followed by their related nodes (marked ``expanded``)."""
+        from kb_core import bundles
+
+        return bundles.expand_hits(self, hits, max_related)
+
+    # -- kept evaluation runs ------------------------------------------------------------------
+    @enveloped
+    def list_evaluation_runs(self) -> Envelope:
+        """The evaluation runs kept in this home, newest first (see :mod:`kb_core.evaluation_runs`)."""
+        runs = self.service.evaluation_runs.list()
+        return ok(f"{len(runs)} evaluation run(s) kept.", {"runs": runs, "count": len(runs)})
+
+    @enveloped
+    def compare_evaluation_runs(
+        self,
+        run_a: str,
+        run_b: str,
+        setting_a: str | None = None,
+        setting_b: str | None = None,
+        metric: str = "ndcg@10",
+        top: int = 10,
+    ) -> Envelope:
+        """Setting ``setting_a`` of run ``run_a`` against ``setting_b`` of ``run_b``, query by query."""
+        from kb_core.evaluation_runs import compare_runs
+
+        store = self.service.evaluation_runs
+        comparison = compare_runs(
+            store.load(run_a), store.load(run_b), setting_a=setting_a, setting_b=setting_b, metric=metric
+        )
+        data = comparison.to_json(validate_int_range(top, "top", 1, 1000))
+        message = (
+            f"{comparison.setting_b} ({comparison.run_b}) against {comparison.setting_a} ({comparison.run_a}) on "
+            f"{len(comparison.per_query)} queries: {comparison.wins} wins, {comparison.losses} losses, "
+            f"{comparison.ties} ties; mean {metric} {comparison.mean_a:.4f} → {comparison.mean_b:.4f} "
+            f"({comparison.mean_delta:+.4f})."
+        )
+        if comparison.warnings:
+            message += " " + " ".join(comparison.warnings)
+        return ok(message, data)
+
+    @enveloped
+    def delete_evaluation_run(self, run_id: str) -> Envelope:
+        self.service.evaluation_runs.delete(run_id)
+        return ok(f"Deleted evaluation run {run_id}.", {"run_id": run_id})
+
+    # -- maintenance ---------------------------------------------------------------------------
+    @enveloped
+    def compact(self, kb_name: str | None = None) -> Envelope:
+        """Merge the KB's segments into one and drop the rows of deleted documents."""
+        record = self.resolve_kb(kb_name)
+        stats = self.service.compact(record, everything=True)
+        return ok(f"Compacted '{record.name}': merged {stats['segments_merged']} segment(s).", stats)
+
+    @enveloped
+    def verify(self, repair: bool = False) -> Envelope:
+        """Check the whole home for consistency (what the crash tests assert).
+
+        With ``repair``, first fix what can be fixed without guessing: a bundle import interrupted between its
+        index and graph commits is rolled back to the committed graph (the graph is the truth: the bundle was
+        never committed, so it is imported again), and staging folders of killed import-db runs are removed.
+        """
+        from kb_core.store.verify import bundle_index_problem, verify_home
+
+        postgres = self.service.postgres
+        if postgres is not None:  # statistics, postings and rows recomputed and compared, KB by KB
+            problems = [f"{r.name}: {p}" for r in postgres.knowledge_bases() for p in postgres.verify(r.id)]
+            message = f"{len(problems)} problem(s) found:\n" + "\n".join(f"- {p}" for p in problems)
+            return envelope(
+                message if problems else f"The store {postgres.display} is consistent.",
+                {"problems": problems, "repaired": []},
+                success=not problems,
+            )
+        repaired: list[str] = []
+        if repair:
+            from kb_core.bundles import repair_index
+
+            for record in self.service.home.knowledge_bases():
+                if bundle_index_problem(self.service.kb_store(record.id)) is None:
+                    continue
+                result = repair_index(self, record.name)
+                if not result["success"]:
+                    raise KBError(f"Repairing '{record.name}' failed: {result['message']}", code="REPAIR_FAILED")
+                stats = result["data"]
+                repaired.append(
+                    f"{record.name}: rolled the search index back to the committed knowledge graph (removed "
+                    f"{stats['documents_removed']} bundle document(s), re-indexed {stats['documents_indexed']}); "
+                    "import the interrupted bundle again"
+                )
+            for folder in self.service.home.abandoned_transfer_staging(remove=True):
+                repaired.append(f"removed {folder.name}, the staging folder of an import-db that did not finish")
+        problems = verify_home(self.service.home)
+        message = f"Repaired {len(repaired)} problem(s). " if repaired else ""
+        if problems:
+            message += f"{len(problems)} problem(s) found:\n" + "\n".join(f"- {p}" for p in problems)
+        else:
+            message += "The home is consistent."
+        return envelope(message, {"problems": problems, "repaired": repaired}, success=not problems)
+
+
+def _safe_document_name(name: str) -> str:
+    """A document name from a file name: no folders, no control characters, not empty."""
+    import unicodedata
+
+    base = str(name).replace("\\", "/").rsplit("/", 1)[-1]
+    base = "".join(c for c in unicodedata.normalize("NFC", base) if unicodedata.category(c) not in ("Cc", "Cf"))
+    base = base.strip().lstrip(".") or "document"
+    return base[:200]

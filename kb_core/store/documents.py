@@ -1,0 +1,156 @@
+"""A knowledge base's documents as front ends show them: rows, chunk rows, item lookup and document info.
+
+Features over the folder store's snapshots; they take the process's resources and KB records, raise KBError and
+return plain JSON-ready data (the session wraps it into envelopes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import PurePath
+from typing import TYPE_CHECKING, Any
+
+import pyarrow.compute as pc
+
+from kb_core.errors import ItemNotFound
+from kb_core.store.registry import KnowledgeBaseRecord
+
+if TYPE_CHECKING:
+    from kb_core.seams import Resources
+
+
+def find_item(
+    service: Resources, item_id: str, records: Sequence[KnowledgeBaseRecord], neighbours: int
+) -> dict[str, Any]:
+    """A document (``doc_`` id, with its full text) or a live chunk with ``neighbours`` chunks either side."""
+    for record in records:
+        snapshot = service.reader(record.id).snapshot()
+        documents = snapshot.documents()
+        if item_id.startswith("doc_"):
+            match = documents[documents["doc_id"] == item_id]
+            if match.empty:
+                continue
+            row = match.iloc[0].to_dict()
+            segment = snapshot.segment_by_id(row["segment_id"])
+            text = segment.text(item_id) if segment is not None else None
+            return {"type": "document", "kb_name": record.name, **document_row(row), "text": text or ""}
+        for index, segment in enumerate(snapshot.segments):
+            position = segment.find_chunk(item_id)
+            if position is None or not snapshot.live_mask(index)[position]:
+                continue
+            chunk = segment.chunk_rows([position])[0]
+            doc_rows = segment.chunks.filter(pc.equal(segment.chunks.column("doc_id"), chunk["doc_id"]))
+            siblings = sorted(doc_rows.to_pylist(), key=lambda r: r["chunk_index"])
+            at = next(i for i, r in enumerate(siblings) if r["chunk_id"] == item_id)
+            name = documents[documents["doc_id"] == chunk["doc_id"]]["name"]
+            return {
+                "type": "chunk",
+                "kb_name": record.name,
+                "doc_name": name.iloc[0] if not name.empty else None,
+                "chunk": chunk_json(chunk),
+                "previous": [chunk_json(r) for r in siblings[max(0, at - neighbours) : at]],
+                "next": [chunk_json(r) for r in siblings[at + 1 : at + 1 + neighbours]],
+            }
+    raise ItemNotFound(f"No document or chunk with id {item_id!r} exists.", details={"id": item_id})
+
+
+
+def document_info(service: Resources, doc_id: str, records: Sequence[KnowledgeBaseRecord]) -> dict[str, Any]:
+    """One document's metadata as get_document_info shows it; ``{id, error}`` when no KB has it."""
+    for record in records:
+        documents = service.reader(record.id).snapshot().documents()
+        match = documents[documents["doc_id"] == doc_id]
+        if not match.empty:
+            document = match.iloc[0].to_dict()
+            row = document_row(document)
+            return {
+                "id": row["id"],
+                "name": row["name"],
+                "file_name": original_file_name(document),
+                "kb_name": record.name,
+                "file_type": row["file_type"],
+                "size_bytes": row["size_bytes"],
+                "size_human": human_size(row["size_bytes"]),
+                "source": row["source"],
+                "source_label": source_label(row["source"], row["file_path"]),
+                "parse_status": row["status"],
+                "status_text": status_text(row["status"], row["error"]),
+                "parse_error": row["error"],
+                "chunk_count": row["chunk_count"],
+                "created_at": row["created_at"],
+                "updated_at": row["updated_at"],
+            }
+    return {"id": doc_id, "error": f"Document {doc_id!r} not found."}
+
+
+
+def document_row(document: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": document["doc_id"],
+        "name": document["name"],
+        "file_path": document["file_path"],
+        "file_type": document["file_type"],
+        "chunk_size": int(document["chunk_size"]),
+        "created_at": document["created_at"],
+        "updated_at": document["updated_at"],
+        "status": document["status"],
+        "chunk_count": int(document["chunk_count"]),
+        "size_bytes": int(document["size_bytes"]),
+        "source": document["source"],
+        "error": document["error"] if isinstance(document["error"], str) else None,
+    }
+
+
+def original_file_name(document: dict[str, Any]) -> str | None:
+    """The name the file had when it was imported (clash renaming and re-chunking keep it); None for bundles."""
+    if document["source"] == "bundle":
+        return None
+    # file_path is what the importer was given (an upload's temporary path ends in the browser's file name);
+    # the catalog's file_name is the kept copy's after update_document.
+    path, kept = document.get("file_path"), document.get("file_name")
+    if isinstance(path, str) and PurePath(path).name:
+        return PurePath(path).name
+    return kept if isinstance(kept, str) else None
+
+
+def source_label(source: str, file_path: str | None) -> str:
+    """A readable source, as the seed's formatSource gives it."""
+    if source == "upload":
+        return "File upload"
+    if source == "bundle":
+        where = (file_path or "").removeprefix("bundle:")
+        return f"Knowledge bundle: {where}" if where else "Knowledge bundle"
+    return f"Local file: {file_path}"
+
+
+def status_text(status: str, error: str | None) -> str:
+    """A readable parse status, as the seed's formatParseStatus gives it."""
+    if status == "ready":
+        return "✅ Completed"
+    if status == "failed":
+        return f"❌ Failed: {error}" if error else "❌ Failed"
+    return f"⏳ In progress ({status})"
+
+
+def chunk_json(row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": row["chunk_id"],
+        "doc_id": row["doc_id"],
+        "chunk_index": row["chunk_index"],
+        "content": row["content"],
+        "tokens": row["tokens"],
+        "chapter": row["chapter"],
+        "page": row["page"],
+        "start_char": row["start_char"],
+        "end_char": row["end_char"],
+    }
+
+
+def human_size(size: int) -> str:
+    """1024-based: 1536 → '1.5 KB'."""
+    value = float(size)
+    for unit in ("B", "KB", "MB", "GB"):
+        if value < 1024 or unit == "GB":
+            return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TB"
