@@ -4,7 +4,7 @@ per search mode and weight setting, and score the rankings with nDCG@10, Recall@
 A BEIR folder holds ``corpus.jsonl`` (``{"_id", "title", "text"}``), ``queries.jsonl`` (``{"_id", "text"}``)
 and ``qrels.tsv`` (header ``query-id  corpus-id  score``; ``qrels/test.tsv`` in the original BEIR layout).
 
-Retrieval goes through the service exactly as a user's search does (``Session.run_search``): chunk hits are
+Retrieval goes through the service exactly as a user's search does (``Session.search_chunks``): chunk hits are
 turned into a document ranking by the best chunk score per document (the BEIR/MaxP convention). Only queries
 with judgments are run.
 
@@ -38,6 +38,7 @@ from typing import Any
 import pandas as pd
 
 from kb_core.errors import InvalidArgument, KBError, KBNotFound
+from kb_core.results import SearchRequest
 from kb_core.seams import Resources, SessionAPI
 from kb_core.store import KnowledgeBaseRecord
 from kb_core.store.atomic import file_sha256
@@ -567,14 +568,15 @@ def evaluate_kb(
         used = None
         overrides = setting.overrides()
         for done, qid in enumerate(judged, start=1):
-            outcome = session.run_search(queries[qid], kb_names=[kb], top_k=HEAD_CHUNKS, **overrides)
+            outcome = session.search_chunks(
+                SearchRequest(queries[qid], kb_names=(kb,), settings={"top_k": HEAD_CHUNKS, **overrides})
+            )
             notes, used = outcome.warnings, outcome.settings
             head = _document_ranking(outcome.hits, min(top_k, HEAD_DOCUMENTS))
             deep: dict[str, float] = {}
             if top_k > len(head):  # deeper than the head, or the head's 10 chunks held fewer than 10 documents
-                more = session.run_search(
-                    queries[qid], kb_names=[kb], top_k=top_k * CHUNK_OVERFETCH, deduplicate=False, **overrides
-                ).hits
+                deeper = {"top_k": top_k * CHUNK_OVERFETCH, "deduplicate": False, **overrides}
+                more = session.search_chunks(SearchRequest(queries[qid], kb_names=(kb,), settings=deeper)).hits
                 deep = _document_ranking(more, top_k, head)
             run[qid] = _merged_scores(head, deep)
             for note in notes:

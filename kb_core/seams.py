@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from kb_core.embedding.base import Embedder
     from kb_core.envelope import Envelope
     from kb_core.ingest.pipeline import ImportProgress
+    from kb_core.results import SearchRequest, SearchResult
     from kb_core.retrieval.analysis import Analyzer
-    from kb_core.retrieval.search import SearchOutcome
     from kb_core.store import Home, KBStore, KnowledgeBaseRecord
     from kb_core.store.postgres import PostgresStore
     from kb_core.store.reader import KBReader
@@ -89,4 +89,4 @@ class SessionAPI(Scope, Protocol):
 
     def list_documents(self, kb_name: str | None = None) -> Envelope: ...
 
-    def run_search(self, query: str, **options: Any) -> SearchOutcome: ...
+    def search_chunks(self, request: SearchRequest) -> SearchResult: ...

@@ -31,12 +31,12 @@ from kb_core.errors import (
     PermissionDenied,
 )
 from kb_core.ingest.pipeline import ImportProgress, ImportSource, in_flight_documents
+from kb_core.results import SearchRequest, SearchResult
 from kb_core.retrieval.query import explanation_lines, rag_rank, search_settings
 from kb_core.retrieval.search import (
     RankedHits,
     SearchFilters,
     SearchHit,
-    SearchOutcome,
     SearchSettings,
 )
 from kb_core.safe_files import UnusablePath, open_input_file, reject_nul
@@ -406,43 +406,36 @@ class Session:
         )
 
     # -- search --------------------------------------------------------------------------------
-    def run_search(
-        self,
-        query: str,
-        *,
-        kb_names: Sequence[str] | None = None,
-        kb_ids: Sequence[str] | None = None,
-        filters: SearchFilters | None = None,
-        skipped: list[dict[str, str]] | None = None,
-        **overrides: Any,
-    ) -> SearchOutcome:
-        """Search the current KB (or the named ones): hits, warnings, the settings and the weights used.
+    def search_chunks(self, request: SearchRequest) -> SearchResult:
+        """The one search entry point: the hits, warnings, settings and weights used for ``request``.
 
-        Each KB searches with its own saved defaults under the call's explicit settings; hit scores share one
-        [0, 1] scale, so hits of several KBs are merged by score. With ``skipped`` (a list to fill), a KB whose
-        query embedding fails (endpoint down, key refused) is left out with a warning and appended as
-        ``{kb_name, code, message}``; if every KB fails, the first failure is raised with all of them in
+        Each KB searches with its own saved defaults under the request's explicit settings; hit scores share one
+        [0, 1] scale, so hits of several KBs are merged by score. With ``request.skip_failing``, a KB whose
+        query embedding fails (endpoint down, key refused) is left out with a warning and listed in ``skipped``
+        as ``{kb_name, code, message}``; if every KB fails, the first failure is raised with all of them in
         ``details["failed_knowledge_bases"]``.
         """
+        query, overrides = request.query, dict(request.settings)
         if not isinstance(query, str) or not query.strip():
             raise InvalidArgument("query must be a non-empty string.", details={"field": "query"})
-        if kb_ids:
-            records = [r for r in self.visible_kbs() if r.id in set(kb_ids)]
-        elif kb_names:
-            records = [self.find_kb(name) for name in kb_names]
+        if request.kb_ids:
+            records = [r for r in self.visible_kbs() if r.id in set(request.kb_ids)]
+        elif request.kb_names:
+            records = [self.find_kb(name) for name in request.kb_names]
         else:
             records = [self.current_kb()]
         first_settings: SearchSettings | None = None
-        outcome: SearchOutcome | None = None
+        outcome: SearchResult | None = None
         hits: list[SearchHit] = []
         warnings: list[str] = []
         failures: list[EmbeddingError] = []
+        skipped: list[dict[str, str]] = []
         for record in records:
             settings = search_settings(record, overrides)
             try:
-                ranked = self.service.search_kb(record, query, settings, filters or SearchFilters())
+                ranked = self.service.search_kb(record, query, settings, request.filters)
             except EmbeddingError as exc:
-                if skipped is None:
+                if not request.skip_failing:
                     raise
                 failures.append(exc)
                 skipped.append({"kb_name": record.name, "code": exc.code, "message": exc.message})
@@ -450,18 +443,18 @@ class Session:
                 ranked = RankedHits([], [note])
             if outcome is None or (outcome.weights_used is None and ranked.weights_used is not None):
                 first_settings = settings
-                outcome = SearchOutcome([], [], settings, ranked.weights_used, ranked.auto_weights)
+                outcome = SearchResult([], [], settings, ranked.weights_used, ranked.auto_weights)
             hits.extend(ranked.hits)
             warnings.extend(n for n in ranked.warnings if n not in warnings)
         if failures and len(failures) == len(records):
-            failures[0].details = {**failures[0].details, "failed_knowledge_bases": list(skipped or ())}
+            failures[0].details = {**failures[0].details, "failed_knowledge_bases": list(skipped)}
             raise failures[0]
         if outcome is None or first_settings is None:
-            return SearchOutcome([], [], search_settings(self.current_kb(), overrides))
+            return SearchResult([], [], search_settings(self.current_kb(), overrides))
         if len(records) > 1:
             hits.sort(key=lambda h: -h.score)
             hits = hits[: first_settings.top_k]
-        outcome.hits, outcome.warnings = hits, warnings
+        outcome.hits, outcome.warnings, outcome.skipped = hits, warnings, skipped
         return outcome
 
     @enveloped
@@ -491,18 +484,22 @@ class Session:
         documents are followed by their related nodes' first chunks, marked ``expanded`` with
         ``breakdown.graph_expansion``.
         """
-        outcome = self.run_search(
-            query,
-            kb_names=kb_names,
-            filters=SearchFilters(tuple(doc_names or ()), tuple(file_types or ())),
-            top_k=top_k,
-            mode=mode,
-            vector_weight=vector_weight,
-            keyword_weight=keyword_weight,
-            jaccard_weight=jaccard_weight,
-            fusion=fusion,
-            weighting=weighting,
-            language_guard=language_guard,
+        outcome = self.search_chunks(
+            SearchRequest(
+                query,
+                kb_names=tuple(kb_names or ()),
+                filters=SearchFilters(tuple(doc_names or ()), tuple(file_types or ())),
+                settings={
+                    "top_k": top_k,
+                    "mode": mode,
+                    "vector_weight": vector_weight,
+                    "keyword_weight": keyword_weight,
+                    "jaccard_weight": jaccard_weight,
+                    "fusion": fusion,
+                    "weighting": weighting,
+                    "language_guard": language_guard,
+                },
+            )
         )
         settings = outcome.settings
         chunks = [hit.to_json(explain) for hit in outcome.hits]

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from kb_core.envelope import Envelope, enveloped, ok
 from kb_core.errors import EmbeddingError, KBError
 from kb_core.mcp.results import snippet
+from kb_core.results import SearchHit, SearchRequest
 
 if TYPE_CHECKING:
     from kb_core.session import Session
@@ -15,15 +16,22 @@ if TYPE_CHECKING:
 def search_library(session: Session, query: str, limit: int, mode: str, expand_graph: bool = False) -> Envelope:
     """search_knowledge_base: every KB the session sees; hybrid uses each KB's saved weights (default 70% semantic +
     30% keyword). Scores lie in [0, 1]."""
+
     @enveloped
     def search_knowledge_base() -> Envelope:
         kb_ids = [r.id for r in session.visible_kbs()]
-        hits, warnings, skipped = [], [], []
+        hits: list[SearchHit] = []
+        warnings: list[str] = []
+        skipped: list[dict[str, str]] = []
         if kb_ids:
+            request = SearchRequest(
+                query, kb_ids=tuple(kb_ids), settings={"top_k": limit, "mode": mode}, skip_failing=True
+            )
             try:
-                outcome = session.run_search(query, kb_ids=kb_ids, top_k=limit, mode=mode, skipped=skipped)
-                hits, warnings = outcome.hits, outcome.warnings
+                outcome = session.search_chunks(request)
+                hits, warnings, skipped = outcome.hits, outcome.warnings, outcome.skipped
             except EmbeddingError as exc:
+                skipped = list(exc.details.get("failed_knowledge_bases", ()))
                 # The tool contract: an embedding failure is -32603; here only when no KB could be searched.
                 reasons = "; ".join(f"knowledge base '{s['kb_name']}': {s['message']}" for s in skipped)
                 raise KBError(
@@ -33,7 +41,7 @@ def search_library(session: Session, query: str, limit: int, mode: str, expand_g
                     details={"cause": exc.code, "failed_knowledge_bases": skipped},
                 ) from exc
         elif not isinstance(query, str) or not query.strip():
-            session.run_search(query)  # raises the service's INVALID_ARGUMENT
+            session.search_chunks(SearchRequest(query))  # raises the session's INVALID_ARGUMENT
         found = [hit.to_json(False) for hit in hits[:limit]]
         if expand_graph and found:
             found = session.expand_hits(found)
