@@ -40,9 +40,11 @@ import numpy as np
 import scipy.sparse as sp
 
 from kb_core import KnowledgeBaseService
+from kb_core.beir import load_beir
 from kb_core.embedding import CachedEmbedder, EmbeddingCache, get_embedder
 from kb_core.embedding.wordpiece import bundled_model_path
-from kb_core.evaluation import EVAL_HOME, build_eval_kb, load_beir, open_eval_service
+from kb_core.evaluation import build_eval_kb
+from kb_core.evaluation_home import EVAL_HOME, open_eval_service
 from kb_core.retrieval.keyword_index import bm25_idf, bm25_length_norm
 from kb_core.retrieval.search import MIN_CANDIDATES
 

@@ -34,7 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from kb_core.config import resolve_home
-    from kb_core.evaluation import evaluate_folder, open_eval_service
+    from kb_core.evaluation import evaluate_folder
+    from kb_core.evaluation_home import open_eval_service
 
     service = open_eval_service(resolve_home(args.home))
     rows = []

@@ -13,20 +13,17 @@ figures compare with published BEIR numbers. ranx was tried first, but its numba
 compilation per fresh process on two cores, which the CLI and the CI notebook would pay every time. Scores
 handed to trec_eval are rank-derived, so its tie-breaking (by document id) cannot reorder our ranking.
 
-Caching: :func:`open_eval_service` opens a dedicated home at ``<home>/cache/eval`` so evaluation KBs (and their
-embedding cache) never clutter the user's KB list. :func:`build_eval_kb` names each KB after a fingerprint of
-the corpus file, chunk size and embedding model; a second run with the same inputs reuses it, and an
+Caching: :func:`kb_core.evaluation_home.open_eval_service` opens a dedicated home at ``<home>/cache/eval`` so
+evaluation KBs (and their embedding cache) never clutter the user's KB list. :func:`build_eval_kb` names each KB after
+a fingerprint of the corpus file, chunk size and embedding model; a second run with the same inputs reuses it, and an
 interrupted build resumes with the documents still missing.
 """
 
 from __future__ import annotations
 
-import csv
 import hashlib
-import json
 import logging
 import math
-import os
 import re
 import tempfile
 import time
@@ -37,6 +34,7 @@ from typing import Any
 
 import pandas as pd
 
+from kb_core.beir import BeirDataset, load_beir
 from kb_core.errors import InvalidArgument, KBError, KBNotFound
 from kb_core.results import SearchRequest
 from kb_core.seams import Resources, SessionAPI
@@ -48,7 +46,6 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "METRICS",
     "MODES",
-    "BeirDataset",
     "EvaluationReport",
     "EvaluationSetting",
     "build_eval_kb",
@@ -56,9 +53,6 @@ __all__ = [
     "evaluate_folder",
     "evaluate_kb",
     "evaluate_with_sweep",
-    "load_beir",
-    "load_beir_queries_qrels",
-    "open_eval_service",
     "settings_for",
     "sweep_weights",
 ]
@@ -77,207 +71,13 @@ HEAD_CHUNKS = 10
 HEAD_DOCUMENTS = 10
 # The deep pass fetches this many chunks per document of depth, for Recall@100.
 CHUNK_OVERFETCH = 2
-EVAL_HOME = Path("cache") / "eval"
 _FINGERPRINT_VERSION = "1"
 
 # progress(stage, done, total): stage is "import" or a setting label such as "hybrid 0.70/0.30".
 EvalProgress = Callable[[str, int, int], None]
 
 
-# -- datasets -------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class BeirDataset:
-    """A BEIR dataset in memory: corpus ``{id: {title, text}}``, queries ``{id: text}`` (judged ones only) and
-    qrels ``{query_id: {doc_id: grade}}``."""
-
-    name: str
-    folder: Path
-    corpus: dict[str, dict[str, str]]
-    queries: dict[str, str]
-    qrels: dict[str, dict[str, int]]
-    corpus_path: Path
-
-
-def _require_folder(folder: str | Path) -> Path:
-    path = Path(folder).expanduser()
-    if not path.is_dir():
-        raise InvalidArgument(
-            f"{str(folder)!r} is not a folder; give a BEIR dataset folder holding corpus.jsonl, queries.jsonl "
-            "and qrels.tsv (or qrels/test.tsv).",
-            details={"field": "folder", "folder": str(folder)},
-        )
-    return path
-
-
-def _qrels_path(folder: Path, split: str | None) -> Path:
-    names = [f"qrels.{split}.tsv", f"qrels/{split}.tsv"] if split else ["qrels.tsv", "qrels/test.tsv"]
-    for name in names:
-        if (folder / name).is_file():
-            return folder / name
-    raise InvalidArgument(
-        f"{folder} has no relevance judgments: looked for {' or '.join(names)}.",
-        details={"field": "folder", "folder": str(folder)},
-    )
-
-
-def _queries_path(folder: Path, split: str | None, queries_file: str | Path | None) -> Path:
-    if queries_file is not None:
-        path = Path(queries_file)
-        path = path if path.is_absolute() else folder / path
-        if not path.is_file():
-            raise InvalidArgument(f"Queries file {str(path)!r} does not exist.", details={"field": "queries_file"})
-        return path
-    names = ["queries.jsonl", f"queries.{split or 'test'}.jsonl"]
-    for name in names:
-        if (folder / name).is_file():
-            return folder / name
-    raise InvalidArgument(
-        f"{folder} has no queries: looked for {' or '.join(names)}.",
-        details={"field": "folder", "folder": str(folder)},
-    )
-
-
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InvalidArgument(
-                    f"{path}, line {number}: not valid JSON ({exc.msg}); BEIR files hold one JSON object per line.",
-                    details={"file": str(path), "line": number},
-                ) from exc
-            if not isinstance(row, dict) or "_id" not in row:
-                raise InvalidArgument(
-                    f'{path}, line {number}: expected an object with an "_id" field.',
-                    details={"file": str(path), "line": number},
-                )
-            rows.append(row)
-    return rows
-
-
-def _read_qrels(path: Path) -> dict[str, dict[str, int]]:
-    qrels: dict[str, dict[str, int]] = {}
-    with open(path, encoding="utf-8", newline="") as handle:
-        reader = csv.reader(handle, delimiter="\t")
-        for number, row in enumerate(reader, start=1):
-            if not row or not "".join(row).strip():
-                continue
-            if number == 1 and row[0].strip().lower() in ("query-id", "query_id", "qid"):
-                continue
-            if len(row) == 4:  # TREC layout: qid 0 docid grade
-                row = [row[0], row[2], row[3]]
-            if len(row) != 3:
-                raise InvalidArgument(
-                    f"{path}, line {number}: expected 3 tab-separated columns (query-id, corpus-id, score), "
-                    f"got {len(row)}.",
-                    details={"file": str(path), "line": number},
-                )
-            try:
-                grade = int(float(row[2]))
-            except ValueError as exc:
-                raise InvalidArgument(
-                    f"{path}, line {number}: score {row[2]!r} is not a number.",
-                    details={"file": str(path), "line": number},
-                ) from exc
-            qrels.setdefault(row[0].strip(), {})[row[1].strip()] = grade
-    return qrels
-
-
-def load_beir_queries_qrels(
-    folder: str | Path, *, split: str | None = None, queries_file: str | Path | None = None
-) -> tuple[dict[str, str], dict[str, dict[str, int]]]:
-    """The judged queries ``{id: text}`` and their qrels ``{query_id: {doc_id: grade}}`` of a BEIR folder.
-
-    Judgments come from ``qrels.tsv`` (else ``qrels/test.tsv``), or ``qrels.<split>.tsv`` / ``qrels/<split>.tsv``
-    when ``split`` is given. Queries come from ``queries_file`` if given, else ``queries.jsonl`` (else
-    ``queries.<split>.jsonl``), keeping only queries that have judgments, in file order. Qrels of queries that
-    are not in the queries file are dropped too.
-    """
-    path = _require_folder(folder)
-    qrels = _read_qrels(_qrels_path(path, split))
-    queries: dict[str, str] = {}
-    for row in _read_jsonl(_queries_path(path, split, queries_file)):
-        query_id = str(row["_id"])
-        if query_id in qrels and str(row.get("text", "")).strip():
-            queries[query_id] = str(row["text"])
-    if not queries:
-        raise InvalidArgument(
-            f"No query in {path} has a relevance judgment; check that the qrels and queries files belong together.",
-            details={"folder": str(path)},
-        )
-    return queries, {qid: qrels[qid] for qid in queries}
-
-
-def load_beir(folder: str | Path, *, split: str | None = None, queries_file: str | Path | None = None) -> BeirDataset:
-    """Read a BEIR folder: ``corpus.jsonl`` plus the judged queries and qrels (see :func:`load_beir_queries_qrels`)."""
-    path = _require_folder(folder)
-    corpus_path = path / "corpus.jsonl"
-    if not corpus_path.is_file():
-        raise InvalidArgument(f"{path} has no corpus.jsonl.", details={"folder": str(path)})
-    corpus: dict[str, dict[str, str]] = {}
-    for row in _read_jsonl(corpus_path):
-        corpus[str(row["_id"])] = {"title": str(row.get("title") or ""), "text": str(row.get("text") or "")}
-    if not corpus:
-        raise InvalidArgument(f"{corpus_path} holds no documents.", details={"file": str(corpus_path)})
-    queries, qrels = load_beir_queries_qrels(path, split=split, queries_file=queries_file)
-    return BeirDataset(
-        name=path.resolve().name, folder=path, corpus=corpus, queries=queries, qrels=qrels, corpus_path=corpus_path
-    )
-
-
 # -- building the KB ------------------------------------------------------------------------------
-def open_eval_service(service_or_home: Resources | str | os.PathLike[str]) -> Resources:
-    """A :class:`~kb_core.service.KnowledgeBaseService` on the evaluation home ``<home>/cache/eval`` of the given
-    service (or home folder), so evaluation KBs and their embedding cache stay out of the user's KB list."""
-    from kb_core.config import FOLDER_STORE
-    from kb_core.service import KnowledgeBaseService
-
-    if isinstance(service_or_home, str | os.PathLike):
-        root, device = Path(service_or_home).expanduser(), None
-    else:
-        root, device = Path(service_or_home.home.root), service_or_home.device_argument
-    home = root / EVAL_HOME
-
-    def embedder_factory(record: KnowledgeBaseRecord, api_key: str | None) -> Any:
-        # The service's own recipe (shared model, persistent document cache) plus a query memo: an evaluation
-        # embeds each query once instead of once per pass and setting. The vectors are the same.
-        from kb_core.embedding import CachedEmbedder, EmbeddingCache, get_embedder, is_hashing_model
-
-        local = not record.embedding_endpoint and not is_hashing_model(record.embedding_model)
-        device = eval_service.device_request if local else None
-        inner = get_embedder(record.embedding_model, record.embedding_endpoint, api_key, device=device)
-        return _QueryMemo(CachedEmbedder(inner, EmbeddingCache(home / "cache" / "embeddings.sqlite")))
-
-    # always a folder: evaluation KBs stay out of a shared PostgreSQL store ($KB_STORE) too
-    eval_service = KnowledgeBaseService(home, store=FOLDER_STORE, embedder_factory=embedder_factory, device=device)
-    return eval_service
-
-
-class _QueryMemo:
-    """An embedder whose ``embed_query`` remembers its answers; everything else is the wrapped embedder's."""
-
-    LIMIT = 100_000
-
-    def __init__(self, embedder: Any) -> None:
-        self._embedder = embedder
-        self._queries: dict[str, Any] = {}
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._embedder, name)
-
-    def embed_query(self, text: str) -> Any:
-        vector = self._queries.get(text)
-        if vector is None:
-            vector = self._embedder.embed_query(text)
-            if len(self._queries) < self.LIMIT:
-                self._queries[text] = vector
-        return vector
-
-
 def eval_kb_name(dataset: BeirDataset, chunk_size: int, embedding_model: str) -> str:
     """``eval-<dataset>-<fingerprint>``: the fingerprint covers the corpus file's bytes, chunk size and model."""
     key = "|".join((_FINGERPRINT_VERSION, file_sha256(dataset.corpus_path), str(chunk_size), embedding_model))

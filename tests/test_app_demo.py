@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from kb_core import KnowledgeBaseService
+from kb_core.beir import load_beir_queries_qrels
 from kb_core.demo import DEMO_KB_NAME, demo_exists, demo_files, demo_judgments_folder, ensure_demo_kb
-from kb_core.evaluation import load_beir_queries_qrels
 from kb_core.ingest.parsing import parse_file
 
 REPO = Path(__file__).resolve().parents[1]

@@ -18,13 +18,9 @@ if str(REPO) not in sys.path:
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from kb_core import KnowledgeBaseService  # noqa: E402
+from kb_core.beir import load_beir_queries_qrels  # noqa: E402
 from kb_core.demo import DEMO_KB_NAME, ensure_demo_kb  # noqa: E402
-from kb_core.evaluation import (  # noqa: E402
-    EvaluationSetting,
-    evaluate_with_sweep,
-    load_beir_queries_qrels,
-    settings_for,
-)
+from kb_core.evaluation import EvaluationSetting, evaluate_with_sweep, settings_for  # noqa: E402
 from kb_core.evaluation_runs import best_sweep_setting, record_run  # noqa: E402
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from kb_core.beir import load_beir, load_beir_queries_qrels
 from kb_core.cli.main import main as cli_main
 from kb_core.errors import InvalidArgument
 from kb_core.evaluation import (
@@ -20,13 +21,11 @@ from kb_core.evaluation import (
     build_eval_kb,
     evaluate_folder,
     evaluate_kb,
-    load_beir,
-    load_beir_queries_qrels,
-    open_eval_service,
     score_run,
     settings_for,
     sweep_weights,
 )
+from kb_core.evaluation_home import open_eval_service
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

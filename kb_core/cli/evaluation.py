@@ -40,17 +40,10 @@ def _progress(stage: str, done: int, total: int) -> None:
 
 @enveloped
 def run_eval(session: Session, args: argparse.Namespace) -> Envelope:
+    from kb_core.beir import load_beir, load_beir_queries_qrels
     from kb_core.errors import InvalidArgument
-    from kb_core.evaluation import (
-        MODES,
-        build_eval_kb,
-        evaluate_with_sweep,
-        load_beir,
-        load_beir_queries_qrels,
-        open_eval_service,
-        settings_for,
-        sweep_weights,
-    )
+    from kb_core.evaluation import MODES, build_eval_kb, evaluate_with_sweep, settings_for, sweep_weights
+    from kb_core.evaluation_home import open_eval_service
     from kb_core.evaluation_runs import best_sweep_setting, record_run
 
     weights_given = args.vector_weight is not None or args.keyword_weight is not None

@@ -13,7 +13,6 @@ import logging
 import os
 import zipfile
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
@@ -38,21 +37,10 @@ from kb_core.transfer.format import (
     SUFFIX_PATTERN,
     VECTORS_FILE,
     _resolve_path,
+    _SegmentExport,
 )
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class _SegmentExport:
-    path: str
-    documents: pa.Table
-    chunks: pa.Table
-    texts: pa.Table
-    vectors: np.ndarray
-    originals: dict[str, IO[bytes]]  # member name → open handle (kept open: the folder may be collected meanwhile)
-    model_key: str
-    analyzer: str
 
 
 def _live_segment(store: KBStore, manifest: Manifest, segment_id: str, path: str) -> _SegmentExport | None:

@@ -7,10 +7,15 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
+
+import numpy as np
+import pyarrow as pa
 
 from kb_core.errors import InvalidArgument
 from kb_core.safe_files import reject_nul
 from kb_core.store.files import EXACT_VECTORS_FILE
+from kb_core.validation import KB_NAME_MAX_LENGTH, name_key
 
 logger = logging.getLogger(__name__)
 
@@ -82,3 +87,26 @@ def _resolve_path(value: object, field_name: str) -> Path:
     reject_nul(value, field_name)
     path = Path(value.strip()).expanduser()
     return path if path.is_absolute() else Path.cwd() / path
+
+
+@dataclass
+class _SegmentExport:
+    path: str
+    documents: pa.Table
+    chunks: pa.Table
+    texts: pa.Table
+    vectors: np.ndarray
+    originals: dict[str, IO[bytes]]  # member name → open handle (kept open: the folder may be collected meanwhile)
+    model_key: str
+    analyzer: str
+
+
+def _kb_name_with_stamp(name: str, stamp: str, taken: set[str]) -> str:
+    """``name_<stamp>`` (then ``-2``, ``-3``...) within the name length limit, not in ``taken`` (name keys)."""
+    counter = 1
+    while True:
+        suffix = f"_{stamp}" + (f"-{counter}" if counter > 1 else "")
+        candidate = name[: KB_NAME_MAX_LENGTH - len(suffix)] + suffix
+        if name_key(candidate) not in taken:
+            return candidate
+        counter += 1

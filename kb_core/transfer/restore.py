@@ -48,6 +48,7 @@ from kb_core.transfer.format import (
     SHA256_HEX,
     VECTORS_FILE,
     TransferLimits,
+    _kb_name_with_stamp,
     _resolve_path,
     expected_dimension,
 )
@@ -464,18 +465,6 @@ def _stage_kb(plan: _KBPlan, staging: Path, analyzer: Any) -> None:
         committed = graph.commit(plan.graph)
         write_shadow(committed, graph.root / "shadow")
     plan.root = root
-
-
-def _kb_name_with_stamp(name: str, stamp: str, taken: set[str]) -> str:
-    from kb_core.validation import KB_NAME_MAX_LENGTH
-
-    counter = 1
-    while True:
-        suffix = f"_{stamp}" + (f"-{counter}" if counter > 1 else "")
-        candidate = name[: KB_NAME_MAX_LENGTH - len(suffix)] + suffix
-        if name_key(candidate) not in taken:
-            return candidate
-        counter += 1
 
 
 def _commit(home: Any, plans: Sequence[_KBPlan], now: datetime) -> list[tuple[str, str]]:

@@ -29,7 +29,7 @@ from kb_core.store.registry import KnowledgeBaseRecord
 from kb_core.validation import name_key
 
 if TYPE_CHECKING:
-    from kb_core.transfer.export import _SegmentExport
+    from kb_core.transfer.format import _SegmentExport
     from kb_core.transfer.restore import _KBPlan
 
 logger = logging.getLogger(__name__)
@@ -67,7 +67,7 @@ def commit_plans(
 ) -> list[tuple[str, str]]:
     """Create each planned KB and commit its documents (and graph); all or nothing: on a failure the KBs created so
     far are deleted again. Returns the KBs renamed because their name was taken, as (old, new)."""
-    from kb_core.transfer.restore import _kb_name_with_stamp
+    from kb_core.transfer.format import _kb_name_with_stamp
 
     renamed: list[tuple[str, str]] = []
     stamp = now.strftime("%Y%m%d-%H%M%S")
@@ -111,8 +111,7 @@ def export_segments(
     store: PostgresStore, record: KnowledgeBaseRecord, kb_index: int, model_key: str
 ) -> tuple[list[_SegmentExport], GraphState | None]:
     """A KB as one export segment (none when it holds no documents) and its graph, read in one snapshot."""
-    from kb_core.transfer.export import _SegmentExport
-    from kb_core.transfer.format import SUFFIX_PATTERN
+    from kb_core.transfer.format import SUFFIX_PATTERN, _SegmentExport
 
     path = f"kb/{kb_index:04d}/seg/0000"
     with store.snapshot(record.id, prefer_replica=False) as snapshot:
