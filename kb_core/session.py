@@ -4,6 +4,11 @@ result envelopes ``{success, message, data}`` are built (see :mod:`kb_core.envel
 The CLI keeps one session per home (persisted), each MCP session and each browser session has its own (in memory).
 Features below it (store/, retrieval/, ingest/, bundles/, transfer/) take the process's resources and a KB record,
 raise KBError and return typed data; the session wraps them.
+
+Why about 800 lines: this is the API surface, some 35 public operations that each validate their arguments, call
+a feature and build the envelope; splitting it (mixins by concern) would scatter the one place envelopes are
+built. The largest feature code still here is the file handling of import_document/update_document, the next
+candidate to move into :mod:`kb_core.ingest`.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from kb_core.errors import (
 )
 from kb_core.ingest.pipeline import ImportProgress, ImportSource, in_flight_documents
 from kb_core.results import SearchRequest, SearchResult
-from kb_core.retrieval.query import explanation_lines, rag_rank, search_settings
+from kb_core.retrieval.query import explain_chunk, rag_rank, search_settings
 from kb_core.retrieval.search import (
     RankedHits,
     SearchFilters,
@@ -41,7 +46,7 @@ from kb_core.retrieval.search import (
 )
 from kb_core.safe_files import UnusablePath, open_input_file, reject_nul
 from kb_core.store import Change, KnowledgeBaseRecord
-from kb_core.store.documents import chunk_json, document_info, document_row, find_item
+from kb_core.store.documents import chunk_json, document_info, document_info_text, document_row, find_item
 from kb_core.validation import (
     validate_chunk_size,
     validate_float_range,
@@ -560,51 +565,8 @@ class Session:
             "language_guard": language_guard,
         }
         settings = search_settings(record, {**overrides, "top_k": 1000})
-        ranked = self.service.search_kb(record, query, settings, SearchFilters(), explain_chunk_ids=[chunk_id])
-        explained = ranked.explained_by_id.get(chunk_id)
-        if explained is None:  # deleted between the lookup and the search
-            raise ItemNotFound(f"No live chunk with id {chunk_id!r} exists.", details={"id": chunk_id})
-        position = next((i for i, hit in enumerate(ranked.hits, start=1) if hit.id == chunk_id), None)
-        breakdown = asdict(explained.breakdown)
-        breakdown["notes"] = list(breakdown["notes"])
-        above = ranked.hits[position - 2] if position and position > 1 else None
-        if position is None:
-            above = next((h for h in ranked.hits if h.score < explained.breakdown.final_score), None)
-        lines = explanation_lines(settings.mode, explained.breakdown, explained.matched_terms)
-        if position is not None:
-            lines.insert(0, f"Ranked {position} of {len(ranked.hits)} hits in '{record.name}'.")
-        else:
-            lines.insert(
-                0,
-                f"Not among the hits of '{record.name}': {explained.position} of {explained.candidates} scored "
-                "candidates before near-duplicate removal"
-                + (
-                    "; a better-ranked chunk with nearly the same text was kept instead."
-                    if explained.position <= len(ranked.hits) + 10
-                    else "."
-                ),
-            )
-        if position is not None and above is not None:
-            lines.append(
-                f"The hit above it ({above.id}, {above.doc_name}) scores {above.score:.4f}, "
-                f"{above.score - explained.breakdown.final_score:+.4f} more."
-            )
-        data = {
-            "chunk_id": chunk_id,
-            "kb_name": record.name,
-            "query": query,
-            "rank": position,
-            "hits": len(ranked.hits),
-            "candidate_position": explained.position,
-            "candidates": explained.candidates,
-            "score": explained.breakdown.final_score,
-            "matched_terms": explained.matched_terms,
-            "breakdown": breakdown,
-            "above": None if above is None else {"id": above.id, "doc_name": above.doc_name, "score": above.score},
-            "settings": asdict(settings),
-            "explanation": lines,
-        }
-        return ok("\n".join(lines), data)
+        data = explain_chunk(self.service, record, query, chunk_id, settings)
+        return ok("\n".join(data["explanation"]), data)
 
     @enveloped
     def save_search_settings(self, kb_name: str | None = None, **settings: Any) -> Envelope:
@@ -682,25 +644,7 @@ class Session:
         results = list(self.service.background.map(lambda i: document_info(self.service, i, records), ids))
         documents = [r for r in results if "parse_status" in r]
         errors = [r for r in results if "parse_status" not in r]
-        lines = []
-        for doc in documents:
-            lines += [
-                "",
-                f"📄 {doc['name']}",
-                f"   ID: {doc['id']}",
-                f"   Knowledge base: {doc['kb_name']}",
-                f"   Original file: {doc['file_name'] or '(none: not imported from a file)'}",
-                f"   Type: {doc['file_type']}",
-                f"   Size: {doc['size_human']} ({doc['size_bytes']} bytes)",
-                f"   Source: {doc['source_label']}",
-                f"   Status: {doc['status_text']}",
-                f"   Chunks: {doc['chunk_count']}",
-                f"   Created: {doc['created_at']}",
-                f"   Updated: {doc['updated_at']}",
-            ]
-        if errors:
-            lines += ["", "Not found:"] + [f"- {e['id']}: {e['error']}" for e in errors]
-        text = f"Document info for {len(documents)} of {len(ids)} id(s):\n" + "\n".join(lines)
+        text = document_info_text(documents, errors, len(ids))
         return envelope(
             text,
             {"documents": documents, "total_docs": len(documents), "requested": len(ids), "errors": errors},

@@ -7,8 +7,10 @@ session (:mod:`kb_core.session`) wraps them into envelopes.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
+from kb_core.errors import ItemNotFound
 from kb_core.retrieval.fusion import ScoreBreakdown
 from kb_core.retrieval.search import SearchFilters, SearchHit, SearchSettings
 from kb_core.store.registry import KnowledgeBaseRecord
@@ -88,3 +90,56 @@ def explanation_lines(mode: str, b: ScoreBreakdown, matched_terms: Sequence[str]
         )
     lines += [f"Note: {note}" for note in b.notes]
     return lines
+
+
+def explain_chunk(
+    service: Resources, record: KnowledgeBaseRecord, query: str, chunk_id: str, settings: SearchSettings
+) -> dict[str, Any]:
+    """Why live chunk ``chunk_id`` of ``record`` ranks where it does for ``query`` under ``settings``: its place
+    among the hits (or among the scored candidates), its breakdown, the hit above it, and each step in words
+    (``explanation``). ItemNotFound when the chunk is gone."""
+    ranked = service.search_kb(record, query, settings, SearchFilters(), explain_chunk_ids=[chunk_id])
+    explained = ranked.explained_by_id.get(chunk_id)
+    if explained is None:  # deleted between the lookup and the search
+        raise ItemNotFound(f"No live chunk with id {chunk_id!r} exists.", details={"id": chunk_id})
+    position = next((i for i, hit in enumerate(ranked.hits, start=1) if hit.id == chunk_id), None)
+    breakdown = asdict(explained.breakdown)
+    breakdown["notes"] = list(breakdown["notes"])
+    above = ranked.hits[position - 2] if position and position > 1 else None
+    if position is None:
+        above = next((h for h in ranked.hits if h.score < explained.breakdown.final_score), None)
+    lines = explanation_lines(settings.mode, explained.breakdown, explained.matched_terms)
+    if position is not None:
+        lines.insert(0, f"Ranked {position} of {len(ranked.hits)} hits in '{record.name}'.")
+    else:
+        lines.insert(
+            0,
+            f"Not among the hits of '{record.name}': {explained.position} of {explained.candidates} scored "
+            "candidates before near-duplicate removal"
+            + (
+                "; a better-ranked chunk with nearly the same text was kept instead."
+                if explained.position <= len(ranked.hits) + 10
+                else "."
+            ),
+        )
+    if position is not None and above is not None:
+        lines.append(
+            f"The hit above it ({above.id}, {above.doc_name}) scores {above.score:.4f}, "
+            f"{above.score - explained.breakdown.final_score:+.4f} more."
+        )
+    data = {
+        "chunk_id": chunk_id,
+        "kb_name": record.name,
+        "query": query,
+        "rank": position,
+        "hits": len(ranked.hits),
+        "candidate_position": explained.position,
+        "candidates": explained.candidates,
+        "score": explained.breakdown.final_score,
+        "matched_terms": explained.matched_terms,
+        "breakdown": breakdown,
+        "above": None if above is None else {"id": above.id, "doc_name": above.doc_name, "score": above.score},
+        "settings": asdict(settings),
+        "explanation": lines,
+    }
+    return data

@@ -84,6 +84,29 @@ def document_info(service: Resources, doc_id: str, records: Sequence[KnowledgeBa
 
 
 
+def document_info_text(documents: Sequence[dict[str, Any]], errors: Sequence[dict[str, Any]], requested: int) -> str:
+    """get_document_info's text: each found document's fields, then the ids not found."""
+    lines = []
+    for doc in documents:
+        lines += [
+            "",
+            f"📄 {doc['name']}",
+            f"   ID: {doc['id']}",
+            f"   Knowledge base: {doc['kb_name']}",
+            f"   Original file: {doc['file_name'] or '(none: not imported from a file)'}",
+            f"   Type: {doc['file_type']}",
+            f"   Size: {doc['size_human']} ({doc['size_bytes']} bytes)",
+            f"   Source: {doc['source_label']}",
+            f"   Status: {doc['status_text']}",
+            f"   Chunks: {doc['chunk_count']}",
+            f"   Created: {doc['created_at']}",
+            f"   Updated: {doc['updated_at']}",
+        ]
+    if errors:
+        lines += ["", "Not found:"] + [f"- {e['id']}: {e['error']}" for e in errors]
+    return f"Document info for {len(documents)} of {requested} id(s):\n" + "\n".join(lines)
+
+
 def document_row(document: dict[str, Any]) -> dict[str, Any]:
     return {
         "id": document["doc_id"],
