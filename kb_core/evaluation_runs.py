@@ -386,7 +386,7 @@ def record_run(
     note: str = "",
 ) -> EvaluationRun:
     """Keep ``report`` in ``store``. ``kb_service`` is the service whose home holds the evaluated KB (the user's
-    service, or the evaluation service of :func:`kb_core.evaluation.open_eval_service`)."""
+    service, or the evaluation service of :func:`kb_core.evaluation_home.open_eval_service`)."""
     record = kb_service.find_kb(report.kb_name)
     documents = kb_service.reader(record.id).snapshot().documents()
     return store.save(

@@ -19,7 +19,7 @@ from kb_core.demo import DEMO_KB_NAME, demo_judgments_folder
 from pages import _shared as ui
 
 try:
-    from kb_core import evaluation, evaluation_runs
+    from kb_core import beir, evaluation, evaluation_home, evaluation_runs
 except ImportError:  # the module is optional for the rest of the app
     evaluation = None  # type: ignore[assignment]
     evaluation_runs = None  # type: ignore[assignment]
@@ -40,7 +40,7 @@ if evaluation is None or evaluation_runs is None:
 @st.cache_resource(show_spinner="Opening the evaluation home…")
 def eval_service(home: str) -> Any:
     # Evaluation KBs built from a corpus live in <home>/cache/eval, out of the user's KB list.
-    return evaluation.open_eval_service(home)
+    return evaluation_home.open_eval_service(home)
 
 
 @dataclass
@@ -153,14 +153,14 @@ if st.button("Run evaluation", type="primary", disabled=not ready, key="eval_run
             assert folder is not None
             if build_corpus:
                 kb_service = eval_service(str(ui.service().home.root))
-                dataset = evaluation.load_beir(folder)
+                dataset = beir.load_beir(folder)
                 dataset_name = dataset.name
                 queries = dict(list(dataset.queries.items())[: int(max_queries) or None])
                 record = evaluation.build_eval_kb(kb_service, dataset, progress=progress)
                 eval_session, qrels = kb_service.session(), dataset.qrels
             else:
                 kb_service = ui.service()
-                queries, qrels = evaluation.load_beir_queries_qrels(folder)
+                queries, qrels = beir.load_beir_queries_qrels(folder)
                 queries = dict(list(queries.items())[: int(max_queries) or None])
                 record = session.current_kb()
                 eval_session = session
