@@ -68,7 +68,9 @@ if TYPE_CHECKING:
     from kb_core.embedding.base import Embedder
     from kb_core.evaluation_runs import EvaluationRunStore
     from kb_core.executors import DocumentExecutor
+    from kb_core.mcp.tokens import TokenStore
     from kb_core.store.postgres import PostgresStore
+    from kb_core.store.postgres.tokens import PostgresTokenStore
 
 logger = logging.getLogger(__name__)
 # Query vectors of local models remembered per service (see CachedEmbedder): 384 floats each, 1.5 MB at most.
@@ -389,6 +391,17 @@ class KnowledgeBaseService:
             kb_name=record.name,
             executor=executor,
         )
+
+    @cached_property
+    def tokens(self) -> TokenStore | PostgresTokenStore:
+        """The MCP bearer tokens: in the database on PostgreSQL (shared by every host), else in the home."""
+        if self.postgres is not None:
+            from kb_core.store.postgres.tokens import PostgresTokenStore
+
+            return PostgresTokenStore(self.postgres)
+        from kb_core.mcp.tokens import TokenStore
+
+        return TokenStore(self.home.root)
 
     @cached_property
     def evaluation_runs(self) -> EvaluationRunStore:

@@ -13,6 +13,7 @@ from kb_core.envelope import Envelope, enveloped, ok
 if TYPE_CHECKING:
     from kb_core.mcp.tokens import TokenRecord, TokenStore
     from kb_core.service import Session
+    from kb_core.store.postgres.tokens import PostgresTokenStore
 
 logger = logging.getLogger(__name__)
 
@@ -45,10 +46,8 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _store(session: Session) -> TokenStore:
-    from kb_core.mcp.tokens import TokenStore
-
-    return TokenStore(session.service.home.root)
+def _store(session: Session) -> TokenStore | PostgresTokenStore:
+    return session.service.tokens  # the home's tokens, or the database's on PostgreSQL
 
 
 def _scope_names(session: Session, scope: frozenset[str] | None) -> str:

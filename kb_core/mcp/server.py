@@ -58,7 +58,7 @@ from kb_core.mcp.access import ACCESS, check_token
 from kb_core.mcp.http_security import transport_security, url_host
 from kb_core.mcp.paths import confine_arguments
 from kb_core.mcp.results import tool_result
-from kb_core.mcp.tokens import SlidingWindowLimiter, TokenRecord, TokenStore
+from kb_core.mcp.tokens import SlidingWindowLimiter, TokenRecord
 from kb_core.mcp.tools import build_tools
 
 if TYPE_CHECKING:
@@ -124,14 +124,28 @@ class _Caller:
     token: TokenRecord | None  # None: stdio, trusted
 
 
+class _ServiceTokens:
+    """The tokens of the service's store, read per request: the home's ``tokens.json``, or on PostgreSQL the
+    database's table, which every host on that URL shares."""
+
+    def __init__(self, holder: ServiceHolder) -> None:
+        self.holder = holder
+
+    def get(self, token_id: str) -> TokenRecord | None:
+        return self.holder.open().tokens.get(token_id)
+
+    def verify(self, token: str) -> TokenRecord | None:
+        return self.holder.open().tokens.verify(token)
+
+
 class _TokenVerifier:
     """The SDK's TokenVerifier protocol over :class:`TokenStore` (client_id = token id, never the token)."""
 
-    def __init__(self, store: TokenStore) -> None:
+    def __init__(self, store: _ServiceTokens) -> None:
         self.store = store
 
     async def verify_token(self, token: str) -> AccessToken | None:
-        record = self.store.verify(token)
+        record = await anyio.to_thread.run_sync(self.store.verify, token)  # a database query on PostgreSQL
         if record is None:
             return None
         return AccessToken(token=record.id, client_id=record.id, scopes=[record.capability])
@@ -157,12 +171,10 @@ class KBMCPServer:
         self.limiter = SlidingWindowLimiter()
         self._sessions: weakref.WeakKeyDictionary[Any, dict[str | None, Session]] = weakref.WeakKeyDictionary()
         self._sessions_lock = threading.Lock()
-        self.tokens: TokenStore | None = None
+        self.tokens: _ServiceTokens | None = None
         auth: dict[str, Any] = {}
         if http:
-            from kb_core.config import resolve_home
-
-            self.tokens = TokenStore(resolve_home(home))
+            self.tokens = _ServiceTokens(self.holder)
             auth = {
                 "token_verifier": _TokenVerifier(self.tokens),
                 "auth": AuthSettings(issuer_url=f"http://{url_host(host)}:{port}", resource_server_url=None),

@@ -739,6 +739,12 @@ class PostgresStore:
             cur.execute(sql.SQL("SELECT * FROM {s}.tokens ORDER BY created_at, id").format(s=_S))
             return [TokenRecord.from_json(row) for row in cur.fetchall()]
 
+    def token(self, token_id: str) -> TokenRecord | None:
+        with self._read() as conn, conn.cursor(row_factory=psycopg.rows.dict_row) as cur:
+            cur.execute(sql.SQL("SELECT * FROM {s}.tokens WHERE id = %s").format(s=_S), (token_id,))
+            row = cur.fetchone()
+        return None if row is None else TokenRecord.from_json(row)
+
     def revoke_token(self, token_id: str) -> TokenRecord:
         with self._write() as (conn, _), conn.cursor(row_factory=psycopg.rows.dict_row) as cur:
             cur.execute(sql.SQL("DELETE FROM {s}.tokens WHERE id = %s RETURNING *").format(s=_S), (token_id,))
