@@ -87,8 +87,8 @@ def default_parse_limits() -> Any:
 CLI_SESSION = "cli"
 # What a service on a PostgreSQL store does so far; everything else answers NOT_ON_POSTGRES (issue #16).
 POSTGRES_OPERATIONS = (
-    "create, list, select and delete knowledge bases; import, list and delete documents and list their chunks; "
-    "search, explain_search, rag_search and saved search settings"
+    "create, list, select and delete knowledge bases; import, list, update and delete documents, list their "
+    "chunks, get items and document info; search, explain_search, rag_search and saved search settings; tokens"
 )
 
 
@@ -455,6 +455,13 @@ class KnowledgeBaseService:
         return ranked
 
     def find_item(self, item_id: str, records: Sequence[KnowledgeBaseRecord], neighbours: int) -> dict[str, Any]:
+        if self.postgres is not None:
+            from kb_core.store.postgres.items import find_item
+
+            found = find_item(self.postgres, item_id, records, neighbours)
+            if found is None:
+                raise ItemNotFound(f"No document or chunk with id {item_id!r} exists.", details={"id": item_id})
+            return found
         for record in records:
             snapshot = self.reader(record.id).snapshot()
             documents = snapshot.documents()
@@ -487,10 +494,16 @@ class KnowledgeBaseService:
 
     def document_info(self, doc_id: str, records: Sequence[KnowledgeBaseRecord]) -> dict[str, Any]:
         for record in records:
-            documents = self.reader(record.id).snapshot().documents()
-            match = documents[documents["doc_id"] == doc_id]
-            if not match.empty:
-                document = match.iloc[0].to_dict()
+            if self.postgres is not None:
+                from kb_core.store.postgres.items import document_row
+
+                found = document_row(self.postgres, doc_id, [record])
+                match = [found[1]] if found is not None else []
+            else:
+                documents = self.reader(record.id).snapshot().documents()
+                match = documents[documents["doc_id"] == doc_id].to_dict("records")
+            if match:
+                document = match[0]
                 row = _document_row(document)
                 return {
                     "id": row["id"],
@@ -885,21 +898,26 @@ class Session:
         document = self._live_document(record, doc_name)
         if document["status"] != "ready":
             raise InvalidArgument(f"Document {doc_name!r} failed to import; import it again instead of updating.")
-        segment = self.service.reader(record.id).snapshot().segment_by_id(document["segment_id"])
-        if segment is None:
-            raise DocumentNotFound(f"Document {doc_name!r} was changed meanwhile; try again.")
-        original = segment.original_path(document["original"])
-        source = ImportSource(
-            path=original,
-            display_name=document["name"],
-            source=document["source"],
-            reported_path=document["file_path"],
-            doc_id=document["doc_id"],
-            created_at=document["created_at"],
-            replaces=(document["segment_id"], document["doc_id"]),
-        )
-        states, _ = self.service.importer(record).run([source], size, progress)
-        state = states[0]
+        if self.service.postgres is not None:
+            from kb_core.store.postgres.items import reimport_document
+
+            state = reimport_document(self.service, record, document, size, progress)
+        else:
+            segment = self.service.reader(record.id).snapshot().segment_by_id(document["segment_id"])
+            if segment is None:
+                raise DocumentNotFound(f"Document {doc_name!r} was changed meanwhile; try again.")
+            original = segment.original_path(document["original"])
+            source = ImportSource(
+                path=original,
+                display_name=document["name"],
+                source=document["source"],
+                reported_path=document["file_path"],
+                doc_id=document["doc_id"],
+                created_at=document["created_at"],
+                replaces=(document["segment_id"], document["doc_id"]),
+            )
+            states, _ = self.service.importer(record).run([source], size, progress)
+            state = states[0]
         if state.status != "ready":
             raise KBError(f"Updating {doc_name!r} failed: {state.error}", code="UPDATE_FAILED")
         return ok(

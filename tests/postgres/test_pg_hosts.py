@@ -41,9 +41,9 @@ def free_port() -> int:
 
 def start_mcp_http(url: str, home: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
     with open(log, "wb") as out:
+        command = [sys.executable, "-m", "kb_core.cli", "--store", url, "--home", str(home), "mcp", "--http"]
         return subprocess.Popen(
-            [sys.executable, "-m", "kb_core.cli", "--store", url, "--home", str(home), "mcp", "--http"]
-            + ["--port", str(port)],
+            [*command, "--port", str(port)],
             stdout=out,
             stderr=subprocess.STDOUT,
             cwd=ROOT,

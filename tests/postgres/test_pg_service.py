@@ -217,8 +217,7 @@ def test_two_hosts_on_one_url_and_the_command_line_answer_as_the_folder_store(
 
 def test_operations_the_postgres_store_lacks_say_so(stores: tuple[Session, Session]) -> None:
     _, postgres = stores
-    name = postgres.list_documents()["data"]["documents"][0]["name"]
-    for result in (postgres.compact(), postgres.update_document(name, 128), postgres.get_ontology()):
+    for result in (postgres.compact(), postgres.get_ontology()):
         assert not result["success"]
         assert result["error"]["code"] == "NOT_ON_POSTGRES", result["message"]
         assert "not available on the PostgreSQL store" in result["message"]

@@ -407,7 +407,8 @@ class PostgresStore:
         new_ids: set[str] = set()
         for document in change.add:
             record = document.record
-            if record.doc_id in live or record.doc_id in new_ids:
+            # an update (update_document) keeps the document's id: only the document it replaces may hold it
+            if (record.doc_id in live and record.doc_id != document.replaces) or record.doc_id in new_ids:
                 raise InvalidArgument(f"document id {record.doc_id} is already used in this knowledge base")
             new_ids.add(record.doc_id)
             if document.replaces is not None:
