@@ -821,12 +821,16 @@ class Session:
     def list_documents(self, kb_name: str | None = None) -> Envelope:
         record = self.resolve_kb(kb_name)
         if self.service.postgres is not None:
+            from kb_core.store.postgres.inflight import in_flight_documents as in_flight_elsewhere
+
             rows = [_document_row(d) for d in self.service.documents(record)]
-            return ok(f"{len(rows)} document(s) in '{record.name}'.", {"documents": rows, "count": len(rows)})
-        reader = self.service.reader(record.id)
-        documents = reader.snapshot().documents()
-        rows = [_document_row(d) for d in documents.to_dict("records")]
-        for flight in in_flight_documents(reader.store):
+            flights = in_flight_elsewhere(self.service.postgres, record.id)  # on any host
+        else:
+            reader = self.service.reader(record.id)
+            documents = reader.snapshot().documents()
+            rows = [_document_row(d) for d in documents.to_dict("records")]
+            flights = in_flight_documents(reader.store)
+        for flight in flights:
             rows.append(
                 {
                     "id": None,

@@ -13,6 +13,9 @@ Shared tables (one row per KB, document, token …)::
     originals        kb_id, doc_id, content bytea       (the kept original file)
     graphs           kb_id, version, state jsonb        (the bundle graph: GraphState.to_json())
     tokens           id, token_hash (unique), scope text[] (NULL: every KB), capability, rate_per_hour, created_at
+    imports          id, kb_id, backend_pid, backend_start, documents jsonb, started_at: the in-flight documents of
+                     a running import (pending/parsing/embedding), announced over the import's own connection; a
+                     row whose connection is gone (its importer died) is ignored and removed
 
 Per knowledge base ``N = knowledge_bases.table_no``::
 
@@ -112,6 +115,14 @@ CREATE TABLE IF NOT EXISTS {schema}.graphs (
     version bigint NOT NULL,
     state jsonb NOT NULL,
     updated_at text NOT NULL
+);
+CREATE TABLE IF NOT EXISTS {schema}.imports (
+    id text PRIMARY KEY,
+    kb_id text NOT NULL REFERENCES {schema}.knowledge_bases (id) ON DELETE CASCADE,
+    backend_pid integer NOT NULL,
+    backend_start timestamptz NOT NULL,
+    documents jsonb NOT NULL DEFAULT '[]',
+    started_at text NOT NULL
 );
 CREATE TABLE IF NOT EXISTS {schema}.tokens (
     id text PRIMARY KEY,
