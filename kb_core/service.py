@@ -88,7 +88,8 @@ CLI_SESSION = "cli"
 # What a service on a PostgreSQL store does so far; everything else answers NOT_ON_POSTGRES (issue #16).
 POSTGRES_OPERATIONS = (
     "create, list, select and delete knowledge bases; import, list, update and delete documents, list their "
-    "chunks, get items and document info; search, explain_search, rag_search and saved search settings; tokens"
+    "chunks, get items and document info; search, explain_search, rag_search and saved search settings; "
+    "knowledge bundles, ontologies and the graph; tokens"
 )
 
 

@@ -62,6 +62,10 @@ def sync_index(service: Resources, record: KnowledgeBaseRecord, state: GraphStat
 
     Call under the graph lock. Returns documents_indexed, documents_removed, chunks_indexed.
     """
+    if service.postgres is not None:  # prepared here, committed with the graph (kb_core.store.postgres.bundles)
+        from kb_core.store.postgres.bundles import sync_index as prepare_on_postgres
+
+        return prepare_on_postgres(service, record, state)
     from kb_core.chunking import chunk_document
     from kb_core.importer import chunk_row, timestamped_name, write_segment_files
     from kb_core.parsing.base import ParsedDocument

@@ -11,7 +11,10 @@ Shared tables (one row per KB, document, token …)::
     documents        kb_id + the columns of documents.parquet, name_key; one ready document per name_key
     texts            kb_id, doc_id, text                (texts.parquet)
     originals        kb_id, doc_id, content bytea       (the kept original file)
-    graphs           kb_id, version, state jsonb        (the bundle graph: GraphState.to_json())
+    graphs           kb_id, version, state json         (the bundle graph: GraphState.to_json() with sorted keys,
+                                                        as the folder store's state files; json, not jsonb, which
+                                                        orders keys by length: the example bundle and the schema
+                                                        follow the order of the ontology's types and fields)
     tokens           id, token_hash (unique), scope text[] (NULL: every KB), capability, rate_per_hour, created_at
     imports          id, kb_id, backend_pid, backend_start, documents jsonb, started_at: the in-flight documents of
                      a running import (pending/parsing/embedding), announced over the import's own connection; a
@@ -113,9 +116,15 @@ CREATE TABLE IF NOT EXISTS {schema}.originals (
 CREATE TABLE IF NOT EXISTS {schema}.graphs (
     kb_id text PRIMARY KEY REFERENCES {schema}.knowledge_bases (id) ON DELETE CASCADE,
     version bigint NOT NULL,
-    state jsonb NOT NULL,
+    state json NOT NULL,
     updated_at text NOT NULL
 );
+DO $$ BEGIN  -- databases made before the order mattered stored graphs as jsonb (which sorts keys)
+    IF (SELECT data_type FROM information_schema.columns WHERE table_schema = 'kb_workbench'
+        AND table_name = 'graphs' AND column_name = 'state') = 'jsonb' THEN
+        ALTER TABLE kb_workbench.graphs ALTER COLUMN state TYPE json;
+    END IF;
+END $$;
 CREATE TABLE IF NOT EXISTS {schema}.imports (
     id text PRIMARY KEY,
     kb_id text NOT NULL REFERENCES {schema}.knowledge_bases (id) ON DELETE CASCADE,

@@ -641,11 +641,11 @@ class PostgresStore:
         state = {**dict(change.graph or {}), "version": version}
         conn.execute(
             sql.SQL(
-                "INSERT INTO {s}.graphs (kb_id, version, state, updated_at) VALUES (%s, %s, %s::jsonb, %s) "
+                "INSERT INTO {s}.graphs (kb_id, version, state, updated_at) VALUES (%s, %s, %s::json, %s) "
                 "ON CONFLICT (kb_id) DO UPDATE SET version = EXCLUDED.version, state = EXCLUDED.state, "
                 "updated_at = EXCLUDED.updated_at"
             ).format(s=_S),
-            (kb_id, version, json.dumps(state, ensure_ascii=False), utc_now()),
+            (kb_id, version, json.dumps(state, ensure_ascii=False, sort_keys=True), utc_now()),  # as the folder's
         )
         return version
 
