@@ -10,7 +10,6 @@ from typing import Any
 
 from kb_core import KnowledgeBaseService
 from kb_core.importer import FileProgress, ImportProgress
-from kb_core.store.postgres.inflight import ImportAnnouncement, in_flight_documents
 
 
 def test_an_import_on_one_host_is_listed_on_another_while_it_runs(pg_url: str, tmp_path: Path) -> None:
@@ -44,6 +43,8 @@ def test_an_import_on_one_host_is_listed_on_another_while_it_runs(pg_url: str, t
 
 
 def test_an_importer_whose_connection_died_is_not_listed(pg_url: str, tmp_path: Path) -> None:
+    from kb_core.store.postgres.inflight import ImportAnnouncement, in_flight_documents
+
     service = KnowledgeBaseService(tmp_path / "home", store=pg_url)
     session = service.session()
     assert session.create_knowledge_base("killed import", 64, embedding_model="hashing")["success"]
