@@ -19,6 +19,7 @@ import numpy as np
 
 from kb_core.analysis import Analyzer
 from kb_core.errors import InvalidArgument
+from kb_core.fusion import TextSignatures, text_signatures
 from kb_core.store import catalog
 
 __all__ = [
@@ -128,6 +129,7 @@ class PreparedDocument:
     original: bytes | None = None
     replaces: str | None = None
     analyzer: str = ""  # the name of the analyzer that made ``terms``
+    signatures: TextSignatures | None = None  # near-duplicate signatures of the chunks, computed at build
 
     @classmethod
     def build(
@@ -156,7 +158,8 @@ class PreparedDocument:
                 raise InvalidArgument(f"chunk {chunk.chunk_id} belongs to {chunk.doc_id}, not {record.doc_id}")
         matrix = _checked_vectors(vectors, len(chunks), record.doc_id)
         terms = tuple(_chunk_terms(analyzer.tokens(chunk.content)) for chunk in chunks)
-        return cls(record, chunks, matrix, terms, text, original, replaces, analyzer.name)
+        signatures = text_signatures([chunk.content for chunk in chunks])
+        return cls(record, chunks, matrix, terms, text, original, replaces, analyzer.name, signatures)
 
     @property
     def dimension(self) -> int | None:

@@ -36,6 +36,7 @@ import psycopg.errors
 from psycopg import sql
 
 from kb_core.errors import DocumentNotFound, InvalidArgument, KBError, KBExists, KBNotFound, StoreError
+from kb_core.fusion import TextSignatures, text_signatures
 from kb_core.keyword_index import BM25Parameters
 from kb_core.mcp.tokens import DEFAULT_RATE_PER_HOUR, TOKEN_PREFIX, TokenRecord, hash_token, new_token
 from kb_core.store.postgres import schema
@@ -518,6 +519,10 @@ class PostgresStore:
             for d in documents
             for chunk, terms, vector in zip(d.chunks, d.terms, d.vectors, strict=True)
         ]
+        signatures = TextSignatures.concatenate(
+            [d.signatures or text_signatures([c.content for c in d.chunks]) for d in documents]
+        )
+        sketches = signatures.sketch.astype("<u8")
         if not chunk_terms:
             return 0, 0
         term_ids = self._count_terms(conn, tables, [terms for _, terms, _ in chunk_terms])
@@ -536,7 +541,7 @@ class PostgresStore:
         with conn.cursor().copy(
             sql.SQL(
                 "COPY {} (row_id, chunk_id, doc_id, chunk_index, content, tokens, chapter, page, start_char, end_char, "
-                "length, term_ids, embedding) FROM STDIN (FORMAT BINARY)"
+                "length, term_ids, text_hash, shingle_count, sketch, embedding) FROM STDIN (FORMAT BINARY)"
             ).format(tables.chunks)
         ) as copy:
             copy.set_types(
@@ -553,10 +558,13 @@ class PostgresStore:
                     "int8",
                     "int4",
                     "int4[]",
+                    "int8",
+                    "int4",
+                    "bytea",
                     "vector",
                 ]
             )
-            for row_id, (chunk, terms, vector) in zip(row_ids, chunk_terms, strict=True):
+            for position, (row_id, (chunk, terms, vector)) in enumerate(zip(row_ids, chunk_terms, strict=True)):
                 ids = np.fromiter(
                     (term_ids[t] for t in terms.frequencies), dtype=np.int32, count=len(terms.frequencies)
                 )
@@ -574,6 +582,9 @@ class PostgresStore:
                         chunk.end_char,
                         terms.length,
                         ids.tolist(),
+                        int(signatures.text_hash[position]),  # 63 bits: fits a signed bigint
+                        int(signatures.shingle_count[position]),
+                        sketches[position].tobytes(),
                         vector,
                     )
                 )
