@@ -1,8 +1,8 @@
 """Two hosts on one PostgreSQL URL, end to end with the real front ends (issue #16's "done when"): ``kb --store URL
-mcp --http`` on a free loopback port, driven by the MCP SDK's streamable-HTTP client with a bearer token that
-another host made (tokens live in the database), answers searches over what a ``kb --store URL import`` in a
-third process (its own home) committed, with the folder store's hits and breakdowns; a revocation on one host
-refuses the token on the other at its next request."""
+mcp --http`` on a free loopback port (host B), driven by the MCP SDK's streamable-HTTP client with a bearer token
+that ``kb --store URL token create`` made on host A (tokens live in the database), answers searches over what a
+``kb --store URL import`` process on host A committed after B started, with the folder store's hits and
+breakdowns; a revocation on host A refuses the token on host B at its next request."""
 
 from __future__ import annotations
 
@@ -89,8 +89,10 @@ def test_mcp_over_http_on_one_host_searches_what_the_cli_imported_on_another(
 ) -> None:
     url = new_database(postgres_server, "t_mcp_http_hosts")
     host_a, host_b = tmp_path / "host-a", tmp_path / "host-b"
-    created = run_cli(host_a, "create", KB, "--chunk-size", "64", "--embedding-model", "hashing", store=url)
-    assert created["success"], created["message"]
+    service_a = KnowledgeBaseService(host_a, store=url)  # host A: this process and `kb` processes on its home
+    cli_a = service_a.session("cli")  # the current KB that `kb` commands on host A's home use
+    assert cli_a.create_knowledge_base(KB, 64, embedding_model="hashing")["success"]
+    assert cli_a.select_knowledge_base(KB)["success"]
     made = run_cli(host_a, "token", "create", "--scope", KB, "--capability", "read", store=url)
     assert made["success"], made["message"]
     token = made["data"]["token"]
@@ -103,7 +105,6 @@ def test_mcp_over_http_on_one_host_searches_what_the_cli_imported_on_another(
     try:
         wait_listening(server, endpoint, log)
         files = DEMO_FILES[::2]
-        assert run_cli(host_a, "select", KB, store=url)["success"]
         imported = run_cli(host_a, "import", *files, store=url)  # after host B started serving
         assert imported["data"]["success_count"] == len(files), imported
 
@@ -116,8 +117,7 @@ def test_mcp_over_http_on_one_host_searches_what_the_cli_imported_on_another(
             assert answer["data"]["chunks"], (query, settings)
             assert_same_hits(answer, folder.search(query, top_k=8, **settings), ("mcp over http", query, settings))
 
-        revoked = run_cli(host_a, "token", "revoke", made["data"]["id"], store=url)
-        assert revoked["success"], revoked["message"]
+        service_a.tokens.revoke(made["data"]["id"])
         refused = httpx.post(endpoint, json={}, headers={"Authorization": f"Bearer {token}"}, timeout=10)
         assert refused.status_code == 401  # revoked on host A, refused by host B's server at once
     finally:
@@ -127,6 +127,7 @@ def test_mcp_over_http_on_one_host_searches_what_the_cli_imported_on_another(
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
+    service_a.close()
     # (the MCP SDK logs a ClosedResourceError of its SSE writer when a client disconnects: not ours)
     assert "/kb_core/" not in log.read_text(encoding="utf-8")  # no traceback through our code
 
