@@ -184,3 +184,28 @@ def test_a_failed_graph_commit_leaves_neither_graph_nor_documents(stores: tuple[
     assert graph(postgres) == before_graph
     assert postgres.list_documents()["data"]["documents"] == before_docs
     assert not postgres.search("zebras", mode="keyword")["data"]["chunks"]
+
+
+def test_a_document_name_taken_meanwhile_fails_the_bundle_commit(stores: tuple[Session, Session, Path]) -> None:
+    """The graph names its documents before the commit; if another import took a name meanwhile, the commit fails
+    (NAME_TAKEN) instead of committing a document under another name than the graph says."""
+    import numpy as np
+
+    from kb_core.store.postgres import StoreChange
+    from tests.postgres.helpers import make_document
+
+    _, postgres, _ = stores
+    store = postgres.service.postgres
+    assert store is not None
+    record = postgres.current_kb()
+    taken = postgres.list_documents()["data"]["documents"][0]["name"]
+    before = postgres.list_documents()["data"]["documents"]
+    with store.snapshot(record.id) as snapshot:
+        dimension = snapshot.tables.dimension
+    assert dimension is not None
+    rng = np.random.default_rng(3)
+    document = make_document("doc_clash", ["text"], postgres.service.analyzer, rng, name=taken, dimension=dimension)
+    with pytest.raises(Exception) as refused:
+        store.commit(record.id, StoreChange(add=(document,), keep_names=True))
+    assert getattr(refused.value, "code", None) == "NAME_TAKEN"
+    assert postgres.list_documents()["data"]["documents"] == before

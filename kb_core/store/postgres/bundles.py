@@ -94,6 +94,7 @@ class PostgresGraphStore:
                 delete=tuple(pending.delete),
                 graph=GraphState(state.version, state.ontology, state.nodes, state.edges).to_json(),
                 expected_graph_version=self._loaded_version if self._loaded_version is not None else state.version,
+                keep_names=True,  # the graph names its documents: a name taken meanwhile fails, nothing half-named
             ),
         )
         assert result.graph_version is not None

@@ -194,12 +194,15 @@ class StoreChange:
     the KB's new bundle graph (its ``GraphState.to_json()`` form), all in one transaction.
 
     ``expected_graph_version`` guards a graph change against a concurrent one: the commit fails unless the stored
-    graph still has that version (0: no graph yet)."""
+    graph still has that version (0: no graph yet). ``keep_names``: see the field."""
 
     add: tuple[PreparedDocument, ...] = ()
     delete: tuple[str, ...] = ()
     graph: Mapping[str, Any] | None = None
     expected_graph_version: int | None = None
+    # the added documents' names were decided already (a bundle's graph names them): a clash with a live name
+    # fails the commit instead of renaming, and no failed entry of that name is replaced
+    keep_names: bool = False
 
 
 @dataclass(frozen=True)

@@ -419,7 +419,7 @@ class PostgresStore:
                     )
                 removed.append(document.replaces)
                 taken.discard(document_name_key(str(live[document.replaces]["name"])))
-            else:
+            elif not change.keep_names:
                 for old in live.values():  # re-importing a name that failed before replaces the failed entry
                     same = document_name_key(str(old["name"])) == document_name_key(record.name)
                     if old["status"] == "failed" and same and old["doc_id"] not in removed:
@@ -427,6 +427,12 @@ class PostgresStore:
             name = record.name
             if record.status == "ready":
                 if document_name_key(name) in taken:
+                    if change.keep_names:
+                        raise StoreError(
+                            f"The document name {name!r} was taken meanwhile (by another import); nothing was "
+                            "committed. Try again.",
+                            code="NAME_TAKEN",
+                        )
                     name = timestamped_name(name, taken)
                 taken.add(document_name_key(name))
             added.append(document if name == record.name else replace(document, record=replace(record, name=name)))
