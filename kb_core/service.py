@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from kb_core.retrieval.analysis import Analyzer
     from kb_core.session import Session
     from kb_core.store.postgres import PostgresStore
+    from kb_core.store.postgres.tokens import PostgresTokenStore
     from kb_core.store.tokens import TokenStore
 
 logger = logging.getLogger(__name__)
@@ -66,8 +67,9 @@ def default_parse_limits() -> Any:
 CLI_SESSION = "cli"
 # What a service on a PostgreSQL store does so far; everything else answers NOT_ON_POSTGRES (issue #16).
 POSTGRES_OPERATIONS = (
-    "create, list, select and delete knowledge bases; import, list and delete documents and list their chunks; "
-    "search, explain_search, rag_search and saved search settings"
+    "create, list, select and delete knowledge bases; import, list, update and delete documents, list their "
+    "chunks, get items and document info; search, explain_search, rag_search and saved search settings; "
+    "knowledge bundles, ontologies and the graph; tokens"
 )
 
 
@@ -386,8 +388,13 @@ class KnowledgeBaseService:
         return self._parse_limits or default_parse_limits()
 
     @cached_property
-    def token_store(self) -> TokenStore:
-        """The MCP HTTP bearer tokens of this home (``HOME/tokens.json``)."""
+    def token_store(self) -> TokenStore | PostgresTokenStore:
+        """The MCP HTTP bearer tokens: in the database on PostgreSQL (shared by every host), else in the home
+        (``HOME/tokens.json``)."""
+        if self.postgres is not None:
+            from kb_core.store.postgres.tokens import PostgresTokenStore
+
+            return PostgresTokenStore(self.postgres)
         from kb_core.store.tokens import TokenStore
 
         return TokenStore(self.home.root)

@@ -306,12 +306,16 @@ class Session:
     def list_documents(self, kb_name: str | None = None) -> Envelope:
         record = self.resolve_kb(kb_name)
         if self.service.postgres is not None:
+            from kb_core.store.postgres.inflight import in_flight_documents as in_flight_elsewhere
+
             rows = [document_row(d) for d in self.service.documents(record)]
-            return ok(f"{len(rows)} document(s) in '{record.name}'.", {"documents": rows, "count": len(rows)})
-        reader = self.service.reader(record.id)
-        documents = reader.snapshot().documents()
-        rows = [document_row(d) for d in documents.to_dict("records")]
-        for flight in in_flight_documents(reader.store):
+            flights = in_flight_elsewhere(self.service.postgres, record.id)  # on any host
+        else:
+            reader = self.service.reader(record.id)
+            documents = reader.snapshot().documents()
+            rows = [document_row(d) for d in documents.to_dict("records")]
+            flights = in_flight_documents(reader.store)
+        for flight in flights:
             rows.append(
                 {
                     "id": None,
@@ -383,21 +387,26 @@ class Session:
         document = self._live_document(record, doc_name)
         if document["status"] != "ready":
             raise InvalidArgument(f"Document {doc_name!r} failed to import; import it again instead of updating.")
-        segment = self.service.reader(record.id).snapshot().segment_by_id(document["segment_id"])
-        if segment is None:
-            raise DocumentNotFound(f"Document {doc_name!r} was changed meanwhile; try again.")
-        original = segment.original_path(document["original"])
-        source = ImportSource(
-            path=original,
-            display_name=document["name"],
-            source=document["source"],
-            reported_path=document["file_path"],
-            doc_id=document["doc_id"],
-            created_at=document["created_at"],
-            replaces=(document["segment_id"], document["doc_id"]),
-        )
-        states, _ = self.service.importer(record).run([source], size, progress)
-        state = states[0]
+        if self.service.postgres is not None:
+            from kb_core.store.postgres.items import reimport_document
+
+            state = reimport_document(self.service, record, document, size, progress)
+        else:
+            segment = self.service.reader(record.id).snapshot().segment_by_id(document["segment_id"])
+            if segment is None:
+                raise DocumentNotFound(f"Document {doc_name!r} was changed meanwhile; try again.")
+            original = segment.original_path(document["original"])
+            source = ImportSource(
+                path=original,
+                display_name=document["name"],
+                source=document["source"],
+                reported_path=document["file_path"],
+                doc_id=document["doc_id"],
+                created_at=document["created_at"],
+                replaces=(document["segment_id"], document["doc_id"]),
+            )
+            states, _ = self.service.importer(record).run([source], size, progress)
+            state = states[0]
         if state.status != "ready":
             raise KBError(f"Updating {doc_name!r} failed: {state.error}", code="UPDATE_FAILED")
         return ok(

@@ -12,6 +12,7 @@ from kb_core.envelope import Envelope, enveloped, ok
 
 if TYPE_CHECKING:
     from kb_core.session import Session
+    from kb_core.store.postgres.tokens import PostgresTokenStore
     from kb_core.store.tokens import TokenRecord, TokenStore
 
 logger = logging.getLogger(__name__)
@@ -45,8 +46,8 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _store(session: Session) -> TokenStore:
-    return session.service.token_store
+def _store(session: Session) -> TokenStore | PostgresTokenStore:
+    return session.service.token_store  # the home's tokens, or the database's on PostgreSQL
 
 
 def _scope_names(session: Session, scope: frozenset[str] | None) -> str:

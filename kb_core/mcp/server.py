@@ -60,7 +60,7 @@ from kb_core.mcp.paths import confine_arguments
 from kb_core.mcp.rate_limits import SlidingWindowLimiter
 from kb_core.mcp.results import tool_result
 from kb_core.mcp.tools import build_tools
-from kb_core.store.tokens import TokenRecord, TokenStore
+from kb_core.store.tokens import TokenRecord
 
 if TYPE_CHECKING:
     from kb_core.service import KnowledgeBaseService
@@ -126,14 +126,28 @@ class _Caller:
     token: TokenRecord | None  # None: stdio, trusted
 
 
+class _ServiceTokens:
+    """The tokens of the service's store, read per request: the home's ``tokens.json``, or on PostgreSQL the
+    database's table, which every host on that URL shares."""
+
+    def __init__(self, holder: ServiceHolder) -> None:
+        self.holder = holder
+
+    def get(self, token_id: str) -> TokenRecord | None:
+        return self.holder.open().token_store.get(token_id)
+
+    def verify(self, token: str) -> TokenRecord | None:
+        return self.holder.open().token_store.verify(token)
+
+
 class _TokenVerifier:
     """The SDK's TokenVerifier protocol over :class:`TokenStore` (client_id = token id, never the token)."""
 
-    def __init__(self, store: TokenStore) -> None:
+    def __init__(self, store: _ServiceTokens) -> None:
         self.store = store
 
     async def verify_token(self, token: str) -> AccessToken | None:
-        record = self.store.verify(token)
+        record = await anyio.to_thread.run_sync(self.store.verify, token)  # a database query on PostgreSQL
         if record is None:
             return None
         return AccessToken(token=record.id, client_id=record.id, scopes=[record.capability])
@@ -159,12 +173,10 @@ class KBMCPServer:
         self.limiter = SlidingWindowLimiter()
         self._sessions: weakref.WeakKeyDictionary[Any, dict[str | None, Session]] = weakref.WeakKeyDictionary()
         self._sessions_lock = threading.Lock()
-        self.tokens: TokenStore | None = None
+        self.tokens: _ServiceTokens | None = None
         auth: dict[str, Any] = {}
         if http:
-            from kb_core.config import resolve_home
-
-            self.tokens = TokenStore(resolve_home(home))
+            self.tokens = _ServiceTokens(self.holder)
             auth = {
                 "token_verifier": _TokenVerifier(self.tokens),
                 "auth": AuthSettings(issuer_url=f"http://{url_host(host)}:{port}", resource_server_url=None),

@@ -23,6 +23,21 @@ def find_item(
     service: Resources, item_id: str, records: Sequence[KnowledgeBaseRecord], neighbours: int
 ) -> dict[str, Any]:
     """A document (``doc_`` id, with its full text) or a live chunk with ``neighbours`` chunks either side."""
+    if service.postgres is not None:
+        from kb_core.store.postgres.items import find_item as find_on_postgres
+
+        found = find_on_postgres(service.postgres, item_id, records, neighbours)
+        if found is None:
+            raise ItemNotFound(f"No document or chunk with id {item_id!r} exists.", details={"id": item_id})
+        if found["type"] == "document":
+            row = document_row(found["row"])
+            return {"type": "document", "kb_name": found["kb_name"], **row, "text": found["text"] or ""}
+        return {
+            **found,
+            "chunk": chunk_json(found["chunk"]),
+            "previous": [chunk_json(r) for r in found["previous"]],
+            "next": [chunk_json(r) for r in found["next"]],
+        }
     for record in records:
         snapshot = service.reader(record.id).snapshot()
         documents = snapshot.documents()
@@ -54,14 +69,19 @@ def find_item(
     raise ItemNotFound(f"No document or chunk with id {item_id!r} exists.", details={"id": item_id})
 
 
-
 def document_info(service: Resources, doc_id: str, records: Sequence[KnowledgeBaseRecord]) -> dict[str, Any]:
     """One document's metadata as get_document_info shows it; ``{id, error}`` when no KB has it."""
     for record in records:
-        documents = service.reader(record.id).snapshot().documents()
-        match = documents[documents["doc_id"] == doc_id]
-        if not match.empty:
-            document = match.iloc[0].to_dict()
+        if service.postgres is not None:
+            from kb_core.store.postgres.items import document_row as document_on_postgres
+
+            found = document_on_postgres(service.postgres, doc_id, [record])
+            match = [found[1]] if found is not None else []
+        else:
+            documents = service.reader(record.id).snapshot().documents()
+            match = documents[documents["doc_id"] == doc_id].to_dict("records")
+        if match:
+            document = match[0]
             row = document_row(document)
             return {
                 "id": row["id"],
@@ -81,7 +101,6 @@ def document_info(service: Resources, doc_id: str, records: Sequence[KnowledgeBa
                 "updated_at": row["updated_at"],
             }
     return {"id": doc_id, "error": f"Document {doc_id!r} not found."}
-
 
 
 def document_info_text(documents: Sequence[dict[str, Any]], errors: Sequence[dict[str, Any]], requested: int) -> str:

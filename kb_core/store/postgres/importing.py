@@ -24,16 +24,6 @@ from kb_core.store.segments import chunk_row
 __all__ = ["PostgresImporter"]
 
 
-class _UnpublishedJob:
-    """In-flight documents are not shared between hosts yet; the committed ones are."""
-
-    def publish(self, force: bool = False) -> None:
-        return None
-
-    def close(self) -> None:
-        return None
-
-
 class PostgresImporter(Importer):
     """Imports files into one KB of a :class:`PostgresStore`."""
 
@@ -58,7 +48,9 @@ class PostgresImporter(Importer):
         self.executor = None  # parsing and embedding run here; the Ray executor commits into folder stores only
 
     def _open_job(self, progress: ImportProgress) -> ImportJob:
-        return _UnpublishedJob()
+        from kb_core.store.postgres.inflight import ImportAnnouncement
+
+        return ImportAnnouncement(self.database, self.kb_id, progress)  # seen by every host's list_documents
 
     def _commit(self, documents: list[_PendingDocument], progress: ImportProgress) -> list[dict[str, Any]]:
         prepared = [self._prepare(document) for document in documents]

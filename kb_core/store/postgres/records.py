@@ -19,6 +19,7 @@ import numpy as np
 
 from kb_core.errors import InvalidArgument
 from kb_core.retrieval.analysis import Analyzer
+from kb_core.retrieval.fusion import TextSignatures, text_signatures
 from kb_core.store import catalog
 
 __all__ = [
@@ -128,6 +129,7 @@ class PreparedDocument:
     original: bytes | None = None
     replaces: str | None = None
     analyzer: str = ""  # the name of the analyzer that made ``terms``
+    signatures: TextSignatures | None = None  # near-duplicate signatures of the chunks, computed at build
 
     @classmethod
     def build(
@@ -156,7 +158,8 @@ class PreparedDocument:
                 raise InvalidArgument(f"chunk {chunk.chunk_id} belongs to {chunk.doc_id}, not {record.doc_id}")
         matrix = _checked_vectors(vectors, len(chunks), record.doc_id)
         terms = tuple(_chunk_terms(analyzer.tokens(chunk.content)) for chunk in chunks)
-        return cls(record, chunks, matrix, terms, text, original, replaces, analyzer.name)
+        signatures = text_signatures([chunk.content for chunk in chunks])
+        return cls(record, chunks, matrix, terms, text, original, replaces, analyzer.name, signatures)
 
     @property
     def dimension(self) -> int | None:
@@ -191,12 +194,15 @@ class StoreChange:
     the KB's new bundle graph (its ``GraphState.to_json()`` form), all in one transaction.
 
     ``expected_graph_version`` guards a graph change against a concurrent one: the commit fails unless the stored
-    graph still has that version (0: no graph yet)."""
+    graph still has that version (0: no graph yet). ``keep_names``: see the field."""
 
     add: tuple[PreparedDocument, ...] = ()
     delete: tuple[str, ...] = ()
     graph: Mapping[str, Any] | None = None
     expected_graph_version: int | None = None
+    # the added documents' names were decided already (a bundle's graph names them): a clash with a live name
+    # fails the commit instead of renaming, and no failed entry of that name is replaced
+    keep_names: bool = False
 
 
 @dataclass(frozen=True)

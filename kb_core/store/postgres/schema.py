@@ -11,14 +11,22 @@ Shared tables (one row per KB, document, token …)::
     documents        kb_id + the columns of documents.parquet, name_key; one ready document per name_key
     texts            kb_id, doc_id, text                (texts.parquet)
     originals        kb_id, doc_id, content bytea       (the kept original file)
-    graphs           kb_id, version, state jsonb        (the bundle graph: GraphState.to_json())
+    graphs           kb_id, version, state json         (the bundle graph: GraphState.to_json() with sorted keys,
+                                                        as the folder store's state files; json, not jsonb, which
+                                                        orders keys by length: the example bundle and the schema
+                                                        follow the order of the ontology's types and fields)
     tokens           id, token_hash (unique), scope text[] (NULL: every KB), capability, rate_per_hour, created_at
+    imports          id, kb_id, backend_pid, backend_start, documents jsonb, started_at: the in-flight documents of
+                     a running import (pending/parsing/embedding), announced over the import's own connection; a
+                     row whose connection is gone (its importer died) is ignored and removed
 
 Per knowledge base ``N = knowledge_bases.table_no``::
 
     chunks_N    row_id (identity: insertion order, the tie-break of equal scores), the columns of
                 chunks.parquet, length (analysed tokens: BM25's dl), term_ids int[] (the row's distinct
-                terms), embedding vector(d); HNSW index (vector_cosine_ops) on embedding
+                terms), the near-duplicate signature computed at import (text_hash, shingle_count, sketch:
+                16 little-endian uint64; NULL in rows written before they were stored: computed from the text
+                when read), embedding vector(d); HNSW index (vector_cosine_ops) on embedding
     terms_N     term_id, term (unique), df (live rows holding the term)
     postings_N  (term_id, row_id) primary key INCLUDE (tf, dl): the inverted index, one range scan per term
 
@@ -110,8 +118,22 @@ CREATE TABLE IF NOT EXISTS {schema}.originals (
 CREATE TABLE IF NOT EXISTS {schema}.graphs (
     kb_id text PRIMARY KEY REFERENCES {schema}.knowledge_bases (id) ON DELETE CASCADE,
     version bigint NOT NULL,
-    state jsonb NOT NULL,
+    state json NOT NULL,
     updated_at text NOT NULL
+);
+DO $$ BEGIN  -- databases made before the order mattered stored graphs as jsonb (which sorts keys)
+    IF (SELECT data_type FROM information_schema.columns WHERE table_schema = 'kb_workbench'
+        AND table_name = 'graphs' AND column_name = 'state') = 'jsonb' THEN
+        ALTER TABLE kb_workbench.graphs ALTER COLUMN state TYPE json;
+    END IF;
+END $$;
+CREATE TABLE IF NOT EXISTS {schema}.imports (
+    id text PRIMARY KEY,
+    kb_id text NOT NULL REFERENCES {schema}.knowledge_bases (id) ON DELETE CASCADE,
+    backend_pid integer NOT NULL,
+    backend_start timestamptz NOT NULL,
+    documents jsonb NOT NULL DEFAULT '[]',
+    started_at text NOT NULL
 );
 CREATE TABLE IF NOT EXISTS {schema}.tokens (
     id text PRIMARY KEY,
@@ -155,7 +177,27 @@ def ensure_schema(conn: psycopg.Connection, display: str) -> str:
             logger.info("created the kb_workbench schema (version %d) in %s", SCHEMA_VERSION, display)
         else:
             _check_schema_version(row[0], display)
+        _add_signature_columns(conn)
     return version
+
+
+def _add_signature_columns(conn: psycopg.Connection) -> None:
+    """Chunk tables made before signatures were stored get the (nullable) columns; a check first, so an open of
+    an up-to-date database takes no table lock."""
+    missing = conn.execute(
+        "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = %s AND c.relkind = 'r' AND c.relname ~ '^chunks_[0-9]+$' AND NOT EXISTS "
+        "(SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attname = 'sketch' AND NOT a.attisdropped)",
+        (SCHEMA,),
+    ).fetchall()
+    for (name,) in missing:
+        conn.execute(
+            sql.SQL(
+                "ALTER TABLE {} ADD COLUMN IF NOT EXISTS text_hash bigint, "
+                "ADD COLUMN IF NOT EXISTS shingle_count integer, ADD COLUMN IF NOT EXISTS sketch bytea"
+            ).format(sql.Identifier(SCHEMA, str(name)))
+        )
+        logger.info("added near-duplicate signature columns to %s.%s", SCHEMA, name)
 
 
 def check_schema(conn: psycopg.Connection, display: str) -> str:
@@ -243,7 +285,10 @@ def create_kb_tables(conn: psycopg.Connection, table_no: int) -> None:
                 start_char bigint NOT NULL,
                 end_char bigint NOT NULL,
                 length integer NOT NULL CHECK (length >= 0),
-                term_ids integer[] NOT NULL
+                term_ids integer[] NOT NULL,
+                text_hash bigint,
+                shingle_count integer,
+                sketch bytea
             );
             CREATE INDEX {chunks_doc} ON {chunks} (doc_id);
             CREATE TABLE {terms} (

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from kb_core.retrieval.analysis import Analyzer
-from kb_core.retrieval.fusion import CandidateArrays, TextSignatures, text_signatures
+from kb_core.retrieval.fusion import SKETCH_EMPTY, CandidateArrays, TextSignatures, text_signatures
 from kb_core.retrieval.keyword_index import RowTerms
 from kb_core.retrieval.search import RankedHits, SearchFilters, SearchSettings, rank
 from kb_core.store.postgres.snapshot import PostgresSnapshot, QueryTerms
@@ -49,6 +49,7 @@ class PostgresSearcher:
         self.keyword = _KeywordReference()
         self._documents: dict[str, dict[str, Any]] = {}  # only those of rows asked for: a KB may hold many
         self._rows: dict[RowKey, dict[str, Any]] = {}
+        self._signatures: dict[RowKey, tuple[int, int, np.ndarray] | None] = {}
 
     def _load_documents(self, doc_ids: Sequence[str]) -> None:
         missing = sorted({d for d in doc_ids if d not in self._documents})
@@ -117,19 +118,36 @@ class PostgresSearcher:
         return arrays, row_terms
 
     def rows_with_signatures(self, keys: Sequence[RowKey]) -> tuple[list[dict[str, Any]], TextSignatures]:
-        """The chunk rows of ``keys`` in their order and their near-duplicate signatures (computed from the text:
-        the database stores none)."""
-        found = self.rows([(int(key[0]), int(key[1])) for key in keys])
-        records = [found[(int(key[0]), int(key[1]))] for key in keys]
-        return records, text_signatures([record["content"] for record in records])
+        """The chunk rows of ``keys`` in their order and their near-duplicate signatures: stored at import, or
+        computed from the text for rows written before signatures were stored."""
+        wanted = [(int(key[0]), int(key[1])) for key in keys]
+        found = self.rows(wanted)
+        records = [found[key] for key in wanted]
+        n = len(wanted)
+        signatures = TextSignatures(
+            np.zeros(n, dtype=np.uint64), np.zeros(n, dtype=np.int32), np.full((n, 16), SKETCH_EMPTY, dtype=np.uint64)
+        )
+        unsigned = [i for i, key in enumerate(wanted) if self._signatures.get(key) is None]
+        for position, key in enumerate(wanted):
+            stored = self._signatures.get(key)
+            if stored is not None:
+                signatures.text_hash[position], signatures.shingle_count[position] = stored[0], stored[1]
+                signatures.sketch[position] = stored[2]
+        if unsigned:
+            computed = text_signatures([records[i]["content"] for i in unsigned])
+            signatures.text_hash[unsigned] = computed.text_hash
+            signatures.shingle_count[unsigned] = computed.shingle_count
+            signatures.sketch[unsigned] = computed.sketch
+        return records, signatures
 
     def rows(self, keys: Sequence[RowKey]) -> dict[RowKey, dict[str, Any]]:
         missing = [key[1] for key in keys if key not in self._rows]
         if missing:
-            chunks = {row_id: chunk.to_row() for row_id, chunk in self.snapshot.chunks(missing).items()}
-            self._load_documents([values["doc_id"] for values in chunks.values()])
-            for row_id, values in chunks.items():
-                self._rows[(0, row_id)] = {**values, "document": self._documents[values["doc_id"]]}
+            fetched = self.snapshot.chunks_with_signatures(missing)
+            self._load_documents([chunk.doc_id for chunk, _ in fetched.values()])
+            for row_id, (chunk, signature) in fetched.items():
+                self._rows[(0, row_id)] = {**chunk.to_row(), "document": self._documents[chunk.doc_id]}
+                self._signatures[(0, row_id)] = signature
         return {key: self._rows[key] for key in keys}
 
 

@@ -240,6 +240,28 @@ class PostgresSnapshot:
         names = list(ChunkRecord.__dataclass_fields__)
         return {int(row[0]): ChunkRecord.from_row(dict(zip(names, row[1:], strict=True))) for row in rows}
 
+    def chunks_with_signatures(
+        self, row_ids: Sequence[int]
+    ) -> dict[int, tuple[ChunkRecord, tuple[int, int, np.ndarray] | None]]:
+        """The live chunk rows of ``row_ids`` with their stored near-duplicate signatures ``(text_hash,
+        shingle_count, sketch)`` (None for a row written before signatures were stored), by row id."""
+        rows = self._fetch(
+            sql.SQL("SELECT row_id, {}, text_hash, shingle_count, sketch FROM {} WHERE row_id = ANY(%s)").format(
+                _CHUNK_COLUMNS, self.tables.chunks
+            ),
+            ([int(r) for r in row_ids],),
+        )
+        names = list(ChunkRecord.__dataclass_fields__)
+        found: dict[int, tuple[ChunkRecord, tuple[int, int, np.ndarray] | None]] = {}
+        for row in rows:
+            chunk = ChunkRecord.from_row(dict(zip(names, row[1 : 1 + len(names)], strict=True)))
+            text_hash, count, sketch = row[1 + len(names) :]
+            signature = None
+            if text_hash is not None and count is not None and sketch is not None:
+                signature = (int(text_hash), int(count), np.frombuffer(bytes(sketch), dtype="<u8").astype(np.uint64))
+            found[int(row[0])] = (chunk, signature)
+        return found
+
     def document_chunks(self, doc_id: str) -> list[tuple[int, ChunkRecord]]:
         """A document's chunks in order, with their row ids."""
         rows = self._fetch(

@@ -36,6 +36,7 @@ import psycopg.errors
 from psycopg import sql
 
 from kb_core.errors import DocumentNotFound, InvalidArgument, KBError, KBExists, KBNotFound, StoreError
+from kb_core.retrieval.fusion import TextSignatures, text_signatures
 from kb_core.retrieval.keyword_index import BM25Parameters
 from kb_core.store.postgres import schema
 from kb_core.store.postgres.connection import Database, DatabaseTarget, database_errors
@@ -407,7 +408,8 @@ class PostgresStore:
         new_ids: set[str] = set()
         for document in change.add:
             record = document.record
-            if record.doc_id in live or record.doc_id in new_ids:
+            # an update (update_document) keeps the document's id: only the document it replaces may hold it
+            if (record.doc_id in live and record.doc_id != document.replaces) or record.doc_id in new_ids:
                 raise InvalidArgument(f"document id {record.doc_id} is already used in this knowledge base")
             new_ids.add(record.doc_id)
             if document.replaces is not None:
@@ -417,7 +419,7 @@ class PostgresStore:
                     )
                 removed.append(document.replaces)
                 taken.discard(document_name_key(str(live[document.replaces]["name"])))
-            else:
+            elif not change.keep_names:
                 for old in live.values():  # re-importing a name that failed before replaces the failed entry
                     same = document_name_key(str(old["name"])) == document_name_key(record.name)
                     if old["status"] == "failed" and same and old["doc_id"] not in removed:
@@ -425,6 +427,12 @@ class PostgresStore:
             name = record.name
             if record.status == "ready":
                 if document_name_key(name) in taken:
+                    if change.keep_names:
+                        raise StoreError(
+                            f"The document name {name!r} was taken meanwhile (by another import); nothing was "
+                            "committed. Try again.",
+                            code="NAME_TAKEN",
+                        )
                     name = timestamped_name(name, taken)
                 taken.add(document_name_key(name))
             added.append(document if name == record.name else replace(document, record=replace(record, name=name)))
@@ -517,6 +525,10 @@ class PostgresStore:
             for d in documents
             for chunk, terms, vector in zip(d.chunks, d.terms, d.vectors, strict=True)
         ]
+        signatures = TextSignatures.concatenate(
+            [d.signatures or text_signatures([c.content for c in d.chunks]) for d in documents]
+        )
+        sketches = signatures.sketch.astype("<u8")
         if not chunk_terms:
             return 0, 0
         term_ids = self._count_terms(conn, tables, [terms for _, terms, _ in chunk_terms])
@@ -535,7 +547,7 @@ class PostgresStore:
         with conn.cursor().copy(
             sql.SQL(
                 "COPY {} (row_id, chunk_id, doc_id, chunk_index, content, tokens, chapter, page, start_char, end_char, "
-                "length, term_ids, embedding) FROM STDIN (FORMAT BINARY)"
+                "length, term_ids, text_hash, shingle_count, sketch, embedding) FROM STDIN (FORMAT BINARY)"
             ).format(tables.chunks)
         ) as copy:
             copy.set_types(
@@ -552,10 +564,13 @@ class PostgresStore:
                     "int8",
                     "int4",
                     "int4[]",
+                    "int8",
+                    "int4",
+                    "bytea",
                     "vector",
                 ]
             )
-            for row_id, (chunk, terms, vector) in zip(row_ids, chunk_terms, strict=True):
+            for position, (row_id, (chunk, terms, vector)) in enumerate(zip(row_ids, chunk_terms, strict=True)):
                 ids = np.fromiter(
                     (term_ids[t] for t in terms.frequencies), dtype=np.int32, count=len(terms.frequencies)
                 )
@@ -573,6 +588,9 @@ class PostgresStore:
                         chunk.end_char,
                         terms.length,
                         ids.tolist(),
+                        int(signatures.text_hash[position]),  # 63 bits: fits a signed bigint
+                        int(signatures.shingle_count[position]),
+                        sketches[position].tobytes(),
                         vector,
                     )
                 )
@@ -640,11 +658,11 @@ class PostgresStore:
         state = {**dict(change.graph or {}), "version": version}
         conn.execute(
             sql.SQL(
-                "INSERT INTO {s}.graphs (kb_id, version, state, updated_at) VALUES (%s, %s, %s::jsonb, %s) "
+                "INSERT INTO {s}.graphs (kb_id, version, state, updated_at) VALUES (%s, %s, %s::json, %s) "
                 "ON CONFLICT (kb_id) DO UPDATE SET version = EXCLUDED.version, state = EXCLUDED.state, "
                 "updated_at = EXCLUDED.updated_at"
             ).format(s=_S),
-            (kb_id, version, json.dumps(state, ensure_ascii=False), utc_now()),
+            (kb_id, version, json.dumps(state, ensure_ascii=False, sort_keys=True), utc_now()),  # as the folder's
         )
         return version
 
@@ -738,6 +756,12 @@ class PostgresStore:
         with self._read() as conn, conn.cursor(row_factory=psycopg.rows.dict_row) as cur:
             cur.execute(sql.SQL("SELECT * FROM {s}.tokens ORDER BY created_at, id").format(s=_S))
             return [TokenRecord.from_json(row) for row in cur.fetchall()]
+
+    def token(self, token_id: str) -> TokenRecord | None:
+        with self._read() as conn, conn.cursor(row_factory=psycopg.rows.dict_row) as cur:
+            cur.execute(sql.SQL("SELECT * FROM {s}.tokens WHERE id = %s").format(s=_S), (token_id,))
+            row = cur.fetchone()
+        return None if row is None else TokenRecord.from_json(row)
 
     def revoke_token(self, token_id: str) -> TokenRecord:
         with self._write() as (conn, _), conn.cursor(row_factory=psycopg.rows.dict_row) as cur:
