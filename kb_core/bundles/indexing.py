@@ -62,10 +62,6 @@ def sync_index(service: Resources, record: KnowledgeBaseRecord, state: GraphStat
 
     Call under the graph lock. Returns documents_indexed, documents_removed, chunks_indexed.
     """
-    if service.postgres is not None:  # prepared here, committed with the graph (kb_core.store.postgres.bundles)
-        from kb_core.store.postgres.bundles import sync_index as prepare_on_postgres
-
-        return prepare_on_postgres(service, record, state)
     from kb_core.ingest.chunking import chunk_document
     from kb_core.ingest.parsing.base import ParsedDocument
     from kb_core.ingest.parsing.txt_parser import split_paragraphs
