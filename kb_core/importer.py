@@ -17,7 +17,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -138,21 +138,23 @@ class JobFile:
         self.path = self.folder / f"{os.getpid()}-{uuid.uuid4().hex[:8]}.json"
         self.progress = progress
         self._published_at = -math.inf
+        self._lock = threading.Lock()  # the committer's thread publishes too
 
     def publish(self, force: bool = False) -> None:
         """Write the in-flight list, at most once per ``PUBLISH_INTERVAL`` unless forced (it is O(files))."""
-        now = time.monotonic()
-        if not force and now - self._published_at < PUBLISH_INTERVAL:
-            return
-        self._published_at = now
-        rows = [
-            {"file_path": f.file_path, "name": f.doc_name, "status": f.status}
-            for f in self.progress.files
-            if f.status in ("pending", "parsing", "embedding")
-        ]
-        data = json.dumps({"pid": os.getpid(), "documents": rows}, ensure_ascii=False).encode("utf-8")
-        with self.store.deleted_guard():
-            write_bytes_atomically(self.path, data, mode=0o644)
+        with self._lock:
+            now = time.monotonic()
+            if not force and now - self._published_at < PUBLISH_INTERVAL:
+                return
+            self._published_at = now
+            rows = [
+                {"file_path": f.file_path, "name": f.doc_name, "status": f.status}
+                for f in self.progress.files
+                if f.status in ("pending", "parsing", "embedding")
+            ]
+            data = json.dumps({"pid": os.getpid(), "documents": rows}, ensure_ascii=False).encode("utf-8")
+            with self.store.deleted_guard():
+                write_bytes_atomically(self.path, data, mode=0o644)
 
     def close(self) -> None:
         self.path.unlink(missing_ok=True)
@@ -208,25 +210,76 @@ class Importer:
         sources: Sequence[ImportSource],
         chunk_size: int,
         progress_callback: ProgressCallback | None = None,
+        cancel: threading.Event | None = None,
     ) -> tuple[list[FileProgress], list[dict[str, Any]]]:
-        """Import ``sources``; return per-file progress and the committed document rows."""
+        """Import ``sources``; return per-file progress and the committed document rows.
+
+        ``cancel``, once set, stops the import at the next document: what was committed stays, every other file
+        fails with "cancelled", and nothing half-done is left behind (the commit protocol)."""
         self.sources = list(sources)
         progress = ImportProgress(files=[FileProgress(file_path=s.reported_path or str(s.path)) for s in sources])
         try:
             job = self._open_job(progress)
         except KBNotFound as exc:
             raise self._deleted_meanwhile() from exc
-        lock = threading.Lock()
+        callback_lock = threading.Lock()  # the writer thread reports commits while this thread reports embedding
 
         def notify() -> None:
             if progress_callback is not None:
-                try:
-                    progress_callback(progress)
-                except Exception:  # a broken progress display must not break the import
-                    logger.exception("progress callback failed")
+                with callback_lock:
+                    try:
+                        progress_callback(progress)
+                    except Exception:  # a broken progress display must not break the import
+                        logger.exception("progress callback failed")
 
-        if self.executor is not None:
-            return progress.files, self._run_executor(self.executor, chunk_size, progress, job, notify)
+        finished = (
+            self._executed_documents(self.executor, chunk_size, progress, notify)
+            if self.executor is not None
+            else self._local_documents(chunk_size, progress, notify)
+        )
+        committer = _Committer(self, progress, job, notify)
+        try:
+            job.publish(force=True)
+            notify()
+            for documents in finished:
+                if cancel is not None and cancel.is_set():
+                    raise ImportCancelled("the import was cancelled; the files committed before stay imported")
+                committer.add(documents)
+                job.publish()
+                notify()
+            committer.finish()
+            job.publish()
+            notify()
+        except KBError as exc:
+            # Parsing, embedding or the store failed, or the user cancelled: what is not committed fails with
+            # the reason.
+            finished.close()  # stops the parse pool (or the executor) before the files it reads are removed
+            committer.close()
+            for state in progress.files:
+                if state.status not in ("ready", "failed"):
+                    state.status, state.error = "failed", exc.message
+            notify()
+            if isinstance(exc, KBNotFound):  # deleted meanwhile: what was committed went with it
+                raise self._deleted_meanwhile() from exc
+        finally:
+            finished.close()
+            committer.close()
+            job.close()
+        return progress.files, committer.committed
+
+    def _open_job(self, progress: ImportProgress) -> ImportJob:
+        return JobFile(self.store, progress)
+
+    def _local_documents(
+        self, chunk_size: int, progress: ImportProgress, notify: Callable[[], None]
+    ) -> Generator[list[_PendingDocument], None, None]:
+        """Documents as they become ready to commit (embedded, or failed), in this process.
+
+        Files are parsed and chunked by ``PARSE_WORKERS`` threads (each parse runs in a parser process, so the
+        threads overlap); this thread embeds chunks from several files per call while the next files are parsed,
+        and the committer writes segments on its own thread meanwhile."""
+        sources = self.sources
+        lock = threading.Lock()
 
         def prepare(index: int) -> _PendingDocument:
             source = sources[index]
@@ -236,7 +289,6 @@ class Importer:
             chunks = self.chunker(parsed, chunk_size)
             if not chunks:
                 raise ParseError(f"{source.display_name}: the document has no text to index.", code="EMPTY_DOCUMENT")
-            size = source.path.stat().st_size
             return _PendingDocument(
                 index=index,
                 source=source,
@@ -244,143 +296,97 @@ class Importer:
                 file_type=parsed.file_type,
                 text=parsed.text,
                 chunks=chunks,
-                size_bytes=size,
+                size_bytes=source.path.stat().st_size,
                 sha256=file_sha256(source.path),
                 chunk_size=chunk_size,
                 vectors=[None] * len(chunks),
                 replaces=source.replaces,
             )
 
-        committed: list[dict[str, Any]] = []
-        ready: list[_PendingDocument] = []
-        failed: list[_PendingDocument] = []
+        embedding: list[_PendingDocument] = []  # parsed, not yet wholly embedded, in order
         queue: list[tuple[_PendingDocument, int]] = []
+
+        def embed(batch: list[tuple[_PendingDocument, int]]) -> list[_PendingDocument]:
+            nonlocal embedding
+            self._embed(batch, progress, notify)
+            done = [d for d in embedding if d.embedded]  # only an embedding call completes documents
+            embedding = [d for d in embedding if not d.embedded]
+            return done
+
+        pool = ThreadPoolExecutor(max_workers=PARSE_WORKERS, thread_name_prefix="kb-parse")
+        futures: list[Future[_PendingDocument]] = []
         try:
-            job.publish(force=True)
-            notify()
-            with ThreadPoolExecutor(max_workers=PARSE_WORKERS, thread_name_prefix="kb-parse") as pool:
-                futures: list[Future[_PendingDocument]] = [pool.submit(prepare, i) for i in range(len(sources))]
-                for index, future in enumerate(futures):
-                    try:
-                        document = future.result()
-                    except KBError as exc:
-                        failed += self._fail(progress, index, exc.message, chunk_size)
-                    except Exception as exc:  # a parser bug must fail one file, not the import
-                        logger.exception("unexpected failure importing %s", sources[index].path)
-                        failed += self._fail(progress, index, f"unexpected error: {type(exc).__name__}", chunk_size)
-                    else:
-                        state = progress.files[index]
-                        state.status = "embedding"
-                        state.chunks_total = len(document.chunks)
-                        progress.chunks_total += len(document.chunks)
-                        queue.extend((document, i) for i in range(len(document.chunks)))
-                        ready.append(document)
+            futures = [pool.submit(prepare, i) for i in range(len(sources))]
+            for index, future in enumerate(futures):
+                try:
+                    document = future.result()
+                except KBError as exc:
                     progress.files_parsed += 1
-                    job.publish()
-                    notify()
-                    embedded_now = False
-                    while len(queue) >= EMBED_BATCH:
-                        self._embed(queue[:EMBED_BATCH], progress, notify)
-                        del queue[:EMBED_BATCH]
-                        embedded_now = True
-                    # Only an embedding call can complete documents (checked then: the sum is O(ready documents)).
-                    if embedded_now and sum(len(d.chunks) for d in ready if d.embedded) >= COMMIT_CHUNKS:
-                        committed += self._commit([d for d in ready if d.embedded], progress)
-                        ready = [d for d in ready if not d.embedded]
-                        job.publish()
-                        notify()
-            while queue:
-                self._embed(queue[:EMBED_BATCH], progress, notify)
-                del queue[:EMBED_BATCH]
-            if ready or failed:
-                committed += self._commit(ready + failed, progress)
-            job.publish()
-            notify()
-        except KBError as exc:
-            # Embedding or the store failed: what is not committed fails with the reason.
-            for state in progress.files:
-                if state.status not in ("ready", "failed"):
-                    state.status, state.error = "failed", exc.message
-            notify()
-            if isinstance(exc, KBNotFound):  # deleted meanwhile: what was committed went with it
-                raise self._deleted_meanwhile() from exc
-        finally:
-            job.close()
-        return progress.files, committed
-
-    def _open_job(self, progress: ImportProgress) -> ImportJob:
-        return JobFile(self.store, progress)
-
-    def _run_executor(
-        self,
-        executor: DocumentExecutor,
-        chunk_size: int,
-        progress: ImportProgress,
-        job: ImportJob,
-        notify: Callable[[], None],
-    ) -> list[dict[str, Any]]:
-        """Commit the executor's documents as they arrive, in segments of about ``COMMIT_CHUNKS`` chunks."""
-        committed: list[dict[str, Any]] = []
-        pending: list[_PendingDocument] = []
-        seen: set[int] = set()
-        try:
-            for state in progress.files:
-                state.status = "parsing"  # handed to the executor: parsing, chunking and embedding there
-            job.publish(force=True)
-            notify()
-            for result in executor.execute(self.sources, chunk_size):
-                if result.index in seen or not 0 <= result.index < len(self.sources):
-                    logger.warning("executor %s returned file %d twice; ignored", executor.name, result.index)
-                    continue
-                seen.add(result.index)
-                progress.files_parsed += 1
-                if result.error is not None or result.vectors is None:
-                    pending += self._fail(progress, result.index, result.error or "no result", chunk_size)
+                    yield self._fail(progress, index, exc.message, chunk_size)
+                except Exception as exc:  # a parser bug must fail one file, not the import
+                    logger.exception("unexpected failure importing %s", sources[index].path)
+                    progress.files_parsed += 1
+                    yield self._fail(progress, index, f"unexpected error: {type(exc).__name__}", chunk_size)
                 else:
-                    source = self.sources[result.index]
-                    state = progress.files[result.index]
-                    state.status, state.chunks_total = "embedding", len(result.chunks)
-                    state.chunks_embedded = len(result.chunks)
-                    progress.chunks_total += len(result.chunks)
-                    progress.chunks_embedded += len(result.chunks)
-                    pending.append(
-                        _PendingDocument(
-                            index=result.index,
-                            source=source,
-                            doc_id=source.doc_id or f"doc_{uuid.uuid4().hex[:16]}",
-                            file_type=result.file_type,
-                            text=result.text,
-                            chunks=result.chunks,
-                            size_bytes=source.path.stat().st_size,
-                            sha256=file_sha256(source.path),
-                            chunk_size=chunk_size,
-                            vectors=list(result.vectors),
-                            replaces=source.replaces,
-                        )
-                    )
-                if sum(len(d.chunks) for d in pending) >= COMMIT_CHUNKS:
-                    committed += self._commit(pending, progress)
-                    pending = []
-                job.publish()
-                notify()
-            for index in range(len(self.sources)):
-                if index not in seen:  # an executor must answer for every file; one that did not fails it
-                    message = f"the {executor.name} executor returned no result"
-                    pending += self._fail(progress, index, message, chunk_size)
-            if pending:
-                committed += self._commit(pending, progress)
-            job.publish()
-            notify()
-        except KBError as exc:
-            for state in progress.files:
-                if state.status not in ("ready", "failed"):
-                    state.status, state.error = "failed", exc.message
-            notify()
-            if isinstance(exc, KBNotFound):
-                raise self._deleted_meanwhile() from exc
+                    state = progress.files[index]
+                    state.status = "embedding"
+                    state.chunks_total = len(document.chunks)
+                    progress.chunks_total += len(document.chunks)
+                    queue.extend((document, i) for i in range(len(document.chunks)))
+                    embedding.append(document)
+                    progress.files_parsed += 1
+                    yield []  # a file parsed: the caller shows it
+                    while len(queue) >= EMBED_BATCH:
+                        batch, queue[:EMBED_BATCH] = queue[:EMBED_BATCH], []
+                        yield embed(batch)
+            while queue:
+                batch, queue[:EMBED_BATCH] = queue[:EMBED_BATCH], []
+                yield embed(batch)
         finally:
-            job.close()
-        return committed
+            for future in futures:
+                future.cancel()
+            pool.shutdown(wait=True)
+
+    def _executed_documents(
+        self, executor: DocumentExecutor, chunk_size: int, progress: ImportProgress, notify: Callable[[], None]
+    ) -> Generator[list[_PendingDocument], None, None]:
+        """Documents as the executor hands them back (parsed, chunked and embedded elsewhere), or failed."""
+        seen: set[int] = set()
+        for state in progress.files:
+            state.status = "parsing"  # handed to the executor: parsing, chunking and embedding there
+        for result in executor.execute(self.sources, chunk_size):
+            if result.index in seen or not 0 <= result.index < len(self.sources):
+                logger.warning("executor %s returned file %d twice; ignored", executor.name, result.index)
+                continue
+            seen.add(result.index)
+            progress.files_parsed += 1
+            if result.error is not None or result.vectors is None:
+                yield self._fail(progress, result.index, result.error or "no result", chunk_size)
+                continue
+            source = self.sources[result.index]
+            state = progress.files[result.index]
+            state.status, state.chunks_total = "embedding", len(result.chunks)
+            state.chunks_embedded = len(result.chunks)
+            progress.chunks_total += len(result.chunks)
+            progress.chunks_embedded += len(result.chunks)
+            yield [
+                _PendingDocument(
+                    index=result.index,
+                    source=source,
+                    doc_id=source.doc_id or f"doc_{uuid.uuid4().hex[:16]}",
+                    file_type=result.file_type,
+                    text=result.text,
+                    chunks=result.chunks,
+                    size_bytes=source.path.stat().st_size,
+                    sha256=file_sha256(source.path),
+                    chunk_size=chunk_size,
+                    vectors=list(result.vectors),
+                    replaces=source.replaces,
+                )
+            ]
+        for index in range(len(self.sources)):
+            if index not in seen:  # an executor must answer for every file; one that did not fails it
+                yield self._fail(progress, index, f"the {executor.name} executor returned no result", chunk_size)
 
     def _deleted_meanwhile(self) -> KBNotFound:
         return KBNotFound(
@@ -503,7 +509,7 @@ class Importer:
                 continue
             suffix = document.source.path.suffix.lower() or f".{document.file_type}"
             original = Path("files") / f"{document.doc_id}{suffix}"
-            shutil.copyfile(document.source.path, staged.path / original)
+            keep_original(document.source.path, staged.path / original, self.store.root / "staging")
             doc_rows.append(
                 {
                     **row,
@@ -524,6 +530,66 @@ class Importer:
         )
         write_segment_files(staged, doc_rows, chunk_rows, text_rows, matrix, self.embedder, self.analyzer)
         return doc_rows
+
+
+class ImportCancelled(KBError):
+    def __init__(self, message: str) -> None:
+        super().__init__(message, code="IMPORT_CANCELLED")
+
+
+class _Committer:
+    """Commits finished documents in segments of about ``COMMIT_CHUNKS`` chunks, on a writer thread of its own,
+    so building a segment's indexes, writing its files and committing overlap the next embedding calls.
+
+    Commits stay in order (one writer); at most one more segment waits behind the one being written, so a slow
+    disk holds the import back instead of filling memory. A commit's failure is raised by the next ``add``."""
+
+    def __init__(self, importer: Importer, progress: ImportProgress, job: ImportJob, notify: Callable[[], None]):
+        self.importer, self.progress, self.job, self.notify = importer, progress, job, notify
+        self.committed: list[dict[str, Any]] = []
+        self.pending: list[_PendingDocument] = []
+        self.pending_chunks = 0
+        self.writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kb-commit")
+        self.writing: list[Future[None]] = []
+
+    def add(self, documents: list[_PendingDocument]) -> None:
+        self.pending += documents
+        self.pending_chunks += sum(len(d.chunks) for d in documents)
+        if self.pending_chunks >= COMMIT_CHUNKS:
+            self._submit()
+
+    def finish(self) -> None:
+        if self.pending:
+            self._submit()
+        while self.writing:
+            self.writing.pop(0).result()
+
+    def close(self) -> None:
+        """Wait for a segment being written (never leave one half-committed), then stop the writer."""
+        self.writer.shutdown(wait=True, cancel_futures=True)
+
+    def _submit(self) -> None:
+        documents, self.pending, self.pending_chunks = self.pending, [], 0
+        while len(self.writing) >= 2 or (self.writing and self.writing[0].done()):
+            self.writing.pop(0).result()  # raises a failed commit's error here
+        self.writing.append(self.writer.submit(self._write, documents))
+
+    def _write(self, documents: list[_PendingDocument]) -> None:
+        self.committed += self.importer._commit(documents, self.progress)
+        self.job.publish()
+        self.notify()
+
+
+def keep_original(source: Path, target: Path, private: Path) -> None:
+    """Put the file a document was imported from into its segment: a hard link when ``source`` is a private copy
+    in ``private`` (the KB's staging folder, on the same file system; nobody writes to it), else a copy."""
+    if source.is_relative_to(private):
+        try:
+            os.link(source, target)
+            return
+        except OSError:  # a file system without hard links
+            pass
+    shutil.copyfile(source, target)
 
 
 def chunk_row(doc_id: str, chunk: Any) -> dict[str, Any]:

@@ -707,13 +707,18 @@ class Session:
         # Each file is opened once and copied into this private folder; everything after works on the
         # copy, so the path cannot be redirected (a folder swapped for a symlink) after its check.
         copies = self.service.import_staging(record)
+        copied_names: set[str] = set()
         try:
             for index, raw in enumerate(file_paths):
                 path = Path(str(raw)).expanduser()
                 if not path.is_absolute():
                     path = Path.cwd() / path
+                # One shared folder, and a folder of its own only for a repeated name: a folder per file cost
+                # more than the import of a small file (removing thousands of folders is slow).
+                repeated = path.name.casefold() in copied_names
+                copied_names.add(path.name.casefold())
                 try:
-                    copy = self._copy_for_import(path, copies / str(index))
+                    copy = self._copy_for_import(path, copies / (str(index) if repeated else "files"))
                 except (UnusablePath, PermissionDenied) as exc:
                     reason = f"{raw} {exc.reason}." if isinstance(exc, UnusablePath) else exc.message
                     results[index] = {"file_path": str(raw), "error": reason}
@@ -764,7 +769,7 @@ class Session:
                 )
             try:  # inside the KB's staging/, which is never recreated for a KB deleted meanwhile
                 folder.parent.mkdir(exist_ok=True)
-                folder.mkdir()
+                folder.mkdir(exist_ok=True)
             except FileNotFoundError:
                 raise KBNotFound("The knowledge base was deleted during the import.") from None
             copy = folder / path.name

@@ -1,0 +1,91 @@
+"""The pipelined import stores exactly what parsing, chunking and embedding each file on its own gives."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kb_core import importer as importer_module
+from kb_core.chunking import chunk_document
+from kb_core.embedding import HashingEmbedder
+from kb_core.parsing import parse_file
+
+EN = (
+    "Retrieval-augmented generation answers a question from retrieved passages. "
+    "The index keeps keyword postings and vectors for every chunk. "
+)
+ZH = "知识库把文档切成片段，每个片段都有关键词索引和向量。检索时先找相关片段，再生成回答。"
+
+
+def corpus(folder: Path) -> list[Path]:
+    files = []
+    for i in range(24):
+        body = (EN * (1 + i % 5) + f"Document {i} talks about topic {i * 7}.\n\n") * (1 + i % 3)
+        if i % 2:
+            body += (ZH * (1 + i % 4) + f"第{i}篇文档。\n\n") * 2
+        path = folder / (f"文档_{i}.txt" if i % 3 == 0 else f"doc_{i}.txt")
+        path.write_text(body, encoding="utf-8")
+        files.append(path)
+    (folder / "empty.txt").write_text("", encoding="utf-8")  # fails, and is recorded as failed
+    return [*files, folder / "empty.txt"]
+
+
+@pytest.mark.parametrize("embed_batch,commit_chunks", [(7, 40), (512, 2048)])
+def test_pipelined_import_equals_file_by_file_reference(
+    session, service, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, embed_batch: int, commit_chunks: int
+) -> None:
+    # Small batches and segments make embedding calls span files and commits overlap the next batches.
+    monkeypatch.setattr(importer_module, "EMBED_BATCH", embed_batch)
+    monkeypatch.setattr(importer_module, "COMMIT_CHUNKS", commit_chunks)
+    folder = tmp_path / "files"
+    folder.mkdir()
+    files = corpus(folder)
+    session.create_knowledge_base("kb", 48, embedding_model="hashing-32")
+    session.select_knowledge_base("kb")
+    result = session.import_document([str(f) for f in files])
+    assert result["data"]["success_count"] == len(files) - 1
+    assert [f["file_path"] for f in result["data"]["failed_files"]] == [str(files[-1])]
+
+    record = session.current_kb()
+    snapshot = service.reader(record.id).snapshot()
+    documents = snapshot.documents()
+    name_of = dict(zip(documents["doc_id"], documents["name"], strict=True))
+    stored: dict[tuple[str, int], dict] = {}
+    for segment in snapshot.segments:
+        rows = segment.chunks.to_pylist()
+        vectors = segment.vectors.reconstruct(np.arange(len(rows)))
+        keyword = segment.keyword
+        terms = {i: t for t, i in keyword.vocabulary.items()}
+        matrix = keyword.term_frequencies.tocsr()
+        for row, (chunk, vector) in enumerate(zip(rows, vectors, strict=True)):
+            line = matrix.getrow(row)
+            postings = Counter({terms[int(c)]: int(v) for c, v in zip(line.indices, line.data, strict=True)})
+            key = (name_of[chunk["doc_id"]], chunk["chunk_index"])
+            assert key not in stored, f"chunk {key} stored twice"
+            stored[key] = {**chunk, "vector": vector, "postings": postings, "length": int(keyword.lengths[row])}
+    assert len({c["chunk_id"] for c in stored.values()}) == len(stored)  # chunk ids are unique
+
+    reference_embedder = HashingEmbedder(32)  # a fresh instance: nothing shared with the import's embedder
+    analyzer = service.analyzer
+    expected_keys = set()
+    for path in files[:-1]:
+        chunks = chunk_document(parse_file(path), reference_embedder.tokenizer, 48)
+        vectors = reference_embedder.embed_documents([c.content for c in chunks])
+        for chunk, vector in zip(chunks, vectors, strict=True):
+            key = (path.name, chunk.chunk_index)
+            expected_keys.add(key)
+            got = stored[key]
+            assert (got["content"], got["tokens"], got["start_char"], got["end_char"]) == (
+                chunk.content,
+                chunk.tokens,
+                chunk.start,
+                chunk.end,
+            ), key
+            assert (got["chapter"], got["page"]) == (chunk.chapter, chunk.page), key
+            assert np.array_equal(got["vector"], vector), key
+            tokens = analyzer.tokens(chunk.content)
+            assert got["postings"] == Counter(tokens) and got["length"] == len(tokens), key
+    assert set(stored) == expected_keys
