@@ -59,6 +59,7 @@ class ImportProgress:
     files_parsed: int = 0
     chunks_total: int = 0
     chunks_embedded: int = 0
+    started_at: float = field(default_factory=time.monotonic)
 
     @property
     def files_total(self) -> int:
@@ -67,6 +68,56 @@ class ImportProgress:
     @property
     def files_done(self) -> int:
         return sum(1 for f in self.files if f.status in ("ready", "failed"))
+
+    @property
+    def elapsed_seconds(self) -> float:
+        return time.monotonic() - self.started_at
+
+    @property
+    def chunks_per_second(self) -> float | None:
+        """Chunks embedded (or answered by the embedding cache) per second since the import began; ``None``
+        before the first one. Parsing and commits are inside that time, so it is the import's rate, not the
+        model's."""
+        elapsed = self.elapsed_seconds
+        return self.chunks_embedded / elapsed if self.chunks_embedded and elapsed > 0 else None
+
+    @property
+    def chunks_expected(self) -> int:
+        """Chunks of the parsed files, plus the files not parsed yet at the parsed files' mean."""
+        unparsed = self.files_total - self.files_parsed
+        if not self.files_parsed or unparsed <= 0:
+            return self.chunks_total
+        return self.chunks_total + round(unparsed * self.chunks_total / self.files_parsed)
+
+    @property
+    def seconds_left(self) -> float | None:
+        """Time left at the rate so far (``None`` until there is a rate); an estimate while files are unparsed."""
+        rate = self.chunks_per_second
+        if rate is None:
+            return None
+        return max(0.0, self.chunks_expected - self.chunks_embedded) / rate
+
+    def summary(self) -> str:
+        """One line for a person: files, chunks, rate and time left."""
+        line = (
+            f"{self.files_done}/{self.files_total} files · {self.chunks_embedded}/{self.chunks_total} chunks embedded"
+        )
+        rate, left = self.chunks_per_second, self.seconds_left
+        if rate is not None:
+            line += f" · {rate:,.0f} chunks/s"
+        if left is not None and self.files_done < self.files_total:
+            line += f" · about {format_duration(left)} left"
+        return line
+
+
+def format_duration(seconds: float) -> str:
+    """``42 s``, ``3 min 05 s``, ``2 h 07 min``."""
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
 
 
 ProgressCallback = Callable[[ImportProgress], None]
@@ -222,28 +273,26 @@ class Importer:
             job = self._open_job(progress)
         except KBNotFound as exc:
             raise self._deleted_meanwhile() from exc
-        callback_lock = threading.Lock()  # the writer thread reports commits while this thread reports embedding
 
         def notify() -> None:
             if progress_callback is not None:
-                with callback_lock:
-                    try:
-                        progress_callback(progress)
-                    except Exception:  # a broken progress display must not break the import
-                        logger.exception("progress callback failed")
+                try:
+                    progress_callback(progress)
+                except Exception:  # a broken progress display must not break the import
+                    logger.exception("progress callback failed")
 
         finished = (
             self._executed_documents(self.executor, chunk_size, progress, notify)
             if self.executor is not None
             else self._local_documents(chunk_size, progress, notify)
         )
-        committer = _Committer(self, progress, job, notify)
+        committer = _Committer(self, progress, job)
         try:
             job.publish(force=True)
             notify()
             for documents in finished:
                 if cancel is not None and cancel.is_set():
-                    raise ImportCancelled("the import was cancelled; the files committed before stay imported")
+                    raise ImportCancelled("cancelled: the import was stopped before this file was committed")
                 committer.add(documents)
                 job.publish()
                 notify()
@@ -544,8 +593,8 @@ class _Committer:
     Commits stay in order (one writer); at most one more segment waits behind the one being written, so a slow
     disk holds the import back instead of filling memory. A commit's failure is raised by the next ``add``."""
 
-    def __init__(self, importer: Importer, progress: ImportProgress, job: ImportJob, notify: Callable[[], None]):
-        self.importer, self.progress, self.job, self.notify = importer, progress, job, notify
+    def __init__(self, importer: Importer, progress: ImportProgress, job: ImportJob) -> None:
+        self.importer, self.progress, self.job = importer, progress, job
         self.committed: list[dict[str, Any]] = []
         self.pending: list[_PendingDocument] = []
         self.pending_chunks = 0
@@ -575,9 +624,10 @@ class _Committer:
         self.writing.append(self.writer.submit(self._write, documents))
 
     def _write(self, documents: list[_PendingDocument]) -> None:
+        # No progress callback from here: a front end's display may only be touched from the thread that runs the
+        # import (Streamlit's are); the next report from that thread shows these documents ready.
         self.committed += self.importer._commit(documents, self.progress)
         self.job.publish()
-        self.notify()
 
 
 def keep_original(source: Path, target: Path, private: Path) -> None:

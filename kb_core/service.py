@@ -606,6 +606,15 @@ class Session:
         return self.find_kb(kb_name) if kb_name else self.current_kb()
 
     @enveloped
+    def import_executors(self) -> Envelope:
+        """The import executors, each with why it cannot run here (``None``: it can)."""
+        from kb_core.executors import executor_choices
+
+        choices = executor_choices()
+        usable = [name for name, reason in choices.items() if reason is None]
+        return ok(f"Import executors available here: {', '.join(usable)}.", {"executors": choices})
+
+    @enveloped
     def device_info(self) -> Envelope:
         """Where local embedding models run in this process: ``data.device`` (see ``DeviceChoice.to_json``)."""
         choice = self.service.device()
@@ -690,9 +699,11 @@ class Session:
         kb_name: str | None = None,
         executor: str = "local",
         executor_address: str | None = None,
+        cancel: threading.Event | None = None,
     ) -> Envelope:
         """Import files into the current KB. ``display_names`` name uploads (the app passes the browser's names).
-        ``executor``: ``local`` (this process) or ``ray`` (Ray Data on the cluster at ``executor_address``)."""
+        ``executor``: ``local`` (this process) or ``ray`` (Ray Data on the cluster at ``executor_address``).
+        ``cancel``: set it to stop the import (what was committed stays; the other files fail as cancelled)."""
         record = self.resolve_kb(kb_name)
         runner = self.service.import_executor(record, executor, executor_address)
         if isinstance(file_paths, str) or not isinstance(file_paths, Sequence) or not file_paths:
@@ -730,7 +741,7 @@ class Session:
                     )
                 )
                 positions.append(index)
-            states = self.service.importer(record, runner).run(sources, size, progress)[0] if sources else []
+            states = self.service.importer(record, runner).run(sources, size, progress, cancel)[0] if sources else []
         finally:
             shutil.rmtree(copies, ignore_errors=True)
         if sources:

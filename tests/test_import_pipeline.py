@@ -89,3 +89,68 @@ def test_pipelined_import_equals_file_by_file_reference(
             tokens = analyzer.tokens(chunk.content)
             assert got["postings"] == Counter(tokens) and got["length"] == len(tokens), key
     assert set(stored) == expected_keys
+
+
+def test_cancel_stops_the_import_keeps_what_was_committed_and_reports_the_rest(
+    session, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    monkeypatch.setattr(importer_module, "EMBED_BATCH", 8)
+    monkeypatch.setattr(importer_module, "COMMIT_CHUNKS", 16)  # several segments: some commit before the cancel
+    folder = tmp_path / "files"
+    folder.mkdir()
+    files = corpus(folder)[:-1]
+    session.create_knowledge_base("kb", 48, embedding_model="hashing")
+    session.select_knowledge_base("kb")
+    cancel = threading.Event()
+
+    def progress(state) -> None:
+        if sum(f.status == "ready" for f in state.files) >= 3:
+            cancel.set()
+
+    result = session.import_document([str(f) for f in files], progress=progress, cancel=cancel)
+    data = result["data"]
+    assert cancel.is_set() and 3 <= data["success_count"] < len(files)
+    assert data["success_count"] + data["failed_count"] == len(files)
+    assert all(f["error"].startswith("cancelled") for f in data["failed_files"])
+    listed = session.list_documents()["data"]["documents"]
+    assert sorted(d["name"] for d in listed) == sorted(f["doc_name"] for f in data["success_files"])
+    assert all(d["status"] == "ready" for d in listed)  # a cancelled file is not recorded as a failed document
+    assert session.verify()["data"]["problems"] == []
+    again = session.import_document([str(f) for f in files])  # a re-run imports the rest (the others get new names)
+    assert again["data"]["success_count"] == len(files)
+
+
+def test_progress_gives_an_honest_rate_and_time_left(session, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(importer_module, "EMBED_BATCH", 8)
+    folder = tmp_path / "files"
+    folder.mkdir()
+    files = corpus(folder)[:-1]
+    session.create_knowledge_base("kb", 48, embedding_model="hashing")
+    session.select_knowledge_base("kb")
+    seen: list[tuple[int, int, int, float | None, float | None, str]] = []
+
+    def progress(state) -> None:
+        seen.append(
+            (
+                state.files_parsed,
+                state.chunks_embedded,
+                state.chunks_expected,
+                state.chunks_per_second,
+                state.seconds_left,
+                state.summary(),
+            )
+        )
+
+    result = session.import_document([str(f) for f in files], progress=progress)
+    total = sum(f["chunk_count"] for f in result["data"]["success_files"])
+    assert seen[0][3] is None and seen[0][4] is None  # no rate before a chunk is embedded
+    rated = [s for s in seen if s[1]]
+    assert rated and all(s[3] is not None and s[3] > 0 for s in rated)
+    # once every file is parsed the expected count is exact, and the time left is what is left at that rate
+    final = [s for s in rated if s[0] == len(files)]
+    assert final and all(s[2] == total for s in final)
+    assert all(abs(s[4] - (total - s[1]) / s[3]) < 1e-6 * max(1.0, s[4]) + 1e-9 for s in final)
+    assert seen[-1][1] == total and seen[-1][4] == 0
+    assert "chunks/s" in seen[-1][5] and f"{total}/{total} chunks embedded" in seen[-1][5]
