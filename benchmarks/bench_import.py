@@ -14,8 +14,9 @@ texts, each figure starting with an empty feature memo: its ratio says how close
 encoder busy (the GPU proxy: an import at >= 0.8x the encoder's rate). The load average is reported with each
 figure (the machine may be shared).
 
-With ``--ray`` the same files are imported again with ``--executor ray`` on a local Ray cluster of one, then two nodes (``ray.cluster_utils.Cluster``, each node given ``--ray-cpus`` logical CPUs), each against the
-local executor's import measured in the same run; cluster start-up is not timed, actor start-up is (every
+With ``--ray`` the same files are imported again with ``--executor ray`` on a local Ray cluster of one, then two
+nodes (``ray.cluster_utils.Cluster``, each node given ``--ray-cpus`` logical CPUs), each against the local
+executor's import measured in the same run; cluster start-up is not timed, actor start-up is (every
 import starts its actor pool). On one machine a second node adds no cores: the figure shows Ray's overhead,
 not a cluster's speed-up.
 """
