@@ -245,9 +245,12 @@ class Importer:
         chunker: Callable[[Any, int], list[Any]],
         kb_name: str = "",
         executor: DocumentExecutor | None = None,
+        parse_and_chunk: Callable[[Path, int], tuple[Any, list[Any]]] | None = None,
     ) -> None:
-        """``executor`` runs parsing, chunking and embedding elsewhere (e.g. on Ray); ``None`` runs them here."""
+        """``executor`` runs parsing, chunking and embedding elsewhere (e.g. on Ray); ``None`` runs them here.
+        ``parse_and_chunk``, when given, does ``parse`` and ``chunker`` in one call (in a parser process)."""
         self.executor = executor
+        self.parse_and_chunk = parse_and_chunk
         self.store = store
         self.kb_name = kb_name or store.kb_id
         self.embedder = embedder
@@ -334,8 +337,12 @@ class Importer:
             source = sources[index]
             with lock:
                 progress.files[index].status = "parsing"
-            parsed = self.parse(source.path)
-            chunks = self.chunker(parsed, chunk_size)
+            combined = getattr(self, "parse_and_chunk", None)  # subclasses that do not take it have none
+            if combined is not None:
+                parsed, chunks = combined(source.path, chunk_size)
+            else:
+                parsed = self.parse(source.path)
+                chunks = self.chunker(parsed, chunk_size)
             if not chunks:
                 raise ParseError(f"{source.display_name}: the document has no text to index.", code="EMPTY_DOCUMENT")
             return _PendingDocument(
