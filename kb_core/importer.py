@@ -1,10 +1,12 @@
-"""The import pipeline: parse → chunk → embed → write a segment → commit.
+"""The import pipeline: parse → chunk → embed → write a segment → commit, its stages overlapping.
 
-Files are parsed concurrently in worker threads (each parse runs in an isolated process with a
-time limit, see :mod:`kb_core.parsing`), so parsing overlaps embedding; chunks from several files
-share embedding batches. Finished documents are committed in segments of roughly
-``COMMIT_CHUNKS`` chunks, so a long import shows its documents as it goes and a killed import
-loses only the uncommitted tail: a document is either fully indexed (ready) or absent.
+* Parsing (and, for a pure-Python tokenizer, chunking) runs in parser processes with a time limit (see
+  :mod:`kb_core.parsing`), fed by ``PARSE_WORKERS`` threads, so it overlaps everything below and uses other cores.
+* This thread embeds chunks from several files per call (``EMBED_BATCH``) while the next files are parsed.
+* A writer thread (:class:`_Committer`) builds each segment's keyword and vector indexes, writes its files and
+  commits it while the next chunks embed; segments hold roughly ``COMMIT_CHUNKS`` chunks, so a long import shows
+  its documents as it goes and a killed import loses only the uncommitted tail: a document is either fully
+  indexed (ready) or absent. An executor (e.g. Ray) replaces the first two stages; the commits are the same.
 """
 
 from __future__ import annotations

@@ -196,6 +196,43 @@ def test_a_killed_driver_leaves_the_kb_consistent_and_a_re_run_completes_it_from
     assert session.verify()["data"]["problems"] == []
 
 
+def test_cancel_and_progress_work_for_the_ray_executor(cluster: Any, tmp_path: Path) -> None:
+    import threading
+    import time
+
+    from kb_core import importer
+
+    session = KnowledgeBaseService(tmp_path / "home").session()
+    assert session.create_knowledge_base("ray", 96, embedding_model="hashing")["success"]
+    cancel = threading.Event()
+    rates: list[float] = []
+
+    def progress(state: Any) -> None:
+        if state.chunks_per_second is not None:
+            rates.append(state.chunks_per_second)
+            assert state.seconds_left is not None and "chunks/s" in state.summary()
+        if state.files_parsed >= 5 and not cancel.is_set():
+            # half-way: wait for the writer thread's first commit, then cancel (documents remain to arrive)
+            deadline = time.monotonic() + 60
+            while not any(f.status == "ready" for f in state.files) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            cancel.set()
+
+    patch = pytest.MonkeyPatch()
+    patch.setattr(importer, "COMMIT_CHUNKS", 4)  # a commit after the first document or two
+    try:
+        files = [str(p) for p in DEMO_FILES]
+        result = session.import_document(files, kb_name="ray", executor="ray", progress=progress, cancel=cancel)
+    finally:
+        patch.undo()
+    data = result["data"]
+    assert rates and all(rate > 0 for rate in rates)
+    assert cancel.is_set() and 1 <= data["success_count"] < len(files)
+    assert all(f["error"].startswith("cancelled") for f in data["failed_files"])
+    assert len(session.list_documents("ray")["data"]["documents"]) == data["success_count"]
+    assert session.verify()["data"]["problems"] == []
+
+
 def test_bad_executor_choices_are_clear_errors(tmp_path: Path) -> None:
     session = KnowledgeBaseService(tmp_path / "home").session()
     assert session.create_knowledge_base("kb", 96, embedding_model="hashing")["success"]
