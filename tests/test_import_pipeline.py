@@ -159,3 +159,44 @@ def test_progress_gives_an_honest_rate_and_time_left(session, tmp_path: Path, mo
     assert all(abs(s[4] - (total - s[1]) / s[3]) < 1e-6 * max(1.0, s[4]) + 1e-9 for s in final)
     assert seen[-1][1] == total and seen[-1][4] == 0
     assert "chunks/s" in seen[-1][5] and f"{total}/{total} chunks embedded" in seen[-1][5]
+
+
+def test_kb_import_cancels_on_ctrl_c_keeping_the_kb_consistent(tmp_path: Path) -> None:
+    """The first SIGINT cancels the import cleanly: the result lists the rest as cancelled, the KB verifies."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from kb_core import KnowledgeBaseService
+
+    home = tmp_path / "home"
+    session = KnowledgeBaseService(home).session()
+    assert session.create_knowledge_base("kb", 48, embedding_model="hashing")["success"]
+    folder = tmp_path / "files"
+    folder.mkdir()
+    for i in range(400):
+        (folder / f"note_{i}.txt").write_text(f"Note {i}: {EN} 第{i}条笔记。{ZH}", encoding="utf-8")
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")])}
+    from kb_core.cli.main import main as kb_main
+
+    assert kb_main(["--home", str(home), "select", "kb"]) == 0
+    command = [sys.executable, "-m", "kb_core.cli", "--home", str(home), "--json", "import"]
+    process = subprocess.Popen(
+        [*command, *sorted(str(p) for p in folder.iterdir())], stdout=subprocess.PIPE, text=True, env=env
+    )
+    jobs = home / "kbs"
+    deadline = time.monotonic() + 120
+    while not any(jobs.glob("*/jobs/*.json")) and time.monotonic() < deadline:  # the import has begun
+        time.sleep(0.02)
+    process.send_signal(signal.SIGINT)
+    out, _ = process.communicate(timeout=120)
+    result = json.loads(out)
+    data = result["data"]
+    assert data["failed_count"] >= 1 and all(f["error"].startswith("cancelled") for f in data["failed_files"])
+    assert data["success_count"] + data["failed_count"] == 400
+    listed = session.list_documents("kb")["data"]["documents"]
+    assert len(listed) == data["success_count"]
+    assert session.verify()["data"]["problems"] == []
