@@ -56,7 +56,7 @@ def _trigram_feature(key: int) -> str:
 
 # Feature slots remembered per embedder: words and trigrams repeat, and hashing each anew was most of the time.
 # Bounded so a stream of unique features cannot grow it without end (it is simply emptied when full).
-_MAX_MEMO = 1 << 20
+_MAX_MEMO = 1 << 18  # per kind (words, trigrams): some 25 MB each at most
 
 
 class HashingEmbedder:
