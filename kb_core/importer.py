@@ -30,6 +30,7 @@ import numpy as np
 
 from kb_core.errors import DocumentNotFound, KBError, KBNotFound, ParseError
 from kb_core.executors import DocumentExecutor
+from kb_core.parsing.isolation import PARSER_PROCESSES
 from kb_core.store import Change, KBStore, Manifest, StagedSegment, catalog, utc_now
 from kb_core.store.atomic import file_sha256, remove_stale_temporaries, write_bytes_atomically
 
@@ -40,7 +41,7 @@ logger = logging.getLogger(__name__)
 EMBED_BATCH = 512
 PUBLISH_INTERVAL = 1.0  # seconds between updates of the in-flight document list
 COMMIT_CHUNKS = 2048
-PARSE_WORKERS = 2
+PARSE_WORKERS = PARSER_PROCESSES  # threads feeding the parser processes, one each
 
 
 @dataclass

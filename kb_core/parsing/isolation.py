@@ -40,7 +40,19 @@ from kb_core.parsing.inprocess import check_file, parse_file_inprocess
 logger = logging.getLogger(__name__)
 
 _START_TIMEOUT = 60.0
-_MAX_IDLE_WORKERS = 2
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its CPU affinity where the platform has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+# As many parser processes as cores (2 at least, 8 at most: each holds some 50 MB), kept between imports.
+PARSER_PROCESSES = max(2, min(8, usable_cores()))
+_MAX_IDLE_WORKERS = PARSER_PROCESSES
 
 
 class _PipeConnection:
