@@ -200,3 +200,32 @@ def test_kb_import_cancels_on_ctrl_c_keeping_the_kb_consistent(tmp_path: Path) -
     listed = session.list_documents("kb")["data"]["documents"]
     assert len(listed) == data["success_count"]
     assert session.verify()["data"]["problems"] == []
+
+
+def test_a_front_end_that_stops_its_script_mid_import_leaves_the_kb_consistent(session, tmp_path: Path) -> None:
+    """The app's Cancel button: Streamlit stops the page's script by raising a BaseException in the next call the
+    script makes, which is the import's progress report. The import must stop there, not log and go on."""
+
+    class ScriptStopped(BaseException):  # like streamlit's StopException / RerunException
+        pass
+
+    folder = tmp_path / "files"
+    folder.mkdir()
+    files = corpus(folder)[:-1]
+    session.create_knowledge_base("kb", 48, embedding_model="hashing")
+    session.select_knowledge_base("kb")
+    reports = []
+
+    def progress(state) -> None:
+        reports.append(state.files_parsed)
+        if state.files_parsed >= 3:
+            raise ScriptStopped
+
+    with pytest.raises(ScriptStopped):
+        session.import_document([str(f) for f in files], progress=progress)
+    assert reports[-1] == 3  # no report after the stop: the import did not go on
+    assert session.verify()["data"]["problems"] == []
+    assert all(d["status"] == "ready" for d in session.list_documents()["data"]["documents"])
+    kb_root = session.service.kb_store(session.current_kb().id).root
+    assert not list((kb_root / "staging").iterdir())  # the private copies and staged segments are gone
+    assert not list((kb_root / "jobs").glob("*.json"))  # nothing is shown as in flight any more
