@@ -26,14 +26,14 @@ def _import(session: Session, args: argparse.Namespace) -> Envelope:
 
         # tqdm's own rate and estimate would count from the bar's creation and only know parsed files' chunks;
         # the importer's account covers the whole import, with unparsed files estimated.
-        bar = tqdm(total=0, unit="chunk", desc="import", file=sys.stderr, bar_format="{desc}: {bar} {postfix}")
+        bar = tqdm(total=0, unit="chunk", file=sys.stderr, bar_format="import {bar:24} {desc}")
 
     def progress(state: ImportProgress) -> None:
         if bar is None:
             return
         bar.total = max(state.chunks_expected, 1)
         bar.n = state.chunks_embedded
-        bar.set_postfix_str(state.summary() + (" · cancelling" if cancel.is_set() else ""), refresh=False)
+        bar.set_description_str(state.summary() + (" · cancelling" if cancel.is_set() else ""), refresh=False)
         bar.refresh()
 
     cancel = threading.Event()
