@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import TimeoutError as FuturesTimeout
 from dataclasses import asdict
@@ -117,6 +118,15 @@ class Session:
         return self.find_kb(kb_name) if kb_name else self.current_kb()
 
     @enveloped
+    def import_executors(self) -> Envelope:
+        """The import executors, each with why it cannot run here (``None``: it can)."""
+        from kb_core.ingest.executors import executor_choices
+
+        choices = executor_choices()
+        usable = [name for name, reason in choices.items() if reason is None]
+        return ok(f"Import executors available here: {', '.join(usable)}.", {"executors": choices})
+
+    @enveloped
     def device_info(self) -> Envelope:
         """Where local embedding models run in this process: ``data.device`` (see ``DeviceChoice.to_json``)."""
         choice = self.service.device()
@@ -201,9 +211,11 @@ class Session:
         kb_name: str | None = None,
         executor: str = "local",
         executor_address: str | None = None,
+        cancel: threading.Event | None = None,
     ) -> Envelope:
         """Import files into the current KB. ``display_names`` name uploads (the app passes the browser's names).
-        ``executor``: ``local`` (this process) or ``ray`` (Ray Data on the cluster at ``executor_address``)."""
+        ``executor``: ``local`` (this process) or ``ray`` (Ray Data on the cluster at ``executor_address``).
+        ``cancel``: set it to stop the import (what was committed stays; the other files fail as cancelled)."""
         record = self.resolve_kb(kb_name)
         runner = self.service.import_executor(record, executor, executor_address)
         if isinstance(file_paths, str) or not isinstance(file_paths, Sequence) or not file_paths:
@@ -218,13 +230,18 @@ class Session:
         # Each file is opened once and copied into this private folder; everything after works on the
         # copy, so the path cannot be redirected (a folder swapped for a symlink) after its check.
         copies = self.service.import_staging(record)
+        copied_names: set[str] = set()
         try:
             for index, raw in enumerate(file_paths):
                 path = Path(str(raw)).expanduser()
                 if not path.is_absolute():
                     path = Path.cwd() / path
+                # One shared folder, and a folder of its own only for a repeated name: a folder per file cost
+                # more than the import of a small file (removing thousands of folders is slow).
+                repeated = path.name.casefold() in copied_names
+                copied_names.add(path.name.casefold())
                 try:
-                    copy = self._copy_for_import(path, copies / str(index))
+                    copy = self._copy_for_import(path, copies / (str(index) if repeated else "files"))
                 except (UnusablePath, PermissionDenied) as exc:
                     reason = f"{raw} {exc.reason}." if isinstance(exc, UnusablePath) else exc.message
                     results[index] = {"file_path": str(raw), "error": reason}
@@ -236,7 +253,7 @@ class Session:
                     )
                 )
                 positions.append(index)
-            states = self.service.importer(record, runner).run(sources, size, progress)[0] if sources else []
+            states = self.service.importer(record, runner).run(sources, size, progress, cancel)[0] if sources else []
         finally:
             shutil.rmtree(copies, ignore_errors=True)
         if sources:
@@ -275,7 +292,7 @@ class Session:
                 )
             try:  # inside the KB's staging/, which is never recreated for a KB deleted meanwhile
                 folder.parent.mkdir(exist_ok=True)
-                folder.mkdir()
+                folder.mkdir(exist_ok=True)
             except FileNotFoundError:
                 raise KBNotFound("The knowledge base was deleted during the import.") from None
             copy = folder / path.name

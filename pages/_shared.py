@@ -169,11 +169,7 @@ class ImportBars:
         self.bars = {path: st.progress(0.0, text=f"{label}: waiting") for path, label in self.labels.items()}
 
     def __call__(self, progress: ImportProgress) -> None:
-        self.overall.progress(
-            min(1.0, overall_fraction(progress)),
-            text=f"{self.title}: {progress.files_done} of {progress.files_total} files · "
-            f"{progress.chunks_embedded} of {progress.chunks_total} chunks embedded",
-        )
+        self.overall.progress(min(1.0, overall_fraction(progress)), text=f"{self.title}: {progress.summary()}")
         for file in progress.files:
             bar = self.bars.get(file.file_path)
             if bar is None:

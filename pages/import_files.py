@@ -22,6 +22,9 @@ st.caption(f"Into knowledge base **{kb_name}**. TXT (any common encoding), DOCX 
 
 def run_import(paths: list[str], names: list[str], source: str, chunk_size: int | None) -> None:
     st.markdown("**Progress**")
+    # Any click reruns this page, which stops the running import at its next progress report (Streamlit raises in
+    # the report): documents committed so far stay, the rest is not imported. This button says so.
+    st.button("Cancel import", key="cancel_import", icon=":material/cancel:")
     bars = ui.ImportBars(paths, names)
     result = session.import_document(
         paths,
@@ -29,6 +32,8 @@ def run_import(paths: list[str], names: list[str], source: str, chunk_size: int 
         progress=bars,
         display_names=names if source == "upload" else None,
         source=source,
+        executor=executor,
+        executor_address=address or None,
     )
     bars.finish(result)
     st.session_state["import_result"] = {"envelope": result, "names": dict(zip(paths, names, strict=True))}
@@ -54,7 +59,28 @@ with st.expander("Options"):
         "Chunk size (tokens)", min_value=32, max_value=8192, value=512, step=64, disabled=not override,
         key="import_chunk_size",
     )
+    executors = session.import_executors()["data"]["executors"]
+    usable = [name for name, reason in executors.items() if reason is None]
+    executor = st.radio(
+        "Executor", usable, horizontal=True, key="import_executor",
+        help="local: this machine's cores; ray: Ray Data on a Ray cluster (parsing, chunking and embedding there)",
+    )
+    for name, reason in executors.items():
+        if reason is not None:
+            st.caption(f"{name}: not available here: {reason}")
+    address = st.text_input(
+        "Ray cluster address (empty: the cluster this app is connected to, else a new local one)",
+        key="import_ray_address", disabled=executor != "ray", placeholder="10.0.0.5:6379 or ray://host:10001",
+    )
 size = int(chunk_size) if override else None
+
+if st.session_state.get("cancel_import"):
+    st.session_state.pop("import_result", None)
+    st.warning(
+        "Import cancelled. Documents committed before the cancel stay imported (see Documents); the others were "
+        "not imported.",
+        icon=":material/cancel:",
+    )
 
 upload_tab, path_tab = st.tabs(["Upload files", "Paths on the server"])
 with upload_tab:

@@ -157,6 +157,24 @@ def test_import_server_paths_reports_names_chunks_and_failures(filled: Path, tmp
     assert any("2 failed" in w for w in texts(test, "warning"))
 
 
+def test_import_page_offers_the_executors_that_can_run_and_says_why_not_the_others(filled: Path) -> None:
+    from importlib.util import find_spec
+
+    test = app("import_files")
+    radio = test.radio(key="import_executor")
+    assert radio.value == "local"
+    captions = " ".join(texts(test, "caption"))
+    if find_spec("ray") is not None and find_spec("ray.data") is not None:
+        assert radio.options == ["local", "ray"]
+        assert test.text_input(key="import_ray_address").disabled  # an address is for the ray executor only
+        radio.set_value("ray").run()
+        assert not test.text_input(key="import_ray_address").disabled
+    else:
+        assert radio.options == ["local"]
+        assert "ray: not available here" in captions and "kb-workbench[ray]" in captions
+    assert not test.button(key="import_server_paths").disabled
+
+
 # -- documents -----------------------------------------------------------------------------------
 def test_documents_table_filter_preview_rechunk_and_delete(filled: Path) -> None:
     test = app("documents")

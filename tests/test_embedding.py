@@ -72,6 +72,43 @@ def test_hashing_embedder_is_deterministic_normalised_and_multilingual() -> None
     assert emb.tokenizer.offsets("ab 中文") == [(0, 2), (3, 4), (4, 5)]
 
 
+def _hashing_reference(text: str, dimension: int) -> np.ndarray:
+    """The hashing embedder's definition, feature by feature (the embedder computes it batch-wise from a memo)."""
+    import hashlib
+
+    from kb_core.embedding.hashing import _TOKEN_RE
+
+    words = [m.group(0).lower() for m in _TOKEN_RE.finditer(text)]
+    joined = "".join(words)
+    features = [f"w:{w}" for w in words] + [f"c:{joined[i : i + 3]}" for i in range(max(0, len(joined) - 2))]
+    vector = np.zeros(dimension, dtype=np.float32)
+    for feature in features:
+        value = int.from_bytes(hashlib.blake2b(feature.encode("utf-8"), digest_size=8).digest(), "little")
+        vector[value % dimension] += 1.0 if (value >> 63) & 1 else -1.0
+    norm = float(np.linalg.norm(vector))
+    return vector / norm if norm > 0 else vector
+
+
+def test_hashing_embedder_batches_give_the_feature_by_feature_vectors() -> None:
+    texts = [
+        "Retrieval-augmented generation: a KB answers the question. Retrieval again!",
+        "知识库检索：中文没有空格，每个汉字是一个词。English mixed 混合 text, ünïcödé İstanbul STRASSE ẞ ﬁ.",
+        "",
+        "a",
+        "ab",
+        "   ",
+        "x" * 5000,
+        "😀 emoji 𠀀 astral ideograph",
+    ]
+    embedder = HashingEmbedder(48)
+    for _ in range(2):  # the second pass answers every feature from the memo
+        batch = embedder.embed_documents(texts)
+        for text, row in zip(texts, batch, strict=True):
+            assert np.array_equal(row, _hashing_reference(text, 48)), text[:40]
+        assert np.array_equal(embedder.embed_documents(texts[1:2])[0], batch[1])  # a batch of one agrees
+        assert np.array_equal(embedder.embed_query(texts[0]), batch[0])
+
+
 def test_factory_rejects_bad_arguments() -> None:
     with pytest.raises(InvalidArgument, match="batch_size"):
         create_embedder("hashing", batch_size=0)

@@ -97,9 +97,12 @@ def test_ray_import_matches_the_local_executor_and_both_nodes_work(cluster: Any,
     summary = data["executor"]
     assert summary["nodes"] == 2 and summary["embedding_actors"] == 2
     assert sum(summary["files_parsed_per_node"].values()) == len(DEMO_FILES)
-    # Parsing tasks are spread over the nodes; an embedding actor only gets batches while another is busy.
-    worked = set(summary["files_parsed_per_node"]) | set(summary["chunks_embedded_per_node"])
-    assert worked == {node["NodeID"] for node in cluster_nodes()}, summary
+    # Each node embedded a share (an actor per node), and the chunks are all accounted for.
+    nodes = {node["NodeID"] for node in cluster_nodes()}
+    assert set(summary["chunks_embedded_per_node"]) == nodes, summary
+    assert all(count > 0 for count in summary["chunks_embedded_per_node"].values()), summary
+    chunks = sum(count for _, _, count, _, _ in contents(service, "local")[0])
+    assert sum(summary["chunks_embedded_per_node"].values()) == chunks
 
 
 def cluster_nodes() -> list[dict[str, Any]]:
@@ -134,6 +137,100 @@ def test_a_killed_embedding_actor_is_retried_losing_nothing_and_a_re_run_is_cach
     again = service.session().import_document([str(p) for p in DEMO_FILES], kb_name="ray", executor="ray")["data"]
     assert again["success_count"] == len(DEMO_FILES)
     assert again["executor"]["chunks_from_cache"] == chunks  # no text reached the model again
+
+
+def test_a_killed_driver_leaves_the_kb_consistent_and_a_re_run_completes_it_from_the_cache(
+    cluster: Any, tmp_path: Path
+) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    files = [str(p) for p in DEMO_FILES]
+    reference = KnowledgeBaseService(tmp_path / "reference")  # an uninterrupted import, in a home of its own
+    assert reference.session().create_knowledge_base("local", 96, embedding_model="hashing")["success"]
+    assert reference.session().import_document(files, kb_name="local")["data"]["success_count"] == len(files)
+    home = tmp_path / "home"
+    service = KnowledgeBaseService(home)
+    assert service.session().create_knowledge_base("ray", 96, embedding_model="hashing")["success"]
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    driver = subprocess.Popen(
+        [sys.executable, str(REPO / "tests" / "ray_driver_worker.py"), str(home), cluster.address, *files],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert driver.stdout is not None
+        assert driver.stdout.readline().strip() == "started"
+        line = driver.stdout.readline().strip()
+        assert line.startswith("committed"), line
+    finally:
+        os.kill(driver.pid, signal.SIGKILL)  # mid-import: later segments were not committed
+        driver.wait(30)
+
+    session = KnowledgeBaseService(home).session()
+    assert session.verify()["data"]["problems"] == []
+    kept = session.list_documents("ray")["data"]["documents"]
+    assert kept and len(kept) < len(files) and all(d["status"] == "ready" for d in kept)
+    # What the crashed run embedded stayed in the home's embedding cache: a re-run costs those texts no model time.
+    from kb_core.embedding import EmbeddingCache
+    from kb_core.embedding.cache import text_digest
+
+    _, committed_chunks = contents(KnowledgeBaseService(home), "ray")
+    with EmbeddingCache(service.home.embedding_cache_path) as cache:
+        found = cache.get_many("hashing:64", [text_digest(text) for text, _, _, _ in committed_chunks.values()])
+    assert len(found) == len({text for text, _, _, _ in committed_chunks.values()})
+    # Re-run what is missing (what the list shows): the KB is then the uninterrupted import's.
+    done = {d["name"] for d in kept}
+    rest = [f for f in files if Path(f).name not in done]
+    again = session.import_document(rest, kb_name="ray", executor="ray")
+    assert again["data"]["success_count"] == len(rest), again["data"]["failed_files"]
+    local_docs, local_chunks = contents(reference, "local")
+    ray_docs, ray_chunks = contents(KnowledgeBaseService(home), "ray")
+    assert ray_docs == local_docs and ray_chunks.keys() == local_chunks.keys()
+    for key, (text, start, end, vector) in local_chunks.items():
+        assert ray_chunks[key][:3] == (text, start, end) and np.array_equal(ray_chunks[key][3], vector), key
+    assert session.verify()["data"]["problems"] == []
+
+
+def test_cancel_and_progress_work_for_the_ray_executor(cluster: Any, tmp_path: Path) -> None:
+    import threading
+    import time
+
+    from kb_core.ingest import pipeline as importer
+
+    session = KnowledgeBaseService(tmp_path / "home").session()
+    assert session.create_knowledge_base("ray", 96, embedding_model="hashing")["success"]
+    cancel = threading.Event()
+    rates: list[float] = []
+
+    def progress(state: Any) -> None:
+        if state.chunks_per_second is not None:
+            rates.append(state.chunks_per_second)
+            assert state.seconds_left is not None and "chunks/s" in state.summary()
+        if state.files_parsed >= 5 and not cancel.is_set():
+            # half-way: wait for the writer thread's first commit, then cancel (documents remain to arrive)
+            deadline = time.monotonic() + 60
+            while not any(f.status == "ready" for f in state.files) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            cancel.set()
+
+    patch = pytest.MonkeyPatch()
+    patch.setattr(importer, "COMMIT_CHUNKS", 4)  # a commit after the first document or two
+    try:
+        files = [str(p) for p in DEMO_FILES]
+        result = session.import_document(files, kb_name="ray", executor="ray", progress=progress, cancel=cancel)
+    finally:
+        patch.undo()
+    data = result["data"]
+    assert rates and all(rate > 0 for rate in rates)
+    assert cancel.is_set() and 1 <= data["success_count"] < len(files)
+    assert all(f["error"].startswith("cancelled") for f in data["failed_files"])
+    assert len(session.list_documents("ray")["data"]["documents"]) == data["success_count"]
+    assert session.verify()["data"]["problems"] == []
 
 
 def test_bad_executor_choices_are_clear_errors(tmp_path: Path) -> None:

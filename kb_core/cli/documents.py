@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import textwrap
+import threading
 from typing import TYPE_CHECKING, Any
 
 from kb_core.cli.common import Commands, table
@@ -16,25 +18,46 @@ if TYPE_CHECKING:
 
 
 def _import(session: Session, args: argparse.Namespace) -> Envelope:
+    """Import with a progress line (files, chunks, rate, time left) on a terminal; the first Ctrl-C cancels the
+    import cleanly (what was committed stays, the result lists the rest as cancelled), a second one aborts."""
     bar = None
     if sys.stderr.isatty() and not args.json:
         from tqdm import tqdm
 
-        bar = tqdm(total=0, unit="chunk", desc="embedding", file=sys.stderr)
+        # tqdm's own rate and estimate would count from the bar's creation and only know parsed files' chunks;
+        # the importer's account covers the whole import, with unparsed files estimated.
+        bar = tqdm(total=0, unit="chunk", file=sys.stderr, bar_format="import {bar:24} {desc}")
 
     def progress(state: ImportProgress) -> None:
         if bar is None:
             return
-        bar.total = max(state.chunks_total, 1)
+        bar.total = max(state.chunks_expected, 1)
         bar.n = state.chunks_embedded
-        bar.set_postfix_str(f"files {state.files_done}/{state.files_total}")
+        bar.set_description_str(state.summary() + (" · cancelling" if cancel.is_set() else ""), refresh=False)
         bar.refresh()
 
+    cancel = threading.Event()
+
+    def interrupted(signum: int, frame: object) -> None:
+        if cancel.is_set():
+            raise KeyboardInterrupt
+        cancel.set()
+        print("cancelling the import (Ctrl-C again to abort)…", file=sys.stderr)
+
+    in_main_thread = threading.current_thread() is threading.main_thread()  # only it may set signal handlers
+    previous = signal.signal(signal.SIGINT, interrupted) if in_main_thread else None
     try:
         return session.import_document(
-            args.files, args.chunk_size, progress=progress, executor=args.executor, executor_address=args.address
+            args.files,
+            args.chunk_size,
+            progress=progress,
+            executor=args.executor,
+            executor_address=args.address,
+            cancel=cancel,
         )
     finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
         if bar is not None:
             bar.close()
 

@@ -1,10 +1,13 @@
-"""The import pipeline: parse → chunk → embed → write a segment → commit.
+"""The import pipeline: parse → chunk → embed → write a segment → commit, its stages overlapping.
 
-Files are parsed concurrently in worker threads (each parse runs in an isolated process with a
-time limit, see :mod:`kb_core.ingest.parsing`), so parsing overlaps embedding; chunks from several files
-share embedding batches. Finished documents are committed in segments of roughly
-``COMMIT_CHUNKS`` chunks, so a long import shows its documents as it goes and a killed import
-loses only the uncommitted tail: a document is either fully indexed (ready) or absent.
+* Parsing (and, for a pure-Python tokenizer, chunking) runs in parser processes with a time limit (see
+  :mod:`kb_core.ingest.parsing`), fed by ``PARSE_WORKERS`` threads, so it overlaps everything below and uses
+  other cores.
+* This thread embeds chunks from several files per call (``EMBED_BATCH``) while the next files are parsed.
+* A writer thread (:class:`_Committer`) builds each segment's keyword and vector indexes, writes its files and
+  commits it while the next chunks embed; segments hold roughly ``COMMIT_CHUNKS`` chunks, so a long import shows
+  its documents as it goes and a killed import loses only the uncommitted tail: a document is either fully
+  indexed (ready) or absent. An executor (e.g. Ray) replaces the first two stages; the commits are the same.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -27,6 +30,7 @@ import numpy as np
 
 from kb_core.errors import DocumentNotFound, KBError, KBNotFound, ParseError
 from kb_core.ingest.executors import DocumentExecutor
+from kb_core.ingest.parsing.isolation import PARSER_PROCESSES
 from kb_core.store import Change, KBStore, Manifest, StagedSegment, catalog
 from kb_core.store.atomic import file_sha256, remove_stale_temporaries, write_bytes_atomically
 from kb_core.store.segments import write_document_segment
@@ -38,7 +42,7 @@ logger = logging.getLogger(__name__)
 EMBED_BATCH = 512
 PUBLISH_INTERVAL = 1.0  # seconds between updates of the in-flight document list
 COMMIT_CHUNKS = 2048
-PARSE_WORKERS = 2
+PARSE_WORKERS = PARSER_PROCESSES  # threads feeding the parser processes, one each
 
 
 @dataclass
@@ -59,6 +63,7 @@ class ImportProgress:
     files_parsed: int = 0
     chunks_total: int = 0
     chunks_embedded: int = 0
+    started_at: float = field(default_factory=time.monotonic)
 
     @property
     def files_total(self) -> int:
@@ -67,6 +72,56 @@ class ImportProgress:
     @property
     def files_done(self) -> int:
         return sum(1 for f in self.files if f.status in ("ready", "failed"))
+
+    @property
+    def elapsed_seconds(self) -> float:
+        return time.monotonic() - self.started_at
+
+    @property
+    def chunks_per_second(self) -> float | None:
+        """Chunks embedded (or answered by the embedding cache) per second since the import began; ``None``
+        before the first one. Parsing and commits are inside that time, so it is the import's rate, not the
+        model's."""
+        elapsed = self.elapsed_seconds
+        return self.chunks_embedded / elapsed if self.chunks_embedded and elapsed > 0 else None
+
+    @property
+    def chunks_expected(self) -> int:
+        """Chunks of the parsed files, plus the files not parsed yet at the parsed files' mean."""
+        unparsed = self.files_total - self.files_parsed
+        if not self.files_parsed or unparsed <= 0:
+            return self.chunks_total
+        return self.chunks_total + round(unparsed * self.chunks_total / self.files_parsed)
+
+    @property
+    def seconds_left(self) -> float | None:
+        """Time left at the rate so far (``None`` until there is a rate); an estimate while files are unparsed."""
+        rate = self.chunks_per_second
+        if rate is None:
+            return None
+        return max(0.0, self.chunks_expected - self.chunks_embedded) / rate
+
+    def summary(self) -> str:
+        """One line for a person: files, chunks, rate and time left."""
+        line = (
+            f"{self.files_done}/{self.files_total} files · {self.chunks_embedded}/{self.chunks_total} chunks embedded"
+        )
+        rate, left = self.chunks_per_second, self.seconds_left
+        if rate is not None:
+            line += f" · {rate:,.0f} chunks/s"
+        if left is not None and self.files_done < self.files_total:
+            line += f" · about {format_duration(left)} left"
+        return line
+
+
+def format_duration(seconds: float) -> str:
+    """``42 s``, ``3 min 05 s``, ``2 h 07 min``."""
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
 
 
 ProgressCallback = Callable[[ImportProgress], None]
@@ -138,21 +193,23 @@ class JobFile:
         self.path = self.folder / f"{os.getpid()}-{uuid.uuid4().hex[:8]}.json"
         self.progress = progress
         self._published_at = -math.inf
+        self._lock = threading.Lock()  # the committer's thread publishes too
 
     def publish(self, force: bool = False) -> None:
         """Write the in-flight list, at most once per ``PUBLISH_INTERVAL`` unless forced (it is O(files))."""
-        now = time.monotonic()
-        if not force and now - self._published_at < PUBLISH_INTERVAL:
-            return
-        self._published_at = now
-        rows = [
-            {"file_path": f.file_path, "name": f.doc_name, "status": f.status}
-            for f in self.progress.files
-            if f.status in ("pending", "parsing", "embedding")
-        ]
-        data = json.dumps({"pid": os.getpid(), "documents": rows}, ensure_ascii=False).encode("utf-8")
-        with self.store.deleted_guard():
-            write_bytes_atomically(self.path, data, mode=0o644)
+        with self._lock:
+            now = time.monotonic()
+            if not force and now - self._published_at < PUBLISH_INTERVAL:
+                return
+            self._published_at = now
+            rows = [
+                {"file_path": f.file_path, "name": f.doc_name, "status": f.status}
+                for f in self.progress.files
+                if f.status in ("pending", "parsing", "embedding")
+            ]
+            data = json.dumps({"pid": os.getpid(), "documents": rows}, ensure_ascii=False).encode("utf-8")
+            with self.store.deleted_guard():
+                write_bytes_atomically(self.path, data, mode=0o644)
 
     def close(self) -> None:
         self.path.unlink(missing_ok=True)
@@ -192,9 +249,12 @@ class Importer:
         chunker: Callable[[Any, int], list[Any]],
         kb_name: str = "",
         executor: DocumentExecutor | None = None,
+        parse_and_chunk: Callable[[Path, int], tuple[Any, list[Any]]] | None = None,
     ) -> None:
-        """``executor`` runs parsing, chunking and embedding elsewhere (e.g. on Ray); ``None`` runs them here."""
+        """``executor`` runs parsing, chunking and embedding elsewhere (e.g. on Ray); ``None`` runs them here.
+        ``parse_and_chunk``, when given, does ``parse`` and ``chunker`` in one call (in a parser process)."""
         self.executor = executor
+        self.parse_and_chunk = parse_and_chunk
         self.store = store
         self.kb_name = kb_name or store.kb_id
         self.embedder = embedder
@@ -208,15 +268,18 @@ class Importer:
         sources: Sequence[ImportSource],
         chunk_size: int,
         progress_callback: ProgressCallback | None = None,
+        cancel: threading.Event | None = None,
     ) -> tuple[list[FileProgress], list[dict[str, Any]]]:
-        """Import ``sources``; return per-file progress and the committed document rows."""
+        """Import ``sources``; return per-file progress and the committed document rows.
+
+        ``cancel``, once set, stops the import at the next document: what was committed stays, every other file
+        fails with "cancelled", and nothing half-done is left behind (the commit protocol)."""
         self.sources = list(sources)
         progress = ImportProgress(files=[FileProgress(file_path=s.reported_path or str(s.path)) for s in sources])
         try:
             job = self._open_job(progress)
         except KBNotFound as exc:
             raise self._deleted_meanwhile() from exc
-        lock = threading.Lock()
 
         def notify() -> None:
             if progress_callback is not None:
@@ -225,79 +288,29 @@ class Importer:
                 except Exception:  # a broken progress display must not break the import
                     logger.exception("progress callback failed")
 
-        if self.executor is not None:
-            return progress.files, self._run_executor(self.executor, chunk_size, progress, job, notify)
-
-        def prepare(index: int) -> _PendingDocument:
-            source = sources[index]
-            with lock:
-                progress.files[index].status = "parsing"
-            parsed = self.parse(source.path)
-            chunks = self.chunker(parsed, chunk_size)
-            if not chunks:
-                raise ParseError(f"{source.display_name}: the document has no text to index.", code="EMPTY_DOCUMENT")
-            size = source.path.stat().st_size
-            return _PendingDocument(
-                index=index,
-                source=source,
-                doc_id=source.doc_id or f"doc_{uuid.uuid4().hex[:16]}",
-                file_type=parsed.file_type,
-                text=parsed.text,
-                chunks=chunks,
-                size_bytes=size,
-                sha256=file_sha256(source.path),
-                chunk_size=chunk_size,
-                vectors=[None] * len(chunks),
-                replaces=source.replaces,
-            )
-
-        committed: list[dict[str, Any]] = []
-        ready: list[_PendingDocument] = []
-        failed: list[_PendingDocument] = []
-        queue: list[tuple[_PendingDocument, int]] = []
+        finished = (
+            self._executed_documents(self.executor, chunk_size, progress, notify)
+            if self.executor is not None
+            else self._local_documents(chunk_size, progress, notify)
+        )
+        committer = _Committer(self, progress, job)
         try:
             job.publish(force=True)
             notify()
-            with ThreadPoolExecutor(max_workers=PARSE_WORKERS, thread_name_prefix="kb-parse") as pool:
-                futures: list[Future[_PendingDocument]] = [pool.submit(prepare, i) for i in range(len(sources))]
-                for index, future in enumerate(futures):
-                    try:
-                        document = future.result()
-                    except KBError as exc:
-                        failed += self._fail(progress, index, exc.message, chunk_size)
-                    except Exception as exc:  # a parser bug must fail one file, not the import
-                        logger.exception("unexpected failure importing %s", sources[index].path)
-                        failed += self._fail(progress, index, f"unexpected error: {type(exc).__name__}", chunk_size)
-                    else:
-                        state = progress.files[index]
-                        state.status = "embedding"
-                        state.chunks_total = len(document.chunks)
-                        progress.chunks_total += len(document.chunks)
-                        queue.extend((document, i) for i in range(len(document.chunks)))
-                        ready.append(document)
-                    progress.files_parsed += 1
-                    job.publish()
-                    notify()
-                    embedded_now = False
-                    while len(queue) >= EMBED_BATCH:
-                        self._embed(queue[:EMBED_BATCH], progress, notify)
-                        del queue[:EMBED_BATCH]
-                        embedded_now = True
-                    # Only an embedding call can complete documents (checked then: the sum is O(ready documents)).
-                    if embedded_now and sum(len(d.chunks) for d in ready if d.embedded) >= COMMIT_CHUNKS:
-                        committed += self._commit([d for d in ready if d.embedded], progress)
-                        ready = [d for d in ready if not d.embedded]
-                        job.publish()
-                        notify()
-            while queue:
-                self._embed(queue[:EMBED_BATCH], progress, notify)
-                del queue[:EMBED_BATCH]
-            if ready or failed:
-                committed += self._commit(ready + failed, progress)
+            for documents in finished:
+                if cancel is not None and cancel.is_set():
+                    raise ImportCancelled("cancelled: the import was stopped before this file was committed")
+                committer.add(documents)
+                job.publish()
+                notify()
+            committer.finish()
             job.publish()
             notify()
         except KBError as exc:
-            # Embedding or the store failed: what is not committed fails with the reason.
+            # Parsing, embedding or the store failed, or the user cancelled: what is not committed fails with
+            # the reason.
+            finished.close()  # stops the parse pool (or the executor) before the files it reads are removed
+            committer.close()
             for state in progress.files:
                 if state.status not in ("ready", "failed"):
                     state.status, state.error = "failed", exc.message
@@ -305,82 +318,135 @@ class Importer:
             if isinstance(exc, KBNotFound):  # deleted meanwhile: what was committed went with it
                 raise self._deleted_meanwhile() from exc
         finally:
+            finished.close()
+            committer.close()
             job.close()
-        return progress.files, committed
+        return progress.files, committer.committed
 
     def _open_job(self, progress: ImportProgress) -> ImportJob:
         return JobFile(self.store, progress)
 
-    def _run_executor(
-        self,
-        executor: DocumentExecutor,
-        chunk_size: int,
-        progress: ImportProgress,
-        job: ImportJob,
-        notify: Callable[[], None],
-    ) -> list[dict[str, Any]]:
-        """Commit the executor's documents as they arrive, in segments of about ``COMMIT_CHUNKS`` chunks."""
-        committed: list[dict[str, Any]] = []
-        pending: list[_PendingDocument] = []
-        seen: set[int] = set()
+    def _local_documents(
+        self, chunk_size: int, progress: ImportProgress, notify: Callable[[], None]
+    ) -> Generator[list[_PendingDocument], None, None]:
+        """Documents as they become ready to commit (embedded, or failed), in this process.
+
+        Files are parsed and chunked by ``PARSE_WORKERS`` threads (each parse runs in a parser process, so the
+        threads overlap); this thread embeds chunks from several files per call while the next files are parsed,
+        and the committer writes segments on its own thread meanwhile."""
+        sources = self.sources
+        lock = threading.Lock()
+
+        def prepare(index: int) -> _PendingDocument:
+            source = sources[index]
+            with lock:
+                progress.files[index].status = "parsing"
+            combined = getattr(self, "parse_and_chunk", None)  # subclasses that do not take it have none
+            if combined is not None:
+                parsed, chunks = combined(source.path, chunk_size)
+            else:
+                parsed = self.parse(source.path)
+                chunks = self.chunker(parsed, chunk_size)
+            if not chunks:
+                raise ParseError(f"{source.display_name}: the document has no text to index.", code="EMPTY_DOCUMENT")
+            return _PendingDocument(
+                index=index,
+                source=source,
+                doc_id=source.doc_id or f"doc_{uuid.uuid4().hex[:16]}",
+                file_type=parsed.file_type,
+                text=parsed.text,
+                chunks=chunks,
+                size_bytes=source.path.stat().st_size,
+                sha256=file_sha256(source.path),
+                chunk_size=chunk_size,
+                vectors=[None] * len(chunks),
+                replaces=source.replaces,
+            )
+
+        embedding: list[_PendingDocument] = []  # parsed, not yet wholly embedded, in order
+        queue: list[tuple[_PendingDocument, int]] = []
+
+        def embed(batch: list[tuple[_PendingDocument, int]]) -> list[_PendingDocument]:
+            nonlocal embedding
+            self._embed(batch, progress, notify)
+            done = [d for d in embedding if d.embedded]  # only an embedding call completes documents
+            embedding = [d for d in embedding if not d.embedded]
+            return done
+
+        pool = ThreadPoolExecutor(max_workers=PARSE_WORKERS, thread_name_prefix="kb-parse")
+        futures: list[Future[_PendingDocument]] = []
         try:
-            for state in progress.files:
-                state.status = "parsing"  # handed to the executor: parsing, chunking and embedding there
-            job.publish(force=True)
-            notify()
-            for result in executor.execute(self.sources, chunk_size):
-                if result.index in seen or not 0 <= result.index < len(self.sources):
-                    logger.warning("executor %s returned file %d twice; ignored", executor.name, result.index)
-                    continue
-                seen.add(result.index)
-                progress.files_parsed += 1
-                if result.error is not None or result.vectors is None:
-                    pending += self._fail(progress, result.index, result.error or "no result", chunk_size)
+            futures = [pool.submit(prepare, i) for i in range(len(sources))]
+            for index, future in enumerate(futures):
+                try:
+                    document = future.result()
+                except KBError as exc:
+                    progress.files_parsed += 1
+                    yield self._fail(progress, index, exc.message, chunk_size)
+                except Exception as exc:  # a parser bug must fail one file, not the import
+                    logger.exception("unexpected failure importing %s", sources[index].path)
+                    progress.files_parsed += 1
+                    yield self._fail(progress, index, f"unexpected error: {type(exc).__name__}", chunk_size)
                 else:
-                    source = self.sources[result.index]
-                    state = progress.files[result.index]
-                    state.status, state.chunks_total = "embedding", len(result.chunks)
-                    state.chunks_embedded = len(result.chunks)
-                    progress.chunks_total += len(result.chunks)
-                    progress.chunks_embedded += len(result.chunks)
-                    pending.append(
-                        _PendingDocument(
-                            index=result.index,
-                            source=source,
-                            doc_id=source.doc_id or f"doc_{uuid.uuid4().hex[:16]}",
-                            file_type=result.file_type,
-                            text=result.text,
-                            chunks=result.chunks,
-                            size_bytes=source.path.stat().st_size,
-                            sha256=file_sha256(source.path),
-                            chunk_size=chunk_size,
-                            vectors=list(result.vectors),
-                            replaces=source.replaces,
-                        )
-                    )
-                if sum(len(d.chunks) for d in pending) >= COMMIT_CHUNKS:
-                    committed += self._commit(pending, progress)
-                    pending = []
-                job.publish()
-                notify()
-            for index in range(len(self.sources)):
-                if index not in seen:  # an executor must answer for every file; one that did not fails it
-                    message = f"the {executor.name} executor returned no result"
-                    pending += self._fail(progress, index, message, chunk_size)
-            if pending:
-                committed += self._commit(pending, progress)
-            job.publish()
-            notify()
-        except KBError as exc:
-            for state in progress.files:
-                if state.status not in ("ready", "failed"):
-                    state.status, state.error = "failed", exc.message
-            notify()
-            if isinstance(exc, KBNotFound):
-                raise self._deleted_meanwhile() from exc
+                    state = progress.files[index]
+                    state.status = "embedding"
+                    state.chunks_total = len(document.chunks)
+                    progress.chunks_total += len(document.chunks)
+                    queue.extend((document, i) for i in range(len(document.chunks)))
+                    embedding.append(document)
+                    progress.files_parsed += 1
+                    yield []  # a file parsed: the caller shows it
+                    while len(queue) >= EMBED_BATCH:
+                        batch, queue[:EMBED_BATCH] = queue[:EMBED_BATCH], []
+                        yield embed(batch)
+            while queue:
+                batch, queue[:EMBED_BATCH] = queue[:EMBED_BATCH], []
+                yield embed(batch)
         finally:
-            job.close()
-        return committed
+            for future in futures:
+                future.cancel()
+            pool.shutdown(wait=True)
+
+    def _executed_documents(
+        self, executor: DocumentExecutor, chunk_size: int, progress: ImportProgress, notify: Callable[[], None]
+    ) -> Generator[list[_PendingDocument], None, None]:
+        """Documents as the executor hands them back (parsed, chunked and embedded elsewhere), or failed."""
+        seen: set[int] = set()
+        for state in progress.files:
+            state.status = "parsing"  # handed to the executor: parsing, chunking and embedding there
+        for result in executor.execute(self.sources, chunk_size):
+            if result.index in seen or not 0 <= result.index < len(self.sources):
+                logger.warning("executor %s returned file %d twice; ignored", executor.name, result.index)
+                continue
+            seen.add(result.index)
+            progress.files_parsed += 1
+            if result.error is not None or result.vectors is None:
+                yield self._fail(progress, result.index, result.error or "no result", chunk_size)
+                continue
+            source = self.sources[result.index]
+            state = progress.files[result.index]
+            state.status, state.chunks_total = "embedding", len(result.chunks)
+            state.chunks_embedded = len(result.chunks)
+            progress.chunks_total += len(result.chunks)
+            progress.chunks_embedded += len(result.chunks)
+            yield [
+                _PendingDocument(
+                    index=result.index,
+                    source=source,
+                    doc_id=source.doc_id or f"doc_{uuid.uuid4().hex[:16]}",
+                    file_type=result.file_type,
+                    text=result.text,
+                    chunks=result.chunks,
+                    size_bytes=source.path.stat().st_size,
+                    sha256=file_sha256(source.path),
+                    chunk_size=chunk_size,
+                    vectors=list(result.vectors),
+                    replaces=source.replaces,
+                )
+            ]
+        for index in range(len(self.sources)):
+            if index not in seen:  # an executor must answer for every file; one that did not fails it
+                yield self._fail(progress, index, f"the {executor.name} executor returned no result", chunk_size)
 
     def _deleted_meanwhile(self) -> KBNotFound:
         return KBNotFound(
@@ -470,4 +536,53 @@ class Importer:
         return rows
 
     def write_segment(self, staged: StagedSegment, documents: list[_PendingDocument]) -> list[dict[str, Any]]:
-        return write_document_segment(staged, documents, self.embedder, self.analyzer)
+        return write_document_segment(staged, documents, self.embedder, self.analyzer, self.store.root / "staging")
+
+
+class ImportCancelled(KBError):
+    def __init__(self, message: str) -> None:
+        super().__init__(message, code="IMPORT_CANCELLED")
+
+
+class _Committer:
+    """Commits finished documents in segments of about ``COMMIT_CHUNKS`` chunks, on a writer thread of its own,
+    so building a segment's indexes, writing its files and committing overlap the next embedding calls.
+
+    Commits stay in order (one writer); at most one more segment waits behind the one being written, so a slow
+    disk holds the import back instead of filling memory. A commit's failure is raised by the next ``add``."""
+
+    def __init__(self, importer: Importer, progress: ImportProgress, job: ImportJob) -> None:
+        self.importer, self.progress, self.job = importer, progress, job
+        self.committed: list[dict[str, Any]] = []
+        self.pending: list[_PendingDocument] = []
+        self.pending_chunks = 0
+        self.writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kb-commit")
+        self.writing: list[Future[None]] = []
+
+    def add(self, documents: list[_PendingDocument]) -> None:
+        self.pending += documents
+        self.pending_chunks += sum(len(d.chunks) for d in documents)
+        if self.pending_chunks >= COMMIT_CHUNKS:
+            self._submit()
+
+    def finish(self) -> None:
+        if self.pending:
+            self._submit()
+        while self.writing:
+            self.writing.pop(0).result()
+
+    def close(self) -> None:
+        """Wait for a segment being written (never leave one half-committed), then stop the writer."""
+        self.writer.shutdown(wait=True, cancel_futures=True)
+
+    def _submit(self) -> None:
+        documents, self.pending, self.pending_chunks = self.pending, [], 0
+        while len(self.writing) >= 2 or (self.writing and self.writing[0].done()):
+            self.writing.pop(0).result()  # raises a failed commit's error here
+        self.writing.append(self.writer.submit(self._write, documents))
+
+    def _write(self, documents: list[_PendingDocument]) -> None:
+        # No progress callback from here: a front end's display may only be touched from the thread that runs the
+        # import (Streamlit's are); the next report from that thread shows these documents ready.
+        self.committed += self.importer._commit(documents, self.progress)
+        self.job.publish()

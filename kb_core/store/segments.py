@@ -6,6 +6,7 @@ File names: :mod:`kb_core.store.files`.
 
 from __future__ import annotations
 
+import os
 import shutil
 import uuid
 from collections.abc import Sequence
@@ -18,9 +19,10 @@ from kb_core.store import StagedSegment, catalog, utc_now
 
 
 def write_document_segment(
-    staged: StagedSegment, documents: Sequence[Any], embedder: Any, analyzer: Any
+    staged: StagedSegment, documents: Sequence[Any], embedder: Any, analyzer: Any, private: Path
 ) -> list[dict[str, Any]]:
-    """Write the segment of these imported documents (failed ones recorded, not kept); their catalog rows."""
+    """Write the segment of these imported documents (failed ones recorded, not kept); their catalog rows.
+    ``private``: the KB's staging folder, whose copies are hard-linked into the segment (see :func:`keep_original`)."""
     now = utc_now()
     doc_rows: list[dict[str, Any]] = []
     chunk_rows: list[dict[str, Any]] = []
@@ -75,6 +77,18 @@ def write_document_segment(
     )
     write_segment_files(staged, doc_rows, chunk_rows, text_rows, matrix, embedder, analyzer)
     return doc_rows
+
+
+def keep_original(source: Path, target: Path, private: Path) -> None:
+    """Put the file a document was imported from into its segment: a hard link when ``source`` is a private copy
+    in ``private`` (the KB's staging folder, on the same file system; nobody writes to it), else a copy."""
+    if source.is_relative_to(private):
+        try:
+            os.link(source, target)
+            return
+        except OSError:  # a file system without hard links
+            pass
+    shutil.copyfile(source, target)
 
 
 def chunk_row(doc_id: str, chunk: Any) -> dict[str, Any]:

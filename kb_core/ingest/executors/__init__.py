@@ -43,3 +43,13 @@ class DocumentExecutor(Protocol):
     def summary(self) -> dict[str, object]:
         """What the last run did (e.g. chunks per node), for the import's result."""
         ...
+
+
+def executor_choices() -> dict[str, str | None]:
+    """Each executor, and why it cannot run here (``None``: it can), without importing Ray itself."""
+    from importlib.util import find_spec
+
+    ray_missing = None
+    if find_spec("ray") is None or find_spec("ray.data") is None:
+        ray_missing = "Ray Data is not installed; install the optional extra: pip install 'kb-workbench[ray]'"
+    return {"local": None, "ray": ray_missing}

@@ -40,7 +40,19 @@ from kb_core.ingest.parsing.inprocess import check_file, parse_file_inprocess
 logger = logging.getLogger(__name__)
 
 _START_TIMEOUT = 60.0
-_MAX_IDLE_WORKERS = 2
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its CPU affinity where the platform has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+# As many parser processes as cores (2 at least, 8 at most: each holds some 50 MB), kept between imports.
+PARSER_PROCESSES = max(2, min(8, usable_cores()))
+_MAX_IDLE_WORKERS = PARSER_PROCESSES
 
 
 class _PipeConnection:
@@ -92,10 +104,11 @@ def serve_stdio() -> None:
             return
         if request is None:
             return
-        path, limits = request
+        path, limits, chunking = request
         _cap_memory(limits.max_memory_bytes)
         try:
-            reply: tuple[Any, ...] = ("ok", parse_file_inprocess(path, limits), False)
+            parsed = parse_file_inprocess(path, limits)
+            reply: tuple[Any, ...] = ("ok", (parsed, _chunk_quietly(parsed, chunking)), False)
         except ParseError as exc:
             # After a MemoryError the heap may be fragmented or half-freed: answer, then let the pool retire us.
             reply = ("error", exc.code, exc.message, exc.details, exc.code == FILE_TOO_LARGE)
@@ -106,6 +119,19 @@ def serve_stdio() -> None:
             conn.send(reply)
         except (EOFError, OSError, MemoryError):
             return
+
+
+def _chunk_quietly(parsed: ParsedDocument, chunking: tuple[Any, int] | None) -> list[Any] | None:
+    """The document's chunks, or ``None`` (not asked for, or chunking failed: the caller chunks and reports)."""
+    if chunking is None:
+        return None
+    from kb_core.ingest.chunking import chunk_document
+
+    tokenizer, chunk_size = chunking
+    try:
+        return chunk_document(parsed, tokenizer, chunk_size)
+    except Exception:
+        return None
 
 
 def _cap_memory(limit: int) -> None:
@@ -188,10 +214,16 @@ class ParserPool:
         worker.stop()
 
     def parse(self, path: Path, limits: ParseLimits) -> ParsedDocument:
+        return self.parse_and_chunk(path, limits, None)[0]
+
+    def parse_and_chunk(
+        self, path: Path, limits: ParseLimits, chunking: tuple[Any, int] | None
+    ) -> tuple[ParsedDocument, list[Any] | None]:
+        """Parse, and with ``chunking`` (a picklable tokenizer, the chunk size) also chunk, in a worker."""
         worker = self._borrow()
         started = time.monotonic()
         try:
-            worker.conn.send((path, limits))
+            worker.conn.send((path, limits, chunking))
             ready = worker.conn.poll(limits.timeout_seconds)
             reply = worker.conn.recv() if ready else None
         except (EOFError, OSError, BrokenPipeError):
@@ -241,3 +273,23 @@ def parse_file(path: Path, limits: ParseLimits = ParseLimits()) -> ParsedDocumen
     path = Path(path).absolute()
     check_file(path, limits)  # cheap refusals without a round trip to the worker
     return _shared_pool().parse(path, limits)
+
+
+def parse_and_chunk_file(
+    path: Path,
+    limits: ParseLimits,
+    tokenizer: Any,
+    chunk_size: int,
+) -> tuple[ParsedDocument, list[Any]]:
+    """:func:`parse_file`, then the document's chunks (:func:`kb_core.ingest.chunking.chunk_document`).
+
+    A tokenizer marked ``chunks_in_workers`` (small to pickle, and holding the GIL while it works, like the hashing
+    tokenizer) is sent along and the worker process chunks too, off this process's GIL; others (a Rust tokenizer,
+    which releases the GIL) chunk here."""
+    from kb_core.ingest.chunking import chunk_document
+
+    path = Path(path).absolute()
+    check_file(path, limits)
+    chunking = (tokenizer, chunk_size) if getattr(tokenizer, "chunks_in_workers", False) else None
+    parsed, chunks = _shared_pool().parse_and_chunk(path, limits, chunking)
+    return parsed, chunks if chunks is not None else chunk_document(parsed, tokenizer, chunk_size)

@@ -1,0 +1,231 @@
+"""The pipelined import stores exactly what parsing, chunking and embedding each file on its own gives."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kb_core.embedding import HashingEmbedder
+from kb_core.ingest import pipeline as importer_module
+from kb_core.ingest.chunking import chunk_document
+from kb_core.ingest.parsing import parse_file
+
+EN = (
+    "Retrieval-augmented generation answers a question from retrieved passages. "
+    "The index keeps keyword postings and vectors for every chunk. "
+)
+ZH = "知识库把文档切成片段，每个片段都有关键词索引和向量。检索时先找相关片段，再生成回答。"
+
+
+def corpus(folder: Path) -> list[Path]:
+    files = []
+    for i in range(24):
+        body = (EN * (1 + i % 5) + f"Document {i} talks about topic {i * 7}.\n\n") * (1 + i % 3)
+        if i % 2:
+            body += (ZH * (1 + i % 4) + f"第{i}篇文档。\n\n") * 2
+        path = folder / (f"文档_{i}.txt" if i % 3 == 0 else f"doc_{i}.txt")
+        path.write_text(body, encoding="utf-8")
+        files.append(path)
+    (folder / "empty.txt").write_text("", encoding="utf-8")  # fails, and is recorded as failed
+    return [*files, folder / "empty.txt"]
+
+
+@pytest.mark.parametrize("embed_batch,commit_chunks", [(7, 40), (512, 2048)])
+def test_pipelined_import_equals_file_by_file_reference(
+    session, service, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, embed_batch: int, commit_chunks: int
+) -> None:
+    # Small batches and segments make embedding calls span files and commits overlap the next batches.
+    monkeypatch.setattr(importer_module, "EMBED_BATCH", embed_batch)
+    monkeypatch.setattr(importer_module, "COMMIT_CHUNKS", commit_chunks)
+    folder = tmp_path / "files"
+    folder.mkdir()
+    files = corpus(folder)
+    session.create_knowledge_base("kb", 48, embedding_model="hashing-32")
+    session.select_knowledge_base("kb")
+    result = session.import_document([str(f) for f in files])
+    assert result["data"]["success_count"] == len(files) - 1
+    assert [f["file_path"] for f in result["data"]["failed_files"]] == [str(files[-1])]
+
+    record = session.current_kb()
+    snapshot = service.reader(record.id).snapshot()
+    documents = snapshot.documents()
+    name_of = dict(zip(documents["doc_id"], documents["name"], strict=True))
+    stored: dict[tuple[str, int], dict] = {}
+    for segment in snapshot.segments:
+        rows = segment.chunks.to_pylist()
+        vectors = segment.vectors.reconstruct(np.arange(len(rows)))
+        keyword = segment.keyword
+        terms = {i: t for t, i in keyword.vocabulary.items()}
+        matrix = keyword.term_frequencies.tocsr()
+        for row, (chunk, vector) in enumerate(zip(rows, vectors, strict=True)):
+            line = matrix.getrow(row)
+            postings = Counter({terms[int(c)]: int(v) for c, v in zip(line.indices, line.data, strict=True)})
+            key = (name_of[chunk["doc_id"]], chunk["chunk_index"])
+            assert key not in stored, f"chunk {key} stored twice"
+            stored[key] = {**chunk, "vector": vector, "postings": postings, "length": int(keyword.lengths[row])}
+    assert len({c["chunk_id"] for c in stored.values()}) == len(stored)  # chunk ids are unique
+
+    reference_embedder = HashingEmbedder(32)  # a fresh instance: nothing shared with the import's embedder
+    analyzer = service.analyzer
+    expected_keys = set()
+    for path in files[:-1]:
+        chunks = chunk_document(parse_file(path), reference_embedder.tokenizer, 48)
+        vectors = reference_embedder.embed_documents([c.content for c in chunks])
+        for chunk, vector in zip(chunks, vectors, strict=True):
+            key = (path.name, chunk.chunk_index)
+            expected_keys.add(key)
+            got = stored[key]
+            assert (got["content"], got["tokens"], got["start_char"], got["end_char"]) == (
+                chunk.content,
+                chunk.tokens,
+                chunk.start,
+                chunk.end,
+            ), key
+            assert (got["chapter"], got["page"]) == (chunk.chapter, chunk.page), key
+            assert np.array_equal(got["vector"], vector), key
+            tokens = analyzer.tokens(chunk.content)
+            assert got["postings"] == Counter(tokens) and got["length"] == len(tokens), key
+    assert set(stored) == expected_keys
+
+
+def test_cancel_stops_the_import_keeps_what_was_committed_and_reports_the_rest(
+    session, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    monkeypatch.setattr(importer_module, "EMBED_BATCH", 8)
+    monkeypatch.setattr(importer_module, "COMMIT_CHUNKS", 16)  # several segments: some commit before the cancel
+    folder = tmp_path / "files"
+    folder.mkdir()
+    files = corpus(folder)[:-1]
+    session.create_knowledge_base("kb", 48, embedding_model="hashing")
+    session.select_knowledge_base("kb")
+    cancel = threading.Event()
+
+    def progress(state) -> None:
+        if state.files_parsed >= len(files) // 2 and not cancel.is_set():
+            # half-way: wait for the writer thread's first commit, then cancel (files remain to be yielded)
+            deadline = time.monotonic() + 60
+            while not any(f.status == "ready" for f in state.files) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            cancel.set()
+
+    result = session.import_document([str(f) for f in files], progress=progress, cancel=cancel)
+    data = result["data"]
+    assert cancel.is_set() and 1 <= data["success_count"] < len(files)
+    assert data["success_count"] + data["failed_count"] == len(files)
+    assert all(f["error"].startswith("cancelled") for f in data["failed_files"])
+    listed = session.list_documents()["data"]["documents"]
+    assert sorted(d["name"] for d in listed) == sorted(f["doc_name"] for f in data["success_files"])
+    assert all(d["status"] == "ready" for d in listed)  # a cancelled file is not recorded as a failed document
+    assert session.verify()["data"]["problems"] == []
+    again = session.import_document([str(f) for f in files])  # a re-run imports the rest (the others get new names)
+    assert again["data"]["success_count"] == len(files)
+
+
+def test_progress_gives_an_honest_rate_and_time_left(session, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(importer_module, "EMBED_BATCH", 8)
+    folder = tmp_path / "files"
+    folder.mkdir()
+    files = corpus(folder)[:-1]
+    session.create_knowledge_base("kb", 48, embedding_model="hashing")
+    session.select_knowledge_base("kb")
+    seen: list[tuple[int, int, int, float | None, float | None, str]] = []
+
+    def progress(state) -> None:
+        seen.append(
+            (
+                state.files_parsed,
+                state.chunks_embedded,
+                state.chunks_expected,
+                state.chunks_per_second,
+                state.seconds_left,
+                state.summary(),
+            )
+        )
+
+    result = session.import_document([str(f) for f in files], progress=progress)
+    total = sum(f["chunk_count"] for f in result["data"]["success_files"])
+    assert seen[0][3] is None and seen[0][4] is None  # no rate before a chunk is embedded
+    rated = [s for s in seen if s[1]]
+    assert rated and all(s[3] is not None and s[3] > 0 for s in rated)
+    # once every file is parsed the expected count is exact, and the time left is what is left at that rate
+    final = [s for s in rated if s[0] == len(files)]
+    assert final and all(s[2] == total for s in final)
+    assert all(abs(s[4] - (total - s[1]) / s[3]) < 1e-6 * max(1.0, s[4]) + 1e-9 for s in final)
+    assert seen[-1][1] == total and seen[-1][4] == 0
+    assert "chunks/s" in seen[-1][5] and f"{total}/{total} chunks embedded" in seen[-1][5]
+
+
+def test_kb_import_cancels_on_ctrl_c_keeping_the_kb_consistent(tmp_path: Path) -> None:
+    """The first SIGINT cancels the import cleanly: the result lists the rest as cancelled, the KB verifies."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from kb_core import KnowledgeBaseService
+
+    home = tmp_path / "home"
+    session = KnowledgeBaseService(home).session()
+    assert session.create_knowledge_base("kb", 48, embedding_model="hashing")["success"]
+    folder = tmp_path / "files"
+    folder.mkdir()
+    for i in range(400):
+        (folder / f"note_{i}.txt").write_text(f"Note {i}: {EN} 第{i}条笔记。{ZH}", encoding="utf-8")
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")])}
+    from kb_core.cli.main import main as kb_main
+
+    assert kb_main(["--home", str(home), "select", "kb"]) == 0
+    command = [sys.executable, "-m", "kb_core.cli", "--home", str(home), "--json", "import"]
+    process = subprocess.Popen(
+        [*command, *sorted(str(p) for p in folder.iterdir())], stdout=subprocess.PIPE, text=True, env=env
+    )
+    jobs = home / "kbs"
+    deadline = time.monotonic() + 120
+    while not any(jobs.glob("*/jobs/*.json")) and time.monotonic() < deadline:  # the import has begun
+        time.sleep(0.02)
+    process.send_signal(signal.SIGINT)
+    out, _ = process.communicate(timeout=120)
+    result = json.loads(out)
+    data = result["data"]
+    assert data["failed_count"] >= 1 and all(f["error"].startswith("cancelled") for f in data["failed_files"])
+    assert data["success_count"] + data["failed_count"] == 400
+    listed = session.list_documents("kb")["data"]["documents"]
+    assert len(listed) == data["success_count"]
+    assert session.verify()["data"]["problems"] == []
+
+
+def test_a_front_end_that_stops_its_script_mid_import_leaves_the_kb_consistent(session, tmp_path: Path) -> None:
+    """The app's Cancel button: Streamlit stops the page's script by raising a BaseException in the next call the
+    script makes, which is the import's progress report. The import must stop there, not log and go on."""
+
+    class ScriptStopped(BaseException):  # like streamlit's StopException / RerunException
+        pass
+
+    folder = tmp_path / "files"
+    folder.mkdir()
+    files = corpus(folder)[:-1]
+    session.create_knowledge_base("kb", 48, embedding_model="hashing")
+    session.select_knowledge_base("kb")
+    reports = []
+
+    def progress(state) -> None:
+        reports.append(state.files_parsed)
+        if state.files_parsed >= 3:
+            raise ScriptStopped
+
+    with pytest.raises(ScriptStopped):
+        session.import_document([str(f) for f in files], progress=progress)
+    assert reports[-1] == 3  # no report after the stop: the import did not go on
+    assert session.verify()["data"]["problems"] == []
+    assert all(d["status"] == "ready" for d in session.list_documents()["data"]["documents"])
+    kb_root = session.service.kb_store(session.current_kb().id).root
+    assert not list((kb_root / "staging").iterdir())  # the private copies and staged segments are gone
+    assert not list((kb_root / "jobs").glob("*.json"))  # nothing is shown as in flight any more
