@@ -36,12 +36,11 @@ from kb_core.fusion import (
     CandidateArrays,
     FusionWeights,
     ScoreBreakdown,
-    TextSignatures,
     auto_weights,
     fuse_arrays,
-    near_duplicate_rows,
     single_signal_ranking,
 )
+from kb_core.near_duplicates import TextSignatures, near_duplicate_rows
 from kb_core.reader import Snapshot
 
 if TYPE_CHECKING:

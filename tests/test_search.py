@@ -343,7 +343,7 @@ SIGNATURE_QUERIES = ("near duplicate detection signatures", "检索 向量", "ke
 
 def test_segments_store_signatures_so_search_never_shingles_text(kb_with_copies, service, monkeypatch) -> None:
     import kb_core.reader
-    from kb_core.fusion import text_signatures
+    from kb_core.near_duplicates import text_signatures
     from kb_core.store import catalog
 
     for segment in service.reader(kb_with_copies.current_kb().id).snapshot().segments:
