@@ -62,6 +62,7 @@ _SKETCH_SIZE = 16
 SKETCH_EMPTY = np.uint64(0xFFFFFFFFFFFFFFFF)
 _SHINGLE = 4
 _PAD = 0x1FFFFF  # not a code point: pads the single shingle of a text shorter than 4 characters
+_BMP = 1 << 16  # code points below this pack 4 to a uint64 shingle key
 _MIX_1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX_2 = np.uint64(0x94D049BB133111EB)
 
@@ -119,21 +120,38 @@ def _shingle_hashes(compact: str) -> np.ndarray:
 
 
 def _shingle_keys(compact: str) -> np.ndarray:
-    """The distinct 4-character shingles of ``compact`` as exact 16-byte keys (4 code points), sorted: the same
-    set as :func:`_shingles` (a text shorter than 4 characters is one shingle, padded with a non-code-point)."""
+    """The distinct 4-character shingles of ``compact`` as exact keys, sorted: the same set as :func:`_shingles`
+    (a text shorter than 4 characters is one shingle, padded with a non-code-point). A text written in the Basic
+    Multilingual Plane (English, Chinese, ...) packs each shingle's 4 code points into one uint64, which sorts
+    and intersects far faster than the general 16-byte keys (4 × uint32) used otherwise."""
     points = np.frombuffer(compact.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
     if not len(points):
-        return np.empty(0, dtype="V16")
+        return np.empty(0, dtype=np.uint64)
     if len(points) < _SHINGLE:
         points = np.concatenate([points, np.full(_SHINGLE - len(points), _PAD, dtype=np.uint32)])
+    if int(points.max()) < _BMP:
+        wide = points.astype(np.uint64)
+        packed = (wide[:-3] << np.uint64(48)) | (wide[1:-2] << np.uint64(32)) | (wide[2:-1] << np.uint64(16))
+        keys = np.sort(packed | wide[3:])
+        return keys[np.concatenate(([True], keys[1:] != keys[:-1]))]  # sorted, distinct
     windows = np.ascontiguousarray(np.lib.stride_tricks.sliding_window_view(points, _SHINGLE))
     return np.unique(windows.view("V16").ravel())
 
 
+def _wide_keys(keys: np.ndarray) -> np.ndarray:
+    """Shingle keys in the general 16-byte form (packed uint64 keys unpacked), sorted."""
+    if keys.dtype != np.uint64:
+        return keys
+    points = np.stack([(keys >> np.uint64(shift)) & np.uint64(0xFFFF) for shift in (48, 32, 16, 0)], axis=1)
+    return np.unique(np.ascontiguousarray(points.astype(np.uint32)).view("V16").ravel())
+
+
 def _key_jaccard(a: np.ndarray, b: np.ndarray) -> float:
     """Exact Jaccard similarity of two sorted, distinct shingle key arrays (0 when both are empty)."""
-    if not len(a) and not len(b):
+    if not len(a) or not len(b):
         return 0.0
+    if a.dtype != b.dtype:
+        a, b = _wide_keys(a), _wide_keys(b)
     shared = len(np.intersect1d(a, b, assume_unique=True))
     return shared / (len(a) + len(b) - shared)
 
@@ -159,6 +177,51 @@ def text_signatures(texts: Sequence[str]) -> TextSignatures:
     return TextSignatures(text_hash, counts, sketch)
 
 
+_DENSE_RUN = 24  # a sketch value held by at least this many texts is counted in a bitset
+
+
+def _shared_sketch_values(sketch: np.ndarray) -> np.ndarray:
+    """``shared[i, j]``: how many sketch values rows ``i`` and ``j`` (i ≠ j) have in common (a sketch's own values
+    are distinct; the diagonal is not counted).
+
+    Every stored value is sorted, so each value held by several rows forms a run. A value held by m rows adds
+    one to m² pairs: rare values are expanded pair by pair with numpy, while the few values held by many rows
+    (common shingles whose hash happens to be small: on SciFact one value sits in 838 of 1,010 sketches) are
+    bits of one bitset per row, counted for all pairs at once by popcount, instead of millions of pairs.
+    """
+    n = len(sketch)
+    used = sketch != SKETCH_EMPTY
+    values, owners = sketch[used], np.nonzero(used)[0]
+    order = np.argsort(values, kind="stable")
+    values, owners = values[order], owners[order]
+    starts = np.flatnonzero(np.concatenate(([True], values[1:] != values[:-1])))
+    sizes = np.diff(np.append(starts, len(values)))
+    shared = np.zeros((n, n), dtype=np.uint8)
+    common = sizes >= _DENSE_RUN
+    if common.any():
+        # One bit per common value and row; a pair's shared common values are the popcount of the AND.
+        run_of_value = np.repeat(np.cumsum(common) - 1, sizes)
+        in_common = np.repeat(common, sizes)
+        held = np.zeros((n, -(-int(common.sum()) // 64) * 64), dtype=bool)
+        held[owners[in_common], run_of_value[in_common]] = True
+        bits = np.packbits(held, axis=1, bitorder="little").view(np.uint64)
+        for word in range(bits.shape[1]):
+            shared += np.bitwise_count(bits[:, word, None] & bits[None, :, word])
+    rare = (sizes >= 2) & ~common
+    if rare.any():
+        starts, sizes = starts[rare], sizes[rare]
+        run_start = np.repeat(starts, sizes)  # per value of a rare run: where its run starts, the run's length
+        run_size = np.repeat(sizes, sizes)
+        members = run_start + (np.arange(len(run_start)) - np.repeat(np.cumsum(sizes) - sizes, sizes))
+        left = owners[np.repeat(members, run_size)]
+        offset = np.arange(len(left)) - np.repeat(np.cumsum(run_size) - run_size, run_size)
+        right = owners[np.repeat(run_start, run_size) + offset]
+        pairs, times = np.unique(left * n + right, return_counts=True)
+        shared.ravel()[pairs] += times.astype(np.uint8)  # each pair once: no repeated index
+    np.fill_diagonal(shared, 0)
+    return shared
+
+
 def near_duplicate_rows(
     signatures: TextSignatures, texts: Sequence[str], threshold: float = 0.9
 ) -> np.ndarray:
@@ -179,25 +242,17 @@ def near_duplicate_rows(
     if n < 2:
         return drop
     counts = signatures.shingle_count.astype(np.int64)
-    small = np.minimum(counts[:, None], counts[None, :])
-    large = np.maximum(counts[:, None], counts[None, :])
-    sketch = signatures.sketch
-    used = sketch != SKETCH_EMPTY
-    # Shared sketch values per pair: sort every stored value, and within each run of equal values (one value
-    # held by several rows; a sketch's own values are distinct) count every pair of its rows, all with numpy.
-    values, owners = sketch[used], np.nonzero(used)[0]
-    order = np.argsort(values, kind="stable")
-    values, owners = values[order], owners[order]
-    starts = np.flatnonzero(np.concatenate(([True], values[1:] != values[:-1])))
-    sizes = np.diff(np.append(starts, len(values)))
-    run_start = np.repeat(starts, sizes)  # per stored value: where its run starts, and the run's length
-    run_size = np.repeat(sizes, sizes)
-    left = np.repeat(np.arange(len(values)), run_size)
-    offset = np.arange(len(left)) - np.repeat(np.cumsum(run_size) - run_size, run_size)
-    right = run_start[left] + offset
-    shared = np.bincount(owners[left] * n + owners[right], minlength=n * n).reshape(n, n)
-    may_match = ~(small < threshold * large) & (shared >= _SKETCH_SIZE // 2)
-    same_hash = signatures.text_hash[:, None] == signatures.text_hash[None, :]
+    # Suspect pairs (row, better-ranked other), never an n × n matrix beyond the shared-value counts:
+    # near: at least half the sketch shared, and sizes within a factor ``threshold`` (Jaccard needs both);
+    rows, others = np.nonzero(_shared_sketch_values(signatures.sketch) >= _SKETCH_SIZE // 2)
+    better = others < rows
+    rows, others = rows[better], others[better]
+    small = np.minimum(counts[rows], counts[others])
+    large = np.maximum(counts[rows], counts[others])
+    sized = ~(small < threshold * large)
+    near = _partners(rows[sized], others[sized])
+    # exact: the same hash of the normalised text (confirmed on the text).
+    exact = _partners(*_equal_value_pairs(signatures.text_hash))
     normals: dict[int, str] = {}
     shingles: dict[int, np.ndarray] = {}
 
@@ -212,14 +267,33 @@ def near_duplicate_rows(
         return shingles[row]
 
     # Only rows with a better-ranked suspect need a look; whether that one was kept is known by then.
-    suspects = np.nonzero((same_hash | may_match) & np.tri(n, k=-1, dtype=bool))
-    partners: dict[int, list[int]] = {}
-    for row, other in zip(suspects[0].tolist(), suspects[1].tolist(), strict=True):
-        partners.setdefault(row, []).append(other)
-    for row, others in sorted(partners.items()):
-        kept = [j for j in others if not drop[j]]
-        if any(same_hash[row, j] and normal(row) == normal(j) for j in kept) or any(
-            may_match[row, j] and _key_jaccard(shingle_set(row), shingle_set(j)) >= threshold for j in kept
+    for row in sorted(exact.keys() | near.keys()):
+        if any(not drop[j] and normal(row) == normal(j) for j in exact.get(row, ())) or any(
+            not drop[j] and _key_jaccard(shingle_set(row), shingle_set(j)) >= threshold for j in near.get(row, ())
         ):
             drop[row] = True
     return drop
+
+
+def _partners(rows: np.ndarray, others: np.ndarray) -> dict[int, list[int]]:
+    partners: dict[int, list[int]] = {}
+    for row, other in zip(rows.tolist(), others.tolist(), strict=True):
+        partners.setdefault(row, []).append(other)
+    return partners
+
+
+def _equal_value_pairs(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every pair ``(row, other)`` with ``other < row`` and ``values[row] == values[other]``."""
+    order = np.argsort(values, kind="stable")
+    ordered = values[order]
+    starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
+    sizes = np.diff(np.append(starts, len(values)))
+    rows: list[int] = []
+    others: list[int] = []
+    for start, size in zip(starts[sizes > 1].tolist(), sizes[sizes > 1].tolist(), strict=True):
+        group = order[start : start + size].tolist()
+        for i, row in enumerate(group):
+            for other in group[:i]:
+                rows.append(max(row, other))
+                others.append(min(row, other))
+    return np.array(rows, dtype=np.int64), np.array(others, dtype=np.int64)

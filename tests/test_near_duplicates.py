@@ -97,3 +97,27 @@ def test_text_signatures_are_stable_across_processes() -> None:
         )
         assert json.loads(out.stdout) == [mine.text_hash.tolist(), mine.shingle_count.tolist(), mine.sketch.tolist()]
     assert mine.shingle_count.tolist() == [32, 12, 1, 0]  # distinct 4-character shingles, spaces removed
+
+
+def test_sketch_values_shared_by_many_texts_keep_the_exact_decisions() -> None:
+    """A window where a few sketch values sit in most sketches (common shingles with small hashes, as on SciFact)
+    takes the bitset path for them; texts outside the Basic Multilingual Plane take the 16-byte shingle keys."""
+    from kb_core.near_duplicates import _DENSE_RUN, SKETCH_EMPTY
+
+    rng = np.random.default_rng(11)
+    words = ["the", "of", "and", "retrieval", "vector", "检索", "向量", "🙂", "𠀋", "index"]
+    texts: list[str] = []
+    for _ in range(260):
+        base = " ".join(rng.choice(words, size=int(rng.integers(2, 40))))
+        texts.append(base)
+        if rng.random() < 0.3:  # a near copy: one word changed or cut short
+            tokens = base.split()
+            tokens[int(rng.integers(len(tokens)))] = str(rng.choice(words))
+            texts.append(str(rng.choice([" ".join(tokens), base[: max(1, len(base) - 2)], base.upper()])))
+    signatures = text_signatures(texts)
+    _, held_by = np.unique(signatures.sketch[signatures.sketch != SKETCH_EMPTY], return_counts=True)
+    assert held_by.max() >= _DENSE_RUN and (held_by < _DENSE_RUN).any() and (held_by > 1).any()
+    for threshold in (0.9, 1.0):  # (below ~0.85 the sketch filter is no longer a necessary condition)
+        expected = _brute_force_near_duplicates(texts, threshold)
+        assert near_duplicate_rows(signatures, texts, threshold).tolist() == expected
+        assert any(expected) and not all(expected)
