@@ -365,6 +365,12 @@ class CandidateArrays:
         key = self.keys[position]
         return tuple(int(x) for x in key) if isinstance(key, np.ndarray) else key
 
+    def keys_of(self, positions: Sequence[int]) -> list[Hashable]:
+        """:meth:`key` of each of ``positions``."""
+        if isinstance(self.keys, np.ndarray) and self.keys.ndim == 2:
+            return [tuple(key) for key in self.keys[np.asarray(positions, dtype=np.int64)].tolist()]
+        return [self.key(position) for position in positions]
+
     def candidate(self, position: int) -> Candidate:
         vector, keyword = self.vector_score[position], self.keyword_score[position]
         v_rank, k_rank = int(self.vector_rank[position]), int(self.keyword_rank[position])
@@ -451,10 +457,53 @@ class FusedRanking:
             notes=self.notes,
         )
 
+    def breakdown_dicts(self, positions: Sequence[int]) -> list[dict[str, object]]:
+        """``dataclasses.asdict(self.breakdown(p))`` (notes as a list) for each of ``positions``, built column by
+        column: the same values, without a :class:`ScoreBreakdown` and a dict copy per hit."""
+        index = np.asarray(positions, dtype=np.int64)
+        c = self.candidates
+        jaccard = self.jaccard[index].tolist()
+        columns = {
+            "vector_score": [None if math.isnan(v) else v for v in c.vector_score[index].tolist()],
+            "keyword_score": [None if math.isnan(v) else v for v in c.keyword_score[index].tolist()],
+            "vector_normalized": self.vector_normalized[index].tolist(),
+            "keyword_normalized": self.keyword_normalized[index].tolist(),
+            "vector_rank": [r or None for r in c.vector_rank[index].tolist()],
+            "keyword_rank": [r or None for r in c.keyword_rank[index].tolist()],
+            "vector_contribution": self.vector_contribution[index].tolist(),
+            "keyword_contribution": self.keyword_contribution[index].tolist(),
+            "fused_score": self.fused_score[index].tolist(),
+            "jaccard": jaccard,
+            "jaccard_contribution": [self.jaccard_weight * j for j in jaccard],
+            "final_score": self.final_score[index].tolist(),
+        }
+        constant = {
+            "vector_weight": self.weights.vector,
+            "keyword_weight": self.weights.keyword,
+            "requested_vector_weight": self.requested_vector_weight,
+            "requested_keyword_weight": self.requested_keyword_weight,
+            "jaccard_weight": self.jaccard_weight,
+            "fusion_method": self.fusion_method,
+            "keyword_reference": self.keyword_reference,
+            "normalization": self.normalization,
+            "weighting": self.weighting,
+        }
+        n = len(index)
+        values = [columns[name] if name in columns else [constant[name]] * n for name in _FIELD_ORDER]
+        out: list[dict[str, object]] = []
+        for row in zip(*values, strict=True):
+            breakdown = dict(zip(_FIELD_ORDER, row, strict=True))
+            breakdown["notes"] = list(self.notes)
+            out.append(breakdown)
+        return out
+
     def pairs(self, limit: int | None = None) -> list[tuple[Candidate, ScoreBreakdown]]:
         """``(candidate, breakdown)`` best first, for the first ``limit`` ranks (all by default)."""
         positions = self.order.tolist() if limit is None else self.order[:limit].tolist()
         return [(self.candidates.candidate(p), self.breakdown(p)) for p in positions]
+
+
+_FIELD_ORDER = tuple(f.name for f in dataclasses.fields(ScoreBreakdown) if f.name != "notes")
 
 
 def vector_normalized_array(cosines: np.ndarray) -> np.ndarray:
