@@ -307,3 +307,38 @@ def test_jaccard_similarity() -> None:
     assert jaccard_similarity(frozenset({"a", "b"}), frozenset({"b", "c"})) == pytest.approx(1 / 3)
     assert jaccard_similarity(frozenset(), frozenset()) == 0.0
     assert jaccard_similarity(frozenset({"知识库"}), frozenset({"知识库"})) == 1.0
+
+
+@pytest.mark.parametrize("options", [{}, {"weighting": "auto"}, {"method": "rrf"}, {"jaccard_weight": 0.3}])
+def test_breakdown_dicts_of_hits_equal_the_breakdowns(options: dict) -> None:
+    """Search builds its hits' breakdowns column by column; each must equal ``asdict`` of the breakdown."""
+    import dataclasses
+
+    from kb_core.fusion import CandidateArrays, fuse_arrays, single_signal_ranking
+
+    rng = np.random.default_rng(3)
+    n = 40
+    vector = rng.uniform(-0.2, 0.9, n)
+    keyword = rng.uniform(0, 12, n)
+    vector[rng.random(n) < 0.3] = math.nan  # found by one signal only
+    keyword[rng.random(n) < 0.3] = math.nan
+    vector_rank = np.zeros(n, dtype=np.int64)
+    keyword_rank = np.zeros(n, dtype=np.int64)
+    for scores, ranks in ((vector, vector_rank), (keyword, keyword_rank)):
+        found = np.flatnonzero(~np.isnan(scores))
+        ranks[found[np.argsort(-scores[found])]] = np.arange(1, len(found) + 1)
+    keys = np.stack([np.zeros(n, dtype=np.int64), np.arange(n)], axis=1)
+    arrays = CandidateArrays(keys, vector, keyword, vector_rank, keyword_rank, rng.uniform(0, 1, n))
+    rankings = [fuse_arrays(arrays, keyword_reference=9.0, **options)]
+    if not options:
+        rankings += [single_signal_ranking(arrays, signal, 0.0, 9.0) for signal in ("vector", "keyword")]
+    for ranking in rankings:
+        positions = ranking.order[:25].tolist()
+        expected = []
+        for position in positions:
+            value = dataclasses.asdict(ranking.breakdown(position))
+            value["notes"] = list(value["notes"])
+            expected.append(value)
+        assert ranking.breakdown_dicts(positions) == expected
+        assert [list(d) for d in ranking.breakdown_dicts(positions)] == [list(d) for d in expected]
+        assert arrays.keys_of(positions) == [arrays.key(p) for p in positions]
