@@ -172,10 +172,14 @@ class SearchHit:
     location: tuple[int, int] = (0, 0)  # (segment index, row) inside its snapshot
 
     def to_json(self, explain: bool = True) -> dict[str, Any]:
-        value = {name: getattr(self, name) for name in _HIT_FIELDS}
+        fields = self.__dict__
+        value = {name: fields[name] for name in _HIT_FIELDS}
         value["matched_terms"] = list(self.matched_terms)
         if explain:
-            value["breakdown"] = {k: (list(v) if isinstance(v, list) else v) for k, v in self.breakdown.items()}
+            breakdown = dict(self.breakdown)
+            for name in [name for name, item in breakdown.items() if type(item) is list]:
+                breakdown[name] = list(breakdown[name])  # the caller's copy: lists (notes) are not shared
+            value["breakdown"] = breakdown
         return value
 
 
