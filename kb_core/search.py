@@ -474,8 +474,9 @@ def rank(
         chosen = [item for item, drop in zip(chosen, dropped.tolist(), strict=True) if not drop]
     chosen = chosen[: settings.top_k]
     breakdowns = ranking.breakdown_dicts([position for position, _, _ in chosen])
+    matched = row_terms.matched_many(source[[position for position, _, _ in chosen]])
     hits: list[SearchHit] = []
-    for (position, key, row), breakdown in zip(chosen, breakdowns, strict=True):
+    for (_, key, row), breakdown, terms in zip(chosen, breakdowns, matched, strict=True):
         document = searcher._document(key[0], row["doc_id"])  # type: ignore[index]
         hits.append(
             SearchHit(
@@ -491,7 +492,7 @@ def rank(
                 file_type=document["file_type"],
                 kb_id=searcher.snapshot.kb_id,
                 kb_name=kb_name,
-                matched_terms=row_terms.matched(int(source[position])),
+                matched_terms=terms,
                 breakdown=breakdown,
                 location=key,  # type: ignore[arg-type]
             )
