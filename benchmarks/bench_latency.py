@@ -19,7 +19,8 @@ The floor returns row numbers only; the service also reads each hit's chunk, bui
 removes near duplicates and answers in its envelope. Reported: p50 / p95 per mode and top_k, the ratio of the
 service's p50 to the floor's, top_k 100 against top_k 10, and a repeated query (memo on: no model call).
 With ``--txtai-python`` txtai's hybrid search runs on the same chunks with the same model in that interpreter
-(``benchmarks/txtai_hybrid.py``, right after; its index is saved under ``HOME/txtai-*`` and reused).
+(``benchmarks/txtai_hybrid.py``, right after), its index built from the KB's chunk vectors (txtai's external
+vectors method; each timed txtai query is embedded by the model's ``SentenceTransformer.encode``).
 Output: one JSON object on stdout.
 """
 
@@ -216,7 +217,10 @@ def measure(home: Path, dataset_dir: Path, queries: int, repeats: int) -> dict[s
 
 
 def run_txtai(python: str, home: Path, name: str, floor: Floor, texts: list[str], repeats: int) -> dict[str, Any]:
+    vectors_path = home / f"txtai-{name}-vectors.npy"
+    np.save(vectors_path, floor.vectors)  # the KB's own chunk vectors: txtai need not re-embed every chunk
     job = {
+        "vectors": str(vectors_path),
         "texts": floor.texts,
         "queries": texts,
         "top_k": list(TOP_KS),

@@ -1,5 +1,5 @@
 """kb_core.retrieval.fusion: [0, 1] scores, exact weights, recomputable breakdowns, pure-signal orderings, RRF,
-the language guard, auto weights, dedup."""
+the language guard, auto weights."""
 
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ from kb_core.retrieval.fusion import (
     fuse,
     jaccard_similarity,
     keyword_normalized,
-    near_duplicate_keys,
     script_coverage,
     signal_quality,
     vector_normalized,
@@ -310,88 +309,36 @@ def test_jaccard_similarity() -> None:
     assert jaccard_similarity(frozenset({"知识库"}), frozenset({"知识库"})) == 1.0
 
 
-def test_near_duplicates_dropped_keeping_best_ranked() -> None:
-    base = "Hybrid retrieval fuses BM25 keyword scores with dense vector similarity to rank passages."
-    texts = {
-        "best": base,
-        "exact-copy": "  hybrid   retrieval fuses BM25 keyword scores with dense vector\nsimilarity to rank passages. ",
-        "other": "FAISS builds an HNSW graph so approximate nearest neighbour search stays fast at scale.",
-        "near-copy": base.replace("passages.", "passages!"),
-        "zh-best": "知识库工作台把文档切分成片段，并为每个片段计算向量，以便混合检索。",
-        "zh-near": "知识库工作台把文档切分成片段，并为每个片段计算向量，以便混合检索！",
-        "zh-other": "删除文档时会记录墓碑，已删除的行不会再出现在结果中。",
-    }
-    dropped = near_duplicate_keys(texts, threshold=0.9)
-    assert dropped == {"exact-copy", "near-copy", "zh-near"}
-    # Order decides which one survives: the first (best-ranked) of each group.
-    reordered = {"near-copy": texts["near-copy"], "best": texts["best"]}
-    assert near_duplicate_keys(reordered) == {"best"}
-    assert near_duplicate_keys({}) == set()
-    with pytest.raises(InvalidArgument):
-        near_duplicate_keys(texts, threshold=0)
+@pytest.mark.parametrize("options", [{}, {"weighting": "auto"}, {"method": "rrf"}, {"jaccard_weight": 0.3}])
+def test_breakdown_dicts_of_hits_equal_the_breakdowns(options: dict) -> None:
+    """Search builds its hits' breakdowns column by column; each must equal ``asdict`` of the breakdown."""
+    import dataclasses
 
+    from kb_core.retrieval.fusion import CandidateArrays, fuse_arrays, single_signal_ranking
 
-def _brute_force_near_duplicates(texts: list[str], threshold: float) -> list[bool]:
-    """The definition, without any filter: drop a text whose normalised form equals, or whose shingle Jaccard
-    reaches ``threshold`` with, a better-ranked kept text."""
-    from kb_core.retrieval.fusion import _normalise_text, _shingles
-
-    kept: list[tuple[str, frozenset[str]]] = []
-    drop = []
-    for text in texts:
-        normal = _normalise_text(text)
-        shingles = _shingles(normal)
-        duplicate = any(normal == other or jaccard_similarity(shingles, s) >= threshold for other, s in kept)
-        drop.append(duplicate)
-        if not duplicate:
-            kept.append((normal, shingles))
-    return drop
-
-
-def test_stored_signature_dedup_matches_the_definition_in_english_and_chinese() -> None:
-    from kb_core.retrieval.fusion import near_duplicate_rows, text_signatures
-
-    rng = np.random.default_rng(7)
-    words = ["retrieval", "hybrid", "vector", "keyword", "chunk", "index", "score", "fusion", "model", "query"]
-    words += ["检索", "向量", "知识库", "片段", "分数"]
-    bases = [" ".join(rng.choice(words, size=int(rng.integers(3, 60)))) for _ in range(40)]
-    texts: list[str] = []
-    for base in bases:
-        texts.append(base)
-        for _ in range(int(rng.integers(0, 3))):  # variants: one word changed, case and spaces changed, cut short
-            tokens = base.split()
-            tokens[int(rng.integers(len(tokens)))] = str(rng.choice(words))
-            variant = " ".join(tokens)
-            texts.append(str(rng.choice([variant, variant.upper(), "  " + base + " ", base[: max(1, len(base) - 3)]])))
-    texts += ["", "ab", "ab", "知识", "x" * 3]
-    order = rng.permutation(len(texts))
-    shuffled = [texts[i] for i in order]
-    for threshold in (0.9, 0.8, 1.0):
-        expected = _brute_force_near_duplicates(shuffled, threshold)
-        got = near_duplicate_rows(text_signatures(shuffled), shuffled, threshold).tolist()
-        assert got == expected
-        assert any(expected) and not all(expected)
-
-
-def test_text_signatures_are_stable_across_processes() -> None:
-    """Stored signatures must mean the same in every process: no salted ``hash()``."""
-    import json
-    import os
-    import subprocess
-    import sys
-
-    from kb_core.retrieval.fusion import text_signatures
-
-    texts = ["Hybrid retrieval fuses BM25 with cosine.", "知识库工作台把文档切分成片段。", "ab", ""]
-    mine = text_signatures(texts)
-    code = (
-        "import json, sys; from kb_core.retrieval.fusion import text_signatures as t; s = t(json.loads(sys.argv[1])); "
-        "print(json.dumps([s.text_hash.tolist(), s.shingle_count.tolist(), s.sketch.tolist()]))"
-    )
-    for seed in ("1", "2"):
-        env = {**os.environ, "PYTHONHASHSEED": seed}
-        out = subprocess.run(
-            [sys.executable, "-c", code, json.dumps(texts)], env=env, capture_output=True, text=True, check=True
-        )
-        assert json.loads(out.stdout) == [mine.text_hash.tolist(), mine.shingle_count.tolist(), mine.sketch.tolist()]
-    assert mine.shingle_count.tolist() == [32, 12, 1, 0]  # distinct 4-character shingles, spaces removed
+    rng = np.random.default_rng(3)
+    n = 40
+    vector = rng.uniform(-0.2, 0.9, n)
+    keyword = rng.uniform(0, 12, n)
+    vector[rng.random(n) < 0.3] = math.nan  # found by one signal only
+    keyword[rng.random(n) < 0.3] = math.nan
+    vector_rank = np.zeros(n, dtype=np.int64)
+    keyword_rank = np.zeros(n, dtype=np.int64)
+    for scores, ranks in ((vector, vector_rank), (keyword, keyword_rank)):
+        found = np.flatnonzero(~np.isnan(scores))
+        ranks[found[np.argsort(-scores[found])]] = np.arange(1, len(found) + 1)
+    keys = np.stack([np.zeros(n, dtype=np.int64), np.arange(n)], axis=1)
+    arrays = CandidateArrays(keys, vector, keyword, vector_rank, keyword_rank, rng.uniform(0, 1, n))
+    rankings = [fuse_arrays(arrays, keyword_reference=9.0, **options)]
+    if not options:
+        rankings += [single_signal_ranking(arrays, signal, 0.0, 9.0) for signal in ("vector", "keyword")]
+    for ranking in rankings:
+        positions = ranking.order[:25].tolist()
+        expected = []
+        for position in positions:
+            value = dataclasses.asdict(ranking.breakdown(position))
+            value["notes"] = list(value["notes"])
+            expected.append(value)
+        assert ranking.breakdown_dicts(positions) == expected
+        assert [list(d) for d in ranking.breakdown_dicts(positions)] == [list(d) for d in expected]
+        assert arrays.keys_of(positions) == [arrays.key(p) for p in positions]

@@ -343,7 +343,7 @@ SIGNATURE_QUERIES = ("near duplicate detection signatures", "检索 向量", "ke
 
 def test_segments_store_signatures_so_search_never_shingles_text(kb_with_copies, service, monkeypatch) -> None:
     import kb_core.store.reader
-    from kb_core.retrieval.fusion import text_signatures
+    from kb_core.retrieval.near_duplicates import text_signatures
     from kb_core.store import catalog
 
     for segment in service.reader(kb_with_copies.current_kb().id).snapshot().segments:
@@ -414,3 +414,35 @@ def test_a_repeated_query_costs_no_model_call_on_any_search_path(kb, service, mo
     kb.rag_search(["keyword", "向量"])  # rag_search embeds its keywords joined: one new query, then remembered
     kb.rag_search(["keyword", "向量"])
     assert len(calls) == 2
+
+
+def test_keyword_search_fetches_only_the_rows_it_can_return_with_the_same_hits(kb, service, monkeypatch) -> None:
+    """Keyword-only search (Jaccard weight 0, no filter) asks BM25 for top_k + the dedup margin rows instead of
+    over-fetching 10 × top_k; its hits, scores and breakdowns equal those of the full over-fetch (which explaining
+    a row still takes)."""
+    from kb_core.retrieval.keyword_index import KeywordSearcher
+    from kb_core.retrieval.search import SearchFilters, SearchSettings
+
+    fetched: list[int] = []
+    original = KeywordSearcher.search_terms_arrays
+
+    def spy(self, terms, k):  # type: ignore[no-untyped-def]
+        fetched.append(k)
+        return original(self, terms, k)
+
+    monkeypatch.setattr(KeywordSearcher, "search_terms_arrays", spy)
+    record = kb.current_kb()
+    compared = 0
+    for query in ("dense vector search", "知识库 向量 检索", "documents chunks search again", "search"):
+        for top_k in (1, 3, 6):
+            settings = SearchSettings(mode="keyword", top_k=top_k)
+            fetched.clear()
+            short = service.search_kb(record, query, settings, SearchFilters())
+            assert fetched == [top_k + min(top_k, 10)]
+            if not short.hits:
+                continue
+            full = service.search_kb(record, query, settings, SearchFilters(), explain_chunk_ids=[short.hits[0].id])
+            assert fetched[-1] == 100
+            assert [hit.to_json() for hit in short.hits] == [hit.to_json() for hit in full.hits]
+            compared += 1
+    assert compared >= 9

@@ -162,7 +162,7 @@ def test_round_trip_into_an_empty_home_gives_the_same_search_results(source: dic
                 assert expected or mode == "keyword"
                 assert_same_results(expected, search_rows(target, kb, query, mode))
     # The export holds no signatures (its format is unchanged); the import computes them with the segments.
-    from kb_core.retrieval.fusion import text_signatures
+    from kb_core.retrieval.near_duplicates import text_signatures
     from kb_core.store import catalog
 
     for record in target.visible_kbs():

@@ -36,12 +36,11 @@ from kb_core.retrieval.fusion import (
     CandidateArrays,
     FusionWeights,
     ScoreBreakdown,
-    TextSignatures,
     auto_weights,
     fuse_arrays,
-    near_duplicate_rows,
     single_signal_ranking,
 )
+from kb_core.retrieval.near_duplicates import TextSignatures, near_duplicate_rows
 from kb_core.store.reader import Snapshot
 
 if TYPE_CHECKING:
@@ -173,22 +172,18 @@ class SearchHit:
     location: tuple[int, int] = (0, 0)  # (segment index, row) inside its snapshot
 
     def to_json(self, explain: bool = True) -> dict[str, Any]:
-        value = {name: getattr(self, name) for name in _HIT_FIELDS}
+        fields = self.__dict__
+        value = {name: fields[name] for name in _HIT_FIELDS}
         value["matched_terms"] = list(self.matched_terms)
         if explain:
-            value["breakdown"] = {k: (list(v) if isinstance(v, list) else v) for k, v in self.breakdown.items()}
+            breakdown = dict(self.breakdown)
+            for name in [name for name, item in breakdown.items() if type(item) is list]:
+                breakdown[name] = list(breakdown[name])  # the caller's copy: lists (notes) are not shared
+            value["breakdown"] = breakdown
         return value
 
 
 _HIT_FIELDS = tuple(f.name for f in fields(SearchHit) if f.name not in ("location", "breakdown"))
-_BREAKDOWN_FIELDS = tuple(f.name for f in fields(ScoreBreakdown))
-
-
-def breakdown_json(breakdown: ScoreBreakdown) -> dict[str, Any]:
-    """A breakdown as a JSON-ready dict (what ``asdict`` gives, tuples as lists), without a deep copy."""
-    value = {name: getattr(breakdown, name) for name in _BREAKDOWN_FIELDS}
-    value["notes"] = list(breakdown.notes)
-    return value
 
 
 @dataclass
@@ -212,6 +207,11 @@ class ExplainedRow:
     candidates: int
     breakdown: ScoreBreakdown
     matched_terms: list[str]
+
+
+def dedup_margin(settings: SearchSettings) -> int:
+    """How many candidates below ``top_k`` are read to refill hits dropped as near duplicates."""
+    return min(settings.top_k, 10) if settings.deduplicate else 0
 
 
 _ROW_BITS = 40  # a candidate's code: segment index << 40 | row (segments hold far fewer than 2**40 rows)
@@ -271,6 +271,10 @@ class SnapshotSearcher:
         the chunk text.
         """
         fetch = max(settings.candidates, settings.top_k * 10) * (4 if filters.active else 1)
+        if settings.mode == "keyword" and settings.jaccard_weight == 0 and not filters.active and not extra_keys:
+            # Keyword-only ranking is the BM25 order (ties by row, so a shorter list is a prefix of a longer one)
+            # and only the first top_k + margin candidates are ever read: fetching more changes nothing.
+            fetch = settings.top_k + dedup_margin(settings)
         terms = self.keyword.query_terms(query)
         empty = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64), np.empty(0))
         keyword = self.keyword.search_terms_arrays(terms, fetch) if settings.mode != "semantic" else empty
@@ -461,17 +465,18 @@ def rank(
                     row_terms.matched(int(source[position])),
                 )
     # Dropped duplicates are refilled from a margin below top_k; pairwise dedup keeps that margin small.
-    margin = min(settings.top_k, 10) if settings.deduplicate else 0
-    window = ranking.order[: settings.top_k + margin].tolist()
-    window_keys = [candidates.key(position) for position in window]
+    window = ranking.order[: settings.top_k + dedup_margin(settings)].tolist()
+    window_keys = candidates.keys_of(window)
     records, signatures = searcher.rows_with_signatures(window_keys)  # type: ignore[arg-type]
     chosen = list(zip(window, window_keys, records, strict=True))
     if settings.deduplicate:
         dropped = near_duplicate_rows(signatures, [r["content"] for r in records], NEAR_DUPLICATE_THRESHOLD)
         chosen = [item for item, drop in zip(chosen, dropped.tolist(), strict=True) if not drop]
+    chosen = chosen[: settings.top_k]
+    breakdowns = ranking.breakdown_dicts([position for position, _, _ in chosen])
+    matched = row_terms.matched_many(source[[position for position, _, _ in chosen]])
     hits: list[SearchHit] = []
-    for position, key, row in chosen[: settings.top_k]:
-        breakdown = ranking.breakdown(position)
+    for (_, key, row), breakdown, terms in zip(chosen, breakdowns, matched, strict=True):
         document = searcher._document(key[0], row["doc_id"])  # type: ignore[index]
         hits.append(
             SearchHit(
@@ -481,14 +486,14 @@ def rank(
                 tokens=int(row["tokens"]),
                 chunk_index=int(row["chunk_index"]),
                 doc_name=document["name"],
-                score=float(breakdown.final_score),
+                score=breakdown["final_score"],  # type: ignore[arg-type]
                 chapter=row["chapter"],
                 page=row["page"],
                 file_type=document["file_type"],
                 kb_id=searcher.snapshot.kb_id,
                 kb_name=kb_name,
-                matched_terms=row_terms.matched(int(source[position])),
-                breakdown=breakdown_json(breakdown),
+                matched_terms=terms,
+                breakdown=breakdown,
                 location=key,  # type: ignore[arg-type]
             )
         )

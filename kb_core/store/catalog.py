@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kb_core.errors import StoreError
-from kb_core.retrieval.fusion import TextSignatures, text_signatures
+from kb_core.retrieval.near_duplicates import TextSignatures, text_signatures
 from kb_core.store.atomic import prefetch, write_atomically, write_json_atomically
 from kb_core.store.files import CHUNK_ROWS_FILE, CHUNKS_FILE, DOCUMENTS_FILE, SEGMENT_INFO_FILE, TEXTS_FILE
 
@@ -75,8 +75,9 @@ _PARQUET_ROW_GROUP = 16_384  # chunks of at most 8,192 tokens: well under 2 GB o
 CHUNK_FIELDS_SCHEMA = pa.schema(
     [pa.field(f.name, pa.large_string() if f.type == pa.string() else f.type) for f in CHUNKS_SCHEMA]
 )
-# Near-duplicate signatures of each chunk (kb_core.retrieval.fusion.TextSignatures), computed once when the segment is
-# written so a search never shingles chunk text; only in the row store (the catalog table stays as documented).
+# Near-duplicate signatures of each chunk (kb_core.retrieval.near_duplicates.TextSignatures), computed once when the
+# segment is written so a search never shingles chunk text; only in the row store (the catalog table stays as
+# documented).
 SIGNATURE_SCHEMA = pa.schema(
     [
         ("dedup_hash", pa.uint64()),

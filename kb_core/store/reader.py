@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from kb_core.retrieval.fusion import TextSignatures, text_signatures
+from kb_core.retrieval.near_duplicates import TextSignatures, text_signatures
 from kb_core.store import catalog
 from kb_core.store.files import CHUNKS_FILE
 from kb_core.store.kb_store import KBStore, Manifest
