@@ -58,10 +58,6 @@ import numpy as np
 
 from kb_core.errors import InvalidArgument
 
-# Near-duplicate detection lives in kb_core.retrieval.near_duplicates; these names stay importable from here for modules
-# written before the split (kb_core.store.postgres.searching).
-from kb_core.retrieval.near_duplicates import TextSignatures, text_signatures  # noqa: F401
-
 __all__ = [
     "DEFAULT_JACCARD_WEIGHT",
     "FUSION_METHODS",

@@ -19,7 +19,7 @@ import numpy as np
 
 from kb_core.errors import InvalidArgument
 from kb_core.retrieval.analysis import Analyzer
-from kb_core.retrieval.fusion import TextSignatures, text_signatures
+from kb_core.retrieval.near_duplicates import TextSignatures, text_signatures
 from kb_core.store import catalog
 
 __all__ = [

@@ -15,8 +15,9 @@ from typing import Any
 import numpy as np
 
 from kb_core.retrieval.analysis import Analyzer
-from kb_core.retrieval.fusion import SKETCH_EMPTY, CandidateArrays, TextSignatures, text_signatures
+from kb_core.retrieval.fusion import CandidateArrays
 from kb_core.retrieval.keyword_index import RowTerms
+from kb_core.retrieval.near_duplicates import SKETCH_EMPTY, TextSignatures, text_signatures
 from kb_core.retrieval.search import RankedHits, SearchFilters, SearchSettings, rank
 from kb_core.store.postgres.snapshot import PostgresSnapshot, QueryTerms
 from kb_core.store.registry import KnowledgeBaseRecord

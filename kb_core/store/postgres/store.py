@@ -36,8 +36,8 @@ import psycopg.errors
 from psycopg import sql
 
 from kb_core.errors import DocumentNotFound, InvalidArgument, KBError, KBExists, KBNotFound, StoreError
-from kb_core.retrieval.fusion import TextSignatures, text_signatures
 from kb_core.retrieval.keyword_index import BM25Parameters
+from kb_core.retrieval.near_duplicates import TextSignatures, text_signatures
 from kb_core.store.postgres import schema
 from kb_core.store.postgres.connection import Database, DatabaseTarget, database_errors
 from kb_core.store.postgres.records import CommitResult, DocumentRecord, PreparedDocument, StoreChange
