@@ -8,7 +8,8 @@ documents then ready) and blocks, so the test can kill it between commits while 
 import sys
 import time
 
-from kb_core import KnowledgeBaseService, importer
+from kb_core import KnowledgeBaseService
+from kb_core.ingest import pipeline as importer
 from kb_core.ingest.pipeline import ImportProgress
 
 if __name__ == "__main__":
