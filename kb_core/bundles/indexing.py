@@ -14,7 +14,7 @@ import hashlib
 import logging
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -22,6 +22,9 @@ from kb_core.bundles.graph import GraphState
 from kb_core.errors import StoreError
 from kb_core.seams import Resources
 from kb_core.store import Change, KnowledgeBaseRecord, Manifest, catalog, utc_now
+
+if TYPE_CHECKING:
+    from kb_core.embedding.base import Embedder
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +51,7 @@ def node_display_name(node: dict[str, Any]) -> str:
 
 
 @dataclass
-class _NewDocument:
+class NewBundleDocument:
     node_id: str
     doc_id: str
     name: str
@@ -57,28 +60,11 @@ class _NewDocument:
     chunks: list[Any]
 
 
-def sync_index(service: Resources, record: KnowledgeBaseRecord, state: GraphState) -> dict[str, int]:
-    """Make the KB's bundle documents match ``state`` in one commit; sets each node's doc_id/doc_name.
-
-    Call under the graph lock. Returns documents_indexed, documents_removed, chunks_indexed.
-    """
-    if service.postgres is not None:  # prepared here, committed with the graph (kb_core.store.postgres.bundles)
-        from kb_core.store.postgres.bundles import sync_index as prepare_on_postgres
-
-        return prepare_on_postgres(service, record, state)
-    from kb_core.ingest.chunking import chunk_document
-    from kb_core.ingest.parsing.base import ParsedDocument
-    from kb_core.ingest.parsing.txt_parser import split_paragraphs
-    from kb_core.ingest.pipeline import timestamped_name
-    from kb_core.store.segments import chunk_row, write_segment_files
-
-    reader = service.reader(record.id)
-    documents = reader.snapshot().documents()
-    live = {
-        row["doc_id"]: row
-        for row in documents.to_dict("records")
-        if row["source"] == BUNDLE_SOURCE and row["status"] == "ready"
-    }
+def diff_bundle_documents(
+    state: GraphState, live: dict[str, dict[str, Any]]
+) -> tuple[list[str], list[tuple[dict[str, Any], str, str]]]:
+    """What a sync changes, given the KB's live bundle documents by doc_id: the doc_ids to remove and the nodes
+    to (re-)index with their text and its SHA-256. Nodes without indexed text, and unchanged ones, are updated."""
     keep: set[str] = set()
     pending: list[tuple[dict[str, Any], str, str]] = []
     for node_id in sorted(state.nodes):
@@ -94,26 +80,60 @@ def sync_index(service: Resources, record: KnowledgeBaseRecord, state: GraphStat
             node.update(doc_name=old["name"], text_sha256=sha)
             continue
         pending.append((node, text, sha))
-    remove = sorted(set(live) - keep)
-    if not pending and not remove:
-        return {"documents_indexed": 0, "documents_removed": 0, "chunks_indexed": 0}
+    return sorted(set(live) - keep), pending
 
-    embedder = service.embedder(record)
-    new_docs: list[_NewDocument] = []
+
+def chunk_and_embed(
+    pending: list[tuple[dict[str, Any], str, str]], embedder: Embedder, chunk_size: int
+) -> tuple[list[NewBundleDocument], list[np.ndarray]]:
+    """The new bundle documents of ``pending`` (a node whose text gives no chunk gets none) and one vector per
+    chunk, in order."""
+    from kb_core.ingest.chunking import chunk_document
+    from kb_core.ingest.parsing.base import ParsedDocument
+    from kb_core.ingest.parsing.txt_parser import split_paragraphs
+
+    new_docs: list[NewBundleDocument] = []
     for node, text, sha in pending:
         blocks = tuple(b for b in split_paragraphs(text) if b.text.strip())
-        chunks = chunk_document(ParsedDocument("txt", blocks), embedder.tokenizer, record.chunk_size) if blocks else []
+        chunks = chunk_document(ParsedDocument("txt", blocks), embedder.tokenizer, chunk_size) if blocks else []
         if not chunks:
             node.update(doc_id=None, doc_name=None, text_sha256=None)
             continue
         doc_id = f"doc_{uuid.uuid4().hex[:16]}"
-        new_docs.append(_NewDocument(node["id"], doc_id, node_display_name(node), text, sha, chunks))
-
-    store = service.kb_store(record.id)
+        new_docs.append(NewBundleDocument(node["id"], doc_id, node_display_name(node), text, sha, chunks))
     contents = [c.content for d in new_docs for c in d.chunks]
     vectors: list[np.ndarray] = []
     for start in range(0, len(contents), EMBED_BATCH):
         vectors.extend(embedder.embed_documents(contents[start : start + EMBED_BATCH]))
+    return new_docs, vectors
+
+
+def sync_index(service: Resources, record: KnowledgeBaseRecord, state: GraphState) -> dict[str, int]:
+    """Make the KB's bundle documents match ``state`` in one commit; sets each node's doc_id/doc_name.
+
+    Call under the graph lock. Returns documents_indexed, documents_removed, chunks_indexed.
+    """
+    if service.postgres is not None:  # prepared here, committed with the graph (kb_core.store.postgres.bundles)
+        from kb_core.store.postgres.bundles import sync_index as prepare_on_postgres
+
+        return prepare_on_postgres(service, record, state)
+    from kb_core.ingest.pipeline import timestamped_name
+    from kb_core.store.segments import chunk_row, write_segment_files
+
+    reader = service.reader(record.id)
+    documents = reader.snapshot().documents()
+    live = {
+        row["doc_id"]: row
+        for row in documents.to_dict("records")
+        if row["source"] == BUNDLE_SOURCE and row["status"] == "ready"
+    }
+    remove, pending = diff_bundle_documents(state, live)
+    if not pending and not remove:
+        return {"documents_indexed": 0, "documents_removed": 0, "chunks_indexed": 0}
+
+    embedder = service.embedder(record)
+    new_docs, vectors = chunk_and_embed(pending, embedder, record.chunk_size)
+    store = service.kb_store(record.id)
     staged = store.stage_segment() if new_docs else None
     try:
         doc_rows: list[dict[str, Any]] = []
