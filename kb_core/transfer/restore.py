@@ -48,9 +48,9 @@ from kb_core.transfer.format import (
     SHA256_HEX,
     VECTORS_FILE,
     TransferLimits,
-    _kb_name_with_stamp,
     _resolve_path,
     expected_dimension,
+    rename_clashing,
 )
 from kb_core.validation import name_key, validate_chunk_size, validate_endpoint, validate_kb_name
 
@@ -69,7 +69,6 @@ def _int(value: Any, what: str, low: int = 0, high: int = 2**62) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise _refuse(f"{what} must be an integer from {low} to {high}, got {value!r}.")
     return value
-
 
 
 @dataclass
@@ -469,19 +468,10 @@ def _stage_kb(plan: _KBPlan, staging: Path, analyzer: Any) -> None:
 
 def _commit(home: Any, plans: Sequence[_KBPlan], now: datetime) -> list[tuple[str, str]]:
     """Move the staged KB folders into the home and register them in one registry write (the commit point)."""
-    from dataclasses import replace
 
-    renamed: list[tuple[str, str]] = []
-    stamp = now.strftime("%Y%m%d-%H%M%S")
     with home.registry_lock():
         existing = home.knowledge_bases()
-        taken = {name_key(r.name) for r in existing}
-        for plan in plans:
-            if name_key(plan.record.name) in taken:
-                new_name = _kb_name_with_stamp(plan.record.name, stamp, taken)
-                renamed.append((plan.record.name, new_name))
-                plan.record = replace(plan.record, name=new_name)
-            taken.add(name_key(plan.record.name))
+        renamed = rename_clashing(plans, {name_key(r.name) for r in existing}, now)
         moved: list[Path] = []
         try:
             for plan in plans:
