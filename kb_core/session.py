@@ -5,16 +5,14 @@ The CLI keeps one session per home (persisted), each MCP session and each browse
 Features below it (store/, retrieval/, ingest/, bundles/, transfer/) take the process's resources and a KB record,
 raise KBError and return typed data; the session wraps them.
 
-Why about 800 lines: this is the API surface, some 35 public operations that each validate their arguments, call
+Why over 600 lines: this is the API surface, some 35 public operations that each validate their arguments, call
 a feature and build the envelope; splitting it (mixins by concern) would scatter the one place envelopes are
-built. The largest feature code still here is the file handling of import_document/update_document, the next
-candidate to move into :mod:`kb_core.ingest`.
+built. The file handling of import_document/update_document lives in :mod:`kb_core.ingest.files`.
 """
 
 from __future__ import annotations
 
 import logging
-import shutil
 from collections.abc import Callable, Sequence
 from concurrent.futures import TimeoutError as FuturesTimeout
 from dataclasses import asdict
@@ -33,9 +31,9 @@ from kb_core.errors import (
     KBIsCurrent,
     KBNotFound,
     NoCurrentKB,
-    PermissionDenied,
 )
-from kb_core.ingest.pipeline import ImportProgress, ImportSource, in_flight_documents
+from kb_core.ingest.files import import_files, reimport_document
+from kb_core.ingest.pipeline import ImportProgress, in_flight_documents
 from kb_core.results import SearchRequest, SearchResult
 from kb_core.retrieval.query import explain_chunk, rag_rank, search_settings
 from kb_core.retrieval.search import (
@@ -44,7 +42,7 @@ from kb_core.retrieval.search import (
     SearchHit,
     SearchSettings,
 )
-from kb_core.safe_files import UnusablePath, open_input_file, reject_nul
+from kb_core.safe_files import reject_nul
 from kb_core.store import Change, KnowledgeBaseRecord
 from kb_core.store.documents import chunk_json, document_info, document_info_text, document_row, find_item
 from kb_core.validation import (
@@ -212,46 +210,20 @@ class Session:
             raise InvalidArgument("display_names must name each file in file_paths.")
         reject_nul(list(file_paths), "file_paths")
         size = record.chunk_size if chunk_size is None else validate_chunk_size(chunk_size)
-        results: list[dict[str, Any] | None] = [None] * len(file_paths)
-        sources: list[ImportSource] = []
-        positions: list[int] = []
-        # Each file is opened once and copied into this private folder; everything after works on the
-        # copy, so the path cannot be redirected (a folder swapped for a symlink) after its check.
-        copies = self.service.import_staging(record)
-        try:
-            for index, raw in enumerate(file_paths):
-                path = Path(str(raw)).expanduser()
-                if not path.is_absolute():
-                    path = Path.cwd() / path
-                try:
-                    copy = self._copy_for_import(path, copies / str(index))
-                except (UnusablePath, PermissionDenied) as exc:
-                    reason = f"{raw} {exc.reason}." if isinstance(exc, UnusablePath) else exc.message
-                    results[index] = {"file_path": str(raw), "error": reason}
-                    continue
-                name = display_names[index] if display_names is not None else path.name
-                sources.append(
-                    ImportSource(
-                        path=copy, display_name=_safe_document_name(name), source=source, reported_path=str(raw)
-                    )
-                )
-                positions.append(index)
-            states = self.service.importer(record, runner).run(sources, size, progress)[0] if sources else []
-        finally:
-            shutil.rmtree(copies, ignore_errors=True)
-        if sources:
-            self.service.compact_quietly(record)
-            for position, state in zip(positions, states, strict=True):
-                if state.status == "ready":
-                    results[position] = {
-                        "file_path": state.file_path,
-                        "doc_name": state.doc_name,
-                        "chunk_count": state.chunks_total,
-                    }
-                else:
-                    results[position] = {"file_path": state.file_path, "error": state.error or "import failed"}
-        succeeded = [r for r in results if r is not None and "error" not in r]
-        failed = [r for r in results if r is not None and "error" in r]
+        outcomes = import_files(
+            self.service,
+            record,
+            file_paths,
+            size,
+            allowed_dirs=self.allowed_dirs,
+            runner=runner,
+            progress=progress,
+            display_names=display_names,
+            source=source,
+        )
+        results = [o.to_json() for o in outcomes]
+        succeeded = [r for r in results if "error" not in r]
+        failed = [r for r in results if "error" in r]
         data = {
             "total": len(file_paths),
             "success_count": len(succeeded),
@@ -264,28 +236,6 @@ class Session:
         message = f"Imported {len(succeeded)} of {len(file_paths)} file(s) into '{record.name}'"
         message += f"; {len(failed)} failed." if failed else "."
         return envelope(message, data, error=None if succeeded else KBError(message, code="IMPORT_FAILED"))
-
-    def _copy_for_import(self, path: Path, folder: Path) -> Path:
-        """Open ``path`` (confined to the session's folders) and copy it to ``folder/<its name>``."""
-        limit = self.service.parse_limits.max_file_bytes
-        with open_input_file(path, self.allowed_dirs) as opened:
-            if opened.stat.st_size > limit:
-                raise UnusablePath(
-                    path, f"is {opened.stat.st_size / 1e6:.1f} MB, over the import limit of {limit / 1e6:.1f} MB"
-                )
-            try:  # inside the KB's staging/, which is never recreated for a KB deleted meanwhile
-                folder.parent.mkdir(exist_ok=True)
-                folder.mkdir()
-            except FileNotFoundError:
-                raise KBNotFound("The knowledge base was deleted during the import.") from None
-            copy = folder / path.name
-            try:
-                opened.copy_to(copy, limit)
-            except OSError as exc:
-                raise UnusablePath(
-                    path, f"could not be read and copied for the import ({exc.strerror or exc})"
-                ) from None
-        return copy
 
     def _live_document(self, record: KnowledgeBaseRecord, doc_name: str) -> dict[str, Any]:
         if not isinstance(doc_name, str) or not doc_name.strip():
@@ -387,26 +337,9 @@ class Session:
         document = self._live_document(record, doc_name)
         if document["status"] != "ready":
             raise InvalidArgument(f"Document {doc_name!r} failed to import; import it again instead of updating.")
-        if self.service.postgres is not None:
-            from kb_core.store.postgres.items import reimport_document
-
-            state = reimport_document(self.service, record, document, size, progress)
-        else:
-            segment = self.service.reader(record.id).snapshot().segment_by_id(document["segment_id"])
-            if segment is None:
-                raise DocumentNotFound(f"Document {doc_name!r} was changed meanwhile; try again.")
-            original = segment.original_path(document["original"])
-            source = ImportSource(
-                path=original,
-                display_name=document["name"],
-                source=document["source"],
-                reported_path=document["file_path"],
-                doc_id=document["doc_id"],
-                created_at=document["created_at"],
-                replaces=(document["segment_id"], document["doc_id"]),
-            )
-            states, _ = self.service.importer(record).run([source], size, progress)
-            state = states[0]
+        state = reimport_document(self.service, record, document, size, progress)
+        if state is None:
+            raise DocumentNotFound(f"Document {doc_name!r} was changed meanwhile; try again.")
         if state.status != "ready":
             raise KBError(f"Updating {doc_name!r} failed: {state.error}", code="UPDATE_FAILED")
         return ok(
@@ -802,12 +735,3 @@ class Session:
             message += "The home is consistent."
         return envelope(message, {"problems": problems, "repaired": repaired}, success=not problems)
 
-
-def _safe_document_name(name: str) -> str:
-    """A document name from a file name: no folders, no control characters, not empty."""
-    import unicodedata
-
-    base = str(name).replace("\\", "/").rsplit("/", 1)[-1]
-    base = "".join(c for c in unicodedata.normalize("NFC", base) if unicodedata.category(c) not in ("Cc", "Cf"))
-    base = base.strip().lstrip(".") or "document"
-    return base[:200]
