@@ -52,8 +52,8 @@ from kb_core.validation import (
 )
 
 if TYPE_CHECKING:
-
     from kb_core.service import KnowledgeBaseService
+    from kb_core.transfer.format import TransferLimits
 
 logger = logging.getLogger(__name__)
 
@@ -594,17 +594,23 @@ class Session:
         )
 
     # -- export and import of the database -----------------------------------------------------
+    @enveloped
     def export_database(self, export_path: str, kb_names: Sequence[str] | None = None) -> Envelope:
-        """Write every visible KB (or the named ones) into one portable file; see :mod:`kb_core.transfer`."""
+        """Write every visible KB (or the named ones) into one portable file; see :mod:`kb_core.transfer`.
+        Data: ``{source_path: the home, export_path}``."""
         from kb_core.transfer.export import export_database
 
-        return export_database(self, export_path, kb_names)
+        summary = export_database(self, export_path, kb_names)
+        return ok(summary.message, summary.to_json())
 
-    def import_database(self, source_db_path: str) -> Envelope:
-        """Validate an export file completely, then merge its KBs into the home (all or nothing)."""
+    @enveloped
+    def import_database(self, source_db_path: str, *, limits: TransferLimits | None = None) -> Envelope:
+        """Validate an export file completely, then merge its KBs into the home (all or nothing). Data:
+        ``{source_path, imported_kb_count, imported_doc_count, knowledge_bases, renamed_knowledge_bases}``."""
         from kb_core.transfer.restore import import_database
 
-        return import_database(self, source_db_path)
+        summary = import_database(self, source_db_path, limits=limits)
+        return ok(summary.message, summary.to_json())
 
     # -- knowledge bundles (typed nodes and edges; see kb_core.bundles) -------------------------
     def get_knowledge_schema(self, kb_name: str | None = None) -> Envelope:
@@ -734,4 +740,3 @@ class Session:
         else:
             message += "The home is consistent."
         return envelope(message, {"problems": problems, "repaired": repaired}, success=not problems)
-

@@ -22,7 +22,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kb_core.bundles.graph import GraphState, GraphStore, write_shadow
-from kb_core.envelope import Envelope, enveloped, ok
 from kb_core.errors import ImportFormatError, InvalidArgument, KBError
 from kb_core.ingest.pipeline import timestamped_name
 from kb_core.seams import Resources, Scope
@@ -493,14 +492,32 @@ def _commit(home: Any, plans: Sequence[_KBPlan], now: datetime) -> list[tuple[st
     return renamed
 
 
-@enveloped
+@dataclass(frozen=True)
+class ImportSummary:
+    """What an import of an export file merged: ``message`` for the user, the file, and the KBs it added."""
+
+    message: str
+    source_path: str
+    knowledge_bases: list[str]
+    document_count: int
+    renamed_knowledge_bases: list[tuple[str, str]]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source_path": self.source_path,
+            "imported_kb_count": len(self.knowledge_bases),
+            "imported_doc_count": self.document_count,
+            "knowledge_bases": list(self.knowledge_bases),
+            "renamed_knowledge_bases": [{"from": a, "to": b} for a, b in self.renamed_knowledge_bases],
+        }
+
+
 def import_database(
     session: Scope, source_db_path: str | os.PathLike[str], *, limits: TransferLimits | None = None
-) -> Envelope:
+) -> ImportSummary:
     """Merge every KB of an export file into the home, all or nothing.
 
-    Returns ``{source_path, imported_kb_count, imported_doc_count}``. Hostile or damaged files are refused with
-    INVALID_IMPORT_FILE before anything in the home changes.
+    Hostile or damaged files are refused with INVALID_IMPORT_FILE (a KBError) before anything in the home changes.
     """
     source = _resolve_path(source_db_path, "source_db_path")
     service = session.service
@@ -558,13 +575,4 @@ def import_database(
     else:
         message += "."
     logger.info(message)
-    return ok(
-        message,
-        {
-            "source_path": str(source),
-            "imported_kb_count": len(plans),
-            "imported_doc_count": documents,
-            "knowledge_bases": [p.record.name for p in plans],
-            "renamed_knowledge_bases": [{"from": a, "to": b} for a, b in renamed],
-        },
-    )
+    return ImportSummary(message, str(source), [p.record.name for p in plans], documents, renamed)
