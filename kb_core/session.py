@@ -53,6 +53,7 @@ from kb_core.validation import (
 
 if TYPE_CHECKING:
     from kb_core.service import KnowledgeBaseService
+    from kb_core.store.tokens import TokenRecord
     from kb_core.transfer.format import TransferLimits
 
 logger = logging.getLogger(__name__)
@@ -592,6 +593,51 @@ class Session:
             {"documents": documents, "total_docs": len(documents), "requested": len(ids), "errors": errors},
             error=None if documents else DocumentNotFound(text, details={"ids": ids}),
         )
+
+    # -- MCP bearer tokens (kb token create|list|revoke) ---------------------------------------
+    @enveloped
+    def create_token(self, scope: str, capability: str, rate_per_hour: int) -> Envelope:
+        """A new bearer token for the MCP HTTP server; ``scope``: 'all' or comma-separated KB names. The token is
+        in this envelope only (the home or the database keeps its SHA-256)."""
+        raw_scope = (scope or "").strip()
+        if not raw_scope:
+            raise InvalidArgument("--scope must be 'all' or a comma-separated list of knowledge base names.")
+        if raw_scope.lower() == "all":
+            kb_ids = None
+        else:
+            names = [n.strip() for n in raw_scope.split(",") if n.strip()]
+            kb_ids = sorted({self.service.find_kb(name).id for name in names})
+        token, record = self.service.token_store.create(kb_ids, capability, rate_per_hour)
+        row = self._token_row(record)
+        return ok(
+            f"Created token {record.id} ({record.capability}, scope {row['scope']}, {record.rate_per_hour}/hour). "
+            f"It is shown only now; keep it secret:\n{token}",
+            {**row, "token": token},
+        )
+
+    @enveloped
+    def list_tokens(self) -> Envelope:
+        rows = [self._token_row(r) for r in self.service.token_store.list()]
+        return ok(f"{len(rows)} token(s).", {"tokens": rows, "count": len(rows)})
+
+    @enveloped
+    def revoke_token(self, token_id: str) -> Envelope:
+        record = self.service.token_store.revoke(token_id)
+        return ok(f"Revoked token {record.id}.", {"id": record.id})
+
+    def _token_row(self, record: TokenRecord) -> dict[str, Any]:
+        if record.scope is None:
+            scope = "all"
+        else:
+            names = {r.id: r.name for r in self.service.registry.knowledge_bases()}
+            scope = ",".join(sorted(names.get(kb_id, f"(deleted {kb_id})") for kb_id in record.scope))
+        return {
+            "id": record.id,
+            "scope": scope,
+            "capability": record.capability,
+            "rate_per_hour": record.rate_per_hour,
+            "created_at": record.created_at,
+        }
 
     # -- export and import of the database -----------------------------------------------------
     @enveloped
