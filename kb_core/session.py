@@ -5,16 +5,14 @@ The CLI keeps one session per home (persisted), each MCP session and each browse
 Features below it (store/, retrieval/, ingest/, bundles/, transfer/) take the process's resources and a KB record,
 raise KBError and return typed data; the session wraps them.
 
-Why about 800 lines: this is the API surface, some 35 public operations that each validate their arguments, call
+Why over 600 lines: this is the API surface, some 35 public operations that each validate their arguments, call
 a feature and build the envelope; splitting it (mixins by concern) would scatter the one place envelopes are
-built. The largest feature code still here is the file handling of import_document/update_document, the next
-candidate to move into :mod:`kb_core.ingest`.
+built. The file handling of import_document/update_document lives in :mod:`kb_core.ingest.files`.
 """
 
 from __future__ import annotations
 
 import logging
-import shutil
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import TimeoutError as FuturesTimeout
@@ -34,9 +32,9 @@ from kb_core.errors import (
     KBIsCurrent,
     KBNotFound,
     NoCurrentKB,
-    PermissionDenied,
 )
-from kb_core.ingest.pipeline import ImportProgress, ImportSource, in_flight_documents
+from kb_core.ingest.files import import_files, reimport_document
+from kb_core.ingest.pipeline import ImportProgress, in_flight_documents
 from kb_core.results import SearchRequest, SearchResult
 from kb_core.retrieval.query import explain_chunk, rag_rank, search_settings
 from kb_core.retrieval.search import (
@@ -45,7 +43,7 @@ from kb_core.retrieval.search import (
     SearchHit,
     SearchSettings,
 )
-from kb_core.safe_files import UnusablePath, open_input_file, reject_nul
+from kb_core.safe_files import reject_nul
 from kb_core.store import Change, KnowledgeBaseRecord
 from kb_core.store.documents import chunk_json, document_info, document_info_text, document_row, find_item
 from kb_core.validation import (
@@ -55,8 +53,9 @@ from kb_core.validation import (
 )
 
 if TYPE_CHECKING:
-
     from kb_core.service import KnowledgeBaseService
+    from kb_core.store.tokens import TokenRecord
+    from kb_core.transfer.format import TransferLimits
 
 logger = logging.getLogger(__name__)
 
@@ -224,51 +223,21 @@ class Session:
             raise InvalidArgument("display_names must name each file in file_paths.")
         reject_nul(list(file_paths), "file_paths")
         size = record.chunk_size if chunk_size is None else validate_chunk_size(chunk_size)
-        results: list[dict[str, Any] | None] = [None] * len(file_paths)
-        sources: list[ImportSource] = []
-        positions: list[int] = []
-        # Each file is opened once and copied into this private folder; everything after works on the
-        # copy, so the path cannot be redirected (a folder swapped for a symlink) after its check.
-        copies = self.service.import_staging(record)
-        copied_names: set[str] = set()
-        try:
-            for index, raw in enumerate(file_paths):
-                path = Path(str(raw)).expanduser()
-                if not path.is_absolute():
-                    path = Path.cwd() / path
-                # One shared folder, and a folder of its own only for a repeated name: a folder per file cost
-                # more than the import of a small file (removing thousands of folders is slow).
-                repeated = path.name.casefold() in copied_names
-                copied_names.add(path.name.casefold())
-                try:
-                    copy = self._copy_for_import(path, copies / (str(index) if repeated else "files"))
-                except (UnusablePath, PermissionDenied) as exc:
-                    reason = f"{raw} {exc.reason}." if isinstance(exc, UnusablePath) else exc.message
-                    results[index] = {"file_path": str(raw), "error": reason}
-                    continue
-                name = display_names[index] if display_names is not None else path.name
-                sources.append(
-                    ImportSource(
-                        path=copy, display_name=_safe_document_name(name), source=source, reported_path=str(raw)
-                    )
-                )
-                positions.append(index)
-            states = self.service.importer(record, runner).run(sources, size, progress, cancel)[0] if sources else []
-        finally:
-            shutil.rmtree(copies, ignore_errors=True)
-        if sources:
-            self.service.compact_quietly(record)
-            for position, state in zip(positions, states, strict=True):
-                if state.status == "ready":
-                    results[position] = {
-                        "file_path": state.file_path,
-                        "doc_name": state.doc_name,
-                        "chunk_count": state.chunks_total,
-                    }
-                else:
-                    results[position] = {"file_path": state.file_path, "error": state.error or "import failed"}
-        succeeded = [r for r in results if r is not None and "error" not in r]
-        failed = [r for r in results if r is not None and "error" in r]
+        outcomes = import_files(
+            self.service,
+            record,
+            file_paths,
+            size,
+            allowed_dirs=self.allowed_dirs,
+            runner=runner,
+            progress=progress,
+            display_names=display_names,
+            source=source,
+            cancel=cancel,
+        )
+        results = [o.to_json() for o in outcomes]
+        succeeded = [r for r in results if "error" not in r]
+        failed = [r for r in results if "error" in r]
         data = {
             "total": len(file_paths),
             "success_count": len(succeeded),
@@ -281,28 +250,6 @@ class Session:
         message = f"Imported {len(succeeded)} of {len(file_paths)} file(s) into '{record.name}'"
         message += f"; {len(failed)} failed." if failed else "."
         return envelope(message, data, error=None if succeeded else KBError(message, code="IMPORT_FAILED"))
-
-    def _copy_for_import(self, path: Path, folder: Path) -> Path:
-        """Open ``path`` (confined to the session's folders) and copy it to ``folder/<its name>``."""
-        limit = self.service.parse_limits.max_file_bytes
-        with open_input_file(path, self.allowed_dirs) as opened:
-            if opened.stat.st_size > limit:
-                raise UnusablePath(
-                    path, f"is {opened.stat.st_size / 1e6:.1f} MB, over the import limit of {limit / 1e6:.1f} MB"
-                )
-            try:  # inside the KB's staging/, which is never recreated for a KB deleted meanwhile
-                folder.parent.mkdir(exist_ok=True)
-                folder.mkdir(exist_ok=True)
-            except FileNotFoundError:
-                raise KBNotFound("The knowledge base was deleted during the import.") from None
-            copy = folder / path.name
-            try:
-                opened.copy_to(copy, limit)
-            except OSError as exc:
-                raise UnusablePath(
-                    path, f"could not be read and copied for the import ({exc.strerror or exc})"
-                ) from None
-        return copy
 
     def _live_document(self, record: KnowledgeBaseRecord, doc_name: str) -> dict[str, Any]:
         if not isinstance(doc_name, str) or not doc_name.strip():
@@ -404,26 +351,9 @@ class Session:
         document = self._live_document(record, doc_name)
         if document["status"] != "ready":
             raise InvalidArgument(f"Document {doc_name!r} failed to import; import it again instead of updating.")
-        if self.service.postgres is not None:
-            from kb_core.store.postgres.items import reimport_document
-
-            state = reimport_document(self.service, record, document, size, progress)
-        else:
-            segment = self.service.reader(record.id).snapshot().segment_by_id(document["segment_id"])
-            if segment is None:
-                raise DocumentNotFound(f"Document {doc_name!r} was changed meanwhile; try again.")
-            original = segment.original_path(document["original"])
-            source = ImportSource(
-                path=original,
-                display_name=document["name"],
-                source=document["source"],
-                reported_path=document["file_path"],
-                doc_id=document["doc_id"],
-                created_at=document["created_at"],
-                replaces=(document["segment_id"], document["doc_id"]),
-            )
-            states, _ = self.service.importer(record).run([source], size, progress)
-            state = states[0]
+        state = reimport_document(self.service, record, document, size, progress)
+        if state is None:
+            raise DocumentNotFound(f"Document {doc_name!r} was changed meanwhile; try again.")
         if state.status != "ready":
             raise KBError(f"Updating {doc_name!r} failed: {state.error}", code="UPDATE_FAILED")
         return ok(
@@ -677,18 +607,69 @@ class Session:
             error=None if documents else DocumentNotFound(text, details={"ids": ids}),
         )
 
+    # -- MCP bearer tokens (kb token create|list|revoke) ---------------------------------------
+    @enveloped
+    def create_token(self, scope: str, capability: str, rate_per_hour: int) -> Envelope:
+        """A new bearer token for the MCP HTTP server; ``scope``: 'all' or comma-separated KB names. The token is
+        in this envelope only (the home or the database keeps its SHA-256)."""
+        raw_scope = (scope or "").strip()
+        if not raw_scope:
+            raise InvalidArgument("--scope must be 'all' or a comma-separated list of knowledge base names.")
+        if raw_scope.lower() == "all":
+            kb_ids = None
+        else:
+            names = [n.strip() for n in raw_scope.split(",") if n.strip()]
+            kb_ids = sorted({self.service.find_kb(name).id for name in names})
+        token, record = self.service.token_store.create(kb_ids, capability, rate_per_hour)
+        row = self._token_row(record)
+        return ok(
+            f"Created token {record.id} ({record.capability}, scope {row['scope']}, {record.rate_per_hour}/hour). "
+            f"It is shown only now; keep it secret:\n{token}",
+            {**row, "token": token},
+        )
+
+    @enveloped
+    def list_tokens(self) -> Envelope:
+        rows = [self._token_row(r) for r in self.service.token_store.list()]
+        return ok(f"{len(rows)} token(s).", {"tokens": rows, "count": len(rows)})
+
+    @enveloped
+    def revoke_token(self, token_id: str) -> Envelope:
+        record = self.service.token_store.revoke(token_id)
+        return ok(f"Revoked token {record.id}.", {"id": record.id})
+
+    def _token_row(self, record: TokenRecord) -> dict[str, Any]:
+        if record.scope is None:
+            scope = "all"
+        else:
+            names = {r.id: r.name for r in self.service.registry.knowledge_bases()}
+            scope = ",".join(sorted(names.get(kb_id, f"(deleted {kb_id})") for kb_id in record.scope))
+        return {
+            "id": record.id,
+            "scope": scope,
+            "capability": record.capability,
+            "rate_per_hour": record.rate_per_hour,
+            "created_at": record.created_at,
+        }
+
     # -- export and import of the database -----------------------------------------------------
+    @enveloped
     def export_database(self, export_path: str, kb_names: Sequence[str] | None = None) -> Envelope:
-        """Write every visible KB (or the named ones) into one portable file; see :mod:`kb_core.transfer`."""
+        """Write every visible KB (or the named ones) into one portable file; see :mod:`kb_core.transfer`.
+        Data: ``{source_path: the home, export_path}``."""
         from kb_core.transfer.export import export_database
 
-        return export_database(self, export_path, kb_names)
+        summary = export_database(self, export_path, kb_names)
+        return ok(summary.message, summary.to_json())
 
-    def import_database(self, source_db_path: str) -> Envelope:
-        """Validate an export file completely, then merge its KBs into the home (all or nothing)."""
+    @enveloped
+    def import_database(self, source_db_path: str, *, limits: TransferLimits | None = None) -> Envelope:
+        """Validate an export file completely, then merge its KBs into the home (all or nothing). Data:
+        ``{source_path, imported_kb_count, imported_doc_count, knowledge_bases, renamed_knowledge_bases}``."""
         from kb_core.transfer.restore import import_database
 
-        return import_database(self, source_db_path)
+        summary = import_database(self, source_db_path, limits=limits)
+        return ok(summary.message, summary.to_json())
 
     # -- knowledge bundles (typed nodes and edges; see kb_core.bundles) -------------------------
     def get_knowledge_schema(self, kb_name: str | None = None) -> Envelope:
@@ -818,13 +799,3 @@ class Session:
         else:
             message += "The home is consistent."
         return envelope(message, {"problems": problems, "repaired": repaired}, success=not problems)
-
-
-def _safe_document_name(name: str) -> str:
-    """A document name from a file name: no folders, no control characters, not empty."""
-    import unicodedata
-
-    base = str(name).replace("\\", "/").rsplit("/", 1)[-1]
-    base = "".join(c for c in unicodedata.normalize("NFC", base) if unicodedata.category(c) not in ("Cc", "Cf"))
-    base = base.strip().lstrip(".") or "document"
-    return base[:200]

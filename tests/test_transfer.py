@@ -19,9 +19,7 @@ import numpy as np
 import pytest
 
 from kb_core import KnowledgeBaseService
-from kb_core.transfer.export import export_database
 from kb_core.transfer.format import FORMAT_VERSION, MANIFEST_MEMBER, TransferLimits
-from kb_core.transfer.restore import import_database
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 DOCS = SHARED / "fixtures" / "docs"
@@ -117,7 +115,7 @@ def source(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     assert session.delete_document("deleted.txt", kb_name="english")["success"]
     assert session.save_search_settings(kb_name="中文", top_k=7, vector_weight=0.5, keyword_weight=0.5)["success"]
     export = root / "backup.kbx"
-    envelope = export_database(session, str(export))
+    envelope = session.export_database(str(export))
     assert envelope["success"], envelope
     return {"session": session, "home": service.home.root, "export": export, "envelope": envelope, "files": files}
 
@@ -144,7 +142,7 @@ def test_export_reports_paths_and_holds_a_versioned_manifest(source: dict[str, A
 
 def test_round_trip_into_an_empty_home_gives_the_same_search_results(source: dict[str, Any], tmp_path: Path) -> None:
     target = fresh_session(tmp_path / "home")
-    envelope = import_database(target, str(source["export"]))
+    envelope = target.import_database(str(source["export"]))
     assert envelope["success"], envelope
     assert envelope["data"]["source_path"] == str(source["export"])
     assert envelope["data"]["imported_kb_count"] == 2
@@ -183,10 +181,10 @@ def test_round_trip_into_an_empty_home_gives_the_same_search_results(source: dic
 
 def test_importing_the_same_file_twice_renames_and_overwrites_nothing(source: dict[str, Any], tmp_path: Path) -> None:
     target = fresh_session(tmp_path / "home")
-    assert import_database(target, str(source["export"]))["success"]
+    assert target.import_database(str(source["export"]))["success"]
     first = home_listing(tmp_path / "home" / "kbs")
     first_ids = {kb["name"]: kb["id"] for kb in target.list_knowledge_bases()["data"]["knowledge_bases"]}
-    second = import_database(target, str(source["export"]))
+    second = target.import_database(str(source["export"]))
     assert second["success"], second
     renamed = {r["from"]: r["to"] for r in second["data"]["renamed_knowledge_bases"]}
     assert set(renamed) == {"english", "中文"}
@@ -208,17 +206,17 @@ def test_importing_the_same_file_twice_renames_and_overwrites_nothing(source: di
 
 def test_export_of_one_kb_is_a_portable_package(source: dict[str, Any], tmp_path: Path) -> None:
     package = tmp_path / "one.kbx"
-    assert export_database(source["session"], package, kb_names=["中文"])["success"]
+    assert source["session"].export_database(package, kb_names=["中文"])["success"]
     target = fresh_session(tmp_path / "home")
-    envelope = import_database(target, package)
+    envelope = target.import_database(package)
     assert envelope["data"]["imported_kb_count"] == 1 and envelope["data"]["imported_doc_count"] == 3
     assert [kb["name"] for kb in target.list_knowledge_bases()["data"]["knowledge_bases"]] == ["中文"]
 
 
 def test_export_refuses_unknown_kbs_and_folders(source: dict[str, Any], tmp_path: Path) -> None:
-    missing = export_database(source["session"], tmp_path / "x.kbx", kb_names=["nope"])
+    missing = source["session"].export_database(tmp_path / "x.kbx", kb_names=["nope"])
     assert missing["error"]["code"] == "KB_NOT_FOUND"
-    folder = export_database(source["session"], tmp_path)
+    folder = source["session"].export_database(tmp_path)
     assert folder["error"]["code"] == "INVALID_ARGUMENT" and "folder" in folder["message"]
     assert not (tmp_path / "x.kbx").exists()
 
@@ -231,12 +229,12 @@ def test_api_keys_are_never_exported(tmp_path: Path) -> None:
     )
     assert created["success"], created
     export = tmp_path / "remote.kbx"
-    assert export_database(session, export)["success"]
+    assert session.export_database(export)["success"]
     assert secret.encode() not in export.read_bytes()
     with zipfile.ZipFile(export) as archive:
         assert all(secret.encode() not in archive.read(name) for name in archive.namelist())
     target = fresh_session(tmp_path / "other")
-    envelope = import_database(target, export)
+    envelope = target.import_database(export)
     assert envelope["success"] and "'remote'" in envelope["message"] and "key" in envelope["message"]
     record = target.resolve_kb("remote")
     assert not record.has_api_key and record.embedding_endpoint == "http://127.0.0.1:9/v1"
@@ -265,7 +263,7 @@ def test_export_while_another_thread_imports_is_a_committed_state(tmp_path: Path
     try:
         while thread.is_alive() or len(exports) < 2:
             path = tmp_path / f"export{len(exports)}.kbx"
-            envelope = export_database(session, path)
+            envelope = session.export_database(path)
             assert envelope["success"], envelope
             exports.append(path)
             time.sleep(0.05)  # let the writer thread have the interpreter between exports
@@ -275,7 +273,7 @@ def test_export_while_another_thread_imports_is_a_committed_state(tmp_path: Path
     counts = []
     for number, path in enumerate(exports):
         target = fresh_session(tmp_path / f"target{number}")
-        envelope = import_database(target, path)  # validates every document's chunks against its vectors
+        envelope = target.import_database(path)  # validates every document's chunks against its vectors
         assert envelope["success"], envelope
         names = sorted(d["name"] for d in target.list_documents(kb_name="busy")["data"]["documents"])
         assert names == [p.name for p in files[: len(names)]]  # a prefix of the commits: no torn state
@@ -293,7 +291,7 @@ def small_export(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (root / "b.txt").write_text("数据 导入 导出。" * 30, encoding="utf-8")
     assert session.import_document([str(root / "a.txt"), str(root / "b.txt")], kb_name="small")["success"]
     export = root / "small.kbx"
-    assert export_database(session, export)["success"]
+    assert session.export_database(export)["success"]
     return export
 
 
@@ -337,13 +335,13 @@ def first_member(export: Path, suffix: str) -> str:
 def victim(tmp_path: Path, small_export: Path) -> tuple[Any, Path, dict[str, str]]:
     """A home with one KB already in it, and the listing to compare against after a refused import."""
     session = fresh_session(tmp_path / "victim")
-    assert import_database(session, small_export)["success"]
+    assert session.import_database(small_export)["success"]
     return session, tmp_path / "victim", home_listing(tmp_path / "victim")
 
 
 def assert_refused(victim: tuple[Any, Path, dict[str, str]], path: Path, *fragments: str) -> None:
     session, root, before = victim
-    envelope = import_database(session, path)
+    envelope = session.import_database(path)
     assert not envelope["success"]
     assert envelope["error"]["code"] == "INVALID_IMPORT_FILE", envelope
     assert "Traceback" not in envelope["message"]
@@ -572,7 +570,7 @@ def test_failure_at_the_commit_leaves_the_home_unchanged(
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(session.service.home, "_write_registry", broken)
-    envelope = import_database(session, source["export"])
+    envelope = session.import_database(source["export"])
     assert not envelope["success"]
     assert home_listing(root) == before
 
@@ -586,12 +584,12 @@ def test_round_trip_with_the_real_model(tmp_path: Path) -> None:
     imported = session.import_document([str(tmp_path / "en.txt"), str(tmp_path / "zh.txt")], kb_name="model")
     assert imported["data"]["success_count"] == 2
     export = tmp_path / "model.kbx"
-    assert export_database(session, export)["success"]
+    assert session.export_database(export)["success"]
     with zipfile.ZipFile(export) as archive:
         manifest = json.loads(archive.read(MANIFEST_MEMBER))
     assert manifest["knowledge_bases"][0]["segments"][0]["dimension"] == 384
     target = fresh_session(tmp_path / "other")
-    assert import_database(target, export)["success"]
+    assert target.import_database(export)["success"]
     for query in QUERIES:
         for mode in ("hybrid", "semantic"):
             assert_same_results(search_rows(session, "model", query, mode), search_rows(target, "model", query, mode))
@@ -669,7 +667,7 @@ def graph_export(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     imported = session.import_knowledge_bundle(str(bundle), kb_name="graph")
     assert imported["success"], imported
     export = root / "graph.kbx"
-    envelope = export_database(session, export)
+    envelope = session.export_database(export)
     assert envelope["success"], envelope
     return {"session": session, "home": service.home.root, "export": export, "envelope": envelope}
 
@@ -690,7 +688,7 @@ def test_export_carries_the_graph_state_as_an_optional_member(graph_export: dict
 def test_graph_round_trip_into_an_empty_home(graph_export: dict[str, Any], tmp_path: Path) -> None:
     original = graph_export["session"]
     target = fresh_session(tmp_path / "home")
-    envelope = import_database(target, graph_export["export"])
+    envelope = target.import_database(graph_export["export"])
     assert envelope["success"], envelope
     assert "Restored 1 knowledge-bundle graph(s) with 3 node(s) and 2 edge(s)" in envelope["message"]
     assert graph_of(target, "graph") == graph_of(original, "graph")
@@ -722,8 +720,8 @@ def test_graph_round_trip_into_an_empty_home(graph_export: dict[str, Any], tmp_p
 
 def test_graph_links_follow_fresh_ids_and_renamed_documents(graph_export: dict[str, Any], tmp_path: Path) -> None:
     target = fresh_session(tmp_path / "home")
-    assert import_database(target, graph_export["export"])["success"]
-    second = import_database(target, graph_export["export"])  # same document ids: the copy gets fresh ones
+    assert target.import_database(graph_export["export"])["success"]
+    second = target.import_database(graph_export["export"])  # same document ids: the copy gets fresh ones
     assert second["success"], second
     copy = next(r["to"] for r in second["data"]["renamed_knowledge_bases"] if r["from"] == "graph")
     nodes, edges = graph_of(target, copy)
@@ -799,7 +797,7 @@ def test_hostile_graph_states_are_refused_and_change_nothing(
 
     assert_refused(victim, variant("txt", non_bundle_document), "not 'bundle'")
     session, root, before = victim
-    too_big = import_database(session, graph_export["export"], limits=TransferLimits(max_graph_bytes=100))
+    too_big = session.import_database(graph_export["export"], limits=TransferLimits(max_graph_bytes=100))
     assert too_big["error"]["code"] == "INVALID_IMPORT_FILE" and "graph" in too_big["message"]
     assert home_listing(root) == before
 
@@ -812,7 +810,7 @@ def test_a_graph_link_to_a_document_missing_from_the_file_is_cleared(
     state["nodes"][0]["doc_id"] = "doc_gone0000000000"
     bad = rebuild(graph_export["export"], tmp_path / "gone.kbx", replace={path: json.dumps(state).encode("utf-8")})
     target = fresh_session(tmp_path / "home")
-    envelope = import_database(target, bad)
+    envelope = target.import_database(bad)
     assert envelope["success"], envelope
     assert "1 node(s) of 'graph' had no indexed document" in envelope["message"]
     assert (
@@ -855,7 +853,7 @@ def test_export_while_bundles_import_holds_matching_graph_and_documents(tmp_path
     try:
         while thread.is_alive() or len(exports) < 2:
             path = tmp_path / f"export{len(exports)}.kbx"
-            assert export_database(session, path)["success"]
+            assert session.export_database(path)["success"]
             exports.append(path)
             time.sleep(0.02)
     finally:
@@ -863,7 +861,7 @@ def test_export_while_bundles_import_holds_matching_graph_and_documents(tmp_path
     assert not errors
     for number, path in enumerate(exports):
         target = fresh_session(tmp_path / f"target{number}")
-        envelope = import_database(target, path)
+        envelope = target.import_database(path)
         assert envelope["success"] and "had no indexed document" not in envelope["message"], envelope
         nodes, edges = graph_of(target, "busy")
         documents = target.list_documents(kb_name="busy")["data"]["documents"]

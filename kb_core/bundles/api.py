@@ -30,7 +30,7 @@ from typing import Any
 import pyarrow.compute as pc
 
 from kb_core.bundles.graph import GraphState, GraphStore, read_shadow
-from kb_core.bundles.indexing import sync_index as sync_folder_index
+from kb_core.bundles.indexing import sync_index
 from kb_core.bundles.loading import BundleLimits, load_bundle_file, load_bundle_handle, load_bundle_text
 from kb_core.bundles.ontology import Ontology, parse_ontology
 from kb_core.bundles.schema import bundle_schema, example_yaml
@@ -46,23 +46,13 @@ from kb_core.bundles.validation import (
 from kb_core.envelope import Envelope, enveloped, ok
 from kb_core.errors import ImportFormatError, InvalidArgument, ItemNotFound
 from kb_core.safe_files import OpenedFile, UnusablePath, open_input_file, reject_nul
-from kb_core.seams import Resources, Scope
+from kb_core.seams import Scope
 from kb_core.store import KnowledgeBaseRecord
 
 logger = logging.getLogger(__name__)
 
 BUNDLE_INVALID = "BUNDLE_INVALID"
 MAX_NEIGHBOURS = 100
-
-
-def sync_index(service: Resources, record: KnowledgeBaseRecord, state: GraphState) -> dict[str, int]:
-    """The KB's bundle documents brought in line with the graph: committed now in a folder store; on PostgreSQL
-    prepared here and committed with the graph (:mod:`kb_core.store.postgres.bundles`)."""
-    if service.postgres is not None:
-        from kb_core.store.postgres.bundles import sync_index as prepare_on_postgres
-
-        return prepare_on_postgres(service, record, state)
-    return sync_folder_index(service, record, state)
 
 
 def graph_store(session: Scope, record: KnowledgeBaseRecord) -> GraphStore:

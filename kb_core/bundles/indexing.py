@@ -10,14 +10,12 @@ orphaned documents are removed and missing ones re-indexed on the next sync.
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import uuid
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from kb_core.bundles.documents import BUNDLE_SOURCE, chunk_and_embed, diff_bundle_documents
 from kb_core.bundles.graph import GraphState
 from kb_core.errors import StoreError
 from kb_core.seams import Resources
@@ -25,46 +23,16 @@ from kb_core.store import Change, KnowledgeBaseRecord, Manifest, catalog, utc_no
 
 logger = logging.getLogger(__name__)
 
-BUNDLE_SOURCE = "bundle"
-EMBED_BATCH = 256
-
-
-def node_text(state: GraphState, node: dict[str, Any]) -> str:
-    node_type = state.ontology.nodes.get(node["type"])
-    if node_type is None:
-        return ""
-    parts = [node["properties"].get(f) for f in node_type.indexed]
-    return "\n\n".join(p for p in parts if isinstance(p, str) and p.strip())
-
-
-def node_display_name(node: dict[str, Any]) -> str:
-    identity = node["identity"]
-    if len(identity) == 1:
-        name = str(next(iter(identity.values())))
-    else:
-        name = ", ".join(f"{k}={v}" for k, v in identity.items())
-    name = " ".join(name.split())[:200]
-    return name or node["id"]
-
-
-@dataclass
-class _NewDocument:
-    node_id: str
-    doc_id: str
-    name: str
-    text: str
-    sha256: str
-    chunks: list[Any]
-
 
 def sync_index(service: Resources, record: KnowledgeBaseRecord, state: GraphState) -> dict[str, int]:
     """Make the KB's bundle documents match ``state`` in one commit; sets each node's doc_id/doc_name.
 
     Call under the graph lock. Returns documents_indexed, documents_removed, chunks_indexed.
     """
-    from kb_core.ingest.chunking import chunk_document
-    from kb_core.ingest.parsing.base import ParsedDocument
-    from kb_core.ingest.parsing.txt_parser import split_paragraphs
+    if service.postgres is not None:  # prepared here, committed with the graph (kb_core.store.postgres.bundles)
+        from kb_core.store.postgres.bundles import sync_index as prepare_on_postgres
+
+        return prepare_on_postgres(service, record, state)
     from kb_core.ingest.pipeline import timestamped_name
     from kb_core.store.segments import chunk_row, write_segment_files
 
@@ -75,41 +43,13 @@ def sync_index(service: Resources, record: KnowledgeBaseRecord, state: GraphStat
         for row in documents.to_dict("records")
         if row["source"] == BUNDLE_SOURCE and row["status"] == "ready"
     }
-    keep: set[str] = set()
-    pending: list[tuple[dict[str, Any], str, str]] = []
-    for node_id in sorted(state.nodes):
-        node = state.nodes[node_id]
-        text = node_text(state, node)
-        if not text:
-            node.update(doc_id=None, doc_name=None, text_sha256=None)
-            continue
-        sha = hashlib.sha256(text.encode("utf-8")).hexdigest()
-        old = live.get(node.get("doc_id") or "")
-        if old is not None and old["sha256"] == sha:
-            keep.add(old["doc_id"])
-            node.update(doc_name=old["name"], text_sha256=sha)
-            continue
-        pending.append((node, text, sha))
-    remove = sorted(set(live) - keep)
+    remove, pending = diff_bundle_documents(state, live)
     if not pending and not remove:
         return {"documents_indexed": 0, "documents_removed": 0, "chunks_indexed": 0}
 
     embedder = service.embedder(record)
-    new_docs: list[_NewDocument] = []
-    for node, text, sha in pending:
-        blocks = tuple(b for b in split_paragraphs(text) if b.text.strip())
-        chunks = chunk_document(ParsedDocument("txt", blocks), embedder.tokenizer, record.chunk_size) if blocks else []
-        if not chunks:
-            node.update(doc_id=None, doc_name=None, text_sha256=None)
-            continue
-        doc_id = f"doc_{uuid.uuid4().hex[:16]}"
-        new_docs.append(_NewDocument(node["id"], doc_id, node_display_name(node), text, sha, chunks))
-
+    new_docs, vectors = chunk_and_embed(pending, embedder, record.chunk_size)
     store = service.kb_store(record.id)
-    contents = [c.content for d in new_docs for c in d.chunks]
-    vectors: list[np.ndarray] = []
-    for start in range(0, len(contents), EMBED_BATCH):
-        vectors.extend(embedder.embed_documents(contents[start : start + EMBED_BATCH]))
     staged = store.stage_segment() if new_docs else None
     try:
         doc_rows: list[dict[str, Any]] = []

@@ -5,15 +5,13 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kb_core.cli.common import Commands, table
-from kb_core.envelope import Envelope, enveloped, ok
+from kb_core.envelope import Envelope
 
 if TYPE_CHECKING:
     from kb_core.session import Session
-    from kb_core.store.postgres.tokens import PostgresTokenStore
-    from kb_core.store.tokens import TokenRecord, TokenStore
 
 logger = logging.getLogger(__name__)
 
@@ -46,58 +44,16 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _store(session: Session) -> TokenStore | PostgresTokenStore:
-    return session.service.token_store  # the home's tokens, or the database's on PostgreSQL
-
-
-def _scope_names(session: Session, scope: frozenset[str] | None) -> str:
-    if scope is None:
-        return "all"
-    names = {r.id: r.name for r in session.service.registry.knowledge_bases()}
-    return ",".join(sorted(names.get(kb_id, f"(deleted {kb_id})") for kb_id in scope))
-
-
-def _token_row(session: Session, record: TokenRecord) -> dict[str, Any]:
-    return {
-        "id": record.id,
-        "scope": _scope_names(session, record.scope),
-        "capability": record.capability,
-        "rate_per_hour": record.rate_per_hour,
-        "created_at": record.created_at,
-    }
-
-
-@enveloped
 def create_token(session: Session, args: argparse.Namespace) -> Envelope:
-    from kb_core.errors import InvalidArgument
-
-    raw_scope = (args.scope or "").strip()
-    if not raw_scope:
-        raise InvalidArgument("--scope must be 'all' or a comma-separated list of knowledge base names.")
-    if raw_scope.lower() == "all":
-        scope = None
-    else:
-        names = [n.strip() for n in raw_scope.split(",") if n.strip()]
-        scope = sorted({session.service.find_kb(name).id for name in names})
-    token, record = _store(session).create(scope, args.capability, args.rate)
-    row = _token_row(session, record)
-    return ok(
-        f"Created token {record.id} ({record.capability}, scope {row['scope']}, {record.rate_per_hour}/hour). "
-        f"It is shown only now; keep it secret:\n{token}",
-        {**row, "token": token},
-    )
+    return session.create_token(args.scope, args.capability, args.rate)
 
 
-@enveloped
 def list_tokens(session: Session, args: argparse.Namespace) -> Envelope:
-    rows = [_token_row(session, r) for r in _store(session).list()]
-    return ok(f"{len(rows)} token(s).", {"tokens": rows, "count": len(rows)})
+    return session.list_tokens()
 
 
-@enveloped
 def revoke_token(session: Session, args: argparse.Namespace) -> Envelope:
-    record = _store(session).revoke(args.id)
-    return ok(f"Revoked token {record.id}.", {"id": record.id})
+    return session.revoke_token(args.id)
 
 
 def _render_tokens(envelope: Envelope) -> str:

@@ -5,9 +5,12 @@ They give clients an output schema; the data itself comes from the session's env
 
 from __future__ import annotations
 
-from typing import Any, Generic, Literal, TypeVar
+from dataclasses import fields
+from typing import Any, Generic, Literal, TypeVar, get_type_hints
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, create_model
+
+from kb_core.results import SearchHit
 
 T = TypeVar("T")
 
@@ -79,23 +82,38 @@ class ImportResult(BaseModel):
     failed_files: list[FailedFile]
 
 
-class SearchChunk(BaseModel):
-    id: str
-    doc_id: str
-    content: str
-    tokens: int
-    chunk_index: int
-    doc_name: str
-    score: float
-    chapter: str | None = None
-    page: int | None = None
-    file_type: str | None = None
-    kb_id: str | None = None
-    kb_name: str | None = None
-    matched_terms: list[str] = Field(default_factory=list)
-    breakdown: dict[str, Any] = Field(default_factory=dict, description="how the score was computed")
-    expanded: bool = Field(default=False, description="added by graph expansion (expand_graph), not by the query")
-    graph: dict[str, Any] | None = Field(default=None, description="the bundle node of this chunk's document")
+# Optional in the published schema though a SearchHit always has them: the tools have always published them so.
+_OPTIONAL_HIT_FIELDS = ("chapter", "page", "file_type", "kb_id", "kb_name")
+
+
+def _search_chunk_fields() -> dict[str, Any]:
+    """The fields of one search hit as ``SearchHit.to_json`` writes them, named and typed once, by ``SearchHit``."""
+    hints = get_type_hints(SearchHit)
+    described: dict[str, Any] = {
+        "matched_terms": (list[str], Field(default_factory=list)),
+        "breakdown": (dict[str, Any], Field(default_factory=dict, description="how the score was computed")),
+    }
+    chunk_fields: dict[str, Any] = {}
+    for hit_field in fields(SearchHit):
+        name = hit_field.name
+        if name == "location":  # internal: where the row lies in its snapshot
+            continue
+        if name in described:
+            chunk_fields[name] = described[name]
+        elif name in _OPTIONAL_HIT_FIELDS:
+            chunk_fields[name] = (hints[name] | None, None)
+        else:
+            chunk_fields[name] = (hints[name], ...)
+    return chunk_fields
+
+
+SearchChunk = create_model(
+    "SearchChunk",
+    __module__=__name__,
+    **_search_chunk_fields(),
+    expanded=(bool, Field(default=False, description="added by graph expansion (expand_graph), not by the query")),
+    graph=(dict[str, Any] | None, Field(default=None, description="the bundle node of this chunk's document")),
+)
 
 
 class SearchResult(BaseModel):

@@ -189,8 +189,8 @@ def bundle_index_problem(store: KBStore) -> str | None:
     documents no graph node names, or nodes whose document was replaced or deleted. Checked under the graph's
     write lock, and skipped while a bundle import holds it (its two commits are then legitimately apart).
     """
+    from kb_core.bundles.documents import BUNDLE_SOURCE
     from kb_core.bundles.graph import GraphStore  # imported here: bundles build on the store, not the reverse
-    from kb_core.bundles.indexing import BUNDLE_SOURCE
 
     graph = GraphStore(store.root)
     if not graph.root.is_dir():

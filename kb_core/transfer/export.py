@@ -13,6 +13,7 @@ import logging
 import os
 import zipfile
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
@@ -22,7 +23,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kb_core.bundles.graph import GraphState, GraphStore
-from kb_core.envelope import Envelope, enveloped, ok
 from kb_core.errors import InvalidArgument, KBNotFound, StoreError
 from kb_core.safe_files import OutputFolder, open_output_folder
 from kb_core.seams import Resources, Scope
@@ -275,13 +275,24 @@ def _zip_time() -> tuple[int, int, int, int, int, int]:
     return (now.year, now.month, now.day, now.hour, now.minute, now.second)
 
 
-@enveloped
+@dataclass(frozen=True)
+class ExportSummary:
+    """What an export wrote: ``message`` for the user, ``source_path`` (the home or the database), ``export_path``."""
+
+    message: str
+    source_path: str
+    export_path: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"source_path": self.source_path, "export_path": self.export_path}
+
+
 def export_database(
     session: Scope, export_path: str | os.PathLike[str], kb_names: Sequence[str] | None = None
-) -> Envelope:
+) -> ExportSummary:
     """Write every KB the session can see (or only ``kb_names``) to one portable file at ``export_path``.
 
-    Returns ``{source_path: the home, export_path}``. API keys are never exported.
+    Raises KBError for what stops it. API keys are never exported.
     """
     target = _resolve_path(export_path, "export_path")
     # The folder is opened once; the file is created in it and renamed into place relative to that open
@@ -290,7 +301,7 @@ def export_database(
         return _export_into(session, folder, target, kb_names)
 
 
-def _export_into(session: Scope, folder: OutputFolder, target: Path, kb_names: Sequence[str] | None) -> Envelope:
+def _export_into(session: Scope, folder: OutputFolder, target: Path, kb_names: Sequence[str] | None) -> ExportSummary:
     service = session.service
     home_root: Path = service.home.root
     if (folder.real_path.resolve() / folder.name).is_relative_to(home_root.resolve() / "kbs"):
@@ -348,4 +359,4 @@ def _export_into(session: Scope, folder: OutputFolder, target: Path, kb_names: S
     )
     logger.info(message)
     source = service.postgres.display if service.postgres is not None else str(home_root)
-    return ok(message, {"source_path": source, "export_path": str(target)})
+    return ExportSummary(message, source, str(target))

@@ -5,9 +5,11 @@ from __future__ import annotations
 import logging
 import os
 import re
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -16,6 +18,9 @@ from kb_core.errors import InvalidArgument
 from kb_core.safe_files import reject_nul
 from kb_core.store.files import EXACT_VECTORS_FILE
 from kb_core.validation import KB_NAME_MAX_LENGTH, name_key
+
+if TYPE_CHECKING:
+    from kb_core.transfer.restore import _KBPlan
 
 logger = logging.getLogger(__name__)
 
@@ -110,3 +115,17 @@ def _kb_name_with_stamp(name: str, stamp: str, taken: set[str]) -> str:
         if name_key(candidate) not in taken:
             return candidate
         counter += 1
+
+
+def rename_clashing(plans: Sequence[_KBPlan], taken: set[str], now: datetime) -> list[tuple[str, str]]:
+    """Give each planned KB whose name is taken (``taken``: name keys, updated) the name with the import's time
+    stamp. Returns the KBs renamed, as (old, new)."""
+    renamed: list[tuple[str, str]] = []
+    stamp = now.strftime("%Y%m%d-%H%M%S")
+    for plan in plans:
+        if name_key(plan.record.name) in taken:
+            new_name = _kb_name_with_stamp(plan.record.name, stamp, taken)
+            renamed.append((plan.record.name, new_name))
+            plan.record = replace(plan.record, name=new_name)
+        taken.add(name_key(plan.record.name))
+    return renamed

@@ -22,7 +22,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kb_core.bundles.graph import GraphState, GraphStore, write_shadow
-from kb_core.envelope import Envelope, enveloped, ok
 from kb_core.errors import ImportFormatError, InvalidArgument, KBError
 from kb_core.ingest.pipeline import timestamped_name
 from kb_core.seams import Resources, Scope
@@ -48,9 +47,9 @@ from kb_core.transfer.format import (
     SHA256_HEX,
     VECTORS_FILE,
     TransferLimits,
-    _kb_name_with_stamp,
     _resolve_path,
     expected_dimension,
+    rename_clashing,
 )
 from kb_core.validation import name_key, validate_chunk_size, validate_endpoint, validate_kb_name
 
@@ -69,7 +68,6 @@ def _int(value: Any, what: str, low: int = 0, high: int = 2**62) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise _refuse(f"{what} must be an integer from {low} to {high}, got {value!r}.")
     return value
-
 
 
 @dataclass
@@ -469,19 +467,10 @@ def _stage_kb(plan: _KBPlan, staging: Path, analyzer: Any) -> None:
 
 def _commit(home: Any, plans: Sequence[_KBPlan], now: datetime) -> list[tuple[str, str]]:
     """Move the staged KB folders into the home and register them in one registry write (the commit point)."""
-    from dataclasses import replace
 
-    renamed: list[tuple[str, str]] = []
-    stamp = now.strftime("%Y%m%d-%H%M%S")
     with home.registry_lock():
         existing = home.knowledge_bases()
-        taken = {name_key(r.name) for r in existing}
-        for plan in plans:
-            if name_key(plan.record.name) in taken:
-                new_name = _kb_name_with_stamp(plan.record.name, stamp, taken)
-                renamed.append((plan.record.name, new_name))
-                plan.record = replace(plan.record, name=new_name)
-            taken.add(name_key(plan.record.name))
+        renamed = rename_clashing(plans, {name_key(r.name) for r in existing}, now)
         moved: list[Path] = []
         try:
             for plan in plans:
@@ -503,14 +492,32 @@ def _commit(home: Any, plans: Sequence[_KBPlan], now: datetime) -> list[tuple[st
     return renamed
 
 
-@enveloped
+@dataclass(frozen=True)
+class ImportSummary:
+    """What an import of an export file merged: ``message`` for the user, the file, and the KBs it added."""
+
+    message: str
+    source_path: str
+    knowledge_bases: list[str]
+    document_count: int
+    renamed_knowledge_bases: list[tuple[str, str]]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source_path": self.source_path,
+            "imported_kb_count": len(self.knowledge_bases),
+            "imported_doc_count": self.document_count,
+            "knowledge_bases": list(self.knowledge_bases),
+            "renamed_knowledge_bases": [{"from": a, "to": b} for a, b in self.renamed_knowledge_bases],
+        }
+
+
 def import_database(
     session: Scope, source_db_path: str | os.PathLike[str], *, limits: TransferLimits | None = None
-) -> Envelope:
+) -> ImportSummary:
     """Merge every KB of an export file into the home, all or nothing.
 
-    Returns ``{source_path, imported_kb_count, imported_doc_count}``. Hostile or damaged files are refused with
-    INVALID_IMPORT_FILE before anything in the home changes.
+    Hostile or damaged files are refused with INVALID_IMPORT_FILE (a KBError) before anything in the home changes.
     """
     source = _resolve_path(source_db_path, "source_db_path")
     service = session.service
@@ -568,13 +575,4 @@ def import_database(
     else:
         message += "."
     logger.info(message)
-    return ok(
-        message,
-        {
-            "source_path": str(source),
-            "imported_kb_count": len(plans),
-            "imported_doc_count": documents,
-            "knowledge_bases": [p.record.name for p in plans],
-            "renamed_knowledge_bases": [{"from": a, "to": b} for a, b in renamed],
-        },
-    )
+    return ImportSummary(message, str(source), [p.record.name for p in plans], documents, renamed)

@@ -27,6 +27,14 @@ from kb_core.mcp.models import (
 )
 from kb_core.mcp.results import hits_text
 
+# The search settings search and explain_search both take, as clients read them.
+ModeArg = Annotated[SearchMode | None, Field(description="default from settings, usually hybrid")]
+VectorWeightArg = Annotated[float | None, Field(ge=0, le=1, description=VECTOR_WEIGHT)]
+KeywordWeightArg = Annotated[float | None, Field(ge=0, le=1, description=KEYWORD_WEIGHT)]
+WeightingArg = Annotated[Weighting | None, Field(description=WEIGHTING)]
+LanguageGuardArg = Annotated[bool | None, Field(description=LANGUAGE_GUARD)]
+FusionArg = Annotated[Fusion | None, Field(description="weighted (default) or rrf")]
+
 
 async def search(
     query: Annotated[str, Field(description="query text")],
@@ -35,12 +43,12 @@ async def search(
     expand_graph: Annotated[
         bool, Field(description="also return documents related to bundle hits by graph edges")
     ] = False,
-    mode: Annotated[SearchMode | None, Field(description="default from settings, usually hybrid")] = None,
-    vector_weight: Annotated[float | None, Field(ge=0, le=1, description=VECTOR_WEIGHT)] = None,
-    keyword_weight: Annotated[float | None, Field(ge=0, le=1, description=KEYWORD_WEIGHT)] = None,
-    weighting: Annotated[Weighting | None, Field(description=WEIGHTING)] = None,
-    language_guard: Annotated[bool | None, Field(description=LANGUAGE_GUARD)] = None,
-    fusion: Annotated[Fusion | None, Field(description="weighted (default) or rrf")] = None,
+    mode: ModeArg = None,
+    vector_weight: VectorWeightArg = None,
+    keyword_weight: KeywordWeightArg = None,
+    weighting: WeightingArg = None,
+    language_guard: LanguageGuardArg = None,
+    fusion: FusionArg = None,
 ) -> Annotated[CallToolResult, ToolEnvelope[SearchResult]]:
     r"""Perform hybrid search in the currently selected knowledge base. Combines keyword search (BM25) and vector
     search, merges results using a weighted approach (keyword weight 0.3, vector weight 0.7 unless the knowledge base
@@ -105,12 +113,12 @@ async def explain_search(
     query: Annotated[str, Field(description="the query text")],
     chunk_id: Annotated[str, Field(description="a chunk id (chk_...) from a search hit")],
     ctx: Context,
-    mode: Annotated[SearchMode | None, Field(description="default from settings, usually hybrid")] = None,
-    vector_weight: Annotated[float | None, Field(ge=0, le=1, description=VECTOR_WEIGHT)] = None,
-    keyword_weight: Annotated[float | None, Field(ge=0, le=1, description=KEYWORD_WEIGHT)] = None,
-    weighting: Annotated[Weighting | None, Field(description=WEIGHTING)] = None,
-    language_guard: Annotated[bool | None, Field(description=LANGUAGE_GUARD)] = None,
-    fusion: Annotated[Fusion | None, Field(description="weighted (default) or rrf")] = None,
+    mode: ModeArg = None,
+    vector_weight: VectorWeightArg = None,
+    keyword_weight: KeywordWeightArg = None,
+    weighting: WeightingArg = None,
+    language_guard: LanguageGuardArg = None,
+    fusion: FusionArg = None,
 ) -> Annotated[CallToolResult, ToolEnvelope[SearchExplanation]]:
     r"""Explain why a chunk ranks where it does for a query: its rank among the hits (searched up to 1,000 deep with
     the knowledge base's settings, or the ones given), its score on the 0-1 scale and every step of it (raw cosine,

@@ -12,9 +12,7 @@ KB take turns on a PostgreSQL advisory lock, on every host.
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -112,10 +110,7 @@ def sync_index(service: Resources, record: KnowledgeBaseRecord, state: GraphStat
     """:func:`kb_core.bundles.indexing.sync_index` on PostgreSQL: the same diff between the graph and the KB's
     bundle documents, the same chunks, names and vectors, but nothing is committed here: the documents wait for
     the graph commit of the open :meth:`PostgresGraphStore.lock` block (one transaction for both)."""
-    from kb_core.bundles.indexing import BUNDLE_SOURCE, EMBED_BATCH, node_display_name, node_text
-    from kb_core.ingest.chunking import chunk_document
-    from kb_core.ingest.parsing.base import ParsedDocument
-    from kb_core.ingest.parsing.txt_parser import split_paragraphs
+    from kb_core.bundles.documents import BUNDLE_SOURCE, chunk_and_embed, diff_bundle_documents, node_display_name
     from kb_core.ingest.pipeline import timestamped_name
     from kb_core.store.segments import chunk_row
 
@@ -126,46 +121,20 @@ def sync_index(service: Resources, record: KnowledgeBaseRecord, state: GraphStat
     with service.postgres.snapshot(record.id, prefer_replica=False) as snapshot:
         current = [d.to_row() for d in snapshot.documents()]
     live = {r["doc_id"]: r for r in current if r["source"] == BUNDLE_SOURCE and r["status"] == "ready"}
-    keep: set[str] = set()
-    pending: list[tuple[dict[str, Any], str, str]] = []
-    for node_id in sorted(state.nodes):
-        node = state.nodes[node_id]
-        text = node_text(state, node)
-        if not text:
-            node.update(doc_id=None, doc_name=None, text_sha256=None)
-            continue
-        sha = hashlib.sha256(text.encode("utf-8")).hexdigest()
-        old = live.get(node.get("doc_id") or "")
-        if old is not None and old["sha256"] == sha:
-            keep.add(old["doc_id"])
-            node.update(doc_name=old["name"], text_sha256=sha)
-            continue
-        pending.append((node, text, sha))
-    remove = sorted(set(live) - keep)
+    remove, pending = diff_bundle_documents(state, live)
     graph_store.pending = _PendingIndex(delete=remove)
     if not pending and not remove:
         return {"documents_indexed": 0, "documents_removed": 0, "chunks_indexed": 0}
 
-    embedder = service.embedder(record)
-    new_docs: list[tuple[dict[str, Any], str, str, str, list[Any]]] = []  # node, doc_id, text, sha, chunks
-    for node, text, sha in pending:
-        blocks = tuple(b for b in split_paragraphs(text) if b.text.strip())
-        chunks = chunk_document(ParsedDocument("txt", blocks), embedder.tokenizer, record.chunk_size) if blocks else []
-        if not chunks:
-            node.update(doc_id=None, doc_name=None, text_sha256=None)
-            continue
-        new_docs.append((node, f"doc_{uuid.uuid4().hex[:16]}", text, sha, chunks))
-    contents = [c.content for *_, chunks in new_docs for c in chunks]
-    vectors: list[np.ndarray] = []
-    for start in range(0, len(contents), EMBED_BATCH):
-        vectors.extend(embedder.embed_documents(contents[start : start + EMBED_BATCH]))
+    new_docs, vectors = chunk_and_embed(pending, service.embedder(record), record.chunk_size)
     # names as the folder store's bundle commit gives them: a clash gets the node type, then a timestamp
     gone = set(remove)
     taken = {str(r["name"]).casefold() for r in current if r["doc_id"] not in gone and r["status"] == "ready"}
     now = utc_now()
     at = 0
-    for node, doc_id, text, sha, chunks in new_docs:
-        name = node_display_name(node)
+    for new in new_docs:
+        node, doc_id, text, sha, chunks = state.nodes[new.node_id], new.doc_id, new.text, new.sha256, new.chunks
+        name = new.name
         if name.casefold() in taken:
             name = f"{node['type']}: {name}"
         if name.casefold() in taken:
@@ -199,7 +168,7 @@ def sync_index(service: Resources, record: KnowledgeBaseRecord, state: GraphStat
     return {
         "documents_indexed": len(new_docs),
         "documents_removed": len(remove),
-        "chunks_indexed": sum(len(chunks) for *_, chunks in new_docs),
+        "chunks_indexed": sum(len(d.chunks) for d in new_docs),
     }
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import io
 import logging
 from collections.abc import Sequence
-from dataclasses import replace
 from datetime import datetime
 from pathlib import PurePath
 from typing import IO, TYPE_CHECKING, Any
@@ -67,19 +66,12 @@ def commit_plans(
 ) -> list[tuple[str, str]]:
     """Create each planned KB and commit its documents (and graph); all or nothing: on a failure the KBs created so
     far are deleted again. Returns the KBs renamed because their name was taken, as (old, new)."""
-    from kb_core.transfer.format import _kb_name_with_stamp
+    from kb_core.transfer.format import rename_clashing
 
-    renamed: list[tuple[str, str]] = []
-    stamp = now.strftime("%Y%m%d-%H%M%S")
-    taken = {name_key(r.name) for r in store.knowledge_bases()}
+    renamed = rename_clashing(plans, {name_key(r.name) for r in store.knowledge_bases()}, now)
     created: list[str] = []
     try:
         for plan in plans:
-            if name_key(plan.record.name) in taken:
-                new_name = _kb_name_with_stamp(plan.record.name, stamp, taken)
-                renamed.append((plan.record.name, new_name))
-                plan.record = replace(plan.record, name=new_name)
-            taken.add(name_key(plan.record.name))
             dimensions = {int(s.vectors.shape[1]) for s in plan.segments if len(s.chunks)}
             record = store.create_knowledge_base(
                 plan.record.name,

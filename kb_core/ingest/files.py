@@ -1,0 +1,154 @@
+"""Files into a KB: the import of the paths a user names, and the re-import of a stored document.
+
+:func:`import_files` opens each path once (confined to the session's folders, refused over the size limit) and
+copies it into a private staging folder; everything after works on the copy, so a path cannot be redirected (a
+folder swapped for a symlink) after its check. :func:`reimport_document` re-chunks a stored document from its
+original. Both raise :class:`~kb_core.errors.KBError` for what stops the whole call and return typed data; the
+session builds the envelope.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import unicodedata
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kb_core.errors import KBNotFound, PermissionDenied
+from kb_core.ingest.pipeline import FileProgress, ImportProgress, ImportSource
+from kb_core.safe_files import UnusablePath, open_input_file
+
+if TYPE_CHECKING:
+    from kb_core.ingest.executors import DocumentExecutor
+    from kb_core.service import KnowledgeBaseService
+    from kb_core.store import KnowledgeBaseRecord
+
+
+@dataclass(frozen=True)
+class FileOutcome:
+    """What became of one named file: a document with its chunks, or an error."""
+
+    file_path: str
+    doc_name: str | None = None
+    chunk_count: int | None = None
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        if self.error is not None:
+            return {"file_path": self.file_path, "error": self.error}
+        return {"file_path": self.file_path, "doc_name": self.doc_name, "chunk_count": self.chunk_count}
+
+
+def import_files(
+    service: KnowledgeBaseService,
+    record: KnowledgeBaseRecord,
+    file_paths: Sequence[str],
+    chunk_size: int,
+    *,
+    allowed_dirs: Sequence[Path] | None,
+    runner: DocumentExecutor | None = None,
+    progress: Callable[[ImportProgress], None] | None = None,
+    display_names: Sequence[str] | None = None,
+    source: str = "path",
+    cancel: threading.Event | None = None,
+) -> list[FileOutcome]:
+    """Import ``file_paths`` (validated by the caller) into ``record``; one outcome per path, in order.
+    ``cancel``: set it to stop the import (what was committed stays; the other files fail as cancelled)."""
+    results: list[FileOutcome | None] = [None] * len(file_paths)
+    sources: list[ImportSource] = []
+    positions: list[int] = []
+    copies = service.import_staging(record)
+    copied_names: set[str] = set()
+    try:
+        for index, raw in enumerate(file_paths):
+            path = Path(str(raw)).expanduser()
+            if not path.is_absolute():
+                path = Path.cwd() / path
+            # One shared folder, and a folder of its own only for a repeated name: a folder per file cost more
+            # than the import of a small file (removing thousands of folders is slow).
+            repeated = path.name.casefold() in copied_names
+            copied_names.add(path.name.casefold())
+            folder = copies / (str(index) if repeated else "files")
+            try:
+                copy = _copy_for_import(path, folder, allowed_dirs, service.parse_limits.max_file_bytes)
+            except (UnusablePath, PermissionDenied) as exc:
+                reason = f"{raw} {exc.reason}." if isinstance(exc, UnusablePath) else exc.message
+                results[index] = FileOutcome(str(raw), error=reason)
+                continue
+            name = display_names[index] if display_names is not None else path.name
+            sources.append(
+                ImportSource(path=copy, display_name=safe_document_name(name), source=source, reported_path=str(raw))
+            )
+            positions.append(index)
+        states = service.importer(record, runner).run(sources, chunk_size, progress, cancel)[0] if sources else []
+    finally:
+        shutil.rmtree(copies, ignore_errors=True)
+    if sources:
+        service.compact_quietly(record)
+        for position, state in zip(positions, states, strict=True):
+            if state.status == "ready":
+                results[position] = FileOutcome(state.file_path, state.doc_name, state.chunks_total)
+            else:
+                results[position] = FileOutcome(state.file_path, error=state.error or "import failed")
+    return [r for r in results if r is not None]
+
+
+def _copy_for_import(path: Path, folder: Path, allowed_dirs: Sequence[Path] | None, limit: int) -> Path:
+    """Open ``path`` (confined to ``allowed_dirs``) and copy it to ``folder/<its name>``."""
+    with open_input_file(path, allowed_dirs) as opened:
+        if opened.stat.st_size > limit:
+            raise UnusablePath(
+                path, f"is {opened.stat.st_size / 1e6:.1f} MB, over the import limit of {limit / 1e6:.1f} MB"
+            )
+        try:  # inside the KB's staging/, which is never recreated for a KB deleted meanwhile
+            folder.parent.mkdir(exist_ok=True)
+            folder.mkdir(exist_ok=True)
+        except FileNotFoundError:
+            raise KBNotFound("The knowledge base was deleted during the import.") from None
+        copy = folder / path.name
+        try:
+            opened.copy_to(copy, limit)
+        except OSError as exc:
+            raise UnusablePath(path, f"could not be read and copied for the import ({exc.strerror or exc})") from None
+    return copy
+
+
+def reimport_document(
+    service: KnowledgeBaseService,
+    record: KnowledgeBaseRecord,
+    document: dict[str, Any],
+    chunk_size: int,
+    progress: Callable[[ImportProgress], None] | None = None,
+) -> FileProgress | None:
+    """Re-chunk the live ``document`` (a documents row) from its stored original, replacing it in one commit.
+    None when its segment is gone (the document was changed meanwhile)."""
+    if service.postgres is not None:
+        from kb_core.store.postgres.items import reimport_document as reimport_on_postgres
+
+        return reimport_on_postgres(service, record, document, chunk_size, progress)
+    segment = service.reader(record.id).snapshot().segment_by_id(document["segment_id"])
+    if segment is None:
+        return None
+    original = segment.original_path(document["original"])
+    source = ImportSource(
+        path=original,
+        display_name=document["name"],
+        source=document["source"],
+        reported_path=document["file_path"],
+        doc_id=document["doc_id"],
+        created_at=document["created_at"],
+        replaces=(document["segment_id"], document["doc_id"]),
+    )
+    states, _ = service.importer(record).run([source], chunk_size, progress)
+    return states[0]
+
+
+def safe_document_name(name: str) -> str:
+    """A document name from a file name: no folders, no control characters, not empty."""
+    base = str(name).replace("\\", "/").rsplit("/", 1)[-1]
+    base = "".join(c for c in unicodedata.normalize("NFC", base) if unicodedata.category(c) not in ("Cc", "Cf"))
+    base = base.strip().lstrip(".") or "document"
+    return base[:200]
