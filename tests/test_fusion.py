@@ -18,10 +18,9 @@ from kb_core.retrieval.fusion import (
     fuse,
     jaccard_similarity,
     keyword_normalized,
-    script_coverage,
-    signal_quality,
     vector_normalized,
 )
+from kb_core.retrieval.weights import script_coverage, signal_quality
 
 
 def make_pool(vector: list[float | None], keyword: list[float | None], terms: list[set[str]] | None = None):

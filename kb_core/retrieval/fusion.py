@@ -49,14 +49,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import unicodedata
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
-from statistics import NormalDist
 
 import numpy as np
 
 from kb_core.errors import InvalidArgument
+from kb_core.retrieval.weights import FusionWeights, guarded_weights, weights_from_ranked_lists
 
 __all__ = [
     "DEFAULT_JACCARD_WEIGHT",
@@ -65,16 +64,12 @@ __all__ = [
     "Candidate",
     "CandidateArrays",
     "FusedRanking",
-    "FusionWeights",
     "ScoreBreakdown",
     "auto_weights",
     "fuse",
     "fuse_arrays",
-    "guarded_weights",
     "jaccard_similarity",
     "keyword_normalized",
-    "script_coverage",
-    "signal_quality",
     "single_signal_ranking",
     "vector_normalized",
 ]
@@ -82,7 +77,6 @@ __all__ = [
 FUSION_METHODS = ("weighted", "rrf")
 WEIGHTINGS = ("fixed", "auto")
 DEFAULT_JACCARD_WEIGHT = 0.0  # measured in benchmarks/fusion_study.py: query/document term Jaccard did not help
-_EPS = 1e-12
 
 
 @dataclass(frozen=True)
@@ -130,15 +124,6 @@ class ScoreBreakdown:
     notes: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
-class FusionWeights:
-    """The weights a fusion used (summing to 1), and why they differ from the requested ones, if they do."""
-
-    vector: float
-    keyword: float
-    notes: tuple[str, ...] = ()
-
-
 def vector_normalized(cosine: float | None) -> float:
     """A cosine on the [0, 1] score scale: negative cosines (unrelated or opposed) count as 0."""
     return 0.0 if cosine is None else min(1.0, max(0.0, float(cosine)))
@@ -149,66 +134,6 @@ def keyword_normalized(bm25: float | None, reference: float) -> float:
     if bm25 is None or reference <= 0 or bm25 <= 0:
         return 0.0
     return -math.expm1(-float(bm25) / reference)
-
-
-def expected_maximum_z(n: int) -> float:
-    """Expected maximum of ``n`` standard normal draws, by Blom's approximation of normal order statistics.
-
-    The asymptotic √(2 ln n) overstates it for the candidate-list sizes met here (2.50 against 1.93 for
-    n = 23; 3.03 against 2.50 for n = 100), which removed a real signal's weight from small KBs.
-    """
-    return NormalDist().inv_cdf((n - 0.375) / (n + 0.25))
-
-
-def signal_quality(scores: Sequence[float] | np.ndarray) -> tuple[float, float, float]:
-    """``(quality, z_top, chance)`` of one signal's ranked list; see the module docstring."""
-    values = np.asarray(scores, dtype=np.float64)
-    n = values.size
-    if n < 2:
-        return (0.0 if n == 0 else 1.0), 0.0, 0.0
-    std = float(values.std())
-    if std <= _EPS * max(1.0, float(np.abs(values).max())):
-        return 0.0, 0.0, expected_maximum_z(n)
-    z_top = (float(values.max()) - float(values.mean())) / std
-    chance = expected_maximum_z(n)
-    quality = max(0.0, (z_top - chance) / chance)
-    return quality, z_top, chance
-
-
-_SCRIPT_PREFIXES = {
-    "latin": ("LATIN",),
-    "cjk": ("CJK", "HIRAGANA", "KATAKANA", "HANGUL", "BOPOMOFO"),
-    "cyrillic": ("CYRILLIC",),
-    "greek": ("GREEK",),
-    "arabic": ("ARABIC",),
-    "hebrew": ("HEBREW",),
-    "devanagari": ("DEVANAGARI",),
-    "thai": ("THAI",),
-}
-
-
-def script_coverage(text: str, scripts: Iterable[str] = ("latin",)) -> float:
-    """Share of the letters of ``text`` written in one of ``scripts`` (see ``_SCRIPT_PREFIXES``); 1 if none.
-
-    A cheap, model-agnostic language check: an English-only embedding model (scripts ``("latin",)``) gets 0 for
-    a Chinese query and about 0.6 for "FAISS 是什么".
-    """
-    wanted = tuple(prefix for name in scripts for prefix in _SCRIPT_PREFIXES.get(name.lower(), (name.upper(),)))
-    letters = covered = 0
-    for char in text:
-        if not char.isalpha():
-            continue
-        letters += 1
-        if unicodedata.name(char, "").startswith(wanted):
-            covered += 1
-    return 1.0 if letters == 0 else covered / letters
-
-
-def _orders(values: np.ndarray) -> bool:
-    """True when a list has at least one score and is not constant (a single hit still ranks)."""
-    return values.size == 1 or (
-        values.size > 1 and float(np.ptp(values)) > _EPS * max(1.0, float(np.abs(values).max()))
-    )
 
 
 def jaccard_similarity(a: frozenset[str], b: frozenset[str]) -> float:
@@ -235,83 +160,6 @@ def _ranked_lists(pool: Sequence[Candidate]) -> tuple[np.ndarray, np.ndarray]:
     v_list = np.array([c.vector_score for c in pool if c.vector_rank is not None and c.vector_score is not None])
     k_list = np.array([c.keyword_score for c in pool if c.keyword_rank is not None and c.keyword_score is not None])
     return v_list.astype(np.float64), k_list.astype(np.float64)
-
-
-def guarded_weights(vector_weight: float, keyword_weight: float, vector_prior: float) -> FusionWeights:
-    """The requested weights normalised to sum to 1, with the vector signal off when the language guard says so."""
-    total = vector_weight + keyword_weight
-    base_v, base_k = vector_weight / total, keyword_weight / total
-    if vector_prior > 0 or base_v == 0:
-        return FusionWeights(base_v, base_k)
-    if base_k == 0:
-        return FusionWeights(
-            base_v,
-            base_k,
-            ("language guard not applied: the keyword weight is 0, so the vector signal is the only one asked for",),
-        )
-    return FusionWeights(
-        0.0,
-        1.0,
-        (
-            "language guard: the embedding model does not cover this query's language, so the vector signal "
-            f"gets weight 0 (asked {base_v:.2f}); switch the guard off to use the requested weights",
-        ),
-    )
-
-
-def auto_weights(
-    candidates: Sequence[Candidate] | CandidateArrays,
-    vector_weight: float,
-    keyword_weight: float,
-    vector_prior: float = 1.0,
-) -> FusionWeights:
-    """The weights ``weighting="auto"`` uses: the requested ones scaled by each signal's quality (module doc)."""
-    total = vector_weight + keyword_weight
-    base_v, base_k = vector_weight / total, keyword_weight / total
-    if isinstance(candidates, CandidateArrays):
-        v_list, k_list = candidates.ranked_lists()
-    else:
-        v_list, k_list = _ranked_lists(candidates)
-    quality_v, z_v, chance_v = signal_quality(v_list)
-    quality_k, z_k, chance_k = signal_quality(k_list)
-    quality_v *= vector_prior
-    raw_v, raw_k = base_v * quality_v, base_k * quality_k
-    notes: list[str] = []
-    weight_v, weight_k = base_v, base_k
-    if raw_v + raw_k > 0:
-        weight_v, weight_k = raw_v / (raw_v + raw_k), raw_k / (raw_v + raw_k)
-    else:
-        # No evidence either way: keep the requested split among the signals that produced any ordering.
-        usable_v = base_v * float(_orders(v_list) and vector_prior > 0)
-        usable_k = base_k * float(_orders(k_list))
-        if usable_v + usable_k > 0:
-            weight_v, weight_k = usable_v / (usable_v + usable_k), usable_k / (usable_v + usable_k)
-        if base_v > 0 and base_k > 0 and usable_v > 0 and usable_k > 0:
-            notes.append("auto weights: neither signal stands out from chance for this query; requested weights kept")
-    for name, other, base, weight, quality, z, chance, size in (
-        ("vector", "keyword", base_v, weight_v, quality_v, z_v, chance_v, v_list.size),
-        ("keyword", "vector", base_k, weight_k, quality_k, z_k, chance_k, k_list.size),
-    ):
-        if base <= 0 or abs(weight - base) < 0.005:
-            continue
-        if size == 0:
-            notes.append(f"auto weights: {name} search returned no candidates; weight moved to {other}")
-        elif weight == 0 and name == "vector" and vector_prior == 0:
-            notes.append(
-                "auto weights: the embedding model does not cover this query's language; "
-                f"vector weight moved to {other}"
-            )
-        elif weight == 0:
-            notes.append(
-                f"auto weights: {name} signal carries no information for this query "
-                f"(top z {z:.2f} ≤ chance {chance:.2f}); weight moved to {other}"
-            )
-        elif weight < base:
-            notes.append(
-                f"auto weights: {name} signal weakly separated (top z {z:.2f}, chance {chance:.2f}, "
-                f"quality {quality:.2f}); weight {base:.2f} → {weight:.2f}"
-            )
-    return FusionWeights(weight_v, weight_k, tuple(notes))
 
 
 @dataclass(frozen=True)
@@ -384,6 +232,20 @@ class CandidateArrays:
         v = self.vector_score[(self.vector_rank > 0) & ~np.isnan(self.vector_score)]
         k = self.keyword_score[(self.keyword_rank > 0) & ~np.isnan(self.keyword_score)]
         return v, k
+
+
+def auto_weights(
+    candidates: Sequence[Candidate] | CandidateArrays,
+    vector_weight: float,
+    keyword_weight: float,
+    vector_prior: float = 1.0,
+) -> FusionWeights:
+    """The weights ``weighting="auto"`` uses: the requested ones scaled by each signal's quality (module doc)."""
+    if isinstance(candidates, CandidateArrays):
+        v_list, k_list = candidates.ranked_lists()
+    else:
+        v_list, k_list = _ranked_lists(candidates)
+    return weights_from_ranked_lists(v_list, k_list, vector_weight, keyword_weight, vector_prior)
 
 
 @dataclass(frozen=True)

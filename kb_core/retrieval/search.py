@@ -34,13 +34,13 @@ from kb_core.retrieval.fusion import (
     FUSION_METHODS,
     WEIGHTINGS,
     CandidateArrays,
-    FusionWeights,
     ScoreBreakdown,
     auto_weights,
     fuse_arrays,
     single_signal_ranking,
 )
 from kb_core.retrieval.near_duplicates import TextSignatures, near_duplicate_rows
+from kb_core.retrieval.weights import FusionWeights
 from kb_core.store.reader import Snapshot
 
 if TYPE_CHECKING:
