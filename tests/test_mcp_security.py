@@ -340,8 +340,9 @@ def start_cli_server(home: Path, log: Path, *args: str) -> subprocess.Popen[byte
         )
 
 
-def wait_listening(process: subprocess.Popen[bytes], url: str, log: Path) -> None:
-    deadline = time.monotonic() + 60
+def wait_listening(process: subprocess.Popen[bytes], url: str, log: Path, seconds: float = 60) -> None:
+    """Wait until the HTTP server ``process`` answers at ``url``; its output (in ``log``) if it exits or times out."""
+    deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise AssertionError(f"the server exited: {log.read_text(encoding='utf-8')}")
@@ -350,7 +351,7 @@ def wait_listening(process: subprocess.Popen[bytes], url: str, log: Path) -> Non
             return
         except httpx.TransportError:
             time.sleep(0.2)
-    raise AssertionError("the server did not start within 60 s")
+    raise AssertionError(f"the server did not start within {seconds:g} s: {log.read_text(encoding='utf-8')}")
 
 
 def ipv6_loopback_available() -> bool:

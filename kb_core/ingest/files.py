@@ -133,15 +133,7 @@ def reimport_document(
     if segment is None:
         return None
     original = segment.original_path(document["original"])
-    source = ImportSource(
-        path=original,
-        display_name=document["name"],
-        source=document["source"],
-        reported_path=document["file_path"],
-        doc_id=document["doc_id"],
-        created_at=document["created_at"],
-        replaces=(document["segment_id"], document["doc_id"]),
-    )
+    source = ImportSource.updating(document, original, document["segment_id"])
     states, _ = service.importer(record).run([source], chunk_size, progress)
     return states[0]
 

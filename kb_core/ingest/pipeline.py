@@ -138,6 +138,20 @@ class ImportSource:
     created_at: str | None = None
     replaces: tuple[str, str] | None = None  # (segment id, doc id)
 
+    @classmethod
+    def updating(cls, document: dict[str, Any], original: Path, segment_id: str) -> ImportSource:
+        """The re-import of a live ``document`` (a documents row) from its kept ``original``: same id, name,
+        source and creation time, superseding the copy in ``segment_id`` ("" where the store has no segments)."""
+        return cls(
+            path=original,
+            display_name=document["name"],
+            source=document["source"],
+            reported_path=document["file_path"],
+            doc_id=str(document["doc_id"]),
+            created_at=document["created_at"],
+            replaces=(segment_id, str(document["doc_id"])),
+        )
+
 
 @dataclass
 class _PendingDocument:

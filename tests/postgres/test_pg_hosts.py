@@ -10,7 +10,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ from kb_core import KnowledgeBaseService
 from kb_core.store.postgres.embedded import LocalPostgres
 from tests.postgres.conftest import new_database
 from tests.postgres.test_pg_service import DEMO_FILES, KB, ROOT, assert_same_hits, open_kb, run_cli
+from tests.test_mcp_security import wait_listening
 
 QUERIES = [
     ("hybrid search score breakdown", {}),
@@ -49,19 +49,6 @@ def start_mcp_http(url: str, home: Path, port: int, log: Path) -> subprocess.Pop
             cwd=ROOT,
             env={**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"},
         )
-
-
-def wait_listening(process: subprocess.Popen[bytes], url: str, log: Path) -> None:
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise AssertionError(f"the server exited: {log.read_text(encoding='utf-8')}")
-        try:
-            httpx.post(url, json={}, timeout=1)
-            return
-        except httpx.TransportError:
-            time.sleep(0.2)
-    raise AssertionError(f"the server did not start within 90 s: {log.read_text(encoding='utf-8')}")
 
 
 def mcp_calls(url: str, token: str, calls: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
@@ -103,7 +90,7 @@ def test_mcp_over_http_on_one_host_searches_what_the_cli_imported_on_another(
     log = tmp_path / "mcp-http.log"
     server = start_mcp_http(url, host_b, port, log)
     try:
-        wait_listening(server, endpoint, log)
+        wait_listening(server, endpoint, log, seconds=90)
         files = DEMO_FILES[::2]
         imported = run_cli(host_a, "import", *files, store=url)  # after host B started serving
         assert imported["data"]["success_count"] == len(files), imported

@@ -92,15 +92,7 @@ def reimport_document(
         staging.mkdir()
         path = staging / PurePath(str(document["original"])).name
         path.write_bytes(content)
-        source = ImportSource(
-            path=path,
-            display_name=document["name"],
-            source=document["source"],
-            reported_path=document["file_path"],
-            doc_id=doc_id,
-            created_at=document["created_at"],
-            replaces=("", doc_id),  # no segment on PostgreSQL: the document id names what is replaced
-        )
+        source = ImportSource.updating(document, path, "")  # no segment on PostgreSQL: the id names it
         states, _ = service.importer(record).run([source], chunk_size, progress)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
