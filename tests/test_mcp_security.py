@@ -421,3 +421,29 @@ def test_a_port_in_use_gives_a_clear_error(capsys: pytest.CaptureFixture[str], t
         code = main(["--home", str(tmp_path / "home"), "mcp", "--http", "--port", str(port)])
     err = capsys.readouterr().err
     assert code == 1 and "in use" in err and "Traceback" not in err, err
+
+
+# -- item: the token store is read off the event loop (a database query on PostgreSQL) -----------------------------
+def test_a_tool_call_reads_the_token_store_off_the_event_loop_once_per_request(
+    live: LiveServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reads: list[str] = []
+    for name in ("verify", "get"):
+        original = getattr(TokenStore, name)
+
+        def recorded(self: TokenStore, *args: Any, _original: Any = original, _name: str = name) -> Any:
+            reads.append(f"{_name} on {threading.current_thread().name}")
+            return _original(self, *args)
+
+        monkeypatch.setattr(TokenStore, name, recorded)
+
+    async def scenario(session: ClientSession) -> None:
+        reads.clear()  # the session's own set-up requests are not tool calls
+        listed = await call(session, "list_knowledge_bases")
+        assert not listed.isError and "docs" in listed.content[0].text
+
+    live.run(scenario)
+    # One bearer verification for the tool call's request, in a worker thread: the event loop (the server's
+    # thread) never waits on the store, and the tool does not read the token a second time.
+    assert reads and all(read.startswith("verify") for read in reads), reads
+    assert not any(read.endswith(live.thread.name) for read in reads), reads

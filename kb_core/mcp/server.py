@@ -48,7 +48,7 @@ from mcp.server.fastmcp import Context, FastMCP
 from mcp.server.fastmcp.exceptions import ToolError
 from mcp.shared.exceptions import McpError
 from mcp.types import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, CallToolRequest, ErrorData, ServerResult
-from pydantic import ValidationError
+from pydantic import ConfigDict, ValidationError
 from starlette.applications import Starlette
 
 from kb_core.envelope import failure
@@ -133,11 +133,16 @@ class _ServiceTokens:
     def __init__(self, holder: ServiceHolder) -> None:
         self.holder = holder
 
-    def get(self, token_id: str) -> TokenRecord | None:
-        return self.holder.open().token_store.get(token_id)
-
     def verify(self, token: str) -> TokenRecord | None:
         return self.holder.open().token_store.verify(token)
+
+
+class _VerifiedToken(AccessToken):
+    """The SDK's access token, carrying the record this request's verification read (so a tool call reads the
+    token store once per request, off the event loop, and never a second time)."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+    record: TokenRecord
 
 
 class _TokenVerifier:
@@ -150,7 +155,7 @@ class _TokenVerifier:
         record = await anyio.to_thread.run_sync(self.store.verify, token)  # a database query on PostgreSQL
         if record is None:
             return None
-        return AccessToken(token=record.id, client_id=record.id, scopes=[record.capability])
+        return _VerifiedToken(token=record.id, client_id=record.id, scopes=[record.capability], record=record)
 
 
 class KBMCPServer:
@@ -173,12 +178,10 @@ class KBMCPServer:
         self.limiter = SlidingWindowLimiter()
         self._sessions: weakref.WeakKeyDictionary[Any, dict[str | None, Session]] = weakref.WeakKeyDictionary()
         self._sessions_lock = threading.Lock()
-        self.tokens: _ServiceTokens | None = None
         auth: dict[str, Any] = {}
         if http:
-            self.tokens = _ServiceTokens(self.holder)
             auth = {
-                "token_verifier": _TokenVerifier(self.tokens),
+                "token_verifier": _TokenVerifier(_ServiceTokens(self.holder)),
                 "auth": AuthSettings(issuer_url=f"http://{url_host(host)}:{port}", resource_server_url=None),
                 "transport_security": transport_security(host, port, allowed_hosts),
             }
@@ -212,8 +215,8 @@ class KBMCPServer:
             return _Caller(None)
         user = request.scope.get("user") if request is not None else None
         record = None
-        if isinstance(user, AuthenticatedUser) and self.tokens is not None:
-            record = self.tokens.get(user.access_token.client_id)
+        if isinstance(user, AuthenticatedUser) and isinstance(user.access_token, _VerifiedToken):
+            record = user.access_token.record  # verified for this very request (a revoked token gets 401 first)
         if record is None:
             raise McpError(ErrorData(code=INVALID_REQUEST, message="A valid bearer token is required."))
         return _Caller(record)
