@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -172,18 +172,16 @@ class SearchHit:
     location: tuple[int, int] = (0, 0)  # (segment index, row) inside its snapshot
 
     def to_json(self, explain: bool = True) -> dict[str, Any]:
-        fields = self.__dict__
-        value = {name: fields[name] for name in _HIT_FIELDS}
+        value = self.__dict__.copy()  # the fields in declaration order (a dataclass sets exactly these)
+        del value["location"]
+        breakdown = value.pop("breakdown")
         value["matched_terms"] = list(self.matched_terms)
         if explain:
-            breakdown = dict(self.breakdown)
+            breakdown = breakdown.copy()
             for name in [name for name, item in breakdown.items() if type(item) is list]:
                 breakdown[name] = list(breakdown[name])  # the caller's copy: lists (notes) are not shared
             value["breakdown"] = breakdown
         return value
-
-
-_HIT_FIELDS = tuple(f.name for f in fields(SearchHit) if f.name not in ("location", "breakdown"))
 
 
 @dataclass
