@@ -1,27 +1,30 @@
-"""Search latency on real knowledge bases, query embedding included, against a floor of raw libraries.
+"""Search latency on real knowledge bases, query embedding included, against a floor of raw libraries and txtai.
 
     python benchmarks/bench_latency.py                              # SciFact and XQuAD-zh from ../shared/eval
     python benchmarks/bench_latency.py --home /tmp/latency --queries 60 --txtai-python /work/txtai-venv/bin/python
 
 Each dataset's corpus is imported once into an evaluation KB (chunk 512, all-MiniLM-L6-v2; reused from
-``HOME/cache/eval`` afterwards). For every mode (hybrid, semantic, keyword) and top_k (10, 100) the judged
-queries go through the service API (``session.search``: what the CLI, the app and MCP call), each one a fresh
-query (the query-vector memo is off, so the model embeds every query), interleaved with a **floor** on the same
-KB, in the same run:
+``HOME/cache/eval`` afterwards). The judged queries go through the service API (``session.search``: what the CLI,
+the app and MCP call). For each query, every timed search runs back to back, in an order that is reversed from one
+query to the next, so drift of the machine's speed hits all of them alike:
 
-* semantic: ``SentenceTransformer.encode`` of the query + a FAISS ``IndexFlatIP`` search of all chunk vectors;
-* keyword: the same analyzer's tokens + BM25 (k1 1.2, b 0.75) over a scipy CSC term-frequency matrix
-  (the library the project's index is built on) + ``argpartition``;
-* hybrid: both, over-fetching as the project does (max(100, 10 × top_k) per list), each candidate scored on
-  both signals, a numpy weighted fusion of the two lists (0.7 / 0.3 on the [0, 1] scales), ``argsort``.
+* ours, for every mode (hybrid, semantic, keyword) and top_k (10, 100), each query embedded by the model (the
+  query-vector memo is off);
+* ours again with the query vector memoised ("search only": hybrid and semantic without the model call);
+* the **floor** on the same KB: semantic = ``SentenceTransformer.encode`` of the query + a FAISS ``IndexFlatIP``
+  search of all chunk vectors; keyword = the same analyzer's tokens + BM25 (k1 1.2, b 0.75) over a scipy CSC
+  term-frequency matrix (the library the project's index is built on) + ``argpartition``; hybrid = both,
+  over-fetching as the project does (max(100, 10 × top_k) per list), each candidate scored on both signals, a
+  numpy weighted fusion of the two lists (0.7 / 0.3 on the [0, 1] scales), ``argsort``;
+* with ``--txtai-python``, txtai's hybrid search on the same chunks with the same model, in that interpreter: a
+  long-lived process answering one query a line over stdin/stdout (``benchmarks/txtai_hybrid.py``; its index built
+  from the KB's chunk vectors, each query embedded by ``SentenceTransformer.encode``; the time is txtai's own
+  ``Embeddings.search``, the pipe not counted).
 
-The floor returns row numbers only; the service also reads each hit's chunk, builds its score breakdown,
-removes near duplicates and answers in its envelope. Reported: p50 / p95 per mode and top_k, the ratio of the
-service's p50 to the floor's, top_k 100 against top_k 10, and a repeated query (memo on: no model call).
-With ``--txtai-python`` txtai's hybrid search runs on the same chunks with the same model in that interpreter
-(``benchmarks/txtai_hybrid.py``, right after), its index built from the KB's chunk vectors (txtai's external
-vectors method; each timed txtai query is embedded by the model's ``SentenceTransformer.encode``).
-Output: one JSON object on stdout.
+The floor returns row numbers only; the service also reads each hit's chunk, builds its score breakdown, removes
+near duplicates and answers in its envelope. Reported per dataset: p50 / p95 of each, ours ÷ floor, top_k 100 ÷
+top_k 10, ours ÷ txtai (p50 and p95), a repeated query (memo on: no model call), and the load average before and
+after. Output: one JSON object on stdout.
 """
 
 from __future__ import annotations
@@ -95,7 +98,8 @@ class Floor:
         self.df = np.diff(tf.indptr)
 
     def encode(self, query: str) -> np.ndarray:
-        return self.model.encode([query], normalize_embeddings=True, convert_to_numpy=True).astype(np.float32)
+        encoded = self.model.encode([query], normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
+        return encoded.astype(np.float32)
 
     def bm25(self, query: str) -> tuple[np.ndarray, float]:
         """Dense BM25 of every chunk, and the query's reference (Σ idf) for the [0, 1] scale."""

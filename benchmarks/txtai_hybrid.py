@@ -51,7 +51,7 @@ def _stored_or_encoded(job: dict) -> Callable[[list[str]], np.ndarray]:
     def transform(texts: list[str]) -> np.ndarray:
         if all(text in stored for text in texts):
             return np.stack([stored[text] for text in texts])
-        return model.encode(list(texts), normalize_embeddings=True, convert_to_numpy=True)
+        return model.encode(list(texts), normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
 
     return transform
 
