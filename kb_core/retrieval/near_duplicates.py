@@ -178,7 +178,7 @@ def text_signatures(texts: Sequence[str]) -> TextSignatures:
 
 
 _DENSE_RUN = 24  # a sketch value held by at least this many texts is counted in a bitset
-_MATMUL_WORK = 20_000_000  # texts² × shared values up to which one float32 matrix product counts the pairs
+_SMALL_WINDOW_WORK = 20_000_000  # texts² × shared values up to which every shared value is counted in a bitset
 
 
 def _shared_sketch_values(sketch: np.ndarray) -> np.ndarray:
@@ -197,18 +197,10 @@ def _shared_sketch_values(sketch: np.ndarray) -> np.ndarray:
     values, owners = values[order], owners[order]
     starts = np.flatnonzero(np.concatenate(([True], values[1:] != values[:-1])))
     sizes = np.diff(np.append(starts, len(values)))
-    runs = int(np.count_nonzero(sizes >= 2))
-    if n * n * runs <= _MATMUL_WORK:
-        # Few texts (a top_k ≤ 100 window): one 0/1 row per text over the values held by two or more, and one
-        # matrix product counts every pair's shared values (small integers: exact in float32).
-        shared_run = np.repeat(sizes >= 2, sizes)
-        held = np.zeros((n, runs), dtype=np.float32)
-        held[owners[shared_run], np.repeat(np.arange(runs), sizes[sizes >= 2])] = 1.0
-        counts = (held @ held.T).astype(np.uint8)
-        np.fill_diagonal(counts, 0)
-        return counts
     shared = np.zeros((n, n), dtype=np.uint8)
-    common = sizes >= _DENSE_RUN
+    # Few texts (a top_k ≤ 100 window): every value held by two or more goes into the bitsets, a few words a row.
+    small = n * n * int(np.count_nonzero(sizes >= 2)) <= _SMALL_WINDOW_WORK
+    common = sizes >= (2 if small else _DENSE_RUN)
     if common.any():
         # One bit per common value and row; a pair's shared common values are the popcount of the AND.
         run_of_value = np.repeat(np.cumsum(common) - 1, sizes)
