@@ -122,3 +122,29 @@ def test_sketch_values_shared_by_many_texts_keep_the_exact_decisions() -> None:
         expected = _brute_force_near_duplicates(texts, threshold)
         assert near_duplicate_rows(signatures, texts, threshold).tolist() == expected
         assert any(expected) and not all(expected)
+
+
+def test_small_windows_count_every_shared_sketch_value_in_bitsets_with_the_same_counts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Small windows (top_k ≤ 100) count every shared sketch value in per-row bitsets; the counts must equal the
+    large windows' path (pair by pair for rare values, bitsets for common ones) exactly, for every pair, in English
+    and Chinese."""
+    from kb_core.retrieval import near_duplicates
+    from kb_core.retrieval.near_duplicates import _DENSE_RUN, _shared_sketch_values
+
+    rng = np.random.default_rng(5)
+    words = ["the", "of", "and", "retrieval", "vector", "检索", "向量", "知识库", "𠀋", "index"]
+    texts = [" ".join(rng.choice(words, size=int(rng.integers(1, 30)))) for _ in range(300)]
+    texts += [texts[3], texts[7].upper(), "", "a"]
+    sketch = text_signatures(texts).sketch
+    for size in (2, 20, 110, len(texts)):
+        window = sketch[:size]
+        monkeypatch.setattr(near_duplicates, "_SMALL_WINDOW_WORK", 0)  # rare values pair by pair
+        by_pairs = _shared_sketch_values(window)
+        monkeypatch.setattr(near_duplicates, "_SMALL_WINDOW_WORK", 10**12)  # every shared value in bitsets
+        by_bits = _shared_sketch_values(window)
+        assert by_bits.dtype == by_pairs.dtype == np.uint8
+        assert np.array_equal(by_bits, by_pairs)
+    _, held_by = np.unique(sketch[sketch != near_duplicates.SKETCH_EMPTY], return_counts=True)
+    assert held_by.max() >= _DENSE_RUN and by_pairs.max() >= 8  # both kinds of value, and near-duplicate pairs

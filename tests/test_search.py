@@ -7,6 +7,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from kb_core.retrieval.keyword_index import BM25Parameters
@@ -446,3 +447,70 @@ def test_keyword_search_fetches_only_the_rows_it_can_return_with_the_same_hits(k
             assert [hit.to_json() for hit in short.hits] == [hit.to_json() for hit in full.hits]
             compared += 1
     assert compared >= 9
+
+
+def test_a_hits_json_is_the_callers_copy_with_the_fields_in_order(kb, service) -> None:
+    """``SearchHit.to_json`` (what the CLI, MCP and the app print) lists the hit's fields in declaration order with
+    the breakdown last, leaves out the internal location, and gives the caller a copy: changing the JSON's
+    matched terms or breakdown notes changes neither the hit nor another hit's JSON."""
+    import dataclasses
+
+    from kb_core.results import SearchHit, SearchRequest
+
+    outcome = kb.search_chunks(SearchRequest("检索 retrieval", settings={"top_k": 5, "mode": "hybrid"}))
+    assert len(outcome.hits) >= 2
+    names = [f.name for f in dataclasses.fields(SearchHit) if f.name not in ("location", "breakdown")]
+    for hit in outcome.hits:
+        value = hit.to_json()
+        assert list(value) == [*names, "breakdown"]
+        assert list(hit.to_json(explain=False)) == names
+        assert value["breakdown"] == hit.breakdown and value["matched_terms"] == hit.matched_terms
+        value["matched_terms"].append("changed")
+        value["breakdown"]["notes"].append("changed")
+        value["breakdown"]["final_score"] = -1.0
+        assert "changed" not in hit.matched_terms and "changed" not in hit.breakdown["notes"]
+        assert hit.breakdown["final_score"] == hit.score
+    first, second = (hit.to_json() for hit in outcome.hits[:2])
+    first["breakdown"]["notes"].append("only here")
+    assert "only here" not in second["breakdown"]["notes"]
+
+
+def test_semantic_search_fetches_only_the_rows_it_can_return_with_the_same_hits(
+    kb, service, tmp_path: Path, monkeypatch
+) -> None:
+    """Semantic search (Jaccard weight 0, no filter, exact flat vector segments) asks for top_k + the dedup margin
+    rows (+ 1 to see a tie) instead of 10 × top_k; its hits, scores and breakdowns equal those of the full
+    over-fetch. Where the last wanted row ties with the next one (here: two copies of one document, so equal
+    vectors), a longer search could break the tie differently, so it over-fetches."""
+    from kb_core.retrieval.search import SearchFilters, SearchSettings, SnapshotSearcher
+    from kb_core.retrieval.vector_index import VectorSearcher
+
+    for name in ("twin-a.txt", "twin-b.txt"):
+        (tmp_path / name).write_text("Twin documents hold exactly the same words about vector search.", "utf-8")
+        kb.import_document([str(tmp_path / name)])
+    fetched: list[int] = []
+    original = VectorSearcher.search_arrays
+
+    def spy(self, query, k):  # type: ignore[no-untyped-def]
+        fetched.append(k)
+        return original(self, query, k)
+
+    monkeypatch.setattr(VectorSearcher, "search_arrays", spy)
+    record = kb.current_kb()
+    short_paths = tie_fallbacks = 0
+    for query in ("dense vector search", "知识库 向量 检索", "twin documents vector search", "search"):
+        for top_k in range(1, 8):
+            settings = SearchSettings(mode="semantic", top_k=top_k)
+            fetched.clear()
+            short = service.search_kb(record, query, settings, SearchFilters())
+            wanted = top_k + min(top_k, 10)
+            assert fetched in ([wanted + 1], [wanted + 1, 100])
+            short_paths += fetched == [wanted + 1]
+            tie_fallbacks += fetched == [wanted + 1, 100]
+            with monkeypatch.context() as patch:  # the reference: the full over-fetch
+                patch.setattr(SnapshotSearcher, "_semantic_prefix", lambda *args: (np.empty(0),) * 3)
+                full = service.search_kb(record, query, settings, SearchFilters())
+            assert fetched[-1] == 100
+            assert [hit.to_json() for hit in short.hits] == [hit.to_json() for hit in full.hits]
+            assert short.hits
+    assert short_paths >= 20 and tie_fallbacks >= 1

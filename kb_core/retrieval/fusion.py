@@ -348,12 +348,8 @@ class FusedRanking:
         }
         n = len(index)
         values = [columns[name] if name in columns else [constant[name]] * n for name in _FIELD_ORDER]
-        out: list[dict[str, object]] = []
-        for row in zip(*values, strict=True):
-            breakdown = dict(zip(_FIELD_ORDER, row, strict=True))
-            breakdown["notes"] = list(self.notes)
-            out.append(breakdown)
-        return out
+        values.append([list(self.notes) for _ in range(n)])  # each hit its own list
+        return [dict(zip(_FIELD_ORDER_WITH_NOTES, row, strict=True)) for row in zip(*values, strict=True)]
 
     def pairs(self, limit: int | None = None) -> list[tuple[Candidate, ScoreBreakdown]]:
         """``(candidate, breakdown)`` best first, for the first ``limit`` ranks (all by default)."""
@@ -362,6 +358,7 @@ class FusedRanking:
 
 
 _FIELD_ORDER = tuple(f.name for f in dataclasses.fields(ScoreBreakdown) if f.name != "notes")
+_FIELD_ORDER_WITH_NOTES = (*_FIELD_ORDER, "notes")
 
 
 def vector_normalized_array(cosines: np.ndarray) -> np.ndarray:

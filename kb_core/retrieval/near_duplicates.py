@@ -178,6 +178,7 @@ def text_signatures(texts: Sequence[str]) -> TextSignatures:
 
 
 _DENSE_RUN = 24  # a sketch value held by at least this many texts is counted in a bitset
+_SMALL_WINDOW_WORK = 20_000_000  # texts² × shared values up to which every shared value is counted in a bitset
 
 
 def _shared_sketch_values(sketch: np.ndarray) -> np.ndarray:
@@ -197,7 +198,9 @@ def _shared_sketch_values(sketch: np.ndarray) -> np.ndarray:
     starts = np.flatnonzero(np.concatenate(([True], values[1:] != values[:-1])))
     sizes = np.diff(np.append(starts, len(values)))
     shared = np.zeros((n, n), dtype=np.uint8)
-    common = sizes >= _DENSE_RUN
+    # Few texts (a top_k ≤ 100 window): every value held by two or more goes into the bitsets, a few words a row.
+    small = n * n * int(np.count_nonzero(sizes >= 2)) <= _SMALL_WINDOW_WORK
+    common = sizes >= (2 if small else _DENSE_RUN)
     if common.any():
         # One bit per common value and row; a pair's shared common values are the popcount of the AND.
         run_of_value = np.repeat(np.cumsum(common) - 1, sizes)

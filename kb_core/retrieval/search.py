@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -172,18 +172,16 @@ class SearchHit:
     location: tuple[int, int] = (0, 0)  # (segment index, row) inside its snapshot
 
     def to_json(self, explain: bool = True) -> dict[str, Any]:
-        fields = self.__dict__
-        value = {name: fields[name] for name in _HIT_FIELDS}
+        value = self.__dict__.copy()  # the fields in declaration order (a dataclass sets exactly these)
+        del value["location"]
+        breakdown = value.pop("breakdown")
         value["matched_terms"] = list(self.matched_terms)
         if explain:
-            breakdown = dict(self.breakdown)
+            breakdown = breakdown.copy()
             for name in [name for name, item in breakdown.items() if type(item) is list]:
                 breakdown[name] = list(breakdown[name])  # the caller's copy: lists (notes) are not shared
             value["breakdown"] = breakdown
         return value
-
-
-_HIT_FIELDS = tuple(f.name for f in fields(SearchHit) if f.name not in ("location", "breakdown"))
 
 
 @dataclass
@@ -279,7 +277,12 @@ class SnapshotSearcher:
         empty = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64), np.empty(0))
         keyword = self.keyword.search_terms_arrays(terms, fetch) if settings.mode != "semantic" else empty
         use_vector = settings.mode != "keyword" and query_vector is not None and self.snapshot.manifest.chunk_count
-        vector = self.vector.search_arrays(query_vector, fetch) if use_vector else empty  # type: ignore[arg-type]
+        vector = empty
+        if use_vector and settings.mode == "semantic" and settings.jaccard_weight == 0 and not filters.active:
+            wanted = settings.top_k + dedup_margin(settings)
+            vector = self._semantic_prefix(query_vector, wanted, extra_keys)  # type: ignore[arg-type]
+        if use_vector and not len(vector[0]):
+            vector = self.vector.search_arrays(query_vector, fetch)  # type: ignore[arg-type]
         keyword_codes = _codes(keyword[0], keyword[1])
         vector_codes = _codes(vector[0], vector[1])
         codes = np.concatenate([keyword_codes, vector_codes[~np.isin(vector_codes, keyword_codes)]])
@@ -314,6 +317,22 @@ class SnapshotSearcher:
                 vector_score[missing] = self.vector.score_rows(query_vector, keys[missing])
         arrays = CandidateArrays(keys, vector_score, keyword_score, vector_rank, keyword_rank, row_terms.jaccard())
         return arrays, row_terms
+
+    def _semantic_prefix(
+        self, query_vector: np.ndarray, wanted: int, extra_keys: Sequence[tuple[int, int]]
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The first ``wanted`` rows of the cosine ranking, when they are exactly the first ``wanted`` rows of the
+        over-fetched list (the semantic ranking is the cosine order and only that many rows are ever read), else
+        empty arrays: the caller then over-fetches. That holds when every segment is an exact flat index and the
+        ``wanted``-th score is strictly above the next one (a tie there could be broken differently by a longer
+        search). Rows to explain need the full list (their rank among all candidates)."""
+        empty = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64), np.empty(0))
+        if extra_keys or not self.vector.exact:
+            return empty
+        segments, rows, scores = self.vector.search_arrays(query_vector, wanted + 1)
+        if len(scores) > wanted and not scores[wanted - 1] > scores[wanted]:
+            return empty
+        return segments[:wanted], rows[:wanted], scores[:wanted]
 
     def rows_with_signatures(
         self, keys: Sequence[tuple[int, int]]

@@ -458,6 +458,12 @@ class VectorSearcher:
     def live_count(self) -> int:
         return sum(seg.size if live is None else int(np.count_nonzero(live)) for seg, live in self._segments)
 
+    @property
+    def exact(self) -> bool:
+        """Whether every segment is a flat index of the vectors themselves: its top ``k`` are the ``k`` best scores
+        for any ``k`` (an HNSW walk's or IVF probe's result, and a quantised index's rescored pool, depend on ``k``)."""
+        return all(segment.kind == "flat" and segment._exact_vectors is None for segment, _ in self._segments)
+
     def search(self, query: np.ndarray, k: int) -> list[VectorHit]:
         """Best ``k`` live hits across all segments, best first (ties broken by segment, then row)."""
         if not isinstance(k, int | np.integer) or k < 1:

@@ -75,7 +75,9 @@ class LoadedSegment:
         """The given rows and their near-duplicate signatures: stored ones, or computed from the text for a
         segment written before signatures were stored."""
         taken = self.row_store.take(pa.array(list(rows), type=pa.int64()))
-        records = taken.select(catalog.CHUNK_FIELDS_SCHEMA.names).to_pylist()
+        names = catalog.CHUNK_FIELDS_SCHEMA.names
+        columns = taken.select(names).to_pydict()  # column by column: ~2x faster than ``to_pylist`` here
+        records = [dict(zip(names, values, strict=True)) for values in zip(*columns.values(), strict=True)]
         signatures = catalog.signatures_of(taken)
         if signatures is None:
             signatures = text_signatures([record["content"] for record in records])
