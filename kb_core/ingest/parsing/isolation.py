@@ -7,6 +7,10 @@ next call. The parse timeout starts once a worker is ready, so process start-up 
 the file. Each request also caps the worker's address space (``ParseLimits.max_memory_bytes``, RLIMIT_AS),
 so a file that needs more memory fails as FILE_TOO_LARGE instead of exhausting the machine; a worker
 that ran out of memory is retired after its answer.
+
+A request may carry several files (an import sends a few small files at once, to save round trips); each still
+has its own time limit and its own answer, and a file that times out or kills its worker fails alone: the files
+after it go to a fresh worker.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _START_TIMEOUT = 60.0
+_PREPARE_TIMEOUT = 60.0
 
 
 def usable_cores() -> int:
@@ -106,9 +111,8 @@ def serve_stdio() -> None:
     protocol_out = os.dup(1)
     os.dup2(2, 1)
     conn = _PipeConnection(0, protocol_out)
+    _preload()  # part of start-up, which no file's time limit is charged with
     conn.send(("ready",))
-    if not conn.poll(0):  # idle: load what preparing chunks needs before the first file comes
-        _preload()
     while True:
         try:
             request = conn.recv()
@@ -339,8 +343,10 @@ class ParserPool:
         if work is None or not work.prepares:
             return True
         # The chunks' preparation is an optimisation: without it (too slow, failed) the importing process does it.
+        # It runs our own code on chunks already made, not a parser on hostile bytes: its limit is generous (it
+        # may load a dictionary, such as jieba's, the first time).
         try:
-            reply = worker.conn.recv() if worker.conn.poll(limits.timeout_seconds) else None
+            reply = worker.conn.recv() if worker.conn.poll(max(limits.timeout_seconds, _PREPARE_TIMEOUT)) else None
         except (EOFError, OSError):
             return False
         if reply is None:
