@@ -420,8 +420,12 @@ class Importer:
                 except Exception as exc:
                     outcomes[index] = exc
             combined = getattr(self, "parse_and_chunk", None)  # subclasses that do not take it have none
+            parsed_files: list[ParsedFile | Exception]
             if combined is not None and staged:
-                parsed_files = combined([sources[i].path for i in staged], chunk_size)
+                try:
+                    parsed_files = combined([sources[i].path for i in staged], chunk_size)
+                except Exception as exc:  # e.g. no parser process would start: these files fail, not the import
+                    parsed_files = [exc] * len(staged)
             else:
                 parsed_files = [self._parse_one(sources[i].path, chunk_size) for i in staged]
             for index, outcome in zip(staged, parsed_files, strict=True):
