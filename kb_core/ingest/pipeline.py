@@ -387,7 +387,7 @@ class Importer:
                 raise ParseError(f"{source.display_name}: the document has no text to index.", code="EMPTY_DOCUMENT")
             if prepared is not None and len(prepared) != len(chunks):
                 prepared = None
-            embedded = prepared is not None and prepared.vectors is not None
+            vectors = None if prepared is None else prepared.vectors  # embedded where it was parsed
             return _PendingDocument(
                 index=index,
                 source=source,
@@ -398,7 +398,7 @@ class Importer:
                 size_bytes=source.path.stat().st_size,
                 sha256=file_sha256(source.path),
                 chunk_size=chunk_size,
-                vectors=list(prepared.vectors) if embedded else [None] * len(chunks),  # type: ignore[union-attr]
+                vectors=list(vectors) if vectors is not None else [None] * len(chunks),
                 replaces=source.replaces,
                 prepared=prepared,
             )
@@ -411,9 +411,10 @@ class Importer:
             for index in indexes:
                 with lock:
                     progress.files[index].status = "parsing"
+                stage = sources[index].stage
                 try:
-                    if sources[index].stage is not None:
-                        sources[index].stage()  # type: ignore[misc]
+                    if stage is not None:
+                        stage()
                     staged.append(index)
                 except KBNotFound:
                     raise
