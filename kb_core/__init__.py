@@ -1,11 +1,40 @@
-"""KB Workbench's domain package. Front ends use :class:`KnowledgeBaseService` and its sessions."""
+"""KB Workbench's domain package. Front ends use :class:`KnowledgeBaseService` and its sessions.
 
+The names below are imported on first use (PEP 562): a parser worker process imports
+``kb_core.ingest.parsing`` without loading the service, the store, pandas and the rest.
+"""
+
+from __future__ import annotations
+
+import importlib
 import logging
+from typing import TYPE_CHECKING, Any
 
-from kb_core.errors import KBError
-from kb_core.service import KnowledgeBaseService, open_service
-from kb_core.session import Session
+if TYPE_CHECKING:
+    from kb_core.errors import KBError
+    from kb_core.service import KnowledgeBaseService, open_service
+    from kb_core.session import Session
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 __all__ = ["KBError", "KnowledgeBaseService", "Session", "open_service"]
+
+_HOMES = {
+    "KBError": "kb_core.errors",
+    "KnowledgeBaseService": "kb_core.service",
+    "open_service": "kb_core.service",
+    "Session": "kb_core.session",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _HOMES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'kb_core' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

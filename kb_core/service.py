@@ -334,7 +334,7 @@ class KnowledgeBaseService:
 
     def importer(self, record: KnowledgeBaseRecord, executor: DocumentExecutor | None = None) -> Importer:
         from kb_core.ingest.chunking import chunk_document
-        from kb_core.ingest.parsing import parse_and_chunk_file, parse_file
+        from kb_core.ingest.parsing import parse_and_chunk_files, parse_file
 
         embedder = self.embedder(record)
         limits = self._parse_limits or default_parse_limits()
@@ -373,7 +373,9 @@ class KnowledgeBaseService:
             chunker=lambda parsed, size: chunk_document(parsed, embedder.tokenizer, size),
             kb_name=record.name,
             executor=executor,
-            parse_and_chunk=lambda path, size: parse_and_chunk_file(path, limits, embedder.tokenizer, size),
+            parse_and_chunk=lambda paths, size: parse_and_chunk_files(
+                paths, limits, embedder.tokenizer, size, analyzer=self.analyzer, embedder=embedder
+            ),
         )
 
     @cached_property

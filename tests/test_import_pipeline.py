@@ -13,6 +13,9 @@ from kb_core.embedding import HashingEmbedder
 from kb_core.ingest import pipeline as importer_module
 from kb_core.ingest.chunking import chunk_document
 from kb_core.ingest.parsing import parse_file
+from kb_core.retrieval.keyword_index import KeywordSegment
+from kb_core.retrieval.near_duplicates import text_signatures
+from kb_core.store import catalog
 
 EN = (
     "Retrieval-augmented generation answers a question from retrieved passages. "
@@ -34,13 +37,30 @@ def corpus(folder: Path) -> list[Path]:
     return [*files, folder / "empty.txt"]
 
 
-@pytest.mark.parametrize("embed_batch,commit_chunks", [(7, 40), (512, 2048)])
+@pytest.mark.parametrize(
+    "embed_batch,commit_chunks,prepared_by", [(7, 40, "parser"), (512, 2048, "parser"), (7, 40, "importer")]
+)
 def test_pipelined_import_equals_file_by_file_reference(
-    session, service, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, embed_batch: int, commit_chunks: int
+    session,
+    service,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    embed_batch: int,
+    commit_chunks: int,
+    prepared_by: str,
 ) -> None:
     # Small batches and segments make embedding calls span files and commits overlap the next batches.
     monkeypatch.setattr(importer_module, "EMBED_BATCH", embed_batch)
     monkeypatch.setattr(importer_module, "COMMIT_CHUNKS", commit_chunks)
+    if prepared_by == "importer":  # no preparation from the parser processes: this process embeds and analyses
+        import kb_core.ingest.parsing
+
+        real = kb_core.ingest.parsing.parse_and_chunk_files
+
+        def without_preparation(*args, **kwargs):
+            return [o if isinstance(o, Exception) else (*o[:2], None) for o in real(*args, **kwargs)]
+
+        monkeypatch.setattr(kb_core.ingest.parsing, "parse_and_chunk_files", without_preparation)
     folder = tmp_path / "files"
     folder.mkdir()
     files = corpus(folder)
@@ -68,6 +88,16 @@ def test_pipelined_import_equals_file_by_file_reference(
             assert key not in stored, f"chunk {key} stored twice"
             stored[key] = {**chunk, "vector": vector, "postings": postings, "length": int(keyword.lengths[row])}
     assert len({c["chunk_id"] for c in stored.values()}) == len(stored)  # chunk ids are unique
+    # Each segment's keyword index (term ids included) and near-duplicate signatures are what building them from
+    # its chunk texts in this process gives (parser processes prepared them, file by file).
+    for segment in snapshot.segments:
+        contents = segment.chunks.column("content").to_pylist()
+        built = KeywordSegment.build(contents, service.analyzer)
+        assert segment.keyword.vocabulary == built.vocabulary
+        assert (segment.keyword.term_frequencies != built.term_frequencies).nnz == 0
+        stored_signatures, expected_signatures = catalog.signatures_of(segment.row_store), text_signatures(contents)
+        for name in ("text_hash", "shingle_count", "sketch"):
+            assert np.array_equal(getattr(stored_signatures, name), getattr(expected_signatures, name)), name
 
     reference_embedder = HashingEmbedder(32)  # a fresh instance: nothing shared with the import's embedder
     analyzer = service.analyzer

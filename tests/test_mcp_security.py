@@ -157,7 +157,7 @@ def test_import_document_reads_only_the_file_that_was_checked(
     if moment == "after the path check":
         run_after(monkeypatch, mcp_paths, "confine_paths", swap)
     else:
-        run_before(monkeypatch, kb_core.ingest.parsing, "parse_and_chunk_file", swap)  # the import parses with it
+        run_before(monkeypatch, kb_core.ingest.parsing, "parse_and_chunk_files", swap)  # the import parses with it
 
     async def scenario(s: ClientSession) -> CallToolResult:
         assert not (await call(s, "select_knowledge_base", kb_name="docs")).isError

@@ -9,6 +9,7 @@ session builds the envelope.
 
 from __future__ import annotations
 
+import functools
 import shutil
 import threading
 import unicodedata
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kb_core.errors import KBNotFound, PermissionDenied
+from kb_core.errors import KBNotFound
 from kb_core.ingest.pipeline import FileProgress, ImportProgress, ImportSource
 from kb_core.safe_files import UnusablePath, open_input_file
 
@@ -57,9 +58,7 @@ def import_files(
 ) -> list[FileOutcome]:
     """Import ``file_paths`` (validated by the caller) into ``record``; one outcome per path, in order.
     ``cancel``: set it to stop the import (what was committed stays; the other files fail as cancelled)."""
-    results: list[FileOutcome | None] = [None] * len(file_paths)
     sources: list[ImportSource] = []
-    positions: list[int] = []
     copies = service.import_staging(record)
     copied_names: set[str] = set()
     try:
@@ -72,32 +71,46 @@ def import_files(
             repeated = path.name.casefold() in copied_names
             copied_names.add(path.name.casefold())
             folder = copies / (str(index) if repeated else "files")
-            try:
-                copy = _copy_for_import(path, folder, allowed_dirs, service.parse_limits.max_file_bytes)
-            except (UnusablePath, PermissionDenied) as exc:
-                reason = f"{raw} {exc.reason}." if isinstance(exc, UnusablePath) else exc.message
-                results[index] = FileOutcome(str(raw), error=reason)
-                continue
             name = display_names[index] if display_names is not None else path.name
             sources.append(
-                ImportSource(path=copy, display_name=safe_document_name(name), source=source, reported_path=str(raw))
+                ImportSource(
+                    path=folder / path.name,
+                    display_name=safe_document_name(name),
+                    source=source,
+                    reported_path=str(raw),
+                    # the copy is made by the pipeline just before the file is parsed, overlapping the import
+                    stage=functools.partial(
+                        _copy_for_import, path, folder, allowed_dirs, service.parse_limits.max_file_bytes, str(raw)
+                    ),
+                )
             )
-            positions.append(index)
         states = service.importer(record, runner).run(sources, chunk_size, progress, cancel)[0] if sources else []
     finally:
         shutil.rmtree(copies, ignore_errors=True)
     if sources:
         service.compact_quietly(record)
-        for position, state in zip(positions, states, strict=True):
-            if state.status == "ready":
-                results[position] = FileOutcome(state.file_path, state.doc_name, state.chunks_total)
-            else:
-                results[position] = FileOutcome(state.file_path, error=state.error or "import failed")
-    return [r for r in results if r is not None]
+    return [
+        FileOutcome(state.file_path, state.doc_name, state.chunks_total)
+        if state.status == "ready"
+        else FileOutcome(state.file_path, error=state.error or "import failed")
+        for state in states
+    ]
 
 
-def _copy_for_import(path: Path, folder: Path, allowed_dirs: Sequence[Path] | None, limit: int) -> Path:
-    """Open ``path`` (confined to ``allowed_dirs``) and copy it to ``folder/<its name>``."""
+def _copy_for_import(
+    path: Path, folder: Path, allowed_dirs: Sequence[Path] | None, limit: int, raw: str | None = None
+) -> Path:
+    """Open ``path`` (confined to ``allowed_dirs``) and copy it to ``folder/<its name>``; an unusable path raises
+    :class:`UnusablePath` naming it as the user gave it (``raw``)."""
+    try:
+        return _copy_checked(path, folder, allowed_dirs, limit)
+    except UnusablePath as exc:
+        if raw is None:
+            raise
+        raise UnusablePath(raw, exc.reason) from None
+
+
+def _copy_checked(path: Path, folder: Path, allowed_dirs: Sequence[Path] | None, limit: int) -> Path:
     with open_input_file(path, allowed_dirs) as opened:
         if opened.stat.st_size > limit:
             raise UnusablePath(

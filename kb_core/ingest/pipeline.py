@@ -31,6 +31,7 @@ import numpy as np
 from kb_core.errors import DocumentNotFound, KBError, KBNotFound, ParseError
 from kb_core.ingest.executors import DocumentExecutor
 from kb_core.ingest.parsing.isolation import PARSER_PROCESSES
+from kb_core.ingest.prepared import PreparedChunks
 from kb_core.store import Change, KBStore, Manifest, StagedSegment, catalog
 from kb_core.store.atomic import file_sha256, remove_stale_temporaries, write_bytes_atomically
 from kb_core.store.segments import write_document_segment
@@ -43,6 +44,11 @@ EMBED_BATCH = 512
 PUBLISH_INTERVAL = 1.0  # seconds between updates of the in-flight document list
 COMMIT_CHUNKS = 2048
 PARSE_WORKERS = PARSER_PROCESSES  # threads feeding the parser processes, one each
+FILES_PER_REQUEST = 16  # files sent to a parser process at once (each keeps its own time limit)
+REQUEST_BYTES = 4 << 20
+
+
+ParsedFile = tuple[Any, list[Any], PreparedChunks | None]  # a parsed document, its chunks, their preparation
 
 
 @dataclass
@@ -137,6 +143,9 @@ class ImportSource:
     doc_id: str | None = None
     created_at: str | None = None
     replaces: tuple[str, str] | None = None  # (segment id, doc id)
+    # Makes ``path`` (the import's private copy of the named file) just before the file is parsed, so copying
+    # overlaps the rest of the import; raises a KBError that fails the file. None: ``path`` exists already.
+    stage: Callable[[], object] | None = None
 
     @classmethod
     def updating(cls, document: dict[str, Any], original: Path, segment_id: str) -> ImportSource:
@@ -167,10 +176,29 @@ class _PendingDocument:
     vectors: list[np.ndarray | None] = field(default_factory=list)
     replaces: tuple[str, str] | None = None  # (segment id, doc id) this document supersedes
     error: str | None = None  # set for a file that failed: it is recorded with status "failed"
+    prepared: PreparedChunks | None = None  # the chunks' terms and signatures (and vectors), made when parsed
 
     @property
     def embedded(self) -> bool:
         return all(v is not None for v in self.vectors)
+
+
+def _requests(sources: Sequence[ImportSource]) -> list[list[int]]:
+    """The sources' positions in parser requests: consecutive files, at most ``FILES_PER_REQUEST`` of them and
+    (where their size is known already) ``REQUEST_BYTES``; a few files per request save round trips."""
+    requests: list[list[int]] = []
+    size = 0
+    for index, source in enumerate(sources):
+        try:
+            known = source.path.stat().st_size if source.stage is None else 0
+        except OSError:
+            known = 0
+        if not requests or len(requests[-1]) >= FILES_PER_REQUEST or size + known > REQUEST_BYTES:
+            requests.append([])
+            size = 0
+        requests[-1].append(index)
+        size += known
+    return requests
 
 
 def timestamped_name(name: str, taken: set[str], now: datetime | None = None) -> str:
@@ -263,10 +291,12 @@ class Importer:
         chunker: Callable[[Any, int], list[Any]],
         kb_name: str = "",
         executor: DocumentExecutor | None = None,
-        parse_and_chunk: Callable[[Path, int], tuple[Any, list[Any]]] | None = None,
+        parse_and_chunk: Callable[[list[Path], int], list[ParsedFile | Exception]] | None = None,
     ) -> None:
         """``executor`` runs parsing, chunking and embedding elsewhere (e.g. on Ray); ``None`` runs them here.
-        ``parse_and_chunk``, when given, does ``parse`` and ``chunker`` in one call (in a parser process)."""
+        ``parse_and_chunk``, when given, does ``parse`` and ``chunker`` for several files in one call (in a parser
+        process), and may prepare the chunks there too (their analysis and signatures, and vectors for the hashing
+        embedder); per file ``(parsed, chunks, prepared or None)`` or the exception that failed it."""
         self.executor = executor
         self.parse_and_chunk = parse_and_chunk
         self.store = store
@@ -351,18 +381,13 @@ class Importer:
         sources = self.sources
         lock = threading.Lock()
 
-        def prepare(index: int) -> _PendingDocument:
+        def pending(index: int, parsed: Any, chunks: list[Any], prepared: PreparedChunks | None) -> _PendingDocument:
             source = sources[index]
-            with lock:
-                progress.files[index].status = "parsing"
-            combined = getattr(self, "parse_and_chunk", None)  # subclasses that do not take it have none
-            if combined is not None:
-                parsed, chunks = combined(source.path, chunk_size)
-            else:
-                parsed = self.parse(source.path)
-                chunks = self.chunker(parsed, chunk_size)
             if not chunks:
                 raise ParseError(f"{source.display_name}: the document has no text to index.", code="EMPTY_DOCUMENT")
+            if prepared is not None and len(prepared) != len(chunks):
+                prepared = None
+            vectors = None if prepared is None else prepared.vectors  # embedded where it was parsed
             return _PendingDocument(
                 index=index,
                 source=source,
@@ -373,9 +398,48 @@ class Importer:
                 size_bytes=source.path.stat().st_size,
                 sha256=file_sha256(source.path),
                 chunk_size=chunk_size,
-                vectors=[None] * len(chunks),
+                vectors=list(vectors) if vectors is not None else [None] * len(chunks),
                 replaces=source.replaces,
+                prepared=prepared,
             )
+
+        def prepare(indexes: list[int]) -> list[_PendingDocument | BaseException]:
+            """The files at ``indexes``, staged, parsed and chunked (in one parser request where possible): each
+            a document or the error that failed it."""
+            outcomes: dict[int, _PendingDocument | BaseException] = {}
+            staged: list[int] = []
+            for index in indexes:
+                with lock:
+                    progress.files[index].status = "parsing"
+                stage = sources[index].stage
+                try:
+                    if stage is not None:
+                        stage()
+                    staged.append(index)
+                except KBNotFound:
+                    raise
+                except Exception as exc:
+                    outcomes[index] = exc
+            combined = getattr(self, "parse_and_chunk", None)  # subclasses that do not take it have none
+            parsed_files: list[ParsedFile | Exception]
+            if combined is not None and staged:
+                try:
+                    parsed_files = combined([sources[i].path for i in staged], chunk_size)
+                except Exception as exc:  # e.g. no parser process would start: these files fail, not the import
+                    parsed_files = [exc] * len(staged)
+            else:
+                parsed_files = [self._parse_one(sources[i].path, chunk_size) for i in staged]
+            for index, outcome in zip(staged, parsed_files, strict=True):
+                try:
+                    if isinstance(outcome, BaseException):
+                        raise outcome
+                    outcomes[index] = pending(index, *outcome)
+                except KBError as exc:
+                    outcomes[index] = exc
+                except Exception as exc:
+                    logger.exception("unexpected failure importing %s", sources[index].path)
+                    outcomes[index] = exc
+            return [outcomes[i] for i in indexes]
 
         embedding: list[_PendingDocument] = []  # parsed, not yet wholly embedded, in order
         queue: list[tuple[_PendingDocument, int]] = []
@@ -388,51 +452,79 @@ class Importer:
             return done
 
         pool = ThreadPoolExecutor(max_workers=PARSE_WORKERS, thread_name_prefix="kb-parse")
-        futures: list[Future[_PendingDocument]] = []
+        futures: list[Future[list[_PendingDocument | BaseException]]] = []
         try:
-            futures = [pool.submit(prepare, i) for i in range(len(sources))]
-            for index, future in enumerate(futures):
-                try:
-                    document = future.result()
-                except KBError as exc:
-                    progress.files_parsed += 1
-                    yield self._fail(progress, index, exc.message, chunk_size)
-                except Exception as exc:  # a parser bug must fail one file, not the import
-                    logger.exception("unexpected failure importing %s", sources[index].path)
-                    progress.files_parsed += 1
-                    yield self._fail(progress, index, f"unexpected error: {type(exc).__name__}", chunk_size)
-                else:
+            requests = _requests(sources)
+            futures = [pool.submit(prepare, request) for request in requests]
+            for request, future in zip(requests, futures, strict=True):
+                for index, document in zip(request, future.result(), strict=True):
+                    if isinstance(document, KBError):
+                        progress.files_parsed += 1
+                        yield self._fail(progress, index, document.message, chunk_size)
+                        continue
+                    if isinstance(document, BaseException):  # a parser bug must fail one file, not the import
+                        progress.files_parsed += 1
+                        yield self._fail(progress, index, f"unexpected error: {type(document).__name__}", chunk_size)
+                        continue
                     state = progress.files[index]
                     state.status = "embedding"
                     state.chunks_total = len(document.chunks)
                     progress.chunks_total += len(document.chunks)
-                    queue.extend((document, i) for i in range(len(document.chunks)))
                     embedding.append(document)
                     progress.files_parsed += 1
+                    if document.embedded:  # embedded where it was parsed (the hashing embedder)
+                        state.chunks_embedded = len(document.chunks)
+                        progress.chunks_embedded += len(document.chunks)
+                        if not queue:  # nothing before it waits for an embedding call
+                            done = embedding
+                            embedding = []
+                            yield done
+                            continue
+                    else:
+                        queue.extend((document, i) for i in range(len(document.chunks)))
                     yield []  # a file parsed: the caller shows it
                     while len(queue) >= EMBED_BATCH:
-                        batch, queue[:EMBED_BATCH] = queue[:EMBED_BATCH], []
-                        yield embed(batch)
+                        chunks, queue[:EMBED_BATCH] = queue[:EMBED_BATCH], []
+                        yield embed(chunks)
             while queue:
-                batch, queue[:EMBED_BATCH] = queue[:EMBED_BATCH], []
-                yield embed(batch)
+                chunks, queue[:EMBED_BATCH] = queue[:EMBED_BATCH], []
+                yield embed(chunks)
         finally:
             for future in futures:
                 future.cancel()
             pool.shutdown(wait=True)
+
+    def _parse_one(self, path: Path, chunk_size: int) -> ParsedFile | Exception:
+        try:
+            parsed = self.parse(path)
+            return parsed, self.chunker(parsed, chunk_size), None
+        except Exception as exc:
+            return exc
 
     def _executed_documents(
         self, executor: DocumentExecutor, chunk_size: int, progress: ImportProgress, notify: Callable[[], None]
     ) -> Generator[list[_PendingDocument], None, None]:
         """Documents as the executor hands them back (parsed, chunked and embedded elsewhere), or failed."""
         seen: set[int] = set()
-        for state in progress.files:
-            state.status = "parsing"  # handed to the executor: parsing, chunking and embedding there
-        for result in executor.execute(self.sources, chunk_size):
-            if result.index in seen or not 0 <= result.index < len(self.sources):
+        handed: list[int] = []  # positions in self.sources of what the executor gets
+        for index, source in enumerate(self.sources):
+            try:
+                if source.stage is not None:
+                    source.stage()  # the executor reads the private copy
+            except KBNotFound:
+                raise
+            except KBError as exc:
+                progress.files_parsed += 1
+                yield self._fail(progress, index, exc.message, chunk_size)
+                continue
+            handed.append(index)
+            progress.files[index].status = "parsing"  # handed to the executor: parsing, chunking and embedding there
+        for result in executor.execute([self.sources[i] for i in handed], chunk_size):
+            if result.index in seen or not 0 <= result.index < len(handed):
                 logger.warning("executor %s returned file %d twice; ignored", executor.name, result.index)
                 continue
             seen.add(result.index)
+            result.index = handed[result.index]
             progress.files_parsed += 1
             if result.error is not None or result.vectors is None:
                 yield self._fail(progress, result.index, result.error or "no result", chunk_size)
@@ -458,8 +550,8 @@ class Importer:
                     replaces=source.replaces,
                 )
             ]
-        for index in range(len(self.sources)):
-            if index not in seen:  # an executor must answer for every file; one that did not fails it
+        for position, index in enumerate(handed):
+            if position not in seen:  # an executor must answer for every file; one that did not fails it
                 yield self._fail(progress, index, f"the {executor.name} executor returned no result", chunk_size)
 
     def _deleted_meanwhile(self) -> KBNotFound:

@@ -137,13 +137,22 @@ class KeywordSegment:
             tokens = analyzer.tokens(text)
             lengths[row] = len(tokens)
             term_ids.extend(vocabulary.setdefault(t, len(vocabulary)) for t in tokens)
+        return cls.from_terms(vocabulary, np.asarray(term_ids, dtype=np.int32), lengths, analyzer.name)
+
+    @classmethod
+    def from_terms(
+        cls, vocabulary: dict[str, int], term_ids: np.ndarray, lengths: np.ndarray, analyzer_name: str
+    ) -> KeywordSegment:
+        """The postings of rows already analysed: ``term_ids`` holds every row's terms in order (row after row,
+        ``lengths[row]`` of them), as ids in ``vocabulary``."""
         cols = np.asarray(term_ids, dtype=np.int32)
-        rows = np.repeat(np.arange(len(texts), dtype=np.int32), lengths)
+        lengths = np.asarray(lengths, dtype=np.int32)
+        rows = np.repeat(np.arange(len(lengths), dtype=np.int32), lengths)
         matrix = sp.csc_matrix(
-            (np.ones(len(cols), dtype=np.int32), (rows, cols)), shape=(len(texts), len(vocabulary)), dtype=np.int32
+            (np.ones(len(cols), dtype=np.int32), (rows, cols)), shape=(len(lengths), len(vocabulary)), dtype=np.int32
         )
         matrix.sum_duplicates()  # also sorts row indices within each column
-        return cls(vocabulary, matrix, lengths, analyzer.name)
+        return cls(vocabulary, matrix, lengths, analyzer_name)
 
     def save(self, directory: Path) -> None:
         """Write ``directory/keyword.npz`` atomically (temporary file + ``os.replace``); no pickled objects."""

@@ -88,8 +88,9 @@ SIGNATURE_SCHEMA = pa.schema(
 CHUNK_ROWS_SCHEMA = pa.schema([*CHUNK_FIELDS_SCHEMA, *SIGNATURE_SCHEMA])
 
 
-def write_chunks(folder: Path, rows: list[dict[str, Any]]) -> None:
-    write_chunk_table(folder, pa.Table.from_pylist(rows, schema=CHUNKS_SCHEMA))
+def write_chunks(folder: Path, rows: list[dict[str, Any]], signatures: TextSignatures | None = None) -> None:
+    """Write chunk rows (see :func:`write_chunk_table`); ``signatures``: theirs, when already computed."""
+    write_chunk_table(folder, pa.Table.from_pylist(rows, schema=CHUNKS_SCHEMA), signatures)
 
 
 def signature_table(signatures: TextSignatures) -> pa.Table:
@@ -113,10 +114,14 @@ def signatures_of(table: pa.Table) -> TextSignatures | None:
     )
 
 
-def with_signatures(table: pa.Table) -> pa.Table:
-    """Chunk rows in the row-store schema with their signatures: kept when present, else computed from content."""
+def with_signatures(table: pa.Table, signatures: TextSignatures | None = None) -> pa.Table:
+    """Chunk rows in the row-store schema with their signatures: ``signatures`` when given (one row per row),
+    else kept when present, else computed from content."""
     rows = table.select(CHUNKS_SCHEMA.names).cast(CHUNK_FIELDS_SCHEMA)
-    signatures = signatures_of(table)
+    if signatures is None:
+        signatures = signatures_of(table)
+    elif len(signatures) != table.num_rows:
+        raise StoreError(f"{len(signatures)} near-duplicate signatures for {table.num_rows} chunk rows")
     if signatures is None:
         signatures = text_signatures(rows.column("content").to_pylist())
     columns = signature_table(signatures)
@@ -125,10 +130,10 @@ def with_signatures(table: pa.Table) -> pa.Table:
     return rows.combine_chunks()
 
 
-def write_chunk_table(folder: Path, table: pa.Table) -> None:
+def write_chunk_table(folder: Path, table: pa.Table, signatures: TextSignatures | None = None) -> None:
     """Write a segment's chunk rows twice: the parquet catalog table and the memory-mappable row store (which
-    also holds each row's near-duplicate signatures)."""
-    rows = with_signatures(table)
+    also holds each row's near-duplicate signatures: ``signatures`` when given, see :func:`with_signatures`)."""
+    rows = with_signatures(table, signatures)
 
     def write_parquet(tmp: Path) -> None:
         # Cast back to the catalog's 32-bit strings per row group: a segment may hold more than 2 GB of text.

@@ -11,19 +11,31 @@ import shutil
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from kb_core.store import StagedSegment, catalog, utc_now
+
+if TYPE_CHECKING:
+    from kb_core.retrieval.near_duplicates import TextSignatures
 
 
 def write_document_segment(
     staged: StagedSegment, documents: Sequence[Any], embedder: Any, analyzer: Any, private: Path
 ) -> list[dict[str, Any]]:
     """Write the segment of these imported documents (failed ones recorded, not kept); their catalog rows.
-    ``private``: the KB's staging folder, whose copies are hard-linked into the segment (see :func:`keep_original`)."""
+    ``private``: the KB's staging folder, whose copies are hard-linked into the segment (see :func:`keep_original`).
+
+    A document's ``prepared`` chunks (:class:`~kb_core.ingest.prepared.PreparedChunks`: its chunks' terms and
+    signatures, made by a parser process) are merged as they are; a document without them is prepared here."""
+    from kb_core.ingest.prepared import merge_terms, prepare_chunks
+    from kb_core.retrieval.keyword_index import KeywordSegment
+    from kb_core.retrieval.near_duplicates import TextSignatures
+    from kb_core.retrieval.vector_index import VectorSegment
+
     now = utc_now()
+    prepared: list[Any] = []
     doc_rows: list[dict[str, Any]] = []
     chunk_rows: list[dict[str, Any]] = []
     text_rows: list[dict[str, Any]] = []
@@ -56,7 +68,7 @@ def write_document_segment(
             continue
         suffix = document.source.path.suffix.lower() or f".{document.file_type}"
         original = Path("files") / f"{document.doc_id}{suffix}"
-        shutil.copyfile(document.source.path, staged.path / original)
+        keep_original(document.source.path, staged.path / original, private)
         doc_rows.append(
             {
                 **row,
@@ -70,12 +82,25 @@ def write_document_segment(
         text_rows.append({"doc_id": document.doc_id, "text": document.text})
         chunk_rows.extend(chunk_row(document.doc_id, chunk) for chunk in document.chunks)
         vectors.extend(document.vectors)
+        made = getattr(document, "prepared", None)
+        prepared.append(made if made is not None else prepare_chunks([c.content for c in document.chunks], analyzer))
     matrix = (
         np.vstack(vectors).astype(np.float32)
         if vectors
         else np.empty((0, int(embedder.dimension)), dtype=np.float32)
     )
-    write_segment_files(staged, doc_rows, chunk_rows, text_rows, matrix, embedder, analyzer)
+    vocabulary, term_ids, lengths = merge_terms(prepared)
+    write_indexed_segment(
+        staged,
+        doc_rows,
+        chunk_rows,
+        text_rows,
+        KeywordSegment.from_terms(vocabulary, term_ids, lengths, analyzer.name),
+        VectorSegment.build(matrix),
+        model_key=str(getattr(embedder, "model_key", "")),
+        dimension=int(matrix.shape[1]) if len(matrix) else int(getattr(embedder, "dimension", 0)),
+        signatures=TextSignatures.concatenate([p.signatures for p in prepared]),
+    )
     return doc_rows
 
 
@@ -141,10 +166,12 @@ def write_indexed_segment(
     *,
     model_key: str,
     dimension: int,
+    signatures: TextSignatures | None = None,
 ) -> None:
-    """Write every file of a staged segment whose keyword and vector indexes are already built."""
+    """Write every file of a staged segment whose keyword and vector indexes are already built (and, when given,
+    the chunks' near-duplicate signatures; else they are computed)."""
     catalog.write_documents(staged.path, doc_rows)
-    catalog.write_chunks(staged.path, chunk_rows)
+    catalog.write_chunks(staged.path, chunk_rows, signatures)
     catalog.write_texts(staged.path, text_rows)
     keyword.save(staged.path)
     vectors.save(staged.path)

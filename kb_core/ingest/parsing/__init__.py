@@ -7,7 +7,7 @@ same work in the calling process for callers that isolate parsing themselves.
 from kb_core.ingest.parsing.base import SUPPORTED_TYPES, ParsedDocument, ParseLimits, TextBlock
 from kb_core.ingest.parsing.detect import detect_file_type
 from kb_core.ingest.parsing.inprocess import parse_file_inprocess
-from kb_core.ingest.parsing.isolation import ParserPool, parse_and_chunk_file, parse_file
+from kb_core.ingest.parsing.isolation import ParserPool, parse_and_chunk_file, parse_and_chunk_files, parse_file
 
 __all__ = [
     "SUPPORTED_TYPES",
@@ -17,6 +17,7 @@ __all__ = [
     "TextBlock",
     "detect_file_type",
     "parse_and_chunk_file",
+    "parse_and_chunk_files",
     "parse_file",
     "parse_file_inprocess",
 ]

@@ -7,6 +7,10 @@ next call. The parse timeout starts once a worker is ready, so process start-up 
 the file. Each request also caps the worker's address space (``ParseLimits.max_memory_bytes``, RLIMIT_AS),
 so a file that needs more memory fails as FILE_TOO_LARGE instead of exhausting the machine; a worker
 that ran out of memory is retired after its answer.
+
+A request may carry several files (an import sends a few small files at once, to save round trips); each still
+has its own time limit and its own answer, and a file that times out or kills its worker fails alone: the files
+after it go to a fresh worker.
 """
 
 from __future__ import annotations
@@ -23,8 +27,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kb_core.errors import ParseError
 from kb_core.ingest.parsing.base import (
@@ -37,9 +42,14 @@ from kb_core.ingest.parsing.base import (
 )
 from kb_core.ingest.parsing.inprocess import check_file, parse_file_inprocess
 
+if TYPE_CHECKING:
+    from kb_core.ingest.prepared import ChunkWork, PreparedChunks
+    from kb_core.retrieval.analysis import Analyzer
+
 logger = logging.getLogger(__name__)
 
 _START_TIMEOUT = 60.0
+_PREPARE_TIMEOUT = 60.0
 
 
 def usable_cores() -> int:
@@ -92,10 +102,16 @@ class _PipeConnection:
 
 
 def serve_stdio() -> None:
-    """Worker entry point: requests on stdin, replies on the original stdout; stray prints go to stderr."""
+    """Worker entry point: requests on stdin, replies on the original stdout; stray prints go to stderr.
+
+    A request is ``(paths, limits, work)``: one reply per file, in order, as each is parsed (and chunked, with
+    ``work``); then, when ``work`` prepares chunks, one ``("prepared", [...], False)`` for the files chunked here.
+    A reply asking for retirement (the worker ran out of memory, or something unexpected happened) ends the worker
+    there: the pool sends the rest of the files to a fresh one."""
     protocol_out = os.dup(1)
     os.dup2(2, 1)
     conn = _PipeConnection(0, protocol_out)
+    _preload()  # part of start-up, which no file's time limit is charged with
     conn.send(("ready",))
     while True:
         try:
@@ -104,32 +120,59 @@ def serve_stdio() -> None:
             return
         if request is None:
             return
-        path, limits, chunking = request
+        paths, limits, work = request
         _cap_memory(limits.max_memory_bytes)
-        try:
-            parsed = parse_file_inprocess(path, limits)
-            reply: tuple[Any, ...] = ("ok", (parsed, _chunk_quietly(parsed, chunking)), False)
-        except ParseError as exc:
-            # After a MemoryError the heap may be fragmented or half-freed: answer, then let the pool retire us.
-            reply = ("error", exc.code, exc.message, exc.details, exc.code == FILE_TOO_LARGE)
-        except BaseException as exc:  # the worker must answer, whatever happened
-            message = f"Cannot import '{Path(path).name}': {type(exc).__name__}: {exc}"
-            reply = ("error", CORRUPT_DOCUMENT, message, {}, True)
-        try:
-            conn.send(reply)
-        except (EOFError, OSError, MemoryError):
-            return
+        chunked: list[list[Any] | None] = []
+        for path in paths:
+            chunks = None
+            try:
+                parsed = parse_file_inprocess(path, limits)
+                chunks = _chunk_quietly(parsed, work)
+                reply: tuple[Any, ...] = ("ok", (parsed, chunks), False)
+            except ParseError as exc:
+                # After a MemoryError the heap may be fragmented or half-freed: answer, then retire.
+                reply = ("error", exc.code, exc.message, exc.details, exc.code == FILE_TOO_LARGE)
+            except BaseException as exc:  # the worker must answer, whatever happened
+                message = f"Cannot import '{Path(path).name}': {type(exc).__name__}: {exc}"
+                reply = ("error", CORRUPT_DOCUMENT, message, {}, True)
+            chunked.append(chunks)
+            try:
+                conn.send(reply)
+            except (EOFError, OSError, MemoryError):
+                return
+            if reply[-1]:
+                return
+        if work is not None and work.prepares:
+            try:
+                prepared: list[Any] | None = work.prepare(chunked)
+            except Exception:  # the importing process prepares them itself
+                prepared = None
+            try:
+                conn.send(("prepared", prepared, False))
+            except (EOFError, OSError, MemoryError):
+                return
 
 
-def _chunk_quietly(parsed: ParsedDocument, chunking: tuple[Any, int] | None) -> list[Any] | None:
+def _preload() -> None:
+    """Import the modules that chunk and prepare chunks (a worker is started once and serves many imports)."""
+    import importlib
+
+    with contextlib.suppress(Exception):
+        for module in ("chunking", "prepared"):
+            importlib.import_module(f"kb_core.ingest.{module}")
+        importlib.import_module("kb_core.embedding.hashing")
+        importlib.import_module("kb_core.retrieval.near_duplicates")
+        from kb_core.retrieval.analysis import default_analyzer
+
+        default_analyzer().tokens("warm")  # loads the stemmer
+
+
+def _chunk_quietly(parsed: ParsedDocument, work: ChunkWork | None) -> list[Any] | None:
     """The document's chunks, or ``None`` (not asked for, or chunking failed: the caller chunks and reports)."""
-    if chunking is None:
+    if work is None:
         return None
-    from kb_core.ingest.chunking import chunk_document
-
-    tokenizer, chunk_size = chunking
     try:
-        return chunk_document(parsed, tokenizer, chunk_size)
+        return work.chunk(parsed)
     except Exception:
         return None
 
@@ -144,7 +187,7 @@ def _cap_memory(limit: int) -> None:
 class _Worker:
     """A fresh interpreter (not fork/forkserver: those re-run the caller's unguarded __main__ script)."""
 
-    def __init__(self) -> None:
+    def __init__(self, wait: bool = True) -> None:
         package_root = str(Path(__file__).resolve().parents[2])
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
@@ -157,6 +200,10 @@ class _Worker:
         )
         assert self.process.stdin is not None and self.process.stdout is not None
         self.conn = _PipeConnection(self.process.stdout.fileno(), self.process.stdin.fileno())
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self) -> None:
         if not self.conn.poll(_START_TIMEOUT):
             self.kill()
             raise ParseError("The document parser process did not start", code=PARSE_TIMEOUT)
@@ -196,15 +243,36 @@ class ParserPool:
     def __init__(self) -> None:
         self._idle: list[_Worker] = []
         self._lock = threading.Lock()
+        self._started = False
 
     def _borrow(self) -> _Worker:
         with self._lock:
+            if not self._started:
+                # The first use starts every worker at once: they start in parallel (on other cores) instead of
+                # one by one as the threads of an import ask for them.
+                self._started = True
+                self._idle = self._start(_MAX_IDLE_WORKERS)
             while self._idle:
                 worker = self._idle.pop()
                 if worker.alive():
                     return worker
                 worker.kill()
         return _Worker()
+
+    @staticmethod
+    def _start(count: int) -> list[_Worker]:
+        workers = [_Worker(wait=False) for _ in range(count)]
+        ready: list[_Worker] = []
+        try:
+            for worker in workers:
+                worker.wait_ready()
+                ready.append(worker)
+        except BaseException:
+            for worker in workers[len(ready) :]:
+                worker.kill()
+            if not ready:
+                raise
+        return ready
 
     def _give_back(self, worker: _Worker) -> None:
         with self._lock:
@@ -214,35 +282,82 @@ class ParserPool:
         worker.stop()
 
     def parse(self, path: Path, limits: ParseLimits) -> ParsedDocument:
-        return self.parse_and_chunk(path, limits, None)[0]
+        outcome = self.parse_many([path], limits, None)[0]
+        if isinstance(outcome, ParseError):
+            raise outcome
+        return outcome[0]
 
-    def parse_and_chunk(
-        self, path: Path, limits: ParseLimits, chunking: tuple[Any, int] | None
-    ) -> tuple[ParsedDocument, list[Any] | None]:
-        """Parse, and with ``chunking`` (a picklable tokenizer, the chunk size) also chunk, in a worker."""
-        worker = self._borrow()
-        started = time.monotonic()
+    def parse_many(
+        self, paths: Sequence[Path], limits: ParseLimits, work: ChunkWork | None
+    ) -> list[tuple[ParsedDocument, list[Any] | None, PreparedChunks | None] | ParseError]:
+        """Parse ``paths`` in a worker (a few files per request saves round trips), and with ``work`` also chunk
+        them and prepare their chunks; per file, ``(parsed, chunks, prepared)`` (``None`` for what was not done
+        there) or its :class:`ParseError`.
+
+        Each file keeps its own time limit: a file that runs past ``limits.timeout_seconds`` (or crashes the
+        worker) is the one that fails, its worker is killed, and the files after it go to a fresh worker."""
+        outcomes: list[Any] = []
+        while len(outcomes) < len(paths):
+            first = len(outcomes)
+            worker = self._borrow()
+            healthy = self._serve(worker, paths[first:], limits, work, outcomes)
+            if healthy:
+                self._give_back(worker)
+            else:
+                worker.kill()
+        return outcomes
+
+    def _serve(
+        self, worker: _Worker, paths: Sequence[Path], limits: ParseLimits, work: ChunkWork | None, outcomes: list[Any]
+    ) -> bool:
+        """Send ``paths`` to ``worker`` and append an outcome per file answered; False when the worker must go
+        (it stopped answering, crashed or asked to retire: the files after the last outcome are not done)."""
+        first = len(outcomes)
         try:
-            worker.conn.send((path, limits, chunking))
-            ready = worker.conn.poll(limits.timeout_seconds)
-            reply = worker.conn.recv() if ready else None
-        except (EOFError, OSError, BrokenPipeError):
-            worker.kill()
-            raise parse_error(CORRUPT_DOCUMENT, path, "the parser process crashed on this file") from None
+            worker.conn.send((list(paths), limits, work))
+        except (EOFError, OSError):
+            outcomes.append(parse_error(CORRUPT_DOCUMENT, paths[0], "the parser process crashed on this file"))
+            return False
+        for path in paths:
+            started = time.monotonic()
+            try:
+                reply = worker.conn.recv() if worker.conn.poll(limits.timeout_seconds) else None
+            except (EOFError, OSError):
+                outcomes.append(parse_error(CORRUPT_DOCUMENT, path, "the parser process crashed on this file"))
+                return False
+            if reply is None:
+                outcomes.append(
+                    parse_error(
+                        PARSE_TIMEOUT, path, f"parsing took longer than {limits.timeout_seconds:g} s and was stopped"
+                    )
+                )
+                return False
+            logger.debug("parsed %s in %.3f s", path, time.monotonic() - started)
+            if reply[0] == "ok":
+                outcomes.append((*reply[1], None))
+            else:
+                _, code, message, details, _ = reply
+                outcomes.append(ParseError(message, code=code, details=details))
+            if reply[-1]:  # the worker asks to be retired (it ran out of memory): it stops here
+                return False
+        if work is None or not work.prepares:
+            return True
+        # The chunks' preparation is an optimisation: without it (too slow, failed) the importing process does it.
+        # It runs our own code on chunks already made, not a parser on hostile bytes: its limit is generous (it
+        # may load a dictionary, such as jieba's, the first time).
+        try:
+            reply = worker.conn.recv() if worker.conn.poll(max(limits.timeout_seconds, _PREPARE_TIMEOUT)) else None
+        except (EOFError, OSError):
+            return False
         if reply is None:
-            worker.kill()
-            raise parse_error(
-                PARSE_TIMEOUT, path, f"parsing took longer than {limits.timeout_seconds:g} s and was stopped"
-            )
-        logger.debug("parsed %s in %.3f s", path, time.monotonic() - started)
-        if reply[-1]:  # the worker asks to be retired (it ran out of memory)
-            worker.kill()
-        else:
-            self._give_back(worker)
-        if reply[0] == "ok":
-            return reply[1]
-        _, code, message, details, _ = reply
-        raise ParseError(message, code=code, details=details)
+            return False
+        prepared = reply[1]
+        if prepared is not None:
+            for position, made in enumerate(prepared, start=first):
+                outcome = outcomes[position]
+                if made is not None and not isinstance(outcome, ParseError):
+                    outcomes[position] = (outcome[0], outcome[1], made)
+        return True
 
     def close(self) -> None:
         with self._lock:
@@ -275,21 +390,59 @@ def parse_file(path: Path, limits: ParseLimits = ParseLimits()) -> ParsedDocumen
     return _shared_pool().parse(path, limits)
 
 
+def parse_and_chunk_files(
+    paths: Sequence[Path],
+    limits: ParseLimits,
+    tokenizer: Any,
+    chunk_size: int,
+    *,
+    analyzer: Analyzer | None = None,
+    embedder: Any = None,
+) -> list[tuple[ParsedDocument, list[Any], PreparedChunks | None] | ParseError]:
+    """:func:`parse_file` of each path, then the document's chunks (:func:`kb_core.ingest.chunking.chunk_document`),
+    and with an ``analyzer`` their :class:`~kb_core.ingest.prepared.PreparedChunks` where the parser process made
+    them; per file that triple or the file's :class:`ParseError`.
+
+    A tokenizer marked ``chunks_in_workers`` (small to pickle, and holding the GIL while it works, like the hashing
+    tokenizer) is sent along and the worker process chunks too, off this process's GIL, and prepares the chunks
+    (analysis, signatures, and the vectors where ``embedder`` is the hashing embedder); others (a Rust tokenizer,
+    which releases the GIL) chunk here, and the preparation is ``None`` (the committer does it)."""
+    from kb_core.ingest.chunking import chunk_document
+    from kb_core.ingest.prepared import ChunkWork, hashing_dimension
+
+    work = None
+    if getattr(tokenizer, "chunks_in_workers", False):
+        dimension = hashing_dimension(embedder) if embedder is not None and analyzer is not None else None
+        work = ChunkWork(tokenizer, chunk_size, analyzer, dimension)
+    outcomes: list[Any] = [None] * len(paths)
+    checked: list[int] = []
+    for position, path in enumerate(paths):
+        path = Path(path).absolute()
+        try:
+            check_file(path, limits)  # cheap refusals without a round trip to the worker
+        except ParseError as exc:
+            outcomes[position] = exc
+        else:
+            checked.append(position)
+    parsed_files = _shared_pool().parse_many([Path(paths[i]).absolute() for i in checked], limits, work)
+    for position, outcome in zip(checked, parsed_files, strict=True):
+        if not isinstance(outcome, ParseError) and outcome[1] is None:
+            outcome = (outcome[0], chunk_document(outcome[0], tokenizer, chunk_size), None)
+        outcomes[position] = outcome
+    return outcomes
+
+
 def parse_and_chunk_file(
     path: Path,
     limits: ParseLimits,
     tokenizer: Any,
     chunk_size: int,
-) -> tuple[ParsedDocument, list[Any]]:
-    """:func:`parse_file`, then the document's chunks (:func:`kb_core.ingest.chunking.chunk_document`).
-
-    A tokenizer marked ``chunks_in_workers`` (small to pickle, and holding the GIL while it works, like the hashing
-    tokenizer) is sent along and the worker process chunks too, off this process's GIL; others (a Rust tokenizer,
-    which releases the GIL) chunk here."""
-    from kb_core.ingest.chunking import chunk_document
-
-    path = Path(path).absolute()
-    check_file(path, limits)
-    chunking = (tokenizer, chunk_size) if getattr(tokenizer, "chunks_in_workers", False) else None
-    parsed, chunks = _shared_pool().parse_and_chunk(path, limits, chunking)
-    return parsed, chunks if chunks is not None else chunk_document(parsed, tokenizer, chunk_size)
+    *,
+    analyzer: Analyzer | None = None,
+    embedder: Any = None,
+) -> tuple[ParsedDocument, list[Any], PreparedChunks | None]:
+    """:func:`parse_and_chunk_files` of one file; raises its :class:`ParseError`."""
+    outcome = parse_and_chunk_files([path], limits, tokenizer, chunk_size, analyzer=analyzer, embedder=embedder)[0]
+    if isinstance(outcome, ParseError):
+        raise outcome
+    return outcome
