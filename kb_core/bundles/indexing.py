@@ -83,7 +83,7 @@ def sync_index(service: Resources, record: KnowledgeBaseRecord, state: GraphStat
                 text_rows.append({"doc_id": doc.doc_id, "text": doc.text})
                 chunk_rows.extend(chunk_row(doc.doc_id, chunk) for chunk in doc.chunks)
             matrix = np.vstack(vectors).astype(np.float32)
-            write_segment_files(staged, doc_rows, chunk_rows, text_rows, matrix, embedder, service.analyzer)
+            write_segment_files(staged, doc_rows, chunk_rows, text_rows, matrix, embedder.model_key, service.analyzer)
 
         def plan(manifest: Manifest) -> Change:
             snapshot = reader.snapshot()

@@ -18,11 +18,14 @@ import numpy as np
 from kb_core.store import StagedSegment, catalog, utc_now
 
 if TYPE_CHECKING:
+    from kb_core.embedding.base import Embedder
+    from kb_core.ingest.prepared import PreparedChunks
+    from kb_core.retrieval.analysis import Analyzer
     from kb_core.retrieval.near_duplicates import TextSignatures
 
 
 def write_document_segment(
-    staged: StagedSegment, documents: Sequence[Any], embedder: Any, analyzer: Any, private: Path
+    staged: StagedSegment, documents: Sequence[Any], embedder: Embedder, analyzer: Analyzer, private: Path
 ) -> list[dict[str, Any]]:
     """Write the segment of these imported documents (failed ones recorded, not kept); their catalog rows.
     ``private``: the KB's staging folder, whose copies are hard-linked into the segment (see :func:`keep_original`).
@@ -35,7 +38,7 @@ def write_document_segment(
     from kb_core.retrieval.vector_index import VectorSegment
 
     now = utc_now()
-    prepared: list[Any] = []
+    prepared: list[PreparedChunks] = []
     doc_rows: list[dict[str, Any]] = []
     chunk_rows: list[dict[str, Any]] = []
     text_rows: list[dict[str, Any]] = []
@@ -137,10 +140,11 @@ def write_segment_files(
     chunk_rows: list[dict[str, Any]],
     text_rows: list[dict[str, Any]],
     vectors: np.ndarray,
-    embedder: Any,
-    analyzer: Any,
+    model_key: str,
+    analyzer: Analyzer,
 ) -> None:
-    """Build a staged segment's indexes and write every file; ``segment.json`` last, marking it complete."""
+    """Build a staged segment's indexes and write every file; ``segment.json`` last, marking it complete.
+    ``model_key``: the identity of the model that made ``vectors`` (stored with the vector index)."""
     from kb_core.retrieval.keyword_index import KeywordSegment
     from kb_core.retrieval.vector_index import VectorSegment
 
@@ -151,8 +155,8 @@ def write_segment_files(
         text_rows,
         KeywordSegment.build([row["content"] for row in chunk_rows], analyzer),
         VectorSegment.build(vectors),
-        model_key=str(getattr(embedder, "model_key", "")),
-        dimension=int(vectors.shape[1]) if len(vectors) else int(getattr(embedder, "dimension", 0)),
+        model_key=model_key,
+        dimension=int(vectors.shape[1]),
     )
 
 

@@ -422,14 +422,6 @@ def _unique_document_names(plan: _KBPlan, now: datetime) -> None:
             taken.add(row["name"].casefold())
 
 
-class _IndexIdentity:
-    """What write_segment_files needs of an embedder: only its identity and dimension (no model is loaded)."""
-
-    def __init__(self, model_key: str, dimension: int) -> None:
-        self.model_key = model_key
-        self.dimension = dimension
-
-
 def _stage_kb(plan: _KBPlan, staging: Path, analyzer: Any) -> None:
     from kb_core.store.segments import write_segment_files
 
@@ -447,7 +439,7 @@ def _stage_kb(plan: _KBPlan, staging: Path, analyzer: Any) -> None:
             segment.chunks,
             segment.texts,
             segment.vectors,
-            _IndexIdentity(segment.model_key, int(segment.vectors.shape[1])),
+            segment.model_key,
             analyzer,
         )
         staged_segments.append(staged)
