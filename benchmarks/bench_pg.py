@@ -110,7 +110,8 @@ def import_folder(service: KnowledgeBaseService, record: Any, corpus: Corpus, pe
             chunk_rows += chunks
         first, last = batch[0][1], batch[-1][2]
         texts = [{"doc_id": doc_id, "text": ""} for doc_id, _, _ in batch]
-        write_segment_files(staged, doc_rows, chunk_rows, texts, corpus.vectors[first:last], embedder, service.analyzer)
+        vectors = corpus.vectors[first:last]
+        write_segment_files(staged, doc_rows, chunk_rows, texts, vectors, embedder.model_key, service.analyzer)
         store.commit(Change(add=(staged,)))
     return time.perf_counter() - started
 
@@ -339,7 +340,7 @@ def measure_commit(
             chunks,
             [{"doc_id": document["doc_id"], "text": ""}],
             vectors,
-            embedder,
+            embedder.model_key,
             service.analyzer,
         )
         folder_store.commit(Change(add=(staged,)))

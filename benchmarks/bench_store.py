@@ -43,7 +43,7 @@ def commit_synthetic_segment(service: KnowledgeBaseService, record: Any, texts: 
         chunk_rows,
         [{"doc_id": "doc_big", "text": ""}],
         vectors,
-        service.embedder(record),
+        service.embedder(record).model_key,
         service.analyzer,
     )
     store.commit(Change(add=(staged,)))
