@@ -62,6 +62,9 @@ def dump(home: Path, out: Path, queries: int, deep: int) -> None:
                             "weights": data.get("weights"),
                             "warnings": data.get("warnings"),
                         }
+    if not results:
+        names = ", ".join(f"{prefix}*" for prefix in DATASETS)
+        raise SystemExit(f"no evaluation KB ({names}) in {home}: bench_latency.py --home H builds them in H/cache/eval")
     out.write_text(json.dumps(results, ensure_ascii=False), encoding="utf-8")
     print(f"{len(results)} searches written to {out}")
 
@@ -69,6 +72,9 @@ def dump(home: Path, out: Path, queries: int, deep: int) -> None:
 def compare(reference: Path, candidate: Path) -> int:
     old = json.loads(reference.read_text(encoding="utf-8"))
     new = json.loads(candidate.read_text(encoding="utf-8"))
+    if not old:
+        print("the reference holds no search: nothing was compared")
+        return 1
     if old.keys() != new.keys():
         print(f"different searches: {len(old.keys() - new.keys())} only in the reference, "
               f"{len(new.keys() - old.keys())} only in the candidate")
