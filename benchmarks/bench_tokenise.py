@@ -54,6 +54,7 @@ def main() -> None:
     parser.add_argument("--chunks", type=int, default=600)
     parser.add_argument("--chunk-size", type=int, default=160)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--tokenise-repeats", type=int, default=5, help="the tokenisation's fastest run is kept")
     parser.add_argument("--corpus", type=Path, default=SHARED / "eval" / "scifact" / "corpus.jsonl")
     args = parser.parse_args()
     corpus = args.corpus
@@ -82,29 +83,32 @@ def main() -> None:
     tok, model = ids_path.tokenizer, ids_path.model
     template = InputTemplate.from_tokenizer(tok.backend, pad_id=int(model.tokenizer.pad_token_id))
     assert template is not None
-    t0 = time.perf_counter()
-    encodings = tok.encode_batch(texts)
-    encode_s = time.perf_counter() - t0
-    rows = sorted((e.ids for e in encodings), key=len, reverse=True)
-    for s in range(0, len(rows), ids_path.batch_size):
-        _ = {k: torch.from_numpy(v) for k, v in template.batch(rows[s : s + ids_path.batch_size]).items()}
-    report["tokenise_once_s"] = {
-        "encode_batch": round(encode_s, 4),
-        "total_with_model_input": round(time.perf_counter() - t0, 4),
-    }
-    t0 = time.perf_counter()
-    tok.count_batch(texts)
-    count_s = time.perf_counter() - t0
-    ordered = sorted(texts, key=len, reverse=True)  # as model.encode orders them
-    t0 = time.perf_counter()
-    for s in range(0, len(ordered), ids_path.batch_size):
-        model.preprocess(ordered[s : s + ids_path.batch_size])
-    preprocess_s = time.perf_counter() - t0
-    report["tokenise_before_s"] = {
-        "count_batch": round(count_s, 4),
-        "model_preprocess": round(preprocess_s, 4),
-        "total": round(count_s + preprocess_s, 4),
-    }
+    batch = ids_path.batch_size
+
+    def once() -> tuple[float, float]:
+        t0 = time.perf_counter()
+        encodings = tok.encode_batch(texts)
+        encoded = time.perf_counter()
+        rows = sorted((e.ids for e in encodings), key=len, reverse=True)
+        for s in range(0, len(rows), batch):
+            _ = {k: torch.from_numpy(v) for k, v in template.batch(rows[s : s + batch]).items()}
+        return encoded - t0, time.perf_counter() - t0
+
+    def before() -> tuple[float, float]:
+        t0 = time.perf_counter()
+        tok.count_batch(texts)
+        counted = time.perf_counter()
+        ordered = sorted(texts, key=len, reverse=True)  # as model.encode orders them
+        for s in range(0, len(ordered), batch):
+            model.preprocess(ordered[s : s + batch])
+        return counted - t0, time.perf_counter() - t0
+
+    # The fastest of several runs: these take milliseconds, and other processes share the machine.
+    runs = [(once(), before()) for _ in range(args.tokenise_repeats)]  # interleaved: both see the same load
+    a = min((r[0] for r in runs), key=lambda t: t[1])
+    b = min((r[1] for r in runs), key=lambda t: t[1])
+    report["tokenise_once_s"] = {"encode_batch": round(a[0], 4), "with_model_input": round(a[1], 4)}
+    report["tokenise_before_s"] = {"count_batch": round(b[0], 4), "with_model_preprocess": round(b[1], 4)}
     report["load_after"] = _load()
     print(json.dumps(report, indent=2))
 
