@@ -119,6 +119,8 @@ def _input_template(model: SentenceTransformer, tokenizer: HFTokenizerAdapter) -
         reason = f"its first module is a {type(first).__name__}, not a Transformer"
     elif set(first.modality_config) != {"text"} or first.modality_config["text"].get("method") != "forward":
         reason = f"its Transformer takes {sorted(first.modality_config)}, not plain text to forward()"
+    elif not model.max_seq_length:
+        reason = "it has no maximum sequence length to window texts by"
     elif model.default_prompt_name is not None and model.prompts.get(model.default_prompt_name):
         reason = "it has a default prompt"
     elif hf is None or not getattr(hf, "is_fast", False) or getattr(hf, "backend_tokenizer", None) is None:
