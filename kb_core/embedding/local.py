@@ -4,7 +4,7 @@ Long texts are not truncated. A model sees at most ``max_input_tokens`` tokens (
 including its two special tokens); sentence-transformers would silently drop the rest. Instead, a text whose
 token count exceeds the window is cut into consecutive windows of ``max_input_tokens - special tokens``
 tokens (each cut moved back to a word start when the tokenizer marks word pieces), all windows of all texts
-are embedded in the same batched ``model.encode`` call, and the text's vector is the mean of its window
+are embedded in the same batches, and the text's vector is the mean of its window
 vectors weighted by each window's token count, re-normalised to unit length.
 
 Each text is tokenised once. One batch call of the fast tokenizer gives the token counts, the windows of long
