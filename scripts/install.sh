@@ -34,8 +34,11 @@ fi
 extras=dev
 [ "${KB_WITH_RAY:-0}" = 1 ] && extras=dev,ray
 stamp=.venv/.kb-installed
-digest="$(sha256sum pyproject.toml | cut -d' ' -f1) $extras"
-if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$digest" ]; then
+project="$(sha256sum pyproject.toml | cut -d' ' -f1)"
+digest="$project $extras"
+installed="$(cat "$stamp" 2>/dev/null || true)"
+# A venv that already has the Ray extra (scripts/test.sh installs it) also serves scripts/run.sh.
+if [ "$installed" != "$digest" ] && [ "$installed" != "$project dev,ray" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
   # torch is pinned to the CPU build (torch==2.13.0 in pyproject.toml); an unpinned torch pulls CUDA.
   .venv/bin/python -m pip install -q -e ".[$extras]"
