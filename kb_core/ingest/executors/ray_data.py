@@ -26,7 +26,6 @@ import signal
 import tempfile
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -89,7 +88,7 @@ def parse_and_chunk(batch: pd.DataFrame, *, model: str, chunk_size: int, limits:
                     row.update(
                         file_type=parsed.file_type,
                         text=parsed.text,
-                        chunks=json.dumps([asdict(c) for c in chunks], ensure_ascii=False),
+                        chunks=json.dumps([c.to_dict() for c in chunks], ensure_ascii=False),
                     )
             except KBError as exc:
                 row["error"] = exc.message
