@@ -43,7 +43,7 @@ from kb_core.embedding.base import ProgressCallback, TokenIds, l2_normalize
 from kb_core.embedding.device import DeviceChoice, DeviceRequest, device_request, resolve_device
 from kb_core.embedding.model_input import InputTemplate
 from kb_core.embedding.wordpiece import HFTokenizerAdapter, bundled_model_path, load_tokenizer_file
-from kb_core.errors import EmbeddingError
+from kb_core.errors import EmbeddingError, InvalidArgument
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
@@ -285,7 +285,7 @@ class SentenceTransformerEmbedder:
         given: list[TokenIds | None] = [None] * len(texts)
         if token_ids is not None:
             if len(token_ids) != len(texts):
-                raise ValueError(f"token_ids has {len(token_ids)} entries for {len(texts)} texts")
+                raise InvalidArgument(f"token_ids must have one entry per text ({len(texts)}), got {len(token_ids)}")
             given = [t if t is not None and t.tokenizer == tok.fingerprint else None for t in token_ids]
         missing = [i for i, t in enumerate(given) if t is None]
         for i, made in zip(missing, tok.ids_offsets_batch([texts[i] for i in missing]), strict=True):
