@@ -8,6 +8,13 @@ the ``model.encode`` path), alternating A, B for ``--rounds`` rounds after a war
 alone, up to the batch tensors the forward takes: one ``encode_batch`` with offsets and the padded id batches
 (A) against ``count_batch`` plus sentence-transformers' ``preprocess`` in the batches ``encode`` would make
 (B). Prints one JSON report with the load average before and after.
+
+Then what an import tokenises (``--import-chunks`` chunks of ``--chunk-size`` tokens, ``--import-rounds``
+alternating rounds, CPU seconds of this process): the chunker giving each chunk its token ids and the embedder
+using them (A, now), against the chunker giving offsets only and the embedder tokenising each chunk text (B,
+before); both up to the windows the model input is built from. ``--import-only`` runs only this part.
+
+    python benchmarks/bench_tokenise.py --import-only --import-chunks 5000 --import-rounds 5
 """
 
 from __future__ import annotations
@@ -23,8 +30,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch
 
+from kb_core.embedding.base import Tokenizer
 from kb_core.embedding.local import SentenceTransformerEmbedder
 from kb_core.embedding.model_input import InputTemplate
+from kb_core.embedding.wordpiece import HFTokenizerAdapter
 from kb_core.ingest.chunking import chunk_document
 from kb_core.ingest.parsing.base import ParsedDocument, TextBlock
 
@@ -49,6 +58,88 @@ def chunk_texts(corpus: Path, embedder: SentenceTransformerEmbedder, chunks: int
     return texts
 
 
+def documents(corpus: Path, tokenizer: Tokenizer, chunks: int, chunk_size: int) -> list[ParsedDocument]:
+    """SciFact documents (title and abstract as two blocks), enough of them for ``chunks`` chunks."""
+    out: list[ParsedDocument] = []
+    total = 0
+    with open(corpus, encoding="utf-8") as handle:
+        for line in handle:
+            row = json.loads(line)
+            blocks = tuple(TextBlock(t) for t in (row.get("title", ""), row.get("text", "")) if t.strip())
+            if not blocks:
+                continue
+            out.append(ParsedDocument(file_type="txt", blocks=blocks))
+            total += len(chunk_document(out[-1], tokenizer, chunk_size))
+            if total >= chunks:
+                break
+    return out
+
+
+class _OffsetsOnly:
+    """The model's tokenizer without ids: the chunker as it was before chunks carried them."""
+
+    def __init__(self, inner: HFTokenizerAdapter) -> None:
+        self.inner = inner
+        self.boundary_exact = inner.boundary_exact
+
+    def count(self, text: str) -> int:
+        return self.inner.count(text)
+
+    def offsets(self, text: str) -> list[tuple[int, int]]:
+        return self.inner.offsets(text)
+
+    def count_batch(self, texts: list[str]) -> list[int]:
+        return self.inner.count_batch(texts)
+
+    def offsets_batch(self, texts: list[str]) -> list[list[tuple[int, int]]]:
+        return self.inner.offsets_batch(texts)
+
+
+def import_tokenisation(
+    embedder: SentenceTransformerEmbedder, docs: list[ParsedDocument], chunk_size: int, rounds: int
+) -> dict[str, Any]:
+    """CPU seconds of chunking plus the embedder's windows, with the chunker's ids (A) and without (B)."""
+    tok = embedder.tokenizer
+    plain = _OffsetsOnly(tok)
+    batch = 512  # the pipeline's EMBED_BATCH
+
+    def run(tokenizer: Tokenizer, with_ids: bool) -> tuple[float, float, int]:
+        c0 = time.process_time()
+        chunks = [c for doc in docs for c in chunk_document(doc, tokenizer, chunk_size)]
+        c1 = time.process_time()
+        for s in range(0, len(chunks), batch):
+            part = chunks[s : s + batch]
+            ids = [c.token_ids for c in part] if with_ids else None
+            embedder._windows_many([c.content for c in part], ids)
+        return c1 - c0, time.process_time() - c1, len(chunks)
+
+    run(tok, True), run(plain, False)  # warm-up
+    cpu: dict[str, dict[str, list[float]]] = {
+        name: {"chunker": [], "embedder": []} for name in ("ids_travel", "tokenise_again")
+    }
+    n = 0
+    for _ in range(rounds):
+        for name, tokenizer, with_ids in (("ids_travel", tok, True), ("tokenise_again", plain, False)):
+            chunking, windows, n = run(tokenizer, with_ids)
+            cpu[name]["chunker"].append(round(chunking, 4))
+            cpu[name]["embedder"].append(round(windows, 4))
+    per_1000 = 1000 / n
+
+    def median(values: list[float]) -> float:
+        return sorted(values)[len(values) // 2]
+
+    totals = {
+        name: median([a + b for a, b in zip(v["chunker"], v["embedder"], strict=True)]) for name, v in cpu.items()
+    }
+    return {
+        "chunks": n,
+        "documents": len(docs),
+        "cpu_s": cpu,
+        "median_cpu_s_per_1000_chunks": {name: round(t * per_1000, 4) for name, t in totals.items()},
+        "saved_cpu_s_per_1000_chunks": round((totals["tokenise_again"] - totals["ids_travel"]) * per_1000, 4),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--chunks", type=int, default=600)
@@ -56,11 +147,20 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--tokenise-repeats", type=int, default=5, help="the tokenisation's fastest run is kept")
     parser.add_argument("--corpus", type=Path, default=SHARED / "eval" / "scifact" / "corpus.jsonl")
+    parser.add_argument("--import-chunks", type=int, default=5000)
+    parser.add_argument("--import-rounds", type=int, default=5)
+    parser.add_argument("--import-only", action="store_true", help="only the import's tokenisation (no model)")
     args = parser.parse_args()
     corpus = args.corpus
     if not corpus.exists():
         raise SystemExit(f"{corpus} is absent; this benchmark reads the shared SciFact corpus")
     ids_path = SentenceTransformerEmbedder()
+    if args.import_only:
+        docs = documents(corpus, ids_path.tokenizer, args.import_chunks, args.chunk_size)
+        load = _load()
+        report = import_tokenisation(ids_path, docs, args.chunk_size, args.import_rounds)
+        print(json.dumps({"load_before": load, **report, "load_after": _load()}, indent=2))
+        return
     encode_path = SentenceTransformerEmbedder(from_token_ids=False)
     texts = chunk_texts(corpus, ids_path, args.chunks, args.chunk_size)
     counts = ids_path.tokenizer.count_batch(texts)
@@ -113,6 +213,8 @@ def main() -> None:
     b = min((r[1] for r in runs), key=lambda t: t[1])
     report["tokenise_once_s"] = {"encode_batch": round(a[0], 4), "with_model_input": round(a[1], 4)}
     report["tokenise_before_s"] = {"count_batch": round(b[0], 4), "with_model_preprocess": round(b[1], 4)}
+    docs = documents(corpus, tok, args.import_chunks, args.chunk_size)
+    report["import_tokenisation"] = import_tokenisation(ids_path, docs, args.chunk_size, args.import_rounds)
     report["load_after"] = _load()
     print(json.dumps(report, indent=2))
 

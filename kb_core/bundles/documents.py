@@ -90,7 +90,12 @@ def chunk_and_embed(
         doc_id = f"doc_{uuid.uuid4().hex[:16]}"
         new_docs.append(NewBundleDocument(node["id"], doc_id, node_display_name(node), text, sha, chunks))
     contents = [c.content for d in new_docs for c in d.chunks]
+    token_ids = [c.token_ids for d in new_docs for c in d.chunks]
     vectors: list[np.ndarray] = []
     for start in range(0, len(contents), EMBED_BATCH):
-        vectors.extend(embedder.embed_documents(contents[start : start + EMBED_BATCH]))
+        part = token_ids[start : start + EMBED_BATCH]
+        if any(t is not None for t in part):  # the chunker's ids, so the embedder need not tokenise again
+            vectors.extend(embedder.embed_documents(contents[start : start + EMBED_BATCH], token_ids=part))
+        else:
+            vectors.extend(embedder.embed_documents(contents[start : start + EMBED_BATCH]))
     return new_docs, vectors

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -31,6 +32,32 @@ class BatchTokenizer(Tokenizer, Protocol):
     def offsets_batch(self, texts: Sequence[str]) -> list[list[tuple[int, int]]]: ...
 
 
+@dataclass(frozen=True, eq=False)
+class TokenIds:
+    """What a text was tokenised to, so an embedder with the same tokenizer need not tokenise it again (#15).
+
+    ``ids`` (int32, no special tokens) and ``offsets`` (int32 ``(n, 2)`` character spans in the text) are exactly
+    what ``tokenizer`` gives for the text; ``tokenizer`` is the making tokenizer's ``fingerprint``, which an
+    embedder compares with its own before using the ids.
+    """
+
+    ids: np.ndarray
+    offsets: np.ndarray
+    tokenizer: str
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+@runtime_checkable
+class IdTokenizer(BatchTokenizer, Protocol):
+    """A batch tokenizer that can also give token ids, tagged with its ``fingerprint``."""
+
+    fingerprint: str
+
+    def ids_offsets_batch(self, texts: Sequence[str]) -> list[TokenIds]: ...
+
+
 @runtime_checkable
 class Embedder(Protocol):
     """Turns texts into L2-normalised float32 vectors.
@@ -44,8 +71,18 @@ class Embedder(Protocol):
     max_input_tokens: int | None
     tokenizer: Tokenizer
 
-    def embed_documents(self, texts: Sequence[str], progress: ProgressCallback | None = None) -> np.ndarray:
-        """float32 array of shape ``(len(texts), dimension)``, each row L2-normalised."""
+    def embed_documents(
+        self,
+        texts: Sequence[str],
+        progress: ProgressCallback | None = None,
+        *,
+        token_ids: Sequence[TokenIds | None] | None = None,
+    ) -> np.ndarray:
+        """float32 array of shape ``(len(texts), dimension)``, each row L2-normalised.
+
+        ``token_ids``, aligned with ``texts``, may give what a text was already tokenised to (e.g. by the
+        chunker); an embedder uses those whose tokenizer is its own and ignores the rest.
+        """
         ...
 
     def embed_query(self, text: str) -> np.ndarray:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kb_core.embedding.base import Embedder, ProgressCallback, Tokenizer
+from kb_core.embedding.base import Embedder, ProgressCallback, TokenIds, Tokenizer
 from kb_core.errors import StoreError
 
 log = logging.getLogger(__name__)
@@ -154,7 +154,14 @@ class CachedEmbedder:
     def tokenizer(self) -> Tokenizer:
         return self.inner.tokenizer
 
-    def embed_documents(self, texts: Sequence[str], progress: ProgressCallback | None = None) -> np.ndarray:
+    def embed_documents(
+        self,
+        texts: Sequence[str],
+        progress: ProgressCallback | None = None,
+        *,
+        token_ids: Sequence[TokenIds | None] | None = None,
+    ) -> np.ndarray:
+        """Cached vectors, and the misses embedded by the inner embedder (with their ``token_ids``, if given)."""
         texts = list(texts)
         key = self.inner.model_key
         digests = [text_digest(t) for t in texts]
@@ -162,11 +169,15 @@ class CachedEmbedder:
         hits = sum(1 for d in digests if d in found)
         if progress is not None and hits:
             progress(hits)
-        # Embed each distinct missing text once.
+        # Embed each distinct missing text once (with the ids of its first occurrence that has any).
         missing: dict[bytes, str] = {}
-        for d, t in zip(digests, texts, strict=True):
+        missing_ids: dict[bytes, TokenIds] = {}
+        ids: Sequence[TokenIds | None] = token_ids if token_ids is not None else [None] * len(texts)
+        for d, t, i in zip(digests, texts, ids, strict=True):
             if d not in found:
                 missing.setdefault(d, t)
+                if i is not None:
+                    missing_ids.setdefault(d, i)
         if missing:
             miss_digests = list(missing)
             reported = 0
@@ -177,7 +188,13 @@ class CachedEmbedder:
                 if progress is not None:
                     progress(n)
 
-            fresh = self.inner.embed_documents([missing[d] for d in miss_digests], progress=forward)
+            miss_texts = [missing[d] for d in miss_digests]
+            if missing_ids:
+                fresh = self.inner.embed_documents(
+                    miss_texts, progress=forward, token_ids=[missing_ids.get(d) for d in miss_digests]
+                )
+            else:  # no keyword: an inner embedder written before it need not take one
+                fresh = self.inner.embed_documents(miss_texts, progress=forward)
             self.cache.put_many(key, zip(miss_digests, fresh, strict=True))
             for d, v in zip(miss_digests, fresh, strict=True):
                 found[d] = v

@@ -27,7 +27,7 @@ from typing import Any
 import httpx
 import numpy as np
 
-from kb_core.embedding.base import ProgressCallback, Tokenizer, l2_normalize
+from kb_core.embedding.base import ProgressCallback, TokenIds, Tokenizer, l2_normalize
 from kb_core.embedding.redaction import SecretScrubber
 from kb_core.embedding.wordpiece import bundled_tokenizer
 from kb_core.errors import EmbeddingError, InvalidArgument
@@ -165,7 +165,14 @@ class EndpointEmbedder:
             )
         return l2_normalize(np.stack(rows))
 
-    def embed_documents(self, texts: Sequence[str], progress: ProgressCallback | None = None) -> np.ndarray:
+    def embed_documents(
+        self,
+        texts: Sequence[str],
+        progress: ProgressCallback | None = None,
+        *,
+        token_ids: Sequence[TokenIds | None] | None = None,
+    ) -> np.ndarray:
+        """``token_ids`` is ignored: the endpoint takes text."""
         texts = list(texts)
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from kb_core.embedding.base import ProgressCallback, l2_normalize
+from kb_core.embedding.base import ProgressCallback, TokenIds, l2_normalize
 from kb_core.errors import InvalidArgument
 
 _CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af\U00020000-\U0002a6df\U0002a700-\U0002ebef"
@@ -136,7 +136,14 @@ class HashingEmbedder:
     def _vector(self, text: str) -> np.ndarray:
         return self._matrix([text])[0]
 
-    def embed_documents(self, texts: Sequence[str], progress: ProgressCallback | None = None) -> np.ndarray:
+    def embed_documents(
+        self,
+        texts: Sequence[str],
+        progress: ProgressCallback | None = None,
+        *,
+        token_ids: Sequence[TokenIds | None] | None = None,
+    ) -> np.ndarray:
+        """``token_ids`` is ignored: no model tokenizer makes this embedder's features."""
         out = self._matrix(texts) if len(texts) else np.zeros((0, self.dimension), dtype=np.float32)
         if progress is not None and len(texts):
             progress(len(texts))

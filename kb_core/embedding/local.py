@@ -10,9 +10,11 @@ vectors weighted by each window's token count, re-normalised to unit length.
 Each text is tokenised once. One batch call of the fast tokenizer gives the token counts, the windows of long
 texts and the model input: the ids of each window, wrapped in the special tokens of the tokenizer's own
 post-processor and padded per batch (:mod:`kb_core.embedding.model_input`), go straight to the model's forward
-pass, as ``model.encode`` would send them after tokenising the text again. Models this cannot be done for
-(a slow tokenizer, a first module that is not a text ``Transformer``, a default prompt, left padding, or a
-tokenizer that differs from ``tokenizer.json``) are embedded through ``model.encode`` on the window texts.
+pass, as ``model.encode`` would send them after tokenising the text again. A text that comes with ``token_ids``
+tagged with this tokenizer's fingerprint (a chunk the chunker already tokenised) is not tokenised here at all.
+Models this cannot be done for (a slow tokenizer, a first module that is not a text ``Transformer``, a default
+prompt, left padding, or a tokenizer that differs from ``tokenizer.json``) are embedded through ``model.encode``
+on the window texts.
 
 Models load offline only: ``HF_HUB_OFFLINE`` and ``TRANSFORMERS_OFFLINE`` are set to 1 and
 ``local_files_only=True`` is passed, so nothing ever reaches a model hub. torch and sentence-transformers are
@@ -37,11 +39,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from kb_core.embedding.base import ProgressCallback, l2_normalize
+from kb_core.embedding.base import ProgressCallback, TokenIds, l2_normalize
 from kb_core.embedding.device import DeviceChoice, DeviceRequest, device_request, resolve_device
 from kb_core.embedding.model_input import InputTemplate
 from kb_core.embedding.wordpiece import HFTokenizerAdapter, bundled_model_path, load_tokenizer_file
-from kb_core.errors import EmbeddingError
+from kb_core.errors import EmbeddingError, InvalidArgument
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
@@ -276,29 +278,47 @@ class SentenceTransformerEmbedder:
         """The pieces ``text`` is embedded as: ``[(window_text, token_count), ...]`` (one piece if it fits)."""
         return [(w.text, len(w.ids)) for w in self._windows_many([text])[0]]
 
-    def _windows_many(self, texts: Sequence[str]) -> list[list[_Window]]:
+    def _tokenised(self, texts: Sequence[str], token_ids: Sequence[TokenIds | None] | None) -> list[TokenIds]:
+        """What each text tokenises to: the given ids where this embedder's tokenizer made them, the rest in one
+        batch call."""
         tok = self.tokenizer
+        given: list[TokenIds | None] = [None] * len(texts)
+        if token_ids is not None:
+            if len(token_ids) != len(texts):
+                raise InvalidArgument(f"token_ids must have one entry per text ({len(texts)}), got {len(token_ids)}")
+            given = [t if t is not None and t.tokenizer == tok.fingerprint else None for t in token_ids]
+        missing = [i for i, t in enumerate(given) if t is None]
+        for i, made in zip(missing, tok.ids_offsets_batch([texts[i] for i in missing]), strict=True):
+            given[i] = made
+        return [t for t in given if t is not None]
+
+    def _windows_many(
+        self, texts: Sequence[str], token_ids: Sequence[TokenIds | None] | None = None
+    ) -> list[list[_Window]]:
         limit = self.max_input_tokens
         width = max(1, limit - self._special) if limit is not None else None
         out: list[list[_Window]] = []
-        for text, enc in zip(texts, tok.encode_batch(texts), strict=True):
-            ids = enc.ids
+        for text, tokenised in zip(texts, self._tokenised(texts, token_ids), strict=True):
+            ids, spans = tokenised.ids.tolist(), tokenised.offsets
             if width is None or len(ids) <= width:
                 out.append([_Window(text, ids)])
                 continue
-            tokens, spans = enc.tokens, enc.offsets
+            continues = self.tokenizer.continues_word
+            inner = np.zeros(len(ids), dtype=bool)
+            known = tokenised.ids < len(continues)
+            inner[known] = continues[tokenised.ids[known]]
             pieces: list[_Window] = []
-            i, total = 0, len(spans)
+            i, total = 0, len(ids)
             while i < total:
                 j = min(i + width, total)
                 if j < total:
                     # Cut before a word start so the window text re-tokenises to exactly the same tokens.
                     k = j
-                    while k > i + width // 2 and tokens[k].startswith("##"):
+                    while k > i + width // 2 and inner[k]:
                         k -= 1
-                    if not tokens[k].startswith("##"):
+                    if not inner[k]:
                         j = k
-                pieces.append(_Window(text[spans[i][0] : spans[j - 1][1]], ids[i:j]))
+                pieces.append(_Window(text[int(spans[i][0]) : int(spans[j - 1][1])], ids[i:j]))
                 i = j
             out.append(pieces)
         return out
@@ -334,12 +354,20 @@ class SentenceTransformerEmbedder:
                 on_done(idx)
         return vectors
 
-    def embed_documents(self, texts: Sequence[str], progress: ProgressCallback | None = None) -> np.ndarray:
+    def embed_documents(
+        self,
+        texts: Sequence[str],
+        progress: ProgressCallback | None = None,
+        *,
+        token_ids: Sequence[TokenIds | None] | None = None,
+    ) -> np.ndarray:
+        """Vectors of ``texts``; a text with ``token_ids`` made by this embedder's tokenizer is not tokenised
+        again (ids tagged with another tokenizer's fingerprint are ignored)."""
         texts = list(texts)
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
         model = self._load()
-        windows = self._windows_many(texts)
+        windows = self._windows_many(texts, token_ids)
         pieces = [w for ws in windows for w in ws]
         owners = [ti for ti, ws in enumerate(windows) for _ in ws]
         remaining = [len(ws) for ws in windows]

@@ -6,13 +6,17 @@ hand-written WordPiece: it is what the model itself tokenizes with, so counts ma
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 from collections.abc import Sequence
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
+
+from kb_core.embedding.base import TokenIds
 from kb_core.errors import EmbeddingError
 
 if TYPE_CHECKING:
@@ -52,8 +56,11 @@ class HFTokenizerAdapter:
         # BERT pre-tokenisation splits at whitespace, punctuation and around each CJK character, so a substring
         # cut at such a boundary tokenises to exactly the tokens it covered (chunking relies on this to skip
         # re-counting; other tokenizers get every chunk re-counted).
-        pre = json.loads(tokenizer.to_str()).get("pre_tokenizer") or {}
+        config = tokenizer.to_str()
+        pre = json.loads(config).get("pre_tokenizer") or {}
         self.boundary_exact = pre.get("type") == "BertPreTokenizer"
+        # Tags the ids this tokenizer gives: equal only for the same configuration (truncation and padding off).
+        self.fingerprint = hashlib.sha256(config.encode("utf-8")).hexdigest()
         # tokenizers.Tokenizer is not documented as safe for concurrent use from several threads.
         self._lock = threading.Lock()
 
@@ -85,6 +92,30 @@ class HFTokenizerAdapter:
         with self._lock:
             encs = self._tok.encode_batch(list(texts), add_special_tokens=False)
         return [e.offsets for e in encs]
+
+    def ids_offsets_batch(self, texts: Sequence[str]) -> list[TokenIds]:
+        """Token ids and spans of many texts in one call (what :meth:`offsets_batch` costs), tagged with
+        :attr:`fingerprint`."""
+        if not texts:
+            return []
+        with self._lock:
+            encs = self._tok.encode_batch(list(texts), add_special_tokens=False)
+        return [
+            TokenIds(
+                np.asarray(e.ids, dtype=np.int32),
+                np.asarray(e.offsets, dtype=np.int32).reshape(-1, 2),
+                self.fingerprint,
+            )
+            for e in encs
+        ]
+
+    @cached_property
+    def continues_word(self) -> np.ndarray:
+        """Per vocabulary id, whether the token continues a word (a ``##`` word piece); windows are cut before
+        the others."""
+        with self._lock:
+            size = self._tok.get_vocab_size(with_added_tokens=True)
+            return np.array([(self._tok.id_to_token(i) or "").startswith("##") for i in range(size)], dtype=bool)
 
     def encode_batch(self, texts: Sequence[str]) -> list[Encoding]:
         """Full encodings (ids, token strings, offsets) of many texts, without special tokens."""

@@ -24,6 +24,11 @@ Speed: the document is tokenised once (batch path, one call per document) and al
 index space with binary searches, so a 1 MB text chunks in about a second. Chunk token counts are then checked by
 re-counting in one batch call: all chunks for tokenizers not marked ``boundary_exact``, only the chunks with
 a cut inside a word for those that are (BERT WordPiece, the hashing tokenizer).
+
+Token ids (#15): a tokenizer that gives ids (:class:`~kb_core.embedding.base.IdTokenizer`, e.g. a model's fast
+tokenizer) gives them in that same call, and each chunk that was not re-counted carries its own slice of them
+(``token_ids``), which the embedder of that tokenizer uses instead of tokenising the chunk again. A re-counted
+chunk carries none.
 """
 
 from __future__ import annotations
@@ -32,12 +37,12 @@ import logging
 import re
 import unicodedata
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from kb_core.embedding.base import Tokenizer, count_batch, offsets_batch
+from kb_core.embedding.base import IdTokenizer, TokenIds, Tokenizer, count_batch, offsets_batch
 from kb_core.errors import InvalidArgument
 
 if TYPE_CHECKING:
@@ -57,7 +62,11 @@ MIN_CHUNK_SIZE = 8
 
 @dataclass(frozen=True)
 class Chunk:
-    """One piece of a document; ``content == doc.text[start:end]``."""
+    """One piece of a document; ``content == doc.text[start:end]``.
+
+    ``token_ids``: what ``content`` tokenises to, when the chunker's tokenizer gave ids and the chunk's tokens are
+    exactly the document's tokens over its span; only for the embedder (not compared, not stored).
+    """
 
     chunk_index: int
     content: str
@@ -66,6 +75,11 @@ class Chunk:
     page: int | None
     start: int
     end: int
+    token_ids: TokenIds | None = field(default=None, compare=False, repr=False)
+
+    def to_dict(self) -> dict[str, str | int | None]:
+        """The stored fields (everything but ``token_ids``), e.g. for JSON; ``Chunk(**d)`` reads it back."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "token_ids"}
 
 
 class _Block(Protocol):
@@ -229,20 +243,32 @@ def chunk_document(
     if not blocks:
         return []
     block_spans = doc.block_offsets()
-    per_block = offsets_batch(tokenizer, [text[s:e] for s, e in block_spans])
+    block_texts = [text[s:e] for s, e in block_spans]
+    per_block_ids = tokenizer.ids_offsets_batch(block_texts) if isinstance(tokenizer, IdTokenizer) else None
+    per_block = (
+        [t.offsets for t in per_block_ids] if per_block_ids is not None else offsets_batch(tokenizer, block_texts)
+    )
 
     arrays: list[np.ndarray] = []
+    id_arrays: list[np.ndarray] = []
     first_token: list[int] = []
     n_tokens = 0
-    for (bs, _), spans in zip(block_spans, per_block, strict=True):
+    for i, ((bs, _), spans) in enumerate(zip(block_spans, per_block, strict=True)):
         first_token.append(n_tokens)
         arr = np.array(spans, dtype=np.int64).reshape(-1, 2)
-        arr = arr[arr[:, 1] > arr[:, 0]] + bs  # zero-width tokens have no text to cut at
+        kept = arr[:, 1] > arr[:, 0]  # zero-width tokens have no text to cut at
+        if per_block_ids is not None:
+            if not kept.all():  # a chunk's ids would then lack tokens its text has: no chunk gets ids
+                per_block_ids = None
+            else:
+                id_arrays.append(per_block_ids[i].ids)
+        arr = arr[kept] + bs
         arrays.append(arr)
         n_tokens += len(arr)
     if n_tokens == 0:
         return []
     spans_all = np.concatenate(arrays)
+    ids_all = np.concatenate(id_arrays) if per_block_ids is not None else None
     starts = np.ascontiguousarray(spans_all[:, 0])
     ends = np.ascontiguousarray(spans_all[:, 1])
     first = np.asarray(first_token, dtype=np.int64)
@@ -277,7 +303,8 @@ def chunk_document(
             ranges.append((start, end, chapter))
             prev_start, fresh = start, end
 
-    return _finish(ranges, cutter, tokenizer, chunk_size, blocks, first)
+    ids = (ids_all, tokenizer.fingerprint) if ids_all is not None and isinstance(tokenizer, IdTokenizer) else None
+    return _finish(ranges, cutter, tokenizer, chunk_size, blocks, first, ids)
 
 
 def _span(cutter: _Cutter, a: int, b: int) -> tuple[int, int]:
@@ -324,19 +351,21 @@ def _finish(
     chunk_size: int,
     blocks: Sequence[_Block],
     first: np.ndarray,
+    ids: tuple[np.ndarray, str] | None = None,
 ) -> list[Chunk]:
     """Check every chunk's real token count; split any that re-tokenises too long (cuts inside words can) or
-    holds too many characters (a single unsplittable token)."""
+    holds too many characters (a single unsplittable token). With ``ids`` (the document's token ids and their
+    tokenizer's fingerprint), each chunk that was not re-counted carries its slice of them."""
     max_chars = cutter.max_chars
-    # (char start, char end, tokens, chapter, first token index)
-    accepted: list[tuple[int, int, int, str | None, int]] = []
+    # (char start, char end, tokens, chapter, first token index, end token index when its tokens are exact else -1)
+    accepted: list[tuple[int, int, int, str | None, int, int]] = []
     pending = ranges
     if getattr(tokenizer, "boundary_exact", False):
         pending = []
         for a, b, chapter in ranges:
             span = _span(cutter, a, b)
             if cutter.clean(a) and cutter.clean(b) and span[1] - span[0] <= max_chars:
-                accepted.append((*span, b - a, chapter, a))
+                accepted.append((*span, b - a, chapter, a, b))
             else:
                 pending.append((a, b, chapter))
     while pending:
@@ -349,12 +378,12 @@ def _finish(
         for i, ((a, b, chapter), (s, e)) in enumerate(zip(pending, spans, strict=True)):
             n = counts.get(i)
             if n is not None and n <= chunk_size:
-                accepted.append((s, e, n, chapter, a))
+                accepted.append((s, e, n, chapter, a, -1))
             elif b - a <= 1:
                 # A word piece alone ("##ilis" -> "il", "##is") can re-tokenise longer than a tiny chunk_size, and
                 # one token ("[UNK]" for a 3 MB word) can hold any number of characters.
                 pieces = _split_chars(cutter.text, s, e, tokenizer, chunk_size, max_chars)
-                accepted += [(ps, pe, pn, chapter, a) for ps, pe, pn in pieces]
+                accepted += [(ps, pe, pn, chapter, a, -1) for ps, pe, pn in pieces]
             else:
                 mid = cutter.token_cut(a, a + (b - a) // 2) if b - a > 2 else a + 1
                 mid = min(max(mid, a + 1), b - 1)
@@ -365,11 +394,15 @@ def _finish(
     covered_to = -1
     # Longest first among equal starts; a piece wholly inside an earlier chunk (the second half of a re-split
     # chunk that the next chunk's overlap also starts at) adds nothing and would break document order.
-    for s, e, n, chapter, a in sorted(accepted, key=lambda x: (x[0], -x[1])):
+    for s, e, n, chapter, a, b in sorted(accepted, key=lambda x: (x[0], -x[1])):
         if e <= covered_to:
             continue
         covered_to = e
         block_index = int(np.searchsorted(first, a, side="right")) - 1
+        token_ids = None
+        if ids is not None and b >= 0:
+            offsets = np.stack([cutter.starts[a:b], cutter.ends[a:b]], axis=1) - s
+            token_ids = TokenIds(ids[0][a:b], offsets.astype(np.int32), ids[1])
         chunks.append(
             Chunk(
                 chunk_index=len(chunks),
@@ -379,6 +412,7 @@ def _finish(
                 page=blocks[block_index].page,
                 start=s,
                 end=e,
+                token_ids=token_ids,
             )
         )
     return chunks

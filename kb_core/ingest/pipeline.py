@@ -593,7 +593,14 @@ class Importer:
             progress.chunks_embedded += done
             notify()
 
-        vectors = self.embedder.embed_documents([doc.chunks[i].content for doc, i in batch], progress=step)
+        texts = [doc.chunks[i].content for doc, i in batch]
+        # Ids the chunker got from its tokenizer (the embedder checks they are its own); the keyword goes only where
+        # some chunk has them, so an embedder written before it keeps working with tokenizers that give none.
+        token_ids = [getattr(doc.chunks[i], "token_ids", None) for doc, i in batch]
+        if any(t is not None for t in token_ids):
+            vectors = self.embedder.embed_documents(texts, progress=step, token_ids=token_ids)
+        else:
+            vectors = self.embedder.embed_documents(texts, progress=step)
         for (doc, i), vector in zip(batch, vectors, strict=True):
             doc.vectors[i] = vector
             progress.files[doc.index].chunks_embedded += 1

@@ -5,6 +5,8 @@ Pipeline (streaming; each stage starts as soon as the one before has output)::
     from_items(files as bytes) ─map_batches(parse_and_chunk, tasks)→ ─map_batches(ChunkEmbedder, actor pool)→ driver
 
 * Files travel as bytes through Ray's object store, so worker nodes need not see the driver's disk.
+* Chunks travel to the embedding stage as JSON without their token ids (:meth:`Chunk.to_dict`), so the actors
+  tokenise each chunk text again (#15 saves that only for the local executor).
 * The embedding stage is a pool of actors, one per GPU when the cluster has GPUs (each actor takes one), else
   one per node; each loads the model once. Ray restarts an actor that dies and retries its batch
   (``max_restarts``/``max_task_retries`` default to -1 for Ray Data actor pools): nothing is lost, and a
@@ -26,7 +28,6 @@ import signal
 import tempfile
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -89,7 +90,7 @@ def parse_and_chunk(batch: pd.DataFrame, *, model: str, chunk_size: int, limits:
                     row.update(
                         file_type=parsed.file_type,
                         text=parsed.text,
-                        chunks=json.dumps([asdict(c) for c in chunks], ensure_ascii=False),
+                        chunks=json.dumps([c.to_dict() for c in chunks], ensure_ascii=False),
                     )
             except KBError as exc:
                 row["error"] = exc.message
