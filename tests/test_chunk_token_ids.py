@@ -18,6 +18,7 @@ from kb_core.ingest.chunking import Chunk, chunk_document
 from kb_core.ingest.parsing import parse_file
 from kb_core.ingest.parsing.base import ParsedDocument
 from kb_core.ingest.parsing.txt_parser import split_paragraphs
+from tests.counting_tokenizer import CountingBackend
 
 WINDOW = 254  # all-MiniLM-L6-v2: 256 tokens with [CLS] and [SEP]
 
@@ -54,25 +55,6 @@ class _OffsetsOnly:
 
     def offsets_batch(self, texts: Sequence[str]) -> list[list[tuple[int, int]]]:
         return self._inner.offsets_batch(texts)
-
-
-class _CountingBackend:
-    """Delegates to a ``tokenizers.Tokenizer`` and counts the texts its encode methods are given."""
-
-    def __init__(self, inner: Any) -> None:
-        self._inner = inner
-        self.texts = 0
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._inner, name)
-        if not name.startswith("encode"):
-            return attr
-
-        def counted(first: Any, *args: Any, **kwargs: Any) -> Any:
-            self.texts += len(first) if name.startswith("encode_batch") else 1
-            return attr(first, *args, **kwargs)
-
-        return counted
 
 
 def _document(text: str) -> ParsedDocument:
@@ -235,7 +217,7 @@ def test_an_import_tokenises_each_chunk_only_in_the_chunker(
         seen.append((list(texts), None if token_ids is None else list(token_ids), vectors))
         return vectors
 
-    backend = _CountingBackend(model.tokenizer.backend)
+    backend = CountingBackend(model.tokenizer.backend)
     monkeypatch.setattr(model.tokenizer, "_tok", backend)
     monkeypatch.setattr(model, "embed_documents", spy)
     result = session.import_document([str(p) for p in paths])

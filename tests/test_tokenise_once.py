@@ -12,6 +12,7 @@ from kb_core.embedding import get_embedder
 from kb_core.embedding.local import SentenceTransformerEmbedder
 from kb_core.embedding.model_input import InputTemplate
 from kb_core.embedding.wordpiece import bundled_tokenizer
+from tests.counting_tokenizer import CountingBackend
 
 pytestmark = pytest.mark.model
 
@@ -92,28 +93,9 @@ def test_the_fallback_path_gives_the_same_vectors() -> None:
     assert np.all(_cosines(fallback, ours) >= 0.99999)
 
 
-class _CountingBackend:
-    """Delegates to a ``tokenizers.Tokenizer`` and counts the texts each encode method is given."""
-
-    def __init__(self, inner: Any) -> None:
-        self._inner = inner
-        self.texts = 0
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._inner, name)
-        if not name.startswith("encode"):
-            return attr
-
-        def counted(first: Any, *args: Any, **kwargs: Any) -> Any:
-            self.texts += len(first) if name.startswith("encode_batch") else 1
-            return attr(first, *args, **kwargs)
-
-        return counted
-
-
 @pytest.fixture
-def counted(minilm: SentenceTransformerEmbedder, monkeypatch: pytest.MonkeyPatch) -> Iterator[_CountingBackend]:
-    backend = _CountingBackend(minilm.tokenizer.backend)
+def counted(minilm: SentenceTransformerEmbedder, monkeypatch: pytest.MonkeyPatch) -> Iterator[CountingBackend]:
+    backend = CountingBackend(minilm.tokenizer.backend)
     monkeypatch.setattr(minilm.tokenizer, "_tok", backend)
 
     def refuse(*args: object, **kwargs: object) -> None:
@@ -125,7 +107,7 @@ def counted(minilm: SentenceTransformerEmbedder, monkeypatch: pytest.MonkeyPatch
     yield backend
 
 
-def test_each_text_is_tokenised_once(minilm: SentenceTransformerEmbedder, counted: _CountingBackend) -> None:
+def test_each_text_is_tokenised_once(minilm: SentenceTransformerEmbedder, counted: CountingBackend) -> None:
     texts = [*SHORT.values(), *LONG.values()]
     vectors = minilm.embed_documents(texts)
     assert vectors.shape == (len(texts), 384)

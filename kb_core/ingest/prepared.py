@@ -57,18 +57,12 @@ def prepare_documents(
     prepared: list[PreparedChunks] = []
     start = 0
     for chunks in documents:
-        vocabulary: dict[str, int] = {}
-        term_ids: list[int] = []
-        lengths = np.zeros(len(chunks), dtype=np.int32)
-        for row, text in enumerate(chunks):
-            tokens = analyzer.tokens(text)
-            lengths[row] = len(tokens)
-            term_ids.extend(vocabulary.setdefault(t, len(vocabulary)) for t in tokens)
+        vocabulary, term_ids, lengths = analyzer.term_ids(chunks)
         rows = np.arange(start, start + len(chunks))
         prepared.append(
             PreparedChunks(
                 terms=list(vocabulary),
-                term_ids=np.asarray(term_ids, dtype=np.int32),
+                term_ids=term_ids,
                 lengths=lengths,
                 signatures=signatures.take(rows),
                 vectors=None if vectors is None else vectors[start : start + len(chunks)],

@@ -28,8 +28,11 @@ import re
 import threading
 import unicodedata
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from kb_core.errors import InvalidArgument
 
@@ -168,6 +171,19 @@ class Analyzer:
             for i, stemmed in zip(word_positions, stemmer.stemWords([out[i] for i in word_positions]), strict=True):
                 out[i] = stemmed
         return out
+
+    def term_ids(self, texts: Sequence[str]) -> tuple[dict[str, int], np.ndarray, np.ndarray]:
+        """The index terms of ``texts`` as positions in their own vocabulary: ``(vocabulary, term_ids, lengths)``,
+        the vocabulary in order of first appearance, ``term_ids`` (int32) every text's terms in order, text after
+        text, ``lengths`` (int32) the terms of each text. What a keyword segment is built from."""
+        vocabulary: dict[str, int] = {}
+        term_ids: list[int] = []
+        lengths = np.zeros(len(texts), dtype=np.int32)
+        for row, text in enumerate(texts):
+            tokens = self.tokens(text)
+            lengths[row] = len(tokens)
+            term_ids.extend(vocabulary.setdefault(t, len(vocabulary)) for t in tokens)
+        return vocabulary, np.asarray(term_ids, dtype=np.int32), lengths
 
     @staticmethod
     def _word(word: str, stop: frozenset[str], out: list[str], word_positions: list[int]) -> None:

@@ -130,14 +130,8 @@ class KeywordSegment:
     @classmethod
     def build(cls, texts: Sequence[str], analyzer: Analyzer) -> KeywordSegment:
         """Analyse ``texts`` (one per row) and build their postings."""
-        vocabulary: dict[str, int] = {}
-        term_ids: list[int] = []
-        lengths = np.zeros(len(texts), dtype=np.int32)
-        for row, text in enumerate(texts):
-            tokens = analyzer.tokens(text)
-            lengths[row] = len(tokens)
-            term_ids.extend(vocabulary.setdefault(t, len(vocabulary)) for t in tokens)
-        return cls.from_terms(vocabulary, np.asarray(term_ids, dtype=np.int32), lengths, analyzer.name)
+        vocabulary, term_ids, lengths = analyzer.term_ids(texts)
+        return cls.from_terms(vocabulary, term_ids, lengths, analyzer.name)
 
     @classmethod
     def from_terms(
