@@ -8,6 +8,7 @@ installed. The cluster is started once for the module (about 20 s on 2 cores).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -286,3 +287,50 @@ def test_a_device_the_workers_lack_fails_the_files_with_the_reason(cluster: Any,
     error = result["data"]["failed_files"][0]["error"]
     assert error.startswith("the ray executor failed:") and "'cuda'" in error and "available: cpu" in error, error
     assert session.list_documents("gpu")["data"]["documents"] == []
+
+
+@pytest.mark.model
+def test_the_embedding_stage_uses_the_chunkers_token_ids_and_tokenises_no_chunk_text(
+    cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The two Ray Data stages called directly: chunk rows carry their token ids (packed beside the JSON chunks)
+    to the embedding stage, which embeds from them alone, giving the vectors of an embedder tokenising itself."""
+    import pandas as pd
+
+    from kb_core.embedding.device import DeviceRequest
+    from kb_core.ingest.executors.ray_data import ChunkEmbedder, parse_and_chunk, unpack_token_ids
+    from kb_core.ingest.parsing import ParseLimits
+    from tests.counting_tokenizer import CountingBackend
+
+    files = [p for p in DEMO_FILES if p.suffix == ".txt"]
+    batch = pd.DataFrame(
+        {"index": range(len(files)), "name": [p.name for p in files], "data": [p.read_bytes() for p in files]}
+    )
+    rows = pd.concat(
+        [
+            parse_and_chunk(batch.iloc[[i]], model="all-MiniLM-L6-v2", chunk_size=96, limits=ParseLimits())
+            for i in range(len(files))
+        ],
+        ignore_index=True,
+    )
+    assert not any(rows["error"]), rows["error"].tolist()
+    carried = [ids for row in rows.to_dict("records") for ids in unpack_token_ids(row)]
+    assert carried and all(ids is not None for ids in carried)  # every chunk of these files is exact
+
+    stage = ChunkEmbedder("all-MiniLM-L6-v2", DeviceRequest("cpu", "float32", "test"), cache_path=None)
+    embedder = stage.model.inner
+    backend = CountingBackend(embedder.tokenizer.backend)
+    monkeypatch.setattr(embedder.tokenizer, "_tok", backend)
+    out = stage(rows)
+    monkeypatch.undo()
+    assert backend.texts == 0, "the embedding stage tokenised chunk texts again"
+    assert not set(out.columns) & {"token_ids", "token_offsets", "token_counts", "tokenizer"}  # not sent back
+
+    texts = [c["content"] for chunks in rows["chunks"] for c in json.loads(chunks)]
+    for ids, text in zip(carried, texts, strict=True):
+        assert ids is not None
+        assert ids.ids.tolist() == embedder.tokenizer.backend.encode(text, add_special_tokens=False).ids
+    vectors = np.concatenate(
+        [np.frombuffer(blob, dtype=np.float32).reshape(-1, int(out["dimension"][0])) for blob in out["vectors"]]
+    )
+    assert np.all(np.sum(vectors * embedder.embed_documents(texts), axis=1) >= 0.99999)

@@ -5,8 +5,9 @@ Pipeline (streaming; each stage starts as soon as the one before has output)::
     from_items(files as bytes) ─map_batches(parse_and_chunk, tasks)→ ─map_batches(ChunkEmbedder, actor pool)→ driver
 
 * Files travel as bytes through Ray's object store, so worker nodes need not see the driver's disk.
-* Chunks travel to the embedding stage as JSON without their token ids (:meth:`Chunk.to_dict`), so the actors
-  tokenise each chunk text again (#15 saves that only for the local executor).
+* Chunks travel to the embedding stage as JSON (:meth:`Chunk.to_dict`) with their token ids beside them in
+  packed arrays (:func:`pack_token_ids`), so the actors embed from the ids the chunker made and tokenise no chunk
+  text again (#15).
 * The embedding stage is a pool of actors, one per GPU when the cluster has GPUs (each actor takes one), else
   one per node; each loads the model once. Ray restarts an actor that dies and retries its batch
   (``max_restarts``/``max_task_retries`` default to -1 for Ray Data actor pools): nothing is lost, and a
@@ -40,6 +41,8 @@ from kb_core.ingest.executors import ExecutedDocument
 if TYPE_CHECKING:
     import pandas as pd
 
+    from kb_core.embedding.base import TokenIds
+    from kb_core.ingest.chunking import Chunk
     from kb_core.ingest.parsing import ParseLimits
     from kb_core.ingest.pipeline import ImportSource
 
@@ -66,6 +69,40 @@ def _node_id() -> str:
     return str(ray.get_runtime_context().get_node_id())
 
 
+TOKEN_COLUMNS = ("token_counts", "token_ids", "token_offsets", "tokenizer")
+
+
+def pack_token_ids(chunks: Sequence[Chunk]) -> dict[str, Any]:
+    """The chunks' token ids as row columns Ray can carry: ``token_counts`` (JSON: each chunk's id count, -1 for a
+    chunk without ids), ``token_ids`` and ``token_offsets`` (int32 bytes, the chunks with ids one after another)
+    and ``tokenizer`` (their fingerprint; ids of one document come from one tokenizer)."""
+    with_ids = [c.token_ids for c in chunks if c.token_ids is not None]
+    return {
+        "token_counts": json.dumps([-1 if c.token_ids is None else len(c.token_ids) for c in chunks]),
+        "token_ids": b"".join(np.ascontiguousarray(t.ids, dtype=np.int32).tobytes() for t in with_ids),
+        "token_offsets": b"".join(np.ascontiguousarray(t.offsets, dtype=np.int32).tobytes() for t in with_ids),
+        "tokenizer": with_ids[0].tokenizer if with_ids else "",
+    }
+
+
+def unpack_token_ids(row: dict[str, Any]) -> list[TokenIds | None]:
+    """The inverse of :func:`pack_token_ids`: each chunk's :class:`TokenIds`, or None."""
+    from kb_core.embedding.base import TokenIds
+
+    counts = json.loads(row.get("token_counts") or "[]")
+    ids = np.frombuffer(row.get("token_ids") or b"", dtype=np.int32)
+    offsets = np.frombuffer(row.get("token_offsets") or b"", dtype=np.int32).reshape(-1, 2)
+    out: list[TokenIds | None] = []
+    start = 0
+    for count in counts:
+        if count < 0:
+            out.append(None)
+            continue
+        out.append(TokenIds(ids[start : start + count], offsets[start : start + count], str(row["tokenizer"])))
+        start += count
+    return out
+
+
 def parse_and_chunk(batch: pd.DataFrame, *, model: str, chunk_size: int, limits: ParseLimits) -> pd.DataFrame:
     """Ray Data stage 1 (tasks): each row's file bytes → text and chunks (JSON), or the error."""
     import pandas as pd
@@ -78,6 +115,7 @@ def parse_and_chunk(batch: pd.DataFrame, *, model: str, chunk_size: int, limits:
     rows: list[dict[str, Any]] = []
     for index, name, data in zip(batch["index"], batch["name"], batch["data"], strict=True):
         row: dict[str, Any] = {"index": int(index), "file_type": "", "text": "", "chunks": "[]", "error": ""}
+        row.update(pack_token_ids([]))
         with tempfile.TemporaryDirectory(prefix="kb-ray-parse-") as folder:
             path = Path(folder) / str(name)  # the original name, so messages name the user's file
             path.write_bytes(bytes(data))
@@ -91,6 +129,7 @@ def parse_and_chunk(batch: pd.DataFrame, *, model: str, chunk_size: int, limits:
                         file_type=parsed.file_type,
                         text=parsed.text,
                         chunks=json.dumps([c.to_dict() for c in chunks], ensure_ascii=False),
+                        **pack_token_ids(chunks),
                     )
             except KBError as exc:
                 row["error"] = exc.message
@@ -111,9 +150,15 @@ class _CountingEmbedder:
         self.model_key, self.dimension = inner.model_key, inner.dimension
         self.max_input_tokens, self.tokenizer = inner.max_input_tokens, inner.tokenizer
 
-    def embed_documents(self, texts: Sequence[str], progress: Any = None) -> np.ndarray:
+    def embed_documents(
+        self,
+        texts: Sequence[str],
+        progress: Any = None,
+        *,
+        token_ids: Sequence[TokenIds | None] | None = None,
+    ) -> np.ndarray:
         self.texts += len(texts)
-        return self.inner.embed_documents(texts, progress)
+        return self.inner.embed_documents(texts, progress, token_ids=token_ids)
 
     def embed_query(self, text: str) -> np.ndarray:
         return self.inner.embed_query(text)
@@ -150,14 +195,18 @@ class ChunkEmbedder:
                 os.kill(os.getpid(), signal.SIGKILL)
         contents = [[c["content"] for c in json.loads(chunks)] for chunks in batch["chunks"]]
         flat = [text for texts in contents for text in texts]
+        rows = batch.to_dict("records")
+        carried = [ids for row in rows for ids in unpack_token_ids(row)]
+        token_ids = carried if any(ids is not None for ids in carried) else None
         hits = 0
         if flat:
             before = self.model.texts
-            vectors = np.asarray(self.embedder.embed_documents(flat), dtype=np.float32)
+            vectors = np.asarray(self.embedder.embed_documents(flat, token_ids=token_ids), dtype=np.float32)
             hits = len(flat) - (self.model.texts - before)  # texts the model did not see: cache answers, repeats
         else:
             vectors = np.zeros((0, int(self.embedder.dimension)), dtype=np.float32)
-        out = batch.drop(columns=["vectors"], errors="ignore").copy()
+        # The ids stay here: the driver needs the vectors, not the tokens.
+        out = batch.drop(columns=["vectors", *TOKEN_COLUMNS], errors="ignore").copy()
         blobs: list[bytes] = []
         start = 0
         for texts in contents:
