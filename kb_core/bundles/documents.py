@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from kb_core.bundles.graph import GraphState
+from kb_core.embedding.base import embed_with_token_ids
 
 if TYPE_CHECKING:
     from kb_core.embedding.base import Embedder
@@ -93,9 +94,6 @@ def chunk_and_embed(
     token_ids = [c.token_ids for d in new_docs for c in d.chunks]
     vectors: list[np.ndarray] = []
     for start in range(0, len(contents), EMBED_BATCH):
-        part = token_ids[start : start + EMBED_BATCH]
-        if any(t is not None for t in part):  # the chunker's ids, so the embedder need not tokenise again
-            vectors.extend(embedder.embed_documents(contents[start : start + EMBED_BATCH], token_ids=part))
-        else:
-            vectors.extend(embedder.embed_documents(contents[start : start + EMBED_BATCH]))
+        end = start + EMBED_BATCH
+        vectors.extend(embed_with_token_ids(embedder, contents[start:end], token_ids[start:end]))
     return new_docs, vectors

@@ -106,6 +106,20 @@ def offsets_batch(tokenizer: Tokenizer, texts: Sequence[str]) -> list[list[tuple
     return [tokenizer.offsets(t) for t in texts]
 
 
+def embed_with_token_ids(
+    embedder: Embedder,
+    texts: Sequence[str],
+    token_ids: Sequence[TokenIds | None],
+    progress: ProgressCallback | None = None,
+) -> np.ndarray:
+    """``embedder.embed_documents(texts, progress, token_ids=token_ids)``, the keyword passed only when some text
+    has ids: an embedder made outside kb_core (a service's ``embedder_factory``) may not take it, and then nothing
+    was tokenised for it anyway."""
+    if any(t is not None for t in token_ids):
+        return embedder.embed_documents(texts, progress, token_ids=token_ids)
+    return embedder.embed_documents(texts, progress)
+
+
 def l2_normalize(vectors: np.ndarray) -> np.ndarray:
     """Row-wise L2 normalisation to float32; zero rows stay zero instead of becoming NaN."""
     arr = np.asarray(vectors, dtype=np.float32)

