@@ -25,7 +25,7 @@ from kb_core.errors import (
     KBNotFound,
     StoreError,
 )
-from kb_core.ingest.pipeline import Importer
+from kb_core.ingest.pipeline import COMMIT_COLUMNS, Importer
 from kb_core.retrieval.search import (
     RankedHits,
     SearchFilters,
@@ -335,6 +335,7 @@ class KnowledgeBaseService:
     def importer(self, record: KnowledgeBaseRecord, executor: DocumentExecutor | None = None) -> Importer:
         from kb_core.ingest.chunking import chunk_document
         from kb_core.ingest.parsing import parse_and_chunk_files, parse_file
+        from kb_core.ingest.parsing.isolation import write_segment_in_worker
 
         embedder = self.embedder(record)
         limits = self._parse_limits or default_parse_limits()
@@ -362,7 +363,9 @@ class KnowledgeBaseService:
             snapshot = reader.snapshot()
             if snapshot.version != manifest.version:
                 raise StoreError("The knowledge base changed while committing; try again.")
-            return snapshot.documents().to_dict("records")
+            # Only what a commit decides names and replacements by: rows of every column cost more than the rest of
+            # a commit in a large KB (#29).
+            return snapshot.documents()[list(COMMIT_COLUMNS)].to_dict("records")
 
         return Importer(
             self.kb_store(record.id),
@@ -373,9 +376,18 @@ class KnowledgeBaseService:
             chunker=lambda parsed, size: chunk_document(parsed, embedder.tokenizer, size),
             kb_name=record.name,
             executor=executor,
-            parse_and_chunk=lambda paths, size: parse_and_chunk_files(
-                paths, limits, embedder.tokenizer, size, analyzer=self.analyzer, embedder=embedder
+            parse_and_chunk=lambda paths, size, clock=None, stages=None: parse_and_chunk_files(
+                paths,
+                limits,
+                embedder.tokenizer,
+                size,
+                analyzer=self.analyzer,
+                embedder=embedder,
+                payloads=True,
+                clock=clock,
+                stages=stages,
             ),
+            segment_writer=lambda job: write_segment_in_worker(job, limits),
         )
 
     @cached_property
@@ -499,4 +511,3 @@ class KnowledgeBaseService:
 
 def open_service(home: str | Path | None = None) -> KnowledgeBaseService:
     return KnowledgeBaseService(home)
-

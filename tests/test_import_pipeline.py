@@ -13,6 +13,7 @@ from kb_core.embedding import HashingEmbedder
 from kb_core.ingest import pipeline as importer_module
 from kb_core.ingest.chunking import chunk_document
 from kb_core.ingest.parsing import parse_file
+from kb_core.ingest.payloads import FilePayload
 from kb_core.retrieval.keyword_index import KeywordSegment
 from kb_core.retrieval.near_duplicates import text_signatures
 from kb_core.store import catalog
@@ -58,7 +59,11 @@ def test_pipelined_import_equals_file_by_file_reference(
         real = kb_core.ingest.parsing.parse_and_chunk_files
 
         def without_preparation(*args, **kwargs):
-            return [o if isinstance(o, Exception) else (*o[:2], None) for o in real(*args, **kwargs)]
+            outcomes = real(*args, **kwargs)
+            for o in outcomes:
+                if isinstance(o, FilePayload):
+                    o.prepared, o.embedded = None, False
+            return [o if isinstance(o, Exception | FilePayload) else (*o[:2], None) for o in outcomes]
 
         monkeypatch.setattr(kb_core.ingest.parsing, "parse_and_chunk_files", without_preparation)
     folder = tmp_path / "files"

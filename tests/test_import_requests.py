@@ -3,6 +3,7 @@ made by the pipeline — each file still checked, limited, timed and reported on
 
 from __future__ import annotations
 
+import functools
 import time
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from kb_core.ingest.chunking import chunk_document
 from kb_core.ingest.parsing import ParseLimits, parse_and_chunk_files, parse_file_inprocess
 from kb_core.ingest.prepared import prepare_chunks
 from kb_core.retrieval.analysis import default_analyzer
+from tests.parser_hooks import copy_then_change_the_source
 
 EN = "Retrieval-augmented generation answers from retrieved passages; keyword postings and vectors. "
 ZH = "知识库把文档切成片段，每个片段都有关键词索引和向量。"
@@ -104,12 +106,13 @@ def test_staging_copies_keep_their_checks_and_are_what_is_imported(
     session.select_knowledge_base("kb")
 
     # Every source changes once the pipeline has copied it: what is imported is the copy, taken at the check.
+    # (The parser process makes the copy, just before it parses the file.)
     real = kb_core.ingest.parsing.parse_and_chunk_files
 
-    def change_sources_then_parse(*args, **kwargs):
-        for path in good:
-            path.write_text("CHANGED after the copy", encoding="utf-8")
-        return real(*args, **kwargs)
+    def change_sources_then_parse(*args, stages=None, **kwargs):
+        assert stages is not None and all(stages)
+        stages = [functools.partial(copy_then_change_the_source, stage) for stage in stages]
+        return real(*args, stages=stages, **kwargs)
 
     monkeypatch.setattr(kb_core.ingest.parsing, "parse_and_chunk_files", change_sources_then_parse)
     names = [str(good[0]), str(secret), str(big), str(good[1])]

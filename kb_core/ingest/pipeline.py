@@ -8,10 +8,18 @@
   commits it while the next chunks embed; segments hold roughly ``COMMIT_CHUNKS`` chunks, so a long import shows
   its documents as it goes and a killed import loses only the uncommitted tail: a document is either fully
   indexed (ready) or absent. An executor (e.g. Ray) replaces the first two stages; the commits are the same.
+* With a ``segment_writer`` (#29) the parser processes answer with :class:`~kb_core.ingest.payloads.FilePayload`
+  s, which this process passes on unopened, and segments are written by worker processes, several at once
+  (``WRITER_PROCESSES``), then committed here in order: this process keeps only what cannot be parallel (the
+  embedding model's feeding, the commits), so an import scales with cores.
+
+Each stage's wall and CPU time is recorded in ``ImportProgress.stages`` (:mod:`kb_core.ingest.timing`), the
+workers' too.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -20,7 +28,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Generator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,10 +37,12 @@ from typing import Any, Protocol
 import numpy as np
 
 from kb_core.embedding.base import embed_with_token_ids
-from kb_core.errors import DocumentNotFound, KBError, KBNotFound, ParseError
+from kb_core.errors import DocumentNotFound, KBError, KBNotFound, ParseError, StoreError
 from kb_core.ingest.executors import DocumentExecutor
-from kb_core.ingest.parsing.isolation import PARSER_PROCESSES
+from kb_core.ingest.parsing.isolation import PARSER_PROCESSES, WRITER_PROCESSES
+from kb_core.ingest.payloads import FilePayload, SegmentDocument, SegmentJob, WrittenSegment
 from kb_core.ingest.prepared import PreparedChunks
+from kb_core.ingest.timing import StageClock
 from kb_core.store import Change, KBStore, Manifest, StagedSegment, catalog
 from kb_core.store.atomic import file_sha256, remove_stale_temporaries, write_bytes_atomically
 from kb_core.store.segments import write_document_segment
@@ -44,12 +54,15 @@ logger = logging.getLogger(__name__)
 EMBED_BATCH = 512
 PUBLISH_INTERVAL = 1.0  # seconds between updates of the in-flight document list
 COMMIT_CHUNKS = 2048
+# The columns of the KB's live documents a commit decides names and replacements by (Importer's live_documents).
+COMMIT_COLUMNS = ("doc_id", "segment_id", "name", "status", "chunk_count")
 PARSE_WORKERS = PARSER_PROCESSES  # threads feeding the parser processes, one each
 FILES_PER_REQUEST = 16  # files sent to a parser process at once (each keeps its own time limit)
 REQUEST_BYTES = 4 << 20
 
 
 ParsedFile = tuple[Any, list[Any], PreparedChunks | None]  # a parsed document, its chunks, their preparation
+SegmentWriter = Callable[[SegmentJob], WrittenSegment]
 
 
 @dataclass
@@ -71,6 +84,7 @@ class ImportProgress:
     chunks_total: int = 0
     chunks_embedded: int = 0
     started_at: float = field(default_factory=time.monotonic)
+    stages: StageClock = field(default_factory=StageClock)  # where the time went (kb_core.ingest.timing)
 
     @property
     def files_total(self) -> int:
@@ -178,10 +192,46 @@ class _PendingDocument:
     replaces: tuple[str, str] | None = None  # (segment id, doc id) this document supersedes
     error: str | None = None  # set for a file that failed: it is recorded with status "failed"
     prepared: PreparedChunks | None = None  # the chunks' terms and signatures (and vectors), made when parsed
+    payload: FilePayload | None = None  # a parser process's answer, passed on to a segment writer (then no chunks)
+    token_ids: list[Any] | None = None  # the payload's token ids, unpacked once for the embedder
+
+    @property
+    def chunk_count(self) -> int:
+        return self.payload.chunk_count if self.payload is not None else len(self.chunks)
 
     @property
     def embedded(self) -> bool:
+        if self.payload is not None and self.payload.embedded:
+            return True
         return all(v is not None for v in self.vectors)
+
+    def content(self, i: int) -> str:
+        return self.payload.contents[i] if self.payload is not None else self.chunks[i].content
+
+    def ids(self, i: int) -> Any:
+        """The token ids the chunker made for chunk ``i`` (or None)."""
+        if self.payload is None:
+            return getattr(self.chunks[i], "token_ids", None)
+        if self.payload.token_ids is None:
+            return None
+        if self.token_ids is None:
+            self.token_ids = self.payload.token_ids.unpack()
+        return self.token_ids[i]
+
+    def segment_document(self) -> SegmentDocument:
+        """This document as a segment writer gets it (its payload, and the vectors this process made)."""
+        made = self.payload is not None and not self.payload.embedded and self.vectors
+        return SegmentDocument(
+            doc_id=self.doc_id,
+            source=dataclasses.replace(self.source, stage=None),
+            file_type=self.file_type,
+            size_bytes=self.size_bytes,
+            sha256=self.sha256,
+            chunk_size=self.chunk_size,
+            error=self.error,
+            payload=self.payload,
+            vectors=np.vstack(self.vectors).astype(np.float32, copy=False) if made else None,
+        )
 
 
 def _requests(sources: Sequence[ImportSource]) -> list[list[int]]:
@@ -292,14 +342,19 @@ class Importer:
         chunker: Callable[[Any, int], list[Any]],
         kb_name: str = "",
         executor: DocumentExecutor | None = None,
-        parse_and_chunk: Callable[[list[Path], int], list[ParsedFile | Exception]] | None = None,
+        parse_and_chunk: Callable[..., list[ParsedFile | FilePayload | Exception]] | None = None,
+        segment_writer: SegmentWriter | None = None,
     ) -> None:
         """``executor`` runs parsing, chunking and embedding elsewhere (e.g. on Ray); ``None`` runs them here.
         ``parse_and_chunk``, when given, does ``parse`` and ``chunker`` for several files in one call (in a parser
         process), and may prepare the chunks there too (their analysis and signatures, and vectors for the hashing
-        embedder); per file ``(parsed, chunks, prepared or None)`` or the exception that failed it."""
+        embedder); per file ``(parsed, chunks, prepared or None)``, a :class:`FilePayload`, or the exception that
+        failed it; it is called with ``clock=`` (the import's :class:`StageClock`). ``segment_writer`` writes a
+        segment of payloads elsewhere (a worker process); with it, ``WRITER_PROCESSES`` segments are written at
+        once."""
         self.executor = executor
         self.parse_and_chunk = parse_and_chunk
+        self.segment_writer = segment_writer
         self.store = store
         self.kb_name = kb_name or store.kb_id
         self.embedder = embedder
@@ -381,6 +436,26 @@ class Importer:
         and the committer writes segments on its own thread meanwhile."""
         sources = self.sources
         lock = threading.Lock()
+        clock = progress.stages
+
+        def from_payload(index: int, payload: FilePayload) -> _PendingDocument:
+            source = sources[index]
+            if not payload.chunk_count:
+                raise ParseError(f"{source.display_name}: the document has no text to index.", code="EMPTY_DOCUMENT")
+            return _PendingDocument(
+                index=index,
+                source=source,
+                doc_id=source.doc_id or f"doc_{uuid.uuid4().hex[:16]}",
+                file_type=payload.file_type,
+                text="",
+                chunks=[],
+                size_bytes=payload.size_bytes,
+                sha256=payload.sha256,
+                chunk_size=chunk_size,
+                vectors=[None] * payload.chunk_count,
+                replaces=source.replaces,
+                payload=payload,
+            )
 
         def pending(index: int, parsed: Any, chunks: list[Any], prepared: PreparedChunks | None) -> _PendingDocument:
             source = sources[index]
@@ -409,32 +484,47 @@ class Importer:
             a document or the error that failed it."""
             outcomes: dict[int, _PendingDocument | BaseException] = {}
             staged: list[int] = []
+            combined = getattr(self, "parse_and_chunk", None)  # subclasses that do not take it have none
+            # With a segment writer the parser process makes each file's staging copy itself, just before it parses
+            # it (the same checks, off this process's interpreter lock).
+            remote_staging = combined is not None and getattr(self, "segment_writer", None) is not None
             for index in indexes:
                 with lock:
                     progress.files[index].status = "parsing"
                 stage = sources[index].stage
                 try:
-                    if stage is not None:
-                        stage()
+                    if stage is not None and not remote_staging:
+                        with clock.stage("stage_copy"):
+                            stage()
                     staged.append(index)
                 except KBNotFound:
                     raise
                 except Exception as exc:
                     outcomes[index] = exc
-            combined = getattr(self, "parse_and_chunk", None)  # subclasses that do not take it have none
-            parsed_files: list[ParsedFile | Exception]
-            if combined is not None and staged:
-                try:
-                    parsed_files = combined([sources[i].path for i in staged], chunk_size)
-                except Exception as exc:  # e.g. no parser process would start: these files fail, not the import
-                    parsed_files = [exc] * len(staged)
-            else:
-                parsed_files = [self._parse_one(sources[i].path, chunk_size) for i in staged]
+            parsed_files: list[ParsedFile | FilePayload | Exception]
+            with clock.stage("parse_requests"):
+                if combined is not None and staged:
+                    paths = [sources[i].path for i in staged]
+                    try:
+                        if remote_staging:
+                            stages = [sources[i].stage for i in staged]
+                            parsed_files = combined(paths, chunk_size, clock=clock, stages=stages)
+                        else:
+                            parsed_files = combined(paths, chunk_size, clock=clock)
+                    except Exception as exc:  # e.g. no parser process would start: these files fail, not the import
+                        parsed_files = [exc] * len(staged)
+                else:
+                    parsed_files = [self._parse_one(sources[i].path, chunk_size) for i in staged]
             for index, outcome in zip(staged, parsed_files, strict=True):
+                if isinstance(outcome, KBError) and outcome.code == KBNotFound.code:
+                    raise KBNotFound(outcome.message)  # the KB was deleted while a parser process staged a file
                 try:
                     if isinstance(outcome, BaseException):
                         raise outcome
-                    outcomes[index] = pending(index, *outcome)
+                    if isinstance(outcome, FilePayload):
+                        outcomes[index] = from_payload(index, outcome)
+                    else:
+                        outcomes[index] = pending(index, *outcome)
                 except KBError as exc:
                     outcomes[index] = exc
                 except Exception as exc:
@@ -444,6 +534,7 @@ class Importer:
 
         embedding: list[_PendingDocument] = []  # parsed, not yet wholly embedded, in order
         queue: list[tuple[_PendingDocument, int]] = []
+        call_size = embed_call_size(self.embedder)
 
         def embed(batch: list[tuple[_PendingDocument, int]]) -> list[_PendingDocument]:
             nonlocal embedding
@@ -469,26 +560,27 @@ class Importer:
                         continue
                     state = progress.files[index]
                     state.status = "embedding"
-                    state.chunks_total = len(document.chunks)
-                    progress.chunks_total += len(document.chunks)
+                    count = document.chunk_count
+                    state.chunks_total = count
+                    progress.chunks_total += count
                     embedding.append(document)
                     progress.files_parsed += 1
                     if document.embedded:  # embedded where it was parsed (the hashing embedder)
-                        state.chunks_embedded = len(document.chunks)
-                        progress.chunks_embedded += len(document.chunks)
+                        state.chunks_embedded = count
+                        progress.chunks_embedded += count
                         if not queue:  # nothing before it waits for an embedding call
                             done = embedding
                             embedding = []
                             yield done
                             continue
                     else:
-                        queue.extend((document, i) for i in range(len(document.chunks)))
+                        queue.extend((document, i) for i in range(count))
                     yield []  # a file parsed: the caller shows it
-                    while len(queue) >= EMBED_BATCH:
-                        chunks, queue[:EMBED_BATCH] = queue[:EMBED_BATCH], []
+                    while len(queue) >= call_size:
+                        chunks, queue[:call_size] = queue[:call_size], []
                         yield embed(chunks)
             while queue:
-                chunks, queue[:EMBED_BATCH] = queue[:EMBED_BATCH], []
+                chunks, queue[:call_size] = queue[:call_size], []
                 yield embed(chunks)
         finally:
             for future in futures:
@@ -594,10 +686,11 @@ class Importer:
             progress.chunks_embedded += done
             notify()
 
-        texts = [doc.chunks[i].content for doc, i in batch]
+        texts = [doc.content(i) for doc, i in batch]
         # Ids the chunker got from its tokenizer (the embedder checks they are its own).
-        token_ids = [getattr(doc.chunks[i], "token_ids", None) for doc, i in batch]
-        vectors = embed_with_token_ids(self.embedder, texts, token_ids, step)
+        token_ids = [doc.ids(i) for doc, i in batch]
+        with progress.stages.stage("embed"):
+            vectors = embed_with_token_ids(self.embedder, texts, token_ids, step)
         for (doc, i), vector in zip(batch, vectors, strict=True):
             doc.vectors[i] = vector
             progress.files[doc.index].chunks_embedded += 1
@@ -605,36 +698,64 @@ class Importer:
         notify()
 
     def _commit(self, documents: list[_PendingDocument], progress: ImportProgress) -> list[dict[str, Any]]:
+        staged, rows = self._write(documents, progress)
+        return self._commit_written(documents, staged, rows, progress)
+
+    def _write(
+        self, documents: list[_PendingDocument], progress: ImportProgress
+    ) -> tuple[StagedSegment, list[dict[str, Any]]]:
+        """Write the segment of ``documents`` into a new staged folder; its folder and the documents' rows."""
         staged = self.store.stage_segment()
         try:
-            with self.store.deleted_guard():
-                rows = self.write_segment(staged, documents)
+            with progress.stages.stage("write_segment"), self.store.deleted_guard():
+                rows = self.write_segment(staged, documents, progress.stages)
+        except BaseException:
+            self.store.discard(staged)
+            raise
+        return staged, rows
+
+    def _commit_written(
+        self,
+        documents: list[_PendingDocument],
+        staged: StagedSegment,
+        rows: list[dict[str, Any]],
+        progress: ImportProgress,
+    ) -> list[dict[str, Any]]:
+        """Commit a written segment (names and replacements decided under the lock)."""
+        try:
 
             def plan(manifest: Manifest) -> Change:
                 # Names and replacements are decided under the lock, against the newest manifest.
                 live = self.live_documents(manifest)
                 taken = {str(d["name"]).casefold() for d in live if d["status"] == "ready"}
+                # Looked up per document below (a scan of the KB per document made commits quadratic, #29).
+                by_id = {(d["segment_id"], d["doc_id"]): d for d in live}
+                failed: dict[str, list[dict[str, Any]]] = {}
+                for d in live:
+                    if d["status"] == "failed":
+                        failed.setdefault(str(d["name"]).casefold(), []).append(d)
                 tombstones: dict[str, dict[str, int]] = {}
                 for document, row in zip(documents, rows, strict=True):
                     if document.replaces is not None:
                         segment_id, doc_id = document.replaces
-                        old = [d for d in live if d["segment_id"] == segment_id and d["doc_id"] == doc_id]
-                        if not old:
+                        replaced = by_id.get((segment_id, doc_id))
+                        if replaced is None:
                             raise DocumentNotFound(
                                 f"Document '{row['name']}' was deleted or changed meanwhile; nothing was updated."
                             )
-                        tombstones.setdefault(segment_id, {})[doc_id] = int(old[0]["chunk_count"])
+                        tombstones.setdefault(segment_id, {})[doc_id] = int(replaced["chunk_count"])
                         continue
-                    for old in live:  # re-importing a name that failed before replaces the failed entry
-                        if old["status"] == "failed" and str(old["name"]).casefold() == row["name"].casefold():
-                            tombstones.setdefault(old["segment_id"], {})[old["doc_id"]] = 0
+                    # re-importing a name that failed before replaces the failed entry
+                    for old in failed.get(row["name"].casefold(), ()):
+                        tombstones.setdefault(old["segment_id"], {})[old["doc_id"]] = 0
                     if row["name"].casefold() in taken:
                         row["name"] = timestamped_name(row["name"], taken)
                     taken.add(row["name"].casefold())
                 catalog.write_documents(staged.path, rows)
                 return Change(add=(staged,), tombstones=tombstones)
 
-            self.store.commit(plan)
+            with progress.stages.stage("commit"):
+                self.store.commit(plan)
         except BaseException:
             self.store.discard(staged)
             raise
@@ -645,8 +766,60 @@ class Importer:
                 state.status = "ready"
         return rows
 
-    def write_segment(self, staged: StagedSegment, documents: list[_PendingDocument]) -> list[dict[str, Any]]:
+    def write_segment(
+        self, staged: StagedSegment, documents: list[_PendingDocument], clock: StageClock | None = None
+    ) -> list[dict[str, Any]]:
+        """Write the segment of ``documents``: by the segment writer when they came as payloads, else here."""
+        writer = getattr(self, "segment_writer", None)
+        if writer is not None and all(d.payload is not None or not d.chunks for d in documents):
+            job = SegmentJob(
+                segment_id=staged.id,
+                path=staged.path,
+                private=self.store.root / "staging",
+                documents=[d.segment_document() for d in documents],
+                analyzer=self.analyzer,
+                model_key=str(getattr(self.embedder, "model_key", "")),
+                dimension=int(self.embedder.dimension),
+            )
+            try:
+                written = writer(job)
+            except KBError:
+                raise
+            except Exception as exc:
+                if not self.store.exists():
+                    raise KBNotFound(
+                        f"Knowledge base id '{self.store.kb_id}' was deleted while it was being written."
+                    ) from exc
+                raise StoreError(f"Could not write a segment of the import: {exc}") from exc
+            staged.rows, staged.documents = written.chunk_count, len(written.rows)
+            if clock is not None:
+                clock.merge(written.timings)
+            return written.rows
+        for document in documents:
+            if document.payload is not None:
+                _open_payload(document)
         return write_document_segment(staged, documents, self.embedder, self.analyzer, self.store.root / "staging")
+
+
+def _open_payload(document: _PendingDocument) -> None:
+    """Turn a payload document into one with its text, chunks and preparation (to write its segment here)."""
+    import pickle
+
+    payload = document.payload
+    assert payload is not None
+    document.text, document.chunks = pickle.loads(payload.body)
+    document.prepared = pickle.loads(payload.prepared) if payload.prepared is not None else None
+    if payload.embedded and document.prepared is not None and document.prepared.vectors is not None:
+        document.vectors = list(document.prepared.vectors)
+    document.payload = None
+
+
+def embed_call_size(embedder: Any) -> int:
+    """Chunks per embedding call: ``EMBED_BATCH``, or more where the model asks for it (``call_size``: on a GPU,
+    several of its large batches, so the card is fed without a gap between calls)."""
+    inner = getattr(embedder, "inner", embedder)
+    wanted = getattr(inner, "call_size", None)
+    return max(EMBED_BATCH, wanted) if isinstance(wanted, int) else EMBED_BATCH
 
 
 class ImportCancelled(KBError):
@@ -666,12 +839,15 @@ class _Committer:
         self.committed: list[dict[str, Any]] = []
         self.pending: list[_PendingDocument] = []
         self.pending_chunks = 0
-        self.writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kb-commit")
+        # Segments written by worker processes are written several at once (and committed in order).
+        self.parallel = getattr(importer, "segment_writer", None) is not None
+        self.writers = WRITER_PROCESSES if self.parallel else 1
+        self.writer = ThreadPoolExecutor(max_workers=self.writers, thread_name_prefix="kb-commit")
         self.writing: list[Future[None]] = []
 
     def add(self, documents: list[_PendingDocument]) -> None:
         self.pending += documents
-        self.pending_chunks += sum(len(d.chunks) for d in documents)
+        self.pending_chunks += sum(d.chunk_count for d in documents)
         if self.pending_chunks >= COMMIT_CHUNKS:
             self._submit()
 
@@ -687,12 +863,23 @@ class _Committer:
 
     def _submit(self) -> None:
         documents, self.pending, self.pending_chunks = self.pending, [], 0
-        while len(self.writing) >= 2 or (self.writing and self.writing[0].done()):
+        while len(self.writing) > self.writers or (self.writing and self.writing[0].done()):
             self.writing.pop(0).result()  # raises a failed commit's error here
-        self.writing.append(self.writer.submit(self._write, documents))
+        before = self.writing[-1] if self.writing else None
+        self.writing.append(self.writer.submit(self._write, documents, before))
 
-    def _write(self, documents: list[_PendingDocument]) -> None:
+    def _write(self, documents: list[_PendingDocument], before: Future[None] | None) -> None:
         # No progress callback from here: a front end's display may only be touched from the thread that runs the
         # import (Streamlit's are); the next report from that thread shows these documents ready.
-        self.committed += self.importer._commit(documents, self.progress)
-        self.job.publish()
+        if not self.parallel:
+            self.committed += self.importer._commit(documents, self.progress)
+        else:
+            staged, rows = self.importer._write(documents, self.progress)
+            if before is not None:
+                wait([before])  # commits stay in order: names clash as they would one segment after another
+                if before.cancelled() or before.exception() is not None:
+                    self.importer.store.discard(staged)  # the import stops; the earlier failure is the one raised
+                    return
+            self.committed += self.importer._commit_written(documents, staged, rows, self.progress)
+        with self.progress.stages.stage("publish"):
+            self.job.publish()

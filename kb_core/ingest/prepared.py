@@ -91,12 +91,14 @@ def merge_terms(parts: Sequence[PreparedChunks]) -> tuple[dict[str, int], np.nda
 class ChunkWork:
     """What a parser process does after parsing files (picklable): chunk each with ``tokenizer`` into chunks of
     ``chunk_size`` tokens, then, with an ``analyzer``, prepare the chunks of all of them, embedding them with the
-    hashing embedder of ``hashing_dimension`` when that is set."""
+    hashing embedder of ``hashing_dimension`` when that is set. ``payloads``: answer each chunked file as a
+    :class:`~kb_core.ingest.payloads.FilePayload`."""
 
     tokenizer: Any
     chunk_size: int
     analyzer: Analyzer | None = None
     hashing_dimension: int | None = None
+    payloads: bool = False
 
     @property
     def prepares(self) -> bool:

@@ -11,6 +11,10 @@ that ran out of memory is retired after its answer.
 A request may carry several files (an import sends a few small files at once, to save round trips); each still
 has its own time limit and its own answer, and a file that times out or kills its worker fails alone: the files
 after it go to a fresh worker.
+
+The same workers also write an import's segments (:func:`write_segment_in_worker`, #29): segment writing is our
+own code on data already parsed, so its time limit is generous, but it runs off the importing process's
+interpreter lock, several segments at once.
 """
 
 from __future__ import annotations
@@ -27,11 +31,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kb_core.errors import ParseError
+from kb_core.errors import KBError, ParseError
 from kb_core.ingest.parsing.base import (
     CORRUPT_DOCUMENT,
     FILE_TOO_LARGE,
@@ -43,6 +47,7 @@ from kb_core.ingest.parsing.base import (
 from kb_core.ingest.parsing.inprocess import check_file, parse_file_inprocess
 
 if TYPE_CHECKING:
+    from kb_core.ingest.payloads import FilePayload, SegmentJob, WrittenSegment
     from kb_core.ingest.prepared import ChunkWork, PreparedChunks
     from kb_core.retrieval.analysis import Analyzer
 
@@ -50,6 +55,7 @@ logger = logging.getLogger(__name__)
 
 _START_TIMEOUT = 60.0
 _PREPARE_TIMEOUT = 60.0
+_WRITE_TIMEOUT = 600.0
 
 
 def usable_cores() -> int:
@@ -60,9 +66,12 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-# As many parser processes as cores (2 at least, 8 at most: each holds some 50 MB), kept between imports.
-PARSER_PROCESSES = max(2, min(8, usable_cores()))
-_MAX_IDLE_WORKERS = PARSER_PROCESSES
+# A parser process per core but one (the importing process's), 2 at least and 32 at most (each holds some 50 MB),
+# and a segment writer per four cores (1 to 4); all kept between imports. The cap was 8 until #29: on 16 cores the
+# parsers were then the bound once the importing process no longer was.
+PARSER_PROCESSES = max(2, min(32, usable_cores() - 1))
+WRITER_PROCESSES = max(1, min(4, usable_cores() // 4))
+_MAX_IDLE_WORKERS = PARSER_PROCESSES + WRITER_PROCESSES
 
 
 class _PipeConnection:
@@ -105,9 +114,11 @@ def serve_stdio() -> None:
     """Worker entry point: requests on stdin, replies on the original stdout; stray prints go to stderr.
 
     A request is ``(paths, limits, work)``: one reply per file, in order, as each is parsed (and chunked, with
-    ``work``); then, when ``work`` prepares chunks, one ``("prepared", [...], False)`` for the files chunked here.
-    A reply asking for retirement (the worker ran out of memory, or something unexpected happened) ends the worker
-    there: the pool sends the rest of the files to a fresh one."""
+    ``work``; as a :class:`~kb_core.ingest.payloads.FilePayload` when ``work.payloads``); then, when ``work``
+    prepares chunks, one ``("prepared", [...], False, timings)`` for the files chunked here. A reply asking for
+    retirement (the worker ran out of memory, or something unexpected happened) ends the worker there: the pool
+    sends the rest of the files to a fresh one. ``("write", limits, job)`` writes a segment
+    (:func:`kb_core.ingest.payloads.write_segment_job`)."""
     protocol_out = os.dup(1)
     os.dup2(2, 1)
     conn = _PipeConnection(0, protocol_out)
@@ -120,18 +131,37 @@ def serve_stdio() -> None:
             return
         if request is None:
             return
-        paths, limits, work = request
+        if request[0] == "write":
+            if not _write_segment(conn, *request[1:]):
+                return
+            continue
+        paths, limits, work = request[:3]
+        stages = request[3] if len(request) > 3 else None
         _cap_memory(limits.max_memory_bytes)
         chunked: list[list[Any] | None] = []
-        for path in paths:
+        clock = _clock()
+        for position, path in enumerate(paths):
             chunks = None
             try:
-                parsed = parse_file_inprocess(path, limits)
-                chunks = _chunk_quietly(parsed, work)
-                reply: tuple[Any, ...] = ("ok", (parsed, chunks), False)
+                if stages is not None and stages[position] is not None:
+                    with clock.stage("stage_copy"):
+                        stages[position]()  # the importing process's staging copy, made here (raises a KBError)
+                with clock.stage("parse"):
+                    parsed = parse_file_inprocess(path, limits)
+                with clock.stage("chunk"):
+                    chunks = _chunk_quietly(parsed, work)
+                if chunks is not None and work is not None and work.payloads:
+                    from kb_core.ingest.payloads import file_payload
+
+                    with clock.stage("pack"):
+                        reply: tuple[Any, ...] = ("payload", file_payload(path, parsed, chunks), False)
+                else:
+                    reply = ("ok", (parsed, chunks), False)
             except ParseError as exc:
                 # After a MemoryError the heap may be fragmented or half-freed: answer, then retire.
                 reply = ("error", exc.code, exc.message, exc.details, exc.code == FILE_TOO_LARGE)
+            except KBError as exc:  # the staging copy refused the file (or the KB is gone)
+                reply = ("error", exc.code, exc.message, exc.details, False)
             except BaseException as exc:  # the worker must answer, whatever happened
                 message = f"Cannot import '{Path(path).name}': {type(exc).__name__}: {exc}"
                 reply = ("error", CORRUPT_DOCUMENT, message, {}, True)
@@ -144,13 +174,41 @@ def serve_stdio() -> None:
                 return
         if work is not None and work.prepares:
             try:
-                prepared: list[Any] | None = work.prepare(chunked)
+                with clock.stage("prepare"):
+                    prepared: list[Any] | None = work.prepare(chunked)
+                if prepared is not None and work.payloads:
+                    from kb_core.ingest.payloads import pack_prepared
+
+                    with clock.stage("pack"):
+                        prepared = [pack_prepared(made) for made in prepared]
             except Exception:  # the importing process prepares them itself
                 prepared = None
             try:
-                conn.send(("prepared", prepared, False))
+                conn.send(("prepared", prepared, False, clock.figures()))
             except (EOFError, OSError, MemoryError):
                 return
+
+
+def _clock() -> Any:
+    from kb_core.ingest.timing import StageClock
+
+    return StageClock()
+
+
+def _write_segment(conn: _PipeConnection, limits: ParseLimits, job: SegmentJob) -> bool:
+    """Write one segment and answer ``("written", WrittenSegment)`` or the error; False when the worker must go."""
+    from kb_core.ingest.payloads import write_segment_job
+
+    _cap_memory(limits.max_memory_bytes)
+    try:
+        reply: tuple[Any, ...] = ("written", write_segment_job(job), False)
+    except BaseException as exc:  # the worker must answer, whatever happened; then it retires
+        reply = ("error", "WRITE_FAILED", f"{type(exc).__name__}: {exc}", {"os_error": isinstance(exc, OSError)}, True)
+    try:
+        conn.send(reply)
+    except (EOFError, OSError, MemoryError):
+        return False
+    return not reply[-1]
 
 
 def _preload() -> None:
@@ -158,8 +216,9 @@ def _preload() -> None:
     import importlib
 
     with contextlib.suppress(Exception):
-        for module in ("chunking", "prepared"):
+        for module in ("chunking", "prepared", "payloads", "pipeline", "timing"):
             importlib.import_module(f"kb_core.ingest.{module}")
+        importlib.import_module("kb_core.store.segments")
         importlib.import_module("kb_core.embedding.hashing")
         importlib.import_module("kb_core.retrieval.near_duplicates")
         from kb_core.retrieval.analysis import default_analyzer
@@ -191,6 +250,8 @@ class _Worker:
         package_root = str(Path(__file__).resolve().parents[2])
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+        # Parallelism comes from the processes: a tokenizer's own thread pool in each would oversubscribe the cores.
+        env["TOKENIZERS_PARALLELISM"] = "false"
         self.process = subprocess.Popen(
             [sys.executable, "-c", "from kb_core.ingest.parsing.isolation import serve_stdio; serve_stdio()"],
             stdin=subprocess.PIPE,
@@ -288,11 +349,19 @@ class ParserPool:
         return outcome[0]
 
     def parse_many(
-        self, paths: Sequence[Path], limits: ParseLimits, work: ChunkWork | None
-    ) -> list[tuple[ParsedDocument, list[Any] | None, PreparedChunks | None] | ParseError]:
+        self,
+        paths: Sequence[Path],
+        limits: ParseLimits,
+        work: ChunkWork | None,
+        clock: Any = None,
+        stages: Sequence[Callable[[], object] | None] | None = None,
+    ) -> list[tuple[ParsedDocument, list[Any] | None, PreparedChunks | None] | FilePayload | ParseError]:
         """Parse ``paths`` in a worker (a few files per request saves round trips), and with ``work`` also chunk
         them and prepare their chunks; per file, ``(parsed, chunks, prepared)`` (``None`` for what was not done
-        there) or its :class:`ParseError`.
+        there), a :class:`~kb_core.ingest.payloads.FilePayload` (``work.payloads``), or its :class:`ParseError`;
+        ``clock`` (a :class:`~kb_core.ingest.timing.StageClock`) gets the workers' stage timings. ``stages``: per
+        path, a picklable callable the worker runs first (it makes the file, e.g. an import's staging copy; a
+        :class:`KBError` it raises fails that file).
 
         Each file keeps its own time limit: a file that runs past ``limits.timeout_seconds`` (or crashes the
         worker) is the one that fails, its worker is killed, and the files after it go to a fresh worker."""
@@ -300,7 +369,8 @@ class ParserPool:
         while len(outcomes) < len(paths):
             first = len(outcomes)
             worker = self._borrow()
-            healthy = self._serve(worker, paths[first:], limits, work, outcomes)
+            rest = None if stages is None else list(stages[first:])
+            healthy = self._serve(worker, paths[first:], limits, work, outcomes, clock, rest)
             if healthy:
                 self._give_back(worker)
             else:
@@ -308,13 +378,21 @@ class ParserPool:
         return outcomes
 
     def _serve(
-        self, worker: _Worker, paths: Sequence[Path], limits: ParseLimits, work: ChunkWork | None, outcomes: list[Any]
+        self,
+        worker: _Worker,
+        paths: Sequence[Path],
+        limits: ParseLimits,
+        work: ChunkWork | None,
+        outcomes: list[Any],
+        clock: Any = None,
+        stages: Sequence[Callable[[], object] | None] | None = None,
     ) -> bool:
         """Send ``paths`` to ``worker`` and append an outcome per file answered; False when the worker must go
         (it stopped answering, crashed or asked to retire: the files after the last outcome are not done)."""
         first = len(outcomes)
         try:
-            worker.conn.send((list(paths), limits, work))
+            request = (list(paths), limits, work) if stages is None else (list(paths), limits, work, list(stages))
+            worker.conn.send(request)
         except (EOFError, OSError):
             outcomes.append(parse_error(CORRUPT_DOCUMENT, paths[0], "the parser process crashed on this file"))
             return False
@@ -335,6 +413,8 @@ class ParserPool:
             logger.debug("parsed %s in %.3f s", path, time.monotonic() - started)
             if reply[0] == "ok":
                 outcomes.append((*reply[1], None))
+            elif reply[0] == "payload":
+                outcomes.append(reply[1])
             else:
                 _, code, message, details, _ = reply
                 outcomes.append(ParseError(message, code=code, details=details))
@@ -352,12 +432,37 @@ class ParserPool:
         if reply is None:
             return False
         prepared = reply[1]
+        if clock is not None and len(reply) > 3:
+            clock.merge(reply[3])
         if prepared is not None:
             for position, made in enumerate(prepared, start=first):
                 outcome = outcomes[position]
-                if made is not None and not isinstance(outcome, ParseError):
+                if made is None or isinstance(outcome, ParseError):
+                    continue
+                if isinstance(outcome, tuple):
                     outcomes[position] = (outcome[0], outcome[1], made)
+                else:  # a FilePayload: made is (pickle, holds vectors)
+                    outcome.prepared, outcome.embedded = made
         return True
+
+    def write_segment(self, job: SegmentJob, limits: ParseLimits) -> WrittenSegment:
+        """Write ``job``'s segment in a worker; raises :class:`WriteFailed` (its ``os_error`` says whether the file
+        system refused) when it could not."""
+        worker = self._borrow()
+        try:
+            worker.conn.send(("write", limits, job))
+            reply = worker.conn.recv() if worker.conn.poll(_WRITE_TIMEOUT) else None
+        except (EOFError, OSError) as exc:
+            worker.kill()
+            raise WriteFailed(f"the segment writer process failed: {exc}") from exc
+        if reply is None:
+            worker.kill()
+            raise WriteFailed(f"writing a segment took longer than {_WRITE_TIMEOUT:g} s and was stopped")
+        if reply[0] != "written":
+            worker.kill()
+            raise WriteFailed(f"writing a segment failed: {reply[2]}", os_error=bool(reply[3].get("os_error")))
+        self._give_back(worker)
+        return reply[1]
 
     def close(self) -> None:
         with self._lock:
@@ -379,6 +484,19 @@ def _shared_pool() -> ParserPool:
         return _pool
 
 
+class WriteFailed(Exception):
+    """A segment writer process could not write its segment."""
+
+    def __init__(self, message: str, *, os_error: bool = False) -> None:
+        super().__init__(message)
+        self.os_error = os_error
+
+
+def write_segment_in_worker(job: SegmentJob, limits: ParseLimits) -> WrittenSegment:
+    """Write ``job``'s segment in one of the shared worker processes (see the module docstring)."""
+    return _shared_pool().write_segment(job, limits)
+
+
 def parse_file(path: Path, limits: ParseLimits = ParseLimits()) -> ParsedDocument:  # noqa: B008
     """Parse a .txt/.docx/.doc file into text blocks, in a worker process killed after ``limits.timeout_seconds``.
 
@@ -398,35 +516,46 @@ def parse_and_chunk_files(
     *,
     analyzer: Analyzer | None = None,
     embedder: Any = None,
-) -> list[tuple[ParsedDocument, list[Any], PreparedChunks | None] | ParseError]:
+    payloads: bool = False,
+    clock: Any = None,
+    stages: Sequence[Callable[[], object] | None] | None = None,
+) -> list[tuple[ParsedDocument, list[Any], PreparedChunks | None] | FilePayload | ParseError]:
     """:func:`parse_file` of each path, then the document's chunks (:func:`kb_core.ingest.chunking.chunk_document`),
     and with an ``analyzer`` their :class:`~kb_core.ingest.prepared.PreparedChunks` where the parser process made
-    them; per file that triple or the file's :class:`ParseError`.
+    them; per file that triple or the file's :class:`ParseError`. With ``payloads``, a file the worker chunked comes
+    as a :class:`~kb_core.ingest.payloads.FilePayload` instead (its preparation inside), for an importing process
+    that only passes it on to a segment writer (:func:`write_segment_in_worker`).
 
-    A tokenizer marked ``chunks_in_workers`` (small to pickle, and holding the GIL while it works, like the hashing
-    tokenizer) is sent along and the worker process chunks too, off this process's GIL, and prepares the chunks
-    (analysis, signatures, and the vectors where ``embedder`` is the hashing embedder); others (a Rust tokenizer,
-    which releases the GIL) chunk here, and the preparation is ``None`` (the committer does it)."""
+    A tokenizer marked ``chunks_in_workers`` (small to pickle: the hashing tokenizer, or a model's fast tokenizer
+    read from its ``tokenizer.json``, which a worker loads once) is sent along and the worker process chunks too,
+    off this process's GIL, and prepares the chunks (analysis, signatures, and the vectors where ``embedder`` is the
+    hashing embedder); others chunk here, and the preparation is ``None`` (the committer does it).
+    ``clock``: a :class:`~kb_core.ingest.timing.StageClock` for the workers' stage timings. ``stages``: per path, a
+    picklable callable that makes the file (the import's staging copy), run by the parser process just before it
+    parses it; such a file is checked there, after its copy is made."""
     from kb_core.ingest.chunking import chunk_document
     from kb_core.ingest.prepared import ChunkWork, hashing_dimension
 
     work = None
     if getattr(tokenizer, "chunks_in_workers", False):
         dimension = hashing_dimension(embedder) if embedder is not None and analyzer is not None else None
-        work = ChunkWork(tokenizer, chunk_size, analyzer, dimension)
+        work = ChunkWork(tokenizer, chunk_size, analyzer, dimension, payloads=payloads)
     outcomes: list[Any] = [None] * len(paths)
     checked: list[int] = []
     for position, path in enumerate(paths):
         path = Path(path).absolute()
         try:
-            check_file(path, limits)  # cheap refusals without a round trip to the worker
+            if stages is None or stages[position] is None:
+                check_file(path, limits)  # cheap refusals without a round trip to the worker
         except ParseError as exc:
             outcomes[position] = exc
         else:
             checked.append(position)
-    parsed_files = _shared_pool().parse_many([Path(paths[i]).absolute() for i in checked], limits, work)
+    pool = _shared_pool()
+    kept = None if stages is None else [stages[i] for i in checked]
+    parsed_files = pool.parse_many([Path(paths[i]).absolute() for i in checked], limits, work, clock, kept)
     for position, outcome in zip(checked, parsed_files, strict=True):
-        if not isinstance(outcome, ParseError) and outcome[1] is None:
+        if isinstance(outcome, tuple) and outcome[1] is None:
             outcome = (outcome[0], chunk_document(outcome[0], tokenizer, chunk_size), None)
         outcomes[position] = outcome
     return outcomes

@@ -1,0 +1,180 @@
+"""Files as the importing process passes them on, and the segment writes worker processes do with them (#29).
+
+An import scales with cores only as far as its importing process keeps up: whatever it does per chunk is done on
+one interpreter lock (Amdahl). So a parser process that parsed and chunked a file answers with a
+:class:`FilePayload`: the few fields the importing process needs (counts, checksum, the chunk texts and token ids
+when it embeds them) and the rest, the parsed text and the chunks, as one opaque pickle that it never opens.
+Segments are then written by worker processes too (:func:`write_segment_job`, several at once): the importing
+process hands over the payloads with the documents' names and vectors, and only commits the written segment.
+The segment is the one :func:`kb_core.store.segments.write_document_segment` writes for the same documents in
+the importing process.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import pickle
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from kb_core.embedding.base import TokenIds
+
+if TYPE_CHECKING:
+    from kb_core.ingest.pipeline import ImportSource
+    from kb_core.retrieval.analysis import Analyzer
+
+_PICKLE = pickle.HIGHEST_PROTOCOL
+
+
+@dataclass(frozen=True)
+class PackedTokenIds:
+    """The token ids of a file's chunks as three arrays (cheap to send): ``counts`` per chunk (-1: none),
+    ``ids`` and ``offsets`` of the chunks with ids one after another, and the tokenizer's fingerprint."""
+
+    counts: np.ndarray
+    ids: np.ndarray
+    offsets: np.ndarray
+    tokenizer: str
+
+    @classmethod
+    def pack(cls, chunks: Sequence[Any]) -> PackedTokenIds | None:
+        tagged = [c.token_ids for c in chunks if c.token_ids is not None]
+        if not tagged:
+            return None
+        return cls(
+            counts=np.array([-1 if c.token_ids is None else len(c.token_ids) for c in chunks], dtype=np.int32),
+            ids=np.concatenate([np.asarray(t.ids, dtype=np.int32) for t in tagged]),
+            offsets=np.concatenate([np.asarray(t.offsets, dtype=np.int32).reshape(-1, 2) for t in tagged]),
+            tokenizer=tagged[0].tokenizer,
+        )
+
+    def unpack(self) -> list[TokenIds | None]:
+        out: list[TokenIds | None] = []
+        start = 0
+        for count in self.counts.tolist():
+            if count < 0:
+                out.append(None)
+                continue
+            out.append(TokenIds(self.ids[start : start + count], self.offsets[start : start + count], self.tokenizer))
+            start += count
+        return out
+
+
+@dataclass
+class FilePayload:
+    """One parsed and chunked file, as a parser process hands it to the importing process."""
+
+    file_type: str
+    chunk_count: int
+    size_bytes: int
+    sha256: str
+    body: bytes  # pickle of (parsed text, chunks without token ids): opened by the segment writer only
+    contents: list[str]  # the chunk texts (the importing process embeds them, or keys the embedding cache)
+    token_ids: PackedTokenIds | None = None  # what the chunker's tokenizer made of them, for the embedder
+    prepared: bytes | None = None  # pickle of the chunks' PreparedChunks, when the parser process made them
+    embedded: bool = False  # that preparation holds the chunks' vectors (the hashing embedder)
+
+
+def file_payload(path: Path, parsed: Any, chunks: Sequence[Any]) -> FilePayload:
+    """The payload of ``parsed`` (read from ``path``) cut into ``chunks`` (in a parser process)."""
+    data = path.read_bytes()
+    stored = [dataclasses.replace(c, token_ids=None) if c.token_ids is not None else c for c in chunks]
+    return FilePayload(
+        file_type=parsed.file_type,
+        chunk_count=len(chunks),
+        size_bytes=len(data),
+        sha256=hashlib.sha256(data).hexdigest(),
+        body=pickle.dumps((parsed.text, stored), protocol=_PICKLE),
+        contents=[c.content for c in chunks],
+        token_ids=PackedTokenIds.pack(chunks),
+    )
+
+
+def pack_prepared(prepared: Any) -> tuple[bytes, bool] | None:
+    """A parser process's PreparedChunks as (pickle, whether it holds vectors), or None."""
+    if prepared is None:
+        return None
+    return pickle.dumps(prepared, protocol=_PICKLE), prepared.vectors is not None
+
+
+@dataclass
+class SegmentDocument:
+    """One document of a segment to write: where it came from, its payload (None for a failed file) and, when the
+    importing process embedded it, its vectors."""
+
+    doc_id: str
+    source: ImportSource  # without its staging callable
+    file_type: str
+    size_bytes: int
+    sha256: str
+    chunk_size: int
+    error: str | None = None
+    payload: FilePayload | None = None
+    vectors: np.ndarray | None = None  # (chunks, dimension) float32; None: the payload's prepared vectors
+
+
+@dataclass
+class SegmentJob:
+    """A segment for a worker process to write into ``path`` (a staged segment folder of the KB)."""
+
+    segment_id: str
+    path: Path
+    private: Path  # the KB's staging folder (originals there are hard-linked, not copied)
+    documents: list[SegmentDocument]
+    analyzer: Analyzer
+    model_key: str
+    dimension: int
+
+
+@dataclass
+class WrittenSegment:
+    rows: list[dict[str, Any]]  # the documents' catalog rows
+    chunk_count: int
+    timings: dict[str, tuple[float, float, int]]
+
+
+def write_segment_job(job: SegmentJob) -> WrittenSegment:
+    """Write ``job``'s segment (in a worker process): exactly what ``write_document_segment`` writes for the same
+    documents in the importing process."""
+    from kb_core.store import StagedSegment
+    from kb_core.store.segments import write_document_segment
+
+    wall, cpu = time.perf_counter(), time.thread_time()
+    documents = []
+    for document in job.documents:
+        text, chunks, prepared, vectors = "", [], None, document.vectors
+        payload = document.payload
+        if payload is not None:
+            text, chunks = pickle.loads(payload.body)
+            prepared = pickle.loads(payload.prepared) if payload.prepared is not None else None
+            if vectors is None and prepared is not None:
+                vectors = prepared.vectors
+        documents.append(
+            SimpleNamespace(
+                doc_id=document.doc_id,
+                source=document.source,
+                file_type=document.file_type,
+                text=text,
+                chunks=chunks,
+                size_bytes=document.size_bytes,
+                sha256=document.sha256,
+                chunk_size=document.chunk_size,
+                vectors=[] if vectors is None else vectors,
+                error=document.error,
+                prepared=prepared,
+            )
+        )
+    timings = {"open_payloads": (time.perf_counter() - wall, time.thread_time() - cpu, 1)}
+    wall, cpu = time.perf_counter(), time.thread_time()
+    staged = StagedSegment(id=job.segment_id, path=job.path)
+    model = SimpleNamespace(model_key=job.model_key, dimension=job.dimension)
+    rows = write_document_segment(staged, documents, model, job.analyzer, job.private)
+    timings["write_segment"] = (time.perf_counter() - wall, time.thread_time() - cpu, 1)
+    return WrittenSegment(rows=rows, chunk_count=staged.rows, timings=timings)

@@ -1,0 +1,72 @@
+"""Where an import's time goes: wall and CPU seconds per stage, in the importing process and in its workers.
+
+Each stage is timed where it runs: :meth:`StageClock.stage` around a piece of work adds its wall time and the
+CPU time of the thread that ran it (``time.thread_time``), so stages that overlap on several threads are each
+charged their own share. Worker processes (parser processes, segment writers) time their stages the same way and
+send the figures back with their answers (:meth:`StageClock.merge`, under a ``worker.`` prefix).
+
+What the figures say about scaling (Amdahl): the importing process's CPU per chunk (``serial_cpu``) bounds the
+rate however many cores there are, since its threads share one interpreter lock; the workers' CPU per chunk
+divided by the number of workers bounds it from the other side.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+
+
+class StageClock:
+    """Seconds (wall and CPU) and calls per named stage; thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._wall: dict[str, float] = {}
+        self._cpu: dict[str, float] = {}
+        self._calls: dict[str, int] = {}
+
+    def add(self, name: str, wall: float, cpu: float, calls: int = 1) -> None:
+        with self._lock:
+            self._wall[name] = self._wall.get(name, 0.0) + wall
+            self._cpu[name] = self._cpu.get(name, 0.0) + cpu
+            self._calls[name] = self._calls.get(name, 0) + calls
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        wall, cpu = time.perf_counter(), time.thread_time()
+        try:
+            yield
+        finally:
+            self.add(name, time.perf_counter() - wall, time.thread_time() - cpu)
+
+    def merge(self, figures: Mapping[str, tuple[float, float, int]] | None, prefix: str = "worker.") -> None:
+        """Add a worker's ``{stage: (wall, cpu, calls)}``."""
+        for name, (wall, cpu, calls) in (figures or {}).items():
+            self.add(prefix + name, wall, cpu, calls)
+
+    def figures(self) -> dict[str, tuple[float, float, int]]:
+        with self._lock:
+            return {name: (self._wall[name], self._cpu[name], self._calls[name]) for name in self._wall}
+
+    def report(self, chunks: int = 0) -> dict[str, dict[str, float]]:
+        """Per stage: wall and CPU seconds, calls and (with ``chunks``) CPU microseconds per chunk, the costliest
+        first; plus ``importing_process`` and ``workers`` totals of CPU."""
+        rows: dict[str, dict[str, float]] = {}
+        serial = parallel = 0.0
+        for name, (wall, cpu, calls) in sorted(self.figures().items(), key=lambda item: -item[1][1]):
+            row = {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "calls": calls}
+            if chunks:
+                row["cpu_us_per_chunk"] = round(cpu / chunks * 1e6, 1)
+            rows[name] = row
+            if name.startswith("worker."):
+                parallel += cpu
+            else:
+                serial += cpu
+        totals = {"importing_process_cpu_s": round(serial, 3), "workers_cpu_s": round(parallel, 3)}
+        if chunks:
+            totals["importing_process_cpu_us_per_chunk"] = round(serial / chunks * 1e6, 1)
+            totals["workers_cpu_us_per_chunk"] = round(parallel / chunks * 1e6, 1)
+        rows["total"] = totals
+        return rows
