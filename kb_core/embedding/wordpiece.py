@@ -12,7 +12,7 @@ import threading
 from collections.abc import Sequence
 from functools import cached_property, lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -62,9 +62,21 @@ class HFTokenizerAdapter:
         self.fingerprint = hashlib.sha256(config.encode("utf-8")).hexdigest()
         # tokenizers.Tokenizer is not documented as safe for concurrent use from several threads.
         self._lock = threading.Lock()
+        self.source: Path | None = None  # the tokenizer.json it was read from (see chunks_in_workers)
 
     def __repr__(self) -> str:
         return f"HFTokenizerAdapter({self.name!r})"
+
+    @property
+    def chunks_in_workers(self) -> bool:
+        """Parser processes chunk with it when it was read from a file: it then pickles as that file's path and
+        each process reads it once (#29), so chunking leaves the importing process's interpreter lock."""
+        return self.source is not None
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        if self.source is None:
+            raise TypeError(f"{self!r} was not read from a tokenizer file and cannot be sent to another process")
+        return _tokenizer_in_worker, (str(self.source), self.name, self.fingerprint)
 
     @property
     def backend(self) -> HFTokenizer:
@@ -124,7 +136,35 @@ def load_tokenizer_file(path: Path, name: str) -> HFTokenizerAdapter:
         tok = HFTokenizer.from_file(str(path))
     except Exception as exc:
         raise EmbeddingError(f"cannot read tokenizer file {path}: {exc}", code="MODEL_NOT_FOUND") from exc
-    return HFTokenizerAdapter(tok, name)
+    adapter = HFTokenizerAdapter(tok, name)
+    adapter.source = Path(path)
+    return adapter
+
+
+class _UnreadableTokenizer:
+    """Stands in for a tokenizer a process could not read again: chunking with it fails, and the importing
+    process then chunks the file itself."""
+
+    chunks_in_workers = False
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def __getattr__(self, name: str) -> Any:
+        raise EmbeddingError(self.reason)
+
+
+@lru_cache(maxsize=4)
+def _tokenizer_in_worker(path: str, name: str, fingerprint: str) -> Any:
+    """The tokenizer a pickled :class:`HFTokenizerAdapter` names, read once per process; never raises (unpickling
+    happens while a worker reads its request)."""
+    try:
+        adapter = load_tokenizer_file(Path(path), name)
+    except Exception as exc:
+        return _UnreadableTokenizer(f"cannot read the tokenizer {path}: {exc}")
+    if adapter.fingerprint != fingerprint:
+        return _UnreadableTokenizer(f"the tokenizer {path} changed since the import began")
+    return adapter
 
 
 @lru_cache(maxsize=1)

@@ -1,0 +1,80 @@
+"""Issue #29: the model is fed the way a GPU wants it (token-budget batches, longest first, queued without waiting,
+one copy back per call), and the vectors stay those of the library's own encode. A CPU runs the same code path
+when ``device_batch_tokens`` is given; tests/test_device.py runs it on CUDA where there is one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kb_core import KnowledgeBaseService
+from kb_core.embedding import CachedEmbedder
+from kb_core.embedding.device import DeviceRequest
+from kb_core.embedding.local import SentenceTransformerEmbedder
+
+pytestmark = pytest.mark.model
+
+TEXTS = [
+    "Hybrid retrieval combines BM25 keyword scores with dense vector similarity.",
+    "混合检索把关键词得分和向量相似度结合起来。",
+    "a",
+    " ".join(f"Sentence {i} about photosynthesis and light." for i in range(30)),  # longer than one window
+    "Quarterly revenue grew by ten percent while costs stayed flat, the report said on Monday.",
+    *(f"Claim {i}: " + "cells divide and proteins fold " * (1 + i % 9) for i in range(40)),
+]
+
+
+def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a * b).sum(axis=1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+
+
+def test_device_feeding_gives_the_librarys_vectors_in_token_budget_batches_longest_first() -> None:
+    budget = 1024
+    fed = SentenceTransformerEmbedder(device=DeviceRequest("cpu"), device_batch_tokens=budget)
+    done: list[int] = []
+    ours = fed.embed_documents(TEXTS, progress=done.append)
+    windows = [w for t in TEXTS for w in fed._windows_many([t])[0]]
+    lengths = sorted((len(w.ids) + 2 for w in windows), reverse=True)
+    # Batches cut by the budget: each holds as many of the longest-first windows as fit.
+    assert len(fed.last_batches) > 1 and sum(fed.last_batches) == len(windows)
+    start = 0
+    for rows in fed.last_batches:
+        assert rows == min(len(lengths) - start, max(1, budget // lengths[start]))
+        start += rows
+    assert sum(done) == len(TEXTS)  # progress once the block is back
+    # The same vectors as model.encode of the texts that fit, and as the CPU's fixed batches for all of them.
+    fits = [i for i, t in enumerate(TEXTS) if len(fed._windows_many([t])[0]) == 1]
+    reference = fed.model.encode([TEXTS[i] for i in fits], normalize_embeddings=True, show_progress_bar=False)
+    assert _cosines(ours[fits], np.asarray(reference)).min() >= 0.9999
+    fixed = SentenceTransformerEmbedder(device=DeviceRequest("cpu"), batch_size=7)
+    assert _cosines(ours, fixed.embed_documents(TEXTS)).min() >= 0.9999
+    assert fixed.last_batches == tuple([7] * (len(windows) // 7) + ([len(windows) % 7] if len(windows) % 7 else []))
+
+
+def test_an_import_fed_like_a_device_stores_the_librarys_vectors(tmp_path: Path) -> None:
+    service = KnowledgeBaseService(tmp_path / "home")
+    session = service.session()
+    assert session.create_knowledge_base("docs", 64)["success"]  # the default model, 64-token chunks
+    record = service.find_kb("docs")
+    cached = service.embedder(record)
+    assert isinstance(cached, CachedEmbedder) and isinstance(cached.inner, SentenceTransformerEmbedder)
+    model = cached.inner
+    model.device_batch_tokens = 512  # the GPU's feeding, on this CPU
+    files = []
+    for i in range(4):
+        path = tmp_path / f"doc_{i}.txt"
+        path.write_text("\n\n".join(TEXTS[i::4]), encoding="utf-8")
+        files.append(str(path))
+    try:
+        result = session.import_document(files, kb_name="docs")
+    finally:
+        model.device_batch_tokens = None
+    assert result["data"]["success_count"] == len(files), result
+    assert len(model.last_batches) > 1
+    snapshot = service.reader(record.id).snapshot()
+    texts = [t for s in snapshot.segments for t in s.chunks.column("content").to_pylist()]
+    stored = np.vstack([s.vectors.reconstruct(np.arange(s.chunks.num_rows)) for s in snapshot.segments])
+    reference = model.model.encode(texts, normalize_embeddings=True, show_progress_bar=False)
+    assert _cosines(stored, np.asarray(reference)).min() >= 0.9999
