@@ -334,3 +334,95 @@ def test_the_embedding_stage_uses_the_chunkers_token_ids_and_tokenises_no_chunk_
         [np.frombuffer(blob, dtype=np.float32).reshape(-1, int(out["dimension"][0])) for blob in out["vectors"]]
     )
     assert np.all(np.sum(vectors * embedder.embed_documents(texts), axis=1) >= 0.99999)
+
+
+def _kb(home: Path, *arguments: str, timeout: float = 120) -> Any:
+    import subprocess
+    import sys
+
+    return subprocess.run(
+        [sys.executable, "-m", "kb_core.cli", "--home", str(home), *arguments],
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        timeout=timeout,
+        check=False,
+    )
+
+
+def test_no_cluster_at_the_address_is_a_clear_error_within_seconds(tmp_path: Path) -> None:
+    """#29: nothing listening at --address used to hang for minutes (Ray's own retries); now it is an error naming
+    the address, within seconds (a fresh process, as a person runs it; the time limit is the subprocess's)."""
+    pytest.importorskip("ray.data", reason="the optional extra kb-workbench[ray] (Ray Data) is not installed")
+    from tests.conftest import free_port
+
+    home = tmp_path / "home"
+    note = tmp_path / "note.txt"
+    note.write_text("hello 你好", encoding="utf-8")
+    assert _kb(home, "create", "kb", "--chunk-size", "64", "--embedding-model", "hashing").returncode == 0
+    assert _kb(home, "select", "kb").returncode == 0
+    address = f"127.0.0.1:{free_port()}"
+    done = _kb(home, "import", str(note), "--executor", "ray", "--address", address, timeout=30)
+    assert done.returncode == 1
+    assert f"no Ray cluster answers at '{address}'" in done.stdout + done.stderr
+    assert KnowledgeBaseService(home).session().list_documents("kb")["data"]["documents"] == []
+
+
+def test_a_cluster_that_dies_mid_import_ends_it_in_seconds_keeping_what_was_committed(tmp_path: Path) -> None:
+    """#29: the cluster's head is killed while an import streams results back: the import ends within seconds with
+    an error naming the cluster, the committed documents stay (the KB verifies clean), the rest are reported."""
+    import subprocess
+    import sys
+    import time
+
+    pytest.importorskip("ray.data", reason="the optional extra kb-workbench[ray] (Ray Data) is not installed")
+    from ray.cluster_utils import Cluster
+
+    home = tmp_path / "home"
+    folder = tmp_path / "files"
+    folder.mkdir()
+    files = []
+    for i in range(1500):
+        path = folder / f"note_{i}.txt"
+        path.write_text(f"Note {i} about hybrid retrieval and topic {i % 37}. 第{i}篇。", encoding="utf-8")
+        files.append(str(path))
+    service = KnowledgeBaseService(home)
+    assert service.session().create_knowledge_base("kb", 64, embedding_model="hashing")["success"]
+    assert _kb(home, "select", "kb").returncode == 0
+    nodes = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False})
+    importing = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "kb_core.cli",
+            "--home",
+            str(home),
+            "import",
+            *files,
+            "--executor",
+            "ray",
+            "--address",
+            nodes.address,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        encoding="utf-8",
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while not service.session().list_documents("kb")["data"]["count"]:  # the first commit
+            assert importing.poll() is None and time.monotonic() < deadline, importing.communicate()
+            time.sleep(0.2)
+    finally:
+        nodes.shutdown()
+    killed = time.monotonic()
+    out, err = importing.communicate(timeout=60)
+    assert time.monotonic() - killed < 30, "the import did not notice the cluster was gone"
+    assert importing.returncode == 1, (out, err)
+    assert f"the Ray cluster at {nodes.address} stopped answering" in out + err
+    session = service.session()
+    documents = session.list_documents("kb")["data"]["documents"]
+    ready = [d for d in documents if d["status"] == "ready"]
+    assert 0 < len(ready) < len(files) and len(documents) == len(ready)
+    assert session.verify()["success"]

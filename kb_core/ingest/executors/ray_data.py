@@ -16,6 +16,11 @@ Pipeline (streaming; each stage starts as soon as the one before has output)::
   (:meth:`kb_core.ingest.pipeline.Importer._run_executor`): a driver or worker that dies leaves the KB consistent.
 * An actor whose node sees the home's embedding cache (one machine, or the home on a shared file system)
   answers repeated texts from it and stores what it embeds, so a re-run costs no model time.
+* A cluster that is not there, or that dies mid-import, is an error within seconds (#29), not minutes of Ray's
+  own reconnection attempts: the address is probed (TCP, ``CONNECT_TIMEOUT_S``) before ``ray.init``, and while the
+  results stream back a watchdog probes the cluster's GCS every second; once it has not answered for
+  ``LOST_AFTER_S``, the import stops with ``EXECUTOR_FAILED`` naming the address (what was committed stays; the
+  other files fail with that reason).
 
 Every node needs ``kb-workbench[ray]`` installed (the same version as the driver) and the model package.
 """
@@ -25,8 +30,12 @@ from __future__ import annotations
 import json
 import logging
 import os
+import queue
 import signal
+import socket
 import tempfile
+import threading
+import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -52,6 +61,9 @@ logger = logging.getLogger(__name__)
 MAX_EMBED_DOCUMENTS = 64  # documents per embedding call at most (a few hundred chunks: a full GPU batch)
 MAX_BLOCKS = 256  # input blocks: enough to spread parsing, few enough to keep Ray Data's bookkeeping small
 ACTOR_START_TIMEOUT_S = 600  # loading a model on a busy node can take a while
+CONNECT_TIMEOUT_S = 5.0  # a cluster's address must accept a connection within this
+INIT_TIMEOUT_S = 30.0  # ray.init against an address that accepted the probe
+LOST_AFTER_S = 6.0  # a cluster whose GCS has not answered for this long is gone
 INSTALL_HINT = "install the optional extra: pip install 'kb-workbench[ray]'"
 
 
@@ -258,13 +270,20 @@ class RayExecutor:
         if ray.is_initialized():
             return ray
         address = self.address or os.environ.get("RAY_ADDRESS") or None
-        try:
+        if address and address not in ("auto", "local"):
+            probe_address(address)  # nothing listening: an error now, not Ray's minutes of retries
+        where = f"at {address!r}" if address else "on this machine"
+
+        def start() -> None:
             if address:
                 ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
             else:
                 ray.init(include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+
+        try:
+            limit = INIT_TIMEOUT_S if address else ACTOR_START_TIMEOUT_S
+            _within(start, limit, f"connecting to the Ray cluster {where}")
         except Exception as exc:
-            where = f"at {address!r}" if address else "on this machine"
             raise InvalidArgument(f"cannot start or reach a Ray cluster {where}: {exc}") from exc
         return ray
 
@@ -310,7 +329,7 @@ class RayExecutor:
         parsed_per_node: Counter[str] = Counter()
         cache_hits = 0
         chunks_per_actor: Counter[str] = Counter()
-        for batch in _batches(dataset):
+        for batch in _batches(dataset, _gcs_address(ray)):
             for row in batch.to_dict("records"):
                 parsed_per_node[str(row["parse_node"])] += 1
                 if row["error"]:
@@ -343,23 +362,116 @@ class RayExecutor:
         return dict(self._summary)
 
 
-def _batches(dataset: Any) -> Iterator[pd.DataFrame]:
+def probe_address(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
+    """Raise :class:`InvalidArgument` naming ``address`` (``HOST:PORT`` or ``ray://HOST:PORT``) when nothing there
+    accepts a TCP connection within ``timeout`` seconds."""
+    host, port = _host_port(address)
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            pass
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise InvalidArgument(
+            f"no Ray cluster answers at {address!r} ({reason}): start one there (ray start --head), or leave "
+            "--address out to start a local one",
+            details={"field": "address", "address": address},
+        ) from exc
+
+
+def _host_port(address: str) -> tuple[str, int]:
+    rest = address.split("://", 1)[1] if "://" in address else address
+    host, _, port = rest.rstrip("/").rpartition(":")
+    if not host:  # no port: Ray's defaults
+        return rest, 10001 if address.startswith("ray://") else 6379
+    try:
+        return host.strip("[]"), int(port)
+    except ValueError as exc:
+        raise InvalidArgument(f"malformed Ray address {address!r}: use HOST:PORT or ray://HOST:PORT") from exc
+
+
+def _within(call: Any, seconds: float, what: str) -> None:
+    """Run ``call`` on a daemon thread and give up after ``seconds`` (a hung Ray call cannot be interrupted)."""
+    outcome: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            call()
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run, name="kb-ray-init", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if not outcome:
+        raise TimeoutError(f"{what} took longer than {seconds:g} s")
+    if outcome[0] is not None:
+        raise outcome[0]
+
+
+def _gcs_address(ray: Any) -> str | None:
+    try:
+        return str(ray.get_runtime_context().gcs_address)
+    except Exception:  # an older Ray: no watchdog
+        return None
+
+
+def _batches(dataset: Any, gcs_address: str | None = None) -> Iterator[pd.DataFrame]:
     """The pipeline's output; a failure Ray gave up on (a retried batch that failed again, an actor that could not
-    start) becomes a :class:`KBError`, so the importer fails what it had not committed, with the reason."""
-    iterator = iter(dataset.iter_batches(batch_size=None, batch_format="pandas"))
+    start) becomes a :class:`KBError`, so the importer fails what it had not committed, with the reason. So does a
+    cluster whose GCS (at ``gcs_address``) stops answering: the batches are read on a daemon thread, and the
+    cluster is probed every second while this waits for the next one."""
+    results: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=4)
+
+    def read() -> None:
+        try:
+            for batch in dataset.iter_batches(batch_size=None, batch_format="pandas"):
+                results.put(("batch", batch))
+            results.put(("end", None))
+        except BaseException as exc:
+            results.put(("error", exc))
+
+    threading.Thread(target=read, name="kb-ray-results", daemon=True).start()
+    silent_since: float | None = None
     while True:
         try:
-            batch = next(iterator)
-        except StopIteration:
+            kind, value = results.get(timeout=1.0)
+        except queue.Empty:
+            if gcs_address is None:
+                continue
+            if _answers(gcs_address):
+                silent_since = None
+            elif silent_since is None:
+                silent_since = time.monotonic()
+            elif time.monotonic() - silent_since >= LOST_AFTER_S:
+                logger.error("the Ray cluster at %s stopped answering mid-import", gcs_address)
+                raise KBError(
+                    f"the ray executor failed: the Ray cluster at {gcs_address} stopped answering (no reply for "
+                    f"{LOST_AFTER_S:g} s); the files not committed yet were not imported",
+                    code="EXECUTOR_FAILED",
+                    details={"address": gcs_address},
+                ) from None
+            continue
+        if kind == "end":
             return
-        except Exception as exc:
-            logger.exception("the Ray pipeline failed")
+        if kind == "error":
+            exc = value
+            logger.error("the Ray pipeline failed", exc_info=exc)
             reason = str(exc).strip().splitlines()[-1][:300] if str(exc).strip() else ""
             raise KBError(
                 f"the ray executor failed: {type(exc).__name__}{': ' + reason if reason else ''}",
                 code="EXECUTOR_FAILED",
             ) from exc
-        yield batch
+        yield value
+
+
+def _answers(address: str) -> bool:
+    try:
+        host, port = _host_port(address)
+        with socket.create_connection((host, port), timeout=1.0):
+            return True
+    except (OSError, KBError):
+        return False
 
 
 def ray_executor_for(
