@@ -192,6 +192,7 @@ def measure(model_name: str, files: list[str], args: argparse.Namespace, home: P
             chunks_per_second_encode_best=rates[str(best)],
             import_over_best_encode_rate=round(len(texts) / import_seconds / float(rates[str(best)]), 3),
             import_batches=_batch_summary(fed),
+            import_from_token_ids=getattr(local, "_template", None) is not None,  # False: through model.encode
             device_batch_tokens=getattr(local, "device_batch_tokens", None) or _budget(local),
             import_vs_encode_cosine_min=round(float(cosines.min()), 6),
             import_vs_encode_cosine_texts=len(cosines),

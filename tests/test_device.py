@@ -134,13 +134,16 @@ def test_gpu_feeding_gives_the_librarys_own_vectors_on_the_same_device() -> None
     """#29: token-budget batches queued without waiting, one copy back, equal the library's encode on the GPU."""
     if not _cuda_available():
         pytest.skip("no CUDA device here (torch.cuda.is_available() is False): the GPU feeding cannot run")
-    from kb_core.embedding.local import DEVICE_BATCH_TOKENS, SentenceTransformerEmbedder
+    from kb_core.embedding.local import DEVICE_BATCH_TOKENS, MAX_DEVICE_BATCH, SentenceTransformerEmbedder
 
     texts = [f"{t} ({i})" * (1 + i % 7) for i, t in enumerate(TEXTS * 500)]
     gpu = SentenceTransformerEmbedder(device=DeviceRequest("cuda"))
     ours = gpu.embed_documents(texts)
+    # Batches by the token budget: far more than 64 rows each, and as many as the longest row allows.
     assert len(gpu.last_batches) > 1 and max(gpu.last_batches) > 64
-    assert all(rows * 2 <= DEVICE_BATCH_TOKENS for rows in gpu.last_batches)
+    windows = [len(w.ids) for pieces in gpu._windows_many(texts) for w in pieces]
+    expected = min(len(windows), MAX_DEVICE_BATCH, DEVICE_BATCH_TOKENS // (max(windows) + 2))
+    assert gpu.last_batches[0] == expected
     reference = gpu.model.encode(texts, batch_size=256, normalize_embeddings=True, show_progress_bar=False)
     cosines = np.sum(ours * np.asarray(reference, dtype=np.float32), axis=1)
     assert cosines.min() >= 0.9999, cosines.min()

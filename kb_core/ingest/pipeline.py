@@ -779,7 +779,7 @@ class Importer:
                 documents=[d.segment_document() for d in documents],
                 analyzer=self.analyzer,
                 model_key=str(getattr(self.embedder, "model_key", "")),
-                dimension=int(self.embedder.dimension),
+                dimension=_dimension(documents, self.embedder),
             )
             try:
                 written = writer(job)
@@ -799,6 +799,14 @@ class Importer:
             if document.payload is not None:
                 _open_payload(document)
         return write_document_segment(staged, documents, self.embedder, self.analyzer, self.store.root / "staging")
+
+
+def _dimension(documents: Sequence[_PendingDocument], embedder: Any) -> int:
+    """The vectors' dimension: from a vector made here, else the embedder's (the hashing embedder's is known)."""
+    for document in documents:
+        if document.vectors and document.vectors[0] is not None:
+            return len(document.vectors[0])
+    return int(getattr(embedder, "dimension", 0))
 
 
 def _open_payload(document: _PendingDocument) -> None:
