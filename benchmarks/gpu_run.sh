@@ -85,19 +85,16 @@ step "model import vs encode() at batches $BATCHES" 420 env KB_DEVICE="$DEVICE" 
   --corpus "$CORPUS" --documents "$DOCUMENTS" --chunk-size 160 --encode-batches "$BATCHES" --import-runs 2 \
   --json-out "$OUT/model_import.json"
 
-pinned() {  # pinned CPUS COMMAND...: the command on those cores only (taskset where there is one)
-  local cpus=$1
-  shift
-  if command -v taskset >/dev/null; then
-    taskset -c "$cpus" "$@"
-  else
-    python3 -c 'import os, sys; os.sched_setaffinity(0, {int(c) for c in sys.argv[1].split(",")}); os.execvp(sys.argv[2], sys.argv[2:])' "$cpus" "$@"
-  fi
-}
+# The same command on cores 0 and 1 only (taskset where there is one; a function would not run under timeout).
+if command -v taskset >/dev/null; then
+  PIN=(taskset -c 0,1)
+else
+  PIN=(python3 -c 'import os, sys; os.sched_setaffinity(0, {0, 1}); os.execvp(sys.argv[1], sys.argv[1:])')
+fi
 HASHING=(python3 benchmarks/bench_import.py --model hashing --corpus "$CORPUS" --documents "$DOCUMENTS" --chunk-size 160
   --no-reimport --import-runs 2)
 step "hashing import, all cores" 150 "${HASHING[@]}" --json-out "$OUT/hashing_all_cores.json"
-step "hashing import, 2 cores (pinned)" 200 pinned 0,1 "${HASHING[@]}" --json-out "$OUT/hashing_2_cores.json"
+step "hashing import, 2 cores (pinned)" 200 "${PIN[@]}" "${HASHING[@]}" --json-out "$OUT/hashing_2_cores.json"
 step "hashing import, all cores again" 150 "${HASHING[@]}" --json-out "$OUT/hashing_all_cores_again.json"
 
 python3 - "$OUT" <<'PY' | tee -a "$OUT/run.log"

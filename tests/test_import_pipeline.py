@@ -39,7 +39,8 @@ def corpus(folder: Path) -> list[Path]:
 
 
 @pytest.mark.parametrize(
-    "embed_batch,commit_chunks,prepared_by", [(7, 40, "parser"), (512, 2048, "parser"), (7, 40, "importer")]
+    "embed_batch,commit_chunks,prepared_by,writers",
+    [(7, 40, "parser", 1), (512, 2048, "parser", 1), (7, 40, "importer", 1), (7, 40, "parser", 3)],
 )
 def test_pipelined_import_equals_file_by_file_reference(
     session,
@@ -49,10 +50,13 @@ def test_pipelined_import_equals_file_by_file_reference(
     embed_batch: int,
     commit_chunks: int,
     prepared_by: str,
+    writers: int,
 ) -> None:
-    # Small batches and segments make embedding calls span files and commits overlap the next batches.
+    # Small batches and segments make embedding calls span files and commits overlap the next batches; several
+    # segment writers write at once and commit in order, several segments per commit when they are ready (#29).
     monkeypatch.setattr(importer_module, "EMBED_BATCH", embed_batch)
     monkeypatch.setattr(importer_module, "COMMIT_CHUNKS", commit_chunks)
+    monkeypatch.setattr(importer_module, "WRITER_PROCESSES", writers)
     if prepared_by == "importer":  # no preparation from the parser processes: this process embeds and analyses
         import kb_core.ingest.parsing
 
@@ -264,3 +268,30 @@ def test_a_front_end_that_stops_its_script_mid_import_leaves_the_kb_consistent(s
     kb_root = session.service.kb_store(session.current_kb().id).root
     assert not list((kb_root / "staging").iterdir())  # the private copies and staged segments are gone
     assert not list((kb_root / "jobs").glob("*.json"))  # nothing is shown as in flight any more
+
+
+def test_segments_written_at_once_commit_in_order_so_clashing_names_are_as_one_after_another(
+    session, service, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """#29: segments are written by several worker processes at once and committed in order (several per commit
+    when they are ready): the first file of a name keeps it, the later ones get a timestamp, as sequentially."""
+    monkeypatch.setattr(importer_module, "COMMIT_CHUNKS", 6)
+    monkeypatch.setattr(importer_module, "WRITER_PROCESSES", 3)
+    files = []
+    for i in range(24):
+        folder = tmp_path / f"folder_{i}"
+        folder.mkdir()
+        path = folder / ("same.txt" if i % 4 == 0 else f"note_{i}.txt")
+        path.write_text((EN + f"Note {i}.\n\n") * (1 + i % 3), encoding="utf-8")
+        files.append(path)
+    session.create_knowledge_base("kb", 48, embedding_model="hashing-32")
+    session.select_knowledge_base("kb")
+    result = session.import_document([str(f) for f in files])
+    assert result["data"]["success_count"] == len(files), result
+    named = [f["doc_name"] for f in result["data"]["success_files"]]
+    same = [name for name, path in zip(named, files, strict=True) if path.name == "same.txt"]
+    assert same[0] == "same.txt" and all(n.startswith("same_") for n in same[1:]) and len(set(same)) == len(same)
+    snapshot = service.reader(session.current_kb().id).snapshot()
+    documents = snapshot.documents()
+    assert sorted(documents["name"]) == sorted(named) and (documents["status"] == "ready").all()
+    assert session.verify()["success"]

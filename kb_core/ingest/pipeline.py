@@ -234,6 +234,10 @@ class _PendingDocument:
         )
 
 
+# Documents whose segment is written (staged) but not committed yet, with their catalog rows.
+WrittenDocuments = tuple[list[_PendingDocument], StagedSegment, list[dict[str, Any]]]
+
+
 def _requests(sources: Sequence[ImportSource]) -> list[list[int]]:
     """The sources' positions in parser requests: consecutive files, at most ``FILES_PER_REQUEST`` of them and
     (where their size is known already) ``REQUEST_BYTES``; a few files per request save round trips."""
@@ -699,7 +703,7 @@ class Importer:
 
     def _commit(self, documents: list[_PendingDocument], progress: ImportProgress) -> list[dict[str, Any]]:
         staged, rows = self._write(documents, progress)
-        return self._commit_written(documents, staged, rows, progress)
+        return self._commit_written([(documents, staged, rows)], progress)
 
     def _write(
         self, documents: list[_PendingDocument], progress: ImportProgress
@@ -714,14 +718,11 @@ class Importer:
             raise
         return staged, rows
 
-    def _commit_written(
-        self,
-        documents: list[_PendingDocument],
-        staged: StagedSegment,
-        rows: list[dict[str, Any]],
-        progress: ImportProgress,
-    ) -> list[dict[str, Any]]:
-        """Commit a written segment (names and replacements decided under the lock)."""
+    def _commit_written(self, segments: list[WrittenDocuments], progress: ImportProgress) -> list[dict[str, Any]]:
+        """Commit written segments, in order, in one commit (names and replacements decided under the lock); their
+        documents' rows. On failure every one of them is discarded."""
+        documents = [d for docs, _, _ in segments for d in docs]
+        rows = [r for _, _, written in segments for r in written]
         try:
 
             def plan(manifest: Manifest) -> Change:
@@ -751,13 +752,15 @@ class Importer:
                     if row["name"].casefold() in taken:
                         row["name"] = timestamped_name(row["name"], taken)
                     taken.add(row["name"].casefold())
-                catalog.write_documents(staged.path, rows)
-                return Change(add=(staged,), tombstones=tombstones)
+                for _, staged, written in segments:
+                    catalog.write_documents(staged.path, written)
+                return Change(add=tuple(staged for _, staged, _ in segments), tombstones=tombstones)
 
             with progress.stages.stage("commit"):
                 self.store.commit(plan)
         except BaseException:
-            self.store.discard(staged)
+            for _, staged, _ in segments:
+                self.store.discard(staged)
             raise
         for document, row in zip(documents, rows, strict=True):
             state = progress.files[document.index]
@@ -840,7 +843,10 @@ class _Committer:
     so building a segment's indexes, writing its files and committing overlap the next embedding calls.
 
     Commits stay in order (one writer); at most one more segment waits behind the one being written, so a slow
-    disk holds the import back instead of filling memory. A commit's failure is raised by the next ``add``."""
+    disk holds the import back instead of filling memory. A commit's failure is raised by the next ``add``.
+
+    With a segment writer, ``WRITER_PROCESSES`` segments are written at once; each is committed in order, and the
+    thread whose turn it is commits every later segment already written with its own, in one commit (#29)."""
 
     def __init__(self, importer: Importer, progress: ImportProgress, job: ImportJob) -> None:
         self.importer, self.progress, self.job = importer, progress, job
@@ -852,6 +858,10 @@ class _Committer:
         self.writers = WRITER_PROCESSES if self.parallel else 1
         self.writer = ThreadPoolExecutor(max_workers=self.writers, thread_name_prefix="kb-commit")
         self.writing: list[Future[None]] = []
+        self._lock = threading.Lock()
+        self._written: dict[int, WrittenDocuments] = {}
+        self._submitted = 0  # segments handed to the writers
+        self._next = 0  # the next segment to commit
 
     def add(self, documents: list[_PendingDocument]) -> None:
         self.pending += documents
@@ -866,28 +876,42 @@ class _Committer:
             self.writing.pop(0).result()
 
     def close(self) -> None:
-        """Wait for a segment being written (never leave one half-committed), then stop the writer."""
+        """Wait for a segment being written (never leave one half-committed), then stop the writer; segments written
+        but not committed (after a failure before them) are removed."""
         self.writer.shutdown(wait=True, cancel_futures=True)
+        with self._lock:
+            left, self._written = list(self._written.values()), {}
+        for _, staged, _ in left:
+            self.importer.store.discard(staged)
 
     def _submit(self) -> None:
         documents, self.pending, self.pending_chunks = self.pending, [], 0
         while len(self.writing) > self.writers or (self.writing and self.writing[0].done()):
             self.writing.pop(0).result()  # raises a failed commit's error here
         before = self.writing[-1] if self.writing else None
-        self.writing.append(self.writer.submit(self._write, documents, before))
+        sequence, self._submitted = self._submitted, self._submitted + 1
+        self.writing.append(self.writer.submit(self._write, sequence, documents, before))
 
-    def _write(self, documents: list[_PendingDocument], before: Future[None] | None) -> None:
+    def _write(self, sequence: int, documents: list[_PendingDocument], before: Future[None] | None) -> None:
         # No progress callback from here: a front end's display may only be touched from the thread that runs the
         # import (Streamlit's are); the next report from that thread shows these documents ready.
         if not self.parallel:
             self.committed += self.importer._commit(documents, self.progress)
         else:
-            staged, rows = self.importer._write(documents, self.progress)
+            written = self.importer._write(documents, self.progress)
+            with self._lock:
+                self._written[sequence] = (documents, *written)
             if before is not None:
                 wait([before])  # commits stay in order: names clash as they would one segment after another
                 if before.cancelled() or before.exception() is not None:
-                    self.importer.store.discard(staged)  # the import stops; the earlier failure is the one raised
-                    return
-            self.committed += self.importer._commit_written(documents, staged, rows, self.progress)
+                    return  # the import stops (the earlier failure is the one raised); close() removes this one
+            with self._lock:  # this segment, unless the one before took it along, and the written ones after it
+                group = []
+                while self._next in self._written:
+                    group.append(self._written.pop(self._next))
+                    self._next += 1
+            if not group:
+                return
+            self.committed += self.importer._commit_written(group, self.progress)
         with self.progress.stages.stage("publish"):
             self.job.publish()

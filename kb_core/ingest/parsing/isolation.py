@@ -212,15 +212,18 @@ def _write_segment(conn: _PipeConnection, limits: ParseLimits, job: SegmentJob) 
 
 
 def _preload() -> None:
-    """Import the modules that chunk and prepare chunks (a worker is started once and serves many imports)."""
+    """Import the modules that chunk, prepare chunks and write segments (a worker is started once and serves many
+    imports: none of this is charged to a file's time limit, or to an import's time)."""
     import importlib
 
     with contextlib.suppress(Exception):
         for module in ("chunking", "prepared", "payloads", "pipeline", "timing"):
             importlib.import_module(f"kb_core.ingest.{module}")
-        importlib.import_module("kb_core.store.segments")
-        importlib.import_module("kb_core.embedding.hashing")
-        importlib.import_module("kb_core.retrieval.near_duplicates")
+        for module in ("store.segments", "store.catalog", "embedding.hashing", "embedding.wordpiece"):
+            importlib.import_module(f"kb_core.{module}")
+        for module in ("near_duplicates", "keyword_index", "vector_index"):
+            importlib.import_module(f"kb_core.retrieval.{module}")
+        importlib.import_module("tokenizers")  # a model's tokenizer chunks here too
         from kb_core.retrieval.analysis import default_analyzer
 
         default_analyzer().tokens("warm")  # loads the stemmer
