@@ -121,6 +121,8 @@ summary = {
         min(rate(runs["hashing_all_cores"]), rate(runs["hashing_all_cores_again"])) / rate(runs["hashing_2_cores"]), 2
     ),
     "parser_processes": {name: r["parser_processes"] for name, r in runs.items()},
+    # CPU per chunk of the importing process (serial: one interpreter lock) and of the worker processes
+    "stages_total": {name: r["stages"].get("total") for name, r in {"model": model, **runs}.items()},
     "load_average": [r["load_average_after"] for r in runs.values()],
 }
 (out / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
