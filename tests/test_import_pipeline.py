@@ -295,3 +295,20 @@ def test_segments_written_at_once_commit_in_order_so_clashing_names_are_as_one_a
     documents = snapshot.documents()
     assert sorted(documents["name"]) == sorted(named) and (documents["status"] == "ready").all()
     assert session.verify()["success"]
+
+
+def test_an_import_says_where_its_time_went_in_this_process_and_in_its_workers(session, tmp_path: Path) -> None:
+    """#29: per-stage wall and CPU seconds, the worker processes' stages among them, per chunk for the profile."""
+    files = corpus(tmp_path)[:6]
+    session.create_knowledge_base("kb", 48, embedding_model="hashing-32")
+    session.select_knowledge_base("kb")
+    seen: list[object] = []
+    result = session.import_document([str(f) for f in files], progress=seen.append)
+    assert result["data"]["success_count"] == len(files)
+    progress = seen[-1]
+    report = progress.stages.report(progress.chunks_total)
+    for stage in ("parse_requests", "write_segment", "commit", "worker.stage_copy", "worker.parse", "worker.chunk"):
+        assert report[stage]["calls"] >= 1 and report[stage]["wall_s"] >= 0, stage
+    assert report["worker.prepare"]["cpu_s"] > 0 and report["worker.write_segment"]["calls"] >= 1
+    total = report["total"]
+    assert total["workers_cpu_s"] > 0 and total["importing_process_cpu_us_per_chunk"] > 0

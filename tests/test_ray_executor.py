@@ -382,9 +382,10 @@ def test_a_cluster_that_dies_mid_import_ends_it_in_seconds_keeping_what_was_comm
     folder = tmp_path / "files"
     folder.mkdir()
     files = []
-    for i in range(1500):
+    for i in range(400):  # 40 chunks each: segments of about 2,000 chunks commit every ~50 files
         path = folder / f"note_{i}.txt"
-        path.write_text(f"Note {i} about hybrid retrieval and topic {i % 37}. 第{i}篇。", encoding="utf-8")
+        text = "\n\n".join(f"Note {i}, part {j}: hybrid retrieval and topic {i % 37}. 第{i}篇。" for j in range(40))
+        path.write_text(text, encoding="utf-8")
         files.append(str(path))
     service = KnowledgeBaseService(home)
     assert service.session().create_knowledge_base("kb", 64, embedding_model="hashing")["success"]
@@ -411,18 +412,20 @@ def test_a_cluster_that_dies_mid_import_ends_it_in_seconds_keeping_what_was_comm
     )
     try:
         deadline = time.monotonic() + 240
-        while not service.session().list_documents("kb")["data"]["count"]:  # the first commit
+        while not any(d["status"] == "ready" for d in service.session().list_documents("kb")["data"]["documents"]):
             assert importing.poll() is None and time.monotonic() < deadline, importing.communicate()
-            time.sleep(0.2)
+            time.sleep(0.2)  # until the first commit
     finally:
         nodes.shutdown()
     killed = time.monotonic()
     out, err = importing.communicate(timeout=60)
     assert time.monotonic() - killed < 30, "the import did not notice the cluster was gone"
-    assert importing.returncode == 1, (out, err)
-    assert f"the Ray cluster at {nodes.address} stopped answering" in out + err
+    failed = [line for line in out.splitlines() if "the ray executor failed" in line]
+    assert failed and all(f"the Ray cluster at {nodes.address}" in line for line in failed), (out, err)
     session = service.session()
     documents = session.list_documents("kb")["data"]["documents"]
     ready = [d for d in documents if d["status"] == "ready"]
+    # The committed prefix stays; every other file is reported failed, with the reason.
     assert 0 < len(ready) < len(files) and len(documents) == len(ready)
+    assert len(ready) + len(failed) == len(files)
     assert session.verify()["success"]

@@ -157,7 +157,7 @@ def _input_template(model: SentenceTransformer, tokenizer: HFTokenizerAdapter) -
 # encode() was fastest at its largest batch tried (1,024) on an H200; the budget keeps long windows from blowing up.
 DEVICE_BATCH_TOKENS = 1 << 18
 MAX_DEVICE_BATCH = 4096
-DEVICE_CALL_TEXTS = 8192  # texts per embedding call an import makes on a GPU (several batches, one copy back)
+DEVICE_CALL_TEXTS = 4096  # texts per embedding call an import makes on a GPU (a few batches, one copy back)
 
 
 def _forward_ids(

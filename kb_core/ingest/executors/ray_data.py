@@ -17,27 +17,31 @@ Pipeline (streaming; each stage starts as soon as the one before has output)::
 * An actor whose node sees the home's embedding cache (one machine, or the home on a shared file system)
   answers repeated texts from it and stores what it embeds, so a re-run costs no model time.
 * A cluster that is not there, or that dies mid-import, is an error within seconds (#29), not minutes of Ray's
-  own reconnection attempts: the address is probed (TCP, ``CONNECT_TIMEOUT_S``) before ``ray.init``, and while the
-  results stream back a watchdog probes the cluster's GCS every second; once it has not answered for
-  ``LOST_AFTER_S``, the import stops with ``EXECUTOR_FAILED`` naming the address (what was committed stays; the
-  other files fail with that reason).
+  own reconnection attempts: the address is probed (TCP, ``CONNECT_TIMEOUT_S``) before anything starts. The Ray
+  driver runs in a child process (:func:`serve_driver`) that streams the results to the importing process: Ray
+  ends a driver whose node's raylet dies, and so it ends that child, not the import. The importing process probes
+  the cluster's GCS every second while it waits; a driver that exits, or a cluster silent for ``LOST_AFTER_S``,
+  stops the import with ``EXECUTOR_FAILED`` naming the address (what was committed stays; the other files fail
+  with that reason).
 
 Every node needs ``kb-workbench[ray]`` installed (the same version as the driver) and the model package.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
-import queue
 import signal
 import socket
+import subprocess
+import sys
 import tempfile
-import threading
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -62,7 +66,6 @@ MAX_EMBED_DOCUMENTS = 64  # documents per embedding call at most (a few hundred 
 MAX_BLOCKS = 256  # input blocks: enough to spread parsing, few enough to keep Ray Data's bookkeeping small
 ACTOR_START_TIMEOUT_S = 600  # loading a model on a busy node can take a while
 CONNECT_TIMEOUT_S = 5.0  # a cluster's address must accept a connection within this
-INIT_TIMEOUT_S = 30.0  # ray.init against an address that accepted the probe
 LOST_AFTER_S = 6.0  # a cluster whose GCS has not answered for this long is gone
 INSTALL_HINT = "install the optional extra: pip install 'kb-workbench[ray]'"
 
@@ -272,33 +275,54 @@ class RayExecutor:
         address = self.address or os.environ.get("RAY_ADDRESS") or None
         if address and address not in ("auto", "local"):
             probe_address(address)  # nothing listening: an error now, not Ray's minutes of retries
-        where = f"at {address!r}" if address else "on this machine"
-
-        def start() -> None:
+        try:
             if address:
                 ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
             else:
                 ray.init(include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
-
-        try:
-            limit = INIT_TIMEOUT_S if address else ACTOR_START_TIMEOUT_S
-            _within(start, limit, f"connecting to the Ray cluster {where}")
         except Exception as exc:
+            where = f"at {address!r}" if address else "on this machine"
             raise InvalidArgument(f"cannot start or reach a Ray cluster {where}: {exc}") from exc
         return ray
 
     def execute(self, sources: Sequence[ImportSource], chunk_size: int) -> Iterator[ExecutedDocument]:
+        """The documents, from a Ray driver in a child process (see the module docstring)."""
+        ray = _ray()
+        address = self.address or os.environ.get("RAY_ADDRESS") or None
+        if ray.is_initialized():  # this process is connected: the child joins the same cluster
+            address = _gcs_address(ray) or address
+        if address and address not in ("auto", "local"):
+            probe_address(address)  # nothing listening: an error now, not Ray's minutes of retries
+        items = [(i, source.path.name, source.path.read_bytes()) for i, source in enumerate(sources)]
+        job = _DriverJob(
+            model=self.model,
+            device=self.device,
+            cache_path=self.cache_path,
+            limits=self.limits,
+            address=address,
+            actors=self.actors,
+            crash_marker=self.crash_marker,
+            chunk_size=chunk_size,
+            items=items,
+        )
+        driver = _Driver(job)
+        try:
+            yield from driver.results()
+            self._summary = driver.summary
+        finally:
+            driver.stop()
+
+    def execute_here(self, items: Sequence[tuple[int, str, bytes]], chunk_size: int) -> Iterator[ExecutedDocument]:
+        """The pipeline, driven from this process (the child of :meth:`execute`)."""
         from kb_core.ingest.chunking import Chunk
 
         ray = self.connect()
         nodes = [n for n in ray.nodes() if n.get("Alive")]
         gpus = int(ray.cluster_resources().get("GPU", 0))
         actors = self.actors or gpus or max(1, len(nodes))
-        items = [
-            {"index": i, "name": source.path.name, "data": source.path.read_bytes()} for i, source in enumerate(sources)
-        ]
+        rows = [{"index": i, "name": name, "data": data} for i, name, data in items]
         dataset = (
-            ray.data.from_items(items, override_num_blocks=max(1, min(len(items), MAX_BLOCKS)))
+            ray.data.from_items(rows, override_num_blocks=max(1, min(len(rows), MAX_BLOCKS)))
             .map_batches(
                 parse_and_chunk,
                 batch_size=1,
@@ -329,7 +353,7 @@ class RayExecutor:
         parsed_per_node: Counter[str] = Counter()
         cache_hits = 0
         chunks_per_actor: Counter[str] = Counter()
-        for batch in _batches(dataset, _gcs_address(ray)):
+        for batch in _batches(dataset):
             for row in batch.to_dict("records"):
                 parsed_per_node[str(row["parse_node"])] += 1
                 if row["error"]:
@@ -389,26 +413,6 @@ def _host_port(address: str) -> tuple[str, int]:
         raise InvalidArgument(f"malformed Ray address {address!r}: use HOST:PORT or ray://HOST:PORT") from exc
 
 
-def _within(call: Any, seconds: float, what: str) -> None:
-    """Run ``call`` on a daemon thread and give up after ``seconds`` (a hung Ray call cannot be interrupted)."""
-    outcome: list[BaseException | None] = []
-
-    def run() -> None:
-        try:
-            call()
-            outcome.append(None)
-        except BaseException as exc:
-            outcome.append(exc)
-
-    thread = threading.Thread(target=run, name="kb-ray-init", daemon=True)
-    thread.start()
-    thread.join(seconds)
-    if not outcome:
-        raise TimeoutError(f"{what} took longer than {seconds:g} s")
-    if outcome[0] is not None:
-        raise outcome[0]
-
-
 def _gcs_address(ray: Any) -> str | None:
     try:
         return str(ray.get_runtime_context().gcs_address)
@@ -416,53 +420,153 @@ def _gcs_address(ray: Any) -> str | None:
         return None
 
 
-def _batches(dataset: Any, gcs_address: str | None = None) -> Iterator[pd.DataFrame]:
+def _batches(dataset: Any) -> Iterator[pd.DataFrame]:
     """The pipeline's output; a failure Ray gave up on (a retried batch that failed again, an actor that could not
-    start) becomes a :class:`KBError`, so the importer fails what it had not committed, with the reason. So does a
-    cluster whose GCS (at ``gcs_address``) stops answering: the batches are read on a daemon thread, and the
-    cluster is probed every second while this waits for the next one."""
-    results: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=4)
-
-    def read() -> None:
-        try:
-            for batch in dataset.iter_batches(batch_size=None, batch_format="pandas"):
-                results.put(("batch", batch))
-            results.put(("end", None))
-        except BaseException as exc:
-            results.put(("error", exc))
-
-    threading.Thread(target=read, name="kb-ray-results", daemon=True).start()
-    silent_since: float | None = None
+    start) becomes a :class:`KBError`, so the importer fails what it had not committed, with the reason."""
+    iterator = iter(dataset.iter_batches(batch_size=None, batch_format="pandas"))
     while True:
         try:
-            kind, value = results.get(timeout=1.0)
-        except queue.Empty:
-            if gcs_address is None:
-                continue
-            if _answers(gcs_address):
-                silent_since = None
-            elif silent_since is None:
-                silent_since = time.monotonic()
-            elif time.monotonic() - silent_since >= LOST_AFTER_S:
-                logger.error("the Ray cluster at %s stopped answering mid-import", gcs_address)
-                raise KBError(
-                    f"the ray executor failed: the Ray cluster at {gcs_address} stopped answering (no reply for "
-                    f"{LOST_AFTER_S:g} s); the files not committed yet were not imported",
-                    code="EXECUTOR_FAILED",
-                    details={"address": gcs_address},
-                ) from None
-            continue
-        if kind == "end":
+            batch = next(iterator)
+        except StopIteration:
             return
-        if kind == "error":
-            exc = value
-            logger.error("the Ray pipeline failed", exc_info=exc)
+        except Exception as exc:
+            logger.exception("the Ray pipeline failed")
             reason = str(exc).strip().splitlines()[-1][:300] if str(exc).strip() else ""
             raise KBError(
                 f"the ray executor failed: {type(exc).__name__}{': ' + reason if reason else ''}",
                 code="EXECUTOR_FAILED",
             ) from exc
-        yield value
+        yield batch
+
+
+@dataclass(frozen=True)
+class _DriverJob:
+    """What the driver process is asked to run (picklable)."""
+
+    model: str
+    device: DeviceRequest
+    cache_path: str | None
+    limits: ParseLimits
+    address: str | None
+    actors: int | None
+    crash_marker: str | None
+    chunk_size: int
+    items: list[tuple[int, str, bytes]]
+
+
+def serve_driver() -> None:
+    """The driver process: reads a :class:`_DriverJob` on stdin and answers on the original stdout with
+    ``("connected", gcs address)``, one ``("document", ExecutedDocument)`` per file, then ``("done", summary)``
+    or ``("error", kind, code, message, details)``. Ray's own output goes to stderr."""
+    from kb_core.ingest.parsing.isolation import _PipeConnection
+
+    protocol_out = os.dup(1)
+    os.dup2(2, 1)
+    conn = _PipeConnection(0, protocol_out)
+    job: _DriverJob = conn.recv()
+    executor = RayExecutor(
+        model=job.model,
+        device=job.device,
+        cache_path=job.cache_path,
+        limits=job.limits,
+        address=job.address,
+        actors=job.actors,
+        crash_marker=job.crash_marker,
+    )
+    try:
+        ray = executor.connect()
+        conn.send(("connected", _gcs_address(ray)))
+        for document in executor.execute_here(job.items, job.chunk_size):
+            conn.send(("document", document))
+        conn.send(("done", executor.summary()))
+    except KBError as exc:
+        conn.send(("error", type(exc).__name__, exc.code, exc.message, exc.details))
+    except Exception as exc:
+        logger.exception("the Ray driver failed")
+        conn.send(("error", "KBError", "EXECUTOR_FAILED", f"the ray executor failed: {type(exc).__name__}: {exc}", {}))
+
+
+class _Driver:
+    """The importing process's side of :func:`serve_driver`: the child process, its results, and a watchdog."""
+
+    def __init__(self, job: _DriverJob) -> None:
+        from kb_core.ingest.parsing.isolation import _PipeConnection
+
+        self.address = job.address
+        self.summary: dict[str, object] = {}
+        package_root = str(Path(__file__).resolve().parents[3])
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", "from kb_core.ingest.executors.ray_data import serve_driver; serve_driver()"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+            close_fds=True,
+        )
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.conn = _PipeConnection(self.process.stdout.fileno(), self.process.stdin.fileno())
+        self.conn.send(job)
+
+    def results(self) -> Iterator[ExecutedDocument]:
+        silent_since: float | None = None
+        while True:
+            if not self.conn.poll(1.0):
+                if self.process.poll() is not None:
+                    raise self._lost()
+                if self.address is None or self.address in ("auto", "local") or _answers(self.address):
+                    silent_since = None
+                elif silent_since is None:
+                    silent_since = time.monotonic()
+                elif time.monotonic() - silent_since >= LOST_AFTER_S:
+                    raise self._lost(f"no reply for {LOST_AFTER_S:g} s")
+                continue
+            try:
+                message = self.conn.recv()
+            except (EOFError, OSError):
+                raise self._lost() from None
+            kind = message[0]
+            if kind == "connected":
+                self.address = message[1] or self.address  # the GCS the driver joined (or started)
+            elif kind == "document":
+                yield message[1]
+            elif kind == "done":
+                self.summary = message[1]
+                return
+            else:
+                _, name, code, text, details = message
+                error = InvalidArgument if name == "InvalidArgument" else KBError
+                raise error(text, code=code, details=details)
+
+    def _lost(self, why: str = "") -> KBError:
+        self.process.poll()
+        returncode = self.process.returncode
+        where = f"the Ray cluster at {self.address}" if self.address else "the local Ray cluster"
+        if why or (self.address and not _answers(self.address)):
+            reason = f"{where} stopped answering{f' ({why})' if why else ''}"
+        else:
+            reason = (
+                f"the Ray driver process for {where} exited mid-import (code {returncode}): the cluster or its node "
+                "failed"
+            )
+        logger.error("ray executor: %s", reason)
+        return KBError(
+            f"the ray executor failed: {reason}; the files not committed yet were not imported",
+            code="EXECUTOR_FAILED",
+            details={"address": self.address},
+        )
+
+    def stop(self) -> None:
+        """End the driver (a finished one exits by itself; a cancelled or failed import's is killed)."""
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(10 if self.process.poll() is None and self.summary else 0.1)
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
+        for stream in (self.process.stdin, self.process.stdout):
+            with contextlib.suppress(OSError):
+                if stream is not None:
+                    stream.close()
 
 
 def _answers(address: str) -> bool:
