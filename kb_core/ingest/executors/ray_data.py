@@ -539,7 +539,8 @@ class _Driver:
                 raise error(text, code=code, details=details)
 
     def _lost(self, why: str = "") -> KBError:
-        self.process.poll()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(0 if why else 3)  # a closed pipe comes just before the exit code
         returncode = self.process.returncode
         where = f"the Ray cluster at {self.address}" if self.address else "the local Ray cluster"
         if why or (self.address and not _answers(self.address)):
