@@ -82,8 +82,9 @@ step "preflight: a 20-document hashing import (worker processes import kb_core t
   python3 benchmarks/bench_import.py --model hashing --documents 20 --no-reimport --corpus "$CORPUS"
 
 if python3 -c 'import pytest' 2>/dev/null; then
-  step "GPU tests (tests/test_device.py -m gpu)" 150 env KB_DEVICE="$DEVICE" \
-    python3 -m pytest -q -p no:cacheprovider -o addopts= tests/test_device.py -m gpu -rs
+  # A failing GPU test is reported, not fatal: the figures below are still worth the machine's time.
+  timeout 150 env KB_DEVICE="$DEVICE" python3 -m pytest -q -p no:cacheprovider -o addopts= tests/test_device.py \
+    -m gpu -rs >>"$OUT/run.log" 2>&1 || log "GPU tests FAILED (exit $?; see run.log); going on"
 else
   log "pytest is not installed here: the GPU tests were not run"
 fi
