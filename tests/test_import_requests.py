@@ -126,3 +126,52 @@ def test_staging_copies_keep_their_checks_and_are_what_is_imported(
     snapshot = service.reader(session.current_kb().id).snapshot()
     contents = sorted(c for segment in snapshot.segments for c in segment.chunks.column("content").to_pylist())
     assert contents == ["apples and pears 苹果", "bananas 香蕉 and cherries"]
+
+
+def test_parser_requests_copy_into_folders_of_their_own(
+    session, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """#29: the parser processes make the staging copies; requests in flight at once copy into different folders (on
+    many cores, 15 processes creating files in one folder queued on its lock), and a name repeated in one folder still
+    gets a folder of its own, so every file imports as itself."""
+    import kb_core.ingest.parsing
+    from kb_core.ingest import pipeline
+
+    monkeypatch.setattr(pipeline, "FILES_PER_REQUEST", 4)
+    monkeypatch.setattr(pipeline, "PARSE_WORKERS", 3)
+    real = kb_core.ingest.parsing.parse_and_chunk_files
+    requests: list[list[tuple[Path, Path]]] = []
+
+    def recording(*args, stages=None, **kwargs):
+        requests.append([(Path(stage.args[0]), Path(stage.args[1])) for stage in stages])  # file, where it is copied
+        return real(*args, stages=stages, **kwargs)
+
+    monkeypatch.setattr(kb_core.ingest.parsing, "parse_and_chunk_files", recording)
+    files = []
+    for i in range(30):
+        folder = tmp_path / f"from_{i}"
+        folder.mkdir()
+        path = folder / ("same.txt" if i in (0, 1, 9) else f"note_{i}.txt")
+        path.write_text(f"note {i} says {EN}{ZH} 第{i}号", encoding="utf-8")
+        files.append(path)
+    session.create_knowledge_base("kb", 48, embedding_model="hashing-32")
+    session.select_knowledge_base("kb")
+    result = session.import_document([str(f) for f in files])
+    assert result["data"]["success_count"] == len(files), result
+
+    requests.sort(key=lambda request: files.index(request[0][0]))
+    expected = [list(range(i, min(i + 4, len(files)))) for i in range(0, len(files), 4)]
+    assert [[files.index(path) for path, _ in r] for r in requests] == expected
+    assert [folder.name for _, folder in requests[0]] == ["0", "0-1", "0", "0"]  # same.txt twice in one request
+    shared = [folder.name for r in requests for _, folder in r if "-" not in folder.name]
+    per_request = [{folder.name for _, folder in r if "-" not in folder.name} for r in requests]
+    assert all(len(names) == 1 for names in per_request)  # a request's copies share one folder
+    window = 2 * 3  # requests that may be in flight together use different folders
+    for start in range(len(per_request) - window + 1):
+        assert len(set().union(*per_request[start : start + window])) == window
+    assert len(shared) == len(files) - 1
+    snapshot = session.service.reader(session.current_kb().id).snapshot()
+    contents = " ".join(c for segment in snapshot.segments for c in segment.chunks.column("content").to_pylist())
+    assert all(f"note {i} says" in contents for i in range(len(files)))  # each file imported as itself
+    kb_root = session.service.kb_store(session.current_kb().id).root
+    assert not list((kb_root / "staging").iterdir())  # the copies and their folders are gone
