@@ -74,6 +74,12 @@ def main() -> None:
         action="store_true",
         help="the hashing embedder: the import's figures only (no reference encode, no chunking of the files here)",
     )
+    parser.add_argument(
+        "--device-batch-tokens",
+        type=int,
+        default=None,
+        help="feed a CPU model like a GPU (token-budget batches, a GPU's call sizes): a CPU rehearsal of the GPU path",
+    )
     parser.add_argument("--json-out", type=Path, default=None, help="also write the report to this file")
     args = parser.parse_args()
     corpus = args.corpus / "corpus.jsonl" if args.corpus.is_dir() else args.corpus
@@ -118,6 +124,8 @@ def measure(model_name: str, files: list[str], args: argparse.Namespace, home: P
 
     parse_file(Path(files[0]))  # starting the parser (and segment writer) processes is not part of any figure
     hashing = is_hashing_model(model_name)
+    if args.device_batch_tokens is not None and not hashing:
+        embedder.inner.device_batch_tokens = args.device_batch_tokens
     batches = [int(b) for b in str(args.encode_batches).split(",") if b.strip()] if not hashing else [0]
     if hashing:
         inner = embedder.inner
@@ -149,15 +157,23 @@ def measure(model_name: str, files: list[str], args: argparse.Namespace, home: P
         encode(planned[:256], batch)  # warm torch's thread pool and allocator (and the GPU's kernels) up
     before = {batch: encode_seconds(planned, batch) if planned else float("nan") for batch in batches}
 
-    # The model's batches during the import (a real model; the embedder records each call's).
+    # The model's batches during the import (a real model; the embedder records each call's), and when each call of
+    # the first import ran (seconds since it began) with its windows.
     fed: list[int] = []
+    calls: list[list[float]] = []
+    import_started = [0.0]
     local = getattr(embedder, "inner", None)
     if not hashing and hasattr(local, "_embed_windows"):
         original_windows = local._embed_windows
 
         def recording(*a: Any, **k: Any) -> Any:
+            started = time.perf_counter()
             out = original_windows(*a, **k)
             fed.extend(local.last_batches)
+            ended = time.perf_counter()
+            if len(import_seconds_each) == 0:
+                start = round(started - import_started[0], 3)
+                calls.append([start, round(ended - import_started[0], 3), sum(local.last_batches)])
             return out
 
         local._embed_windows = recording
@@ -168,7 +184,7 @@ def measure(model_name: str, files: list[str], args: argparse.Namespace, home: P
         if hashing:
             embedder.inner.forget_features()
         last: dict[str, Any] = {}
-        started = time.perf_counter()
+        started = import_started[0] = time.perf_counter()
         result = target.session().import_document(files, kb_name=kb, progress=functools.partial(last.__setitem__, "p"))
         _synchronise()
         import_seconds_each.append(time.perf_counter() - started)
@@ -204,6 +220,7 @@ def measure(model_name: str, files: list[str], args: argparse.Namespace, home: P
             device_batch_tokens=getattr(local, "device_batch_tokens", None) or _budget(local),
             import_vs_encode_cosine_min=round(float(cosines.min()), 6),
             import_vs_encode_cosine_texts=len(cosines),
+            import_embed_calls=calls,
         )
     reference_batch = 64 if 64 in batches else batches[0]
     encode_mean_seconds = encode_mean[reference_batch]
@@ -241,8 +258,25 @@ def measure(model_name: str, files: list[str], args: argparse.Namespace, home: P
         "load_average_before": load_before,
         "load_average_after": load_average(),
         **report,
+        "timeline": _timeline(stages, import_seconds_each[0]),
         "stages": stages,
     }
+
+
+def _timeline(stages: dict[str, Any], import_seconds: float) -> dict[str, float]:
+    """The first import's fill and drain from its stage spans (seconds since the pipeline started): when the model got
+    its first chunks, when its last call ended, when the last commit ended, and what the import took after that
+    (removing its staging copies, an automatic compaction)."""
+    embed, commit = stages.get("embed", {}), stages.get("commit", {})
+    out: dict[str, float] = {}
+    if "first_start_s" in embed:
+        out.update(first_embed_start_s=embed["first_start_s"], last_embed_end_s=embed["last_end_s"])
+    if "last_end_s" in commit:
+        out["last_commit_end_s"] = commit["last_end_s"]
+        if "last_embed_end_s" in out:
+            out["drain_s"] = round(commit["last_end_s"] - embed["last_end_s"], 3)
+        out["after_last_commit_s"] = round(import_seconds - commit["last_end_s"], 3)
+    return out
 
 
 def _fresh(home: Path, run: int, model: str, chunk_size: int) -> tuple[KnowledgeBaseService, str]:

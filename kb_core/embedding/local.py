@@ -361,9 +361,9 @@ class SentenceTransformerEmbedder:
 
     @property
     def call_size(self) -> int | None:
-        """Texts an import should hand over per call: on a GPU several of its large batches (``None``: the
-        import's default)."""
-        return DEVICE_CALL_TEXTS if self.device.kind != "cpu" else None
+        """Texts an import should hand over per call: on a GPU (or fed like one: ``device_batch_tokens``) several of
+        its large batches (``None``: the import's default)."""
+        return DEVICE_CALL_TEXTS if self.device.kind != "cpu" or self.device_batch_tokens is not None else None
 
     def _batch_budget(self, model: SentenceTransformer) -> int | None:
         if self.device_batch_tokens is not None:
