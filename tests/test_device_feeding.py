@@ -78,3 +78,54 @@ def test_an_import_fed_like_a_device_stores_the_librarys_vectors(tmp_path: Path)
     stored = np.vstack([s.vectors.reconstruct(np.arange(s.chunks.num_rows)) for s in snapshot.segments])
     reference = model.model.encode(texts, normalize_embeddings=True, show_progress_bar=False)
     assert _cosines(stored, np.asarray(reference)).min() >= 0.9999
+
+
+def test_a_device_import_embeds_parsed_chunks_while_later_files_are_still_parsed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """#29: fed like a device (calls of thousands of chunks), the model does not wait for a whole call's worth of
+    parsed chunks: once ``EMBED_BATCH`` chunks wait and the parsers have nothing more ready, those are embedded. The
+    stored vectors stay the library's."""
+    import time
+
+    import kb_core.ingest.parsing
+    from kb_core.ingest import pipeline
+
+    monkeypatch.setattr(pipeline, "EMBED_BATCH", 16)
+    monkeypatch.setattr(pipeline, "FILES_PER_REQUEST", 2)
+    real = kb_core.ingest.parsing.parse_and_chunk_files
+
+    def the_last_files_parse_slowly(paths, *args, **kwargs):
+        if any(Path(p).name.startswith("late") for p in paths):
+            time.sleep(3)
+        return real(paths, *args, **kwargs)
+
+    monkeypatch.setattr(kb_core.ingest.parsing, "parse_and_chunk_files", the_last_files_parse_slowly)
+    service = KnowledgeBaseService(tmp_path / "home")
+    session = service.session()
+    assert session.create_knowledge_base("docs", 32)["success"]
+    record = service.find_kb("docs")
+    model = service.embedder(record).inner
+    model.device_batch_tokens = 4096
+    files = []
+    for i, name in enumerate(["early_0", "early_1", "early_2", "early_3", "late_4", "late_5"]):
+        path = tmp_path / f"{name}.txt"
+        path.write_text("\n\n".join(TEXTS[i::6]), encoding="utf-8")
+        files.append(str(path))
+    kb_core.ingest.parsing.parse_file(Path(files[0]))  # the parser processes started before the import
+    seen: list[object] = []
+    try:
+        result = session.import_document(files, kb_name="docs", progress=seen.append)
+    finally:
+        model.device_batch_tokens = None
+    assert result["data"]["success_count"] == len(files), result
+    clock = seen[-1].stages
+    embedded, parsed = clock.span("embed"), clock.span("parse_requests")
+    assert embedded is not None and parsed is not None
+    assert embedded[0] < parsed[1] - 2  # the first call ran while the late files were parsed
+    assert clock.report()["embed"]["calls"] >= 2
+    snapshot = service.reader(record.id).snapshot()
+    texts = [t for s in snapshot.segments for t in s.chunks.column("content").to_pylist()]
+    stored = np.vstack([s.vectors.reconstruct(np.arange(s.chunks.num_rows)) for s in snapshot.segments])
+    reference = model.model.encode(texts, normalize_embeddings=True, show_progress_bar=False)
+    assert _cosines(stored, np.asarray(reference)).min() >= 0.9999

@@ -312,3 +312,37 @@ def test_an_import_says_where_its_time_went_in_this_process_and_in_its_workers(s
     assert report["worker.prepare"]["cpu_s"] > 0 and report["worker.write_segment"]["calls"] >= 1
     total = report["total"]
     assert total["workers_cpu_s"] > 0 and total["importing_process_cpu_us_per_chunk"] > 0
+
+
+def test_an_imports_last_documents_are_split_over_the_writers_short_of_a_compaction(
+    session, service, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """#29: nothing overlaps the write of an import's last documents, so they go to every segment writer at once (the
+    import's end waits for a part of that write), in pieces of a quarter of ``COMMIT_CHUNKS`` at least, and never
+    into more segments than the KB holds before an automatic compaction."""
+    from kb_core.store import compaction
+
+    monkeypatch.setattr(importer_module, "COMMIT_CHUNKS", 40)
+    monkeypatch.setattr(importer_module, "WRITER_PROCESSES", 3)
+    folder = tmp_path / "files"
+    folder.mkdir()
+    files = [str(f) for f in corpus(folder)[:-1]]
+    session.create_knowledge_base("kb", 48, embedding_model="hashing-32")
+    session.select_knowledge_base("kb")
+    assert session.import_document(files[:12])["data"]["success_count"] == 12
+    store = service.kb_store(session.current_kb().id)
+    rows = [s.rows for s in store.manifest().segments]
+    full = [r for r in rows if r >= 40]
+    last = rows[len(full) :]
+    assert rows[: len(full)] == full and last and all(r < 40 for r in last)  # whole segments, then the last ones
+    assert len(last) == max(1, min(3, sum(last) // 10)) and (len(last) == 1 or min(last) >= 10)
+    assert len(last) > 1, rows  # this corpus's last documents make several pieces
+
+    # A KB one segment short of its automatic compaction: the last documents stay one segment.
+    before = len(store.manifest().segments)
+    for module in (importer_module, compaction):
+        monkeypatch.setattr(module, "AUTO_COMPACT_SEGMENTS", before + 1)
+    monkeypatch.setattr(importer_module, "COMMIT_CHUNKS", 1000)
+    assert session.import_document(files[12:])["data"]["success_count"] == len(files) - 12
+    assert len(store.manifest().segments) == before + 1  # no compaction ran: one segment was added
+    assert session.verify()["data"]["problems"] == []

@@ -45,6 +45,7 @@ from kb_core.ingest.prepared import PreparedChunks
 from kb_core.ingest.timing import StageClock
 from kb_core.store import Change, KBStore, Manifest, StagedSegment, catalog
 from kb_core.store.atomic import file_sha256, remove_stale_temporaries, write_bytes_atomically
+from kb_core.store.compaction import AUTO_COMPACT_SEGMENTS
 from kb_core.store.segments import write_document_segment
 
 logger = logging.getLogger(__name__)
@@ -539,6 +540,13 @@ class Importer:
         embedding: list[_PendingDocument] = []  # parsed, not yet wholly embedded, in order
         queue: list[tuple[_PendingDocument, int]] = []
         call_size = embed_call_size(self.embedder)
+        # A call as small as EMBED_BATCH is made while the parsers have nothing more ready: on a GPU (4,096-chunk calls)
+        # the first chunks reach the card without waiting for a whole call's worth to be parsed (#29).
+        smallest_call = min(call_size, EMBED_BATCH)
+
+        def take(size: int) -> list[tuple[_PendingDocument, int]]:
+            chunks, queue[:size] = queue[:size], []
+            return chunks
 
         def embed(batch: list[tuple[_PendingDocument, int]]) -> list[_PendingDocument]:
             nonlocal embedding
@@ -553,6 +561,8 @@ class Importer:
             requests = _requests(sources)
             futures = [pool.submit(prepare, request) for request in requests]
             for request, future in zip(requests, futures, strict=True):
+                while len(queue) >= smallest_call and not future.done():  # the model waits for no parsed chunk
+                    yield embed(take(call_size))
                 for index, document in zip(request, future.result(), strict=True):
                     if isinstance(document, KBError):
                         progress.files_parsed += 1
@@ -581,11 +591,9 @@ class Importer:
                         queue.extend((document, i) for i in range(count))
                     yield []  # a file parsed: the caller shows it
                     while len(queue) >= call_size:
-                        chunks, queue[:call_size] = queue[:call_size], []
-                        yield embed(chunks)
+                        yield embed(take(call_size))
             while queue:
-                chunks, queue[:call_size] = queue[:call_size], []
-                yield embed(chunks)
+                yield embed(take(call_size))
         finally:
             for future in futures:
                 future.cancel()
@@ -833,6 +841,19 @@ def embed_call_size(embedder: Any) -> int:
     return max(EMBED_BATCH, wanted) if isinstance(wanted, int) else EMBED_BATCH
 
 
+def _split_documents(documents: list[_PendingDocument], pieces: int) -> list[list[_PendingDocument]]:
+    """``documents`` in order, cut into at most ``pieces`` runs of about as many chunks each (documents stay whole)."""
+    total = sum(d.chunk_count for d in documents)
+    runs: list[list[_PendingDocument]] = [[]]
+    done = 0
+    for document in documents:
+        if runs[-1] and len(runs) < pieces and done >= total * len(runs) / pieces:
+            runs.append([])
+        runs[-1].append(document)
+        done += document.chunk_count
+    return runs
+
+
 class ImportCancelled(KBError):
     def __init__(self, message: str) -> None:
         super().__init__(message, code="IMPORT_CANCELLED")
@@ -846,7 +867,9 @@ class _Committer:
     disk holds the import back instead of filling memory. A commit's failure is raised by the next ``add``.
 
     With a segment writer, ``WRITER_PROCESSES`` segments are written at once; each is committed in order, and the
-    thread whose turn it is commits every later segment already written with its own, in one commit (#29)."""
+    thread whose turn it is commits every later segment already written with its own, in one commit (#29). The
+    import's last documents (added once every file is parsed and every chunk embedded) are split over the writers:
+    nothing overlaps their write any more, so the import's end waits for a fraction of it."""
 
     def __init__(self, importer: Importer, progress: ImportProgress, job: ImportJob) -> None:
         self.importer, self.progress, self.job = importer, progress, job
@@ -862,18 +885,39 @@ class _Committer:
         self._written: dict[int, WrittenDocuments] = {}
         self._submitted = 0  # segments handed to the writers
         self._next = 0  # the next segment to commit
+        # The KB's segments before this import: the last documents are split only as far as the KB stays at or under
+        # the segment count that triggers an automatic compaction.
+        self._segments_before = len(importer.store.manifest().segments) if self.parallel else 0
 
     def add(self, documents: list[_PendingDocument]) -> None:
         self.pending += documents
         self.pending_chunks += sum(d.chunk_count for d in documents)
-        if self.pending_chunks >= COMMIT_CHUNKS:
+        if self.pending and self._all_in():
+            self._submit_last()
+        elif self.pending_chunks >= COMMIT_CHUNKS:
             self._submit()
 
     def finish(self) -> None:
         if self.pending:
-            self._submit()
+            self._submit_last()
         while self.writing:
             self.writing.pop(0).result()
+
+    def _all_in(self) -> bool:
+        """Every file is parsed and every chunk embedded: no document is added after these."""
+        progress = self.progress
+        return progress.files_parsed >= progress.files_total and progress.chunks_embedded >= progress.chunks_total
+
+    def _submit_last(self) -> None:
+        """Submit the import's last documents as up to one segment per writer, each of a quarter of ``COMMIT_CHUNKS``
+        chunks at least."""
+        pieces = 1
+        if self.parallel:
+            room = AUTO_COMPACT_SEGMENTS - self._segments_before - self._submitted
+            pieces = min(self.writers, self.pending_chunks // max(1, COMMIT_CHUNKS // 4), room)
+        for piece in _split_documents(self.pending, max(1, pieces)):
+            self.pending, self.pending_chunks = piece, 0
+            self._submit()
 
     def close(self) -> None:
         """Wait for a segment being written (never leave one half-committed), then stop the writer; segments written
