@@ -128,25 +128,82 @@ def test_gpu_and_cpu_vectors_agree() -> None:
     assert cosines.min() >= 0.999, cosines
 
 
+# Sentences of the kind documents are made of, in both languages; chunk-like texts join a few of them.
+SENTENCES = [
+    "Hybrid retrieval combines BM25 keyword scores with dense vector similarity.",
+    "The cohort included 1,204 adults who were followed for a median of 6.2 years.",
+    "Mutations in BRCA1 increase the lifetime risk of breast and ovarian cancer.",
+    "Insulin sensitivity was measured with a hyperinsulinaemic euglycaemic clamp.",
+    "Results were robust to adjustment for age, sex, smoking and body-mass index.",
+    "Quarterly revenue grew by ten percent while operating costs stayed flat.",
+    "Macrophages polarise towards an M2 phenotype in the tumour microenvironment.",
+    "The committee approved the budget after a second reading on Thursday.",
+    "混合检索把关键词得分和向量相似度结合起来。",
+    "研究纳入了一千二百零四名成年人，中位随访六点二年。",
+    "该基因突变会增加患乳腺癌和卵巢癌的终生风险。",
+    "季度收入增长了百分之十，而运营成本保持不变。",
+    "肿瘤微环境中的巨噬细胞倾向于M2表型极化。",
+]
+
+
+def chunk_like_texts(count: int) -> list[str]:
+    """``count`` texts like an import's chunks: one to nine sentences each (about 15 to 200 tokens)."""
+    import random
+
+    rng = random.Random(29)
+    return [" ".join(rng.choice(SENTENCES) for _ in range(rng.randint(1, 9))) for _ in range(count)]
+
+
+def feeding_against_the_library(fed: object, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Cosines of ``fed``'s vectors (the import's feeding) against the library's own ``encode`` on the same device
+    (the lower of those at batch 32, its default, and 1,024), and of the library against itself at those two batch
+    sizes: its own precision on that device (in float16, batches of other sizes pick other kernels and round
+    differently)."""
+
+    def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return np.sum(a * b, axis=1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+
+    ours = fed.embed_documents(texts)
+    encode = fed.model.encode
+    small, large = (
+        np.asarray(encode(texts, batch_size=b, normalize_embeddings=True, show_progress_bar=False), dtype=np.float32)
+        for b in (32, 1024)
+    )
+    return np.minimum(cosines(ours, small), cosines(ours, large)), cosines(small, large)
+
+
+@pytest.mark.model
+def test_device_feeding_is_as_close_to_the_librarys_encode_as_the_library_is_to_itself_on_the_cpu() -> None:
+    """The GPU test's check, run on the CPU (fed like a device), where float32 also meets a fixed 0.9999."""
+    from kb_core.embedding.local import DEVICE_BATCH_TOKENS, SentenceTransformerEmbedder
+
+    fed = SentenceTransformerEmbedder(device=DeviceRequest("cpu"), device_batch_tokens=DEVICE_BATCH_TOKENS)
+    ours, floor = feeding_against_the_library(fed, chunk_like_texts(24))
+    assert ours.min() >= floor.min() - 1e-4 and ours.mean() >= 0.9999, (ours.min(), floor.min())
+    assert ours.min() >= 0.9999 and floor.min() >= 0.9999
+
+
 @pytest.mark.gpu
 @pytest.mark.model
 def test_gpu_feeding_gives_the_librarys_own_vectors_on_the_same_device() -> None:
-    """#29: token-budget batches queued without waiting, one copy back, equal the library's encode on the GPU."""
+    """#29: token-budget batches queued without waiting, one copy back, give the library's own encode on the GPU, to
+    the library's own precision there: in float16 the library disagrees with itself between batch sizes (cosines of
+    0.9997 to 1.0002 were seen on an H200), so the feeding may differ from it as much, and no more; on average the
+    vectors agree to 0.9999."""
     if not _cuda_available():
         pytest.skip("no CUDA device here (torch.cuda.is_available() is False): the GPU feeding cannot run")
     from kb_core.embedding.local import DEVICE_BATCH_TOKENS, MAX_DEVICE_BATCH, SentenceTransformerEmbedder
 
-    texts = [f"{t} ({i})" * (1 + i % 7) for i, t in enumerate(TEXTS * 500)]
+    texts = chunk_like_texts(2000)
     gpu = SentenceTransformerEmbedder(device=DeviceRequest("cuda"))
-    ours = gpu.embed_documents(texts)
+    ours, floor = feeding_against_the_library(gpu, texts)
     # Batches by the token budget: far more than 64 rows each, and as many as the longest row allows.
     assert len(gpu.last_batches) > 1 and max(gpu.last_batches) > 64
     windows = [len(w.ids) for pieces in gpu._windows_many(texts) for w in pieces]
     expected = min(len(windows), MAX_DEVICE_BATCH, DEVICE_BATCH_TOKENS // (max(windows) + 2))
     assert gpu.last_batches[0] == expected
-    reference = gpu.model.encode(texts, batch_size=256, normalize_embeddings=True, show_progress_bar=False)
-    cosines = np.sum(ours * np.asarray(reference, dtype=np.float32), axis=1)
-    assert cosines.min() >= 0.9999, cosines.min()
+    assert ours.min() >= floor.min() - 1e-4, f"feeding {ours.min():.6f}, the library against itself {floor.min():.6f}"
+    assert ours.mean() >= 0.9999, ours.mean()
 
 
 def test_kb_info_shows_the_device_and_a_bad_device_is_an_error_not_a_traceback(
