@@ -4,8 +4,9 @@
     python benchmarks/bench_import.py --model hashing --documents 3000        # the pipeline without a model
     python benchmarks/bench_import.py --model hashing --ray                   # + the ray executor, 1 and 2 nodes
     python benchmarks/bench_import.py --model hashing,all-MiniLM-L6-v2 --documents 3000 --model-documents 300
-    python benchmarks/bench_import.py --corpus PATH/scifact --documents 5183 --encode-batches 32,64,256,512,1024 \
-        --json-out result.json                                                # a GPU run (#29)
+    python benchmarks/bench_import.py --corpus PATH/scifact --documents 5183 --encode-batches 256,512,1024 \
+        --encode-sampled-batches 32 --import-runs 2 --json-out result.json    # a GPU run (#29)
+    python benchmarks/bench_import.py --documents 300 --import-only --device-batch-tokens 32768   # its CPU rehearsal
 
 Reads SciFact abstracts from ``--corpus`` (a BEIR ``corpus.jsonl`` or its folder; default
 ../shared/eval/scifact) as the corpus (one .txt per abstract). Targets: import ≤ 1.15 × encode (the pipeline
@@ -13,16 +14,28 @@ adds at most 15 % to the model's time); re-import of the same files ≥ 20 × fa
 embedding cache answers). Figures from one run.
 
 A real model's reference is the library's own ``SentenceTransformer.encode`` of the same chunk texts on the same
-device at each of ``--encode-batches`` (its default batch, 32, among them), before and after the import; the
+device at each of ``--encode-batches``, before and after the import; the
 report gives each rate, the best, the import's rate against the best (#29's target: >= 0.8x), the batch sizes
-the import fed the model (``import_batches``), the device, the cosine of the stored vectors against the
-library's encode (``import_vs_encode_cosine_min``, >= 0.9999) and where the import's time went
-(``stages``: wall and CPU per stage from the pipeline's own timing, the workers' too).
+the import fed the model (``import_batches``, and each call of the first import: ``import_embed_calls``), the device,
+the cosine of the stored vectors against the library's encode (``import_vs_encode_cosine_min``, >= 0.9999, or
+in float16 as close as the library's encode at its smallest and largest batch are to each other:
+``encode_self_cosine_min``), where the import's time went (``stages``: wall and CPU per stage from the pipeline's
+own timing, the workers' too) and its fill and drain (``timeline``: when the model got its first chunks, what the
+import did after its last call). Batch sizes in ``--encode-sampled-batches`` are timed on the first 4,096 chunk texts
+only (the library's default 32 takes ~15 s for SciFact on an H200).
 
 With ``--model hashing`` the reference is the hashing embedder's own ``embed_documents`` on the same chunk
 texts, each figure starting with an empty feature memo: its ratio says how close the pipeline comes to keeping an
 encoder busy (the GPU proxy: an import at >= 0.8x the encoder's rate). The load average is reported with each
 figure (the machine may be shared).
+
+Deleting files: on ext4 without a journal, creating a file within a minute (six while the freed inodes' table blocks
+are unwritten) of deleting many in the same block group costs 20-30 times more kernel CPU (0.5-0.9 ms instead of
+~30 µs here: the inode allocator looks up each recently freed inode it passes, ``recently_deleted``); an import
+creates a file per document (its staging copy).
+One run removing its temporary folder (thousands of files) just before the next creates its corpus and imports
+would charge that to the next run: runs compared with each other should use ``--keep-files-in`` (and the caller
+removes the folder after the last run).
 
 With ``--ray`` the same files are imported again with ``--executor ray`` on a local Ray cluster of one, then two
 nodes (``ray.cluster_utils.Cluster``, each node given ``--ray-cpus`` logical CPUs), each against the local
@@ -34,6 +47,7 @@ not a cluster's speed-up.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import os
@@ -49,6 +63,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from kb_core import KnowledgeBaseService
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+SAMPLE = 4096  # chunk texts for the stored-vector check and the sampled encode() batches
 
 
 def main() -> None:
@@ -70,9 +85,16 @@ def main() -> None:
     parser.add_argument("--import-runs", type=int, default=1, help="first imports, each into a fresh home")
     parser.add_argument("--no-reimport", action="store_true", help="skip the re-import (embedding cache) figure")
     parser.add_argument(
+        "--encode-sampled-batches",
+        default="",
+        help="more batch sizes of encode(), each timed on the first 4,096 chunk texts only (e.g. 32, the library's "
+        "default, which is slow on a whole corpus): reported apart, never the best",
+    )
+    parser.add_argument(
+        "--import-only",
         "--hashing-import-only",
         action="store_true",
-        help="the hashing embedder: the import's figures only (no reference encode, no chunking of the files here)",
+        help="the import's figures only (no reference encode, no chunking of the files here)",
     )
     parser.add_argument(
         "--device-batch-tokens",
@@ -80,13 +102,23 @@ def main() -> None:
         default=None,
         help="feed a CPU model like a GPU (token-budget batches, a GPU's call sizes): a CPU rehearsal of the GPU path",
     )
+    parser.add_argument(
+        "--keep-files-in",
+        type=Path,
+        default=None,
+        help="write the corpus files and homes into a new folder here and leave them (default: a temporary folder, "
+        "removed at the end); see 'Deleting files' below",
+    )
     parser.add_argument("--json-out", type=Path, default=None, help="also write the report to this file")
     args = parser.parse_args()
     corpus = args.corpus / "corpus.jsonl" if args.corpus.is_dir() else args.corpus
     if not corpus.exists():
         raise SystemExit(f"{corpus} is absent; this benchmark reads a BEIR corpus (default: the shared SciFact)")
     reports = []
-    with tempfile.TemporaryDirectory() as folder:
+    kept = args.keep_files_in
+    if kept is not None:
+        kept.mkdir(parents=True, exist_ok=True)
+    with contextlib.nullcontext(tempfile.mkdtemp(dir=kept)) if kept else tempfile.TemporaryDirectory() as folder:
         files = []
         with open(corpus, encoding="utf-8") as handle:
             for line, _ in zip(handle, range(args.documents), strict=False):
@@ -119,7 +151,6 @@ def measure(model_name: str, files: list[str], args: argparse.Namespace, home: P
     record = session.current_kb()
     embedder = service.embedder(record)
     from kb_core.embedding import is_hashing_model
-    from kb_core.ingest.chunking import chunk_document
     from kb_core.ingest.parsing import parse_file
 
     parse_file(Path(files[0]))  # starting the parser (and segment writer) processes is not part of any figure
@@ -147,15 +178,14 @@ def measure(model_name: str, files: list[str], args: argparse.Namespace, home: P
         return time.perf_counter() - started
 
     # The reference runs before and after the import (this machine's speed drifts); the ratio uses their mean.
-    import_only = hashing and args.hashing_import_only
-    planned = []
-    if not import_only:
-        planned = [
-            c.content for f in files for c in chunk_document(parse_file(Path(f)), embedder.tokenizer, args.chunk_size)
-        ]
-    for batch in batches if planned else []:
+    import_only = args.import_only
+    planned = [] if import_only else _chunk_texts(files, embedder.tokenizer, args.chunk_size)
+    sampled = [int(b) for b in str(args.encode_sampled_batches).split(",") if b.strip()] if planned else []
+    for batch in [*batches, *sampled] if planned else []:
         encode(planned[:256], batch)  # warm torch's thread pool and allocator (and the GPU's kernels) up
     before = {batch: encode_seconds(planned, batch) if planned else float("nan") for batch in batches}
+    subset = planned[:SAMPLE]  # the same texts before and after
+    before_sampled = {batch: encode_seconds(subset, batch) for batch in sampled}
 
     # The model's batches during the import (a real model; the embedder records each call's), and when each call of
     # the first import ran (seconds since it began) with its windows.
@@ -197,14 +227,24 @@ def measure(model_name: str, files: list[str], args: argparse.Namespace, home: P
     texts = [t for s in snapshot.segments for t in s.chunks.column("content").to_pylist()]
     assert import_only or sorted(texts) == sorted(planned), "the reference encoded other texts than the import"
     after = {batch: encode_seconds(texts, batch) if planned else float("nan") for batch in batches}
+    after_sampled = {batch: encode_seconds(subset, batch) for batch in sampled}
     encode_mean = {batch: (before[batch] + after[batch]) / 2 for batch in batches}
     report: dict[str, Any] = {}
     if not hashing:
-        # The stored vectors against the library's own encode of the same texts on the same device.
-        sample = slice(0, min(len(texts), 4096))
+        report.update(
+            import_batches=_batch_summary(fed),
+            import_from_token_ids=getattr(local, "_template", None) is not None,  # False: through model.encode
+            device_batch_tokens=getattr(local, "device_batch_tokens", None) or _budget(local),
+            import_embed_calls=calls,
+        )
+    if not hashing and not import_only:
+        # The stored vectors against the library's own encode of the same texts on the same device, and the library
+        # against itself at its smallest and largest batch (its own precision there: float16 rounds per batch shape).
+        sample = slice(0, min(len(texts), SAMPLE))
         stored = np.vstack([s.vectors.reconstruct(np.arange(s.chunks.num_rows)) for s in snapshot.segments])[sample]
         reference = np.asarray(encode(texts[sample], max(batches)), dtype=np.float32)
-        cosines = (stored * reference).sum(axis=1) / np.linalg.norm(stored, axis=1) / np.linalg.norm(reference, axis=1)
+        smallest = min([*batches, *sampled])
+        itself = np.asarray(encode(texts[sample], smallest), dtype=np.float32)
         rates = {str(b): round(len(texts) / encode_mean[b], 1) for b in batches}
         best = max(batches, key=lambda b: len(texts) / encode_mean[b])
         report.update(
@@ -215,16 +255,20 @@ def measure(model_name: str, files: list[str], args: argparse.Namespace, home: P
             encode_best_batch=best,
             chunks_per_second_encode_best=rates[str(best)],
             import_over_best_encode_rate=round(len(texts) / import_seconds / float(rates[str(best)]), 3),
-            import_batches=_batch_summary(fed),
-            import_from_token_ids=getattr(local, "_template", None) is not None,  # False: through model.encode
-            device_batch_tokens=getattr(local, "device_batch_tokens", None) or _budget(local),
-            import_vs_encode_cosine_min=round(float(cosines.min()), 6),
-            import_vs_encode_cosine_texts=len(cosines),
-            import_embed_calls=calls,
+            chunks_per_second_encode_sampled_by_batch={
+                str(b): round(len(subset) * 2 / (before_sampled[b] + after_sampled[b]), 1) for b in sampled
+            },
+            encode_sample_texts=len(subset),
+            import_vs_encode_cosine_min=round(float(_cosines(stored, reference).min()), 6),
+            import_vs_encode_cosine_mean=round(float(_cosines(stored, reference).mean()), 6),
+            import_vs_encode_cosine_texts=len(stored),
+            encode_self_cosine_batches=[smallest, max(batches)],
+            encode_self_cosine_min=round(float(_cosines(itself, reference).min()), 6),
         )
     reference_batch = 64 if 64 in batches else batches[0]
-    encode_mean_seconds = encode_mean[reference_batch]
-    encode_before, encode_after = before[reference_batch], after[reference_batch]
+    encode_mean_seconds = encode_mean[reference_batch] if planned else float("nan")
+    encode_before = before[reference_batch] if planned else float("nan")
+    encode_after = after[reference_batch] if planned else float("nan")
 
     reimport_seconds = float("nan")
     if not args.no_reimport:
@@ -263,18 +307,43 @@ def measure(model_name: str, files: list[str], args: argparse.Namespace, home: P
     }
 
 
+def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a * b).sum(axis=1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+
+
+def _chunk_texts(files: list[str], tokenizer: Any, chunk_size: int) -> list[str]:
+    """The chunk texts of ``files`` as an import makes them, parsed and chunked in the parser processes (requests of
+    16 files, one thread per process, as the pipeline sends them)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from kb_core.ingest.parsing import ParseLimits, parse_and_chunk_files
+    from kb_core.ingest.parsing.isolation import PARSER_PROCESSES
+
+    requests = [files[i : i + 16] for i in range(0, len(files), 16)]
+
+    def chunk(paths: list[str]) -> list[str]:
+        out = parse_and_chunk_files([Path(p) for p in paths], ParseLimits(), tokenizer, chunk_size)
+        return [c.content for outcome in out if not isinstance(outcome, Exception) for c in outcome[1]]
+
+    with ThreadPoolExecutor(PARSER_PROCESSES) as pool:
+        return [text for texts in pool.map(chunk, requests) for text in texts]
+
+
 def _timeline(stages: dict[str, Any], import_seconds: float) -> dict[str, float]:
     """The first import's fill and drain from its stage spans (seconds since the pipeline started): when the model got
-    its first chunks, when its last call ended, when the last commit ended, and what the import took after that
-    (removing its staging copies, an automatic compaction)."""
-    embed, commit = stages.get("embed", {}), stages.get("commit", {})
+    its first chunks and when its last call ended, when the last parser request ended, when the last commit ended, the
+    drain (from the last embedding call or parser answer, whichever came later, to that commit) and what the import
+    took after it (removing its staging copies, an automatic compaction)."""
+    embed, parsed, commit = (stages.get(name, {}) for name in ("embed", "parse_requests", "commit"))
     out: dict[str, float] = {}
     if "first_start_s" in embed:
         out.update(first_embed_start_s=embed["first_start_s"], last_embed_end_s=embed["last_end_s"])
+    if "last_end_s" in parsed:
+        out["last_parse_end_s"] = parsed["last_end_s"]
     if "last_end_s" in commit:
         out["last_commit_end_s"] = commit["last_end_s"]
-        if "last_embed_end_s" in out:
-            out["drain_s"] = round(commit["last_end_s"] - embed["last_end_s"], 3)
+        last_work = max(out.get("last_embed_end_s", 0.0), out.get("last_parse_end_s", 0.0))
+        out["drain_s"] = round(commit["last_end_s"] - last_work, 3)
         out["after_last_commit_s"] = round(import_seconds - commit["last_end_s"], 3)
     return out
 
