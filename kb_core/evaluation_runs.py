@@ -33,6 +33,7 @@ import pandas as pd
 
 from kb_core.errors import InvalidArgument, KBError
 from kb_core.evaluation import METRICS, EvaluationReport, EvaluationSetting
+from kb_core.json_text import json_text
 from kb_core.seams import Resources
 
 logger = logging.getLogger(__name__)
@@ -239,7 +240,7 @@ class EvaluationRunStore:
             meta = {**run.summary(), "format_version": _FORMAT_VERSION, "settings": run.settings}
             meta["metrics"] = _records(run.metrics)
             with open(scratch / "run.json", "w", encoding="utf-8") as handle:
-                json.dump(meta, handle, ensure_ascii=False, indent=1)
+                handle.write(json_text(meta, indent=1))
                 handle.flush()
                 os.fsync(handle.fileno())
             run.per_query.to_parquet(scratch / "per_query.parquet", index=False)

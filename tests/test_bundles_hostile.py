@@ -215,3 +215,48 @@ def test_keys_that_are_not_text_are_reported_not_crashed_on() -> None:
     _, _, errors = validator.structural(data)
     assert len(errors) == 1 and errors[0].index == 0
     assert "1, None, 'extra' not allowed here" in errors[0].message
+
+
+# -- numbers that are not finite: refused where they enter, never written ------------------------------------------
+READINGS = {"nodes": {"Reading": {"identity": ["id"], "json_schema": {"type": "object", "properties": {
+    "id": {"type": "string"}, "value": {"type": "number"}, "series": {"type": "array"}}}}}, "edges": {}}  # fmt: skip
+
+
+@pytest.mark.parametrize("number", [".nan", ".NaN", ".inf", "-.inf", "+.INF"])
+def test_a_number_that_is_not_finite_is_refused_at_its_place(number: str) -> None:
+    validator = BundleValidator(bundles.parse_ontology(READINGS))
+    data = load_bundle_text(f"- {{type: Reading, id: a, value: 1}}\n- {{type: Reading, id: b, series: [1, {number}]}}")
+    _, _, errors = validator.structural(data)
+    assert [e.path for e in errors] == ["[1].series[1]"]
+    assert "is not a finite number" in errors[0].text
+
+
+def test_a_bundle_with_nan_is_refused_and_the_home_stays_restorable(session: Any, tmp_path: Path) -> None:
+    """Once ``.nan`` passed ``{type: number}``, was written as ``NaN`` into the graph state, and the export of the
+    home could not be imported again."""
+    assert session.set_ontology(READINGS)["success"]
+    path = tmp_path / "readings.yaml"
+    path.write_text("- {type: Reading, id: a, value: 2.5}\n- {type: Reading, id: b, value: .nan}\n", encoding="utf-8")
+    refused = session.import_knowledge_bundle(str(path), delete_file=False)
+    assert refused["error"]["code"] == "BUNDLE_INVALID" and "[1].value" in refused["message"], refused["message"]
+    path.write_text("- {type: Reading, id: a, value: 2.5}\n", encoding="utf-8")
+    assert session.import_knowledge_bundle(str(path))["success"]
+    assert session.export_database(str(tmp_path / "home.kbx"))["success"]
+    restored = KnowledgeBaseService(tmp_path / "other").session().import_database(str(tmp_path / "home.kbx"))
+    assert restored["success"], restored["message"]
+
+
+def test_an_ontology_with_a_number_that_is_not_finite_is_refused(session: Any) -> None:
+    ontology = json.loads(json.dumps(READINGS))
+    ontology["nodes"]["Reading"]["json_schema"]["properties"]["value"]["maximum"] = float("inf")
+    refused = session.set_ontology(ontology)
+    assert refused["error"]["code"] == "INVALID_ARGUMENT" and "not finite" in refused["message"], refused["message"]
+
+
+def test_json_is_never_written_with_nan(tmp_path: Path) -> None:
+    from kb_core.errors import KBError
+    from kb_core.store.atomic import write_json_atomically
+
+    with pytest.raises(KBError) as refused:
+        write_json_atomically(tmp_path / "state.json", {"weights": [0.7, float("nan")]})
+    assert refused.value.code == "NOT_JSON" and not (tmp_path / "state.json").exists()

@@ -184,8 +184,14 @@ def _names(raw: Any, where: str) -> tuple[str, ...]:
 
 def parse_ontology(raw: Any) -> Ontology:
     """Validate an ontology mapping and build it; raises InvalidArgument naming the bad path."""
+    from kb_core.bundles.validation import format_path, value_problems  # that module builds on this one
+
     if not isinstance(raw, dict):
         raise _bad("the ontology must be a mapping with 'nodes' and 'edges'.", "root")
+    not_finite = [p for p in value_problems(raw, None) if p.kind == "not-finite"]
+    if not_finite:
+        where = format_path(not_finite[0].path).lstrip(".")
+        raise _bad("a number that is not finite (.nan or .inf) cannot be stored.", where)
     unknown = set(raw) - {"nodes", "edges"}
     if unknown:
         raise _bad(f"unknown key(s) {sorted(unknown)}; allowed: nodes, edges.", "root")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +22,7 @@ from jsonschema.exceptions import ValidationError
 from kb_core.bundles.loading import BundleLimits
 from kb_core.bundles.ontology import Ontology
 from kb_core.bundles.schema import item_schema
+from kb_core.json_text import json_text
 
 _MAX_MESSAGE_CHARS = 400  # a schema message quotes the bad value; a long one is cut
 
@@ -51,7 +53,7 @@ def format_path(parts: Iterable[Any]) -> str:
 
 
 def canonical_identity(identity: dict[str, Any]) -> str:
-    return json.dumps(identity, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    return json_text(identity, sort_keys=True, separators=(",", ":"))
 
 
 def node_id(type_name: str, identity: dict[str, Any]) -> str:
@@ -100,24 +102,41 @@ def _shorten(message: str) -> str:
     return f"{message[: _MAX_MESSAGE_CHARS - 40]}… ({len(message):,} characters in all)"
 
 
-def oversized_strings(item: Any, limit: int) -> list[tuple[list[Any], int, bool]]:
-    """(path, length, is_key) of every string in ``item`` longer than ``limit`` characters, keys included."""
-    found: list[tuple[list[Any], int, bool]] = []
+@dataclass(frozen=True)
+class ValueProblem:
+    """A value a bundle cannot hold, wherever it stands: a string (or key) over the length limit, or a number that
+    is not finite (YAML's ``.nan`` / ``.inf`` pass ``{type: number}`` but no JSON store or export can hold them)."""
+
+    path: list[Any]
+    kind: str  # "long-text" | "long-key" | "not-finite"
+    length: int = 0
+    value: float = 0.0
+
+
+def value_problems(item: Any, max_chars: int | None) -> list[ValueProblem]:
+    """Every :class:`ValueProblem` in ``item`` (keys included), sorted by path; ``max_chars`` None: no length check."""
+    found: list[ValueProblem] = []
     stack: list[tuple[Any, list[Any]]] = [(item, [])]
     while stack:
         value, path = stack.pop()
         if isinstance(value, str):
-            if len(value) > limit:
-                found.append((path, len(value), False))
+            if max_chars is not None and len(value) > max_chars:
+                found.append(ValueProblem(path, "long-text", len(value)))
+        elif isinstance(value, float):
+            if not math.isfinite(value):
+                found.append(ValueProblem(path, "not-finite", value=value))
         elif isinstance(value, dict):
             for key, child in value.items():
-                if isinstance(key, str) and len(key) > limit:
-                    found.append((path, len(key), True))
+                if isinstance(key, str) and max_chars is not None and len(key) > max_chars:
+                    found.append(ValueProblem(path, "long-key", len(key)))
+                    continue
+                if isinstance(key, float) and not math.isfinite(key):
+                    found.append(ValueProblem(path, "not-finite", value=key))
                     continue
                 stack.append((child, [*path, key]))
         elif isinstance(value, list):
             stack.extend((child, [*path, i]) for i, child in enumerate(value))
-    return sorted(found, key=lambda f: [str(p) for p in f[0]])
+    return sorted(found, key=lambda f: [str(p) for p in f.path])
 
 
 def _schema_error(index: int, error: ValidationError) -> BundleError:
@@ -194,11 +213,10 @@ class BundleValidator:
             if validator is None:
                 errors.append(BundleError(index, f"[{index}].type", self.unknown_type(type_name), "semantic"))
                 continue
-            if self.max_value_chars is not None:
-                too_long = oversized_strings(item, self.max_value_chars)
-                if too_long:
-                    errors.extend(self._too_long(index, path, length, is_key) for path, length, is_key in too_long)
-                    continue
+            problems = value_problems(item, self.max_value_chars)
+            if problems:
+                errors.extend(self._value_error(index, problem) for problem in problems)
+                continue
             found = sorted(validator.iter_errors(item), key=lambda e: (list(map(str, e.absolute_path)), e.message))
             if found:
                 errors.extend(_schema_error(index, e) for e in found)
@@ -213,13 +231,19 @@ class BundleValidator:
                 edges.append(EdgeOp(index, type_name, action, dict(item["source"]), dict(item["target"]), properties))
         return nodes, edges, errors[: self.max_errors]
 
-    def _too_long(self, index: int, path: list[Any], length: int, is_key: bool) -> BundleError:
-        what = "a field name" if is_key else "the text"
+    def _value_error(self, index: int, problem: ValueProblem) -> BundleError:
+        where = _shorten(format_path([index, *problem.path]))
+        if problem.kind == "not-finite":
+            shown = "NaN" if math.isnan(problem.value) else ("-" if problem.value < 0 else "") + "infinity"
+            return BundleError(
+                index, where, f"{shown} is not a finite number; a bundle holds finite numbers only (no .nan or .inf)"
+            )
+        what = "a field name" if problem.kind == "long-key" else "the text"
         return BundleError(
             index,
-            _shorten(format_path([index, *path])),
-            f"{what} is {length:,} characters long; at most {self.max_value_chars:,} characters per value are "
-            "accepted. Split a long text into several items.",
+            where,
+            f"{what} is {problem.length:,} characters long; at most {self.max_value_chars:,} characters per value "
+            "are accepted. Split a long text into several items.",
         )
 
     def unknown_type(self, type_name: Any) -> str:

@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -33,6 +32,7 @@ from kb_core.errors import DocumentNotFound, KBError, KBNotFound, ParseError
 from kb_core.ingest.executors import DocumentExecutor
 from kb_core.ingest.parsing.isolation import PARSER_PROCESSES
 from kb_core.ingest.prepared import PreparedChunks
+from kb_core.json_text import json_text
 from kb_core.store import Change, KBStore, Manifest, StagedSegment, catalog
 from kb_core.store.atomic import file_sha256, remove_stale_temporaries, write_bytes_atomically
 from kb_core.store.segments import write_document_segment
@@ -250,7 +250,7 @@ class JobFile:
                 for f in self.progress.files
                 if f.status in ("pending", "parsing", "embedding")
             ]
-            data = json.dumps({"pid": os.getpid(), "documents": rows}, ensure_ascii=False).encode("utf-8")
+            data = json_text({"pid": os.getpid(), "documents": rows}).encode("utf-8")
             with self.store.deleted_guard():
                 write_bytes_atomically(self.path, data, mode=0o644)
 
