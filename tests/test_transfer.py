@@ -20,6 +20,8 @@ import pytest
 
 from kb_core import KnowledgeBaseService
 from kb_core.transfer.format import FORMAT_VERSION, MANIFEST_MEMBER, TransferLimits
+from tests.bounded import run_bounded
+from tests.lying_zip import claim_compressed_size
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 DOCS = SHARED / "fixtures" / "docs"
@@ -404,6 +406,51 @@ def test_decompression_bomb_is_refused(victim: Any, small_export: Path, tmp_path
     with zipfile.ZipFile(huge) as archive:
         assert archive.getinfo(name.decode()).file_size == 0xFFFFFFF0
     assert_refused(victim, huge, "decompression bomb")
+
+
+def lying_export(source: Path, target: Path, name: str, data: bytes, ratio: float = 150) -> Path:
+    """``source`` with ``data`` as member ``name`` (listed in the manifest, written last), whose directory entry claims
+    ``ratio``:1 compression, under the 200:1 limit, while its deflate stream inflates ~1000-fold."""
+    with zipfile.ZipFile(source) as archive:
+        members = {n: archive.read(n) for n in archive.namelist()}
+    manifest = json.loads(members.pop(MANIFEST_MEMBER))
+    if name != MANIFEST_MEMBER:
+        manifest["files"][name] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+        members[MANIFEST_MEMBER] = json.dumps(manifest).encode()
+    members[name] = data  # last
+    with zipfile.ZipFile(target, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for member, content in members.items():
+            archive.writestr(member, content)
+    target.write_bytes(claim_compressed_size(target.read_bytes(), name, ratio))
+    return target
+
+
+@pytest.mark.parametrize("member", ["kb/0000/seg/0000/files/doc_bomb.txt", MANIFEST_MEMBER])
+def test_a_bomb_whose_headers_lie_stops_inflating_at_the_limit(small_export: Path, tmp_path: Path, member: str) -> None:
+    """Its headers claim 150:1, its data inflates ~1000-fold: once a 5.8 MB file left a 1 GB member in the home.
+    The import runs where no file may pass 16 MB and memory is capped at 512 MB: it must stop long before."""
+    if member == MANIFEST_MEMBER:  # valid JSON followed by 192 MB of spaces: parsed in memory, if ever inflated
+        with zipfile.ZipFile(small_export) as archive:
+            data = archive.read(MANIFEST_MEMBER) + b" " * (192 << 20)
+    else:
+        data = bytes(64 << 20)
+    bomb = lying_export(small_export, tmp_path / "bomb.kbx", member, data)
+    assert bomb.stat().st_size < 2 << 20
+    with zipfile.ZipFile(bomb) as archive:
+        info = archive.getinfo(member)
+        assert info.file_size <= 150 * info.compress_size  # the ratio check on the headers passes
+    out = run_bounded(
+        f"""
+        from kb_core import KnowledgeBaseService
+        result = KnowledgeBaseService({str(tmp_path / "victim")!r}).session().import_database({str(bomb)!r})
+        print("code:", result["error"]["code"] if not result["success"] else "none", result["message"])
+        """,
+        memory_mb=512,
+        file_mb=16,
+        timeout_s=120,
+    )
+    assert "code: INVALID_IMPORT_FILE" in out and "decompression bomb" in out, out
+    assert KnowledgeBaseService(tmp_path / "victim").registry.knowledge_bases() == []
 
 
 def test_member_larger_than_declared_is_refused(victim: Any, small_export: Path, tmp_path: Path) -> None:

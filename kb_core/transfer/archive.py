@@ -1,6 +1,8 @@
 """Reading an export file's ZIP archive under limits: member names, declared sizes and ratios, the manifest, the
 members' sizes and SHA-256, tables and ``.npy`` headers checked before anything is allocated
-(``docs/export-format.md``). Everything it refuses raises ImportFormatError (INVALID_IMPORT_FILE).
+(``docs/export-format.md``). The declared sizes are only a first check: each member is inflated counting the bytes
+it really produces (:mod:`kb_core.safe_zip`), so a member whose headers lie stops at the limit. Everything it
+refuses raises ImportFormatError (INVALID_IMPORT_FILE).
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ import re
 import shutil
 import stat
 import zipfile
-import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,7 @@ import pyarrow.parquet as pq
 
 from kb_core.errors import ImportFormatError, InvalidArgument, StoreError
 from kb_core.safe_files import UnusablePath, open_input_file
+from kb_core.safe_zip import InflateLimits, UnsafeMember, iter_member
 from kb_core.transfer.format import (
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -107,31 +109,39 @@ def _check_sizes(infos: Sequence[zipfile.ZipInfo], limits: TransferLimits) -> in
     return total
 
 
-def _extract(archive: zipfile.ZipFile, info: zipfile.ZipInfo, target: Path | None) -> tuple[str, int, bytes | None]:
-    """Stream one member, never past its declared size; returns (sha256, size, bytes if target is None)."""
+def _extract(
+    handle: IO[bytes], info: zipfile.ZipInfo, target: Path | None, limits: InflateLimits
+) -> tuple[str, int, bytes | None]:
+    """Stream one member, counting the bytes really inflated (:mod:`kb_core.safe_zip`: never past its declared size,
+    ``limits.max_bytes`` or the ratio limit, whatever its headers claim); returns (sha256, size, bytes if target is
+    None)."""
     digest = hashlib.sha256()
     size = 0
     kept = io.BytesIO() if target is None else None
     out = open(target, "xb") if target is not None else None  # noqa: SIM115
     try:
-        with archive.open(info) as source:
-            while True:
-                block = source.read(READ_BLOCK)
-                if not block:
-                    break
-                size += len(block)
-                if size > info.file_size:
-                    raise _refuse(f"Member {info.filename!r} holds more data than it declares; refused.")
-                digest.update(block)
-                (out or kept).write(block)  # type: ignore[union-attr]
-    except (zipfile.BadZipFile, EOFError, zlib.error) as exc:
-        raise _refuse(f"Member {info.filename!r} is damaged ({exc}); the file is corrupt or truncated.") from exc
+        for block in iter_member(handle, info, limits, READ_BLOCK):
+            size += len(block)
+            digest.update(block)
+            (out or kept).write(block)  # type: ignore[union-attr]
+    except UnsafeMember as exc:
+        what = "the file is corrupt or was altered" if exc.kind == "corrupt" else "refused (decompression bomb?)"
+        raise _refuse(f"Member {info.filename!r}: {exc.reason}; {what}.", member=info.filename) from None
+    except OSError as exc:
+        raise _refuse(f"Member {info.filename!r} cannot be read ({exc.strerror or exc}).") from exc
     finally:
         if out is not None:
             out.close()
-    if size != info.file_size:
-        raise _refuse(f"Member {info.filename!r} holds {size} bytes but declares {info.file_size}; refused.")
     return digest.hexdigest(), size, kept.getvalue() if kept is not None else None
+
+
+def _member_limits(info: zipfile.ZipInfo, limits: TransferLimits) -> InflateLimits:
+    most = limits.max_member_bytes
+    if info.filename == MANIFEST_MEMBER:
+        most = limits.max_manifest_bytes
+    elif GRAPH_PATH.match(info.filename):
+        most = limits.max_graph_bytes
+    return InflateLimits(max_bytes=most, max_ratio=limits.max_ratio, ratio_floor=limits.ratio_floor_bytes)
 
 
 @dataclass
@@ -228,7 +238,7 @@ def _read_package(handle: IO[bytes], path: Path, staging: Path, limits: Transfer
         manifest_info = by_name[MANIFEST_MEMBER]
         if manifest_info.file_size > limits.max_manifest_bytes:
             raise _refuse(f"manifest.json declares {manifest_info.file_size} bytes; refused.")
-        _, _, data = _extract(archive, manifest_info, None)
+        _, _, data = _extract(handle, manifest_info, None, _member_limits(manifest_info, limits))
         manifest = _read_manifest(data or b"")
         listed = set(manifest["files"])
         present = set(by_name) - {MANIFEST_MEMBER}
@@ -254,7 +264,7 @@ def _read_package(handle: IO[bytes], path: Path, staging: Path, limits: Transfer
                     member=name,
                 )
             target = raw / f"{number:08d}"
-            digest, _, _ = _extract(archive, info, target)
+            digest, _, _ = _extract(handle, info, target, _member_limits(info, limits))
             if digest != expected["sha256"]:
                 raise _refuse(
                     f"Member {name!r} fails its checksum (sha256 {digest[:12]}…, manifest says "
