@@ -63,17 +63,17 @@ def screen_requests(mcp: FastMCP, screen: Callable[[JSONRPCRequest], ErrorData |
 
         async def pump() -> None:
             async with send:
-                async for message in read_stream:
-                    root = _unparsed_request(message) if isinstance(message, Exception) else message.message.root
-                    error = screen(root) if isinstance(root, JSONRPCRequest) else None
-                    try:
+                try:
+                    async for message in read_stream:
+                        root = _unparsed_request(message) if isinstance(message, Exception) else message.message.root
+                        error = screen(root) if isinstance(root, JSONRPCRequest) else None
                         if error is None:
                             await send.send(message)
                         else:
                             answer = JSONRPCError(jsonrpc="2.0", id=root.id, error=error)  # type: ignore[union-attr]
                             await write_stream.send(SessionMessage(message=JSONRPCMessage(answer)))
-                    except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-                        return  # the session has ended
+                except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                    return  # the transport or the session has ended (a client that went away)
 
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(pump)

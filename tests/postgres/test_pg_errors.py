@@ -169,13 +169,14 @@ def shown_password(text: str) -> list[str]:
 @pytest.mark.parametrize("shape", list(SHAPES))
 def test_a_password_of_any_shape_never_appears_in_a_message_a_log_or_kb_info(
     shape: str, postgres_server: LocalPostgres, tmp_path: Path, capsys: pytest.CaptureFixture[str],
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
     """Once libpq printed the password back (a space, a bad %), or half of it as a host name (an unescaped @), and the
     URL error printed the whole URL (an unescaped / # ?, or ?password= beside a bad parameter)."""
     from kb_core.cli.main import main
 
     url = SHAPES[shape].format(port=postgres_server.port)
+    monkeypatch.setenv("KB_STORE", "")  # kb --store sets it for the process: restored after the test
     with caplog.at_level(logging.DEBUG):
         with pytest.raises(KBError) as caught:  # malformed, or (on this trust-auth server) a missing database
             PostgresStore.open(url, connect_timeout=2)
@@ -193,10 +194,11 @@ def test_a_password_of_any_shape_never_appears_in_a_message_a_log_or_kb_info(
 
 
 def test_kb_info_names_the_store_without_its_password(
-    postgres_server: LocalPostgres, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    postgres_server: LocalPostgres, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from kb_core.cli.main import main
 
+    monkeypatch.setenv("KB_STORE", "")
     with psycopg.connect(postgres_server.url(), autocommit=True) as conn:
         conn.execute("DROP ROLE IF EXISTS pw_user")
         conn.execute("CREATE ROLE pw_user LOGIN SUPERUSER PASSWORD 'Zq7xW@Kx9wJ'")
