@@ -260,3 +260,48 @@ def test_json_is_never_written_with_nan(tmp_path: Path) -> None:
     with pytest.raises(KBError) as refused:
         write_json_atomically(tmp_path / "state.json", {"weights": [0.7, float("nan")]})
     assert refused.value.code == "NOT_JSON" and not (tmp_path / "state.json").exists()
+
+
+# -- wide rather than deep: values are counted as they are read, before anything more is built ---------------------
+@pytest.mark.parametrize("line", ["- x\n", "- {}\n", "- []\n", "- 1\n"])
+def test_a_flat_bundle_over_the_value_budget_is_refused_as_it_is_read(line: str) -> None:
+    """No alias at all: once every value became a ~250-byte node before anything was counted (a 4 MB file reached
+    1.04 GB) and the refusal blamed aliases ("billion laughs?"). 500,000 values under a 200,000-value budget."""
+    out = run_bounded(
+        f"""
+        from kb_core.bundles.loading import BundleLimits, load_bundle_text
+        from kb_core.errors import ImportFormatError
+        try:
+            load_bundle_text({line!r} * 500_000, BundleLimits(max_values=200_000))
+        except ImportFormatError as exc:
+            print("refused:", exc)
+        """,
+        memory_mb=1024,
+        timeout_s=60,
+    )
+    assert "refused: The bundle holds more than 200,000 values" in out and "alias" not in out, out
+    assert peak_mb(out) < 200, out  # the 2 MB text and the values read so far; the whole file as nodes: 350 MB
+
+
+@pytest.mark.parametrize(
+    ("text", "first", "second"),
+    [
+        ("- {type: Document, 1: a, 0x1: b}", "1", "0x1"),
+        ("- {type: Document, yes: a, true: b}", "yes", "true"),
+        ("- {type: Document, 1: a, 1.0: b}", "1", "1.0"),
+        ("- {type: Document, null: a, ~: b}", "null", "~"),
+        ("- {type: Document, 010: a, 8: b}", "010", "8"),
+    ],
+)
+def test_keys_equal_once_read_are_duplicates(text: str, first: str, second: str) -> None:
+    """``1`` and ``0x1`` are both the integer 1: PyYAML kept the last value silently."""
+    with pytest.raises(ImportFormatError) as refused:
+        load_bundle_text(text)
+    assert f"Duplicate key {second!r} (the same key as {first!r} once read)" in refused.value.message
+
+
+def test_merge_keys_follow_pyyaml_and_count_against_the_budget() -> None:
+    text = "- &base {type: Document, doc_uri: a, content: x}\n- {<<: *base, doc_uri: b}\n- {<<: [*base], content: y}"
+    assert load_bundle_text(text) == yaml.safe_load(text)
+    with pytest.raises(ImportFormatError, match="through aliases"):
+        load_bundle_text(text, BundleLimits(max_values=12))

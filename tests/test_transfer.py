@@ -536,15 +536,36 @@ def test_wrong_vector_dimension_is_refused(victim: Any, small_export: Path, tmp_
     assert_refused(victim, consistent, "'hashing'", "64", "32")
 
 
-def _with_raw_manifest(small_export: Path, target: Path, text: str) -> Path:
-    """The export's members with ``manifest.json`` replaced by ``text`` (which json.dumps could not even write)."""
+def _with_raw_manifest(small_export: Path, target: Path, text: str, stored: bool = False) -> Path:
+    """The export's members with ``manifest.json`` replaced by ``text`` (which json.dumps could not even write);
+    ``stored``: not deflated, so no ratio check applies to it."""
     with zipfile.ZipFile(small_export) as archive:
         members = {name: archive.read(name) for name in archive.namelist() if name != MANIFEST_MEMBER}
     with zipfile.ZipFile(target, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         for name, data in members.items():
             archive.writestr(name, data)
-        archive.writestr(MANIFEST_MEMBER, text)
+        archive.writestr(MANIFEST_MEMBER, text, compress_type=zipfile.ZIP_STORED if stored else None)
     return target
+
+
+@pytest.mark.parametrize("filler", ["{}", "[]", "0", '""'])
+def test_a_wide_manifest_is_refused_before_it_is_parsed(small_export: Path, tmp_path: Path, filler: str) -> None:
+    """3 MB of ``[{},{},…]`` once cost hundreds of MB to parse (3.4 GB in the attack pass): values are counted
+    before anything is built. Run where the address space is capped at 512 MB."""
+    with zipfile.ZipFile(small_export) as archive:
+        head = json.dumps(json.loads(archive.read(MANIFEST_MEMBER)))[:-1]
+    text = head + ', "x": [' + ",".join([filler] * 2_500_000) + "]}"  # 2.5 million values, stored
+    wide = _with_raw_manifest(small_export, tmp_path / "wide.kbx", text, stored=True)
+    out = run_bounded(
+        f"""
+        from kb_core import KnowledgeBaseService
+        result = KnowledgeBaseService({str(tmp_path / "victim")!r}).session().import_database({str(wide)!r})
+        print("code:", result["error"]["code"] if not result["success"] else "none", result["message"])
+        """,
+        memory_mb=512,
+        timeout_s=60,
+    )
+    assert "code: INVALID_IMPORT_FILE" in out and "more than 2,000,000 values" in out, out
 
 
 def test_deeply_nested_manifest_is_refused(victim: Any, small_export: Path, tmp_path: Path) -> None:
@@ -832,7 +853,10 @@ def test_hostile_graph_states_are_refused_and_change_nothing(
     assert_refused(victim, variant("type", unknown_type), "'Human' is not a node type")
     assert_refused(victim, variant("shared", stolen_document), "shared with another node")
     assert_refused(victim, variant("nan", raw=b'{"version": NaN}'), "not valid UTF-8 JSON")
-    assert_refused(victim, variant("deep", raw=b"[" * 100_000 + b"]" * 100_000), "nests too deeply")
+    assert_refused(victim, variant("deep", raw=b"[" * 100_000 + b"]" * 100_000), "nests deeper than")
+    wide = variant("wide", lambda s: s.update(padding=[{}] * 1001))
+    refused = victim[0].import_database(wide, limits=TransferLimits(max_graph_values=1000))
+    assert refused["error"]["code"] == "INVALID_IMPORT_FILE" and "more than 1,000 values" in refused["message"]
     assert_refused(victim, variant("ontology", lambda s: s["ontology"].update(nodes={})), "ontology is invalid")
 
     def non_bundle_document(s: dict[str, Any]) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import logging
 import os
 import re
@@ -26,6 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kb_core.errors import ImportFormatError, InvalidArgument, StoreError
+from kb_core.json_text import JSONLimitExceeded, parse_json_within
 from kb_core.safe_files import UnusablePath, open_input_file
 from kb_core.safe_zip import InflateLimits, UnsafeMember, iter_member
 from kb_core.transfer.format import (
@@ -148,32 +148,18 @@ def _member_limits(info: zipfile.ZipInfo, limits: TransferLimits) -> InflateLimi
 class _Package:
     manifest: dict[str, Any]
     members: dict[str, Path]  # member name → extracted file
+    limits: TransferLimits
 
 
-def _nests_deeper_than(value: Any, limit: int) -> bool:
-    """Whether parsed JSON nests more than ``limit`` containers deep (iterative: no recursion to exhaust)."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
-        if not children:
-            continue
-        if depth > limit:
-            return True
-        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
-    return False
-
-
-def _read_manifest(data: bytes) -> dict[str, Any]:
-    too_deep = _refuse(f"manifest.json nests deeper than {MAX_MANIFEST_DEPTH} levels; this is not an export file.")
+def _read_manifest(data: bytes, limits: TransferLimits) -> dict[str, Any]:
     try:
-        manifest = json.loads(data.decode("utf-8"))
-    except RecursionError:  # the parser stops at the interpreter's recursion limit: bounded time, nothing allocated
-        raise too_deep from None
+        manifest = parse_json_within(
+            data.decode("utf-8"), max_values=limits.max_manifest_values, max_depth=MAX_MANIFEST_DEPTH
+        )
+    except JSONLimitExceeded as exc:  # measured before parsing: nothing was built
+        raise _refuse(f"manifest.json is refused: {exc}; this is not an export file this program wrote.") from None
     except (UnicodeDecodeError, ValueError) as exc:
         raise _refuse(f"manifest.json is not valid UTF-8 JSON: {exc}.") from exc
-    if _nests_deeper_than(manifest, MAX_MANIFEST_DEPTH):
-        raise too_deep  # a value hundreds of levels deep would exhaust the stack of whatever formats it later
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
         found = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__
         raise _refuse(f"This is not a {FORMAT_NAME} file (manifest format is {found!r}).")
@@ -239,7 +225,7 @@ def _read_package(handle: IO[bytes], path: Path, staging: Path, limits: Transfer
         if manifest_info.file_size > limits.max_manifest_bytes:
             raise _refuse(f"manifest.json declares {manifest_info.file_size} bytes; refused.")
         _, _, data = _extract(handle, manifest_info, None, _member_limits(manifest_info, limits))
-        manifest = _read_manifest(data or b"")
+        manifest = _read_manifest(data or b"", limits)
         listed = set(manifest["files"])
         present = set(by_name) - {MANIFEST_MEMBER}
         if listed - present:
@@ -272,7 +258,7 @@ def _read_package(handle: IO[bytes], path: Path, staging: Path, limits: Transfer
                     member=name,
                 )
             members[name] = target
-    return _Package(manifest, members)
+    return _Package(manifest, members, limits)
 
 
 

@@ -70,6 +70,10 @@ class TransferLimits:
     max_ratio: float = 200.0  # uncompressed / compressed size
     ratio_floor_bytes: int = 1 << 20  # smaller members may compress better than max_ratio (tiny files of spaces)
     max_graph_bytes: int = 1 << 30  # one KB's graph state, parsed into memory as a whole
+    # Values (strings, numbers, lists, objects, keys) a JSON member may hold, counted before it is parsed: each
+    # costs about 100 bytes of memory once parsed, whatever the few bytes it takes in the file.
+    max_manifest_values: int = 2_000_000  # about 200,000 documents (a document entry is about 9 values)
+    max_graph_values: int = 8_000_000  # four bundles at their 2,000,000-value limit
 
 
 # -- shared helpers ------------------------------------------------------------------------------------------------
