@@ -525,3 +525,40 @@ def test_nan_infinity_and_lone_surrogates_are_invalid_params_over_stdio(tmp_path
     finally:
         process.kill()
         process.wait()
+
+
+def test_an_embedding_model_path_is_confined_like_any_path(live: LiveServer, tmp_path: Path) -> None:
+    """A write token once learned whether a server path exists from the error of a model path outside --allow-dir."""
+    models = live.allowed / "models" / "mine"
+    models.mkdir(parents=True)
+
+    async def scenario(s: ClientSession) -> list[CallToolResult]:
+        answers = []
+        for number, model in enumerate(["/etc", "/no/such/folder", "~/.ssh", "../outside", str(live.outside)]):
+            answers.append(await call(s, "create_knowledge_base", kb_name=f"m{number}", chunk_size=64,
+                                      embedding_model=model))  # fmt: skip
+        for name, model in (("ok", str(models)), ("hub", "org/model")):
+            answers.append(await call(s, "create_knowledge_base", kb_name=name, chunk_size=64, embedding_model=model))
+        return answers
+
+    *refused, inside, hub = live.run(scenario)
+    for answer in refused:
+        assert answer.isError and answer.structuredContent["error"]["code"] == "PERMISSION_DENIED", answer
+        assert "outside the folders" in answer.structuredContent["message"]
+    assert not inside.isError and not hub.isError
+    names = {r.name for r in live.service.registry.knowledge_bases()}
+    assert {"ok", "hub"} <= names and not names & {f"m{n}" for n in range(5)}
+
+
+def test_export_never_tells_a_scoped_token_where_the_home_is(live: LiveServer) -> None:
+    kb_id = live.service.find_kb("docs").id
+    live.token = TokenStore(live.home).create([kb_id], "write", 1000)[0]
+    target = live.allowed / "docs.kbx"
+
+    async def scenario(s: ClientSession) -> CallToolResult:
+        return await call(s, "export_database", export_path=str(target))
+
+    result = live.run(scenario)
+    assert not result.isError and target.is_file(), result.content[0].text
+    shown = result.model_dump_json()
+    assert str(live.home) not in shown and str(live.service.home.root) not in shown, shown

@@ -9,19 +9,18 @@ cannot even answer a request carrying one. Each refusal names the tool and the f
 from __future__ import annotations
 
 import math
-import re
 from typing import Any
 
 from mcp.types import INVALID_PARAMS, ErrorData, JSONRPCRequest
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
+from kb_core.validation import has_lone_surrogate
 
 
 def _problem(value: Any) -> str | None:
     if isinstance(value, float) and not math.isfinite(value):
         shown = "NaN" if math.isnan(value) else ("-" if value < 0 else "") + "Infinity"
         return f"{shown} is not a finite number; give a finite number (JSON has no NaN or Infinity)"
-    if isinstance(value, str) and _SURROGATE.search(value):
+    if isinstance(value, str) and has_lone_surrogate(value):
         return "the text holds a lone surrogate (\\ud800-\\udfff), which is not valid Unicode; send UTF-8 text"
     return None
 

@@ -275,9 +275,13 @@ def _zip_time() -> tuple[int, int, int, int, int, int]:
     return (now.year, now.month, now.day, now.hour, now.minute, now.second)
 
 
+HIDDEN_SOURCE = "(not shown to a session limited to some knowledge bases)"
+
+
 @dataclass(frozen=True)
 class ExportSummary:
-    """What an export wrote: ``message`` for the user, ``source_path`` (the home or the database), ``export_path``."""
+    """What an export wrote: ``message`` for the user, ``source_path`` (the home or the database; not shown to a
+    session with a scope, such as an MCP token limited to some knowledge bases), ``export_path``."""
 
     message: str
     source_path: str
@@ -359,4 +363,6 @@ def _export_into(session: Scope, folder: OutputFolder, target: Path, kb_names: S
     )
     logger.info(message)
     source = service.postgres.display if service.postgres is not None else str(home_root)
+    if getattr(session, "scope", None) is not None:  # a token limited to some KBs learns nothing of the server
+        source = HIDDEN_SOURCE
     return ExportSummary(message, source, str(target))
