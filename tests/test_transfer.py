@@ -408,6 +408,21 @@ def test_decompression_bomb_is_refused(victim: Any, small_export: Path, tmp_path
     assert_refused(victim, huge, "decompression bomb")
 
 
+def import_in_a_bounded_child(home: Path, export: Path, file_mb: int | None = None) -> str:
+    """``import-db`` of ``export`` into ``home`` in a child under a 512 MB address-space cap (and ``file_mb``);
+    its output holds ``code: <error code or none> <message>``."""
+    return run_bounded(
+        f"""
+        from kb_core import KnowledgeBaseService
+        result = KnowledgeBaseService({str(home)!r}).session().import_database({str(export)!r})
+        print("code:", result["error"]["code"] if not result["success"] else "none", result["message"])
+        """,
+        memory_mb=512,
+        file_mb=file_mb,
+        timeout_s=120,
+    )
+
+
 def lying_export(source: Path, target: Path, name: str, data: bytes, ratio: float = 150) -> Path:
     """``source`` with ``data`` as member ``name`` (listed in the manifest, written last), whose directory entry claims
     ``ratio``:1 compression, under the 200:1 limit, while its deflate stream inflates ~1000-fold."""
@@ -439,16 +454,7 @@ def test_a_bomb_whose_headers_lie_stops_inflating_at_the_limit(small_export: Pat
     with zipfile.ZipFile(bomb) as archive:
         info = archive.getinfo(member)
         assert info.file_size <= 150 * info.compress_size  # the ratio check on the headers passes
-    out = run_bounded(
-        f"""
-        from kb_core import KnowledgeBaseService
-        result = KnowledgeBaseService({str(tmp_path / "victim")!r}).session().import_database({str(bomb)!r})
-        print("code:", result["error"]["code"] if not result["success"] else "none", result["message"])
-        """,
-        memory_mb=512,
-        file_mb=16,
-        timeout_s=120,
-    )
+    out = import_in_a_bounded_child(tmp_path / "victim", bomb, file_mb=16)
     assert "code: INVALID_IMPORT_FILE" in out and "decompression bomb" in out, out
     assert KnowledgeBaseService(tmp_path / "victim").registry.knowledge_bases() == []
 
@@ -556,15 +562,7 @@ def test_a_wide_manifest_is_refused_before_it_is_parsed(small_export: Path, tmp_
         head = json.dumps(json.loads(archive.read(MANIFEST_MEMBER)))[:-1]
     text = head + ', "x": [' + ",".join([filler] * 2_500_000) + "]}"  # 2.5 million values, stored
     wide = _with_raw_manifest(small_export, tmp_path / "wide.kbx", text, stored=True)
-    out = run_bounded(
-        f"""
-        from kb_core import KnowledgeBaseService
-        result = KnowledgeBaseService({str(tmp_path / "victim")!r}).session().import_database({str(wide)!r})
-        print("code:", result["error"]["code"] if not result["success"] else "none", result["message"])
-        """,
-        memory_mb=512,
-        timeout_s=60,
-    )
+    out = import_in_a_bounded_child(tmp_path / "victim", wide)
     assert "code: INVALID_IMPORT_FILE" in out and "more than 2,000,000 values" in out, out
 
 
