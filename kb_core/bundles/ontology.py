@@ -31,6 +31,7 @@ from typing import Any
 from jsonschema import Draft7Validator
 from jsonschema.exceptions import SchemaError
 
+from kb_core.bundles.values import format_path, value_problems
 from kb_core.errors import InvalidArgument
 
 TYPE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
@@ -184,8 +185,6 @@ def _names(raw: Any, where: str) -> tuple[str, ...]:
 
 def parse_ontology(raw: Any) -> Ontology:
     """Validate an ontology mapping and build it; raises InvalidArgument naming the bad path."""
-    from kb_core.bundles.validation import format_path, value_problems  # that module builds on this one
-
     if not isinstance(raw, dict):
         raise _bad("the ontology must be a mapping with 'nodes' and 'edges'.", "root")
     not_finite = [p for p in value_problems(raw, None) if p.kind == "not-finite"]

@@ -12,7 +12,7 @@ import difflib
 import hashlib
 import json
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +22,7 @@ from jsonschema.exceptions import ValidationError
 from kb_core.bundles.loading import BundleLimits
 from kb_core.bundles.ontology import Ontology
 from kb_core.bundles.schema import item_schema
+from kb_core.bundles.values import ValueProblem, format_path, value_problems
 from kb_core.json_text import json_text
 
 _MAX_MESSAGE_CHARS = 400  # a schema message quotes the bad value; a long one is cut
@@ -42,14 +43,6 @@ class BundleError:
 
     def to_json(self) -> dict[str, Any]:
         return {"index": self.index, "path": self.path, "message": self.message, "kind": self.kind, "text": self.text}
-
-
-def format_path(parts: Iterable[Any]) -> str:
-    """``[4, "source", "doc_uri"]`` → ``[4].source.doc_uri``; list positions are bracketed."""
-    out = ""
-    for part in parts:
-        out += f"[{part}]" if isinstance(part, int) else f".{part}"
-    return out or "root"
 
 
 def canonical_identity(identity: dict[str, Any]) -> str:
@@ -100,43 +93,6 @@ def _shorten(message: str) -> str:
     if len(message) <= _MAX_MESSAGE_CHARS:
         return message
     return f"{message[: _MAX_MESSAGE_CHARS - 40]}… ({len(message):,} characters in all)"
-
-
-@dataclass(frozen=True)
-class ValueProblem:
-    """A value a bundle cannot hold, wherever it stands: a string (or key) over the length limit, or a number that
-    is not finite (YAML's ``.nan`` / ``.inf`` pass ``{type: number}`` but no JSON store or export can hold them)."""
-
-    path: list[Any]
-    kind: str  # "long-text" | "long-key" | "not-finite"
-    length: int = 0
-    value: float = 0.0
-
-
-def value_problems(item: Any, max_chars: int | None) -> list[ValueProblem]:
-    """Every :class:`ValueProblem` in ``item`` (keys included), sorted by path; ``max_chars`` None: no length check."""
-    found: list[ValueProblem] = []
-    stack: list[tuple[Any, list[Any]]] = [(item, [])]
-    while stack:
-        value, path = stack.pop()
-        if isinstance(value, str):
-            if max_chars is not None and len(value) > max_chars:
-                found.append(ValueProblem(path, "long-text", len(value)))
-        elif isinstance(value, float):
-            if not math.isfinite(value):
-                found.append(ValueProblem(path, "not-finite", value=value))
-        elif isinstance(value, dict):
-            for key, child in value.items():
-                if isinstance(key, str) and max_chars is not None and len(key) > max_chars:
-                    found.append(ValueProblem(path, "long-key", len(key)))
-                    continue
-                if isinstance(key, float) and not math.isfinite(key):
-                    found.append(ValueProblem(path, "not-finite", value=key))
-                    continue
-                stack.append((child, [*path, key]))
-        elif isinstance(value, list):
-            stack.extend((child, [*path, i]) for i, child in enumerate(value))
-    return sorted(found, key=lambda f: [str(p) for p in f.path])
 
 
 def _schema_error(index: int, error: ValidationError) -> BundleError:
