@@ -36,6 +36,7 @@ from kb_core.retrieval.search import (
 from kb_core.store import Home, KBStore, KnowledgeBaseRecord, new_id, utc_now
 from kb_core.store.reader import KBReader
 from kb_core.validation import (
+    ITEM_ID,
     name_key,
     validate_chunk_size,
     validate_endpoint,
@@ -480,6 +481,8 @@ class KnowledgeBaseService:
         return self.reader(record.id).snapshot().documents().to_dict("records")
 
     def has_chunk(self, record: KnowledgeBaseRecord, chunk_id: str) -> bool:
+        if not ITEM_ID.match(chunk_id):
+            return False
         if self.postgres is not None:
             with self.postgres.snapshot(record.id) as snapshot:
                 return snapshot.find_chunk(chunk_id) is not None

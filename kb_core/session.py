@@ -13,6 +13,7 @@ built. The file handling of import_document/update_document lives in :mod:`kb_co
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import TimeoutError as FuturesTimeout
@@ -43,13 +44,15 @@ from kb_core.retrieval.search import (
     SearchHit,
     SearchSettings,
 )
-from kb_core.safe_files import reject_nul
+from kb_core.safe_files import AllowedFolders, reject_nul, require_inside
 from kb_core.store import Change, KnowledgeBaseRecord
 from kb_core.store.documents import chunk_json, document_info, document_info_text, document_row, find_item
 from kb_core.validation import (
     validate_chunk_size,
     validate_float_range,
     validate_int_range,
+    validate_keywords,
+    validate_query,
 )
 
 if TYPE_CHECKING:
@@ -75,9 +78,19 @@ class Session:
         # KB ids this session may see (an MCP token's scope); None means all. Out-of-scope KBs answer
         # exactly like nonexistent ones.
         self.scope = scope
-        # Folders the files named by path must lie in (checked on the opened file); None means anywhere.
-        self.allowed_dirs: tuple[Path, ...] | None = None if allowed_dirs is None else tuple(allowed_dirs)
+        # Folders the files named by path must lie in (checked on the opened file), never inside the home; None
+        # means anywhere.
+        self.allowed_dirs: AllowedFolders | None = (
+            None if allowed_dirs is None else AllowedFolders(allowed_dirs, denied=(service.home.root,))
+        )
         self._current_kb_id: str | None = None
+
+    def confined(self, allowed_dirs: Sequence[Path]) -> Session:
+        """This session (same scope, same current KB) reading and writing by path only inside ``allowed_dirs`` and
+        never inside the home: for paths typed by someone who may not reach every file of this machine."""
+        twin = Session(self.service, self.persistent_name, self.scope, allowed_dirs)
+        twin._current_kb_id = self._current_kb_id
+        return twin
 
     def visible_kbs(self) -> list[KnowledgeBaseRecord]:
         records = self.service.registry.knowledge_bases()
@@ -144,11 +157,27 @@ class Session:
         embedding_endpoint: str | None = None,
         embedding_api_key: str | None = None,
     ) -> Envelope:
+        if self.allowed_dirs is not None and not embedding_endpoint:
+            self._confine_model_path(embedding_model, self.allowed_dirs)
         record = self.service.create_kb(kb_name, chunk_size, embedding_model, embedding_endpoint, embedding_api_key)
         return ok(
             f"Created knowledge base '{record.name}'. Select it with select_knowledge_base to use it.",
             {"kb_id": record.id, "kb_name": record.name, "chunk_size": record.chunk_size},
         )
+
+    @staticmethod
+    def _confine_model_path(embedding_model: object, allowed: AllowedFolders) -> None:
+        """A confined session names a local model folder only inside its allowed folders: a model name is read as a
+        path when it looks like one or names something relative to this process's folder, and the answer must not
+        tell a caller whether some path on the server exists."""
+        if not isinstance(embedding_model, str) or not embedding_model.strip():
+            return
+        name = embedding_model.strip()
+        reject_nul(name, "embedding_model")
+        path = Path(name).expanduser()
+        looks_like_a_path = path.is_absolute() or name.startswith(("~", ".")) or ".." in path.parts
+        if looks_like_a_path or os.path.lexists(path):
+            require_inside(name, Path(os.path.realpath(path)), allowed)
 
     @enveloped
     def list_knowledge_bases(self) -> Envelope:
@@ -376,9 +405,7 @@ class Session:
         as ``{kb_name, code, message}``; if every KB fails, the first failure is raised with all of them in
         ``details["failed_knowledge_bases"]``.
         """
-        query, overrides = request.query, dict(request.settings)
-        if not isinstance(query, str) or not query.strip():
-            raise InvalidArgument("query must be a non-empty string.", details={"field": "query"})
+        query, overrides = validate_query(request.query), dict(request.settings)
         if request.kb_ids:
             records = [r for r in self.visible_kbs() if r.id in set(request.kb_ids)]
         elif request.kb_names:
@@ -505,8 +532,7 @@ class Session:
         better-ranked chunk) is explained from its exact scores."""
         if not isinstance(chunk_id, str) or not chunk_id.strip():
             raise InvalidArgument("chunk_id must be a non-empty chunk id (chk_...).", details={"field": "chunk_id"})
-        if not isinstance(query, str) or not query.strip():
-            raise InvalidArgument("query must be a non-empty string.", details={"field": "query"})
+        validate_query(query)
         chunk_id = chunk_id.strip()
         record = next((r for r in self.visible_kbs() if self.service.has_chunk(r, chunk_id)), None)
         if record is None:
@@ -542,11 +568,7 @@ class Session:
     @enveloped
     def rag_search(self, keywords: Sequence[str], top_k: int = 5, timeout: float = 3.0) -> Envelope:
         """Multi-keyword search; chunks related to all keywords rank first; degrades on timeout or failure."""
-        if isinstance(keywords, str) or not isinstance(keywords, Sequence) or not keywords:
-            raise InvalidArgument("keywords must be a list of at least one keyword.", details={"field": "keywords"})
-        cleaned = [k.strip() for k in keywords if isinstance(k, str) and k.strip()]
-        if len(cleaned) != len(keywords):
-            raise InvalidArgument("Every keyword must be a non-empty string.", details={"field": "keywords"})
+        cleaned = validate_keywords(keywords)
         validate_int_range(top_k, "top_k", 1, 10)
         validate_float_range(timeout, "timeout", 0.1, 10.0)
         record = self.current_kb()

@@ -6,11 +6,11 @@ about retrieval; it only turns envelopes into Streamlit elements.
 
 from __future__ import annotations
 
-import html
 import os
 import re
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import streamlit as st
@@ -21,6 +21,8 @@ from kb_core.ingest.pipeline import FileProgress, ImportProgress
 
 SESSION_KEY = "kb_session"
 DEMO_ENVIRONMENT_VARIABLE = "KB_DEMO"  # "0" skips building the demo KB (tests)
+# Folders whose files the "path on the server" fields may name (separated like PATH); unset: those fields are off.
+ALLOW_DIRS_ENVIRONMENT_VARIABLE = "KB_ALLOW_DIRS"
 
 
 @st.cache_resource(show_spinner="Opening the knowledge-base service…")
@@ -45,6 +47,38 @@ def session() -> Session:
         current = service().session()
         st.session_state[SESSION_KEY] = current
     return current
+
+
+def server_folders() -> tuple[list[Path], list[str]]:
+    """The folders of ``$KB_ALLOW_DIRS`` that exist, and the entries that name no folder."""
+    found: list[Path] = []
+    missing: list[str] = []
+    for entry in os.environ.get(ALLOW_DIRS_ENVIRONMENT_VARIABLE, "").split(os.pathsep):
+        if entry.strip():
+            folder = Path(entry.strip()).expanduser()
+            if folder.is_dir():
+                found.append(folder)
+            else:
+                missing.append(entry.strip())
+    return found, missing
+
+
+def server_path_session(sess: Session) -> Session | None:
+    """``sess`` confined to ``$KB_ALLOW_DIRS`` (never the home), for paths typed into the app; None, after saying
+    so, when no folder is configured: whoever reaches the app must not read or write any file the server can."""
+    folders, missing = server_folders()
+    if missing:
+        st.warning(f"{ALLOW_DIRS_ENVIRONMENT_VARIABLE} names folders that do not exist: {', '.join(missing)}.")
+    if not folders:
+        st.info(
+            "Files on the server can be used only inside folders the server allows. Start the app with "
+            f"{ALLOW_DIRS_ENVIRONMENT_VARIABLE}=/data/docs (several folders separated by '{os.pathsep}') to allow "
+            "them; the knowledge-base home is never one of them.",
+            icon=":material/lock:",
+        )
+        return None
+    st.caption("Allowed folders on the server: " + ", ".join(f"`{f}`" for f in folders))
+    return sess.confined(folders)
 
 
 def demo_enabled() -> bool:
@@ -192,7 +226,8 @@ class ImportBars:
 
 # -- search results ------------------------------------------------------------------------------
 def highlight(text: str, terms: Sequence[str]) -> str:
-    """HTML of ``text`` with every occurrence of the matched terms marked (case-insensitive; Chinese too).
+    """HTML of ``text`` with every occurrence of the matched terms marked (case-insensitive; Chinese too). Safe in
+    ``st.markdown(..., unsafe_allow_html=True)``: the text can neither inject HTML nor be read as Markdown.
 
     The engine reports analysed terms (stems, Chinese words or n-grams); a Latin stem is highlighted
     to the end of its word.
@@ -210,10 +245,21 @@ def highlight(text: str, terms: Sequence[str]) -> str:
         j = i
         while j < len(text) and marked[j] == marked[i]:
             j += 1
-        piece = html.escape(text[i:j]).replace("\n", "<br>")
+        piece = _inert(text[i:j])
         out.append(f"<mark>{piece}</mark>" if marked[i] else piece)
         i = j
     return "".join(out)
+
+
+# Characters HTML or Markdown (with GitHub's autolinks) give meaning to: written as character references they are
+# shown as themselves and start nothing, so document text never becomes markup, an image (a tracking pixel), a link
+# or a heading.
+_SIGNIFICANT = re.compile(r"[&<>\"'\\`*_{}\[\]()#+\-.!|~:@=]")
+
+
+def _inert(text: str) -> str:
+    """``text`` as HTML that Markdown renders as exactly that text, line breaks kept."""
+    return _SIGNIFICANT.sub(lambda m: f"&#{ord(m.group())};", text).replace("\n", "<br>")
 
 
 def contribution_parts(breakdown: dict[str, Any]) -> dict[str, float]:

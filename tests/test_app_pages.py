@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 import time
@@ -136,7 +137,10 @@ def test_table_counts_select_and_delete_with_confirmation(filled: Path) -> None:
 
 
 # -- import --------------------------------------------------------------------------------------
-def test_import_server_paths_reports_names_chunks_and_failures(filled: Path, tmp_path: Path) -> None:
+def test_import_server_paths_reports_names_chunks_and_failures(
+    filled: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KB_ALLOW_DIRS", os.pathsep.join([str(DEMO), str(tmp_path)]))
     test = app("import_files")
     broken = tmp_path / "broken.docx"
     broken.write_bytes(b"PK\x03\x04 not really a zip")
@@ -172,7 +176,42 @@ def test_import_page_offers_the_executors_that_can_run_and_says_why_not_the_othe
     else:
         assert radio.options == ["local"]
         assert "ray: not available here" in captions and "kb-workbench[ray]" in captions
-    assert not test.button(key="import_server_paths").disabled
+
+
+def test_server_paths_are_off_by_default_and_confined_to_the_allowed_folders(
+    filled: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once any file the server could read was importable from the browser, the home's secrets/*.key included."""
+    monkeypatch.delenv("KB_ALLOW_DIRS", raising=False)
+    test = app("import_files")
+    assert not [a for a in test.text_area if a.key == "import_paths"]
+    assert any("KB_ALLOW_DIRS" in i for i in texts(test, "info"))
+
+    secret = next((filled / "secrets").glob("*"), None) or filled / "secrets" / "kb_x.key"
+    if not secret.exists():
+        secret.write_text("sk-never-import-me", encoding="utf-8")
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not in an allowed folder", encoding="utf-8")
+    allowed = tmp_path / "allowed"
+    allowed.mkdir()
+    (allowed / "notes.txt").write_text("notes in the allowed folder", encoding="utf-8")
+    # the home lies inside an allowed folder here: still refused
+    monkeypatch.setenv("KB_ALLOW_DIRS", os.pathsep.join([str(allowed), str(filled.parent)]))
+    test = app("import_files")
+    test.text_area(key="import_paths").input("\n".join(str(p) for p in (allowed / "notes.txt", secret)))
+    test.button(key="import_server_paths").click().run()
+    table = test.dataframe[0].value.set_index("File")
+    assert table.loc["notes.txt", "Status"] == "imported"
+    assert table.loc[secret.name, "Status"] == "failed" and "knowledge-base home" in table.loc[secret.name, "Reason"]
+    monkeypatch.setenv("KB_ALLOW_DIRS", str(allowed))
+    test = app("import_files")
+    test.text_area(key="import_paths").input(str(outside))
+    test.button(key="import_server_paths").click().run()
+    table = test.dataframe[0].value.set_index("File")
+    assert table.loc["outside.txt", "Status"] == "failed"
+    assert "outside the folders" in table.loc["outside.txt", "Reason"]
+    documents = KnowledgeBaseService(filled).session().list_documents("Alpha")["data"]["documents"]
+    assert not any(d["name"] in (secret.name, "outside.txt") for d in documents)
 
 
 # -- documents -----------------------------------------------------------------------------------
@@ -379,6 +418,32 @@ def test_multi_keyword_mode_uses_rag_search(filled: Path) -> None:
     cards = [m for m in texts(test, "markdown") if m.startswith("**#")]
     assert cards and "of 2 keywords" in cards[0]
     assert any("<mark>" in m for m in texts(test, "markdown"))
+
+
+HOSTILE_TEXT = (
+    "fusion notes ![pixel](https://tracker.example/p.png) [click here](https://evil.example/x) "
+    "www.evil.example <img src=https://tracker.example/i.png> # heading\n- item **bold** me@evil.example"
+)
+
+
+def test_document_text_is_shown_as_text_never_as_markdown(filled: Path, tmp_path: Path) -> None:
+    """Once the rag_search view rendered chunk text as Markdown: an image in a document loaded from any host (a
+    tracking pixel) and links rendered. Both result views must show the text, and only the text."""
+    (tmp_path / "hostile.txt").write_text(HOSTILE_TEXT, encoding="utf-8")
+    session = KnowledgeBaseService(filled).session()
+    assert session.import_document([str(tmp_path / "hostile.txt")], kb_name="Alpha")["success"]
+    test = app("search_lab")
+    test.radio(key="lab_kind").set_value("multi-keyword").run()
+    test.text_input(key="lab_keywords").input("fusion, pixel")
+    test.button(key="FormSubmitter:lab_multi-Search").click().run()
+    single = search(app("search_lab"), "fusion notes pixel tracker")
+    for page in (test, single):
+        shown = [m for m in texts(page, "markdown") if "&#91;" in m or "tracker" in m]
+        assert shown, texts(page, "markdown")
+        for markdown in shown:
+            for markup in ("![", "](", "http://", "https://", "www.", "<img", "**", "# ", "@evil"):
+                assert markup not in markdown, (markup, markdown)
+            assert "<mark>" in markdown
 
 
 # -- evaluate ------------------------------------------------------------------------------------

@@ -132,6 +132,39 @@ def test_load_beir_names_what_is_missing(tmp_path: Path, beir: Path) -> None:
         load_beir(beir)
 
 
+MALFORMED = {
+    "a line nested 100,000 deep": ("queries.jsonl", b"[" * 100_000 + b"]" * 100_000 + b"\n", 1, "nests deeper"),
+    "a lone surrogate in a query": ("queries.jsonl", b'{"_id": "q-en-1", "text": "bees \\ud800"}\n', 1, "surrogate"),
+    "a lone surrogate in a title": ("corpus.jsonl", b'{"_id": "d", "title": "\\udc00", "text": "x"}\n', 1, "surrogate"),
+    "a score of 1e29": ("qrels.tsv", b"query-id\tcorpus-id\tscore\nq-en-1\ten-bees\t1e29\n", 2, "whole number"),
+    "a score of inf": ("qrels.tsv", b"query-id\tcorpus-id\tscore\nq-en-1\ten-bees\tinf\n", 2, "whole number"),
+    "binary qrels": ("qrels.tsv", b"\x89PNG\r\n\x1a\n" + bytes(range(128, 256)) * 8, 1, "not UTF-8"),
+    "a NUL byte": ("qrels.tsv", b"query-id\tcorpus-id\tscore\nq-en-1\ten-bees\x00\t1\n", 2, "NUL"),
+}
+
+
+@pytest.mark.parametrize("case", list(MALFORMED))
+def test_malformed_beir_lines_are_named_not_internal_errors(
+    tmp_path: Path, case: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    name, data, line, fragment = MALFORMED[case]
+    folder = write_beir(tmp_path / "bad")
+    (folder / name).write_bytes(data)
+    code = cli_main(["--home", str(tmp_path / "home"), "--json", "eval", str(folder), "--model", "hashing",
+                     "--mode", "keyword"])  # fmt: skip
+    answer = json.loads(capsys.readouterr().out)
+    assert code == 1 and answer["error"]["code"] == "INVALID_ARGUMENT", answer
+    assert f"{name}, line {line}:" in answer["message"] and fragment in answer["message"], answer["message"]
+
+
+def test_a_byte_order_mark_before_the_first_line_is_read_past(tmp_path: Path) -> None:
+    folder = write_beir(tmp_path / "bom")
+    for name in ("qrels.tsv", "queries.jsonl", "corpus.jsonl"):
+        (folder / name).write_bytes(b"\xef\xbb\xbf" + (folder / name).read_bytes())
+    dataset = load_beir(folder)
+    assert list(dataset.queries) == JUDGED and dataset.qrels["q-en-2"] == {"en-bees": 2, "en-photosynthesis": 0}
+
+
 # -- metrics --------------------------------------------------------------------------------------
 def test_score_run_matches_the_textbook_values() -> None:
     qrels = {"a": {"d1": 1}, "b": {"d2": 1}, "c": {"d3": 1}}

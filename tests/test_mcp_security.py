@@ -9,6 +9,7 @@ right after the path was checked, or after the file was opened. The Host/Origin 
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import os
 import socket
@@ -447,3 +448,117 @@ def test_a_tool_call_reads_the_token_store_off_the_event_loop_once_per_request(
     # thread) never waits on the store, and the tool does not read the token a second time.
     assert reads and all(read.startswith("verify") for read in reads), reads
     assert not any(read.endswith(live.thread.name) for read in reads), reads
+
+
+# -- arguments no JSON-RPC request may carry: NaN/Infinity numbers, lone surrogates --------------------------------
+def _request(number: int, tool: str, arguments: str) -> str:
+    """A tools/call request written by hand: NaN, Infinity and \\ud800 escapes are what a client library won't send."""
+    params = f'{{"name":"{tool}","arguments":{arguments}}}'
+    return f'{{"jsonrpc":"2.0","id":{number},"method":"tools/call","params":{params}}}'
+
+
+def hostile_calls(folder: Path) -> list[tuple[str, str, str]]:
+    """(tool, arguments as JSON text, the field the refusal must name)."""
+    return [
+        ("search", '{"query":"apples","vector_weight":NaN}', "vector_weight"),
+        ("search", '{"query":"apples","keyword_weight":Infinity}', "keyword_weight"),
+        ("search", '{"query":"apples","vector_weight":-Infinity}', "vector_weight"),
+        ("search", '{"query":"apples","vector_weight":1e999}', "vector_weight"),
+        ("rag_search", '{"keywords":["apples"],"timeout":NaN}', "timeout"),
+        ("select_knowledge_base", '{"kb_name":"docs\\ud800"}', "kb_name"),
+        ("delete_document", '{"doc_name":"\\udc00.txt"}', "doc_name"),
+        ("import_document", f'{{"file_paths":["{folder}/\\ud83d.txt"]}}', "file_paths.0"),
+        ("search", '{"query":"\\ud800 apples"}', "query"),
+    ]
+
+
+def assert_invalid_params(answer: dict[str, Any], field: str) -> None:
+    assert answer.get("error", {}).get("code") == -32602, answer
+    message = answer["error"]["message"]
+    assert f"{field}: " in message and ("not a finite number" in message or "lone surrogate" in message), message
+    assert "Traceback" not in message
+
+
+def test_nan_infinity_and_lone_surrogates_are_invalid_params_over_http(live: LiveServer) -> None:
+    """A NaN weight was once silently replaced by the default; a surrogate got error code 0 or no answer."""
+    headers = {"Authorization": f"Bearer {live.token}", "Accept": "application/json, text/event-stream",
+               "Content-Type": "application/json"}  # fmt: skip
+    with httpx.Client(headers=headers, timeout=30) as client:
+        hello = {"protocolVersion": "2025-03-26", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}
+        opened = client.post(live.url, json={"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": hello})
+        client.headers["mcp-session-id"] = opened.headers["mcp-session-id"]
+        client.post(live.url, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+        for number, (tool, arguments, field) in enumerate(hostile_calls(live.allowed), start=1):
+            reply = client.post(live.url, content=_request(number, tool, arguments))
+            data = [line[5:] for line in reply.text.splitlines() if line.startswith("data:")]
+            assert data, reply.text
+            assert_invalid_params(json.loads(data[-1]), field)
+
+
+def test_nan_infinity_and_lone_surrogates_are_invalid_params_over_stdio(tmp_path: Path) -> None:
+    import select
+
+    from tests.test_mcp_server import server_env
+
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kb_core.cli", "--home", str(tmp_path / "home"), "mcp"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=REPO_ROOT, env=server_env(),
+    )  # fmt: skip
+    assert process.stdin is not None and process.stdout is not None
+
+    def answer(line: str, number: int) -> dict[str, Any]:
+        process.stdin.write(line.encode("utf-8") + b"\n")  # type: ignore[union-attr]
+        process.stdin.flush()  # type: ignore[union-attr]
+        while True:
+            ready, _, _ = select.select([process.stdout], [], [], 60)
+            assert ready, f"no answer to {line}"
+            message = json.loads(process.stdout.readline())  # type: ignore[union-attr]
+            if message.get("id") == number:
+                return message
+
+    try:
+        hello = {"protocolVersion": "2025-03-26", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}
+        answer(json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": hello}), 0)
+        process.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+        for number, (tool, arguments, field) in enumerate(hostile_calls(tmp_path), start=1):
+            assert_invalid_params(answer(_request(number, tool, arguments), number), field)
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_an_embedding_model_path_is_confined_like_any_path(live: LiveServer, tmp_path: Path) -> None:
+    """A write token once learned whether a server path exists from the error of a model path outside --allow-dir."""
+    models = live.allowed / "models" / "mine"
+    models.mkdir(parents=True)
+
+    async def scenario(s: ClientSession) -> list[CallToolResult]:
+        answers = []
+        for number, model in enumerate(["/etc", "/no/such/folder", "~/.ssh", "../outside", str(live.outside)]):
+            answers.append(await call(s, "create_knowledge_base", kb_name=f"m{number}", chunk_size=64,
+                                      embedding_model=model))  # fmt: skip
+        for name, model in (("ok", str(models)), ("hub", "org/model")):
+            answers.append(await call(s, "create_knowledge_base", kb_name=name, chunk_size=64, embedding_model=model))
+        return answers
+
+    *refused, inside, hub = live.run(scenario)
+    for answer in refused:
+        assert answer.isError and answer.structuredContent["error"]["code"] == "PERMISSION_DENIED", answer
+        assert "outside the folders" in answer.structuredContent["message"]
+    assert not inside.isError and not hub.isError
+    names = {r.name for r in live.service.registry.knowledge_bases()}
+    assert {"ok", "hub"} <= names and not names & {f"m{n}" for n in range(5)}
+
+
+def test_export_never_tells_a_scoped_token_where_the_home_is(live: LiveServer) -> None:
+    kb_id = live.service.find_kb("docs").id
+    live.token = TokenStore(live.home).create([kb_id], "write", 1000)[0]
+    target = live.allowed / "docs.kbx"
+
+    async def scenario(s: ClientSession) -> CallToolResult:
+        return await call(s, "export_database", export_path=str(target))
+
+    result = live.run(scenario)
+    assert not result.isError and target.is_file(), result.content[0].text
+    shown = result.model_dump_json()
+    assert str(live.home) not in shown and str(live.service.home.root) not in shown, shown

@@ -132,3 +132,29 @@ def test_mcp_stdio_import_of_a_fifo_is_a_clear_tool_error(tmp_path: Path) -> Non
         assert FIFO in refused.content[0].text
 
     run_stdio(tmp_path / "home", scenario, tmp_path / "stderr.log")
+
+
+def test_a_confined_session_never_reads_or_writes_inside_the_home(tmp_path: Path) -> None:
+    """An allowed folder that holds the home (``--allow-dir /srv`` with the home in /srv/kb) still keeps the home's
+    API keys, tokens and store out of reach: of an import, a bundle, an export file read or written."""
+    from kb_core import KnowledgeBaseService
+
+    home = tmp_path / "srv" / "kb"
+    service = KnowledgeBaseService(home)
+    assert service.session().create_knowledge_base("k", 64, "hashing")["success"]
+    secret = home / "secrets" / "planted.key"
+    secret.write_text("sk-never-read-me", encoding="utf-8")
+    confined = service.session(allowed_dirs=[tmp_path / "srv"])
+    assert confined.select_knowledge_base("k")["success"]
+    imported = confined.import_document([str(secret), str(home / "tokens.json")])
+    assert imported["data"]["success_count"] == 0
+    assert all("inside the knowledge-base home" in f["error"] for f in imported["data"]["failed_files"]), imported
+    for envelope in (
+        confined.import_knowledge_bundle(str(secret), delete_file=True),
+        confined.import_database(str(secret)),
+        confined.export_database(str(home / "stolen.kbx")),
+    ):
+        assert not envelope["success"] and "knowledge-base home" in envelope["message"], envelope
+    assert secret.read_text(encoding="utf-8") == "sk-never-read-me" and not (home / "stolen.kbx").exists()
+    (tmp_path / "srv" / "notes.txt").write_text("notes beside the home", encoding="utf-8")
+    assert confined.import_document([str(tmp_path / "srv" / "notes.txt")])["data"]["success_count"] == 1

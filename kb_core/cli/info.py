@@ -16,6 +16,8 @@ def _info(session: Session, args: argparse.Namespace) -> Envelope:
     envelope: Envelope = session.device_info()
     if envelope["success"]:
         envelope["data"]["home"] = str(session.service.home.root)
+        postgres = session.service.postgres  # named by its URL without the password
+        envelope["data"]["store"] = postgres.display if postgres is not None else "folder (the home)"
     return envelope
 
 
@@ -25,6 +27,7 @@ def _render_info(envelope: Envelope) -> str:
     return "\n".join(
         [
             f"home: {data['home']}",
+            f"store: {data['store']}",
             f"document embedding: {device['device']} ({device['label']}, {device['precision']})",
             f"CPU threads: {device['threads']}",
             f"device {'chosen automatically' if device['source'] == 'default' else 'asked for by ' + device['source']}"
@@ -35,5 +38,7 @@ def _render_info(envelope: Envelope) -> str:
 
 
 def register(commands: Commands) -> None:
-    info = commands.add_parser("info", help="show the embedding device (--device / $KB_DEVICE) and the home")
+    info = commands.add_parser(
+        "info", help="show the embedding device (--device / $KB_DEVICE), the home and the store (never its password)"
+    )
     info.set_defaults(handler=_info, renderer=_render_info)

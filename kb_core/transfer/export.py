@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import logging
 import os
 import zipfile
@@ -24,6 +23,7 @@ import pyarrow.parquet as pq
 
 from kb_core.bundles.graph import GraphState, GraphStore
 from kb_core.errors import InvalidArgument, KBNotFound, StoreError
+from kb_core.json_text import json_text
 from kb_core.safe_files import OutputFolder, open_output_folder
 from kb_core.seams import Resources, Scope
 from kb_core.store import KBStore, KnowledgeBaseRecord, Manifest, catalog, utc_now
@@ -168,7 +168,7 @@ def _remove_recreated_lock(graph_root: Path) -> None:
 
 
 def _graph_bytes(state: GraphState) -> bytes:
-    return json.dumps(state.to_json(), ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    return json_text(state.to_json(), sort_keys=True, separators=(",", ":")).encode("utf-8")
 
 
 def _table_bytes(table: pa.Table) -> bytes:
@@ -265,7 +265,7 @@ def _write_export(
             "knowledge_bases": knowledge_bases,
             "files": files,
         }
-        data = json.dumps(manifest, ensure_ascii=False, indent=1, sort_keys=True).encode("utf-8")
+        data = json_text(manifest, indent=1, sort_keys=True).encode("utf-8")
         archive.writestr(zipfile.ZipInfo(MANIFEST_MEMBER, date_time=_zip_time()), data, zipfile.ZIP_DEFLATED)
     return manifest
 
@@ -275,9 +275,13 @@ def _zip_time() -> tuple[int, int, int, int, int, int]:
     return (now.year, now.month, now.day, now.hour, now.minute, now.second)
 
 
+HIDDEN_SOURCE = "(not shown to a session limited to some knowledge bases)"
+
+
 @dataclass(frozen=True)
 class ExportSummary:
-    """What an export wrote: ``message`` for the user, ``source_path`` (the home or the database), ``export_path``."""
+    """What an export wrote: ``message`` for the user, ``source_path`` (the home or the database; not shown to a
+    session with a scope, such as an MCP token limited to some knowledge bases), ``export_path``."""
 
     message: str
     source_path: str
@@ -359,4 +363,6 @@ def _export_into(session: Scope, folder: OutputFolder, target: Path, kb_names: S
     )
     logger.info(message)
     source = service.postgres.display if service.postgres is not None else str(home_root)
+    if getattr(session, "scope", None) is not None:  # a token limited to some KBs learns nothing of the server
+        source = HIDDEN_SOURCE
     return ExportSummary(message, source, str(target))
