@@ -25,16 +25,7 @@ from kb_core.errors import (
     KBNotFound,
     StoreError,
 )
-from kb_core.ingest.pipeline import Importer
-from kb_core.retrieval.search import (
-    RankedHits,
-    SearchFilters,
-    SearchSettings,
-    SnapshotSearcher,
-    rank,
-)
 from kb_core.store import Home, KBStore, KnowledgeBaseRecord, new_id, utc_now
-from kb_core.store.reader import KBReader
 from kb_core.validation import (
     name_key,
     validate_chunk_size,
@@ -46,10 +37,13 @@ if TYPE_CHECKING:
     from kb_core.embedding.base import Embedder
     from kb_core.evaluation_runs import EvaluationRunStore
     from kb_core.ingest.executors import DocumentExecutor
+    from kb_core.ingest.pipeline import Importer
     from kb_core.retrieval.analysis import Analyzer
+    from kb_core.retrieval.search import RankedHits, SearchFilters, SearchSettings
     from kb_core.session import Session
     from kb_core.store.postgres import PostgresStore
     from kb_core.store.postgres.tokens import PostgresTokenStore
+    from kb_core.store.reader import KBReader
     from kb_core.store.tokens import TokenStore
 
 logger = logging.getLogger(__name__)
@@ -246,6 +240,8 @@ class KnowledgeBaseService:
         with self._lock:
             reader = self._readers.get(kb_id)
             if reader is None:
+                from kb_core.store.reader import KBReader
+
                 store = self.kb_store(kb_id)
                 store.clean_up()
                 reader = KBReader(store)
@@ -335,6 +331,7 @@ class KnowledgeBaseService:
     def importer(self, record: KnowledgeBaseRecord, executor: DocumentExecutor | None = None) -> Importer:
         from kb_core.ingest.chunking import chunk_document
         from kb_core.ingest.parsing import parse_and_chunk_files, parse_file
+        from kb_core.ingest.pipeline import Importer
 
         embedder = self.embedder(record)
         limits = self._parse_limits or default_parse_limits()
@@ -422,6 +419,8 @@ class KnowledgeBaseService:
     ) -> RankedHits:
         """One KB's ranked hits. The place of each of ``explain_chunk_ids`` (live chunks) among the scored candidates
         is in ``RankedHits.explained_by_id``, whether or not it made the hits."""
+        from kb_core.retrieval.search import RankedHits, SnapshotSearcher, rank
+
         if self.postgres is not None:
             from kb_core.store.postgres.searching import search_snapshot
 

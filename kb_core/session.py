@@ -20,8 +20,6 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pyarrow.compute as pc
-
 from kb_core.envelope import Envelope, envelope, enveloped, ok
 from kb_core.errors import (
     DocumentNotFound,
@@ -33,8 +31,6 @@ from kb_core.errors import (
     KBNotFound,
     NoCurrentKB,
 )
-from kb_core.ingest.files import import_files, reimport_document
-from kb_core.ingest.pipeline import ImportProgress, in_flight_documents
 from kb_core.results import SearchRequest, SearchResult
 from kb_core.retrieval.query import explain_chunk, rag_rank, search_settings
 from kb_core.retrieval.search import (
@@ -53,6 +49,7 @@ from kb_core.validation import (
 )
 
 if TYPE_CHECKING:
+    from kb_core.ingest.pipeline import ImportProgress
     from kb_core.service import KnowledgeBaseService
     from kb_core.store.tokens import TokenRecord
     from kb_core.transfer.format import TransferLimits
@@ -223,6 +220,8 @@ class Session:
             raise InvalidArgument("display_names must name each file in file_paths.")
         reject_nul(list(file_paths), "file_paths")
         size = record.chunk_size if chunk_size is None else validate_chunk_size(chunk_size)
+        from kb_core.ingest.files import import_files  # the import pipeline loads only for an import
+
         outcomes = import_files(
             self.service,
             record,
@@ -278,6 +277,8 @@ class Session:
             reader = self.service.reader(record.id)
             documents = reader.snapshot().documents()
             rows = [document_row(d) for d in documents.to_dict("records")]
+            from kb_core.ingest.pipeline import in_flight_documents
+
             flights = in_flight_documents(reader.store)
         for flight in flights:
             rows.append(
@@ -310,6 +311,8 @@ class Session:
         else:
             segment = self.service.reader(record.id).snapshot().segment_by_id(document["segment_id"])
         if segment is not None:
+            import pyarrow.compute as pc
+
             table = segment.chunks.filter(pc.equal(segment.chunks.column("doc_id"), document["doc_id"]))
             rows = sorted((chunk_json(r) for r in table.to_pylist()), key=lambda r: r["chunk_index"])
         return ok(
@@ -351,6 +354,8 @@ class Session:
         document = self._live_document(record, doc_name)
         if document["status"] != "ready":
             raise InvalidArgument(f"Document {doc_name!r} failed to import; import it again instead of updating.")
+        from kb_core.ingest.files import reimport_document
+
         state = reimport_document(self.service, record, document, size, progress)
         if state is None:
             raise DocumentNotFound(f"Document {doc_name!r} was changed meanwhile; try again.")

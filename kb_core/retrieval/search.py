@@ -41,10 +41,10 @@ from kb_core.retrieval.fusion import (
 )
 from kb_core.retrieval.near_duplicates import TextSignatures, near_duplicate_rows
 from kb_core.retrieval.weights import FusionWeights
-from kb_core.store.reader import Snapshot
 
 if TYPE_CHECKING:
     from kb_core.retrieval.keyword_index import RowTerms
+    from kb_core.store.reader import Snapshot
 
 logger = logging.getLogger(__name__)
 
