@@ -21,9 +21,11 @@ Models load offline only: ``HF_HUB_OFFLINE`` and ``TRANSFORMERS_OFFLINE`` are se
 imported on first use (importing torch alone takes seconds), never when ``kb_core`` is imported.
 
 Documents are embedded on the device :mod:`kb_core.embedding.device` resolves (CUDA in float16 when there is
-one). Queries always run on a second copy of the model on the CPU in float32, loaded on the first query: a
+one). Queries always run on the CPU in float32, apart from the document model, loaded on the first query: a
 query is one short text, which a CPU embeds in milliseconds, and it must not wait behind an import's batch on a
-busy GPU (or behind the document model's lock on the CPU).
+busy GPU (or behind the document model's lock on the CPU). For a BERT model (all-MiniLM-L6-v2 among them) that
+is the numpy forward pass of :mod:`kb_core.embedding.query_forward`, so a search loads neither torch nor
+transformers; any other model gets a second, CPU copy of the torch model.
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ from kb_core.errors import EmbeddingError, InvalidArgument
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
+
+    from kb_core.embedding.query_forward import BertQueryEncoder
 
 log = logging.getLogger(__name__)
 
@@ -179,6 +183,8 @@ class SentenceTransformerEmbedder:
         self._query_model: SentenceTransformer | None = None
         self._template: InputTemplate | None = None
         self._query_template: InputTemplate | None = None
+        self._query_encoder: BertQueryEncoder | None = None
+        self._query_encoder_tried = False
         self._lock = threading.RLock()
         self._query_lock = threading.Lock()
         self._dimension: int | None = None
@@ -398,11 +404,28 @@ class SentenceTransformerEmbedder:
                 self._query_model = query_model
             return self._query_model
 
+    def _numpy_query_encoder(self) -> BertQueryEncoder | None:
+        """The torch-free query encoder of this model, or None where it does not apply (loaded on first use)."""
+        with self._query_lock:
+            if not self._query_encoder_tried:
+                if self.from_token_ids and self._tokenizer is not None and Path(self._source).is_dir():
+                    from kb_core.embedding.query_forward import BertQueryEncoder
+
+                    self._query_encoder = BertQueryEncoder.load(self._source, self._tokenizer.backend)
+                self._query_encoder_tried = True
+            return self._query_encoder
+
     def embed_query(self, text: str) -> np.ndarray:
-        """The query's vector, from the CPU copy of the model (windowed like a document)."""
+        """The query's vector, computed on the CPU (windowed like a document): by the numpy forward pass where it
+        applies, else by the CPU copy of the model."""
         pieces = self._windows_many([text])[0]
-        model = self._cpu_query_model()
-        vectors = self._embed_windows(model, self._query_template, pieces, self._query_lock)
+        encoder = self._numpy_query_encoder()
+        if encoder is not None:
+            with self._query_lock:
+                vectors = np.stack([encoder.encode(piece.ids) for piece in pieces])
+        else:
+            model = self._cpu_query_model()
+            vectors = self._embed_windows(model, self._query_template, pieces, self._query_lock)
         if len(pieces) == 1:
             return l2_normalize(vectors[0])
         weights = np.array([max(len(w.ids), 1) for w in pieces], dtype=np.float32)
