@@ -113,6 +113,10 @@ class Session:
     def resolve_kb(self, kb_name: str | None) -> KnowledgeBaseRecord:
         return self.find_kb(kb_name) if kb_name else self.current_kb()
 
+    def kb_version(self, kb_name: str | None = None) -> int:
+        """The committed version of the KB (default: the current one); it changes with every commit by any process."""
+        return self.service.kb_version(self.resolve_kb(kb_name))
+
     @enveloped
     def import_executors(self) -> Envelope:
         """The import executors, each with why it cannot run here (``None``: it can)."""
@@ -130,6 +134,26 @@ class Session:
             "device": choice.to_json(),
             "query_device": "cpu",
         })
+
+    @enveloped
+    def embedding_model_status(self, kb_name: str | None = None, model: str | None = None) -> Envelope:
+        """Whether the embedding model of the KB (default: the current one), or the local ``model`` named, is loaded in
+        this process: ``{model, loaded, expected_seconds, measured}``. An import loads it before its first chunk, which
+        takes seconds the first time; front ends say so (``expected_seconds``: the last load's time in this home when
+        ``measured``, else an estimate)."""
+        record = None if model is not None and kb_name is None else self.resolve_kb(kb_name)
+        state = self.service.model_load_state(record, model)
+        loaded = "is loaded" if state["loaded"] else f"is not loaded yet (about {state['expected_seconds']:.0f} s)"
+        return ok(f"The embedding model {state['model']} {loaded}.", state)
+
+    @enveloped
+    def load_embedding_model(self, kb_name: str | None = None, model: str | None = None) -> Envelope:
+        """Load the embedding model of the KB (or the local ``model``) now: ``{model, seconds}`` (0 when it was
+        loaded already or loads nothing)."""
+        record = None if model is not None and kb_name is None else self.resolve_kb(kb_name)
+        seconds = self.service.load_model(record, model)
+        name = record.embedding_model if record is not None else model
+        return ok(f"Loaded the embedding model {name} in {seconds:.1f} s.", {"model": name, "seconds": seconds})
 
     # -- knowledge bases -----------------------------------------------------------------------
     @enveloped

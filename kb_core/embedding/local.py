@@ -261,6 +261,15 @@ class SentenceTransformerEmbedder:
         return self._load()
 
     @property
+    def loaded(self) -> bool:
+        """Whether the document model is loaded (the first document embedded loads it: seconds on a CPU)."""
+        return self._model is not None
+
+    def load(self) -> None:
+        """Load the document model now, so a front end can say so before an import instead of during it."""
+        self._load()
+
+    @property
     def dimension(self) -> int:
         if self._dimension is None:
             self._load()
