@@ -72,7 +72,7 @@ PAGE_STATE = """() => {
       asked = box.querySelector('[data-testid="stMetricValue"]').innerText.trim();
     }
   }
-  const counter = (text.match(/service searches: (\\d+)/) || [])[1];
+  const counter = (text.match(/service: (\\d+) search/) || [])[1];
   return {ids, scores, asked, running: !!document.querySelector('[data-testid="stStatusWidget"]'),
           searches: counter === undefined ? null : Number(counter)};
 }"""
