@@ -16,6 +16,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
+from kb_core import KBError
 from pages import _shared as ui
 
 MODES = ["hybrid", "semantic", "keyword"]
@@ -303,34 +304,6 @@ with st.form("lab_form"):
     )
     if st.form_submit_button("Search", type="primary"):
         st.session_state["lab_query_run"] = typed
-params = settings_controls(f"lab_{key}", saved)
-query = str(st.session_state.get("lab_query_run") or "")
-if not query.strip():
-    st.info("Type a query and press **Search**. The settings start from the KB's saved defaults and apply as soon "
-            "as you change them.")
-    st.stop()
-
-searched = run_search(query, params)
-main = searched.value
-if not main["success"]:
-    ui.show_error(main)
-    st.stop()
-for warning in main["data"]["warnings"]:
-    st.warning(warning, icon=":material/translate:")
-weights_panel(main["data"], params)
-
-save_col, info_col = st.columns([1, 4], vertical_alignment="center")
-if save_col.button("Save as KB default", key="lab_save",
-                   help="Searches that give no settings (CLI, MCP, this app's next visit) use these."):
-    result = session.save_search_settings(**params)
-    if result["success"]:
-        st.session_state["lab_flash"] = result["message"]
-        st.session_state["lab_saved_round"] = st.session_state.get("lab_saved_round", 0) + 1
-        st.rerun()
-    ui.show_error(result)
-info_line = info_col.empty()  # written last, with the searches this view ran
-
-
 def rank_movement(query: str, params: dict[str, Any], chunks: list[dict[str, Any]]) -> None:
     depth = max(int(params["top_k"]), 10)
     ranks: dict[str, dict[str, int]] = {}
@@ -424,33 +397,74 @@ def ab_comparison(query: str, params: dict[str, Any], main: dict[str, Any], chun
             )
 
 
-results_tab, moves_tab, ab_tab = st.tabs(
-    ["Results", "Rank movement across modes", "A/B comparison"], key="lab_tabs", on_change="rerun"
-)
-chunks = main["data"]["chunks"]
-if results_tab.open:
-    with results_tab:
-        if not chunks:
-            st.info("No chunks matched.")
-        else:
-            st.markdown("**Score breakdown** — stacked contributions add up to each hit's final score (0–1 scale)")
-            st.caption(ui.score_scale(main["data"]["settings"]))
-            st.plotly_chart(ui.breakdown_figure(chunks), key="lab_overview_chart", width="stretch")
-            chunk_cards(chunks, query, params)
-if moves_tab.open:
-    with moves_tab:
-        rank_movement(query, params, chunks)
-if ab_tab.open:
-    with ab_tab:
-        ab_comparison(query, params, main, chunks)
+@st.fragment
+def lab_view() -> None:
+    """The settings and what they find. A setting changed reruns only this fragment, not the app around it (the
+    sidebar, the query form); the Search button and "Save as KB default" rerun the whole page."""
+    global record, version
+    try:
+        record = session.current_kb()  # as of now: another session may have saved new defaults
+    except KBError as exc:
+        st.info(exc.message)
+        return
+    version = session.kb_version()  # another process may have imported or deleted since the page ran
+    params = settings_controls(f"lab_{key}", saved)
+    query = str(st.session_state.get("lab_query_run") or "")
+    if not query.strip():
+        st.info("Type a query and press **Search**. The settings start from the KB's saved defaults and apply as soon "
+                "as you change them.")
+        return
 
-counters = ui.service().counters.snapshot()
-timing = (f"searched in {searched.seconds * 1000:.0f} ms" if searched.fresh
-          else f"from memory (the search took {searched.seconds * 1000:.0f} ms)")
-searches, vectors = counters["searches"], counters["query_vectors"]
-info_line.caption(
-    f"{main['data']['count']} chunk(s) · {describe(params)} · {timing} · this app's service: "
-    f"{searches} search{'es' if searches != 1 else ''}, {vectors} query vector{'s' if vectors != 1 else ''} computed",
-    help="Every search is remembered for this knowledge base version, query and settings, so the same search again "
-    "(a slider moved back, another tab) runs nothing; an import or deletion makes a new version.",
-)
+    searched = run_search(query, params)
+    main = searched.value
+    if not main["success"]:
+        ui.show_error(main)
+        return
+    for warning in main["data"]["warnings"]:
+        st.warning(warning, icon=":material/translate:")
+    weights_panel(main["data"], params)
+
+    save_col, info_col = st.columns([1, 4], vertical_alignment="center")
+    if save_col.button("Save as KB default", key="lab_save",
+                       help="Searches that give no settings (CLI, MCP, this app's next visit) use these."):
+        result = session.save_search_settings(**params)
+        if result["success"]:
+            st.session_state["lab_flash"] = result["message"]
+            st.session_state["lab_saved_round"] = st.session_state.get("lab_saved_round", 0) + 1
+            st.rerun()
+        ui.show_error(result)
+    info_line = info_col.empty()  # written last, with the searches this view ran
+    results_tab, moves_tab, ab_tab = st.tabs(
+        ["Results", "Rank movement across modes", "A/B comparison"], key="lab_tabs", on_change="rerun"
+    )
+    chunks = main["data"]["chunks"]
+    if results_tab.open:
+        with results_tab:
+            if not chunks:
+                st.info("No chunks matched.")
+            else:
+                st.markdown("**Score breakdown** — stacked contributions add up to each hit's final score (0–1 scale)")
+                st.caption(ui.score_scale(main["data"]["settings"]))
+                st.plotly_chart(ui.breakdown_figure(chunks), key="lab_overview_chart", width="stretch")
+                chunk_cards(chunks, query, params)
+    if moves_tab.open:
+        with moves_tab:
+            rank_movement(query, params, chunks)
+    if ab_tab.open:
+        with ab_tab:
+            ab_comparison(query, params, main, chunks)
+
+    counters = ui.service().counters.snapshot()
+    timing = (f"searched in {searched.seconds * 1000:.0f} ms" if searched.fresh
+              else f"from memory (the search took {searched.seconds * 1000:.0f} ms)")
+    searches, vectors = counters["searches"], counters["query_vectors"]
+    work = (f"{searches} search{'es' if searches != 1 else ''}, "
+            f"{vectors} query vector{'s' if vectors != 1 else ''} computed")
+    info_line.caption(
+        f"{main['data']['count']} chunk(s) · {describe(params)} · {timing} · this app's service: {work}",
+        help="Every search is remembered for this knowledge base version, query and settings, so the same search "
+        "again (a slider moved back, another tab) runs nothing; an import or deletion makes a new version.",
+    )
+
+
+lab_view()
