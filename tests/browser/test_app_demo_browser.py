@@ -222,4 +222,4 @@ def test_two_kept_runs_compare_per_query_in_the_app(demo_served, demo_page) -> N
     assert metric_value(page, "Mean nDCG@10: A → B") == f"{expected['mean_a']:.4f} → {expected['mean_b']:.4f}"
     assert not expected["warnings"]
     if expected["wins"] or expected["losses"]:
-        page.get_by_text("B − A per query (nDCG@10)").wait_for()
+        page.get_by_text("B − A per query (nDCG@10)").first.wait_for()  # plotly may draw it twice while redrawing
