@@ -371,13 +371,12 @@ def ab_comparison(query: str, params: dict[str, Any], main: dict[str, Any], chun
         with column:
             side_settings = {**side["data"]["settings"]}
             used = (side["data"].get("weights") or {}).get("used")
-            line = f"**{label}** · {describe(side_settings)}"
+            line = describe(side_settings)
             if used is not None:
                 line += f" · weights used {ui.weight_pair(used)}"
-            st.markdown(line)
-            for warning in side["data"]["warnings"] if label == "B" else []:
-                st.caption(f"B: {warning}")
-            # The score comes right after the rank, so it stays in view however narrow the column.
+            st.markdown(f"**{label}**")
+            # The score comes right after the rank, so it stays in view however narrow the column; the settings
+            # go under the table, so A's and B's tables start level.
             st.dataframe(
                 pd.DataFrame({
                     "#": range(1, len(found) + 1),
@@ -391,10 +390,13 @@ def ab_comparison(query: str, params: dict[str, Any], main: dict[str, Any], chun
                     "#": st.column_config.NumberColumn("#", width=36),
                     "score (0–1)": st.column_config.NumberColumn("score (0–1)", format="%.4f", width=92),
                     "both": st.column_config.TextColumn("both", width=44),
-                    "document": st.column_config.TextColumn("document", width="small"),
+                    "document": st.column_config.TextColumn("document", width=150),
                     "chunk": st.column_config.TextColumn("chunk", width="large"),
                 },
             )
+            st.caption(f"{label}: {line}")
+            for warning in side["data"]["warnings"] if label == "B" else []:
+                st.caption(f"B: {warning}")
 
 
 @st.fragment
@@ -461,7 +463,7 @@ def lab_view() -> None:
     work = (f"{searches} search{'es' if searches != 1 else ''}, "
             f"{vectors} query vector{'s' if vectors != 1 else ''} computed")
     info_line.caption(
-        f"{main['data']['count']} chunk(s) · {describe(params)} · {timing} · this app's service: {work}",
+        f"{main['data']['count']} chunk(s) · {timing} · this app's service: {work}",
         help="Every search is remembered for this knowledge base version, query and settings, so the same search "
         "again (a slider moved back, another tab) runs nothing; an import or deletion makes a new version.",
     )
