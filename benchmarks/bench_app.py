@@ -20,8 +20,10 @@ be going: the old app went on searching for its other tabs).
 The reference is the same search through ``Session.search`` in this process on the same home, timed right before
 the action: for a click the query's first search here (its query vector computed by the model), for a notch a
 search with the query vector remembered (as in the app). Reported: p50 / p95 of each, the ratio to the reference
-and the issue's target (p50 ≤ 3 × the service search + 300 ms), the load average before and after, and, where the
-app shows it, how many service searches each interaction ran. Output: a table, and JSON with ``--json PATH``.
+and the issue's target (p50 ≤ 3 × the service search + 300 ms), the load average before and after, where the app
+shows it how many service searches each interaction ran, and the CPU time each interaction cost the app's server
+process and the browser's processes (user + system from /proc: on a busy machine wall times stretch with the other
+tenants' load, CPU times much less). Output: a table, and JSON with ``--json PATH``.
 """
 
 from __future__ import annotations
@@ -83,6 +85,39 @@ MATCHES = """([state, want, idle]) => {
     && s.asked === want.asked;
   return shown && (!idle || !s.running);
 }""".replace("PAGE_STATE", PAGE_STATE)
+
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def process_tree(root: int) -> list[int]:
+    """``root`` and every process below it (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text(encoding="utf-8").rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, []))
+    return found
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds the processes have used so far (those gone since are left out)."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8").rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / TICKS
 
 
 def free_port() -> int:
@@ -168,16 +203,22 @@ def wait_idle(page: Any, timeout: float = 300_000) -> None:
     page.locator('[data-testid="stStatusWidget"]').wait_for(state="hidden", timeout=timeout)
 
 
-def timed(page: Any, action: Any, want: dict[str, Any]) -> tuple[float, float, int | None]:
-    """Seconds from ``action()`` to the expected ranking being visible, and to it with the run over; the app's
-    service-search counter after it (None where the app shows none)."""
+def timed(page: Any, action: Any, want: dict[str, Any], server: list[int], browser: list[int]) -> dict[str, Any]:
+    """Seconds from ``action()`` to the expected ranking being visible, and to it with the run over; the CPU seconds
+    the server and the browser spent meanwhile; the app's service-search counter after it (None where it shows
+    none)."""
+    cpu_server, cpu_browser = cpu_seconds(server), cpu_seconds(browser)
     start = time.perf_counter()
     action()
     page.wait_for_function(MATCHES, arg=[None, want, False], polling="raf", timeout=120_000)
     visible = time.perf_counter() - start
     page.wait_for_function(MATCHES, arg=[None, want, True], polling="raf", timeout=120_000)
     idle = time.perf_counter() - start
-    return visible, idle, page.evaluate(PAGE_STATE)["searches"]
+    page.wait_for_timeout(200)  # what the browser still draws after the last change (charts)
+    return {
+        "visible": visible, "idle": idle, "server_cpu": cpu_seconds(server) - cpu_server,
+        "browser_cpu": cpu_seconds(browser) - cpu_browser, "searches": page.evaluate(PAGE_STATE)["searches"],
+    }
 
 
 def bench_root(root: Path, browser: Any, notches: int) -> dict[str, Any]:
@@ -197,9 +238,12 @@ def bench_root(root: Path, browser: Any, notches: int) -> dict[str, Any]:
         page.get_by_label("Query", exact=True).wait_for()
         wait_idle(page)
         out: dict[str, Any] = {"first_start_s": round(first_start, 1)}
-        samples: dict[str, list[float]] = {k: [] for k in (
-            "click_visible", "click_idle", "click_reference", "notch_visible", "notch_idle", "notch_reference",
-            "back_visible", "back_idle", "back_reference")}
+        server = process_tree(app.process.pid)
+        browser = [p for p in process_tree(os.getpid()) if p not in server and p != os.getpid()]
+        samples: dict[str, list[float]] = {
+            f"{kind}_{part}": [] for kind in ("click", "notch", "back")
+            for part in ("visible", "idle", "reference", "server_cpu", "browser_cpu")
+        }
         searches: dict[str, list[int]] = {"click": [], "notch": [], "back": []}
 
         def count(kind: str, before: int | None, after: int | None) -> None:
@@ -211,15 +255,15 @@ def bench_root(root: Path, browser: Any, notches: int) -> dict[str, Any]:
             want, reference_s = reference.search(query, 0.7)
             page.get_by_label("Query", exact=True).fill(query)
             before = page.evaluate(PAGE_STATE)["searches"]
-            visible, idle, after = timed(page, submit.click, want)
-            samples["click_visible"].append(visible)
-            samples["click_idle"].append(idle)
+            got = timed(page, submit.click, want, server, browser)
+            for part in ("visible", "idle", "server_cpu", "browser_cpu"):
+                samples[f"click_{part}"].append(got[part])
             samples["click_reference"].append(reference_s)
-            count("click", before, after)
+            count("click", before, got["searches"])
         for query in NOTCH_QUERIES:
             want, _ = reference.search(query, 0.7)
             page.get_by_label("Query", exact=True).fill(query)
-            timed(page, submit.click, want)
+            timed(page, submit.click, want, server, browser)
             slider = page.get_by_role("slider", name="Vector weight").first
             weight = 0.7
             for key, kind in [("ArrowLeft", "notch")] * notches + [("ArrowRight", "back")] * notches:
@@ -227,11 +271,11 @@ def bench_root(root: Path, browser: Any, notches: int) -> dict[str, Any]:
                 want, reference_s = reference.search(query, weight)
                 slider.focus()
                 before = page.evaluate(PAGE_STATE)["searches"]
-                visible, idle, after = timed(page, lambda key=key, slider=slider: slider.press(key), want)
-                samples[f"{kind}_visible"].append(visible)
-                samples[f"{kind}_idle"].append(idle)
+                got = timed(page, lambda key=key, slider=slider: slider.press(key), want, server, browser)
+                for part in ("visible", "idle", "server_cpu", "browser_cpu"):
+                    samples[f"{kind}_{part}"].append(got[part])
                 samples[f"{kind}_reference"].append(reference_s)
-                count(kind, before, after)
+                count(kind, before, got["searches"])
         for name, values in samples.items():
             out[name] = percentiles(values)
         for kind in ("click", "notch", "back"):
@@ -268,15 +312,16 @@ def main() -> int:
     results["load_after"] = [round(x, 2) for x in os.getloadavg()]
     print(f"search lab in Chromium at 1280 px; load {results['load_before']} → {results['load_after']}")
     print(f"{'root':34}{'interaction':10}{'visible p50/p95 ms':>22}{'idle p50/p95 ms':>20}{'service p50 ms':>16}"
-          f"{'target ms':>11}{'searches':>10}")
+          f"{'target ms':>11}{'searches':>10}{'CPU ms server / browser':>26}")
     for root, out in results["roots"].items():
         print(f"{root[-34:]:34}first start (demo build) {out['first_start_s']} s")
         for kind in ("click", "notch", "back"):
             v, i, r = out[f"{kind}_visible"], out[f"{kind}_idle"], out[f"{kind}_reference"]
             n = out[f"{kind}_searches_per_interaction"]
             target = out[f"{kind}_target_ms"]
+            cpu = f"{out[f'{kind}_server_cpu']['p50_ms']:.0f} / {out[f'{kind}_browser_cpu']['p50_ms']:.0f}"
             print(f"{'':34}{kind:10}{v['p50_ms']:>12.0f} / {v['p95_ms']:<7.0f}{i['p50_ms']:>10.0f} / "
-                  f"{i['p95_ms']:<7.0f}{r['p50_ms']:>14.1f}{target:>13.0f}{'' if n is None else n:>10}")
+                  f"{i['p95_ms']:<7.0f}{r['p50_ms']:>14.1f}{target:>13.0f}{'' if n is None else n:>10}{cpu:>26}")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2), encoding="utf-8")
     return 0
