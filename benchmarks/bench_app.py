@@ -31,22 +31,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM = os.environ.get("KB_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update"]
+sys.path.insert(0, str(ROOT))
+from tests.browser.conftest import CHROMIUM, CHROMIUM_ARGS, RunningApp  # noqa: E402  (the browser tests' app)
+
 DEMO_KB_NAME = "Demo · 演示"
 CLICK_QUERIES = [
     "hybrid search weights",
@@ -120,12 +117,6 @@ def cpu_seconds(pids: list[int]) -> float:
     return total / TICKS
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def percentiles(samples: list[float]) -> dict[str, float]:
     if not samples:
         return {"p50_ms": float("nan"), "p95_ms": float("nan"), "n": 0}
@@ -134,43 +125,6 @@ def percentiles(samples: list[float]) -> dict[str, float]:
         "p95_ms": round(float(np.percentile(samples, 95)) * 1000, 1),
         "n": len(samples),
     }
-
-
-class App:
-    """``streamlit run ROOT/app.py`` over its own home, with the demo KB."""
-
-    def __init__(self, root: Path, home: Path) -> None:
-        self.root, self.home, self.port = root, home, free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = open(home.parent / f"streamlit-{self.port}.log", "w", encoding="utf-8")  # noqa: SIM115
-        environment = {**os.environ, "KB_HOME": str(home), "KB_DEMO": "1", "PYTHONPATH": str(root),
-                       "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "streamlit", "run", str(root / "app.py"), "--server.port", str(self.port),
-             "--server.address", "127.0.0.1", "--server.headless", "true", "--browser.gatherUsageStats", "false",
-             "--server.fileWatcherType", "none"],
-            cwd=root, env=environment, stdout=self.log, stderr=subprocess.STDOUT,
-        )
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"streamlit exited; see {self.log.name}")
-            try:
-                if httpx.get(f"{self.url}/_stcore/health", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.3)
-        raise TimeoutError(f"the app did not answer on {self.url}")
-
-    def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        self.log.close()
 
 
 class Reference:
@@ -223,8 +177,9 @@ def timed(page: Any, action: Any, want: dict[str, Any], server: list[int], brows
 
 def bench_root(root: Path, browser: Any, notches: int) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="bench-app-"))
-    app = App(root, workdir / "home")
+    app = RunningApp(workdir / "home", demo=True, root=root)
     try:
+        app.wait(timeout=120)
         context = browser.new_context(viewport={"width": 1280, "height": 900}, locale="en-US")
         page = context.new_page()
         page.set_default_timeout(60_000)

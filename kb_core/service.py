@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -26,6 +27,7 @@ from kb_core.errors import (
     StoreError,
 )
 from kb_core.store import Home, KBStore, KnowledgeBaseRecord, new_id, utc_now
+from kb_core.store.atomic import read_json, write_json_atomically
 from kb_core.validation import (
     name_key,
     validate_chunk_size,
@@ -309,6 +311,10 @@ class KnowledgeBaseService:
         name = model or DEFAULT_EMBEDDING_MODEL
         return None if is_hashing_model(name) else get_embedder(name, device=self.device_request)
 
+    @property
+    def _model_load_path(self) -> Path:
+        return self.home.root / "cache" / "model_load_seconds.json"
+
     def model_load_state(self, record: KnowledgeBaseRecord | None, model: str | None = None) -> dict[str, Any]:
         """Whether the embedding model of ``record`` (or the local ``model``) is loaded in this process, and how many
         seconds loading it took last time in this home (else an estimate)."""
@@ -317,10 +323,8 @@ class KnowledgeBaseService:
         name = record.embedding_model if record is not None else (model or DEFAULT_EMBEDDING_MODEL)
         measured = None
         if embedder is not None:
-            from kb_core.store.atomic import read_json
-
             try:
-                measured = read_json(self.home.root / "cache" / "model_load_seconds.json").get(embedder.model_key)
+                measured = read_json(self._model_load_path).get(embedder.model_key)
             except (OSError, ValueError, AttributeError):
                 measured = None
         return {
@@ -333,25 +337,20 @@ class KnowledgeBaseService:
     def load_model(self, record: KnowledgeBaseRecord | None, model: str | None = None) -> float:
         """Load the embedding model of ``record`` (or the local ``model``) now; the seconds it took, recorded in the
         home for the next estimate (0 when it was loaded already or loads nothing)."""
-        import time
-
         embedder = self._model_embedder(record, model)
         if embedder is None or bool(getattr(embedder, "loaded", True)):
             return 0.0
         started = time.perf_counter()
         embedder.load()
         seconds = time.perf_counter() - started
-        from kb_core.store.atomic import read_json, write_json_atomically
-
-        path = self.home.root / "cache" / "model_load_seconds.json"
         with self._lock:
             try:
-                known = read_json(path)
+                known = read_json(self._model_load_path)
             except (OSError, ValueError):
                 known = {}
             known = known if isinstance(known, dict) else {}
             known[embedder.model_key] = round(seconds, 1)
-            write_json_atomically(path, known)
+            write_json_atomically(self._model_load_path, known)
         logger.info("loaded the embedding model %s in %.1f s", embedder.model_key, seconds)
         return seconds
 
