@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -25,16 +26,8 @@ from kb_core.errors import (
     KBNotFound,
     StoreError,
 )
-from kb_core.ingest.pipeline import COMMIT_COLUMNS, Importer
-from kb_core.retrieval.search import (
-    RankedHits,
-    SearchFilters,
-    SearchSettings,
-    SnapshotSearcher,
-    rank,
-)
 from kb_core.store import Home, KBStore, KnowledgeBaseRecord, new_id, utc_now
-from kb_core.store.reader import KBReader
+from kb_core.store.atomic import read_json, write_json_atomically
 from kb_core.validation import (
     ITEM_ID,
     name_key,
@@ -47,15 +40,21 @@ if TYPE_CHECKING:
     from kb_core.embedding.base import Embedder
     from kb_core.evaluation_runs import EvaluationRunStore
     from kb_core.ingest.executors import DocumentExecutor
+    from kb_core.ingest.pipeline import Importer
     from kb_core.retrieval.analysis import Analyzer
+    from kb_core.retrieval.search import RankedHits, SearchFilters, SearchSettings
     from kb_core.session import Session
     from kb_core.store.postgres import PostgresStore
     from kb_core.store.postgres.tokens import PostgresTokenStore
+    from kb_core.store.reader import KBReader
     from kb_core.store.tokens import TokenStore
 
 logger = logging.getLogger(__name__)
 # Query vectors of local models remembered per service (see CachedEmbedder): 384 floats each, 1.5 MB at most.
 QUERY_MEMO = 1024
+# How long loading a local model takes before this home has measured it: all-MiniLM-L6-v2 with torch and
+# sentence-transformers on 2 busy cores; each load then records its own time (HOME/cache/model_load_seconds.json).
+MODEL_LOAD_SECONDS = 15.0
 
 
 def default_parse_limits() -> Any:
@@ -76,6 +75,24 @@ POSTGRES_OPERATIONS = (
 
 class NotOnPostgres(KBError):
     code = "NOT_ON_POSTGRES"
+
+
+class ServiceCounters:
+    """Work the service has done since it opened, for front ends to show and tests to read: ``searches`` (one KB
+    searched once, by any front end) and ``query_vectors`` (query vectors a model computed; repeats of a query are
+    answered by the embedders' memo and not counted)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts = {"searches": 0, "query_vectors": 0}
+
+    def add(self, name: str, count: int = 1) -> None:
+        with self._lock:
+            self._counts[name] += count
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._counts)
 
 
 class KBRegistry(Protocol):
@@ -133,6 +150,7 @@ class KnowledgeBaseService:
         self._readers: dict[str, KBReader] = {}
         self._embedders: dict[str, Any] = {}
         self._parse_limits = parse_limits
+        self.counters = ServiceCounters()
 
     @property
     def registry(self) -> KBRegistry:
@@ -247,6 +265,8 @@ class KnowledgeBaseService:
         with self._lock:
             reader = self._readers.get(kb_id)
             if reader is None:
+                from kb_core.store.reader import KBReader
+
                 store = self.kb_store(kb_id)
                 store.clean_up()
                 reader = KBReader(store)
@@ -277,9 +297,63 @@ class KnowledgeBaseService:
                         ),
                         EmbeddingCache(self.home.embedding_cache_path),
                         query_memo=0 if record.embedding_endpoint else QUERY_MEMO,
+                        on_query_embedded=lambda: self.counters.add("query_vectors"),
                     )
                 self._embedders[key] = embedder
             return embedder
+
+    def _model_embedder(self, record: KnowledgeBaseRecord | None, model: str | None) -> Any:
+        """The embedder an import into ``record`` uses, or the shared one of the local ``model`` (None for a model
+        that loads nothing: the hashing embedder)."""
+        if record is not None:
+            return self.embedder(record)
+        from kb_core.embedding import get_embedder, is_hashing_model
+
+        name = model or DEFAULT_EMBEDDING_MODEL
+        return None if is_hashing_model(name) else get_embedder(name, device=self.device_request)
+
+    @property
+    def _model_load_path(self) -> Path:
+        return self.home.root / "cache" / "model_load_seconds.json"
+
+    def model_load_state(self, record: KnowledgeBaseRecord | None, model: str | None = None) -> dict[str, Any]:
+        """Whether the embedding model of ``record`` (or the local ``model``) is loaded in this process, and how many
+        seconds loading it took last time in this home (else an estimate)."""
+        embedder = self._model_embedder(record, model)
+        loaded = embedder is None or bool(getattr(embedder, "loaded", True))
+        name = record.embedding_model if record is not None else (model or DEFAULT_EMBEDDING_MODEL)
+        measured = None
+        if embedder is not None:
+            try:
+                measured = read_json(self._model_load_path).get(embedder.model_key)
+            except (OSError, ValueError, AttributeError):
+                measured = None
+        return {
+            "model": name,
+            "loaded": loaded,
+            "expected_seconds": float(measured) if isinstance(measured, int | float) else MODEL_LOAD_SECONDS,
+            "measured": isinstance(measured, int | float),
+        }
+
+    def load_model(self, record: KnowledgeBaseRecord | None, model: str | None = None) -> float:
+        """Load the embedding model of ``record`` (or the local ``model``) now; the seconds it took, recorded in the
+        home for the next estimate (0 when it was loaded already or loads nothing)."""
+        embedder = self._model_embedder(record, model)
+        if embedder is None or bool(getattr(embedder, "loaded", True)):
+            return 0.0
+        started = time.perf_counter()
+        embedder.load()
+        seconds = time.perf_counter() - started
+        with self._lock:
+            try:
+                known = read_json(self._model_load_path)
+            except (OSError, ValueError):
+                known = {}
+            known = known if isinstance(known, dict) else {}
+            known[embedder.model_key] = round(seconds, 1)
+            write_json_atomically(self._model_load_path, known)
+        logger.info("loaded the embedding model %s in %.1f s", embedder.model_key, seconds)
+        return seconds
 
     @property
     def device_request(self) -> DeviceRequest:
@@ -337,6 +411,7 @@ class KnowledgeBaseService:
         from kb_core.ingest.chunking import chunk_document
         from kb_core.ingest.parsing import parse_and_chunk_files, parse_file
         from kb_core.ingest.parsing.isolation import write_segment_in_worker
+        from kb_core.ingest.pipeline import COMMIT_COLUMNS, Importer
 
         embedder = self.embedder(record)
         limits = self._parse_limits or default_parse_limits()
@@ -435,6 +510,9 @@ class KnowledgeBaseService:
     ) -> RankedHits:
         """One KB's ranked hits. The place of each of ``explain_chunk_ids`` (live chunks) among the scored candidates
         is in ``RankedHits.explained_by_id``, whether or not it made the hits."""
+        from kb_core.retrieval.search import RankedHits, SnapshotSearcher, rank
+
+        self.counters.add("searches")
         if self.postgres is not None:
             from kb_core.store.postgres.searching import search_snapshot
 
@@ -458,6 +536,14 @@ class KnowledgeBaseService:
             chunk_id: ranked.explained[key] for chunk_id, key in located.items() if key in ranked.explained
         }
         return ranked
+
+    def kb_version(self, record: KnowledgeBaseRecord) -> int:
+        """The KB's committed version. Every commit by any process (an import, a deletion, a compaction) changes it,
+        so what is derived from the KB (the search lab's results) may be remembered under it."""
+        if self.postgres is not None:
+            with self.postgres.snapshot(record.id) as snapshot:
+                return snapshot.version
+        return self.kb_store(record.id).latest_version()
 
     def compact(self, record: KnowledgeBaseRecord, everything: bool = False) -> dict[str, int]:
         from kb_core.store.compaction import compact

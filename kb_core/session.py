@@ -21,8 +21,6 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pyarrow.compute as pc
-
 from kb_core.envelope import Envelope, envelope, enveloped, ok
 from kb_core.errors import (
     DocumentNotFound,
@@ -34,8 +32,6 @@ from kb_core.errors import (
     KBNotFound,
     NoCurrentKB,
 )
-from kb_core.ingest.files import import_files, reimport_document
-from kb_core.ingest.pipeline import ImportProgress, in_flight_documents
 from kb_core.results import SearchRequest, SearchResult
 from kb_core.retrieval.query import explain_chunk, rag_rank, search_settings
 from kb_core.retrieval.search import (
@@ -56,6 +52,7 @@ from kb_core.validation import (
 )
 
 if TYPE_CHECKING:
+    from kb_core.ingest.pipeline import ImportProgress
     from kb_core.service import KnowledgeBaseService
     from kb_core.store.tokens import TokenRecord
     from kb_core.transfer.format import TransferLimits
@@ -129,6 +126,10 @@ class Session:
     def resolve_kb(self, kb_name: str | None) -> KnowledgeBaseRecord:
         return self.find_kb(kb_name) if kb_name else self.current_kb()
 
+    def kb_version(self, kb_name: str | None = None) -> int:
+        """The committed version of the KB (default: the current one); it changes with every commit by any process."""
+        return self.service.kb_version(self.resolve_kb(kb_name))
+
     @enveloped
     def import_executors(self) -> Envelope:
         """The import executors, each with why it cannot run here (``None``: it can)."""
@@ -146,6 +147,26 @@ class Session:
             "device": choice.to_json(),
             "query_device": "cpu",
         })
+
+    @enveloped
+    def embedding_model_status(self, kb_name: str | None = None, model: str | None = None) -> Envelope:
+        """Whether the embedding model of the KB (default: the current one), or the local ``model`` named, is loaded in
+        this process: ``{model, loaded, expected_seconds, measured}``. An import loads it before its first chunk, which
+        takes seconds the first time; front ends say so (``expected_seconds``: the last load's time in this home when
+        ``measured``, else an estimate)."""
+        record = None if model is not None and kb_name is None else self.resolve_kb(kb_name)
+        state = self.service.model_load_state(record, model)
+        loaded = "is loaded" if state["loaded"] else f"is not loaded yet (about {state['expected_seconds']:.0f} s)"
+        return ok(f"The embedding model {state['model']} {loaded}.", state)
+
+    @enveloped
+    def load_embedding_model(self, kb_name: str | None = None, model: str | None = None) -> Envelope:
+        """Load the embedding model of the KB (or the local ``model``) now: ``{model, seconds}`` (0 when it was
+        loaded already or loads nothing)."""
+        record = None if model is not None and kb_name is None else self.resolve_kb(kb_name)
+        seconds = self.service.load_model(record, model)
+        name = record.embedding_model if record is not None else model
+        return ok(f"Loaded the embedding model {name} in {seconds:.1f} s.", {"model": name, "seconds": seconds})
 
     # -- knowledge bases -----------------------------------------------------------------------
     @enveloped
@@ -252,6 +273,8 @@ class Session:
             raise InvalidArgument("display_names must name each file in file_paths.")
         reject_nul(list(file_paths), "file_paths")
         size = record.chunk_size if chunk_size is None else validate_chunk_size(chunk_size)
+        from kb_core.ingest.files import import_files  # the import pipeline loads only for an import
+
         outcomes = import_files(
             self.service,
             record,
@@ -307,6 +330,8 @@ class Session:
             reader = self.service.reader(record.id)
             documents = reader.snapshot().documents()
             rows = [document_row(d) for d in documents.to_dict("records")]
+            from kb_core.ingest.pipeline import in_flight_documents
+
             flights = in_flight_documents(reader.store)
         for flight in flights:
             rows.append(
@@ -339,6 +364,8 @@ class Session:
         else:
             segment = self.service.reader(record.id).snapshot().segment_by_id(document["segment_id"])
         if segment is not None:
+            import pyarrow.compute as pc
+
             table = segment.chunks.filter(pc.equal(segment.chunks.column("doc_id"), document["doc_id"]))
             rows = sorted((chunk_json(r) for r in table.to_pylist()), key=lambda r: r["chunk_index"])
         return ok(
@@ -380,6 +407,8 @@ class Session:
         document = self._live_document(record, doc_name)
         if document["status"] != "ready":
             raise InvalidArgument(f"Document {doc_name!r} failed to import; import it again instead of updating.")
+        from kb_core.ingest.files import reimport_document
+
         state = reimport_document(self.service, record, document, size, progress)
         if state is None:
             raise DocumentNotFound(f"Document {doc_name!r} was changed meanwhile; try again.")

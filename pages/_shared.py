@@ -9,7 +9,11 @@ from __future__ import annotations
 import os
 import re
 import threading
-from collections.abc import Sequence
+import time
+import unicodedata
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +42,52 @@ def _demo_lock(home: str) -> threading.Lock:
 
 def service() -> KnowledgeBaseService:
     return _service_for(str(resolve_home()))
+
+
+@dataclass(frozen=True)
+class Remembered:
+    """An envelope from :func:`remembered`: how long computing it took, and whether this call computed it."""
+
+    value: dict[str, Any]
+    seconds: float
+    fresh: bool
+
+
+class EnvelopeMemo:
+    """Successful envelopes under a key, the newest ``size`` of them; failures are never remembered."""
+
+    def __init__(self, size: int = 256) -> None:
+        self.size = size
+        self._items: OrderedDict[str, tuple[dict[str, Any], float]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get_or_run(self, key: str, run: Callable[[], dict[str, Any]]) -> Remembered:
+        with self._lock:
+            found = self._items.get(key)
+            if found is not None:
+                self._items.move_to_end(key)
+                return Remembered(found[0], found[1], False)
+        start = time.perf_counter()
+        value = run()
+        seconds = time.perf_counter() - start
+        if value.get("success"):
+            with self._lock:
+                self._items[key] = (value, seconds)
+                while len(self._items) > self.size:
+                    self._items.popitem(last=False)
+        return Remembered(value, seconds, True)
+
+
+@st.cache_resource
+def _memo_for(home: str) -> EnvelopeMemo:
+    return EnvelopeMemo()
+
+
+def remembered(key: str, run: Callable[[], dict[str, Any]]) -> Remembered:
+    """``run()``'s envelope, remembered under ``key`` for every browser session of this process. The key must hold
+    all the call depends on (for a search: the KB id and version, the query, every setting); pages treat the
+    envelope as read-only."""
+    return _memo_for(str(resolve_home())).get_or_run(key, run)
 
 
 def session() -> Session:
@@ -133,18 +183,20 @@ def ensure_selection(sess: Session, preferred: str | None = None) -> None:
     sess.select_knowledge_base(choice)
 
 
-def sidebar_kb_picker(sess: Session) -> None:
+def sidebar_kb_picker(sess: Session) -> Any:
+    """The current-KB picker, and under it the KB's counts; returns the counts' placeholder (None without a KB)
+    for :func:`refresh_sidebar_counts`."""
     listing = sess.list_knowledge_bases()
     if not listing["success"]:
         show_error(listing)
-        return
+        return None
     kbs = listing["data"]["knowledge_bases"]
     names = [kb["name"] for kb in kbs]
     current = current_kb_name(sess)
     with st.sidebar:
         if not names:
             st.caption("No knowledge bases yet.")
-            return
+            return None
         index = names.index(current) if current in names else None
         choice = st.selectbox(
             "Current knowledge base",
@@ -157,12 +209,30 @@ def sidebar_kb_picker(sess: Session) -> None:
         if choice is not None and choice != current:
             data_or_error(sess.select_knowledge_base(choice))
             st.rerun()
+        counts = st.empty()
         if current is not None:
-            kb = next(k for k in kbs if k["name"] == current)
-            st.caption(
-                f"{kb['document_count']} documents · {kb['chunk_count']} chunks · {kb['embedding_model']} · "
-                f"chunk size {kb['chunk_size']}"
-            )
+            counts.caption(kb_counts_line(next(k for k in kbs if k["name"] == current)))
+        return counts
+
+
+def kb_counts_line(kb: dict[str, Any]) -> str:
+    return (
+        f"{kb['document_count']} documents · {kb['chunk_count']} chunks · {kb['embedding_model']} · "
+        f"chunk size {kb['chunk_size']}"
+    )
+
+
+def refresh_sidebar_counts(sess: Session, counts: Any) -> None:
+    """Redraw the sidebar's counts after the page ran: it may have imported or deleted documents."""
+    if counts is None:
+        return
+    listing = sess.list_knowledge_bases()
+    if not listing["success"]:
+        return
+    current = listing["data"]["current_kb_id"]
+    kb = next((k for k in listing["data"]["knowledge_bases"] if k["id"] == current), None)
+    if kb is not None:
+        counts.caption(kb_counts_line(kb))
 
 
 # -- progress ------------------------------------------------------------------------------------
@@ -187,6 +257,24 @@ def overall_fraction(progress: ImportProgress) -> float:
     if not progress.files:
         return 1.0
     return sum(file_fraction(f) for f in progress.files) / len(progress.files)
+
+
+def load_model_with_notice(sess: Session, kb_name: str | None = None, model: str | None = None) -> None:
+    """Say that the embedding model is loading (and about how long that takes), load it, then say how long it took.
+    Without this an import sits at "0 chunks embedded" while the model loads (seconds, the first time)."""
+    status = sess.embedding_model_status(kb_name, model)
+    if not status["success"] or status["data"]["loaded"]:
+        return
+    name, seconds = status["data"]["model"], status["data"]["expected_seconds"]
+    note = st.empty()
+    note.info(f"Loading the embedding model {name} (first time: ~{seconds:.0f} s); then the chunks are embedded…",
+              icon=":material/hourglass_top:")
+    loaded = sess.load_embedding_model(kb_name, model)
+    if loaded["success"]:
+        note.caption(f"Loaded the embedding model {name} in {loaded['data']['seconds']:.1f} s.")
+    else:
+        note.empty()
+        show_error(loaded)
 
 
 class ImportBars:
@@ -260,6 +348,23 @@ _SIGNIFICANT = re.compile(r"[&<>\"'\\`*_{}\[\]()#+\-.!|~:@=]")
 def _inert(text: str) -> str:
     """``text`` as HTML that Markdown renders as exactly that text, line breaks kept."""
     return _SIGNIFICANT.sub(lambda m: f"&#{ord(m.group())};", text).replace("\n", "<br>")
+
+
+CLAMP_LINES = 6
+_CLAMP_UNITS = 640  # about six lines of a result card at 1280 px, a CJK character counting as two Latin ones
+
+
+def clamped(marked_html: str, text: str) -> str:
+    """A result card's text (``marked_html``: ``text`` with its highlights) clamped to its first lines, with "show
+    all" / "show less" to unfold it in the browser (an HTML ``details`` element: no rerun). Short texts are not
+    clamped."""
+    units = sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+    if units <= _CLAMP_UNITS and text.count("\n") < CLAMP_LINES:
+        return f"<div class='kb-chunk-text'>{marked_html}</div>"
+    return (
+        "<details class='kb-chunk'><summary><div class='kb-chunk-text kb-clamp'>"
+        f"{marked_html}</div><span class='kb-more'></span></summary></details>"
+    )
 
 
 def contribution_parts(breakdown: dict[str, Any]) -> dict[str, float]:

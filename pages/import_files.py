@@ -30,6 +30,8 @@ def run_import(
     # Any click reruns this page, which stops the running import at its next progress report (Streamlit raises in
     # the report): documents committed so far stay, the rest is not imported. This button says so.
     st.button("Cancel import", key="cancel_import", icon=":material/cancel:")
+    if executor == "local":  # a Ray cluster loads the model on its own nodes
+        ui.load_model_with_notice(session)
     bars = ui.ImportBars(paths, names)
     result = (via or session).import_document(
         paths,

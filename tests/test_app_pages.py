@@ -282,6 +282,30 @@ def shown_chunk_ids(test: AppTest) -> list[str]:
     return [c.split("chunk `")[1].rstrip("`") for c in texts(test, "caption") if "chunk `chk_" in c]
 
 
+def open_breakdowns(test: AppTest, count: int) -> AppTest:
+    """Unfold the first ``count`` cards' score breakdowns (drawn only when open), as clicking them does."""
+    for rank in range(1, count + 1):
+        test.session_state[f"lab_breakdown_{rank}"] = True
+    return test.run()
+
+
+def show_tab(test: AppTest, label: str) -> AppTest:
+    """Switch the result tabs (each runs its searches only when shown), as clicking the tab does."""
+    test.session_state["lab_tabs"] = label
+    return test.run()
+
+
+def service_counters(test: AppTest) -> tuple[int, int]:
+    """The service's counters as the page shows them under the weights: searches run, query vectors computed."""
+    line = next(c for c in texts(test, "caption") if "this app's service:" in c)
+    searches, vectors = line.split("this app's service: ")[1].split(", ")
+    return int(searches.split()[0]), int(vectors.split()[0])
+
+
+def searches_so_far(test: AppTest) -> int:
+    return service_counters(test)[0]
+
+
 def test_search_lab_cards_highlights_breakdowns_rank_moves_and_ab(filled: Path) -> None:
     test = search(app("search_lab"), "混合检索 权重")
     html = " ".join(texts(test, "markdown"))
@@ -290,6 +314,8 @@ def test_search_lab_cards_highlights_breakdowns_rank_moves_and_ab(filled: Path) 
     assert cards and "混合检索.docx" in cards[0]
     assert sum("on a 0–1 scale" in m for m in texts(test, "markdown")) == len(cards)
     assert any(e.label == "Score breakdown" for e in test.expander)
+    assert not any("= final" in c for c in texts(test, "caption"))  # folded breakdowns are not computed
+    open_breakdowns(test, len(cards))
     # the caption under each chart: the stacked parts add up to the final score
     sums = [c for c in texts(test, "caption") if "= final" in c]
     assert len(sums) == len(cards)
@@ -301,12 +327,19 @@ def test_search_lab_cards_highlights_breakdowns_rank_moves_and_ab(filled: Path) 
     # no trace of the old z-scores: the scale is stated in words
     assert not any("z-score" in c or "standard deviation" in c for c in texts(test, "caption"))
     assert any("0–1 scale" in c for c in texts(test, "caption"))
-    # rank movement: one column per mode
+    # rank movement: one column per mode, searched when its tab is shown
+    assert not any("semantic" in d.value.columns for d in test.dataframe)
+    before = searches_so_far(test)
+    show_tab(test, "Rank movement across modes")
     moves = next(d.value for d in test.dataframe if "semantic" in d.value.columns)
     assert {"hybrid", "semantic", "keyword"} <= set(moves.columns)
-    # A/B defaults to the keyword mode for B; overlap metrics shown
+    assert searches_so_far(test) - before == 3  # the three modes, ten deep; the main search is remembered
+    # A/B defaults to the keyword mode for B; overlap metrics shown; the score column comes right after the rank
+    show_tab(test, "A/B comparison")
     labels = [m.label for m in test.metric]
     assert "Shared chunks" in labels and "Overlap (Jaccard)" in labels
+    sides = [d.value for d in test.dataframe if "both" in d.value.columns]
+    assert len(sides) == 2 and all(list(side.columns[:2]) == ["#", "score (0–1)"] for side in sides)
 
 
 def recomputed(step: str) -> tuple[float, float]:
@@ -321,6 +354,7 @@ def test_one_vector_weight_slider_sets_both_weights_and_every_hit_uses_them(fill
     base = lab_prefix(filled)
     assert metric(test, "Keyword weight") == "0.30"
     assert metric(test, "Weights used · vector / keyword") == "0.70 / 0.30"
+    open_breakdowns(test, 5)
     test.slider(key=f"{base}_vw").set_value(0.2).run()
     assert not test.exception
     assert metric(test, "Keyword weight") == "0.80"
@@ -344,6 +378,25 @@ def test_one_vector_weight_slider_sets_both_weights_and_every_hit_uses_them(fill
     assert metric(test, "Weights asked") == "0.20 / 0.80"
     assert metric(test, "Weights used · vector / keyword") == pair(auto["used"])
     assert metric(test, "Auto weighting would use") == pair(auto["auto"])
+
+
+def test_one_search_per_change_none_for_settings_seen_before_until_the_kb_changes(filled: Path) -> None:
+    test = search(app("search_lab"), "hybrid search weights")
+    base = lab_prefix(filled)
+    searches, vectors = service_counters(test)
+    test.slider(key=f"{base}_vw").set_value(0.2).run()
+    assert service_counters(test) == (searches + 1, vectors)  # one search; the query's vector is remembered
+    test.slider(key=f"{base}_vw").set_value(0.7).run()
+    assert service_counters(test) == (searches + 1, vectors)  # back to a setting searched before: nothing runs
+    assert any("from memory" in c for c in texts(test, "caption"))
+    # another process imports a document: the KB's version moves on, so the same settings search again
+    other = KnowledgeBaseService(filled).session()
+    other.select_knowledge_base("Alpha")
+    assert other.import_document([str(DEMO / "evaluation_guide.docx")])["success"]
+    test.run()
+    assert service_counters(test) == (searches + 2, vectors)
+    assert shown_chunk_ids(test) == [c["id"] for c in other.search("hybrid search weights")["data"]["chunks"]]
+    assert any("evaluation_guide.docx" in m for m in texts(test, "markdown"))
 
 
 def test_explain_shows_why_a_hit_ranks_where_it_does(filled: Path) -> None:

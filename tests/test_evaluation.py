@@ -21,6 +21,7 @@ from kb_core.evaluation import (
     build_eval_kb,
     evaluate_folder,
     evaluate_kb,
+    language_warning,
     score_run,
     settings_for,
     sweep_weights,
@@ -180,6 +181,13 @@ def test_score_run_keeps_our_order_when_scores_tie() -> None:
     # trec_eval alone would order ties by document id ("z" before "a"); our ranking puts "a" first.
     values = score_run({"q": {"a": 1.0, "z": 1.0}}, {"q": {"a": 1}})
     assert values["q"]["mrr@10"] == 1.0
+
+
+def test_queries_the_model_cannot_read_are_named_once_with_the_first_few_ids() -> None:
+    many = language_warning("all-MiniLM-L6-v2", [f"zh-{i}" for i in range(1, 13)], 24)
+    assert many.startswith("The embedding model all-MiniLM-L6-v2 does not cover the language of 12 of 24 queries "
+                           "(zh-1, zh-2, zh-3, zh-4, zh-5 and 7 more): ")
+    assert "(q7)" in language_warning("m", ["q7"], 3)
 
 
 def test_settings_for_modes_weights_and_sweeps() -> None:
@@ -379,8 +387,14 @@ def test_real_model_evaluation_flags_chinese_and_finds_english_paraphrases(tmp_p
     semantic = report.per_query[report.per_query["setting"] == "semantic"].set_index("query_id")
     # all-MiniLM-L6-v2 understands the English questions...
     assert semantic.loc[["q-en-1", "q-en-2", "q-en-3"], "mrr@10"].mean() >= 0.8
-    # ...and the user is told it does not cover Chinese; the hybrid must not fall below keyword search there
-    assert any("does not cover" in w for w in report.warnings)
+    # ...and the user is told once that it does not cover Chinese, which queries, and what that means; the hybrid
+    # must not fall below keyword search there
+    about_language = [w for w in report.warnings if "does not cover" in w]
+    assert about_language == [
+        "The embedding model all-MiniLM-L6-v2 does not cover the language of 3 of 6 queries (q-zh-1, q-zh-2, "
+        "q-zh-3): their semantic scores carry little meaning, and with the language guard on (the default) hybrid "
+        "search gives their vector signal weight 0, ranking them by keywords."
+    ], report.warnings
     hybrid = report.per_query[report.per_query["setting"] == "hybrid (default)"].set_index("query_id")
     keyword = report.per_query[report.per_query["setting"] == "keyword"].set_index("query_id")
     zh = ["q-zh-1", "q-zh-2", "q-zh-3"]

@@ -44,6 +44,15 @@ def _import(session: Session, args: argparse.Namespace) -> Envelope:
         cancel.set()
         print("cancelling the import (Ctrl-C again to abort)…", file=sys.stderr)
 
+    if bar is not None and args.executor == "local":
+        # The model loads before the first chunk (seconds, the first time): say so rather than sit at 0 chunks.
+        status = session.embedding_model_status()
+        if status["success"] and not status["data"]["loaded"]:
+            data = status["data"]
+            bar.set_description_str(
+                f"loading the embedding model {data['model']} (first time: ~{data['expected_seconds']:.0f} s)…"
+            )
+            session.load_embedding_model()
     in_main_thread = threading.current_thread() is threading.main_thread()  # only it may set signal handlers
     previous = signal.signal(signal.SIGINT, interrupted) if in_main_thread else None
     try:

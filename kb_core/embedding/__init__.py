@@ -12,19 +12,25 @@
 * ``device=device_request("cuda")``: where a local model runs (:mod:`kb_core.embedding.device`; default
   ``$KB_DEVICE``, else CUDA, MPS, CPU in that order). The device is not part of ``model_key``.
 
-Heavy libraries (torch, sentence-transformers) are imported only when a local model is first created.
+Heavy libraries (torch, sentence-transformers) are imported only when a local model is first created; numpy and
+sqlite3 (the interface, the cache, the hashing embedder) when those names are first used (PEP 562), so a command
+that only asks for the device or the default model's name (``kb list``) imports neither.
 """
 
 from __future__ import annotations
 
+import importlib
 import re
 import threading
+from typing import TYPE_CHECKING, Any
 
-from kb_core.embedding.base import Embedder, ProgressCallback, Tokenizer, l2_normalize
-from kb_core.embedding.cache import CachedEmbedder, EmbeddingCache
 from kb_core.embedding.device import DeviceRequest, device_request
-from kb_core.embedding.hashing import HashingEmbedder, HashingTokenizer
 from kb_core.errors import InvalidArgument
+
+if TYPE_CHECKING:
+    from kb_core.embedding.base import Embedder, ProgressCallback, Tokenizer, l2_normalize
+    from kb_core.embedding.cache import CachedEmbedder, EmbeddingCache
+    from kb_core.embedding.hashing import HashingEmbedder, HashingTokenizer
 
 DEFAULT_EMBEDDING_MODEL = "all-MiniLM-L6-v2"
 
@@ -44,6 +50,31 @@ __all__ = [
     "is_hashing_model",
     "l2_normalize",
 ]
+
+_HOMES = {
+    "Embedder": "kb_core.embedding.base",
+    "ProgressCallback": "kb_core.embedding.base",
+    "Tokenizer": "kb_core.embedding.base",
+    "l2_normalize": "kb_core.embedding.base",
+    "CachedEmbedder": "kb_core.embedding.cache",
+    "EmbeddingCache": "kb_core.embedding.cache",
+    "HashingEmbedder": "kb_core.embedding.hashing",
+    "HashingTokenizer": "kb_core.embedding.hashing",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _HOMES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'kb_core.embedding' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])
+
 
 _HASHING_RE = re.compile(r"^hashing(?:[-:](\d+))?$")
 
@@ -80,6 +111,8 @@ def create_embedder(
     name = (model or DEFAULT_EMBEDDING_MODEL).strip()
     m = _HASHING_RE.match(name)
     if m:
+        from kb_core.embedding.hashing import HashingEmbedder
+
         return HashingEmbedder(int(m.group(1)) if m.group(1) else 64)
     from kb_core.embedding.local import SentenceTransformerEmbedder
 

@@ -28,9 +28,12 @@ come back in one block per call, so nothing waits on the card per batch. A CPU g
 ``batch_size``, each back before the next (progress per batch), unless ``device_batch_tokens`` is given: then it is
 fed exactly like a device (the tests run the GPU's code path that way).
 
-Queries always run on a second copy of the model on the CPU in float32, loaded on the first query: a query is one
-short text, which a CPU embeds in milliseconds, and it must not wait behind an import's batch on a
-busy GPU (or behind the document model's lock on the CPU).
+
+Queries always run on the CPU in float32, apart from the document model, loaded on the first query: a
+query is one short text, which a CPU embeds in milliseconds, and it must not wait behind an import's batch on a
+busy GPU (or behind the document model's lock on the CPU). For a BERT model (all-MiniLM-L6-v2 among them) that
+is the numpy forward pass of :mod:`kb_core.embedding.query_forward`, so a search loads neither torch nor
+transformers; any other model gets a second, CPU copy of the torch model.
 """
 
 from __future__ import annotations
@@ -54,6 +57,8 @@ from kb_core.errors import EmbeddingError, InvalidArgument
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
+
+    from kb_core.embedding.query_forward import BertQueryEncoder
 
 log = logging.getLogger(__name__)
 
@@ -215,6 +220,8 @@ class SentenceTransformerEmbedder:
         self._query_model: SentenceTransformer | None = None
         self._template: InputTemplate | None = None
         self._query_template: InputTemplate | None = None
+        self._query_encoder: BertQueryEncoder | None = None
+        self._query_encoder_tried = False
         self._lock = threading.RLock()
         self._query_lock = threading.Lock()
         self._dimension: int | None = None
@@ -289,6 +296,15 @@ class SentenceTransformerEmbedder:
     def model(self) -> SentenceTransformer:
         """The loaded sentence-transformers model (loads it on first use)."""
         return self._load()
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the document model is loaded (the first document embedded loads it: seconds on a CPU)."""
+        return self._model is not None
+
+    def load(self) -> None:
+        """Load the document model now, so a front end can say so before an import instead of during it."""
+        self._load()
 
     @property
     def dimension(self) -> int:
@@ -471,11 +487,28 @@ class SentenceTransformerEmbedder:
                 self._query_model = query_model
             return self._query_model
 
+    def _numpy_query_encoder(self) -> BertQueryEncoder | None:
+        """The torch-free query encoder of this model, or None where it does not apply (loaded on first use)."""
+        with self._query_lock:
+            if not self._query_encoder_tried:
+                if self.from_token_ids and self._tokenizer is not None and Path(self._source).is_dir():
+                    from kb_core.embedding.query_forward import BertQueryEncoder
+
+                    self._query_encoder = BertQueryEncoder.load(self._source, self._tokenizer.backend)
+                self._query_encoder_tried = True
+            return self._query_encoder
+
     def embed_query(self, text: str) -> np.ndarray:
-        """The query's vector, from the CPU copy of the model (windowed like a document)."""
+        """The query's vector, computed on the CPU (windowed like a document): by the numpy forward pass where it
+        applies, else by the CPU copy of the model."""
         pieces = self._windows_many([text])[0]
-        model = self._cpu_query_model()
-        vectors = self._embed_windows(model, self._query_template, pieces, self._query_lock)
+        encoder = self._numpy_query_encoder()
+        if encoder is not None:
+            with self._query_lock:
+                vectors = np.stack([encoder.encode(piece.ids) for piece in pieces])
+        else:
+            model = self._cpu_query_model()
+            vectors = self._embed_windows(model, self._query_template, pieces, self._query_lock)
         if len(pieces) == 1:
             return l2_normalize(vectors[0])
         weights = np.array([max(len(w.ids), 1) for w in pieces], dtype=np.float32)

@@ -52,6 +52,7 @@ from mcp.types import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, CallToolR
 from pydantic import ConfigDict, ValidationError
 from starlette.applications import Starlette
 
+from kb_core.config import DEFAULT_HTTP_PORT
 from kb_core.envelope import failure
 from kb_core.errors import KBError
 from kb_core.mcp import sdk
@@ -71,7 +72,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 RATE_LIMITED = -32605
-DEFAULT_HTTP_PORT = 8765
 
 
 class ServiceHolder:

@@ -41,10 +41,10 @@ from kb_core.retrieval.fusion import (
 )
 from kb_core.retrieval.near_duplicates import TextSignatures, near_duplicate_rows
 from kb_core.retrieval.weights import FusionWeights
-from kb_core.store.reader import Snapshot
 
 if TYPE_CHECKING:
     from kb_core.retrieval.keyword_index import RowTerms
+    from kb_core.store.reader import Snapshot
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +63,8 @@ ENGLISH_ONLY_MODELS = frozenset(
         "all-distilroberta-v1",
     }
 )
+# In every warning about a query the embedding model cannot read (evaluations summarise them by it).
+LANGUAGE_NOT_COVERED = "does not cover this query's language"
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
 _LETTER = re.compile(r"[^\W\d_]", re.UNICODE)
 

@@ -10,8 +10,6 @@ from collections.abc import Sequence
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
-import pyarrow.compute as pc
-
 from kb_core.errors import ItemNotFound
 from kb_core.store.registry import KnowledgeBaseRecord
 from kb_core.validation import ITEM_ID
@@ -57,6 +55,8 @@ def find_item(
             if position is None or not snapshot.live_mask(index)[position]:
                 continue
             chunk = segment.chunk_rows([position])[0]
+            import pyarrow.compute as pc
+
             doc_rows = segment.chunks.filter(pc.equal(segment.chunks.column("doc_id"), chunk["doc_id"]))
             siblings = sorted(doc_rows.to_pylist(), key=lambda r: r["chunk_index"])
             at = next(i for i, r in enumerate(siblings) if r["chunk_id"] == item_id)
