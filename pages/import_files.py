@@ -42,15 +42,15 @@ def run_import(paths: list[str], names: list[str], source: str, chunk_size: int 
 def results_table(data: dict[str, Any], names: dict[str, str]) -> pd.DataFrame:
     rows = [
         {"File": names.get(f["file_path"], f["file_path"]), "Document name": f["doc_name"],
-         "Status": "imported", "Chunks": f["chunk_count"], "Reason": ""}
+         "Status": "imported", "Chunks": f["chunk_count"], "Language": f.get("language") or "", "Reason": ""}
         for f in data.get("success_files", [])
     ]
     rows += [
         {"File": names.get(f["file_path"], f["file_path"]), "Document name": "",
-         "Status": "failed", "Chunks": 0, "Reason": f["error"]}
+         "Status": "failed", "Chunks": 0, "Language": "", "Reason": f["error"]}
         for f in data.get("failed_files", [])
     ]
-    return pd.DataFrame(rows, columns=["File", "Document name", "Status", "Chunks", "Reason"])
+    return pd.DataFrame(rows, columns=["File", "Document name", "Status", "Chunks", "Language", "Reason"])
 
 
 with st.expander("Options"):
@@ -121,10 +121,14 @@ if stored:
     st.subheader("Results")
     if envelope["success"]:
         data = envelope["data"]
+        warnings = data.get("warnings") or []
+        summary = envelope["message"].split(" Note: ", 1)[0]  # the notes are shown below, each once
         if data["failed_count"]:
-            st.warning(envelope["message"], icon=":material/warning:")
+            st.warning(summary, icon=":material/warning:")
         else:
-            st.success(envelope["message"], icon=":material/check_circle:")
+            st.success(summary, icon=":material/check_circle:")
+        for warning in warnings:
+            st.warning(warning, icon=":material/translate:")
     else:
         ui.show_error(envelope)
         data = envelope.get("data") or {}

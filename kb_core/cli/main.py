@@ -60,6 +60,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         stream=sys.stderr,
         format="%(levelname)s %(name)s: %(message)s",
     )
+    # The one-time build of a built-in model's folder takes seconds: always say so.
+    logging.getLogger("kb_core.embedding.builtin").setLevel(logging.INFO)
     if args.store:  # through the environment it also reaches the service a direct command (kb mcp) opens
         from kb_core.config import STORE_ENVIRONMENT_VARIABLE
 

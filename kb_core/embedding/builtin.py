@@ -30,12 +30,14 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kb_core.errors import EmbeddingError
+from kb_core.text_language import language_name, language_script
 
 log = logging.getLogger(__name__)
 
@@ -48,116 +50,15 @@ E5_SMALL = "multilingual-e5-small"
 
 # XLM-R's 100 training languages (CC-100; Conneau et al. 2020), which multilingual-e5-small inherits.
 _XLMR_LANGUAGES = frozenset(
-    [
-        "af",
-        "am",
-        "ar",
-        "as",
-        "az",
-        "be",
-        "bg",
-        "bn",
-        "br",
-        "bs",
-        "ca",
-        "cs",
-        "cy",
-        "da",
-        "de",
-        "el",
-        "en",
-        "eo",
-        "es",
-        "et",
-        "eu",
-        "fa",
-        "fi",
-        "fr",
-        "fy",
-        "ga",
-        "gd",
-        "gl",
-        "gu",
-        "ha",
-        "he",
-        "hi",
-        "hr",
-        "hu",
-        "hy",
-        "id",
-        "is",
-        "it",
-        "ja",
-        "jv",
-        "ka",
-        "kk",
-        "km",
-        "kn",
-        "ko",
-        "ku",
-        "ky",
-        "la",
-        "lo",
-        "lt",
-        "lv",
-        "mg",
-        "mk",
-        "ml",
-        "mn",
-        "mr",
-        "ms",
-        "my",
-        "ne",
-        "nl",
-        "no",
-        "om",
-        "or",
-        "pa",
-        "pl",
-        "ps",
-        "pt",
-        "ro",
-        "ru",
-        "sa",
-        "sd",
-        "si",
-        "sk",
-        "sl",
-        "so",
-        "sq",
-        "sr",
-        "su",
-        "sv",
-        "sw",
-        "ta",
-        "te",
-        "th",
-        "tl",
-        "tr",
-        "ug",
-        "uk",
-        "ur",
-        "uz",
-        "vi",
-        "xh",
-        "yi",
-        "zh",
-    ]
+    {
+        "af", "am", "ar", "as", "az", "be", "bg", "bn", "br", "bs", "ca", "cs", "cy", "da", "de", "el", "en", "eo",
+        "es", "et", "eu", "fa", "fi", "fr", "fy", "ga", "gd", "gl", "gu", "ha", "he", "hi", "hr", "hu", "hy", "id",
+        "is", "it", "ja", "jv", "ka", "kk", "km", "kn", "ko", "ku", "ky", "la", "lo", "lt", "lv", "mg", "mk", "ml",
+        "mn", "mr", "ms", "my", "ne", "nl", "no", "om", "or", "pa", "pl", "ps", "pt", "ro", "ru", "sa", "sd", "si",
+        "sk", "sl", "so", "sq", "sr", "su", "sv", "sw", "ta", "te", "th", "tl", "tr", "ug", "uk", "ur", "uz", "vi",
+        "xh", "yi", "zh",
+    }
 )
-LANGUAGE_NAMES = {
-    "en": "English",
-    "zh": "Chinese",
-    "ja": "Japanese",
-    "ko": "Korean",
-    "fr": "French",
-    "de": "German",
-    "es": "Spanish",
-    "ru": "Russian",
-    "ar": "Arabic",
-    "pt": "Portuguese",
-    "it": "Italian",
-}
-
 ProgressMessage = Callable[[str], None]
 
 
@@ -255,15 +156,34 @@ def covers_script(model_name: str, script: str) -> bool:
     return script == "latin" or _base_name(model_name) not in ENGLISH_ONLY_MODELS
 
 
-def readers_of(language: str) -> list[str]:
-    """The built-in models that read ``language`` (an ISO 639-1 code)."""
-    return [m.name for m in BUILTIN_MODELS.values() if m.covers(language)]
-
-
-def language_name(code: str | None) -> str:
-    if not code:
-        return "unknown"
-    return LANGUAGE_NAMES.get(code, code)
+def unread_language_notice(model_name: str | None, languages: Mapping[str, str | None]) -> str | None:
+    """One sentence for an import's result when some of its documents (``{name: detected language}``,
+    :mod:`kb_core.text_language`) are in a language ``model_name`` does not read, naming a built-in model that
+    reads them; None when the model reads them all (or is not known to miss any)."""
+    if not model_name:
+        return None
+    unread = {
+        doc: lang for doc, lang in languages.items() if lang and not covers_script(model_name, language_script(lang))
+    }
+    if not unread:
+        return None
+    found = sorted(Counter(unread.values()).items(), key=lambda item: -item[1])
+    names = " and ".join(language_name(lang) for lang, _ in found)
+    count = len(unread)
+    shown = ", ".join(sorted(unread)[:3]) + (" …" if count > 3 else "")
+    text = (
+        f"{count} of the {len(languages)} imported documents ({shown}) {'is' if count == 1 else 'are'} mostly in "
+        f"{names}, which this knowledge base's embedding model {model_name} does not read: semantic search cannot "
+        f"find {'it' if count == 1 else 'them'} by meaning, and hybrid search ranks queries in that language by "
+        "keywords alone (the language guard)."
+    )
+    readers = [m.name for m in BUILTIN_MODELS.values() if all(language_script(lang) in m.scripts for lang, _ in found)]
+    if readers:
+        text += (
+            f" {readers[0]} reads {names}: create a knowledge base with the embedding model {readers[0]} and import "
+            f"{'it' if count == 1 else 'them'} there."
+        )
+    return text
 
 
 def models_dir() -> Path:

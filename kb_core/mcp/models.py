@@ -33,6 +33,7 @@ class KBCreated(BaseModel):
     kb_id: str
     kb_name: str
     chunk_size: int
+    embedding_model: str | None = None
 
 
 class KBNamed(BaseModel):
@@ -67,6 +68,7 @@ class ImportedFile(BaseModel):
     file_path: str
     doc_name: str
     chunk_count: int
+    language: str | None = Field(default=None, description="detected language: zh, en, ja, ko, ... (null: unknown)")
 
 
 class FailedFile(BaseModel):
@@ -80,6 +82,9 @@ class ImportResult(BaseModel):
     failed_count: int
     success_files: list[ImportedFile]
     failed_files: list[FailedFile]
+    warnings: list[str] = Field(
+        default_factory=list, description="e.g. documents in a language the knowledge base's model does not read"
+    )
 
 
 # Optional in the published schema though a SearchHit always has them: the tools have always published them so.
@@ -155,6 +160,7 @@ class DocumentRow(BaseModel):
     size_bytes: int | None = None
     source: str | None = None
     error: str | None = None
+    language: str | None = Field(default=None, description="detected language: zh, en, ja, ko, ... (null: unknown)")
 
 
 class DocumentList(BaseModel):
