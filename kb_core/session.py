@@ -167,12 +167,7 @@ class Session:
         )
         return ok(
             f"Created knowledge base '{record.name}'. Select it with select_knowledge_base to use it.",
-            {
-                "kb_id": record.id,
-                "kb_name": record.name,
-                "chunk_size": record.chunk_size,
-                "embedding_model": record.embedding_model,
-            },
+            {"kb_id": record.id, "kb_name": record.name, "chunk_size": record.chunk_size},
         )
 
     @enveloped
@@ -270,8 +265,9 @@ class Session:
             "failed_count": len(failed),
             "success_files": succeeded,
             "failed_files": failed,
-            "warnings": [notice] if notice else [],
         }
+        if notice:
+            data["warnings"] = [notice]
         if runner is not None:
             data["executor"] = runner.summary()  # what ran where (files and chunks per node)
         message = f"Imported {len(succeeded)} of {len(file_paths)} file(s) into '{record.name}'"
@@ -281,8 +277,8 @@ class Session:
         return envelope(message, data, error=None if succeeded else KBError(message, code="IMPORT_FAILED"))
 
     def _language_notice(self, record: KnowledgeBaseRecord, imported: list[dict[str, Any]]) -> str | None:
-        """Sets each imported document's detected ``language``; the one notice when the KB's model does not read
-        some of them (see :func:`kb_core.embedding.builtin.unread_language_notice`)."""
+        """The one notice when the KB's model does not read some of the imported documents (their languages as
+        detected at import; see :func:`kb_core.embedding.builtin.unread_language_notice`)."""
         from kb_core.embedding.builtin import unread_language_notice
 
         if not imported:
@@ -291,10 +287,10 @@ class Session:
             rows = {d["name"]: d.get("language") for d in self.service.documents(record)}
         except KBError:  # the KB was deleted meanwhile: the import's own result says so
             return None
-        for result in imported:
-            language = rows.get(result["doc_name"])
-            result["language"] = language if isinstance(language, str) else None
-        return unread_language_notice(record.embedding_model, {r["doc_name"]: r["language"] for r in imported})
+        languages = {r["doc_name"]: rows.get(r["doc_name"]) for r in imported}
+        return unread_language_notice(
+            record.embedding_model, {name: lang if isinstance(lang, str) else None for name, lang in languages.items()}
+        )
 
     def _live_document(self, record: KnowledgeBaseRecord, doc_name: str) -> dict[str, Any]:
         if not isinstance(doc_name, str) or not doc_name.strip():

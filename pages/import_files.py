@@ -42,15 +42,15 @@ def run_import(paths: list[str], names: list[str], source: str, chunk_size: int 
 def results_table(data: dict[str, Any], names: dict[str, str]) -> pd.DataFrame:
     rows = [
         {"File": names.get(f["file_path"], f["file_path"]), "Document name": f["doc_name"],
-         "Status": "imported", "Chunks": f["chunk_count"], "Language": f.get("language") or "", "Reason": ""}
+         "Status": "imported", "Chunks": f["chunk_count"], "Reason": ""}
         for f in data.get("success_files", [])
     ]
     rows += [
         {"File": names.get(f["file_path"], f["file_path"]), "Document name": "",
-         "Status": "failed", "Chunks": 0, "Language": "", "Reason": f["error"]}
+         "Status": "failed", "Chunks": 0, "Reason": f["error"]}
         for f in data.get("failed_files", [])
     ]
-    return pd.DataFrame(rows, columns=["File", "Document name", "Status", "Chunks", "Language", "Reason"])
+    return pd.DataFrame(rows, columns=["File", "Document name", "Status", "Chunks", "Reason"])
 
 
 with st.expander("Options"):

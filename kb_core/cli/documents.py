@@ -65,30 +65,19 @@ def _import(session: Session, args: argparse.Namespace) -> Envelope:
 def _render_import(envelope: Envelope) -> str:
     data = envelope["data"]
     rows = [
-        {
-            "file": r["file_path"],
-            "document": r["doc_name"],
-            "chunks": r["chunk_count"],
-            "language": r.get("language") or "",
-            "result": "ok",
-        }
+        {"file": r["file_path"], "document": r["doc_name"], "chunks": r["chunk_count"], "result": "ok"}
         for r in data["success_files"]
     ]
-    rows += [
-        {"file": r["file_path"], "document": "", "chunks": "", "language": "", "result": r["error"]}
-        for r in data["failed_files"]
-    ]
-    columns = [("file", "file"), ("document", "document"), ("chunks", "chunks"), ("language", "language"),
-               ("result", "result")]
+    rows += [{"file": r["file_path"], "document": "", "chunks": "", "result": r["error"]} for r in data["failed_files"]]
     ran = data.get("executor")
     if ran:  # where a cluster ran the work: chunks embedded per node
         nodes = ", ".join(f"{node[:8]} {chunks}" for node, chunks in ran["chunks_embedded_per_node"].items())
         return (
             f"executor ray: {ran['nodes']} node(s), {ran['embedding_actors']} embedding actor(s); chunks embedded "
             f"per node: {nodes or 'none'}; {ran['chunks_from_cache']} from the embedding cache\n"
-            + table(rows, columns)
+            + table(rows, [("file", "file"), ("document", "document"), ("chunks", "chunks"), ("result", "result")])
         )
-    return table(rows, columns)
+    return table(rows, [("file", "file"), ("document", "document"), ("chunks", "chunks"), ("result", "result")])
 
 
 def _render_docs(envelope: Envelope) -> str:

@@ -33,7 +33,6 @@ class KBCreated(BaseModel):
     kb_id: str
     kb_name: str
     chunk_size: int
-    embedding_model: str | None = None
 
 
 class KBNamed(BaseModel):
@@ -44,7 +43,6 @@ class KBInfo(BaseModel):
     id: str
     name: str
     chunk_size: int
-    embedding_model: str | None = None
     embedding_endpoint: str | None = None
     created_at: str
     is_current: bool
@@ -68,7 +66,6 @@ class ImportedFile(BaseModel):
     file_path: str
     doc_name: str
     chunk_count: int
-    language: str | None = Field(default=None, description="detected language: zh, en, ja, ko, ... (null: unknown)")
 
 
 class FailedFile(BaseModel):

@@ -40,7 +40,7 @@ async def create_knowledge_base(
     - embedding_endpoint: OpenAI-compatible embedding service endpoint URL (optional)
     - embedding_api_key: Embedding service API key (optional, only with embedding_endpoint)
 
-    data: kb_id, kb_name, chunk_size, embedding_model (the model the knowledge base uses).\
+    data: kb_id, kb_name, chunk_size.\
     Over HTTP this tool needs a token with the write capability. Tokens scoped to specific knowledge bases cannot
     create new ones.
 
@@ -56,8 +56,8 @@ async def create_knowledge_base(
     - embedding_endpoint：OpenAI 兼容的向量化服务端点 URL（可选）
     - embedding_api_key：向量化服务 API Key（可选，仅与 embedding_endpoint 一起使用）
 
-    返回值 data：kb_id、kb_name、chunk_size、embedding_model（知识库使用的模型）。通过 HTTP 调用时需要具有写权限的
-    令牌。限定了知识库范围的令牌不能创建新知识库。
+    返回值 data：kb_id、kb_name、chunk_size。通过 HTTP 调用时需要具有写权限的令牌。限定了知识库范围的令牌不能创建新知
+    识库。
     """
     return await call(
         ctx,

