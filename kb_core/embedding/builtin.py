@@ -179,10 +179,8 @@ def unread_language_notice(model_name: str | None, languages: Mapping[str, str |
     )
     readers = [m.name for m in BUILTIN_MODELS.values() if all(language_script(lang) in m.scripts for lang, _ in found)]
     if readers:
-        text += (
-            f" {readers[0]} reads {names}: create a knowledge base with the embedding model {readers[0]} and import "
-            f"{'it' if count == 1 else 'them'} there."
-        )
+        which = "it" if count == 1 else "them"
+        text += f" {readers[0]} reads {names}: import {which} into a knowledge base made with it."
     return text
 
 
