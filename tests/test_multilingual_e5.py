@@ -161,3 +161,72 @@ def test_an_import_says_once_which_model_reads_the_documents(chinese_kbs) -> Non
     assert listed["说明.txt"] == "zh" and listed["notes.txt"] == "en"
     again = session.import_document(paths, kb_name="e5")
     assert "warnings" not in again["data"] and "Note:" not in again["message"]
+
+
+# -- chosen by name everywhere ----------------------------------------------------------------------------------
+def test_the_cli_creates_by_name_and_info_lists_the_models_available_offline(
+    e5_folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from kb_core.cli.main import main
+
+    home = str(tmp_path / "home")
+    created = ["--home", home, "create", "多语言", "--chunk-size", "256", "--embedding-model", "Multilingual-E5-Small"]
+    assert main(created) == 0
+    capsys.readouterr()
+    assert main(["--home", home, "--json", "list"]) == 0
+    listed = json.loads(capsys.readouterr().out)["data"]["knowledge_bases"]
+    assert [(kb["name"], kb["embedding_model"]) for kb in listed] == [("多语言", "multilingual-e5-small")]
+    assert main(["--home", home, "info"]) == 0
+    info = capsys.readouterr().out
+    assert "multilingual-e5-small: Chinese, English and about 100 other languages" in info
+    assert f"ready offline at {e5_folder}" in info and "all-MiniLM-L6-v2 (default)" in info
+    assert main(["--home", home, "--json", "info"]) == 0
+    models = {m["name"]: m for m in json.loads(capsys.readouterr().out)["data"]["models"]}
+    assert models["multilingual-e5-small"]["built"] and "zh" in models["multilingual-e5-small"]["languages"]
+
+
+def test_the_app_create_form_offers_each_model_with_what_it_reads(
+    e5_folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    from streamlit.testing.v1 import AppTest
+
+    repo = Path(__file__).resolve().parents[1]
+    if str(repo) not in sys.path:
+        sys.path.insert(0, str(repo))
+    monkeypatch.setenv("KB_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("KB_DEMO", "0")
+    test = AppTest.from_file(str(repo / "app.py"), default_timeout=60)
+    test.run()
+    assert not test.exception, test.exception
+    select = test.selectbox(key="create_model")
+    options = {option.split(" — ")[0]: option for option in select.options}  # "name — what it reads"
+    assert {builtin.E5_SMALL, builtin.MINILM, "hashing"} == set(options)
+    described = " ".join(select.options) + " " + " ".join(str(c.value) for c in test.caption)
+    assert "reads Chinese, English and about 100 other languages" in described
+    assert "reads English only" in described and "chunks/s" in described
+    test.text_input(key="create_name").input("中文资料")
+    select.set_value(builtin.E5_SMALL)
+    test.button(key="FormSubmitter:create_kb-Create").click().run()
+    assert not test.exception, test.exception
+    table = test.dataframe[0].value
+    assert table[table["Name"] == "中文资料"].iloc[0]["Embedding model"] == builtin.E5_SMALL
+
+
+def test_mcp_creates_a_knowledge_base_with_the_model_by_name(e5_folder: Path, tmp_path: Path) -> None:
+    from mcp import ClientSession
+
+    from tests.test_mcp_server import ok, run_stdio
+
+    async def scenario(s: ClientSession) -> None:
+        tools = {t.name: t for t in (await s.list_tools()).tools}
+        described = tools["create_knowledge_base"].inputSchema["properties"]["embedding_model"]["description"]
+        assert "multilingual-e5-small" in described and "Chinese" in described
+        await ok(s, "create_knowledge_base", kb_name="中文", chunk_size=128, embedding_model="multilingual-e5-small")
+        kbs = (await ok(s, "list_knowledge_bases"))["data"]["knowledge_bases"]
+        assert kbs[0]["embedding_model"] == "multilingual-e5-small"
+
+    run_stdio(tmp_path / "home", scenario, tmp_path / "stderr.log")
