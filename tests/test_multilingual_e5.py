@@ -230,3 +230,37 @@ def test_mcp_creates_a_knowledge_base_with_the_model_by_name(e5_folder: Path, tm
         assert kbs[0]["embedding_model"] == "multilingual-e5-small"
 
     run_stdio(tmp_path / "home", scenario, tmp_path / "stderr.log")
+
+
+def test_the_weight_sweep_moves_in_chinese_and_save_best_beats_keywords_alone(
+    chinese_kbs, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With a model that reads Chinese the sweep is no longer flat, and --save-best picks a weight that beats BM25
+    alone; with all-MiniLM-L6-v2 the language guard keeps every weight at BM25's ranking."""
+    import json
+
+    from kb_core.cli.main import main
+
+    judged = {**QUESTIONS, "小狗每天在哪里跑步": "小狗.txt", "红烧肉怎么做才好吃": "红烧肉.txt"}
+    folder = tmp_path / "judged"
+    folder.mkdir()
+    with open(folder / "queries.jsonl", "w", encoding="utf-8") as handle:
+        for number, text in enumerate(judged):
+            handle.write(json.dumps({"_id": f"q{number}", "text": text}, ensure_ascii=False) + "\n")
+    rows = [f"q{number}\t{judged[text]}\t1" for number, text in enumerate(judged)]
+    (folder / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\n" + "\n".join(rows) + "\n", encoding="utf-8")
+    home = str(chinese_kbs.service.home.root)
+    curves = {}
+    for kb in ("e5", "minilm"):
+        capsys.readouterr()
+        assert main(["--home", home, "--json", "eval", str(folder), "--kb", kb, "--save-best", "--mode", "hybrid"]) == 0
+        data = json.loads(capsys.readouterr().out)["data"]
+        curves[kb] = {
+            row["vector_weight"]: row["ndcg@10"] for row in data["metrics"] if row.get("vector_weight") is not None
+        }
+    e5, minilm = curves["e5"], curves["minilm"]
+    # the guard: every weight below 1 ranks as BM25 alone (at 1 the keyword weight is 0, so the guard stands aside)
+    assert len({ndcg for weight, ndcg in minilm.items() if weight < 1}) == 1
+    assert max(e5.values()) - min(e5.values()) > 0.1  # the slider matters
+    saved = chinese_kbs.service.find_kb("e5").search_settings
+    assert saved["vector_weight"] > 0 and e5[saved["vector_weight"]] > e5[0.0]  # beats BM25 alone
