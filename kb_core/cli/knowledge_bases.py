@@ -75,7 +75,7 @@ def register(commands: Commands) -> None:
     create.add_argument(
         "--embedding-model",
         help="all-MiniLM-L6-v2 (the default; English only, fast), multilingual-e5-small (Chinese, English and ~100 "
-        "languages; about 4x slower to import on a CPU), a local sentence-transformers folder, or with "
+        "languages; about 2x slower to import on a CPU), a local sentence-transformers folder, or with "
         "--embedding-endpoint the model it serves (kb info lists the built-in ones)",
     )
     create.add_argument("--embedding-endpoint", help="OpenAI-compatible endpoint URL, e.g. http://127.0.0.1:8000/v1")
