@@ -8,7 +8,8 @@ share the query-side language guard uses; a CJK character carries about a word, 
 document is ``zh``, or ``ja`` when a tenth of those are kana, or ``ko`` when most are Hangul; otherwise the
 script with the most letters wins. Latin-script text is ``en`` when English function words make up at least a
 tenth of its words (English prose: 35-50 %; French, German or Spanish prose: under 5 %) and ``latin`` otherwise;
-other scripts are named by the script (``cyrillic``, ``arabic``, ...). Fewer than 20 letters: ``None`` (unknown).
+other scripts are named by the script (``cyrillic``, ``arabic``, ...). Too little text to tell — fewer than 20
+letters, a CJK character counting as 3 — gives ``None`` (unknown).
 
 A library (py3langid) names more languages but costs about 5 µs per character on this machine's cores, which
 would add seconds to every thousand documents an import reads; counting letters costs well under a millisecond
@@ -94,9 +95,9 @@ def document_language(text: str | None) -> str | None:
     tally = np.bincount(scripts[scripts >= 0], minlength=len(_SCRIPT_NAMES))
     counts = dict(zip(_SCRIPT_NAMES, tally.tolist(), strict=True))
     letters = sum(counts.values())
-    if letters < MIN_LETTERS:
-        return None
     cjk = counts["han"] + counts["kana"] + counts["hangul"]
+    if letters + 2 * cjk < MIN_LETTERS:  # a CJK character says about as much as three Latin letters
+        return None
     if cjk >= CJK_SHARE * letters:
         if counts["hangul"] >= 0.5 * cjk:
             return "ko"

@@ -498,7 +498,7 @@ class SentenceTransformerEmbedder:
 
     def _cpu_query_model(self) -> SentenceTransformer:
         with self._query_lock:
-            if self._query_model is None and self.device.name == "cpu" and self.device.precision == "float32":
+            if self._query_model is None and self._documents_on_cpu():
                 # Documents are embedded where queries are: one copy of the weights serves both (each under its
                 # own lock; forward passes in inference mode share a module safely).
                 self._query_model = self._load()
@@ -510,6 +510,14 @@ class SentenceTransformerEmbedder:
                     self._query_template = _input_template(query_model, self.tokenizer)
                 self._query_model = query_model
             return self._query_model
+
+    def _documents_on_cpu(self) -> bool:
+        """Whether documents are embedded on the CPU in float32 (False too when their device is not available:
+        queries still run, on their own CPU copy)."""
+        try:
+            return self.device.name == "cpu" and self.device.precision == "float32"
+        except InvalidArgument:
+            return False
 
     def embed_query(self, text: str) -> np.ndarray:
         """The query's vector (after the model's query prompt), from the CPU copy of the model (windowed like a
