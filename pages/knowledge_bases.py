@@ -9,7 +9,13 @@ import streamlit as st
 
 from pages import _shared as ui
 
-HASHING = {"name": "hashing", "reads": "no meaning (a deterministic test embedder)", "speed": "instant", "built": True}
+HASHING = {
+    "name": "hashing",
+    "label": "hashing (fast deterministic test embedder, no semantics)",
+    "reads": "no meaning (a deterministic test embedder)",
+    "speed": "instant",
+    "built": True,
+}
 
 session = ui.session()
 listed_models = session.embedding_models()
@@ -103,7 +109,7 @@ with right:
             "Embedding model",
             list(MODELS),
             index=list(MODELS).index(DEFAULT_MODEL),
-            format_func=lambda m: f"{m} — reads {MODELS[m]['reads']}",
+            format_func=lambda m: MODELS[m].get("label") or f"{m} — reads {MODELS[m]['reads']}",
             key="create_model",
             help="Local models run offline from installed packages. "
             + " ".join(f"{name}: reads {m['reads']}; imports {m['speed']}." for name, m in MODELS.items()),

@@ -203,7 +203,7 @@ def test_the_app_create_form_offers_each_model_with_what_it_reads(
     test.run()
     assert not test.exception, test.exception
     select = test.selectbox(key="create_model")
-    options = {option.split(" — ")[0]: option for option in select.options}  # "name — what it reads"
+    options = {option.split(" — ")[0].split(" (")[0]: option for option in select.options}  # "name — it reads"
     assert {builtin.E5_SMALL, builtin.MINILM, "hashing"} == set(options)
     described = " ".join(select.options) + " " + " ".join(str(c.value) for c in test.caption)
     assert "reads Chinese, English and about 100 other languages" in described
