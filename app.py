@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from kb_core.demo import DEMO_KB_NAME, demo_exists, demo_files, ensure_demo_kb
-from kb_core.embedding import DEFAULT_EMBEDDING_MODEL
+from kb_core.demo import DEMO_EMBEDDING_MODEL, DEMO_KB_NAME, demo_exists, demo_files, ensure_demo_kb
 from pages import _shared as ui
 
 st.set_page_config(page_title="KB Workbench", page_icon=":material/hub:", layout="wide")
@@ -51,10 +50,10 @@ def build_demo() -> None:
         if demo_exists(session):
             return
         with st.status(f"Building the demo knowledge base “{DEMO_KB_NAME}” (first start)…", expanded=True) as status:
-            st.write(f"Importing {len(files)} documents with the {DEFAULT_EMBEDDING_MODEL} model.")
-            ui.load_model_with_notice(session, model=DEFAULT_EMBEDDING_MODEL)
+            st.write(f"Importing {len(files)} English and Chinese documents with the {DEMO_EMBEDDING_MODEL} model.")
+            ui.load_model_with_notice(session, model=DEMO_EMBEDDING_MODEL)
             bars = ui.ImportBars([str(p) for p in files], [p.name for p in files], title="Demo")
-            result = ensure_demo_kb(session, progress=bars)
+            result = ensure_demo_kb(session, progress=bars, model_progress=st.write)
             if result is not None and not result["success"]:
                 status.update(label="Building the demo knowledge base failed", state="error")
                 ui.show_error(result)

@@ -207,7 +207,10 @@ class KnowledgeBaseService:
         embedding_model: str | None = None,
         embedding_endpoint: str | None = None,
         embedding_api_key: str | None = None,
+        progress: Callable[[str], None] | None = None,
     ) -> KnowledgeBaseRecord:
+        """``progress`` hears about the one-time build of a built-in model's folder (see
+        :func:`prepare_embedding_model`), which happens here, before the KB exists, when this machine has none."""
         name = validate_kb_name(kb_name)
         size = validate_chunk_size(chunk_size)
         endpoint = validate_endpoint(embedding_endpoint)
@@ -220,6 +223,8 @@ class KnowledgeBaseService:
                 "embedding_api_key was given without embedding_endpoint; a key is only used with an endpoint.",
                 details={"field": "embedding_api_key"},
             )
+        if endpoint is None:
+            model = prepare_embedding_model(model, progress)
         if self.postgres is not None:  # the database's unique name key refuses a name taken meanwhile
             record = self.postgres.create_knowledge_base(
                 name, size, model, analyzer=self.analyzer.name, embedding_endpoint=endpoint, api_key=api_key
@@ -596,6 +601,20 @@ class KnowledgeBaseService:
         except KBNotFound:
             return 0, 0
         return manifest.document_count, manifest.chunk_count
+
+
+def prepare_embedding_model(model: str, progress: Callable[[str], None] | None = None) -> str:
+    """The name a KB records for the local model ``model``: a built-in model under its own name (an alias or
+    another case resolves to it), its folder built first where this machine has none (raises
+    :class:`~kb_core.errors.EmbeddingError` when its package is missing); any other name unchanged."""
+    from kb_core.embedding.builtin import find_builtin, model_folder
+
+    builtin = find_builtin(model)
+    if builtin is None:
+        return model
+    if builtin.built:
+        model_folder(builtin.name, progress)
+    return builtin.name
 
 
 def open_service(home: str | Path | None = None) -> KnowledgeBaseService:

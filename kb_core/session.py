@@ -168,6 +168,19 @@ class Session:
         name = record.embedding_model if record is not None else model
         return ok(f"Loaded the embedding model {name} in {seconds:.1f} s.", {"model": name, "seconds": seconds})
 
+    def embedding_models(self) -> Envelope:
+        """The built-in local models: what each reads, how fast it imports, and whether it is ready offline here
+        (``data.models``, see :func:`kb_core.embedding.builtin.model_status`); nothing is built or loaded."""
+        from kb_core.embedding import DEFAULT_EMBEDDING_MODEL
+        from kb_core.embedding.builtin import BUILTIN_MODELS, model_status
+
+        models = [{**model_status(name), "default": name == DEFAULT_EMBEDDING_MODEL} for name in BUILTIN_MODELS]
+        usable = [m["name"] for m in models if m["available"]]
+        return ok(
+            f"Local models available offline: {', '.join(usable) or 'none'} (default {DEFAULT_EMBEDDING_MODEL}).",
+            {"models": models, "default": DEFAULT_EMBEDDING_MODEL},
+        )
+
     # -- knowledge bases -----------------------------------------------------------------------
     @enveloped
     def create_knowledge_base(
@@ -177,10 +190,16 @@ class Session:
         embedding_model: str | None = None,
         embedding_endpoint: str | None = None,
         embedding_api_key: str | None = None,
+        *,
+        progress: Callable[[str], None] | None = None,
     ) -> Envelope:
+        """``progress`` hears about the one-time build of a built-in model on this machine (multilingual-e5-small:
+        about 10-20 s), which happens before the KB is created."""
         if self.allowed_dirs is not None and not embedding_endpoint:
             self._confine_model_path(embedding_model, self.allowed_dirs)
-        record = self.service.create_kb(kb_name, chunk_size, embedding_model, embedding_endpoint, embedding_api_key)
+        record = self.service.create_kb(
+            kb_name, chunk_size, embedding_model, embedding_endpoint, embedding_api_key, progress=progress
+        )
         return ok(
             f"Created knowledge base '{record.name}'. Select it with select_knowledge_base to use it.",
             {"kb_id": record.id, "kb_name": record.name, "chunk_size": record.chunk_size},
@@ -290,6 +309,7 @@ class Session:
         results = [o.to_json() for o in outcomes]
         succeeded = [r for r in results if "error" not in r]
         failed = [r for r in results if "error" in r]
+        notice = self._language_notice(record, succeeded)
         data = {
             "total": len(file_paths),
             "success_count": len(succeeded),
@@ -297,11 +317,31 @@ class Session:
             "success_files": succeeded,
             "failed_files": failed,
         }
+        if notice:
+            data["warnings"] = [notice]
         if runner is not None:
             data["executor"] = runner.summary()  # what ran where (files and chunks per node)
         message = f"Imported {len(succeeded)} of {len(file_paths)} file(s) into '{record.name}'"
         message += f"; {len(failed)} failed." if failed else "."
+        if notice:
+            message += f" Note: {notice}"
         return envelope(message, data, error=None if succeeded else KBError(message, code="IMPORT_FAILED"))
+
+    def _language_notice(self, record: KnowledgeBaseRecord, imported: list[dict[str, Any]]) -> str | None:
+        """The one notice when the KB's model does not read some of the imported documents (their languages as
+        detected at import; see :func:`kb_core.embedding.builtin.unread_language_notice`)."""
+        from kb_core.embedding.builtin import unread_language_notice
+
+        if not imported:
+            return None
+        try:
+            rows = {d["name"]: d.get("language") for d in self.service.documents(record)}
+        except KBError:  # the KB was deleted meanwhile: the import's own result says so
+            return None
+        languages = {r["doc_name"]: rows.get(r["doc_name"]) for r in imported}
+        return unread_language_notice(
+            record.embedding_model, {name: lang if isinstance(lang, str) else None for name, lang in languages.items()}
+        )
 
     def _live_document(self, record: KnowledgeBaseRecord, doc_name: str) -> dict[str, Any]:
         if not isinstance(doc_name, str) or not doc_name.strip():
@@ -347,6 +387,7 @@ class Session:
                     "chunk_count": 0,
                     "size_bytes": None,
                     "error": None,
+                    "language": None,
                 }
             )
         return ok(f"{len(rows)} document(s) in '{record.name}'.", {"documents": rows, "count": len(rows)})

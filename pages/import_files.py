@@ -130,10 +130,14 @@ if stored:
     st.subheader("Results")
     if envelope["success"]:
         data = envelope["data"]
+        warnings = data.get("warnings") or []
+        summary = envelope["message"].split(" Note: ", 1)[0]  # the notes are shown below, each once
         if data["failed_count"]:
-            st.warning(envelope["message"], icon=":material/warning:")
+            st.warning(summary, icon=":material/warning:")
         else:
-            st.success(envelope["message"], icon=":material/check_circle:")
+            st.success(summary, icon=":material/check_circle:")
+        for warning in warnings:
+            st.warning(warning, icon=":material/translate:")
     else:
         ui.show_error(envelope)
         data = envelope.get("data") or {}

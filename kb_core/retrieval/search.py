@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from kb_core.embedding.builtin import covers_script
 from kb_core.errors import InvalidArgument
 from kb_core.retrieval.fusion import (
     DEFAULT_JACCARD_WEIGHT,
@@ -52,17 +53,6 @@ MODES = ("hybrid", "semantic", "keyword")
 MIN_CANDIDATES = 100
 NEAR_DUPLICATE_THRESHOLD = 0.9
 
-# Models known to be trained on English only. Any other model is assumed to cover the query language.
-ENGLISH_ONLY_MODELS = frozenset(
-    {
-        "all-minilm-l6-v2",
-        "all-minilm-l12-v2",
-        "all-mpnet-base-v2",
-        "multi-qa-minilm-l6-cos-v1",
-        "multi-qa-mpnet-base-dot-v1",
-        "all-distilroberta-v1",
-    }
-)
 # In every warning about a query the embedding model cannot read (evaluations summarise them by it).
 LANGUAGE_NOT_COVERED = "does not cover this query's language"
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
@@ -79,8 +69,10 @@ def detect_language(text: str) -> str:
 
 
 def model_covers(model_name: str, language: str) -> bool:
-    base = model_name.strip().rstrip("/").rsplit("/", 1)[-1].lower()
-    return language == "latin" or base not in ENGLISH_ONLY_MODELS
+    """Whether the embedding model reads text of ``language`` (a script, as :func:`detect_language` names it): the
+    built-in models say which they read (all-MiniLM-L6-v2 Latin only, multilingual-e5-small CJK too); a model
+    known to be English-only reads Latin only; any other model is assumed to read the query's language."""
+    return covers_script(model_name, language)
 
 
 @dataclass(frozen=True)

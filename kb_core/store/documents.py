@@ -143,6 +143,7 @@ def document_row(document: dict[str, Any]) -> dict[str, Any]:
         "size_bytes": int(document["size_bytes"]),
         "source": document["source"],
         "error": document["error"] if isinstance(document["error"], str) else None,
+        "language": document.get("language") if isinstance(document.get("language"), str) else None,
     }
 
 

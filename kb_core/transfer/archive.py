@@ -263,12 +263,16 @@ def _read_package(handle: IO[bytes], path: Path, staging: Path, limits: Transfer
 
 
 
-def _read_table(path: Path, schema: pa.Schema, what: str) -> list[dict[str, Any]]:
+def _read_table(path: Path, schema: pa.Schema, what: str, optional: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """The rows of a member table in ``schema``; a column in ``optional`` (added to the format later) may be
+    missing, and reads as null."""
     try:
         table = pq.read_table(path)
         missing = [n for n in schema.names if n not in table.column_names]
-        if missing:
-            raise _refuse(f"{what} lacks the column(s) {missing}.")
+        if [n for n in missing if n not in optional]:
+            raise _refuse(f"{what} lacks the column(s) {[n for n in missing if n not in optional]}.")
+        for name in missing:
+            table = table.append_column(name, pa.nulls(table.num_rows, schema.field(name).type))
         return table.select(schema.names).cast(schema).to_pylist()
     except ImportFormatError:
         raise

@@ -28,6 +28,7 @@ from kb_core.seams import Resources, Scope
 from kb_core.store import Change, KBStore, KnowledgeBaseRecord, StagedSegment, catalog, new_id, utc_now
 from kb_core.store.atomic import fsync_directory
 from kb_core.store.files import CHUNKS_FILE, DOCUMENTS_FILE, TABLE_FILES, TEXTS_FILE
+from kb_core.text_language import document_language
 from kb_core.transfer.archive import (
     _open_package,
     _Package,
@@ -141,7 +142,10 @@ def _validate_kb(entry: Any, position: int, package: _Package, graph_paths: set[
             raise _refuse(f"Knowledge base {name!r} mixes vector dimensions {dimension} and {declared}; refused.")
         dimension = declared
         documents = _read_table(
-            package.members[f"{path}/{DOCUMENTS_FILE}"], catalog.DOCUMENTS_SCHEMA, f"{path}/documents"
+            package.members[f"{path}/{DOCUMENTS_FILE}"],
+            catalog.DOCUMENTS_SCHEMA,
+            f"{path}/documents",
+            optional=("language",),  # files written before documents stored it
         )
         chunks = _read_table(package.members[f"{path}/{CHUNKS_FILE}"], catalog.CHUNKS_SCHEMA, f"{path}/chunks")
         texts = _read_table(package.members[f"{path}/{TEXTS_FILE}"], catalog.TEXTS_SCHEMA, f"{path}/texts")
@@ -194,6 +198,10 @@ def _validate_kb(entry: Any, position: int, package: _Package, graph_paths: set[
                     f"{counts[row['doc_id']]}."
                 )
         texts = [t for t in texts if t["doc_id"] in counts]  # unreferenced rows and originals are not copied
+        # The language is detected again from the text rather than taken from the file (older files lack it).
+        text_of = {t["doc_id"]: t["text"] for t in texts}
+        for row in documents:
+            row["language"] = document_language(text_of.get(row["doc_id"])) if row["status"] == "ready" else None
         segments.append(
             _SegmentData(
                 documents=documents,
