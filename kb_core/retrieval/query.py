@@ -33,28 +33,40 @@ def search_settings(record: KnowledgeBaseRecord, overrides: dict[str, Any]) -> S
     return SearchSettings(**{**saved, **given}).validated()
 
 
-def rag_rank(service: Resources, record: KnowledgeBaseRecord, keywords: list[str], top_k: int) -> list[dict[str, Any]]:
-    """rag_search's ranking: hybrid hits for all keywords, those covering more keywords first."""
-    settings = search_settings(record, {"top_k": min(100, top_k * 4), "mode": "hybrid"})
-    hits = service.search_kb(record, " ".join(keywords), settings, SearchFilters()).hits
+def rag_rank(
+    service: Resources, record: KnowledgeBaseRecord, keywords: list[str], top_k: int, min_score: float | None = None
+) -> list[dict[str, Any]]:
+    """rag_search's ranking: hybrid hits for all keywords, those covering more keywords first. Only chunks that hold
+    at least one keyword, or whose cosine clears the model's semantic floor (with a vector weight > 0), are returned,
+    and none below ``min_score`` (default the KB's saved value, else 0)."""
+    settings = search_settings(record, {"top_k": min(100, top_k * 4), "mode": "hybrid", "min_score": min_score})
+    ranked = service.search_kb(record, " ".join(keywords), settings, SearchFilters())
     analyzer = service.analyzer
-    keyword_terms = [frozenset(analyzer.tokens(k)) or frozenset({k.casefold()}) for k in keywords]
+    keyword_terms = [frozenset(analyzer.query_terms(k).terms) or frozenset({k.casefold()}) for k in keywords]
+    floor = ranked.semantic_floor
 
     def coverage(hit: SearchHit) -> int:
         terms = frozenset(analyzer.tokens(hit.content))
         text = hit.content.casefold()
         return sum(1 for k, t in zip(keywords, keyword_terms, strict=True) if t <= terms or k.casefold() in text)
 
-    ranked = sorted(hits, key=lambda h: (-coverage(h), -h.score))[:top_k]
+    def semantic(hit: SearchHit) -> bool:
+        cosine = hit.breakdown.get("vector_score")
+        weight = float(hit.breakdown.get("vector_weight") or 0.0)  # type: ignore[arg-type]
+        return floor is not None and weight > 0 and cosine is not None and float(cosine) > floor  # type: ignore[arg-type]
+
+    covered = [(hit, coverage(hit)) for hit in ranked.hits if hit.score >= settings.min_score]
+    supported = [(hit, n) for hit, n in covered if n > 0 or semantic(hit)]
+    best = sorted(supported, key=lambda pair: (-pair[1], -pair[0].score))[:top_k]
     return [
         {
             "chunk_text": hit.content,
             "metadata": {"source": hit.doc_name, "chapter": hit.chapter, "page": hit.page},
             "score": hit.score,
-            "matched_keywords": coverage(hit),
+            "matched_keywords": n,
             "id": hit.id,
         }
-        for hit in ranked
+        for hit, n in best
     ]
 
 
