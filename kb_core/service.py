@@ -199,6 +199,10 @@ class KnowledgeBaseService:
         size = validate_chunk_size(chunk_size)
         endpoint = validate_endpoint(embedding_endpoint)
         model = (embedding_model or "").strip() or DEFAULT_EMBEDDING_MODEL
+        if endpoint is None and self._embedder_factory is None:
+            from kb_core.embedding import check_model_available
+
+            check_model_available(model)  # refused now, not 14 s later at the first import
         if embedding_api_key is not None and not isinstance(embedding_api_key, str):
             raise InvalidArgument("embedding_api_key must be a string.", details={"field": "embedding_api_key"})
         api_key = (embedding_api_key or "").strip() or None

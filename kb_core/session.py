@@ -315,6 +315,13 @@ class Session:
             data["executor"] = runner.summary()  # what ran where (files and chunks per node)
         message = f"Imported {len(succeeded)} of {len(file_paths)} file(s) into '{record.name}'"
         message += f"; {len(failed)} failed." if failed else "."
+        # each failure's reason in the message too: many MCP clients show only the text, not structured content
+        shown = 5
+        for failure_row in failed[:shown]:
+            message += f" {Path(str(failure_row['file_path'])).name}: {failure_row['error']}"
+            message += "" if str(failure_row["error"]).endswith(".") else "."
+        if len(failed) > shown:
+            message += f" And {len(failed) - shown} more failure(s): see failed_files."
         return envelope(message, data, error=None if succeeded else KBError(message, code="IMPORT_FAILED"))
 
     def _live_document(self, record: KnowledgeBaseRecord, doc_name: str) -> dict[str, Any]:

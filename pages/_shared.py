@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import html
 import os
-import re
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -192,28 +191,24 @@ class ImportBars:
 
 # -- search results ------------------------------------------------------------------------------
 def highlight(text: str, terms: Sequence[str]) -> str:
-    """HTML of ``text`` with every occurrence of the matched terms marked (case-insensitive; Chinese too).
+    """HTML of ``text`` with the matched terms marked where the analyzer finds them: whole Latin words whose stem is a
+    term (``configur`` marks configure and configuring, never the inside of another word), Chinese words and bigrams
+    as the analyzer cut them; never stop words or one-letter terms (:mod:`kb_core.retrieval.highlight`)."""
+    from kb_core.retrieval.highlight import highlight_spans
 
-    The engine reports analysed terms (stems, Chinese words or n-grams); a Latin stem is highlighted
-    to the end of its word.
-    """
-    marked = [False] * len(text)
-    for term in sorted({t for t in terms if t and t.strip()}, key=len, reverse=True):
-        # a Latin stem extends to the end of its word ("normalis" marks "normalised")
-        pattern = re.escape(term) + (r"[a-zA-Z]*" if term[-1:].isascii() and term[-1:].isalpha() else "")
-        for match in re.finditer(pattern, text, flags=re.IGNORECASE):
-            for i in range(match.start(), match.end()):
-                marked[i] = True
     out: list[str] = []
-    i = 0
-    while i < len(text):
-        j = i
-        while j < len(text) and marked[j] == marked[i]:
-            j += 1
-        piece = html.escape(text[i:j]).replace("\n", "<br>")
-        out.append(f"<mark>{piece}</mark>" if marked[i] else piece)
-        i = j
+    position = 0
+    for start, end in highlight_spans(text, terms, service().analyzer):
+        out.append(html.escape(text[position:start]).replace("\n", "<br>"))
+        out.append(f"<mark>{html.escape(text[start:end])}</mark>")
+        position = end
+    out.append(html.escape(text[position:]).replace("\n", "<br>"))
     return "".join(out)
+
+
+def query_terms(text: str) -> list[str]:
+    """The analysed terms a query is searched with (stop words left out), e.g. to highlight rag_search's keywords."""
+    return list(service().analyzer.query_terms(text).terms)
 
 
 def contribution_parts(breakdown: dict[str, Any]) -> dict[str, float]:
