@@ -151,6 +151,9 @@ class SearchExplanation(BaseModel):
     above: dict[str, Any] | None = Field(default=None, description="the hit ranked just above: id, doc_name, score")
     settings: dict[str, Any] = Field(default_factory=dict)
     explanation: list[str] = Field(description="the steps of the score as sentences")
+    evidence: bool = Field(
+        default=True, description="false: no query term and no cosine above the semantic floor, so never a hit"
+    )
 
 
 class DocumentRow(BaseModel):

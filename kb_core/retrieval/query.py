@@ -123,6 +123,21 @@ def explain_chunk(
     lines = explanation_lines(settings.mode, explained.breakdown, explained.matched_terms)
     if position is not None:
         lines.insert(0, f"Ranked {position} of {len(ranked.hits)} hits in '{record.name}'.")
+    elif not explained.evidence:
+        cosine = explained.breakdown.vector_score
+        floor = ranked.semantic_floor
+        lines.insert(
+            0,
+            f"Not among the hits of '{record.name}': no signal supports it ("
+            + ("it holds no query term" if not explained.matched_terms else "its keyword weight is 0")
+            + (
+                ""
+                if floor is None or cosine is None
+                else f"; its cosine {cosine:.4f} is not above the model's semantic floor {floor:.4f}, what "
+                "unrelated text scores"
+            )
+            + "), so it is never shown whatever its rank.",
+        )
     else:
         lines.insert(
             0,
@@ -153,5 +168,6 @@ def explain_chunk(
         "above": None if above is None else {"id": above.id, "doc_name": above.doc_name, "score": above.score},
         "settings": asdict(settings),
         "explanation": lines,
+        "evidence": explained.evidence,
     }
     return data
