@@ -257,8 +257,10 @@ def test_the_tea_query_finds_the_tea_document_and_no_filler(model_session, mode:
         assert hit["doc_name"] != "年会通知.docx"  # matched only 的 before #25
     if mode != "semantic":
         assert [h["doc_name"] for h in data["chunks"]] == ["绿茶冲泡.docx"]
-    else:  # all-MiniLM-L6-v2 cannot read Chinese: its cosines are what unrelated Chinese text gets
-        assert data["semantic_floor"] > 0.5 and data["chunks"] == []
+    else:  # all-MiniLM-L6-v2 barely reads Chinese: unrelated Chinese text gets 0.6, so only a clear match counts
+        assert data["semantic_floor"] > 0.5
+        assert {h["doc_name"] for h in data["chunks"]} <= {"绿茶冲泡.docx"}
+        assert all(h["breakdown"]["vector_score"] > data["semantic_floor"] for h in data["chunks"])
 
 
 @pytest.mark.model
