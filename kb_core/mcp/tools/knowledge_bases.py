@@ -27,7 +27,9 @@ async def create_knowledge_base(
     Parameters:
     - kb_name: Knowledge base name (required, must be unique, 1-64 characters, case-insensitive)
     - chunk_size: Chunk size in tokens (required, 32-8192, e.g. 512, 1024)
-    - embedding_model: Embedding model name (optional; default all-MiniLM-L6-v2)
+    - embedding_model: Embedding model name (optional; default all-MiniLM-L6-v2). Without an endpoint it must be
+    available offline (installed or in the local model cache), else the call fails with INVALID_ARGUMENT, whose
+    message lists the models available offline
     - embedding_endpoint: OpenAI-compatible embedding service endpoint URL (optional)
     - embedding_api_key: Embedding service API key (optional, only with embedding_endpoint)
 
@@ -41,7 +43,8 @@ async def create_knowledge_base(
     参数说明：
     - kb_name：知识库名称（必填，必须唯一，1-64 个字符，不区分大小写）
     - chunk_size：chunk 大小，单位 token（必填，32-8192，例如 512、1024）
-    - embedding_model：向量化模型名称（可选，默认 all-MiniLM-L6-v2）
+    - embedding_model：向量化模型名称（可选，默认 all-MiniLM-L6-v2）。不使用 endpoint 时，模型必须可离线使用（已安装或在
+    本地模型缓存中），否则返回 INVALID_ARGUMENT 并列出可离线使用的模型
     - embedding_endpoint：OpenAI 兼容的向量化服务端点 URL（可选）
     - embedding_api_key：向量化服务 API Key（可选，仅与 embedding_endpoint 一起使用）
 
