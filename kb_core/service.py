@@ -5,6 +5,7 @@ per process. Front ends work through its sessions (:meth:`KnowledgeBaseService.s
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
@@ -294,20 +295,42 @@ class KnowledgeBaseService:
         """The cosine a chunk of ``record`` must exceed for semantic evidence on ``query``: what unrelated text in the
         query's script scores for the KB's model (:mod:`kb_core.embedding.calibration`), measured once per process.
         If the model cannot embed the calibration texts (an endpoint down) the floor is 0 this time, logged."""
-        from kb_core.embedding.calibration import measure_floor
+        from kb_core.embedding.calibration import CALIBRATION_VERSION, measure_floor
 
         embedder = self.embedder(record)
         key = (str(getattr(embedder, "model_key", record.embedding_model)), detect_language(query))
         with self._lock:
             floor = self._floors.get(key)
-        if floor is None:
+        if floor is not None:
+            return floor
+        # kept in the home too (per model, script and calibration version), so each process need not measure again
+        path = self.home.embedding_cache_path.with_name("semantic_floors.json")
+        name = f"{key[0]}|{key[1]}|{CALIBRATION_VERSION}"
+        try:
+            kept = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            kept = {}
+        if not isinstance(kept, dict):
+            kept = {}
+        value = kept.get(name)
+        if isinstance(value, int | float) and 0.0 <= value <= 1.0:
+            floor = float(value)
+        else:
             try:
                 floor = measure_floor(embedder, key[1]).value
             except KBError as exc:
                 logger.warning("semantic floor of %s not measured (%s); using 0 for this search", key[0], exc.message)
                 return 0.0
-            with self._lock:
-                self._floors[key] = floor
+            try:
+                from kb_core.store.atomic import write_bytes_atomically
+
+                path.parent.mkdir(parents=True, exist_ok=True)
+                kept[name] = floor
+                write_bytes_atomically(path, json.dumps(kept, indent=1, sort_keys=True).encode("utf-8"))
+            except OSError:
+                logger.warning("could not keep the semantic floor in %s", path, exc_info=True)
+        with self._lock:
+            self._floors[key] = floor
         return floor
 
     @property

@@ -201,6 +201,13 @@ class CachedEmbedder:
             return np.zeros((0, self.dimension), dtype=np.float32)
         return np.stack([found[d] for d in digests]).astype(np.float32, copy=False)
 
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """:meth:`embed_query` of several texts, in one call where the inner embedder offers one (an endpoint)."""
+        batch = getattr(self.inner, "embed_queries", None)
+        if batch is not None:
+            return np.asarray(batch(list(texts)), dtype=np.float32)
+        return np.stack([self.embed_query(t) for t in texts])
+
     def embed_query(self, text: str) -> np.ndarray:
         if not self.query_memo:
             return self.inner.embed_query(text)

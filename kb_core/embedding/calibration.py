@@ -30,7 +30,7 @@ from kb_core.embedding.base import Embedder
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CALIBRATION_TEXTS", "SemanticFloor", "measure_floor"]
+__all__ = ["CALIBRATION_TEXTS", "CALIBRATION_VERSION", "SemanticFloor", "measure_floor"]
 
 # One sentence per topic; no two share a subject. "latin" and "cjk" are the scripts search.detect_language tells.
 CALIBRATION_TEXTS: dict[str, tuple[str, ...]] = {
@@ -74,6 +74,17 @@ CALIBRATION_TEXTS: dict[str, tuple[str, ...]] = {
 SIGMAS = 2.0
 
 
+def _version() -> str:
+    import hashlib
+
+    payload = repr((sorted(CALIBRATION_TEXTS.items()), SIGMAS)).encode("utf-8")
+    return hashlib.sha256(payload).hexdigest()[:12]
+
+
+# Identifies the texts and the rule: a floor kept on disk is reused only while both are unchanged.
+CALIBRATION_VERSION = _version()
+
+
 @dataclass(frozen=True)
 class SemanticFloor:
     """A model's semantic floor for one script: ``value`` and the unrelated-pair statistics it came from."""
@@ -90,7 +101,11 @@ def measure_floor(embedder: Embedder, language: str) -> SemanticFloor:
     if texts is None:
         raise ValueError(f"no calibration texts for language {language!r}; known: {', '.join(CALIBRATION_TEXTS)}")
     documents = np.asarray(embedder.embed_documents(list(texts)), dtype=np.float64)
-    queries = np.stack([np.asarray(embedder.embed_query(t), dtype=np.float64) for t in texts])
+    batch = getattr(embedder, "embed_queries", None)  # one request for an endpoint instead of sixteen
+    if batch is not None:
+        queries = np.asarray(batch(list(texts)), dtype=np.float64)
+    else:
+        queries = np.stack([np.asarray(embedder.embed_query(t), dtype=np.float64) for t in texts])
     cosines = queries @ documents.T
     unrelated = cosines[~np.eye(len(texts), dtype=bool)]
     mean, std = float(unrelated.mean()), float(unrelated.std())

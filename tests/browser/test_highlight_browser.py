@@ -15,8 +15,8 @@ from tests.browser.test_app_browser import go_to, wait_idle
 pytestmark = pytest.mark.browser
 
 TEXT = (
-    "This is a note about the mailserver. It is in this section that the relay host is given, and configuring "
-    "it is what the admin checks first."
+    "I wrote this: this is a note about the mailserver. It is in this section that the relay host is given, and "
+    "configuring it is what the admin checks first."
 )
 
 
@@ -45,4 +45,4 @@ def test_a_result_card_marks_no_highlight_inside_a_word(served, pages, tmp_path:
         after = re.sub(r"<[^>]+>", "", html[match.end() :])[:1]
         assert not before.isalpha() and not after.isalpha(), (before, match.group(1), after)
     assert "Stop words left out of the keyword query" in page.content()
-    assert "This is a note" in text
+    assert "I wrote this" in text
