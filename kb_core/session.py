@@ -303,6 +303,8 @@ class Session:
         )
         results = [o.to_json() for o in outcomes]
         succeeded = [r for r in results if "error" not in r]
+        if succeeded:
+            self._measure_floors(record)
         failed = [r for r in results if "error" in r]
         data = {
             "total": len(file_paths),
@@ -323,6 +325,15 @@ class Session:
         if len(failed) > shown:
             message += f" And {len(failed) - shown} more failure(s): see failed_files."
         return envelope(message, data, error=None if succeeded else KBError(message, code="IMPORT_FAILED"))
+
+    def _measure_floors(self, record: KnowledgeBaseRecord) -> None:
+        """Measure the model's semantic floors while it is in use (once per home and model, kept there), so that no
+        later search (a rag_search with its 3 s timeout) waits for the calibration; best effort."""
+        try:
+            for query in ("floor", "下限"):
+                self.service.semantic_floor(record, query)
+        except Exception:  # never fails the import it follows
+            logger.info("semantic floor of %s not measured after the import", record.embedding_model, exc_info=True)
 
     def _live_document(self, record: KnowledgeBaseRecord, doc_name: str) -> dict[str, Any]:
         if not isinstance(doc_name, str) or not doc_name.strip():
