@@ -303,7 +303,7 @@ class Session:
         )
         results = [o.to_json() for o in outcomes]
         succeeded = [r for r in results if "error" not in r]
-        if succeeded:
+        if succeeded and record.embedding_endpoint:
             self._measure_floors(record)
         failed = [r for r in results if "error" in r]
         data = {
@@ -327,8 +327,9 @@ class Session:
         return envelope(message, data, error=None if succeeded else KBError(message, code="IMPORT_FAILED"))
 
     def _measure_floors(self, record: KnowledgeBaseRecord) -> None:
-        """Measure the model's semantic floors while it is in use (once per home and model, kept there), so that no
-        later search (a rag_search with its 3 s timeout) waits for the calibration; best effort."""
+        """Measure an endpoint model's semantic floors while it answers (once per home and model, kept there), so no
+        later search (a rag_search with its 3 s timeout) waits on two more requests; best effort. A local model
+        measures them in a fraction of a second at the first search, or at ``kb mcp``'s warm-up."""
         try:
             for query in ("floor", "下限"):
                 self.service.semantic_floor(record, query)
