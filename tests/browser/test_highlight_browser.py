@@ -30,6 +30,13 @@ def test_a_result_card_marks_no_highlight_inside_a_word(served, pages, tmp_path:
 
     page = pages()
     page.goto(served.url)
+    page.get_by_role("heading", name="Knowledge bases", exact=True).wait_for()
+    wait_idle(page)
+    page.get_by_label("Knowledge base", exact=True).click()  # select it, as a person would (sidebar picker)
+    page.get_by_role("option", name="Mail", exact=True).click()
+    wait_idle(page)
+    page.get_by_role("button", name="Select").click()
+    page.get_by_text("Selected knowledge base 'Mail'").wait_for()
     wait_idle(page)
     go_to(page, "Search lab")
     page.get_by_label("Query", exact=True).fill("Is I the mailserver section to configure?")
