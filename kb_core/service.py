@@ -5,6 +5,7 @@ per process. Front ends work through its sessions (:meth:`KnowledgeBaseService.s
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
@@ -149,6 +150,7 @@ class KnowledgeBaseService:
         self._lock = threading.RLock()
         self._readers: dict[str, KBReader] = {}
         self._embedders: dict[str, Any] = {}
+        self._floors: dict[tuple[str, str], float] = {}
         self._parse_limits = parse_limits
         self.counters = ServiceCounters()
 
@@ -168,13 +170,17 @@ class KnowledgeBaseService:
         persistent_name: str | None = None,
         scope: frozenset[str] | None = None,
         allowed_dirs: Sequence[Path] | None = None,
+        select_hint: str | None = None,
     ) -> Session:
         """A new session. With ``persistent_name`` (the CLI uses "cli") the current KB is kept in the home;
         ``scope`` limits it to those KB ids (MCP tokens); ``allowed_dirs`` (resolved folders) confines the
-        files it reads and writes by path (the MCP server's --allow-dir over HTTP)."""
+        files it reads and writes by path (the MCP server's --allow-dir over HTTP); ``select_hint`` says in messages
+        how its front end selects a KB (default: the MCP tool, ``select_knowledge_base(kb_name)``)."""
         from kb_core.session import Session
 
-        return Session(self, persistent_name, scope, allowed_dirs)
+        if select_hint is None:
+            return Session(self, persistent_name, scope, allowed_dirs)
+        return Session(self, persistent_name, scope, allowed_dirs, select_hint)
 
     # -- knowledge bases -----------------------------------------------------------------------
     def find_kb(self, kb_name: str, among: Sequence[KnowledgeBaseRecord] | None = None) -> KnowledgeBaseRecord:
@@ -215,6 +221,10 @@ class KnowledgeBaseService:
         size = validate_chunk_size(chunk_size)
         endpoint = validate_endpoint(embedding_endpoint)
         model = (embedding_model or "").strip() or DEFAULT_EMBEDDING_MODEL
+        if endpoint is None and self._embedder_factory is None:
+            from kb_core.embedding import check_model_available
+
+            check_model_available(model)  # refused now, not 14 s later at the first import
         if embedding_api_key is not None and not isinstance(embedding_api_key, str):
             raise InvalidArgument("embedding_api_key must be a string.", details={"field": "embedding_api_key"})
         api_key = (embedding_api_key or "").strip() or None
@@ -359,6 +369,47 @@ class KnowledgeBaseService:
             write_json_atomically(self._model_load_path, known)
         logger.info("loaded the embedding model %s in %.1f s", embedder.model_key, seconds)
         return seconds
+
+    def semantic_floor(self, record: KnowledgeBaseRecord, query: str) -> float:
+        """The cosine a chunk of ``record`` must exceed for semantic evidence on ``query``: what unrelated text in the
+        query's script scores for the KB's model (:mod:`kb_core.embedding.calibration`), measured once per process.
+        If the model cannot embed the calibration texts (an endpoint down) the floor is 0 this time, logged."""
+        from kb_core.embedding.calibration import CALIBRATION_VERSION, measure_floor
+        from kb_core.retrieval.search import detect_language
+
+        embedder = self.embedder(record)
+        key = (str(getattr(embedder, "model_key", record.embedding_model)), detect_language(query))
+        with self._lock:
+            floor = self._floors.get(key)
+        if floor is not None:
+            return floor
+        # kept in the home too (per model, script and calibration version), so each process need not measure again
+        path = self.home.embedding_cache_path.with_name("semantic_floors.json")
+        name = f"{key[0]}|{key[1]}|{CALIBRATION_VERSION}"
+        try:
+            kept = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            kept = {}
+        if not isinstance(kept, dict):
+            kept = {}
+        value = kept.get(name)
+        if isinstance(value, int | float) and 0.0 <= value <= 1.0:
+            floor = float(value)
+        else:
+            try:
+                floor = measure_floor(embedder, key[1]).value
+            except KBError as exc:
+                logger.warning("semantic floor of %s not measured (%s); using 0 for this search", key[0], exc.message)
+                return 0.0
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                kept[name] = floor
+                write_json_atomically(path, kept)
+            except OSError:
+                logger.warning("could not keep the semantic floor in %s", path, exc_info=True)
+        with self._lock:
+            self._floors[key] = floor
+        return floor
 
     @property
     def device_request(self) -> DeviceRequest:
@@ -523,20 +574,23 @@ class KnowledgeBaseService:
 
             # embedded before the snapshot opens: no transaction stays open while a model or endpoint works
             vector = None if settings.mode == "keyword" else self.embedder(record).embed_query(query)
+            floor = 0.0 if vector is None else self.semantic_floor(record, query)
             with self.postgres.snapshot(record.id) as pg_snapshot:
                 return search_snapshot(
-                    pg_snapshot, record, self.analyzer, query, vector, settings, filters, explain_chunk_ids
+                    pg_snapshot, record, self.analyzer, query, vector, settings, filters, explain_chunk_ids, floor
                 )
         snapshot = self.reader(record.id).snapshot()
         if snapshot.manifest.chunk_count == 0:
             return RankedHits([], [f"Knowledge base '{record.name}' has no documents yet."])
         searcher = SnapshotSearcher.for_snapshot(snapshot, self.analyzer, record.embedding_model)
         query_vector = None
+        floor = 0.0
         if settings.mode != "keyword":
             query_vector = self.embedder(record).embed_query(query)
+            floor = self.semantic_floor(record, query)
         located = {chunk_id: snapshot.locate_chunk(chunk_id) for chunk_id in explain_chunk_ids}
         keys = [key for key in located.values() if key is not None]
-        ranked = rank(searcher, query, query_vector, settings, filters, record.name, keys)
+        ranked = rank(searcher, query, query_vector, settings, filters, record.name, keys, floor)
         ranked.explained_by_id = {
             chunk_id: ranked.explained[key] for chunk_id, key in located.items() if key in ranked.explained
         }

@@ -60,6 +60,69 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
+def search_facts(outcome: SearchResult) -> dict[str, Any]:
+    """What a search result says beside its hits: the query's terms and stop words, the semantic floor, and how
+    many hits ``min_score`` hid (and, over several KBs, how many copies of a better hit were dropped)."""
+    terms = outcome.query_terms
+    return {
+        "query_terms": None
+        if terms is None
+        else {"terms": list(terms.terms), "stop_words": list(terms.stop_words), "fallback": terms.fallback},
+        "semantic_floor": outcome.semantic_floor,
+        "min_score": outcome.settings.min_score,
+        "below_min_score": outcome.below_min_score,
+        "without_evidence": outcome.without_evidence,
+        "duplicates_dropped": outcome.duplicates_dropped,
+    }
+
+
+def search_notes(outcome: SearchResult) -> list[str]:
+    """Sentences for the message: hits hidden by min_score, copies dropped, stop words left out."""
+    notes: list[str] = []
+    if outcome.below_min_score:
+        notes.append(f"{outcome.below_min_score} hit(s) below {outcome.settings.min_score:.2f} not shown.")
+    if outcome.duplicates_dropped:
+        notes.append(
+            f"{outcome.duplicates_dropped} hit(s) with the same text as a better hit from another knowledge base "
+            "dropped."
+        )
+    if outcome.without_evidence and len(outcome.hits) + outcome.below_min_score < outcome.settings.top_k:
+        floor = outcome.semantic_floor
+        signals = {
+            "keyword": "held no query term",
+            "semantic": f"scored a cosine at or below the model's semantic floor {floor or 0:.3f}",
+        }.get(
+            outcome.settings.mode,
+            "held no query term"
+            if outcome.weights_used is not None and outcome.weights_used.vector == 0
+            else "held no query term and scored a cosine at or below the model's semantic floor "
+            f"{floor or 0:.3f} (what unrelated text scores)",
+        )
+        notes.append(f"{outcome.without_evidence} candidate(s) left out: they {signals}.")
+    terms = outcome.query_terms
+    if terms is not None and terms.fallback:
+        notes.append(f"The query holds only stop words ({', '.join(terms.stop_words)}); searched with all of them.")
+    elif terms is not None and terms.stop_words and outcome.settings.mode != "semantic":
+        notes.append(f"Stop words left out of the keyword query: {', '.join(terms.stop_words)}.")
+    return notes
+
+
+def _drop_cross_kb_copies(hits: list[SearchHit]) -> tuple[list[SearchHit], int]:
+    """Hits (best first) without those whose text is the same as a better-ranked hit's from another KB (a KB and
+    its imported copy); the count of those dropped."""
+    from kb_core.retrieval.near_duplicates import same_text_key
+
+    first_kb: dict[str, str] = {}
+    kept: list[SearchHit] = []
+    for hit in hits:
+        key = same_text_key(hit.content)
+        owner = first_kb.setdefault(key, hit.kb_id)
+        if owner != hit.kb_id:
+            continue
+        kept.append(hit)
+    return kept, len(hits) - len(kept)
+
+
 class Session:
     """The per-user view of the service: which KB is current, plus every operation as an envelope."""
 
@@ -69,8 +132,11 @@ class Session:
         persistent_name: str | None = None,
         scope: frozenset[str] | None = None,
         allowed_dirs: Sequence[Path] | None = None,
+        select_hint: str = "select_knowledge_base(kb_name)",
     ) -> None:
         self.service = service
+        # How this session's front end selects a KB, for messages (the CLI: "kb select NAME"; MCP: the tool).
+        self.select_hint = select_hint
         self.persistent_name = persistent_name
         # KB ids this session may see (an MCP token's scope); None means all. Out-of-scope KBs answer
         # exactly like nonexistent ones.
@@ -112,7 +178,7 @@ class Session:
     def current_kb(self) -> KnowledgeBaseRecord:
         kb_id = self.current_kb_id
         if kb_id is None:
-            raise NoCurrentKB("No knowledge base is selected; call select_knowledge_base(kb_name) first.")
+            raise NoCurrentKB(f"No knowledge base is selected; select one first with {self.select_hint}.")
         try:
             record = self.service.registry.get(kb_id)
             if self.scope is not None and record.id not in self.scope:
@@ -201,7 +267,7 @@ class Session:
             kb_name, chunk_size, embedding_model, embedding_endpoint, embedding_api_key, progress=progress
         )
         return ok(
-            f"Created knowledge base '{record.name}'. Select it with select_knowledge_base to use it.",
+            f"Created knowledge base '{record.name}'. Select it with {self.select_hint} to use it.",
             {"kb_id": record.id, "kb_name": record.name, "chunk_size": record.chunk_size},
         )
 
@@ -308,6 +374,8 @@ class Session:
         )
         results = [o.to_json() for o in outcomes]
         succeeded = [r for r in results if "error" not in r]
+        if succeeded and record.embedding_endpoint:
+            self._measure_floors(record)
         failed = [r for r in results if "error" in r]
         notice = self._language_notice(record, succeeded)
         data = {
@@ -323,6 +391,13 @@ class Session:
             data["executor"] = runner.summary()  # what ran where (files and chunks per node)
         message = f"Imported {len(succeeded)} of {len(file_paths)} file(s) into '{record.name}'"
         message += f"; {len(failed)} failed." if failed else "."
+        # each failure's reason in the message too: many MCP clients show only the text, not structured content
+        shown = 5
+        for failure_row in failed[:shown]:
+            message += f" {Path(str(failure_row['file_path'])).name}: {failure_row['error']}"
+            message += "" if str(failure_row["error"]).endswith(".") else "."
+        if len(failed) > shown:
+            message += f" And {len(failed) - shown} more failure(s): see failed_files."
         if notice:
             message += f" Note: {notice}"
         return envelope(message, data, error=None if succeeded else KBError(message, code="IMPORT_FAILED"))
@@ -342,6 +417,16 @@ class Session:
         return unread_language_notice(
             record.embedding_model, {name: lang if isinstance(lang, str) else None for name, lang in languages.items()}
         )
+
+    def _measure_floors(self, record: KnowledgeBaseRecord) -> None:
+        """Measure an endpoint model's semantic floors while it answers (once per home and model, kept there), so no
+        later search (a rag_search with its 3 s timeout) waits on two more requests; best effort. A local model
+        measures them in a fraction of a second at the first search, or at ``kb mcp``'s warm-up."""
+        try:
+            for query in ("floor", "下限"):
+                self.service.semantic_floor(record, query)
+        except Exception:  # never fails the import it follows
+            logger.info("semantic floor of %s not measured after the import", record.embedding_model, exc_info=True)
 
     def _live_document(self, record: KnowledgeBaseRecord, doc_name: str) -> dict[str, Any]:
         if not isinstance(doc_name, str) or not doc_name.strip():
@@ -488,8 +573,10 @@ class Session:
         warnings: list[str] = []
         failures: list[EmbeddingError] = []
         skipped: list[dict[str, str]] = []
+        floors: dict[str, float] = {}
         for record in records:
             settings = search_settings(record, overrides)
+            floors[record.id] = settings.min_score
             try:
                 ranked = self.service.search_kb(record, query, settings, request.filters)
             except EmbeddingError as exc:
@@ -501,18 +588,29 @@ class Session:
                 ranked = RankedHits([], [note])
             if outcome is None or (outcome.weights_used is None and ranked.weights_used is not None):
                 first_settings = settings
-                outcome = SearchResult([], [], settings, ranked.weights_used, ranked.auto_weights)
+                outcome = SearchResult(
+                    [], [], settings, ranked.weights_used, ranked.auto_weights,
+                    semantic_floor=ranked.semantic_floor, query_terms=ranked.query_terms,
+                )
             hits.extend(ranked.hits)
+            outcome.without_evidence += ranked.without_evidence
             warnings.extend(n for n in ranked.warnings if n not in warnings)
         if failures and len(failures) == len(records):
             failures[0].details = {**failures[0].details, "failed_knowledge_bases": list(skipped)}
             raise failures[0]
         if outcome is None or first_settings is None:
             return SearchResult([], [], search_settings(self.current_kb(), overrides))
+        duplicates = 0
         if len(records) > 1:
             hits.sort(key=lambda h: -h.score)
+            if request.drop_copies:
+                hits, duplicates = _drop_cross_kb_copies(hits)
             hits = hits[: first_settings.top_k]
-        outcome.hits, outcome.warnings, outcome.skipped = hits, warnings, skipped
+        # min_score (each KB's own) cuts the hits a person would have seen; the count says how many went
+        kept = [h for h in hits if h.score >= floors.get(h.kb_id, 0.0)]
+        outcome.below_min_score = len(hits) - len(kept)
+        outcome.duplicates_dropped = duplicates
+        outcome.hits, outcome.warnings, outcome.skipped = kept, warnings, skipped
         return outcome
 
     @enveloped
@@ -532,8 +630,13 @@ class Session:
         expand_graph: bool = False,
         weighting: str | None = None,
         language_guard: bool | None = None,
+        min_score: float | None = None,
     ) -> Envelope:
         """Hybrid (default), semantic or keyword search; every hit carries its score breakdown.
+
+        Only chunks some signal supports are hits (a query term, stop words left out, or a cosine above the model's
+        semantic floor), so there may be fewer than ``top_k``. ``min_score`` (0–1, default the KB's saved value, else
+        0) hides hits whose final score is below it; ``data.below_min_score`` counts them.
 
         Scores lie in [0, 1] (see :mod:`kb_core.retrieval.fusion`). ``weighting="auto"`` scales the weights by each
         signal's quality for the query; ``language_guard=False`` keeps the vector weight for a query in a language
@@ -556,6 +659,7 @@ class Session:
                     "fusion": fusion,
                     "weighting": weighting,
                     "language_guard": language_guard,
+                    "min_score": min_score,
                 },
             )
         )
@@ -570,6 +674,9 @@ class Session:
                 f"{outcome.weights_used.keyword:.2f}"
             )
         message += ")."
+        notes = search_notes(outcome)
+        if notes:
+            message += " " + " ".join(notes)
         if outcome.warnings:
             message += " " + " ".join(outcome.warnings)
         return ok(
@@ -580,6 +687,7 @@ class Session:
                 "settings": asdict(settings),
                 "weights": outcome.weights_json(),
                 "warnings": outcome.warnings,
+                **search_facts(outcome),
             },
         )
 
@@ -636,13 +744,18 @@ class Session:
         return ok(f"Saved search defaults for '{record.name}'.", {"kb_name": record.name, "search_settings": saved})
 
     @enveloped
-    def rag_search(self, keywords: Sequence[str], top_k: int = 5, timeout: float = 3.0) -> Envelope:
-        """Multi-keyword search; chunks related to all keywords rank first; degrades on timeout or failure."""
+    def rag_search(
+        self, keywords: Sequence[str], top_k: int = 5, timeout: float = 3.0, min_score: float | None = None
+    ) -> Envelope:
+        """Multi-keyword search; chunks related to all keywords rank first; degrades on timeout or failure. Only
+        chunks holding a keyword or clearing the semantic floor are returned, none below ``min_score``."""
         cleaned = validate_keywords(keywords)
         validate_int_range(top_k, "top_k", 1, 10)
         validate_float_range(timeout, "timeout", 0.1, 10.0)
+        if min_score is not None:
+            validate_float_range(min_score, "min_score", 0.0, 1.0)
         record = self.current_kb()
-        future = self.service.background.submit(rag_rank, self.service, record, cleaned, top_k)
+        future = self.service.background.submit(rag_rank, self.service, record, cleaned, top_k, min_score)
         try:
             chunks = future.result(timeout=timeout)
         except FuturesTimeout:

@@ -314,29 +314,25 @@ class ImportBars:
 
 # -- search results ------------------------------------------------------------------------------
 def highlight(text: str, terms: Sequence[str]) -> str:
-    """HTML of ``text`` with every occurrence of the matched terms marked (case-insensitive; Chinese too). Safe in
-    ``st.markdown(..., unsafe_allow_html=True)``: the text can neither inject HTML nor be read as Markdown.
+    """HTML of ``text`` with the matched terms marked where the analyzer finds them: whole Latin words whose stem is a
+    term (``configur`` marks configure and configuring, never the inside of another word), Chinese words and bigrams
+    as the analyzer cut them; never stop words or one-letter terms (:mod:`kb_core.retrieval.highlight`). Safe in
+    ``st.markdown(..., unsafe_allow_html=True)``: the text can neither inject HTML nor be read as Markdown."""
+    from kb_core.retrieval.highlight import highlight_spans
 
-    The engine reports analysed terms (stems, Chinese words or n-grams); a Latin stem is highlighted
-    to the end of its word.
-    """
-    marked = [False] * len(text)
-    for term in sorted({t for t in terms if t and t.strip()}, key=len, reverse=True):
-        # a Latin stem extends to the end of its word ("normalis" marks "normalised")
-        pattern = re.escape(term) + (r"[a-zA-Z]*" if term[-1:].isascii() and term[-1:].isalpha() else "")
-        for match in re.finditer(pattern, text, flags=re.IGNORECASE):
-            for i in range(match.start(), match.end()):
-                marked[i] = True
     out: list[str] = []
-    i = 0
-    while i < len(text):
-        j = i
-        while j < len(text) and marked[j] == marked[i]:
-            j += 1
-        piece = _inert(text[i:j])
-        out.append(f"<mark>{piece}</mark>" if marked[i] else piece)
-        i = j
+    position = 0
+    for start, end in highlight_spans(text, terms, service().analyzer):
+        out.append(_inert(text[position:start]))
+        out.append(f"<mark>{_inert(text[start:end])}</mark>")
+        position = end
+    out.append(_inert(text[position:]))
     return "".join(out)
+
+
+def query_terms(text: str) -> list[str]:
+    """The analysed terms a query is searched with (stop words left out), e.g. to highlight rag_search's keywords."""
+    return list(service().analyzer.query_terms(text).terms)
 
 
 # Characters HTML or Markdown (with GitHub's autolinks) give meaning to: written as character references they are

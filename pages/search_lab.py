@@ -25,7 +25,7 @@ WEIGHTINGS = ["fixed", "auto"]
 FUSIONS = ["weighted", "rrf"]
 DEFAULTS: dict[str, Any] = {
     "mode": "hybrid", "top_k": 5, "vector_weight": 0.7, "keyword_weight": 0.3, "jaccard_weight": 0.0,
-    "fusion": "weighted", "weighting": "fixed", "language_guard": True,
+    "fusion": "weighted", "weighting": "fixed", "language_guard": True, "min_score": 0.0,
 }
 CONTROL_COLUMNS = [1.1, 1.3, 2.4, 1.3]
 RRF_K = 60  # the service's reciprocal-rank constant (kb_core.retrieval.fusion.fuse)
@@ -57,6 +57,8 @@ def describe(settings: dict[str, Any]) -> str:
             f"language guard {'on' if settings['language_guard'] else 'off'}",
         ]
     parts.append(f"Jaccard {float(settings['jaccard_weight']):.2f}")
+    if float(settings.get("min_score") or 0):
+        parts.append(f"min score {float(settings['min_score']):.2f}")
     return ", ".join(parts)
 
 
@@ -83,6 +85,7 @@ def run_search(query: str, params: dict[str, Any]) -> ui.Remembered:
         fusion=params["fusion"],
         weighting=params["weighting"],
         language_guard=bool(params["language_guard"]),
+        min_score=float(params.get("min_score") or 0.0),
     ))
 
 
@@ -121,10 +124,15 @@ def settings_controls(prefix: str, initial: dict[str, Any]) -> dict[str, Any]:
         help="When the embedding model does not cover the query's language (all-MiniLM-L6-v2 is English-only: a "
         "Chinese query), give the vector signal weight 0 and say so. Off: the weights above are used as they are.",
     )
+    min_score = st.slider(
+        "Minimum score", 0.0, 1.0, float(initial.get("min_score") or 0.0), 0.05, key=f"{prefix}_min_score",
+        help="Hide hits whose final score (0–1) is below this; the results say how many were hidden. Chunks with "
+        "no evidence (no query term, a cosine no better than unrelated text) are never shown, whatever this is.",
+    )
     return {
         "mode": mode, "top_k": int(top_k), "vector_weight": round(float(vector), 4),
         "keyword_weight": round(1.0 - float(vector), 4), "jaccard_weight": float(jaccard), "fusion": fusion,
-        "weighting": weighting, "language_guard": bool(guard),
+        "weighting": weighting, "language_guard": bool(guard), "min_score": float(min_score),
     }
 
 
@@ -294,7 +302,8 @@ if kind == MULTI:
                 )
                 st.markdown(f"**#{rank}** · {where} · {chunk['matched_keywords']} of {len(keywords)} keywords · "
                             f"score {chunk['score']:.3f}")
-                st.markdown(ui.highlight(chunk["chunk_text"], keywords), unsafe_allow_html=True)
+                st.markdown(ui.highlight(chunk["chunk_text"], ui.query_terms(" ".join(keywords))),
+                            unsafe_allow_html=True)
     st.stop()
 
 with st.form("lab_form"):
@@ -436,6 +445,18 @@ def lab_view() -> None:
             st.rerun()
         ui.show_error(result)
     info_line = info_col.empty()  # written last, with the searches this view ran
+    facts = main["data"]
+    if facts.get("below_min_score"):
+        st.caption(f"{facts['below_min_score']} hit(s) below {float(facts['min_score']):.2f} not shown.")
+    terms = facts.get("query_terms") or {}
+    if terms.get("stop_words"):
+        st.caption(("The query holds only stop words, so all of them were searched: " if terms.get("fallback")
+                    else "Stop words left out of the keyword query: ") + ", ".join(terms["stop_words"]))
+    if facts.get("without_evidence") and facts["count"] + facts.get("below_min_score", 0) < params["top_k"]:
+        floor = facts.get("semantic_floor")
+        st.caption(f"{facts['without_evidence']} candidate(s) had no evidence and are not shown: no query term"
+                   + ("" if floor is None else f", and a cosine no higher than {floor:.3f} (what unrelated text "
+                      "scores for this model)") + ".")
     results_tab, moves_tab, ab_tab = st.tabs(
         ["Results", "Rank movement across modes", "A/B comparison"], key="lab_tabs", on_change="rerun"
     )

@@ -420,12 +420,14 @@ def test_save_as_kb_default_persists_every_setting_for_the_cli_and_mcp(filled: P
     test.radio(key=f"{base}_fusion").set_value("rrf")
     test.slider(key=f"{base}_jw").set_value(0.25)
     test.toggle(key=f"{base}_guard").set_value(False)
+    test.slider(key=f"{base}_min_score").set_value(0.1)
     search(test, "hybrid search weights")
     test.button(key="lab_save").click().run()
     assert any("Saved search defaults for 'Alpha'" in s for s in texts(test, "success"))
     saved = KnowledgeBaseService(filled).session().resolve_kb("Alpha").search_settings
     assert saved == {"mode": "hybrid", "top_k": 7, "vector_weight": 0.35, "keyword_weight": 0.65,
-                     "jaccard_weight": 0.25, "fusion": "rrf", "weighting": "auto", "language_guard": False}
+                     "jaccard_weight": 0.25, "fusion": "rrf", "weighting": "auto", "language_guard": False,
+                     "min_score": 0.1}
     # the page starts from the saved defaults now
     again = lab_prefix(filled, saved_round=1)
     assert test.slider(key=f"{again}_vw").value == 0.35 and test.radio(key=f"{again}_fusion").value == "rrf"

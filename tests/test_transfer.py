@@ -156,11 +156,13 @@ def test_round_trip_into_an_empty_home_gives_the_same_search_results(source: dic
         after = target.list_documents(kb_name=kb)["data"]["documents"]
         key = ("id", "name", "file_type", "chunk_count", "size_bytes", "chunk_size", "status")
         assert sorted(tuple(d[k] for k in key) for d in before) == sorted(tuple(d[k] for k in key) for d in after)
+        found = 0
         for query in QUERIES:
             for mode in ("hybrid", "keyword", "semantic"):
                 expected = search_rows(original, kb, query, mode)
-                assert expected or mode == "keyword"
+                found += bool(expected)  # a search may find nothing with evidence (#25): compared all the same
                 assert_same_results(expected, search_rows(target, kb, query, mode))
+        assert found >= len(QUERIES)
     # The export holds no signatures (its format is unchanged); the import computes them with the segments.
     from kb_core.retrieval.near_duplicates import text_signatures
     from kb_core.store import catalog

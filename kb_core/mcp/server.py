@@ -117,6 +117,8 @@ class ServiceHolder:
                     service.reader(record.id).snapshot()
                 if not record.embedding_endpoint:
                     service.embedder(record).embed_query("warm up")
+                    for query in ("warm up", "预热"):  # the model's semantic floors, measured once (kept in the home)
+                        service.semantic_floor(record, query)
             except Exception:
                 logger.warning("Could not preload knowledge base %r; it loads on first use", record.name, exc_info=True)
         elapsed = time.monotonic() - started
