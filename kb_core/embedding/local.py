@@ -40,9 +40,10 @@ fed exactly like a device (the tests run the GPU's code path that way).
 Queries always run on the CPU in float32: a query is one short text, which a CPU embeds in milliseconds, and it
 must not wait behind an import's batch on a busy GPU (or behind the document model's lock on the CPU). For a BERT
 model (all-MiniLM-L6-v2 and multilingual-e5-small among them) that is the numpy forward pass of
-:mod:`kb_core.embedding.query_forward`, so a search loads neither torch nor transformers; any other model gets the
-torch model on the CPU, loaded on the first query — the document model's own weights where documents are embedded
-on the CPU in float32 too (under a lock of their own), else a second, CPU copy.
+:mod:`kb_core.embedding.query_forward`, so a search loads neither torch nor transformers, unless the document model
+is loaded on the CPU in float32 already: then its own weights serve queries too (under a lock of their own; the two
+give the same vectors to ~1e-7). Any other model gets the torch model on the CPU, loaded on the first query — the
+document model's weights where documents are embedded on the CPU in float32 too, else a second, CPU copy.
 """
 
 from __future__ import annotations
@@ -622,7 +623,10 @@ class SentenceTransformerEmbedder:
         the numpy forward pass where it applies, else by the torch model on the CPU."""
         pieces = self._windows_many([text], query=True)[0]
         prompt = self._prompt_for(True)
-        encoder = self._numpy_query_encoder() if prompt.ids is not None else None
+        # Where the document model is loaded on the CPU in float32 already, it serves queries too (no second copy of
+        # the weights in numpy); otherwise the numpy forward pass spares a process importing torch for a query.
+        shared = self._model is not None and self._documents_on_cpu()
+        encoder = self._numpy_query_encoder() if prompt.ids is not None and not shared else None
         if encoder is not None:
             head = list(prompt.ids or ())
             with self._query_lock:
