@@ -1,0 +1,129 @@
+"""The tools that prove a refactor changed no behaviour (#28): the import-graph report finds each kind of problem in a
+small package written for the test, and the snapshot's normaliser makes two runs' answers equal while keeping what
+differs in substance. (Running the whole capture takes minutes: it is run by hand, see the script's docstring.)"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+from tests.conftest import REPO_ROOT
+
+
+def load(script: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(script, REPO_ROOT / "benchmarks" / f"{script}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[script] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+def write(root: Path, files: dict[str, str]) -> None:
+    for relative, text in files.items():
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+
+
+def test_the_import_graph_report_finds_type_only_cycles_upward_and_private_imports_and_store_branches(
+    tmp_path: Path,
+) -> None:
+    graph = load("import_graph")
+    write(
+        tmp_path,
+        {
+            "kb_core/__init__.py": "",
+            "kb_core/errors.py": "class KBError(Exception): ...\n",
+            "kb_core/store/__init__.py": "",
+            "kb_core/store/reader.py": (
+                "from __future__ import annotations\n"
+                "from typing import TYPE_CHECKING\n"
+                "if TYPE_CHECKING:\n"
+                "    from kb_core.session import Session\n"  # type-only, upward, and closes a cycle
+                "def _hidden() -> None: ...\n"
+            ),
+            "kb_core/session.py": (
+                "from kb_core.store.reader import _hidden\n"  # a private name from another module
+                "from kb_core.envelope import ok\n"
+                "class Session:\n"
+                "    def find(self, service) -> dict:\n"
+                "        if service.postgres is not None:\n"
+                "            return ok('m', 1)\n"
+                "        return {'success': True, 'message': 'm', 'data': None}\n"
+            ),
+            "kb_core/envelope.py": "def ok(message, data):\n    return {'success': True, 'message': message}\n",
+            "kb_core/brand_new.py": "import kb_core.errors\n",
+        },
+    )
+    report = graph.analyse(tmp_path)
+    assert report["cycles_runtime"] == []
+    assert [c["modules"] for c in report["cycles_with_type_only"]] == [["session", "store.reader"]]
+    upward = {(u["from"], u["to"], u["type_only"]) for u in report["upward_imports"]}
+    assert ("store.reader", "session", True) in upward  # store → session
+    assert ("session", "envelope", False) in upward  # after #28 only the edges build envelopes
+    assert report["private_imports"] == [{"module": "session", "line": 1, "from": "store.reader", "name": "_hidden"}]
+    assert report["store_branch_count"] == 1 and list(report["store_branches"]) == ["session"]
+    assert report["envelope_sites"]["session"] == 2  # the ok(...) call and the dict literal
+    assert report["unassigned_modules"] == ["brand_new"]
+    assert graph.problems(report)  # --check fails
+
+
+def test_the_import_graph_report_passes_a_package_whose_layers_point_down(tmp_path: Path) -> None:
+    graph = load("import_graph")
+    write(
+        tmp_path,
+        {
+            "kb_core/__init__.py": "",
+            "kb_core/errors.py": "",
+            "kb_core/store/__init__.py": "from kb_core.errors import *\n",
+            "kb_core/retrieval/search.py": "from kb_core.store import *\n",
+            "kb_core/session.py": "from kb_core.retrieval import search\n",
+            "kb_core/cli/main.py": "def main():\n    from kb_core.session import Session\n",
+        },
+    )
+    report = graph.analyse(tmp_path)
+    assert graph.problems(report) == []
+    assert report["edges"] == 4
+
+
+def test_the_snapshot_normaliser_names_ids_by_first_appearance_and_hides_times_paths_and_secrets(
+    tmp_path: Path,
+) -> None:
+    snapshot = load("behaviour_snapshot")
+    work = tmp_path / "kb-snapshot-abcdefgh"
+
+    def run(kb: str, chunk: str, token: str, when: str) -> object:
+        normaliser = snapshot.Normaliser()
+        normaliser.add_path(work, "<work>")
+        return normaliser.value(
+            {
+                "message": f"Created {kb} at {when}; token {token}",
+                "data": {
+                    "chunks": [{"id": chunk, "kb_id": kb, "path": str(work / "files" / "a.txt")}, {"id": chunk}],
+                    "seconds": 1.25,
+                    "score": 0.8312,
+                    "name": "report_20261121-153000.docx",
+                },
+            }
+        )
+
+    first = run("kb_0123456789abcdef", "chk_aaaaaaaaaaaaaaaa", "kbt_" + "A" * 43, "2026-11-26T04:11:36.123Z")
+    second = run("kb_fedcba9876543210", "chk_bbbbbbbbbbbbbbbb", "kbt_" + "b" * 43, "2026-12-01T23:59:59.999Z")
+    assert first == second
+    assert first == {
+        "message": "Created <kb-1> at <time>; token <token-1>",
+        "data": {
+            "chunks": [{"id": "<chk-1>", "kb_id": "<kb-1>", "path": "<work>/files/a.txt"}, {"id": "<chk-1>"}],
+            "seconds": "<seconds>",
+            "score": 0.8312,  # scores are kept: a changed score is a changed behaviour
+            "name": "report_<stamp>.docx",
+        },
+    }
+    # two different ids in one run stay apart
+    normaliser = snapshot.Normaliser()
+    assert normaliser.text("doc_0000000000000001 doc_0000000000000002 doc_0000000000000001") == (
+        "<doc-1> <doc-2> <doc-1>"
+    )
