@@ -122,8 +122,25 @@ def test_the_snapshot_normaliser_names_ids_by_first_appearance_and_hides_times_p
             "name": "report_<stamp>.docx",
         },
     }
+    exported = "to <work>/all.kbx (328795 bytes). Size: 18.0 KB (18432 bytes)"
+    assert snapshot.Normaliser().text(exported) == "to <work>/all.kbx (<size> bytes). Size: 18.0 KB (18432 bytes)"
     # two different ids in one run stay apart
     normaliser = snapshot.Normaliser()
     assert normaliser.text("doc_0000000000000001 doc_0000000000000002 doc_0000000000000001") == (
         "<doc-1> <doc-2> <doc-1>"
     )
+
+
+def test_the_snapshot_normaliser_hides_the_seconds_column_of_an_evaluation_table_only() -> None:
+    snapshot = load("behaviour_snapshot")
+    table = (
+        "setting     nDCG@10    queries    seconds\n"
+        "--------  ---------  ---------  ---------\n"
+        "keyword      0.9786        225        {}\n"
+        "kept as run 7 (compare runs with: kb eval-compare RUN_A RUN_B)\n"
+        "queries 12"
+    )
+    fast, slow = (snapshot.Normaliser().lines(table.format(t)) for t in ("4.7", "12.25"))
+    assert fast == slow
+    assert fast[2] == "keyword      0.9786        225 <seconds>"  # the other figures are kept
+    assert fast[3:] == ["kept as run 7 (compare runs with: kb eval-compare RUN_A RUN_B)", "queries 12"]
