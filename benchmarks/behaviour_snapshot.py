@@ -30,8 +30,12 @@ timestamps ``<time>``, time stamps in names ``<stamp>``; the work folder ``<work
 other temporary paths ``<tmp>``, the database URL ``<postgres-url>``; durations (``seconds`` and ``*_ms`` values,
 "N s" in messages, the ``seconds`` column of ``kb eval``'s table) ``<seconds>``; an export file's size in bytes
 (its ZIP holds random chunk ids) ``<size>``. Scores, counts, other sizes, hashes, messages and key order are kept.
+On PostgreSQL, documents created in the same millisecond are listed in the order of their random ids (the database
+sorts by ``created_at, doc_id``), so there such ties are put in name order (see ``Normaliser.document_ties``).
 Table widths follow the length of the work folder's path: leave ``--home`` out (a temporary folder of constant
 length) or give paths of the same length before and after. ``--keep`` keeps the work folder (homes, MCP server logs).
+``--raw FILE`` also writes the capture before normalisation; ``normalise FILE --out OUT`` applies the (changed)
+rules to it again without running anything.
 
 Search results over the evaluation sets (thousands of searches, both stores) are compared by
 ``benchmarks/check_search_equality.py``; this script covers what the front ends print and return.
@@ -92,11 +96,18 @@ DURATION_KEYS = re.compile(r"^(seconds|elapsed|elapsed_seconds|duration|duration
 
 @dataclass
 class Normaliser:
-    """Replaces what changes from run to run; one instance per capture, so an id keeps its name everywhere."""
+    """Replaces what changes from run to run; one instance per capture, so an id keeps its name everywhere.
+
+    ``document_ties`` (PostgreSQL captures): the database lists documents by ``created_at, doc_id``, so documents
+    created in the same millisecond (one import's failed files, typically) come back in the order of their random
+    ids; such ties are put in name order, in document lists, in ``kb docs`` tables (rows with the same "updated"
+    second) and in the "Documents: …" of DOCUMENT_NOT_FOUND messages. The folder store keeps commit order, so a
+    folder capture keeps every order as it is."""
 
     paths: list[tuple[str, str]] = field(default_factory=list)  # (path, placeholder), longest first
     names: dict[str, str] = field(default_factory=dict)
     counters: dict[str, int] = field(default_factory=dict)
+    document_ties: bool = False
 
     def add_path(self, path: str | Path, placeholder: str) -> None:
         for form in {str(path), str(Path(path).resolve())}:
@@ -112,6 +123,8 @@ class Normaliser:
         return name
 
     def text(self, value: str) -> str:
+        if self.document_ties:
+            value = DOCUMENT_NAMES.sub(_sorted_names, value)
         for path, placeholder in self.paths:
             value = value.replace(path, placeholder)
         temporary = tempfile.gettempdir()
@@ -126,6 +139,8 @@ class Normaliser:
         if isinstance(value, dict):
             return {self.text(str(k)): self.value(v, str(k)) for k, v in value.items()}
         if isinstance(value, list | tuple):
+            if self.document_ties and key == "documents" and all(isinstance(v, dict) for v in value):
+                value = sorted(value, key=lambda d: (str(d.get("created_at")), str(d.get("name"))))
             return [self.value(v, key) for v in value]
         if isinstance(value, str):
             return self.text(value)
@@ -133,11 +148,21 @@ class Normaliser:
             return "<seconds>"
         return value
 
-    def lines(self, text: str) -> list[str]:
-        """Each line normalised; in a table whose last column is ``seconds`` (``kb eval``), that column too."""
-        out: list[str] = []
+    def lines(self, text: str) -> list[Any]:
+        """Each line normalised; in a table whose last column is ``seconds`` (``kb eval``), that column too. A line
+        that is a JSON object (an MCP tool's text content after its message) is normalised as data."""
+        out: list[Any] = []
         timed = False
-        for line in text.splitlines():
+        raw_lines = text.splitlines()
+        if self.document_ties:
+            raw_lines = _sort_document_table(raw_lines)
+        for line in raw_lines:
+            if line.startswith("{") and line.endswith("}"):
+                try:
+                    out.append(self.value(json.loads(line)))
+                    continue
+                except json.JSONDecodeError:
+                    pass
             if timed:
                 head, _, last = line.rstrip().rpartition(" ")
                 if head.strip() and _is_number(last):
@@ -148,6 +173,81 @@ class Normaliser:
             timed = timed or line.rstrip().endswith(" seconds")
             out.append(self.text(line))
         return out
+
+
+DOCUMENT_NAMES = re.compile(r"(Documents: )((?:'[^']*'(?:, )?)+)(?=\.)")
+
+
+def _sorted_names(match: re.Match[str]) -> str:
+    return match.group(1) + ", ".join(sorted(re.findall(r"'[^']*'", match.group(2))))
+
+
+def _sort_document_table(lines: list[str]) -> list[str]:
+    """``kb docs``'s table with rows of the same "updated (UTC)" second in name order (see ``document_ties``)."""
+    if not lines or not any(line.startswith("name ") and line.rstrip().endswith("updated (UTC)") for line in lines):
+        return lines
+    start = next(i for i, line in enumerate(lines) if line.startswith("name ")) + 2
+    rows, rest = lines[start:], []
+    stamped = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\s*$")
+    end = next((i for i, row in enumerate(rows) if not stamped.search(row)), None)
+    if end is not None:
+        rows, rest = rows[:end], rows[end:]
+    ordered: list[str] = []
+    for row in rows:
+        if ordered and ordered[-1][-19:] == row[-19:]:
+            group = [row]
+            while ordered and ordered[-1][-19:] == row[-19:]:
+                group.append(ordered.pop())
+            ordered.extend(sorted(group))
+        else:
+            ordered.append(row)
+    return lines[:start] + ordered + rest
+
+
+def normalise(raw: dict[str, Any]) -> dict[str, Any]:
+    """The comparable form of a raw capture: one pass, in the order of the capture, so ids are numbered by their
+    first appearance."""
+    normaliser = Normaliser(document_ties=raw.get("store") == "postgresql")
+    for placeholder, path in raw.get("paths", {}).items():
+        normaliser.add_path(path, placeholder)
+    snapshot: dict[str, Any] = {"format": raw["format"], "store": raw["store"]}
+    if "help" in raw:
+        snapshot["help"] = {
+            command: {
+                "exit": r["exit"],
+                "stdout": normaliser.lines(r["stdout"]),
+                "stderr": normaliser.lines(r["stderr"]),
+            }
+            for command, r in raw["help"].items()
+        }
+    if "mcp_tools" in raw:
+        snapshot["mcp_tools"] = normaliser.value(raw["mcp_tools"])
+    if "cli_session" in raw:
+        snapshot["cli_session"] = [
+            {
+                "command": normaliser.text(r["command"]),
+                "exit": r["exit"],
+                "stdout": normaliser.value(r["stdout"]) if r["json"] else normaliser.lines(r["stdout"]),
+                "stderr": normaliser.lines(r["stderr"]),
+            }
+            for r in raw["cli_session"]
+        ]
+    if "mcp_session" in raw:
+        calls = []
+        for r in raw["mcp_session"]:
+            call: dict[str, Any] = {"tool": r["tool"], "arguments": normaliser.value(r["arguments"])}
+            if "error" in r:
+                call["error"] = normaliser.value(r["error"])
+            else:
+                result = r["result"]
+                call["result"] = {
+                    "isError": result["isError"],
+                    "text": [normaliser.lines(text) for text in result["text"]],
+                    "structured": normaliser.value(result["structured"]),
+                }
+            calls.append(call)
+        snapshot["mcp_session"] = calls
+    return snapshot
 
 
 def _is_number(text: str) -> bool:
@@ -215,7 +315,7 @@ print(json.dumps(list(walk(build_parser(), []))))
 """
 
 
-def capture_help(target: Target, normaliser: Normaliser) -> dict[str, Any]:
+def capture_help(target: Target) -> dict[str, Any]:
     found = subprocess.run(
         [target.python, "-c", DISCOVER],
         cwd=target.repo,
@@ -231,11 +331,8 @@ def capture_help(target: Target, normaliser: Normaliser) -> dict[str, Any]:
 
     def one(path: list[str]) -> tuple[str, dict[str, Any]]:
         done = target.kb(home, [*path, "--help"])
-        return " ".join(["kb", *path, "--help"]), {
-            "exit": done.returncode,
-            "stdout": normaliser.lines(done.stdout),
-            "stderr": normaliser.lines(done.stderr),
-        }
+        outcome = {"exit": done.returncode, "stdout": done.stdout, "stderr": done.stderr}
+        return " ".join(["kb", *path, "--help"]), outcome
 
     with ThreadPoolExecutor(max_workers=3) as pool:  # each a process of its own; the order is kept below
         return dict(pool.map(one, paths))
@@ -264,7 +361,6 @@ def run_cli_session(
     target: Target,
     home: Path,
     session: Generator[list[str] | tuple[list[str], str], CliResult, None],
-    normaliser: Normaliser,
     log: Callable[[str], None],
 ) -> list[dict[str, Any]]:
     """Run each command the generator yields (an argument list, or (arguments, stdin)) and send back its result."""
@@ -288,10 +384,11 @@ def run_cli_session(
         log(f"  kb {' '.join(arguments)[:110]} → {done.returncode} ({time.perf_counter() - started:.1f} s)")
         records.append(
             {
-                "command": normaliser.text(" ".join(["kb", *arguments])),
+                "command": " ".join(["kb", *arguments]),
                 "exit": done.returncode,
-                "stdout": normaliser.value(parsed) if parsed is not None else normaliser.lines(done.stdout),
-                "stderr": normaliser.lines(done.stderr),
+                "stdout": parsed if parsed is not None else done.stdout,
+                "json": parsed is not None,
+                "stderr": done.stderr,
             }
         )
 
@@ -577,26 +674,24 @@ async def mcp_client(target: Target, home: Path, log_file: Path, body: Callable[
             await body(session)
 
 
-def tool_record(result: Any, normaliser: Normaliser) -> dict[str, Any]:
+def tool_record(result: Any) -> dict[str, Any]:
     return {
         "isError": bool(result.isError),
-        "text": [normaliser.lines(c.text) if getattr(c, "text", None) is not None else c.type for c in result.content],
-        "structured": normaliser.value(result.structuredContent),
+        "text": [c.text if getattr(c, "text", None) is not None else f"<{c.type}>" for c in result.content],
+        "structured": result.structuredContent,
     }
 
 
-def capture_tools(target: Target, normaliser: Normaliser) -> dict[str, Any]:
+def capture_tools(target: Target) -> dict[str, Any]:
     import anyio
 
     captured: dict[str, Any] = {}
 
     async def body(session: Any) -> None:
         initialized = await session.initialize()
-        captured["initialize"] = normaliser.value(initialized.model_dump(mode="json", exclude_none=True))
+        captured["initialize"] = initialized.model_dump(mode="json", exclude_none=True)
         listed = await session.list_tools()
-        captured["tools"] = [
-            normaliser.value(tool.model_dump(mode="json", exclude_none=True, by_alias=True)) for tool in listed.tools
-        ]
+        captured["tools"] = [tool.model_dump(mode="json", exclude_none=True, by_alias=True) for tool in listed.tools]
 
     anyio.run(mcp_client, target, target.work / "mcp-list-home", target.work / "mcp-list.log", body)
     return captured
@@ -605,23 +700,23 @@ def capture_tools(target: Target, normaliser: Normaliser) -> dict[str, Any]:
 class McpRecorder:
     """Calls tools and keeps each answer: a tool result, or the JSON-RPC error the call raised."""
 
-    def __init__(self, session: Any, normaliser: Normaliser, log: Callable[[str], None]) -> None:
-        self.session, self.normaliser, self.log = session, normaliser, log
+    def __init__(self, session: Any, log: Callable[[str], None]) -> None:
+        self.session, self.log = session, log
         self.records: list[dict[str, Any]] = []
 
     async def __call__(self, tool: str, **arguments: Any) -> Any:
         from mcp.shared.exceptions import McpError
 
         started = time.perf_counter()
-        record: dict[str, Any] = {"tool": tool, "arguments": self.normaliser.value(arguments)}
+        record: dict[str, Any] = {"tool": tool, "arguments": arguments}
         result = None
         try:
             result = await self.session.call_tool(tool, arguments)
         except McpError as exc:
             error = exc.error
-            record["error"] = self.normaliser.value({"code": error.code, "message": error.message, "data": error.data})
+            record["error"] = {"code": error.code, "message": error.message, "data": error.data}
         else:
-            record["result"] = tool_record(result, self.normaliser)
+            record["result"] = tool_record(result)
         self.log(f"  {tool}({', '.join(arguments)}) ({time.perf_counter() - started:.1f} s)")
         self.records.append(record)
         return result
@@ -685,7 +780,10 @@ async def mcp_session(call: McpRecorder, i: Inputs, work: Path) -> None:
     await call("get_item", id=doc_id)
     await call("get_item", id="chk_ffffffffffffffff")
     await call("get_item", id="")
-    english_doc = structured(listed, "data", "documents", 0, "id", default="doc_0000000000000000")
+    listed_documents = structured(listed, "data", "documents", default=[]) or []
+    english_doc = next(
+        (d["id"] for d in listed_documents if d.get("name") == i.english[0].name), "doc_0000000000000000"
+    )
     await call("get_document_info", knowledge_ids=[doc_id, english_doc, "doc_ffffffffffffffff"])
     await call("get_document_info", knowledge_ids=[doc_id], kb_names=["agents"])
     await call("get_document_info", knowledge_ids=["doc_ffffffffffffffff"])
@@ -737,14 +835,14 @@ async def mcp_session(call: McpRecorder, i: Inputs, work: Path) -> None:
     await call("list_knowledge_bases")
 
 
-def capture_mcp_session(target: Target, inputs: Inputs, normaliser: Normaliser, log: Callable[[str], None]) -> Any:
+def capture_mcp_session(target: Target, inputs: Inputs, log: Callable[[str], None]) -> Any:
     import anyio
 
     records: list[dict[str, Any]] = []
 
     async def body(session: Any) -> None:
         await session.initialize()
-        recorder = McpRecorder(session, normaliser, log)
+        recorder = McpRecorder(session, log)
         try:
             await mcp_session(recorder, inputs, target.work)
         finally:
@@ -802,9 +900,6 @@ def capture(args: argparse.Namespace) -> int:
             print(message, file=sys.stderr, flush=True)
 
     postgres: EmbeddedPostgres | None = None
-    normaliser = Normaliser()
-    normaliser.add_path(work, "<work>")
-    normaliser.add_path(repo, "<repo>")
     log(f"work folder {work}")
     try:
         store = None
@@ -817,27 +912,32 @@ def capture(args: argparse.Namespace) -> int:
         target = Target(repo, args.python, work, store)
         shared = Path(args.shared).resolve() if args.shared else repo.parent / "shared"
         inputs = prepare_inputs(repo, shared, work)
-        snapshot: dict[str, Any] = {"format": FORMAT, "store": "folder" if store is None else "postgresql"}
+        raw: dict[str, Any] = {
+            "format": FORMAT,
+            "store": "folder" if store is None else "postgresql",
+            "paths": {"<work>": str(work), "<repo>": str(repo)},
+        }
         sections = args.sections.split(",")
         if "help" in sections:
             log("help texts")
-            snapshot["help"] = capture_help(target, normaliser)
+            raw["help"] = capture_help(target)
         if "mcp_tools" in sections:
             log("MCP tools/list")
-            snapshot["mcp_tools"] = capture_tools(target, normaliser)
+            raw["mcp_tools"] = capture_tools(target)
         if "cli" in sections:
             log("CLI session")
-            snapshot["cli_session"] = run_cli_session(
-                target, work / "cli-home", cli_session(inputs, work), normaliser, log
-            )
+            raw["cli_session"] = run_cli_session(target, work / "cli-home", cli_session(inputs, work), log)
         if "mcp" in sections:
             log("MCP session")
-            snapshot["mcp_session"] = capture_mcp_session(target, inputs, normaliser, log)
+            raw["mcp_session"] = capture_mcp_session(target, inputs, log)
     finally:
         if postgres is not None:
             postgres.close()
         if not args.home and not args.keep:
             shutil.rmtree(work, ignore_errors=True)
+    if args.raw:
+        Path(args.raw).write_text(json.dumps(raw, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    snapshot = normalise(raw)
     Path(args.out).write_text(json.dumps(snapshot, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     counts = {k: len(v) for k, v in snapshot.items() if isinstance(v, dict | list)}
     print(f"wrote {args.out} {counts} in {time.perf_counter() - started:.0f} s", file=sys.stderr)
@@ -883,12 +983,20 @@ def main() -> int:
         "--sections", default="help,mcp_tools,cli,mcp", help="comma-separated: help, mcp_tools, cli, mcp (default all)"
     )
     run.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    run.add_argument("--raw", help="also write the capture before normalisation (for `normalise`)")
+    again = commands.add_parser("normalise", help="normalise a --raw capture again (after a change of the rules)")
+    again.add_argument("raw")
+    again.add_argument("--out", required=True)
     diff = commands.add_parser("compare", help="compare two captures: exit 0 when equal, else 1 with a diff")
     diff.add_argument("reference")
     diff.add_argument("candidate")
     diff.add_argument("--lines", type=int, default=300, help="diff lines shown per section (default 300)")
     args = parser.parse_args()
     try:
+        if args.command == "normalise":
+            raw = json.loads(Path(args.raw).read_text(encoding="utf-8"))
+            Path(args.out).write_text(json.dumps(normalise(raw), ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+            return 0
         return capture(args) if args.command == "capture" else compare(args)
     except BrokenPipeError:  # compare … | head
         sys.stderr.close()

@@ -144,3 +144,28 @@ def test_the_snapshot_normaliser_hides_the_seconds_column_of_an_evaluation_table
     assert fast == slow
     assert fast[2] == "keyword      0.9786        225 <seconds>"  # the other figures are kept
     assert fast[3:] == ["kept as run 7 (compare runs with: kb eval-compare RUN_A RUN_B)", "queries 12"]
+
+
+def test_on_postgresql_documents_created_in_the_same_millisecond_are_put_in_name_order_and_only_there() -> None:
+    snapshot = load("behaviour_snapshot")
+    same, later = "2026-11-26T04:11:36.123Z", "2026-11-26T04:11:36.124Z"
+    listed = {"documents": [{"name": "b.doc", "created_at": same}, {"name": "c.txt", "created_at": later},
+                            {"name": "a.docx", "created_at": same}]}
+    on_postgres = snapshot.Normaliser(document_ties=True).value(listed)["documents"]
+    assert [d["name"] for d in on_postgres] == ["a.docx", "b.doc", "c.txt"]  # ties by name, created_at first
+    folder = snapshot.Normaliser().value(listed)["documents"]
+    assert [d["name"] for d in folder] == ["b.doc", "c.txt", "a.docx"]  # the folder store's order is kept
+    message = "Document 'x' is not in knowledge base 'K'. Documents: 'zeta.txt', 'alpha.doc'."
+    assert snapshot.Normaliser(document_ties=True).text(message).endswith("Documents: 'alpha.doc', 'zeta.txt'.")
+    table = [
+        "name      status    updated (UTC)",
+        "--------  --------  -------------------",
+        "z.doc     failed    2026-11-26 04:13:45",
+        "a.doc     failed    2026-11-26 04:13:45",
+        "m.doc     ready     2026-11-26 04:13:44",
+    ]
+    assert snapshot.Normaliser(document_ties=True).lines("\n".join(table))[2:] == [
+        "a.doc     failed    <time>",
+        "z.doc     failed    <time>",
+        "m.doc     ready     <time>",
+    ]
