@@ -101,8 +101,9 @@ class Normaliser:
     ``document_ties`` (PostgreSQL captures): the database lists documents by ``created_at, doc_id``, so documents
     created in the same millisecond (one import's failed files, typically) come back in the order of their random
     ids; such ties are put in name order, in document lists, in ``kb docs`` tables (rows with the same "updated"
-    second) and in the "Documents: …" of DOCUMENT_NOT_FOUND messages. The folder store keeps commit order, so a
-    folder capture keeps every order as it is."""
+    second) and in the "Documents: …" of DOCUMENT_NOT_FOUND messages (which, past ten documents, names only the
+    first ten: then the list is replaced). The folder store keeps commit order, so a folder capture keeps every
+    order as it is."""
 
     paths: list[tuple[str, str]] = field(default_factory=list)  # (path, placeholder), longest first
     names: dict[str, str] = field(default_factory=dict)
@@ -175,10 +176,12 @@ class Normaliser:
         return out
 
 
-DOCUMENT_NAMES = re.compile(r"(Documents: )((?:'[^']*'(?:, )?)+)(?=\.)")
+DOCUMENT_NAMES = re.compile(r"(Documents: )((?:'[^']*'(?:, )?)+)( …)?(?=\.)")
 
 
 def _sorted_names(match: re.Match[str]) -> str:
+    if match.group(3):  # only the first ten are named: which ten depends on the ties' order
+        return match.group(1) + "<the first ten in the database's order> …"
     return match.group(1) + ", ".join(sorted(re.findall(r"'[^']*'", match.group(2))))
 
 

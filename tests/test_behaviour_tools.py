@@ -157,6 +157,10 @@ def test_on_postgresql_documents_created_in_the_same_millisecond_are_put_in_name
     assert [d["name"] for d in folder] == ["b.doc", "c.txt", "a.docx"]  # the folder store's order is kept
     message = "Document 'x' is not in knowledge base 'K'. Documents: 'zeta.txt', 'alpha.doc'."
     assert snapshot.Normaliser(document_ties=True).text(message).endswith("Documents: 'alpha.doc', 'zeta.txt'.")
+    eleven = "Documents: " + ", ".join(f"'{n}.txt'" for n in range(10)) + " …."
+    shown = snapshot.Normaliser(document_ties=True).text(eleven)
+    assert shown == "Documents: <the first ten in the database's order> …."
+    assert snapshot.Normaliser().text(eleven) == eleven
     table = [
         "name      status    updated (UTC)",
         "--------  --------  -------------------",
