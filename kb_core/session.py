@@ -374,7 +374,7 @@ class Session:
         )
         results = [o.to_json() for o in outcomes]
         succeeded = [r for r in results if "error" not in r]
-        if succeeded and record.embedding_endpoint:
+        if succeeded:
             self._measure_floors(record)
         failed = [r for r in results if "error" in r]
         notice = self._language_notice(record, succeeded)
@@ -419,9 +419,9 @@ class Session:
         )
 
     def _measure_floors(self, record: KnowledgeBaseRecord) -> None:
-        """Measure an endpoint model's semantic floors while it answers (once per home and model, kept there), so no
-        later search (a rag_search with its 3 s timeout) waits on two more requests; best effort. A local model
-        measures them in a fraction of a second at the first search, or at ``kb mcp``'s warm-up."""
+        """Measure the model's semantic floors now, while it is loaded (once per home and model, kept there), so no
+        later search waits on them: a rag_search with its 3 s timeout on an endpoint, a cold ``kb search`` that would
+        otherwise load torch to embed the calibration texts as documents; best effort."""
         try:
             for query in ("floor", "下限"):
                 self.service.semantic_floor(record, query)

@@ -35,6 +35,7 @@ from kb_core.mcp import paths as mcp_paths
 from kb_core.mcp.server import KBMCPServer
 from kb_core.store.tokens import TokenStore
 from tests.conftest import REPO_ROOT, free_port
+from tests.parser_hooks import copy_then_swap_the_folder
 
 BUNDLE = '- type: Document\n  doc_uri: "{uri}"\n  content: "{content}"\n'
 
@@ -157,8 +158,15 @@ def test_import_document_reads_only_the_file_that_was_checked(
     swap = functools.partial(swap_for_symlink, inbox, live.outside)
     if moment == "after the path check":
         run_after(monkeypatch, mcp_paths, "confine_paths", swap)
-    else:
-        run_before(monkeypatch, kb_core.ingest.parsing, "parse_and_chunk_files", swap)  # the import parses with it
+    else:  # the parser process opens and copies the file, then the swap (tests/parser_hooks.py)
+        real = kb_core.ingest.parsing.parse_and_chunk_files
+
+        def swap_after_the_copies(*args: Any, stages: Any = None, **kwargs: Any) -> Any:
+            assert stages is not None and all(stages)
+            hooked = [functools.partial(copy_then_swap_the_folder, s, str(inbox), str(live.outside)) for s in stages]
+            return real(*args, stages=hooked, **kwargs)
+
+        monkeypatch.setattr(kb_core.ingest.parsing, "parse_and_chunk_files", swap_after_the_copies)
 
     async def scenario(s: ClientSession) -> CallToolResult:
         assert not (await call(s, "select_knowledge_base", kb_name="docs")).isError
@@ -531,6 +539,7 @@ def test_an_embedding_model_path_is_confined_like_any_path(live: LiveServer, tmp
     """A write token once learned whether a server path exists from the error of a model path outside --allow-dir."""
     models = live.allowed / "models" / "mine"
     models.mkdir(parents=True)
+    (models / "config.json").write_text("{}", encoding="utf-8")  # a model folder (#25 refuses what is not one)
 
     async def scenario(s: ClientSession) -> list[CallToolResult]:
         answers = []
@@ -545,9 +554,12 @@ def test_an_embedding_model_path_is_confined_like_any_path(live: LiveServer, tmp
     for answer in refused:
         assert answer.isError and answer.structuredContent["error"]["code"] == "PERMISSION_DENIED", answer
         assert "outside the folders" in answer.structuredContent["message"]
-    assert not inside.isError and not hub.isError
+    assert not inside.isError
+    # A hub name is no path: not confined, but refused as a model that is not available offline (#25).
+    assert hub.isError and hub.structuredContent["error"]["code"] == "INVALID_ARGUMENT", hub
+    assert "Available offline" in hub.structuredContent["message"]
     names = {r.name for r in live.service.registry.knowledge_bases()}
-    assert {"ok", "hub"} <= names and not names & {f"m{n}" for n in range(5)}
+    assert "ok" in names and not names & {"hub", *(f"m{n}" for n in range(5))}
 
 
 def test_export_never_tells_a_scoped_token_where_the_home_is(live: LiveServer) -> None:

@@ -26,9 +26,11 @@ QUERIES = [
 def test_query_vectors_equal_the_torch_models_in_english_chinese_and_windows() -> None:
     from kb_core.embedding.local import SentenceTransformerEmbedder
 
-    embedder = SentenceTransformerEmbedder()
+    embedder = SentenceTransformerEmbedder()  # queries only: no document model loaded in it, so the numpy path
     assert len(embedder.windows(QUERIES[-1])) > 1
-    documents = embedder.embed_documents(QUERIES)  # the torch model, as every document is embedded
+    # the torch model, as every document is embedded (another embedder: one whose document model is loaded on the
+    # CPU lets that model serve its queries too)
+    documents = SentenceTransformerEmbedder().embed_documents(QUERIES)
     for query, reference in zip(QUERIES, documents, strict=True):
         vector = embedder.embed_query(query)
         assert vector.dtype == np.float32 and vector.shape == (384,)

@@ -6,6 +6,7 @@ Import (service, CLI, MCP stdio), bundle import and database import say what the
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ from mcp import ClientSession
 
 from kb_core import bundles
 from kb_core.cli.main import main
+from tests.parser_hooks import fifo_after_the_type_check
 
 FIFO = "is a FIFO (named pipe), not a regular file"
 CHAR_DEVICE = "is a character device, not a regular file"
@@ -71,21 +73,19 @@ def test_import_says_what_each_path_is_and_never_blocks(kb, specials: dict[str, 
 
 @pytest.mark.timeout(60)
 def test_a_fifo_swapped_in_after_the_check_does_not_block(kb, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The file passes the type check, then becomes a FIFO before it is opened: the open must not wait."""
+    """The file passes the type check, then becomes a FIFO before it is opened: the open must not wait. (The parser
+    process checks, opens and copies the file: the swap happens there, tests/parser_hooks.py.)"""
+    import kb_core.ingest.parsing
+
     path = tmp_path / "notes.txt"
     path.write_text("a regular file at first", encoding="utf-8")
-    real_stat = os.stat
-    swapped: list[bool] = []
+    real = kb_core.ingest.parsing.parse_and_chunk_files
 
-    def stat_then_swap(target: object, *args: object, **kwargs: object) -> os.stat_result:
-        result = real_stat(target, *args, **kwargs)  # type: ignore[arg-type]
-        if str(target) == str(path) and not swapped:
-            swapped.append(True)
-            path.unlink()
-            os.mkfifo(path)
-        return result
+    def swap_in_the_parser(*args: object, stages: object = None, **kwargs: object) -> object:
+        assert stages is not None
+        return real(*args, stages=[functools.partial(fifo_after_the_type_check, s) for s in stages], **kwargs)
 
-    monkeypatch.setattr(os, "stat", stat_then_swap)
+    monkeypatch.setattr(kb_core.ingest.parsing, "parse_and_chunk_files", swap_in_the_parser)
     result = kb.import_document([str(path)])
     assert result["data"]["failed_count"] == 1
     assert "FIFO" in result["data"]["failed_files"][0]["error"]
