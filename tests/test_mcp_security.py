@@ -28,7 +28,7 @@ import uvicorn
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import McpError
-from mcp.types import CallToolResult
+from mcp.types import INVALID_PARAMS, CallToolResult
 
 from kb_core.cli.main import main
 from kb_core.mcp import paths as mcp_paths
@@ -541,25 +541,26 @@ def test_an_embedding_model_path_is_confined_like_any_path(live: LiveServer, tmp
     models.mkdir(parents=True)
     (models / "config.json").write_text("{}", encoding="utf-8")  # a model folder (#25 refuses what is not one)
 
-    async def scenario(s: ClientSession) -> list[CallToolResult]:
+    async def scenario(s: ClientSession) -> tuple[list[CallToolResult], McpError]:
         answers = []
-        for number, model in enumerate(["/etc", "/no/such/folder", "~/.ssh", "../outside", str(live.outside)]):
+        for number, model in enumerate(["/etc", "/no/such/folder", "~/.ssh", "../outside", str(live.outside), models]):
             answers.append(await call(s, "create_knowledge_base", kb_name=f"m{number}", chunk_size=64,
-                                      embedding_model=model))  # fmt: skip
-        for name, model in (("ok", str(models)), ("hub", "org/model")):
-            answers.append(await call(s, "create_knowledge_base", kb_name=name, chunk_size=64, embedding_model=model))
-        return answers
+                                      embedding_model=str(model)))  # fmt: skip
+        with pytest.raises(McpError) as hub:
+            await call(s, "create_knowledge_base", kb_name="hub", chunk_size=64, embedding_model="org/model")
+        return answers, hub.value
 
-    *refused, inside, hub = live.run(scenario)
+    answers, hub = live.run(scenario)
+    *refused, inside = answers
     for answer in refused:
         assert answer.isError and answer.structuredContent["error"]["code"] == "PERMISSION_DENIED", answer
         assert "outside the folders" in answer.structuredContent["message"]
     assert not inside.isError
-    # A hub name is no path: not confined, but refused as a model that is not available offline (#25).
-    assert hub.isError and hub.structuredContent["error"]["code"] == "INVALID_ARGUMENT", hub
-    assert "Available offline" in hub.structuredContent["message"]
+    # A hub name is no path: not confined, but refused as invalid parameters, a model not available offline (#25).
+    assert hub.error.code == INVALID_PARAMS and hub.error.data["code"] == "INVALID_ARGUMENT", hub.error
+    assert "Available offline" in hub.error.message
     names = {r.name for r in live.service.registry.knowledge_bases()}
-    assert "ok" in names and not names & {"hub", *(f"m{n}" for n in range(5))}
+    assert "m5" in names and not names & {"hub", *(f"m{n}" for n in range(5))}
 
 
 def test_export_never_tells_a_scoped_token_where_the_home_is(live: LiveServer) -> None:

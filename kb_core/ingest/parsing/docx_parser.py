@@ -387,9 +387,7 @@ class _Package:
                 f"member {name} claims a {info.file_size // max(info.compress_size, 1)}:1 compression ratio"
                 " (possible zip bomb)",
             )
-        limits = InflateLimits(
-            max_bytes=self.budget, max_ratio=_SUSPICIOUS_RATIO, ratio_floor=_SUSPICIOUS_MEMBER_BYTES
-        )
+        limits = InflateLimits(max_bytes=self.budget, max_ratio=_SUSPICIOUS_RATIO, ratio_floor=_SUSPICIOUS_MEMBER_BYTES)
         blocks: list[bytes] = []
         try:
             for block in iter_member(self.handle, info, limits):
