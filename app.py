@@ -8,18 +8,27 @@ from __future__ import annotations
 
 import streamlit as st
 
-from kb_core.demo import DEMO_KB_NAME, demo_exists, demo_files, ensure_demo_kb
+from kb_core.demo import DEMO_EMBEDDING_MODEL, DEMO_KB_NAME, demo_exists, demo_files, ensure_demo_kb
 from pages import _shared as ui
 
 st.set_page_config(page_title="KB Workbench", page_icon=":material/hub:", layout="wide")
 st.markdown(
     "<style>mark{background:#ffe58a;padding:0 1px;border-radius:2px}"
-    ".block-container{padding-top:2.2rem}</style>",
+    ".block-container{padding-top:2.2rem}"
+    # result cards: the chunk clamped to its first lines, "show all" unfolds it (pages/_shared.py: clamped)
+    ".kb-chunk-text{line-height:1.55}details.kb-chunk>summary{list-style:none;cursor:pointer;display:block}"
+    "details.kb-chunk>summary::-webkit-details-marker{display:none}"
+    "details.kb-chunk:not([open]) .kb-clamp{display:-webkit-box;-webkit-line-clamp:6;-webkit-box-orient:vertical;"
+    "overflow:hidden}.kb-more{color:#1c6dd0;font-size:.85rem}"
+    "details.kb-chunk:not([open]) .kb-more::before{content:'show all ▾'}"
+    "details.kb-chunk[open] .kb-more::before{content:'show less ▴'}</style>",
     unsafe_allow_html=True,
 )
 
 session = ui.session()
-# Navigation first, so the sidebar shows the real pages while the demo builds.
+# Navigation first, so the sidebar shows the real pages while the demo builds. .streamlit/config.toml hides the
+# sidebar navigation, so Streamlit's raw list of pages/ does not flash while the first run starts; it is on for these.
+st.set_option("client.showSidebarNavigation", True)
 navigation = st.navigation(
     [
         st.Page("pages/knowledge_bases.py", title="Knowledge bases", icon=":material/database:", default=True),
@@ -41,9 +50,10 @@ def build_demo() -> None:
         if demo_exists(session):
             return
         with st.status(f"Building the demo knowledge base “{DEMO_KB_NAME}” (first start)…", expanded=True) as status:
-            st.write(f"Importing {len(files)} documents with the all-MiniLM-L6-v2 model.")
+            st.write(f"Importing {len(files)} English and Chinese documents with the {DEMO_EMBEDDING_MODEL} model.")
+            ui.load_model_with_notice(session, model=DEMO_EMBEDDING_MODEL)
             bars = ui.ImportBars([str(p) for p in files], [p.name for p in files], title="Demo")
-            result = ensure_demo_kb(session, progress=bars)
+            result = ensure_demo_kb(session, progress=bars, model_progress=st.write)
             if result is not None and not result["success"]:
                 status.update(label="Building the demo knowledge base failed", state="error")
                 ui.show_error(result)
@@ -58,5 +68,8 @@ ui.ensure_selection(session, preferred=DEMO_KB_NAME)
 
 with st.sidebar:
     st.markdown("### :material/hub: KB Workbench")
-ui.sidebar_kb_picker(session)
-navigation.run()
+counts = ui.sidebar_kb_picker(session)
+try:
+    navigation.run()
+finally:  # also when the page stops early: the counts as the page left them (after an import, a deletion)
+    ui.refresh_sidebar_counts(session, counts)

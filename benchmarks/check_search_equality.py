@@ -1,15 +1,28 @@
-"""Search results before and after a latency change: exactly equal, or the first difference.
+"""Search results before and after a change: exactly equal, or the first difference. Folder and PostgreSQL stores.
 
-    python benchmarks/check_search_equality.py dump HOME OUT.json      # on main: the reference run
-    python benchmarks/check_search_equality.py dump HOME NEW.json      # on the branch
+    python benchmarks/check_search_equality.py build H                  # once: the evaluation KBs in H/cache/eval
+    python benchmarks/check_search_equality.py dump H/cache/eval OUT.json      # on main: the reference run
+    python benchmarks/check_search_equality.py dump H/cache/eval NEW.json      # on the branch
     python benchmarks/check_search_equality.py compare OUT.json NEW.json
+    python benchmarks/check_search_equality.py dump H/cache/eval OUT-pg.json --postgres   # the same on PostgreSQL
 
-``HOME`` holds evaluation KBs of SciFact and XQuAD-zh (``bench_latency.py --home H`` builds them in
-``H/cache/eval``). For every KB in ``HOME``, the first ``--queries`` judged queries of its dataset go through
-``session.search`` in every mode at top_k 10 and 100 (and 1,000 for the first ``--deep`` queries); hybrid also with
-auto weighting, RRF fusion and a Jaccard weight. Dumped per search: each hit's id, score, breakdown, matched terms,
-flags and a hash of its content, and the envelope's weights and warnings. ``compare`` exits 1 on any difference,
-key order included (floats compared exactly: faster must not mean approximated).
+``HOME`` holds evaluation KBs of SciFact and XQuAD-zh (``build H``, ``bench_latency.py --home H`` and ``kb --home H
+eval`` build them in ``H/cache/eval``: all-MiniLM-L6-v2, chunk size 512). For every KB in ``HOME``, the first
+``--queries`` judged queries of its dataset go through ``session.search`` in every mode at top_k 10 and 100 (and 1,000
+for the first ``--deep`` queries); hybrid also with auto weighting, RRF fusion and a Jaccard weight. Dumped per
+search: each hit's id, score, breakdown, matched terms, flags and a hash of its content, and the envelope's weights
+and warnings. ``compare`` exits 1 on any difference, key order included (floats compared exactly: faster must not
+mean approximated).
+
+``--postgres`` searches the same KBs in PostgreSQL: they are exported from ``HOME`` (``session.export_database``)
+into a throwaway PostgreSQL 18 + pgvector (:class:`~kb_core.store.postgres.embedded.LocalPostgres`, started and
+removed here) with ``session.import_database``, which keeps every document and chunk id and the rows' order; a
+PostgreSQL KB gets a new id, so there each hit's ``kb_id`` is replaced by its KB's name. Compare a PostgreSQL dump
+with a PostgreSQL dump: the two stores agree within 1e-6 (``tests/postgres/test_pg_equality.py``), not bit for bit.
+The copy goes through the code under test (export and import-db), so it is checked as well.
+
+``search_answer`` is the one place that reads the session's answer; if the session's return type changes (#28), adapt
+it there so that it dumps the same fields in the same order.
 """
 
 from __future__ import annotations
@@ -38,8 +51,51 @@ def hit_record(chunk: dict[str, Any]) -> dict[str, Any]:
     return record
 
 
-def dump(home: Path, out: Path, queries: int, deep: int) -> None:
-    service = KnowledgeBaseService(home)
+def search_answer(session: Any, text: str, top_k: int, mode: str, variant: dict[str, Any]) -> dict[str, Any]:
+    """The dumped form of one search: its hits, weights and warnings."""
+    envelope = session.search(text, top_k=top_k, mode=mode, **variant)
+    assert envelope["success"], envelope
+    data = envelope["data"]
+    return {
+        "hits": [hit_record(chunk) for chunk in data["chunks"]],
+        "weights": data.get("weights"),
+        "warnings": data.get("warnings"),
+    }
+
+
+def eval_kb_names(service: KnowledgeBaseService) -> list[str]:
+    return [r.name for r in service.registry.knowledge_bases() if any(r.name.startswith(p) for p in DATASETS)]
+
+
+def dump(home: Path, out: Path, queries: int, deep: int, postgres: bool = False) -> None:
+    if not postgres:
+        dump_service(KnowledgeBaseService(home), out, queries, deep, home)
+        return
+    import tempfile
+
+    from kb_core.store.postgres.embedded import LocalPostgres
+
+    folder = KnowledgeBaseService(home)
+    names = eval_kb_names(folder)
+    if not names:
+        dump_service(folder, out, queries, deep, home)  # says what is missing
+    with tempfile.TemporaryDirectory(prefix="kb-equality-") as scratch, LocalPostgres.start() as server:
+        export = Path(scratch) / "eval.kbx"
+        exported = folder.session().export_database(str(export), names)
+        assert exported["success"], exported["message"]
+        service = KnowledgeBaseService(Path(scratch) / "home", store=server.url())
+        try:
+            imported = service.session().import_database(str(export))
+            assert imported["success"], imported["message"]
+            print(f"copied {', '.join(names)} into PostgreSQL {server.url()}")
+            dump_service(service, out, queries, deep, home, stable_kb_ids=True)
+        finally:
+            service.close()
+
+
+def dump_service(
+    service: KnowledgeBaseService, out: Path, queries: int, deep: int, home: Path, stable_kb_ids: bool = False
+) -> None:
     session = service.session()
     results: dict[str, Any] = {}
     for record in service.registry.knowledge_bases():
@@ -53,18 +109,14 @@ def dump(home: Path, out: Path, queries: int, deep: int) -> None:
             for mode in MODES:
                 for top_k in (10, 100) + ((1000,) if number < deep else ()):
                     for variant in HYBRID_VARIANTS if mode == "hybrid" else ({},):
-                        envelope = session.search(text, top_k=top_k, mode=mode, **variant)
-                        assert envelope["success"], envelope
-                        data = envelope["data"]
                         key = f"{record.name}|{text}|{mode}|{top_k}|{sorted(variant.items())}"
-                        results[key] = {
-                            "hits": [hit_record(chunk) for chunk in data["chunks"]],
-                            "weights": data.get("weights"),
-                            "warnings": data.get("warnings"),
-                        }
+                        results[key] = search_answer(session, text, top_k, mode, variant)
+                        if stable_kb_ids:  # a copied KB has an id of its own
+                            for hit in results[key]["hits"]:
+                                hit["kb_id"] = f"<{record.name}>"
     if not results:
         names = ", ".join(f"{prefix}*" for prefix in DATASETS)
-        raise SystemExit(f"no evaluation KB ({names}) in {home}: bench_latency.py --home H builds them in H/cache/eval")
+        raise SystemExit(f"no evaluation KB ({names}) in {home}: `build H` builds them in H/cache/eval")
     out.write_text(json.dumps(results, ensure_ascii=False), encoding="utf-8")
     print(f"{len(results)} searches written to {out}")
 
@@ -101,20 +153,43 @@ def compare(reference: Path, candidate: Path) -> int:
     return 1 if differing else 0
 
 
+def build(home: Path, datasets: list[str]) -> None:
+    """The evaluation KBs ``dump`` reads, in ``home/cache/eval``: the corpus of each dataset of ``../shared/eval``,
+    all-MiniLM-L6-v2, chunk size 512 (what ``bench_latency.py --home`` and ``kb --home H eval`` build)."""
+    from kb_core.beir import load_beir
+    from kb_core.evaluation import build_eval_kb
+    from kb_core.evaluation_home import EVAL_HOME, open_eval_service
+
+    service = open_eval_service(home)
+    for name in datasets:
+        record = build_eval_kb(service, load_beir(SHARED / name))
+        print(f"{record.name} ready in {home / EVAL_HOME}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
+    building = commands.add_parser("build", help="build the evaluation KBs in HOME/cache/eval")
+    building.add_argument("home", type=Path)
+    building.add_argument(
+        "--datasets", nargs="+", default=["scifact", "xquad-retrieval-zh"], help="folders of ../shared/eval"
+    )
     dumping = commands.add_parser("dump")
     dumping.add_argument("home", type=Path)
     dumping.add_argument("out", type=Path)
     dumping.add_argument("--queries", type=int, default=30)
     dumping.add_argument("--deep", type=int, default=6, help="queries also searched at top_k 1,000")
+    dumping.add_argument(
+        "--postgres", action="store_true", help="search copies of the KBs in a throwaway PostgreSQL instead"
+    )
     comparing = commands.add_parser("compare")
     comparing.add_argument("reference", type=Path)
     comparing.add_argument("candidate", type=Path)
     args = parser.parse_args()
-    if args.command == "dump":
-        dump(args.home, args.out, args.queries, args.deep)
+    if args.command == "build":
+        build(args.home, args.datasets)
+    elif args.command == "dump":
+        dump(args.home, args.out, args.queries, args.deep, args.postgres)
     else:
         sys.exit(compare(args.reference, args.candidate))
 

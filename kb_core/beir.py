@@ -1,18 +1,27 @@
 """BEIR-format dataset folders: ``corpus.jsonl`` (``{"_id", "title", "text"}``), ``queries.jsonl``
 (``{"_id", "text"}``) and ``qrels.tsv`` (header ``query-id  corpus-id  score``; ``qrels/test.tsv`` in the original
 BEIR layout), read with clear errors for what is missing or malformed. Used by :mod:`kb_core.evaluation`.
+
+Every malformed line is refused naming its file and line: bytes that are not UTF-8 (a binary file), NUL bytes, a
+line over 16 MB, a JSON line nested deeper than 32 levels or holding more than 100,000 values, text with a lone
+surrogate (``"\\ud800"`` is valid JSON but not Unicode), a score that is not a whole number of at most ten digits.
+A byte order mark before the first line is read past.
 """
 
 from __future__ import annotations
 
+import codecs
 import csv
-import json
 import logging
+import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kb_core.errors import InvalidArgument
+from kb_core.json_text import JSONLimitExceeded, parse_json_within
+from kb_core.validation import has_lone_surrogate
 
 logger = logging.getLogger(__name__)
 
@@ -70,53 +79,90 @@ def _queries_path(folder: Path, split: str | None, queries_file: str | Path | No
     )
 
 
+_MAX_LINE_BYTES = 16 << 20  # one corpus document; BEIR's longest are well under 1 MB
+_MAX_LINE_DEPTH = 32
+_MAX_LINE_VALUES = 100_000
+_MAX_GRADE = 2**31 - 1  # the graded relevance of TREC tools is a C int
+
+
+def _bad_line(path: Path, number: int, problem: str) -> InvalidArgument:
+    return InvalidArgument(f"{path}, line {number}: {problem}.", details={"file": str(path), "line": number})
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, text) of a UTF-8 text file; a BOM before the first line is skipped."""
+    with open(path, "rb") as handle:
+        number = 0
+        while True:
+            raw = handle.readline(_MAX_LINE_BYTES + 1)
+            if not raw:
+                return
+            number += 1
+            if len(raw) > _MAX_LINE_BYTES:
+                raise _bad_line(path, number, f"longer than {_MAX_LINE_BYTES >> 20} MB (is this a text file?)")
+            if number == 1 and raw.startswith(codecs.BOM_UTF8):
+                raw = raw[len(codecs.BOM_UTF8) :]
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise _bad_line(path, number, f"not UTF-8 text (byte {exc.start + 1} of the line)") from None
+            if "\x00" in text:
+                raise _bad_line(path, number, "holds a NUL byte (is this a text file?)")
+            yield number, text
+
+
+def _text(value: Any, path: Path, number: int, field: str) -> str:
+    text = str(value)
+    if has_lone_surrogate(text):
+        raise _bad_line(path, number, f'"{field}" holds a lone surrogate (\\ud800-\\udfff), which is not Unicode text')
+    return text
+
+
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InvalidArgument(
-                    f"{path}, line {number}: not valid JSON ({exc.msg}); BEIR files hold one JSON object per line.",
-                    details={"file": str(path), "line": number},
-                ) from exc
-            if not isinstance(row, dict) or "_id" not in row:
-                raise InvalidArgument(
-                    f'{path}, line {number}: expected an object with an "_id" field.',
-                    details={"file": str(path), "line": number},
-                )
-            rows.append(row)
+    for number, line in _lines(path):
+        if not line.strip():
+            continue
+        try:
+            row = parse_json_within(line, max_values=_MAX_LINE_VALUES, max_depth=_MAX_LINE_DEPTH)
+        except JSONLimitExceeded as exc:
+            raise _bad_line(path, number, f"refused: {exc}") from None
+        except ValueError as exc:
+            reason = getattr(exc, "msg", str(exc))
+            problem = f"not valid JSON ({reason}); BEIR files hold one JSON object per line"
+            raise _bad_line(path, number, problem) from None
+        if not isinstance(row, dict) or "_id" not in row:
+            raise _bad_line(path, number, 'expected an object with an "_id" field')
+        for field in ("_id", "title", "text"):
+            if field in row and row[field] is not None:
+                row[field] = _text(row[field], path, number, field)
+        rows.append(row)
     return rows
 
 
 def _read_qrels(path: Path) -> dict[str, dict[str, int]]:
     qrels: dict[str, dict[str, int]] = {}
-    with open(path, encoding="utf-8", newline="") as handle:
-        reader = csv.reader(handle, delimiter="\t")
-        for number, row in enumerate(reader, start=1):
-            if not row or not "".join(row).strip():
-                continue
-            if number == 1 and row[0].strip().lower() in ("query-id", "query_id", "qid"):
-                continue
-            if len(row) == 4:  # TREC layout: qid 0 docid grade
-                row = [row[0], row[2], row[3]]
-            if len(row) != 3:
-                raise InvalidArgument(
-                    f"{path}, line {number}: expected 3 tab-separated columns (query-id, corpus-id, score), "
-                    f"got {len(row)}.",
-                    details={"file": str(path), "line": number},
-                )
-            try:
-                grade = int(float(row[2]))
-            except ValueError as exc:
-                raise InvalidArgument(
-                    f"{path}, line {number}: score {row[2]!r} is not a number.",
-                    details={"file": str(path), "line": number},
-                ) from exc
-            qrels.setdefault(row[0].strip(), {})[row[1].strip()] = grade
+    for number, line in _lines(path):
+        row = next(csv.reader([line.rstrip("\r\n")], delimiter="\t"), [])
+        if not row or not "".join(row).strip():
+            continue
+        if number == 1 and row[0].strip().lower() in ("query-id", "query_id", "qid"):
+            continue
+        if len(row) == 4:  # TREC layout: qid 0 docid grade
+            row = [row[0], row[2], row[3]]
+        if len(row) != 3:
+            raise _bad_line(
+                path, number, f"expected 3 tab-separated columns (query-id, corpus-id, score), got {len(row)}"
+            )
+        try:
+            value = float(row[2])
+        except ValueError:
+            raise _bad_line(path, number, f"score {row[2][:40]!r} is not a number") from None
+        if not math.isfinite(value) or abs(value) > _MAX_GRADE:
+            raise _bad_line(path, number, f"score {row[2][:40]!r} is not a whole number of at most ten digits")
+        query_id = _text(row[0].strip(), path, number, "query-id")
+        doc_id = _text(row[1].strip(), path, number, "corpus-id")
+        qrels.setdefault(query_id, {})[doc_id] = int(value)
     return qrels
 
 

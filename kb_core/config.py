@@ -8,6 +8,9 @@ from pathlib import Path
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_HOME = PROJECT_ROOT / "data" / "home"
 HOME_ENVIRONMENT_VARIABLE = "KB_HOME"
+# Defaults the CLI's help shows; here, not in the MCP server and the token store, so `kb --help` imports neither.
+DEFAULT_HTTP_PORT = 8765
+DEFAULT_RATE_PER_HOUR = 1000
 
 
 def resolve_home(home: str | os.PathLike[str] | None = None) -> Path:

@@ -22,6 +22,8 @@ logger = logging.getLogger(__name__)
 DEMO_KB_NAME = "Demo · 演示"
 DEMO_FOLDER = PROJECT_ROOT / "data" / "demo"
 DEMO_CHUNK_SIZE = 256
+# The demo is bilingual (English and Chinese documents and questions): a model that reads both.
+DEMO_EMBEDDING_MODEL = "multilingual-e5-small"
 DEMO_SUFFIXES = (".txt", ".docx", ".doc")
 # Relevance judgments over the demo documents (BEIR queries.jsonl + qrels.tsv; corpus ids are document names).
 DEMO_JUDGMENTS_FOLDER = DEMO_FOLDER / "eval"
@@ -69,13 +71,15 @@ def ensure_demo_kb(
     progress: Callable[[ImportProgress], None] | None = None,
     folder: str | Path | None = None,
     kb_name: str = DEMO_KB_NAME,
-    embedding_model: str | None = None,
+    embedding_model: str | None = DEMO_EMBEDDING_MODEL,
     chunk_size: int = DEMO_CHUNK_SIZE,
+    model_progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any] | None:
     """Create and fill the demo KB unless it exists; returns the import envelope, or None if nothing was built.
 
     The session's current KB is left unchanged; callers select the demo themselves. A failed
     creation (for example a race with another process that created it first) returns that envelope.
+    ``model_progress`` hears about the one-time build of the model's folder on a machine that has none.
     """
     files = demo_files(folder)
     if not files:
@@ -86,7 +90,9 @@ def ensure_demo_kb(
             return None
         interrupted = _demo_listing(session, kb_name)
         if interrupted is None:
-            created = session.create_knowledge_base(kb_name, chunk_size, embedding_model=embedding_model)
+            created = session.create_knowledge_base(
+                kb_name, chunk_size, embedding_model=embedding_model, progress=model_progress
+            )
             if not created["success"]:
                 return created
             name = created["data"]["kb_name"]

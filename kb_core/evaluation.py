@@ -37,6 +37,7 @@ import pandas as pd
 from kb_core.beir import BeirDataset, load_beir
 from kb_core.errors import InvalidArgument, KBError, KBNotFound
 from kb_core.results import SearchRequest
+from kb_core.retrieval.search import LANGUAGE_NOT_COVERED
 from kb_core.seams import Resources, SessionAPI
 from kb_core.store import KnowledgeBaseRecord
 from kb_core.store.atomic import file_sha256
@@ -356,7 +357,9 @@ def evaluate_kb(
     if not judged:
         raise InvalidArgument("None of the queries has a relevance judgment in qrels; nothing to evaluate.")
     judged_qrels = {qid: qrels[qid] for qid in judged}
-    kb = session.resolve_kb(kb_name).name
+    record = session.resolve_kb(kb_name)
+    kb = record.name
+    uncovered: dict[str, None] = {}  # the queries the embedding model cannot read, in judged order
     metric_rows: list[dict[str, Any]] = []
     query_rows: list[dict[str, Any]] = []
     runs: dict[str, dict[str, dict[str, float]]] = {}
@@ -380,7 +383,9 @@ def evaluate_kb(
                 deep = _document_ranking(more, top_k, head)
             run[qid] = _merged_scores(head, deep)
             for note in notes:
-                if note not in warnings:
+                if LANGUAGE_NOT_COVERED in note:
+                    uncovered[qid] = None
+                elif note not in warnings:
                     warnings.append(note)
             if progress is not None:
                 progress(label, done, len(judged))
@@ -422,7 +427,20 @@ def evaluate_kb(
         ],
     )
     per_query_frame = pd.DataFrame(query_rows, columns=["setting", "query_id", "query", *METRICS])
+    if uncovered:
+        warnings.insert(0, language_warning(record.embedding_model, list(uncovered), len(judged)))
     return EvaluationReport(metrics, per_query_frame, runs, kb_name=kb, warnings=warnings)
+
+
+def language_warning(model: str, uncovered: Sequence[str], total: int, shown: int = 5) -> str:
+    """One warning for all the queries the embedding model cannot read (``uncovered``: their ids in judged order),
+    where each search warned once per query and setting: how many, which (the first ``shown``), what it means."""
+    listed = ", ".join(uncovered[:shown]) + (f" and {len(uncovered) - shown} more" if len(uncovered) > shown else "")
+    return (
+        f"The embedding model {model} does not cover the language of {len(uncovered)} of {total} queries "
+        f"({listed}): their semantic scores carry little meaning, and with the language guard on (the default) "
+        "hybrid search gives their vector signal weight 0, ranking them by keywords."
+    )
 
 
 def evaluate_with_sweep(

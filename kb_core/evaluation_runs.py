@@ -33,6 +33,7 @@ import pandas as pd
 
 from kb_core.errors import InvalidArgument, KBError
 from kb_core.evaluation import METRICS, EvaluationReport, EvaluationSetting
+from kb_core.json_text import json_text
 from kb_core.seams import Resources
 
 logger = logging.getLogger(__name__)
@@ -239,7 +240,7 @@ class EvaluationRunStore:
             meta = {**run.summary(), "format_version": _FORMAT_VERSION, "settings": run.settings}
             meta["metrics"] = _records(run.metrics)
             with open(scratch / "run.json", "w", encoding="utf-8") as handle:
-                json.dump(meta, handle, ensure_ascii=False, indent=1)
+                handle.write(json_text(meta, indent=1))
                 handle.flush()
                 os.fsync(handle.fileno())
             run.per_query.to_parquet(scratch / "per_query.parquet", index=False)
@@ -251,7 +252,8 @@ class EvaluationRunStore:
         return run
 
     def list(self) -> list[dict[str, Any]]:
-        """Summaries of the kept runs, newest first; unreadable run folders are skipped with a log line."""
+        """Summaries of the kept runs, newest first; unreadable or malformed run folders are skipped with a log
+        line (one damaged run never hides the others)."""
         if not self.root.is_dir():
             return []
         summaries = []
@@ -259,22 +261,20 @@ class EvaluationRunStore:
             if not _RUN_ID.match(folder.name):
                 continue
             try:
-                meta = json.loads((folder / "run.json").read_text(encoding="utf-8"))
+                meta = _read_meta(folder)
             except (OSError, ValueError) as exc:
                 logger.warning("evaluation run %s cannot be read (%s); skipped", folder.name, exc)
                 continue
             meta.pop("metrics", None)
             meta.pop("format_version", None)
-            meta["settings"] = [s["label"] if isinstance(s, dict) else s for s in meta.get("settings", [])]
+            meta["settings"] = [s["label"] if isinstance(s, dict) else s for s in meta["settings"]]
             summaries.append(meta)
-        return sorted(summaries, key=lambda m: (m.get("created_at", ""), m.get("id", "")), reverse=True)
+        return sorted(summaries, key=lambda m: (m["created_at"], m["id"]), reverse=True)
 
     def load(self, run_id: str) -> EvaluationRun:
-        if not isinstance(run_id, str) or not _RUN_ID.match(run_id):
-            raise RunNotFound(str(run_id))
-        folder = self.root / run_id
+        folder = self._folder(run_id)
         try:
-            meta = json.loads((folder / "run.json").read_text(encoding="utf-8"))
+            meta = _read_meta(folder)
             per_query = pd.read_parquet(folder / "per_query.parquet")
         except FileNotFoundError:
             raise RunNotFound(run_id) from None
@@ -297,8 +297,55 @@ class EvaluationRunStore:
         )
 
     def delete(self, run_id: str) -> None:
-        run = self.load(run_id)
-        shutil.rmtree(self.root / run.id)
+        """Delete the run folder named by ``run_id`` (checked against the run id pattern), whatever its
+        ``run.json`` says: a path is never built from file contents."""
+        folder = self._folder(run_id)
+        if folder.is_symlink() or not folder.is_dir():
+            raise RunNotFound(run_id)
+        # Renamed first, so a listing meanwhile never sees a half-deleted run.
+        doomed = self.root / f".deleting-{run_id}-{secrets.token_hex(3)}"
+        try:
+            os.rename(folder, doomed)
+        except FileNotFoundError:
+            raise RunNotFound(run_id) from None
+        shutil.rmtree(doomed)
+
+    def _folder(self, run_id: str) -> Path:
+        if not isinstance(run_id, str) or not _RUN_ID.match(run_id):
+            raise RunNotFound(str(run_id))
+        return self.root / run_id
+
+
+_META_TEXT_FIELDS = ("id", "created_at", "dataset", "kb_name", "kb_id", "kb_fingerprint", "embedding_model")
+
+
+def _read_meta(folder: Path) -> dict[str, Any]:
+    """A run folder's ``run.json``, checked field by field; ValueError names what is malformed."""
+    try:
+        meta = json.loads((folder / "run.json").read_text(encoding="utf-8"))
+    except RecursionError:
+        raise ValueError("run.json nests too deeply") from None
+    if not isinstance(meta, dict):
+        raise ValueError(f"run.json holds a {type(meta).__name__}, not an object")
+    for name in _META_TEXT_FIELDS:
+        if not isinstance(meta.get(name), str):
+            raise ValueError(f"run.json field {name!r} is missing or not text")
+    if meta["id"] != folder.name:
+        raise ValueError(f"run.json names run {meta['id']!r}, not its folder {folder.name!r}")
+    for name in ("chunk_size", "query_count"):
+        if isinstance(meta.get(name), bool) or not isinstance(meta.get(name), int):
+            raise ValueError(f"run.json field {name!r} is missing or not a whole number")
+    settings = meta.get("settings")
+    if not isinstance(settings, list) or not all(
+        isinstance(s, str) or (isinstance(s, dict) and isinstance(s.get("label"), str)) for s in settings
+    ):
+        raise ValueError("run.json field 'settings' is not a list of settings with labels")
+    metrics = meta.get("metrics", [])
+    if not isinstance(metrics, list) or not all(isinstance(m, dict) for m in metrics):
+        raise ValueError("run.json field 'metrics' is not a list of objects")
+    if not isinstance(meta.get("note", ""), str):
+        raise ValueError("run.json field 'note' is not text")
+    return meta
 
 
 def compare_runs(

@@ -19,7 +19,8 @@ class SearchRequest:
     """One search: the query, where (the current KB unless ``kb_ids`` or ``kb_names`` is given), the filters,
     and the settings given for this call (``None`` values mean "not given"); each KB's saved defaults fill in
     the rest. With ``skip_failing`` a KB whose query embedding fails is left out (see
-    :meth:`kb_core.session.Session.search_chunks`)."""
+    :meth:`kb_core.session.Session.search_chunks`). With ``drop_copies`` (search_knowledge_base) a hit whose text is
+    the same as a better-ranked hit's from another KB (a KB and its imported copy) is dropped and counted."""
 
     query: str
     kb_names: tuple[str, ...] = ()
@@ -27,6 +28,7 @@ class SearchRequest:
     filters: SearchFilters = field(default_factory=SearchFilters)
     settings: Mapping[str, Any] = field(default_factory=dict)
     skip_failing: bool = False
+    drop_copies: bool = False  # over several KBs, drop a hit whose text equals a better hit's from another KB
 
 
 @dataclass
@@ -34,3 +36,4 @@ class SearchResult(SearchOutcome):
     """A search's hits, warnings, settings and weights, plus the KBs left out (``{kb_name, code, message}``)."""
 
     skipped: list[dict[str, str]] = field(default_factory=list)
+    duplicates_dropped: int = 0  # hits of several KBs whose text equals a better-ranked hit's from another KB

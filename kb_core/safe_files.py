@@ -104,8 +104,21 @@ def _same_file(a: os.stat_result, b: os.stat_result) -> bool:
     return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
+class AllowedFolders(tuple[Path, ...]):
+    """The folders a confined session may read and write by path, less the folders inside them it never may:
+    ``denied`` (the session's knowledge-base home: its API keys, token hashes and store)."""
+
+    denied: tuple[Path, ...]
+
+    def __new__(cls, folders: Sequence[Path], denied: Sequence[Path] = ()) -> AllowedFolders:
+        made = super().__new__(cls, (Path(os.path.realpath(f)) for f in folders))
+        made.denied = tuple(Path(os.path.realpath(d)) for d in denied)
+        return made
+
+
 def require_inside(raw: str | Path, resolved: Path, allowed_dirs: Sequence[Path]) -> None:
-    """PermissionDenied unless ``resolved`` (symlinks resolved) lies inside an allowed folder."""
+    """PermissionDenied unless ``resolved`` (symlinks resolved) lies inside an allowed folder, and not inside one of
+    its denied folders (:class:`AllowedFolders`)."""
     allowed = ", ".join(str(d) for d in allowed_dirs)
     if not allowed_dirs:
         raise PermissionDenied(
@@ -114,6 +127,12 @@ def require_inside(raw: str | Path, resolved: Path, allowed_dirs: Sequence[Path]
     if not any(resolved == d or resolved.is_relative_to(d) for d in allowed_dirs):
         raise PermissionDenied(
             f"{str(raw)!r} resolves to {resolved}, outside the folders this server may use ({allowed}); refused.",
+            details={"file_path": str(raw)},
+        )
+    if any(resolved == d or resolved.is_relative_to(d) for d in getattr(allowed_dirs, "denied", ())):
+        raise PermissionDenied(
+            f"{str(raw)!r} lies inside the knowledge-base home, whose files (API keys, tokens, the store) are never "
+            "read or written by path; refused.",
             details={"file_path": str(raw)},
         )
 

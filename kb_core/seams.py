@@ -73,6 +73,8 @@ class SessionAPI(Scope, Protocol):
         embedding_model: str | None = None,
         embedding_endpoint: str | None = None,
         embedding_api_key: str | None = None,
+        *,
+        progress: Callable[[str], None] | None = None,
     ) -> Envelope: ...
 
     def list_knowledge_bases(self) -> Envelope: ...

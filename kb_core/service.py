@@ -5,9 +5,11 @@ per process. Front ends work through its sessions (:meth:`KnowledgeBaseService.s
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -25,17 +27,10 @@ from kb_core.errors import (
     KBNotFound,
     StoreError,
 )
-from kb_core.ingest.pipeline import COMMIT_COLUMNS, Importer
-from kb_core.retrieval.search import (
-    RankedHits,
-    SearchFilters,
-    SearchSettings,
-    SnapshotSearcher,
-    rank,
-)
 from kb_core.store import Home, KBStore, KnowledgeBaseRecord, new_id, utc_now
-from kb_core.store.reader import KBReader
+from kb_core.store.atomic import read_json, write_json_atomically
 from kb_core.validation import (
+    ITEM_ID,
     name_key,
     validate_chunk_size,
     validate_endpoint,
@@ -46,15 +41,21 @@ if TYPE_CHECKING:
     from kb_core.embedding.base import Embedder
     from kb_core.evaluation_runs import EvaluationRunStore
     from kb_core.ingest.executors import DocumentExecutor
+    from kb_core.ingest.pipeline import Importer
     from kb_core.retrieval.analysis import Analyzer
+    from kb_core.retrieval.search import RankedHits, SearchFilters, SearchSettings
     from kb_core.session import Session
     from kb_core.store.postgres import PostgresStore
     from kb_core.store.postgres.tokens import PostgresTokenStore
+    from kb_core.store.reader import KBReader
     from kb_core.store.tokens import TokenStore
 
 logger = logging.getLogger(__name__)
 # Query vectors of local models remembered per service (see CachedEmbedder): 384 floats each, 1.5 MB at most.
 QUERY_MEMO = 1024
+# How long loading a local model takes before this home has measured it: all-MiniLM-L6-v2 with torch and
+# sentence-transformers on 2 busy cores; each load then records its own time (HOME/cache/model_load_seconds.json).
+MODEL_LOAD_SECONDS = 15.0
 
 
 def default_parse_limits() -> Any:
@@ -75,6 +76,24 @@ POSTGRES_OPERATIONS = (
 
 class NotOnPostgres(KBError):
     code = "NOT_ON_POSTGRES"
+
+
+class ServiceCounters:
+    """Work the service has done since it opened, for front ends to show and tests to read: ``searches`` (one KB
+    searched once, by any front end) and ``query_vectors`` (query vectors a model computed; repeats of a query are
+    answered by the embedders' memo and not counted)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts = {"searches": 0, "query_vectors": 0}
+
+    def add(self, name: str, count: int = 1) -> None:
+        with self._lock:
+            self._counts[name] += count
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._counts)
 
 
 class KBRegistry(Protocol):
@@ -131,7 +150,9 @@ class KnowledgeBaseService:
         self._lock = threading.RLock()
         self._readers: dict[str, KBReader] = {}
         self._embedders: dict[str, Any] = {}
+        self._floors: dict[tuple[str, str], float] = {}
         self._parse_limits = parse_limits
+        self.counters = ServiceCounters()
 
     @property
     def registry(self) -> KBRegistry:
@@ -149,13 +170,17 @@ class KnowledgeBaseService:
         persistent_name: str | None = None,
         scope: frozenset[str] | None = None,
         allowed_dirs: Sequence[Path] | None = None,
+        select_hint: str | None = None,
     ) -> Session:
         """A new session. With ``persistent_name`` (the CLI uses "cli") the current KB is kept in the home;
         ``scope`` limits it to those KB ids (MCP tokens); ``allowed_dirs`` (resolved folders) confines the
-        files it reads and writes by path (the MCP server's --allow-dir over HTTP)."""
+        files it reads and writes by path (the MCP server's --allow-dir over HTTP); ``select_hint`` says in messages
+        how its front end selects a KB (default: the MCP tool, ``select_knowledge_base(kb_name)``)."""
         from kb_core.session import Session
 
-        return Session(self, persistent_name, scope, allowed_dirs)
+        if select_hint is None:
+            return Session(self, persistent_name, scope, allowed_dirs)
+        return Session(self, persistent_name, scope, allowed_dirs, select_hint)
 
     # -- knowledge bases -----------------------------------------------------------------------
     def find_kb(self, kb_name: str, among: Sequence[KnowledgeBaseRecord] | None = None) -> KnowledgeBaseRecord:
@@ -188,11 +213,18 @@ class KnowledgeBaseService:
         embedding_model: str | None = None,
         embedding_endpoint: str | None = None,
         embedding_api_key: str | None = None,
+        progress: Callable[[str], None] | None = None,
     ) -> KnowledgeBaseRecord:
+        """``progress`` hears about the one-time build of a built-in model's folder (see
+        :func:`prepare_embedding_model`), which happens here, before the KB exists, when this machine has none."""
         name = validate_kb_name(kb_name)
         size = validate_chunk_size(chunk_size)
         endpoint = validate_endpoint(embedding_endpoint)
         model = (embedding_model or "").strip() or DEFAULT_EMBEDDING_MODEL
+        if endpoint is None and self._embedder_factory is None:
+            from kb_core.embedding import check_model_available
+
+            check_model_available(model)  # refused now, not 14 s later at the first import
         if embedding_api_key is not None and not isinstance(embedding_api_key, str):
             raise InvalidArgument("embedding_api_key must be a string.", details={"field": "embedding_api_key"})
         api_key = (embedding_api_key or "").strip() or None
@@ -201,6 +233,8 @@ class KnowledgeBaseService:
                 "embedding_api_key was given without embedding_endpoint; a key is only used with an endpoint.",
                 details={"field": "embedding_api_key"},
             )
+        if endpoint is None:
+            model = prepare_embedding_model(model, progress)
         if self.postgres is not None:  # the database's unique name key refuses a name taken meanwhile
             record = self.postgres.create_knowledge_base(
                 name, size, model, analyzer=self.analyzer.name, embedding_endpoint=endpoint, api_key=api_key
@@ -246,6 +280,8 @@ class KnowledgeBaseService:
         with self._lock:
             reader = self._readers.get(kb_id)
             if reader is None:
+                from kb_core.store.reader import KBReader
+
                 store = self.kb_store(kb_id)
                 store.clean_up()
                 reader = KBReader(store)
@@ -276,9 +312,104 @@ class KnowledgeBaseService:
                         ),
                         EmbeddingCache(self.home.embedding_cache_path),
                         query_memo=0 if record.embedding_endpoint else QUERY_MEMO,
+                        on_query_embedded=lambda: self.counters.add("query_vectors"),
                     )
                 self._embedders[key] = embedder
             return embedder
+
+    def _model_embedder(self, record: KnowledgeBaseRecord | None, model: str | None) -> Any:
+        """The embedder an import into ``record`` uses, or the shared one of the local ``model`` (None for a model
+        that loads nothing: the hashing embedder)."""
+        if record is not None:
+            return self.embedder(record)
+        from kb_core.embedding import get_embedder, is_hashing_model
+
+        name = model or DEFAULT_EMBEDDING_MODEL
+        return None if is_hashing_model(name) else get_embedder(name, device=self.device_request)
+
+    @property
+    def _model_load_path(self) -> Path:
+        return self.home.root / "cache" / "model_load_seconds.json"
+
+    def model_load_state(self, record: KnowledgeBaseRecord | None, model: str | None = None) -> dict[str, Any]:
+        """Whether the embedding model of ``record`` (or the local ``model``) is loaded in this process, and how many
+        seconds loading it took last time in this home (else an estimate)."""
+        embedder = self._model_embedder(record, model)
+        loaded = embedder is None or bool(getattr(embedder, "loaded", True))
+        name = record.embedding_model if record is not None else (model or DEFAULT_EMBEDDING_MODEL)
+        measured = None
+        if embedder is not None:
+            try:
+                measured = read_json(self._model_load_path).get(embedder.model_key)
+            except (OSError, ValueError, AttributeError):
+                measured = None
+        return {
+            "model": name,
+            "loaded": loaded,
+            "expected_seconds": float(measured) if isinstance(measured, int | float) else MODEL_LOAD_SECONDS,
+            "measured": isinstance(measured, int | float),
+        }
+
+    def load_model(self, record: KnowledgeBaseRecord | None, model: str | None = None) -> float:
+        """Load the embedding model of ``record`` (or the local ``model``) now; the seconds it took, recorded in the
+        home for the next estimate (0 when it was loaded already or loads nothing)."""
+        embedder = self._model_embedder(record, model)
+        if embedder is None or bool(getattr(embedder, "loaded", True)):
+            return 0.0
+        started = time.perf_counter()
+        embedder.load()
+        seconds = time.perf_counter() - started
+        with self._lock:
+            try:
+                known = read_json(self._model_load_path)
+            except (OSError, ValueError):
+                known = {}
+            known = known if isinstance(known, dict) else {}
+            known[embedder.model_key] = round(seconds, 1)
+            write_json_atomically(self._model_load_path, known)
+        logger.info("loaded the embedding model %s in %.1f s", embedder.model_key, seconds)
+        return seconds
+
+    def semantic_floor(self, record: KnowledgeBaseRecord, query: str) -> float:
+        """The cosine a chunk of ``record`` must exceed for semantic evidence on ``query``: what unrelated text in the
+        query's script scores for the KB's model (:mod:`kb_core.embedding.calibration`), measured once per process.
+        If the model cannot embed the calibration texts (an endpoint down) the floor is 0 this time, logged."""
+        from kb_core.embedding.calibration import CALIBRATION_VERSION, measure_floor
+        from kb_core.retrieval.search import detect_language
+
+        embedder = self.embedder(record)
+        key = (str(getattr(embedder, "model_key", record.embedding_model)), detect_language(query))
+        with self._lock:
+            floor = self._floors.get(key)
+        if floor is not None:
+            return floor
+        # kept in the home too (per model, script and calibration version), so each process need not measure again
+        path = self.home.embedding_cache_path.with_name("semantic_floors.json")
+        name = f"{key[0]}|{key[1]}|{CALIBRATION_VERSION}"
+        try:
+            kept = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            kept = {}
+        if not isinstance(kept, dict):
+            kept = {}
+        value = kept.get(name)
+        if isinstance(value, int | float) and 0.0 <= value <= 1.0:
+            floor = float(value)
+        else:
+            try:
+                floor = measure_floor(embedder, key[1]).value
+            except KBError as exc:
+                logger.warning("semantic floor of %s not measured (%s); using 0 for this search", key[0], exc.message)
+                return 0.0
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                kept[name] = floor
+                write_json_atomically(path, kept)
+            except OSError:
+                logger.warning("could not keep the semantic floor in %s", path, exc_info=True)
+        with self._lock:
+            self._floors[key] = floor
+        return floor
 
     @property
     def device_request(self) -> DeviceRequest:
@@ -336,6 +467,7 @@ class KnowledgeBaseService:
         from kb_core.ingest.chunking import chunk_document
         from kb_core.ingest.parsing import parse_and_chunk_files, parse_file
         from kb_core.ingest.parsing.isolation import write_segment_in_worker
+        from kb_core.ingest.pipeline import COMMIT_COLUMNS, Importer
 
         embedder = self.embedder(record)
         limits = self._parse_limits or default_parse_limits()
@@ -434,29 +566,43 @@ class KnowledgeBaseService:
     ) -> RankedHits:
         """One KB's ranked hits. The place of each of ``explain_chunk_ids`` (live chunks) among the scored candidates
         is in ``RankedHits.explained_by_id``, whether or not it made the hits."""
+        from kb_core.retrieval.search import RankedHits, SnapshotSearcher, rank
+
+        self.counters.add("searches")
         if self.postgres is not None:
             from kb_core.store.postgres.searching import search_snapshot
 
             # embedded before the snapshot opens: no transaction stays open while a model or endpoint works
             vector = None if settings.mode == "keyword" else self.embedder(record).embed_query(query)
+            floor = 0.0 if vector is None else self.semantic_floor(record, query)
             with self.postgres.snapshot(record.id) as pg_snapshot:
                 return search_snapshot(
-                    pg_snapshot, record, self.analyzer, query, vector, settings, filters, explain_chunk_ids
+                    pg_snapshot, record, self.analyzer, query, vector, settings, filters, explain_chunk_ids, floor
                 )
         snapshot = self.reader(record.id).snapshot()
         if snapshot.manifest.chunk_count == 0:
             return RankedHits([], [f"Knowledge base '{record.name}' has no documents yet."])
         searcher = SnapshotSearcher.for_snapshot(snapshot, self.analyzer, record.embedding_model)
         query_vector = None
+        floor = 0.0
         if settings.mode != "keyword":
             query_vector = self.embedder(record).embed_query(query)
+            floor = self.semantic_floor(record, query)
         located = {chunk_id: snapshot.locate_chunk(chunk_id) for chunk_id in explain_chunk_ids}
         keys = [key for key in located.values() if key is not None]
-        ranked = rank(searcher, query, query_vector, settings, filters, record.name, keys)
+        ranked = rank(searcher, query, query_vector, settings, filters, record.name, keys, floor)
         ranked.explained_by_id = {
             chunk_id: ranked.explained[key] for chunk_id, key in located.items() if key in ranked.explained
         }
         return ranked
+
+    def kb_version(self, record: KnowledgeBaseRecord) -> int:
+        """The KB's committed version. Every commit by any process (an import, a deletion, a compaction) changes it,
+        so what is derived from the KB (the search lab's results) may be remembered under it."""
+        if self.postgres is not None:
+            with self.postgres.snapshot(record.id) as snapshot:
+                return snapshot.version
+        return self.kb_store(record.id).latest_version()
 
     def compact(self, record: KnowledgeBaseRecord, everything: bool = False) -> dict[str, int]:
         from kb_core.store.compaction import compact
@@ -480,6 +626,8 @@ class KnowledgeBaseService:
         return self.reader(record.id).snapshot().documents().to_dict("records")
 
     def has_chunk(self, record: KnowledgeBaseRecord, chunk_id: str) -> bool:
+        if not ITEM_ID.match(chunk_id):
+            return False
         if self.postgres is not None:
             with self.postgres.snapshot(record.id) as snapshot:
                 return snapshot.find_chunk(chunk_id) is not None
@@ -507,6 +655,20 @@ class KnowledgeBaseService:
         except KBNotFound:
             return 0, 0
         return manifest.document_count, manifest.chunk_count
+
+
+def prepare_embedding_model(model: str, progress: Callable[[str], None] | None = None) -> str:
+    """The name a KB records for the local model ``model``: a built-in model under its own name (an alias or
+    another case resolves to it), its folder built first where this machine has none (raises
+    :class:`~kb_core.errors.EmbeddingError` when its package is missing); any other name unchanged."""
+    from kb_core.embedding.builtin import find_builtin, model_folder
+
+    builtin = find_builtin(model)
+    if builtin is None:
+        return model
+    if builtin.built:
+        model_folder(builtin.name, progress)
+    return builtin.name
 
 
 def open_service(home: str | Path | None = None) -> KnowledgeBaseService:

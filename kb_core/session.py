@@ -13,14 +13,13 @@ built. The file handling of import_document/update_document lives in :mod:`kb_co
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import TimeoutError as FuturesTimeout
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-import pyarrow.compute as pc
 
 from kb_core.envelope import Envelope, envelope, enveloped, ok
 from kb_core.errors import (
@@ -33,8 +32,6 @@ from kb_core.errors import (
     KBNotFound,
     NoCurrentKB,
 )
-from kb_core.ingest.files import import_files, reimport_document
-from kb_core.ingest.pipeline import ImportProgress, in_flight_documents
 from kb_core.results import SearchRequest, SearchResult
 from kb_core.retrieval.query import explain_chunk, rag_rank, search_settings
 from kb_core.retrieval.search import (
@@ -43,21 +40,87 @@ from kb_core.retrieval.search import (
     SearchHit,
     SearchSettings,
 )
-from kb_core.safe_files import reject_nul
+from kb_core.safe_files import AllowedFolders, reject_nul, require_inside
 from kb_core.store import Change, KnowledgeBaseRecord
 from kb_core.store.documents import chunk_json, document_info, document_info_text, document_row, find_item
 from kb_core.validation import (
     validate_chunk_size,
     validate_float_range,
     validate_int_range,
+    validate_keywords,
+    validate_query,
 )
 
 if TYPE_CHECKING:
+    from kb_core.ingest.pipeline import ImportProgress
     from kb_core.service import KnowledgeBaseService
     from kb_core.store.tokens import TokenRecord
     from kb_core.transfer.format import TransferLimits
 
 logger = logging.getLogger(__name__)
+
+
+def search_facts(outcome: SearchResult) -> dict[str, Any]:
+    """What a search result says beside its hits: the query's terms and stop words, the semantic floor, and how
+    many hits ``min_score`` hid (and, over several KBs, how many copies of a better hit were dropped)."""
+    terms = outcome.query_terms
+    return {
+        "query_terms": None
+        if terms is None
+        else {"terms": list(terms.terms), "stop_words": list(terms.stop_words), "fallback": terms.fallback},
+        "semantic_floor": outcome.semantic_floor,
+        "min_score": outcome.settings.min_score,
+        "below_min_score": outcome.below_min_score,
+        "without_evidence": outcome.without_evidence,
+        "duplicates_dropped": outcome.duplicates_dropped,
+    }
+
+
+def search_notes(outcome: SearchResult) -> list[str]:
+    """Sentences for the message: hits hidden by min_score, copies dropped, stop words left out."""
+    notes: list[str] = []
+    if outcome.below_min_score:
+        notes.append(f"{outcome.below_min_score} hit(s) below {outcome.settings.min_score:.2f} not shown.")
+    if outcome.duplicates_dropped:
+        notes.append(
+            f"{outcome.duplicates_dropped} hit(s) with the same text as a better hit from another knowledge base "
+            "dropped."
+        )
+    if outcome.without_evidence and len(outcome.hits) + outcome.below_min_score < outcome.settings.top_k:
+        floor = outcome.semantic_floor
+        signals = {
+            "keyword": "held no query term",
+            "semantic": f"scored a cosine at or below the model's semantic floor {floor or 0:.3f}",
+        }.get(
+            outcome.settings.mode,
+            "held no query term"
+            if outcome.weights_used is not None and outcome.weights_used.vector == 0
+            else "held no query term and scored a cosine at or below the model's semantic floor "
+            f"{floor or 0:.3f} (what unrelated text scores)",
+        )
+        notes.append(f"{outcome.without_evidence} candidate(s) left out: they {signals}.")
+    terms = outcome.query_terms
+    if terms is not None and terms.fallback:
+        notes.append(f"The query holds only stop words ({', '.join(terms.stop_words)}); searched with all of them.")
+    elif terms is not None and terms.stop_words and outcome.settings.mode != "semantic":
+        notes.append(f"Stop words left out of the keyword query: {', '.join(terms.stop_words)}.")
+    return notes
+
+
+def _drop_cross_kb_copies(hits: list[SearchHit]) -> tuple[list[SearchHit], int]:
+    """Hits (best first) without those whose text is the same as a better-ranked hit's from another KB (a KB and
+    its imported copy); the count of those dropped."""
+    from kb_core.retrieval.near_duplicates import same_text_key
+
+    first_kb: dict[str, str] = {}
+    kept: list[SearchHit] = []
+    for hit in hits:
+        key = same_text_key(hit.content)
+        owner = first_kb.setdefault(key, hit.kb_id)
+        if owner != hit.kb_id:
+            continue
+        kept.append(hit)
+    return kept, len(hits) - len(kept)
 
 
 class Session:
@@ -69,15 +132,28 @@ class Session:
         persistent_name: str | None = None,
         scope: frozenset[str] | None = None,
         allowed_dirs: Sequence[Path] | None = None,
+        select_hint: str = "select_knowledge_base(kb_name)",
     ) -> None:
         self.service = service
+        # How this session's front end selects a KB, for messages (the CLI: "kb select NAME"; MCP: the tool).
+        self.select_hint = select_hint
         self.persistent_name = persistent_name
         # KB ids this session may see (an MCP token's scope); None means all. Out-of-scope KBs answer
         # exactly like nonexistent ones.
         self.scope = scope
-        # Folders the files named by path must lie in (checked on the opened file); None means anywhere.
-        self.allowed_dirs: tuple[Path, ...] | None = None if allowed_dirs is None else tuple(allowed_dirs)
+        # Folders the files named by path must lie in (checked on the opened file), never inside the home; None
+        # means anywhere.
+        self.allowed_dirs: AllowedFolders | None = (
+            None if allowed_dirs is None else AllowedFolders(allowed_dirs, denied=(service.home.root,))
+        )
         self._current_kb_id: str | None = None
+
+    def confined(self, allowed_dirs: Sequence[Path]) -> Session:
+        """This session (same scope, same current KB) reading and writing by path only inside ``allowed_dirs`` and
+        never inside the home: for paths typed by someone who may not reach every file of this machine."""
+        twin = Session(self.service, self.persistent_name, self.scope, allowed_dirs)
+        twin._current_kb_id = self._current_kb_id
+        return twin
 
     def visible_kbs(self) -> list[KnowledgeBaseRecord]:
         records = self.service.registry.knowledge_bases()
@@ -102,7 +178,7 @@ class Session:
     def current_kb(self) -> KnowledgeBaseRecord:
         kb_id = self.current_kb_id
         if kb_id is None:
-            raise NoCurrentKB("No knowledge base is selected; call select_knowledge_base(kb_name) first.")
+            raise NoCurrentKB(f"No knowledge base is selected; select one first with {self.select_hint}.")
         try:
             record = self.service.registry.get(kb_id)
             if self.scope is not None and record.id not in self.scope:
@@ -115,6 +191,10 @@ class Session:
 
     def resolve_kb(self, kb_name: str | None) -> KnowledgeBaseRecord:
         return self.find_kb(kb_name) if kb_name else self.current_kb()
+
+    def kb_version(self, kb_name: str | None = None) -> int:
+        """The committed version of the KB (default: the current one); it changes with every commit by any process."""
+        return self.service.kb_version(self.resolve_kb(kb_name))
 
     @enveloped
     def import_executors(self) -> Envelope:
@@ -134,6 +214,39 @@ class Session:
             "query_device": "cpu",
         })
 
+    @enveloped
+    def embedding_model_status(self, kb_name: str | None = None, model: str | None = None) -> Envelope:
+        """Whether the embedding model of the KB (default: the current one), or the local ``model`` named, is loaded in
+        this process: ``{model, loaded, expected_seconds, measured}``. An import loads it before its first chunk, which
+        takes seconds the first time; front ends say so (``expected_seconds``: the last load's time in this home when
+        ``measured``, else an estimate)."""
+        record = None if model is not None and kb_name is None else self.resolve_kb(kb_name)
+        state = self.service.model_load_state(record, model)
+        loaded = "is loaded" if state["loaded"] else f"is not loaded yet (about {state['expected_seconds']:.0f} s)"
+        return ok(f"The embedding model {state['model']} {loaded}.", state)
+
+    @enveloped
+    def load_embedding_model(self, kb_name: str | None = None, model: str | None = None) -> Envelope:
+        """Load the embedding model of the KB (or the local ``model``) now: ``{model, seconds}`` (0 when it was
+        loaded already or loads nothing)."""
+        record = None if model is not None and kb_name is None else self.resolve_kb(kb_name)
+        seconds = self.service.load_model(record, model)
+        name = record.embedding_model if record is not None else model
+        return ok(f"Loaded the embedding model {name} in {seconds:.1f} s.", {"model": name, "seconds": seconds})
+
+    def embedding_models(self) -> Envelope:
+        """The built-in local models: what each reads, how fast it imports, and whether it is ready offline here
+        (``data.models``, see :func:`kb_core.embedding.builtin.model_status`); nothing is built or loaded."""
+        from kb_core.embedding import DEFAULT_EMBEDDING_MODEL
+        from kb_core.embedding.builtin import BUILTIN_MODELS, model_status
+
+        models = [{**model_status(name), "default": name == DEFAULT_EMBEDDING_MODEL} for name in BUILTIN_MODELS]
+        usable = [m["name"] for m in models if m["available"]]
+        return ok(
+            f"Local models available offline: {', '.join(usable) or 'none'} (default {DEFAULT_EMBEDDING_MODEL}).",
+            {"models": models, "default": DEFAULT_EMBEDDING_MODEL},
+        )
+
     # -- knowledge bases -----------------------------------------------------------------------
     @enveloped
     def create_knowledge_base(
@@ -143,12 +256,34 @@ class Session:
         embedding_model: str | None = None,
         embedding_endpoint: str | None = None,
         embedding_api_key: str | None = None,
+        *,
+        progress: Callable[[str], None] | None = None,
     ) -> Envelope:
-        record = self.service.create_kb(kb_name, chunk_size, embedding_model, embedding_endpoint, embedding_api_key)
+        """``progress`` hears about the one-time build of a built-in model on this machine (multilingual-e5-small:
+        about 10-20 s), which happens before the KB is created."""
+        if self.allowed_dirs is not None and not embedding_endpoint:
+            self._confine_model_path(embedding_model, self.allowed_dirs)
+        record = self.service.create_kb(
+            kb_name, chunk_size, embedding_model, embedding_endpoint, embedding_api_key, progress=progress
+        )
         return ok(
-            f"Created knowledge base '{record.name}'. Select it with select_knowledge_base to use it.",
+            f"Created knowledge base '{record.name}'. Select it with {self.select_hint} to use it.",
             {"kb_id": record.id, "kb_name": record.name, "chunk_size": record.chunk_size},
         )
+
+    @staticmethod
+    def _confine_model_path(embedding_model: object, allowed: AllowedFolders) -> None:
+        """A confined session names a local model folder only inside its allowed folders: a model name is read as a
+        path when it looks like one or names something relative to this process's folder, and the answer must not
+        tell a caller whether some path on the server exists."""
+        if not isinstance(embedding_model, str) or not embedding_model.strip():
+            return
+        name = embedding_model.strip()
+        reject_nul(name, "embedding_model")
+        path = Path(name).expanduser()
+        looks_like_a_path = path.is_absolute() or name.startswith(("~", ".")) or ".." in path.parts
+        if looks_like_a_path or os.path.lexists(path):
+            require_inside(name, Path(os.path.realpath(path)), allowed)
 
     @enveloped
     def list_knowledge_bases(self) -> Envelope:
@@ -223,6 +358,8 @@ class Session:
             raise InvalidArgument("display_names must name each file in file_paths.")
         reject_nul(list(file_paths), "file_paths")
         size = record.chunk_size if chunk_size is None else validate_chunk_size(chunk_size)
+        from kb_core.ingest.files import import_files  # the import pipeline loads only for an import
+
         outcomes = import_files(
             self.service,
             record,
@@ -237,7 +374,10 @@ class Session:
         )
         results = [o.to_json() for o in outcomes]
         succeeded = [r for r in results if "error" not in r]
+        if succeeded:
+            self._measure_floors(record)
         failed = [r for r in results if "error" in r]
+        notice = self._language_notice(record, succeeded)
         data = {
             "total": len(file_paths),
             "success_count": len(succeeded),
@@ -245,11 +385,48 @@ class Session:
             "success_files": succeeded,
             "failed_files": failed,
         }
+        if notice:
+            data["warnings"] = [notice]
         if runner is not None:
             data["executor"] = runner.summary()  # what ran where (files and chunks per node)
         message = f"Imported {len(succeeded)} of {len(file_paths)} file(s) into '{record.name}'"
         message += f"; {len(failed)} failed." if failed else "."
+        # each failure's reason in the message too: many MCP clients show only the text, not structured content
+        shown = 5
+        for failure_row in failed[:shown]:
+            message += f" {Path(str(failure_row['file_path'])).name}: {failure_row['error']}"
+            message += "" if str(failure_row["error"]).endswith(".") else "."
+        if len(failed) > shown:
+            message += f" And {len(failed) - shown} more failure(s): see failed_files."
+        if notice:
+            message += f" Note: {notice}"
         return envelope(message, data, error=None if succeeded else KBError(message, code="IMPORT_FAILED"))
+
+    def _language_notice(self, record: KnowledgeBaseRecord, imported: list[dict[str, Any]]) -> str | None:
+        """The one notice when the KB's model does not read some of the imported documents (their languages as
+        detected at import; see :func:`kb_core.embedding.builtin.unread_language_notice`)."""
+        from kb_core.embedding.builtin import unread_language_notice
+
+        if not imported:
+            return None
+        try:
+            rows = {d["name"]: d.get("language") for d in self.service.documents(record)}
+        except KBError:  # the KB was deleted meanwhile: the import's own result says so
+            return None
+        languages = {r["doc_name"]: rows.get(r["doc_name"]) for r in imported}
+        return unread_language_notice(
+            record.embedding_model, {name: lang if isinstance(lang, str) else None for name, lang in languages.items()}
+        )
+
+    def _measure_floors(self, record: KnowledgeBaseRecord) -> None:
+        """Measure the model's semantic floors now, while it is loaded (once per home and model, kept there), so no
+        later search waits on them: a rag_search with its 3 s timeout on an endpoint, a cold ``kb search`` that would
+        otherwise load torch to embed the calibration texts as documents; best effort."""
+        try:
+            for query in ("floor", "下限"):
+                self.service.semantic_floor(record, query)
+        except Exception:  # never fails the import it follows
+            logger.info("semantic floor of %s not measured after the import", record.embedding_model, exc_info=True)
 
     def _live_document(self, record: KnowledgeBaseRecord, doc_name: str) -> dict[str, Any]:
         if not isinstance(doc_name, str) or not doc_name.strip():
@@ -278,6 +455,8 @@ class Session:
             reader = self.service.reader(record.id)
             documents = reader.snapshot().documents()
             rows = [document_row(d) for d in documents.to_dict("records")]
+            from kb_core.ingest.pipeline import in_flight_documents
+
             flights = in_flight_documents(reader.store)
         for flight in flights:
             rows.append(
@@ -293,6 +472,7 @@ class Session:
                     "chunk_count": 0,
                     "size_bytes": None,
                     "error": None,
+                    "language": None,
                 }
             )
         return ok(f"{len(rows)} document(s) in '{record.name}'.", {"documents": rows, "count": len(rows)})
@@ -310,6 +490,8 @@ class Session:
         else:
             segment = self.service.reader(record.id).snapshot().segment_by_id(document["segment_id"])
         if segment is not None:
+            import pyarrow.compute as pc
+
             table = segment.chunks.filter(pc.equal(segment.chunks.column("doc_id"), document["doc_id"]))
             rows = sorted((chunk_json(r) for r in table.to_pylist()), key=lambda r: r["chunk_index"])
         return ok(
@@ -351,6 +533,8 @@ class Session:
         document = self._live_document(record, doc_name)
         if document["status"] != "ready":
             raise InvalidArgument(f"Document {doc_name!r} failed to import; import it again instead of updating.")
+        from kb_core.ingest.files import reimport_document
+
         state = reimport_document(self.service, record, document, size, progress)
         if state is None:
             raise DocumentNotFound(f"Document {doc_name!r} was changed meanwhile; try again.")
@@ -376,9 +560,7 @@ class Session:
         as ``{kb_name, code, message}``; if every KB fails, the first failure is raised with all of them in
         ``details["failed_knowledge_bases"]``.
         """
-        query, overrides = request.query, dict(request.settings)
-        if not isinstance(query, str) or not query.strip():
-            raise InvalidArgument("query must be a non-empty string.", details={"field": "query"})
+        query, overrides = validate_query(request.query), dict(request.settings)
         if request.kb_ids:
             records = [r for r in self.visible_kbs() if r.id in set(request.kb_ids)]
         elif request.kb_names:
@@ -391,8 +573,10 @@ class Session:
         warnings: list[str] = []
         failures: list[EmbeddingError] = []
         skipped: list[dict[str, str]] = []
+        floors: dict[str, float] = {}
         for record in records:
             settings = search_settings(record, overrides)
+            floors[record.id] = settings.min_score
             try:
                 ranked = self.service.search_kb(record, query, settings, request.filters)
             except EmbeddingError as exc:
@@ -404,18 +588,29 @@ class Session:
                 ranked = RankedHits([], [note])
             if outcome is None or (outcome.weights_used is None and ranked.weights_used is not None):
                 first_settings = settings
-                outcome = SearchResult([], [], settings, ranked.weights_used, ranked.auto_weights)
+                outcome = SearchResult(
+                    [], [], settings, ranked.weights_used, ranked.auto_weights,
+                    semantic_floor=ranked.semantic_floor, query_terms=ranked.query_terms,
+                )
             hits.extend(ranked.hits)
+            outcome.without_evidence += ranked.without_evidence
             warnings.extend(n for n in ranked.warnings if n not in warnings)
         if failures and len(failures) == len(records):
             failures[0].details = {**failures[0].details, "failed_knowledge_bases": list(skipped)}
             raise failures[0]
         if outcome is None or first_settings is None:
             return SearchResult([], [], search_settings(self.current_kb(), overrides))
+        duplicates = 0
         if len(records) > 1:
             hits.sort(key=lambda h: -h.score)
+            if request.drop_copies:
+                hits, duplicates = _drop_cross_kb_copies(hits)
             hits = hits[: first_settings.top_k]
-        outcome.hits, outcome.warnings, outcome.skipped = hits, warnings, skipped
+        # min_score (each KB's own) cuts the hits a person would have seen; the count says how many went
+        kept = [h for h in hits if h.score >= floors.get(h.kb_id, 0.0)]
+        outcome.below_min_score = len(hits) - len(kept)
+        outcome.duplicates_dropped = duplicates
+        outcome.hits, outcome.warnings, outcome.skipped = kept, warnings, skipped
         return outcome
 
     @enveloped
@@ -435,8 +630,13 @@ class Session:
         expand_graph: bool = False,
         weighting: str | None = None,
         language_guard: bool | None = None,
+        min_score: float | None = None,
     ) -> Envelope:
         """Hybrid (default), semantic or keyword search; every hit carries its score breakdown.
+
+        Only chunks some signal supports are hits (a query term, stop words left out, or a cosine above the model's
+        semantic floor), so there may be fewer than ``top_k``. ``min_score`` (0–1, default the KB's saved value, else
+        0) hides hits whose final score is below it; ``data.below_min_score`` counts them.
 
         Scores lie in [0, 1] (see :mod:`kb_core.retrieval.fusion`). ``weighting="auto"`` scales the weights by each
         signal's quality for the query; ``language_guard=False`` keeps the vector weight for a query in a language
@@ -459,6 +659,7 @@ class Session:
                     "fusion": fusion,
                     "weighting": weighting,
                     "language_guard": language_guard,
+                    "min_score": min_score,
                 },
             )
         )
@@ -473,6 +674,9 @@ class Session:
                 f"{outcome.weights_used.keyword:.2f}"
             )
         message += ")."
+        notes = search_notes(outcome)
+        if notes:
+            message += " " + " ".join(notes)
         if outcome.warnings:
             message += " " + " ".join(outcome.warnings)
         return ok(
@@ -483,6 +687,7 @@ class Session:
                 "settings": asdict(settings),
                 "weights": outcome.weights_json(),
                 "warnings": outcome.warnings,
+                **search_facts(outcome),
             },
         )
 
@@ -505,8 +710,7 @@ class Session:
         better-ranked chunk) is explained from its exact scores."""
         if not isinstance(chunk_id, str) or not chunk_id.strip():
             raise InvalidArgument("chunk_id must be a non-empty chunk id (chk_...).", details={"field": "chunk_id"})
-        if not isinstance(query, str) or not query.strip():
-            raise InvalidArgument("query must be a non-empty string.", details={"field": "query"})
+        validate_query(query)
         chunk_id = chunk_id.strip()
         record = next((r for r in self.visible_kbs() if self.service.has_chunk(r, chunk_id)), None)
         if record is None:
@@ -540,17 +744,18 @@ class Session:
         return ok(f"Saved search defaults for '{record.name}'.", {"kb_name": record.name, "search_settings": saved})
 
     @enveloped
-    def rag_search(self, keywords: Sequence[str], top_k: int = 5, timeout: float = 3.0) -> Envelope:
-        """Multi-keyword search; chunks related to all keywords rank first; degrades on timeout or failure."""
-        if isinstance(keywords, str) or not isinstance(keywords, Sequence) or not keywords:
-            raise InvalidArgument("keywords must be a list of at least one keyword.", details={"field": "keywords"})
-        cleaned = [k.strip() for k in keywords if isinstance(k, str) and k.strip()]
-        if len(cleaned) != len(keywords):
-            raise InvalidArgument("Every keyword must be a non-empty string.", details={"field": "keywords"})
+    def rag_search(
+        self, keywords: Sequence[str], top_k: int = 5, timeout: float = 3.0, min_score: float | None = None
+    ) -> Envelope:
+        """Multi-keyword search; chunks related to all keywords rank first; degrades on timeout or failure. Only
+        chunks holding a keyword or clearing the semantic floor are returned, none below ``min_score``."""
+        cleaned = validate_keywords(keywords)
         validate_int_range(top_k, "top_k", 1, 10)
         validate_float_range(timeout, "timeout", 0.1, 10.0)
+        if min_score is not None:
+            validate_float_range(min_score, "min_score", 0.0, 1.0)
         record = self.current_kb()
-        future = self.service.background.submit(rag_rank, self.service, record, cleaned, top_k)
+        future = self.service.background.submit(rag_rank, self.service, record, cleaned, top_k, min_score)
         try:
             chunks = future.result(timeout=timeout)
         except FuturesTimeout:

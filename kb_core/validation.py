@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+import re
 import unicodedata
+from collections.abc import Sequence
 from urllib.parse import urlparse
 
 from kb_core.errors import InvalidArgument
@@ -12,6 +14,23 @@ KB_NAME_MAX_LENGTH = 64
 CHUNK_SIZE_MIN = 32
 CHUNK_SIZE_MAX = 8192
 FORBIDDEN_NAME_CHARACTERS = frozenset("/\\")
+# A query's cost grows with its length: the local model embeds every 256-token window of it (a 1 MB Chinese query
+# took 26-29 s of CPU). 4,000 characters is about two pages of English (or 16 windows of Chinese), more than any
+# query people type or paste (long argument-style BEIR queries are about 1,000). rag_search joins its keywords into
+# one query: 32 keywords of at most 100 characters stay under the query limit.
+QUERY_MAX_CHARS = 4_000
+RAG_MAX_KEYWORDS = 32
+RAG_KEYWORD_MAX_CHARS = 100
+# Every id this program makes (kb_, doc_, chk_, node_, edge_ ...) has this shape: anything else cannot exist, so it
+# is not looked up at all (a NUL byte cannot even reach PostgreSQL).
+ITEM_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def has_lone_surrogate(text: str) -> bool:
+    """Whether ``text`` holds a lone surrogate: what a JSON ``\\ud800`` escape or a mis-decoded path gives, and no
+    UTF-8 encoder can write."""
+    return _LONE_SURROGATE.search(text) is not None
 
 
 def normalize_name(name: str) -> str:
@@ -102,3 +121,39 @@ def validate_float_range(value: object, field: str, low: float, high: float) -> 
     if not low <= float(value) <= high:
         raise InvalidArgument(f"{field} must be from {low} to {high}, got {value}.", details={"field": field})
     return float(value)
+
+
+def validate_query(query: object, field: str = "query") -> str:
+    """A search query: a non-empty string of at most :data:`QUERY_MAX_CHARS` characters."""
+    if not isinstance(query, str) or not query.strip():
+        raise InvalidArgument(f"{field} must be a non-empty string.", details={"field": field})
+    if len(query) > QUERY_MAX_CHARS:
+        raise InvalidArgument(
+            f"{field} has {len(query):,} characters; at most {QUERY_MAX_CHARS:,} are accepted (about two pages). "
+            "Shorten the query.",
+            details={"field": field, "max_chars": QUERY_MAX_CHARS},
+        )
+    return query
+
+
+def validate_keywords(keywords: object) -> list[str]:
+    """rag_search keywords: 1 to :data:`RAG_MAX_KEYWORDS` non-empty strings of at most :data:`RAG_KEYWORD_MAX_CHARS`
+    characters each; returns them stripped."""
+    if isinstance(keywords, str) or not isinstance(keywords, Sequence) or not keywords:
+        raise InvalidArgument("keywords must be a list of at least one keyword.", details={"field": "keywords"})
+    if len(keywords) > RAG_MAX_KEYWORDS:
+        raise InvalidArgument(
+            f"keywords has {len(keywords)} keywords; at most {RAG_MAX_KEYWORDS} are accepted.",
+            details={"field": "keywords", "max_keywords": RAG_MAX_KEYWORDS},
+        )
+    cleaned = [k.strip() for k in keywords if isinstance(k, str) and k.strip()]
+    if len(cleaned) != len(keywords):
+        raise InvalidArgument("Every keyword must be a non-empty string.", details={"field": "keywords"})
+    longest = max(cleaned, key=len)
+    if len(longest) > RAG_KEYWORD_MAX_CHARS:
+        raise InvalidArgument(
+            f"A keyword has {len(longest):,} characters; at most {RAG_KEYWORD_MAX_CHARS} per keyword are accepted "
+            "(a keyword is a word or a short phrase; search a longer text with search).",
+            details={"field": "keywords", "max_chars": RAG_KEYWORD_MAX_CHARS},
+        )
+    return cleaned

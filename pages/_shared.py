@@ -6,11 +6,15 @@ about retrieval; it only turns envelopes into Streamlit elements.
 
 from __future__ import annotations
 
-import html
 import os
 import re
 import threading
-from collections.abc import Sequence
+import time
+import unicodedata
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import streamlit as st
@@ -21,6 +25,8 @@ from kb_core.ingest.pipeline import FileProgress, ImportProgress
 
 SESSION_KEY = "kb_session"
 DEMO_ENVIRONMENT_VARIABLE = "KB_DEMO"  # "0" skips building the demo KB (tests)
+# Folders whose files the "path on the server" fields may name (separated like PATH); unset: those fields are off.
+ALLOW_DIRS_ENVIRONMENT_VARIABLE = "KB_ALLOW_DIRS"
 
 
 @st.cache_resource(show_spinner="Opening the knowledge-base service…")
@@ -38,6 +44,52 @@ def service() -> KnowledgeBaseService:
     return _service_for(str(resolve_home()))
 
 
+@dataclass(frozen=True)
+class Remembered:
+    """An envelope from :func:`remembered`: how long computing it took, and whether this call computed it."""
+
+    value: dict[str, Any]
+    seconds: float
+    fresh: bool
+
+
+class EnvelopeMemo:
+    """Successful envelopes under a key, the newest ``size`` of them; failures are never remembered."""
+
+    def __init__(self, size: int = 256) -> None:
+        self.size = size
+        self._items: OrderedDict[str, tuple[dict[str, Any], float]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get_or_run(self, key: str, run: Callable[[], dict[str, Any]]) -> Remembered:
+        with self._lock:
+            found = self._items.get(key)
+            if found is not None:
+                self._items.move_to_end(key)
+                return Remembered(found[0], found[1], False)
+        start = time.perf_counter()
+        value = run()
+        seconds = time.perf_counter() - start
+        if value.get("success"):
+            with self._lock:
+                self._items[key] = (value, seconds)
+                while len(self._items) > self.size:
+                    self._items.popitem(last=False)
+        return Remembered(value, seconds, True)
+
+
+@st.cache_resource
+def _memo_for(home: str) -> EnvelopeMemo:
+    return EnvelopeMemo()
+
+
+def remembered(key: str, run: Callable[[], dict[str, Any]]) -> Remembered:
+    """``run()``'s envelope, remembered under ``key`` for every browser session of this process. The key must hold
+    all the call depends on (for a search: the KB id and version, the query, every setting); pages treat the
+    envelope as read-only."""
+    return _memo_for(str(resolve_home())).get_or_run(key, run)
+
+
 def session() -> Session:
     """This browser session's own session (its own current KB)."""
     current = st.session_state.get(SESSION_KEY)
@@ -45,6 +97,38 @@ def session() -> Session:
         current = service().session()
         st.session_state[SESSION_KEY] = current
     return current
+
+
+def server_folders() -> tuple[list[Path], list[str]]:
+    """The folders of ``$KB_ALLOW_DIRS`` that exist, and the entries that name no folder."""
+    found: list[Path] = []
+    missing: list[str] = []
+    for entry in os.environ.get(ALLOW_DIRS_ENVIRONMENT_VARIABLE, "").split(os.pathsep):
+        if entry.strip():
+            folder = Path(entry.strip()).expanduser()
+            if folder.is_dir():
+                found.append(folder)
+            else:
+                missing.append(entry.strip())
+    return found, missing
+
+
+def server_path_session(sess: Session) -> Session | None:
+    """``sess`` confined to ``$KB_ALLOW_DIRS`` (never the home), for paths typed into the app; None, after saying
+    so, when no folder is configured: whoever reaches the app must not read or write any file the server can."""
+    folders, missing = server_folders()
+    if missing:
+        st.warning(f"{ALLOW_DIRS_ENVIRONMENT_VARIABLE} names folders that do not exist: {', '.join(missing)}.")
+    if not folders:
+        st.info(
+            "Files on the server can be used only inside folders the server allows. Start the app with "
+            f"{ALLOW_DIRS_ENVIRONMENT_VARIABLE}=/data/docs (several folders separated by '{os.pathsep}') to allow "
+            "them; the knowledge-base home is never one of them.",
+            icon=":material/lock:",
+        )
+        return None
+    st.caption("Allowed folders on the server: " + ", ".join(f"`{f}`" for f in folders))
+    return sess.confined(folders)
 
 
 def demo_enabled() -> bool:
@@ -99,18 +183,20 @@ def ensure_selection(sess: Session, preferred: str | None = None) -> None:
     sess.select_knowledge_base(choice)
 
 
-def sidebar_kb_picker(sess: Session) -> None:
+def sidebar_kb_picker(sess: Session) -> Any:
+    """The current-KB picker, and under it the KB's counts; returns the counts' placeholder (None without a KB)
+    for :func:`refresh_sidebar_counts`."""
     listing = sess.list_knowledge_bases()
     if not listing["success"]:
         show_error(listing)
-        return
+        return None
     kbs = listing["data"]["knowledge_bases"]
     names = [kb["name"] for kb in kbs]
     current = current_kb_name(sess)
     with st.sidebar:
         if not names:
             st.caption("No knowledge bases yet.")
-            return
+            return None
         index = names.index(current) if current in names else None
         choice = st.selectbox(
             "Current knowledge base",
@@ -123,12 +209,30 @@ def sidebar_kb_picker(sess: Session) -> None:
         if choice is not None and choice != current:
             data_or_error(sess.select_knowledge_base(choice))
             st.rerun()
+        counts = st.empty()
         if current is not None:
-            kb = next(k for k in kbs if k["name"] == current)
-            st.caption(
-                f"{kb['document_count']} documents · {kb['chunk_count']} chunks · {kb['embedding_model']} · "
-                f"chunk size {kb['chunk_size']}"
-            )
+            counts.caption(kb_counts_line(next(k for k in kbs if k["name"] == current)))
+        return counts
+
+
+def kb_counts_line(kb: dict[str, Any]) -> str:
+    return (
+        f"{kb['document_count']} documents · {kb['chunk_count']} chunks · {kb['embedding_model']} · "
+        f"chunk size {kb['chunk_size']}"
+    )
+
+
+def refresh_sidebar_counts(sess: Session, counts: Any) -> None:
+    """Redraw the sidebar's counts after the page ran: it may have imported or deleted documents."""
+    if counts is None:
+        return
+    listing = sess.list_knowledge_bases()
+    if not listing["success"]:
+        return
+    current = listing["data"]["current_kb_id"]
+    kb = next((k for k in listing["data"]["knowledge_bases"] if k["id"] == current), None)
+    if kb is not None:
+        counts.caption(kb_counts_line(kb))
 
 
 # -- progress ------------------------------------------------------------------------------------
@@ -153,6 +257,24 @@ def overall_fraction(progress: ImportProgress) -> float:
     if not progress.files:
         return 1.0
     return sum(file_fraction(f) for f in progress.files) / len(progress.files)
+
+
+def load_model_with_notice(sess: Session, kb_name: str | None = None, model: str | None = None) -> None:
+    """Say that the embedding model is loading (and about how long that takes), load it, then say how long it took.
+    Without this an import sits at "0 chunks embedded" while the model loads (seconds, the first time)."""
+    status = sess.embedding_model_status(kb_name, model)
+    if not status["success"] or status["data"]["loaded"]:
+        return
+    name, seconds = status["data"]["model"], status["data"]["expected_seconds"]
+    note = st.empty()
+    note.info(f"Loading the embedding model {name} (first time: ~{seconds:.0f} s); then the chunks are embedded…",
+              icon=":material/hourglass_top:")
+    loaded = sess.load_embedding_model(kb_name, model)
+    if loaded["success"]:
+        note.caption(f"Loaded the embedding model {name} in {loaded['data']['seconds']:.1f} s.")
+    else:
+        note.empty()
+        show_error(loaded)
 
 
 class ImportBars:
@@ -192,28 +314,53 @@ class ImportBars:
 
 # -- search results ------------------------------------------------------------------------------
 def highlight(text: str, terms: Sequence[str]) -> str:
-    """HTML of ``text`` with every occurrence of the matched terms marked (case-insensitive; Chinese too).
+    """HTML of ``text`` with the matched terms marked where the analyzer finds them: whole Latin words whose stem is a
+    term (``configur`` marks configure and configuring, never the inside of another word), Chinese words and bigrams
+    as the analyzer cut them; never stop words or one-letter terms (:mod:`kb_core.retrieval.highlight`). Safe in
+    ``st.markdown(..., unsafe_allow_html=True)``: the text can neither inject HTML nor be read as Markdown."""
+    from kb_core.retrieval.highlight import highlight_spans
 
-    The engine reports analysed terms (stems, Chinese words or n-grams); a Latin stem is highlighted
-    to the end of its word.
-    """
-    marked = [False] * len(text)
-    for term in sorted({t for t in terms if t and t.strip()}, key=len, reverse=True):
-        # a Latin stem extends to the end of its word ("normalis" marks "normalised")
-        pattern = re.escape(term) + (r"[a-zA-Z]*" if term[-1:].isascii() and term[-1:].isalpha() else "")
-        for match in re.finditer(pattern, text, flags=re.IGNORECASE):
-            for i in range(match.start(), match.end()):
-                marked[i] = True
     out: list[str] = []
-    i = 0
-    while i < len(text):
-        j = i
-        while j < len(text) and marked[j] == marked[i]:
-            j += 1
-        piece = html.escape(text[i:j]).replace("\n", "<br>")
-        out.append(f"<mark>{piece}</mark>" if marked[i] else piece)
-        i = j
+    position = 0
+    for start, end in highlight_spans(text, terms, service().analyzer):
+        out.append(_inert(text[position:start]))
+        out.append(f"<mark>{_inert(text[start:end])}</mark>")
+        position = end
+    out.append(_inert(text[position:]))
     return "".join(out)
+
+
+def query_terms(text: str) -> list[str]:
+    """The analysed terms a query is searched with (stop words left out), e.g. to highlight rag_search's keywords."""
+    return list(service().analyzer.query_terms(text).terms)
+
+
+# Characters HTML or Markdown (with GitHub's autolinks) give meaning to: written as character references they are
+# shown as themselves and start nothing, so document text never becomes markup, an image (a tracking pixel), a link
+# or a heading.
+_SIGNIFICANT = re.compile(r"[&<>\"'\\`*_{}\[\]()#+\-.!|~:@=]")
+
+
+def _inert(text: str) -> str:
+    """``text`` as HTML that Markdown renders as exactly that text, line breaks kept."""
+    return _SIGNIFICANT.sub(lambda m: f"&#{ord(m.group())};", text).replace("\n", "<br>")
+
+
+CLAMP_LINES = 6
+_CLAMP_UNITS = 640  # about six lines of a result card at 1280 px, a CJK character counting as two Latin ones
+
+
+def clamped(marked_html: str, text: str) -> str:
+    """A result card's text (``marked_html``: ``text`` with its highlights) clamped to its first lines, with "show
+    all" / "show less" to unfold it in the browser (an HTML ``details`` element: no rerun). Short texts are not
+    clamped."""
+    units = sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+    if units <= _CLAMP_UNITS and text.count("\n") < CLAMP_LINES:
+        return f"<div class='kb-chunk-text'>{marked_html}</div>"
+    return (
+        "<details class='kb-chunk'><summary><div class='kb-chunk-text kb-clamp'>"
+        f"{marked_html}</div><span class='kb-more'></span></summary></details>"
+    )
 
 
 def contribution_parts(breakdown: dict[str, Any]) -> dict[str, float]:

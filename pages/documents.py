@@ -8,6 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from kb_core.store.documents import human_size
+from kb_core.text_language import language_name
 from pages import _shared as ui
 
 session = ui.session()
@@ -39,6 +40,9 @@ frame = pd.DataFrame(
         "Bytes": [d["size_bytes"] for d in documents],
         "Chunks": [d["chunk_count"] for d in documents],
         "Chunk size": [d["chunk_size"] for d in documents],
+        # Detected from the text when it was imported; blank for documents imported before it was stored.
+        "Language": [f"{language_name(d['language'])} ({d['language']})" if d.get("language") else ""
+                     for d in documents],
         "Created": [text_or_blank(d["created_at"])[:19].replace("T", " ") for d in documents],
         "Updated": [text_or_blank(d["updated_at"])[:19].replace("T", " ") for d in documents],
         "Source": [text_or_blank(d.get("source")) for d in documents],
@@ -50,8 +54,9 @@ filter_col, status_col, type_col, sort_col, order_col = st.columns([3, 2, 2, 2, 
 needle = filter_col.text_input("Filter by name", key="doc_filter", placeholder="part of a name")
 statuses = status_col.multiselect("Status", sorted(frame["Status"].unique()), key="doc_status")
 types = type_col.multiselect("Type", sorted(frame["Type"].unique()), key="doc_type")
-sort_by = sort_col.selectbox("Sort by", ["Updated", "Name", "Chunks", "Bytes", "Created", "Status", "Type"],
-                             key="doc_sort")
+sort_by = sort_col.selectbox(
+    "Sort by", ["Updated", "Name", "Chunks", "Bytes", "Created", "Status", "Type", "Language"], key="doc_sort"
+)
 descending = order_col.toggle("Desc.", value=True, key="doc_desc")
 
 shown = frame

@@ -348,12 +348,13 @@ def compare_section() -> None:
     st.caption("Set one setting of a run against one setting of another run, or of the same run, on the queries "
                "both judged. A win is a query that scores higher with B.")
     ids = list(runs)  # newest first
+    # Keyed by the newest run: a new run starts the comparison over as B against the run before it. Full width, so a
+    # run's label (id · judgments · knowledge base · queries) is read whole.
+    run_a = st.selectbox("Run A", ids, index=min(1, len(ids) - 1), format_func=lambda r: run_label(runs[r]),
+                         key=f"cmp_run_a_{ids[0]}")
+    run_b = st.selectbox("Run B", ids, index=0, format_func=lambda r: run_label(runs[r]),
+                         key=f"cmp_run_b_{ids[0]}")
     col_a, col_b = st.columns(2)
-    # Keyed by the newest run: a new run starts the comparison over as B against the run before it.
-    run_a = col_a.selectbox("Run A", ids, index=min(1, len(ids) - 1), format_func=lambda r: run_label(runs[r]),
-                            key=f"cmp_run_a_{ids[0]}")
-    run_b = col_b.selectbox("Run B", ids, index=0, format_func=lambda r: run_label(runs[r]),
-                            key=f"cmp_run_b_{ids[0]}")
     settings_a = list(runs[run_a]["settings"])
     settings_b = list(runs[run_b]["settings"])
     setting_a = col_a.selectbox("Setting of A", settings_a, key=f"cmp_setting_a_{run_a}")

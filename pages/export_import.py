@@ -1,5 +1,6 @@
 """Export / import: every KB or chosen ones into one portable file (download, or a path on the server), and
-merging such a file into the home (upload, or a path on the server) with counts and renamed KBs."""
+merging such a file into the home (upload, or a path on the server) with counts and renamed KBs. Paths on the
+server lie inside the folders of $KB_ALLOW_DIRS (never the home); without it those tabs are off."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
+from kb_core import Session
 from kb_core.store.documents import human_size
 from pages import _shared as ui
 
@@ -52,9 +54,9 @@ def prepare_download(chosen: list[str]) -> None:
     st.session_state["export_result"] = {"envelope": envelope, "name": name, "bytes": data}
 
 
-def run_import(path: str, label: str) -> None:
+def run_import(path: str, label: str, via: Session | None = None) -> None:
     with st.spinner(f"Validating and importing {label}…"):
-        envelope = session.import_database(path)
+        envelope = (via or session).import_database(path)
     st.session_state["import_db_result"] = {"envelope": envelope, "label": label}
 
 
@@ -110,18 +112,20 @@ with export_col:
             else:
                 ui.show_error(stored["envelope"])
     with server_tab:
-        target = st.text_input("Export file path (on the machine that runs the app)", key="export_path",
-                               placeholder=f"/backups/knowledge-bases{EXPORT_SUFFIX}")
-        if st.button("Export to this path", key="export_to_path", disabled=not names):
-            if not target.strip():
-                st.warning("Give the path of the file to write.")
-            else:
-                with st.spinner("Writing the export file…"):
-                    result = session.export_database(target.strip(), kb_names=chosen or None)
-                if result["success"]:
-                    st.success(result["message"], icon=":material/check_circle:")
+        confined = ui.server_path_session(session)
+        if confined is not None:
+            target = st.text_input("Export file path (on the machine that runs the app)", key="export_path",
+                                   placeholder=f"/backups/knowledge-bases{EXPORT_SUFFIX}")
+            if st.button("Export to this path", key="export_to_path", disabled=not names):
+                if not target.strip():
+                    st.warning("Give the path of the file to write.")
                 else:
-                    ui.show_error(result)
+                    with st.spinner("Writing the export file…"):
+                        result = confined.export_database(target.strip(), kb_names=chosen or None)
+                    if result["success"]:
+                        st.success(result["message"], icon=":material/check_circle:")
+                    else:
+                        ui.show_error(result)
     if not names:
         st.info("There are no knowledge bases to export yet.")
 
@@ -146,11 +150,13 @@ with import_col:
             st.session_state["import_db_round"] = round_ + 1
             st.rerun()  # the sidebar lists the new knowledge bases
     with path_tab:
-        source = st.text_input("Export file path (on the machine that runs the app)", key="import_db_path",
-                               placeholder=f"/backups/knowledge-bases{EXPORT_SUFFIX}")
-        if st.button("Import this file", type="primary", key="import_db_path_go"):
-            if not source.strip():
-                st.warning("Give the path of an export file.")
-            else:
-                run_import(source.strip(), Path(source.strip()).name)
-                st.rerun()
+        confined = ui.server_path_session(session)
+        if confined is not None:
+            source = st.text_input("Export file path (on the machine that runs the app)", key="import_db_path",
+                                   placeholder=f"/backups/knowledge-bases{EXPORT_SUFFIX}")
+            if st.button("Import this file", type="primary", key="import_db_path_go"):
+                if not source.strip():
+                    st.warning("Give the path of an export file.")
+                else:
+                    run_import(source.strip(), Path(source.strip()).name, confined)
+                    st.rerun()

@@ -1,4 +1,5 @@
-"""Import: upload several files or give paths on the server; per-file and overall progress; results table."""
+"""Import: upload several files or give paths on the server (inside the folders of $KB_ALLOW_DIRS only; off without
+it); per-file and overall progress; results table."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
+from kb_core import Session
 from pages import _shared as ui
 
 UPLOAD_TYPES = ["txt", "md", "text", "docx", "doc", "csv", "tsv", "log", "rst"]
@@ -20,13 +22,18 @@ st.title("Import documents")
 st.caption(f"Into knowledge base **{kb_name}**. TXT (any common encoding), DOCX and DOC files.")
 
 
-def run_import(paths: list[str], names: list[str], source: str, chunk_size: int | None) -> None:
+def run_import(
+    paths: list[str], names: list[str], source: str, chunk_size: int | None, via: Session | None = None
+) -> None:
+    """Import ``paths`` through ``via`` (this browser's session, confined for server paths)."""
     st.markdown("**Progress**")
     # Any click reruns this page, which stops the running import at its next progress report (Streamlit raises in
     # the report): documents committed so far stay, the rest is not imported. This button says so.
     st.button("Cancel import", key="cancel_import", icon=":material/cancel:")
+    if executor == "local":  # a Ray cluster loads the model on its own nodes
+        ui.load_model_with_notice(session)
     bars = ui.ImportBars(paths, names)
-    result = session.import_document(
+    result = (via or session).import_document(
         paths,
         chunk_size,
         progress=bars,
@@ -104,16 +111,18 @@ with upload_tab:
         st.session_state["upload_round"] = st.session_state.get("upload_round", 0) + 1
 
 with path_tab:
-    text = st.text_area(
-        "One file path per line (files on the machine that runs the app)", height=120, key="import_paths",
-        placeholder="/data/manuals/guide.docx\n/data/manuals/说明.txt",
-    )
-    path_list = [line.strip() for line in text.splitlines() if line.strip()]
-    if st.button("Import these files", type="primary", key="import_server_paths"):
-        if path_list:
-            run_import(path_list, [Path(p).name for p in path_list], "path", size)
-        else:
-            st.warning("Give at least one file path.")
+    confined = ui.server_path_session(session)
+    if confined is not None:
+        text = st.text_area(
+            "One file path per line (files on the machine that runs the app, inside the allowed folders)",
+            height=120, key="import_paths", placeholder="/data/manuals/guide.docx\n/data/manuals/说明.txt",
+        )
+        path_list = [line.strip() for line in text.splitlines() if line.strip()]
+        if st.button("Import these files", type="primary", key="import_server_paths"):
+            if path_list:
+                run_import(path_list, [Path(p).name for p in path_list], "path", size, confined)
+            else:
+                st.warning("Give at least one file path.")
 
 stored = st.session_state.get("import_result")
 if stored:
@@ -121,10 +130,14 @@ if stored:
     st.subheader("Results")
     if envelope["success"]:
         data = envelope["data"]
+        warnings = data.get("warnings") or []
+        summary = envelope["message"].split(" Note: ", 1)[0]  # the notes are shown below, each once
         if data["failed_count"]:
-            st.warning(envelope["message"], icon=":material/warning:")
+            st.warning(summary, icon=":material/warning:")
         else:
-            st.success(envelope["message"], icon=":material/check_circle:")
+            st.success(summary, icon=":material/check_circle:")
+        for warning in warnings:
+            st.warning(warning, icon=":material/translate:")
     else:
         ui.show_error(envelope)
         data = envelope.get("data") or {}

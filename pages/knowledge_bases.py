@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import pandas as pd
 import streamlit as st
 
 from pages import _shared as ui
 
-MODELS = {
-    "all-MiniLM-L6-v2": "all-MiniLM-L6-v2 (local sentence model, English)",
-    "hashing": "hashing (fast deterministic test embedder, no semantics)",
+HASHING = {
+    "name": "hashing",
+    "label": "hashing (fast deterministic test embedder, no semantics)",
+    "reads": "no meaning (a deterministic test embedder)",
+    "speed": "instant",
+    "built": True,
 }
 
 session = ui.session()
+listed_models = session.embedding_models()
+MODELS = {m["name"]: m for m in (listed_models["data"]["models"] if listed_models["success"] else [])}
+MODELS["hashing"] = HASHING
+DEFAULT_MODEL = listed_models["data"]["default"] if listed_models["success"] else next(iter(MODELS))
 st.title("Knowledge bases")
 device = session.device_info()
 st.caption(
@@ -97,7 +106,16 @@ with right:
             help="32 to 8192 tokens per chunk, counted with the embedding model's tokenizer.",
         )
         model = st.selectbox(
-            "Embedding model", list(MODELS), format_func=lambda m: MODELS[m], key="create_model"
+            "Embedding model",
+            list(MODELS),
+            index=list(MODELS).index(DEFAULT_MODEL),
+            format_func=lambda m: MODELS[m].get("label") or f"{m} — reads {MODELS[m]['reads']}",
+            key="create_model",
+            help="Local models run offline from installed packages. "
+            + " ".join(f"{name}: reads {m['reads']}; imports {m['speed']}." for name, m in MODELS.items()),
+        )
+        st.caption(
+            " · ".join(f"**{name}**: {m['speed']}" for name, m in MODELS.items() if name != "hashing"),
         )
         with st.expander("Embedding endpoint (optional)"):
             endpoint = st.text_input("Endpoint URL", placeholder="http://127.0.0.1:8000/v1", key="create_endpoint")
@@ -106,13 +124,21 @@ with right:
         submitted = st.form_submit_button("Create", type="primary")
     if submitted:
         # Validation is the service's: its message names the bad value and what is accepted.
-        created = session.create_knowledge_base(
-            name,
-            int(chunk_size),
-            embedding_model=model,
-            embedding_endpoint=endpoint or None,
-            embedding_api_key=api_key or None,
+        first_build = not endpoint and not MODELS.get(model, HASHING).get("built", True)
+        preparing = (
+            st.status(f"Preparing {model} on this machine (once, about 10-20 s)…", expanded=True)
+            if first_build
+            else nullcontext()
         )
+        with preparing:
+            created = session.create_knowledge_base(
+                name,
+                int(chunk_size),
+                embedding_model=model,
+                embedding_endpoint=endpoint or None,
+                embedding_api_key=api_key or None,
+                progress=st.write if first_build else None,
+            )
         if created["success"]:
             message = created["message"]
             if select_after:

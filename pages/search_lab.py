@@ -1,16 +1,22 @@
 """Search lab: settings (one vector-weight slider, weighting, language guard, fusion, Jaccard, mode, top_k), the
 weights used beside the weights asked, ranked chunk cards with highlights, score breakdowns on the 0–1 scale and
 per-hit explanations, rank movement across modes, an A/B comparison, saving settings as the KB default, and
-multi-keyword (rag_search) search."""
+multi-keyword (rag_search) search.
+
+One search per interaction: every search is remembered under the KB's version, its saved defaults, the query and
+the settings (moving a slider back costs nothing; an import or deletion by any process makes a new version), and
+the tabs and score breakdowns run only when shown (their ``open`` state reruns the page)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
+from kb_core import KBError
 from pages import _shared as ui
 
 MODES = ["hybrid", "semantic", "keyword"]
@@ -19,7 +25,7 @@ WEIGHTINGS = ["fixed", "auto"]
 FUSIONS = ["weighted", "rrf"]
 DEFAULTS: dict[str, Any] = {
     "mode": "hybrid", "top_k": 5, "vector_weight": 0.7, "keyword_weight": 0.3, "jaccard_weight": 0.0,
-    "fusion": "weighted", "weighting": "fixed", "language_guard": True,
+    "fusion": "weighted", "weighting": "fixed", "language_guard": True, "min_score": 0.0,
 }
 CONTROL_COLUMNS = [1.1, 1.3, 2.4, 1.3]
 RRF_K = 60  # the service's reciprocal-rank constant (kb_core.retrieval.fusion.fuse)
@@ -29,6 +35,7 @@ kb_name = ui.require_current_kb(session)
 record = session.current_kb()
 saved = {**DEFAULTS, **{k: v for k, v in record.search_settings.items() if k in DEFAULTS}}
 key = f"{record.id}_{st.session_state.get('lab_saved_round', 0)}"  # widgets reset to the KB's defaults
+version = session.kb_version()  # what is remembered for this KB holds while this stays
 
 
 def vector_share(settings: dict[str, Any]) -> float:
@@ -50,6 +57,8 @@ def describe(settings: dict[str, Any]) -> str:
             f"language guard {'on' if settings['language_guard'] else 'off'}",
         ]
     parts.append(f"Jaccard {float(settings['jaccard_weight']):.2f}")
+    if float(settings.get("min_score") or 0):
+        parts.append(f"min score {float(settings['min_score']):.2f}")
     return ", ".join(parts)
 
 
@@ -60,8 +69,13 @@ if flash:
     st.success(flash, icon=":material/check_circle:")
 
 
-def run_search(query: str, params: dict[str, Any]) -> dict[str, Any]:
-    return session.search(
+def memo_key(kind: str, query: str, params: dict[str, Any], *extra: Any) -> str:
+    """Everything a search's envelope depends on: the KB, its version and saved defaults, the query, the settings."""
+    return json.dumps([kind, record.id, version, record.search_settings, query, params, *extra], sort_keys=True)
+
+
+def run_search(query: str, params: dict[str, Any]) -> ui.Remembered:
+    return ui.remembered(memo_key("search", query, params), lambda: session.search(
         query,
         top_k=int(params["top_k"]),
         mode=params["mode"],
@@ -71,7 +85,8 @@ def run_search(query: str, params: dict[str, Any]) -> dict[str, Any]:
         fusion=params["fusion"],
         weighting=params["weighting"],
         language_guard=bool(params["language_guard"]),
-    )
+        min_score=float(params.get("min_score") or 0.0),
+    ))
 
 
 def settings_controls(prefix: str, initial: dict[str, Any]) -> dict[str, Any]:
@@ -109,10 +124,15 @@ def settings_controls(prefix: str, initial: dict[str, Any]) -> dict[str, Any]:
         help="When the embedding model does not cover the query's language (all-MiniLM-L6-v2 is English-only: a "
         "Chinese query), give the vector signal weight 0 and say so. Off: the weights above are used as they are.",
     )
+    min_score = st.slider(
+        "Minimum score", 0.0, 1.0, float(initial.get("min_score") or 0.0), 0.05, key=f"{prefix}_min_score",
+        help="Hide hits whose final score (0–1) is below this; the results say how many were hidden. Chunks with "
+        "no evidence (no query term, a cosine no better than unrelated text) are never shown, whatever this is.",
+    )
     return {
         "mode": mode, "top_k": int(top_k), "vector_weight": round(float(vector), 4),
         "keyword_weight": round(1.0 - float(vector), 4), "jaccard_weight": float(jaccard), "fusion": fusion,
-        "weighting": weighting, "language_guard": bool(guard),
+        "weighting": weighting, "language_guard": bool(guard), "min_score": float(min_score),
     }
 
 
@@ -183,11 +203,11 @@ def breakdown_table(b: dict[str, Any]) -> pd.DataFrame:
 
 
 def explanation(query: str, chunk_id: str, params: dict[str, Any]) -> None:
-    result = session.explain_search(
+    result = ui.remembered(memo_key("explain", query, params, chunk_id), lambda: session.explain_search(
         query, chunk_id, mode=params["mode"], vector_weight=params["vector_weight"],
         keyword_weight=params["keyword_weight"], jaccard_weight=params["jaccard_weight"], fusion=params["fusion"],
         weighting=params["weighting"], language_guard=params["language_guard"],
-    )
+    )).value
     data = ui.data_or_error(result)
     if data is not None:
         st.markdown("\n".join(f"- {line}" for line in data["explanation"]))
@@ -200,8 +220,7 @@ def chunk_cards(chunks: list[dict[str, Any]], query: str, params: dict[str, Any]
             head.markdown(f"**#{rank}** · {place(chunk)}")
             score.markdown(f"score **{chunk['score']:.3f}** on a 0–1 scale")
             st.markdown(
-                f"<div style='line-height:1.55'>{ui.highlight(chunk['content'], chunk.get('matched_terms') or [])}"
-                "</div>",
+                ui.clamped(ui.highlight(chunk["content"], chunk.get("matched_terms") or []), chunk["content"]),
                 unsafe_allow_html=True,
             )
             terms = chunk.get("matched_terms") or []
@@ -210,8 +229,10 @@ def chunk_cards(chunks: list[dict[str, Any]], query: str, params: dict[str, Any]
                 + f"chunk `{chunk['id']}`"
             )
             breakdown = chunk.get("breakdown")
-            if breakdown:
-                with st.expander("Score breakdown", expanded=False):
+            # Keyed by rank: an open breakdown stays open, and recomputes, as the ranking moves.
+            box = st.expander("Score breakdown", key=f"lab_breakdown_{rank}", on_change="rerun") if breakdown else None
+            if box is not None and box.open:
+                with box:
                     parts = ui.contribution_parts(breakdown)
                     st.plotly_chart(
                         ui.breakdown_figure([chunk], height=170), key=f"lab_chart_{rank}", width="stretch"
@@ -281,7 +302,8 @@ if kind == MULTI:
                 )
                 st.markdown(f"**#{rank}** · {where} · {chunk['matched_keywords']} of {len(keywords)} keywords · "
                             f"score {chunk['score']:.3f}")
-                st.markdown(ui.highlight(chunk["chunk_text"], keywords), unsafe_allow_html=True)
+                st.markdown(ui.highlight(chunk["chunk_text"], ui.query_terms(" ".join(keywords))),
+                            unsafe_allow_html=True)
     st.stop()
 
 with st.form("lab_form"):
@@ -291,50 +313,13 @@ with st.form("lab_form"):
     )
     if st.form_submit_button("Search", type="primary"):
         st.session_state["lab_query_run"] = typed
-params = settings_controls(f"lab_{key}", saved)
-query = str(st.session_state.get("lab_query_run") or "")
-if not query.strip():
-    st.info("Type a query and press **Search**. The settings start from the KB's saved defaults and apply as soon "
-            "as you change them.")
-    st.stop()
-
-main = run_search(query, params)
-if not main["success"]:
-    ui.show_error(main)
-    st.stop()
-for warning in main["data"]["warnings"]:
-    st.warning(warning, icon=":material/translate:")
-weights_panel(main["data"], params)
-
-save_col, info_col = st.columns([1, 4], vertical_alignment="center")
-if save_col.button("Save as KB default", key="lab_save",
-                   help="Searches that give no settings (CLI, MCP, this app's next visit) use these."):
-    result = session.save_search_settings(**params)
-    if result["success"]:
-        st.session_state["lab_flash"] = result["message"]
-        st.session_state["lab_saved_round"] = st.session_state.get("lab_saved_round", 0) + 1
-        st.rerun()
-    ui.show_error(result)
-info_col.caption(f"{main['data']['count']} chunk(s) · {describe(params)}")
-
-results_tab, moves_tab, ab_tab = st.tabs(["Results", "Rank movement across modes", "A/B comparison"])
-chunks = main["data"]["chunks"]
-with results_tab:
-    if not chunks:
-        st.info("No chunks matched.")
-    else:
-        st.markdown("**Score breakdown** — stacked contributions add up to each hit's final score (0–1 scale)")
-        st.caption(ui.score_scale(main["data"]["settings"]))
-        st.plotly_chart(ui.breakdown_figure(chunks), key="lab_overview_chart", width="stretch")
-        chunk_cards(chunks, query, params)
-
-with moves_tab:
+def rank_movement(query: str, params: dict[str, Any], chunks: list[dict[str, Any]]) -> None:
     depth = max(int(params["top_k"]), 10)
     ranks: dict[str, dict[str, int]] = {}
     labels: dict[str, str] = {}
     failures = []
     for mode in MODES:
-        result = run_search(query, {**params, "mode": mode, "top_k": depth})
+        result = run_search(query, {**params, "mode": mode, "top_k": depth}).value
         if not result["success"]:
             failures.append(result)
             continue
@@ -368,42 +353,141 @@ with moves_tab:
             m: st.column_config.NumberColumn(m, format="%d") for m in MODES
         })
 
-with ab_tab:
+
+def ab_comparison(query: str, params: dict[str, Any], main: dict[str, Any], chunks: list[dict[str, Any]]) -> None:
     st.caption("A is the settings above; set B here (it applies as you change it). Chunks found by both are marked ●.")
-    b_initial = {**params, "mode": "keyword" if params["mode"] != "keyword" else "semantic"}
+    # B's settings outlive the tab: its widgets are not drawn while another tab is shown, which forgets their state.
+    kept = f"lab_b_values_{record.id}"
+    b_mode = "semantic" if params["mode"] == "keyword" else "keyword"
+    b_initial = st.session_state.get(kept) or {**params, "mode": b_mode}
     b_params = settings_controls(f"lab_b_{record.id}", b_initial)
-    other = run_search(query, b_params)
+    st.session_state[kept] = b_params
+    other = run_search(query, b_params).value
     if not other["success"]:
         ui.show_error(other)
-    else:
-        a_ids = [c["id"] for c in chunks]
-        b_chunks = other["data"]["chunks"]
-        b_ids = [c["id"] for c in b_chunks]
-        shared = set(a_ids) & set(b_ids)
-        union = set(a_ids) | set(b_ids)
-        m1, m2, m3 = st.columns(3)
-        m1.metric("Shared chunks", f"{len(shared)} of {max(len(a_ids), len(b_ids))}")
-        m2.metric("Overlap (Jaccard)", f"{len(shared) / len(union):.2f}" if union else "–")
-        m3.metric("Only in A / only in B", f"{len(set(a_ids) - shared)} / {len(set(b_ids) - shared)}")
-        col_a, col_b = st.columns(2)
-        for column, label, side, found in ((col_a, "A", main, chunks), (col_b, "B", other, b_chunks)):
-            with column:
-                side_settings = {**side["data"]["settings"]}
-                used = (side["data"].get("weights") or {}).get("used")
-                line = f"**{label}** · {describe(side_settings)}"
-                if used is not None:
-                    line += f" · weights used {ui.weight_pair(used)}"
-                st.markdown(line)
-                for warning in side["data"]["warnings"] if label == "B" else []:
-                    st.caption(f"B: {warning}")
-                st.dataframe(
-                    pd.DataFrame({
-                        "#": range(1, len(found) + 1),
-                        "both": ["●" if c["id"] in shared else "" for c in found],
-                        "document": [c["doc_name"] for c in found],
-                        "chunk": [c["content"][:80] for c in found],
-                        "score (0–1)": [round(c["score"], 4) for c in found],
-                    }),
-                    hide_index=True, width="stretch",
-                    column_config={"chunk": st.column_config.TextColumn("chunk", width="medium")},
-                )
+        return
+    a_ids = [c["id"] for c in chunks]
+    b_chunks = other["data"]["chunks"]
+    b_ids = [c["id"] for c in b_chunks]
+    shared = set(a_ids) & set(b_ids)
+    union = set(a_ids) | set(b_ids)
+    m1, m2, m3 = st.columns(3)
+    m1.metric("Shared chunks", f"{len(shared)} of {max(len(a_ids), len(b_ids))}")
+    m2.metric("Overlap (Jaccard)", f"{len(shared) / len(union):.2f}" if union else "–")
+    m3.metric("Only in A / only in B", f"{len(set(a_ids) - shared)} / {len(set(b_ids) - shared)}")
+    col_a, col_b = st.columns(2)
+    for column, label, side, found in ((col_a, "A", main, chunks), (col_b, "B", other, b_chunks)):
+        with column:
+            side_settings = {**side["data"]["settings"]}
+            used = (side["data"].get("weights") or {}).get("used")
+            line = describe(side_settings)
+            if used is not None:
+                line += f" · weights used {ui.weight_pair(used)}"
+            st.markdown(f"**{label}**")
+            # The score comes right after the rank, so it stays in view however narrow the column; the settings
+            # go under the table, so A's and B's tables start level.
+            st.dataframe(
+                pd.DataFrame({
+                    "#": range(1, len(found) + 1),
+                    "score (0–1)": [round(c["score"], 4) for c in found],
+                    "both": ["●" if c["id"] in shared else "" for c in found],
+                    "document": [c["doc_name"] for c in found],
+                    "chunk": [c["content"][:80] for c in found],
+                }),
+                hide_index=True, width="stretch",
+                column_config={
+                    "#": st.column_config.NumberColumn("#", width=36),
+                    "score (0–1)": st.column_config.NumberColumn("score (0–1)", format="%.4f", width=92),
+                    "both": st.column_config.TextColumn("both", width=44),
+                    "document": st.column_config.TextColumn("document", width=150),
+                    "chunk": st.column_config.TextColumn("chunk", width="large"),
+                },
+            )
+            st.caption(f"{label}: {line}")
+            for warning in side["data"]["warnings"] if label == "B" else []:
+                st.caption(f"B: {warning}")
+
+
+@st.fragment
+def lab_view() -> None:
+    """The settings and what they find. A setting changed reruns only this fragment, not the app around it (the
+    sidebar, the query form); the Search button and "Save as KB default" rerun the whole page."""
+    global record, version
+    try:
+        record = session.current_kb()  # as of now: another session may have saved new defaults
+    except KBError as exc:
+        st.info(exc.message)
+        return
+    version = session.kb_version()  # another process may have imported or deleted since the page ran
+    params = settings_controls(f"lab_{key}", saved)
+    query = str(st.session_state.get("lab_query_run") or "")
+    if not query.strip():
+        st.info("Type a query and press **Search**. The settings start from the KB's saved defaults and apply as soon "
+                "as you change them.")
+        return
+
+    searched = run_search(query, params)
+    main = searched.value
+    if not main["success"]:
+        ui.show_error(main)
+        return
+    for warning in main["data"]["warnings"]:
+        st.warning(warning, icon=":material/translate:")
+    weights_panel(main["data"], params)
+
+    save_col, info_col = st.columns([1, 4], vertical_alignment="center")
+    if save_col.button("Save as KB default", key="lab_save",
+                       help="Searches that give no settings (CLI, MCP, this app's next visit) use these."):
+        result = session.save_search_settings(**params)
+        if result["success"]:
+            st.session_state["lab_flash"] = result["message"]
+            st.session_state["lab_saved_round"] = st.session_state.get("lab_saved_round", 0) + 1
+            st.rerun()
+        ui.show_error(result)
+    info_line = info_col.empty()  # written last, with the searches this view ran
+    facts = main["data"]
+    if facts.get("below_min_score"):
+        st.caption(f"{facts['below_min_score']} hit(s) below {float(facts['min_score']):.2f} not shown.")
+    terms = facts.get("query_terms") or {}
+    if terms.get("stop_words"):
+        st.caption(("The query holds only stop words, so all of them were searched: " if terms.get("fallback")
+                    else "Stop words left out of the keyword query: ") + ", ".join(terms["stop_words"]))
+    if facts.get("without_evidence") and facts["count"] + facts.get("below_min_score", 0) < params["top_k"]:
+        floor = facts.get("semantic_floor")
+        st.caption(f"{facts['without_evidence']} candidate(s) had no evidence and are not shown: no query term"
+                   + ("" if floor is None else f", and a cosine no higher than {floor:.3f} (what unrelated text "
+                      "scores for this model)") + ".")
+    results_tab, moves_tab, ab_tab = st.tabs(
+        ["Results", "Rank movement across modes", "A/B comparison"], key="lab_tabs", on_change="rerun"
+    )
+    chunks = main["data"]["chunks"]
+    if results_tab.open:
+        with results_tab:
+            if not chunks:
+                st.info("No chunks matched.")
+            else:
+                st.markdown("**Score breakdown** — stacked contributions add up to each hit's final score (0–1 scale)")
+                st.caption(ui.score_scale(main["data"]["settings"]))
+                st.plotly_chart(ui.breakdown_figure(chunks), key="lab_overview_chart", width="stretch")
+                chunk_cards(chunks, query, params)
+    if moves_tab.open:
+        with moves_tab:
+            rank_movement(query, params, chunks)
+    if ab_tab.open:
+        with ab_tab:
+            ab_comparison(query, params, main, chunks)
+
+    counters = ui.service().counters.snapshot()
+    timing = (f"searched in {searched.seconds * 1000:.0f} ms" if searched.fresh
+              else f"from memory (the search took {searched.seconds * 1000:.0f} ms)")
+    searches, vectors = counters["searches"], counters["query_vectors"]
+    work = (f"{searches} search{'es' if searches != 1 else ''}, "
+            f"{vectors} query vector{'s' if vectors != 1 else ''} computed")
+    info_line.caption(
+        f"{main['data']['count']} chunk(s) · {timing} · this app's service: {work}",
+        help="Every search is remembered for this knowledge base version, query and settings, so the same search "
+        "again (a slider moved back, another tab) runs nothing; an import or deletion makes a new version.",
+    )
+
+
+lab_view()

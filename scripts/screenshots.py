@@ -1,10 +1,11 @@
 """Screenshots of every page of the app, with English and Chinese content, into docs/screenshots/.
 
-    .venv/bin/python scripts/screenshots.py [--out docs/screenshots] [--home DIR]
+    .venv/bin/python scripts/screenshots.py [--out docs/screenshots] [--home DIR] [--only search-lab ...]
 
 Serves app.py with `streamlit run` on a free loopback port over a fresh home (the first start builds the
 demo KB with the real all-MiniLM-L6-v2 model), then drives Debian's Chromium with Playwright
-(scripts/install.sh --browser installs it).
+(scripts/install.sh --browser installs it) at 1280 px wide. ``--only`` takes the first start (always) and the named
+groups of pages: import, documents, search-lab, evaluate, graph, transfer.
 """
 
 from __future__ import annotations
@@ -101,6 +102,9 @@ BROKEN_BUNDLE = """\
 """
 
 
+GROUPS = ("import", "documents", "search-lab", "evaluate", "graph", "transfer")
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -123,10 +127,18 @@ def shoot(page, out: Path, name: str, full: bool = True) -> None:  # type: ignor
     path = out / f"{name}.png"
     size = page.viewport_size
     if full:
-        height = page.evaluate(
-            "() => Math.max(...[...document.querySelectorAll('[data-testid=\"stMainBlockContainer\"]')]"
-            ".map(e => e.scrollHeight), 800)"
-        )
+        # Content still arriving (a tab or fragment drawn after the run indicator went) grows the page: measure
+        # until two measurements half a second apart agree.
+        height, previous = 0, -1
+        for _ in range(20):
+            if height == previous:
+                break
+            previous = height
+            page.wait_for_timeout(500)
+            height = page.evaluate(
+                "() => Math.max(...[...document.querySelectorAll('[data-testid=\"stMainBlockContainer\"]')]"
+                ".map(e => e.scrollHeight), 800)"
+            )
         page.set_viewport_size({"width": size["width"], "height": min(int(height) + 120, 5000)})
     page.wait_for_timeout(1500)  # canvases (tables, charts) draw after layout
     page.screenshot(path=str(path))
@@ -134,9 +146,11 @@ def shoot(page, out: Path, name: str, full: bool = True) -> None:  # type: ignor
     print(f"wrote {path.relative_to(REPO) if path.is_relative_to(REPO) else path}")
 
 
-def shoot_tab(page, out: Path, tab: str, name: str) -> None:  # type: ignore[no-untyped-def]
+def shoot_tab(page, out: Path, tab: str, name: str, shows: str | None = None) -> None:  # type: ignore[no-untyped-def]
     page.get_by_role("tab", name=tab).click()
     wait_idle(page)
+    if shows:  # a tab that runs only when shown: until its content is there
+        page.get_by_text(shows).first.wait_for()
     shoot(page, out, name)
 
 
@@ -168,7 +182,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "screenshots")
     parser.add_argument("--home", type=Path, help="KB home to serve (default: a fresh temporary one)")
+    parser.add_argument("--only", nargs="+", choices=GROUPS, help="only these pages (after the first start)")
     args = parser.parse_args()
+    wanted = set(args.only or GROUPS)
     args.out.mkdir(parents=True, exist_ok=True)
     if not Path(CHROMIUM).exists():
         print(f"{CHROMIUM} is missing: run scripts/install.sh --browser", file=sys.stderr)
@@ -200,115 +216,125 @@ def main() -> int:
             time.sleep(0.3)
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-            context = browser.new_context(viewport={"width": 1440, "height": 1000}, device_scale_factor=1)
+            context = browser.new_context(viewport={"width": 1280, "height": 1000}, device_scale_factor=1)
             page = context.new_page()
             page.set_default_timeout(180_000)
             page.goto(url)
-            # first start: the demo KB is built with a visible progress bar
+            # first start: the demo KB is built, the model's loading said before the progress bars
             page.get_by_text("Building the demo knowledge base").wait_for()
-            page.wait_for_timeout(2500)
+            page.get_by_text("Loading the embedding model").wait_for()
+            page.wait_for_timeout(500)
             shoot(page, args.out, "00-first-start-demo-build", full=False)
             page.get_by_role("heading", name="Knowledge bases", exact=True).wait_for()
             wait_idle(page)
             shoot(page, args.out, "01-knowledge-bases")
 
-            go_to(page, "Import")
-            upload = scratch / "uploads"
-            upload.mkdir()
-            (upload / "release-notes.txt").write_text(
-                "Release notes\n\nThe search lab now compares two settings side by side.\n", encoding="utf-8")
-            (upload / "发布说明.txt").write_text("发布说明\n\n检索实验室现在可以并排比较两组设置。\n", encoding="utf-8")
-            (upload / "broken.docx").write_bytes(b"PK\x03\x04 this is not a real DOCX")
-            page.locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files(
-                [str(p) for p in sorted(upload.iterdir())])
-            page.get_by_text("release-notes.txt").first.wait_for()
-            page.get_by_role("button", name="Import uploaded files").click()
-            page.get_by_text("Results", exact=True).wait_for()
-            wait_idle(page)
-            shoot(page, args.out, "02-import")
+            if "import" in wanted:
+                go_to(page, "Import")
+                upload = scratch / "uploads"
+                upload.mkdir()
+                (upload / "release-notes.txt").write_text(
+                    "Release notes\n\nThe search lab now compares two settings side by side.\n", encoding="utf-8")
+                (upload / "发布说明.txt").write_text(
+                    "发布说明\n\n检索实验室现在可以并排比较两组设置。\n", encoding="utf-8")
+                (upload / "broken.docx").write_bytes(b"PK\x03\x04 this is not a real DOCX")
+                page.locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files(
+                    [str(p) for p in sorted(upload.iterdir())])
+                page.get_by_text("release-notes.txt").first.wait_for()
+                page.get_by_role("button", name="Import uploaded files").click()
+                page.get_by_text("Results", exact=True).wait_for()
+                wait_idle(page)
+                shoot(page, args.out, "02-import")
 
-            go_to(page, "Documents")
-            page.get_by_label("Document", exact=True).click()
-            page.get_by_role("option", name="混合检索.docx").click()
-            wait_idle(page)
-            shoot(page, args.out, "03-documents")
+            if "documents" in wanted:
+                go_to(page, "Documents")
+                page.get_by_label("Document", exact=True).click()
+                page.get_by_role("option", name="混合检索.docx").click()
+                wait_idle(page)
+                shoot(page, args.out, "03-documents")
 
-            go_to(page, "Search lab")
-            search(page, "How does hybrid search combine the vector and keyword scores?")
-            page.locator('[data-testid="stExpander"] summary').filter(has_text="Score breakdown").first.click()
-            wait_idle(page)
-            page.get_by_text("Explain this rank").first.click()
-            wait_idle(page)
-            shoot(page, args.out, "04-search-lab-en")
-            shoot_tab(page, args.out, "Rank movement across modes", "06-search-lab-rank-movement")
-            shoot_tab(page, args.out, "A/B comparison", "07-search-lab-ab")
-            page.get_by_role("tab", name="Results").click()
-            search(page, "混合检索如何计算得分？")  # the English-only model: the language guard steps in
-            shoot(page, args.out, "05-search-lab-zh")
-            page.get_by_text("Multi-keyword (rag_search)").click()
-            wait_idle(page)
-            page.get_by_label("Keywords (comma separated)").fill("权重, BM25, fusion")
-            page.get_by_test_id("stBaseButton-primaryFormSubmit").filter(has_text="Search").click()
-            wait_idle(page)
-            shoot(page, args.out, "08-search-lab-multi-keyword")
+            if "search-lab" in wanted:
+                go_to(page, "Search lab")
+                search(page, "How does hybrid search combine the vector and keyword scores?")
+                page.locator('[data-testid="stExpander"] summary').filter(has_text="Score breakdown").first.click()
+                wait_idle(page)
+                page.get_by_text("Explain this rank").first.click()
+                wait_idle(page)
+                shoot(page, args.out, "04-search-lab-en")
+                shoot_tab(page, args.out, "Rank movement across modes", "06-search-lab-rank-movement",
+                          shows="Rank of each chunk in the top")
+                shoot_tab(page, args.out, "A/B comparison", "07-search-lab-ab", shows="Shared chunks")
+                page.get_by_role("tab", name="Results").click()
+                wait_idle(page)
+                search(page, "混合检索如何计算得分？")  # the English-only model: the language guard steps in
+                shoot(page, args.out, "05-search-lab-zh")
+                page.get_by_text("Multi-keyword (rag_search)").click()
+                wait_idle(page)
+                page.get_by_label("Keywords (comma separated)").fill("权重, BM25, fusion")
+                page.get_by_test_id("stBaseButton-primaryFormSubmit").filter(has_text="Search").click()
+                wait_idle(page)
+                shoot(page, args.out, "08-search-lab-multi-keyword")
 
-            go_to(page, "Evaluate")  # the demo judgments are the default on the demo KB
-            page.get_by_role("button", name="Run evaluation").click()
-            page.get_by_text("Per query, worst first").wait_for()
-            wait_idle(page)
-            shoot(page, args.out, "09-evaluate")
-            # one kept run, two of its settings: where hybrid beats keyword-only search, query by query
-            choose(page, "Setting of A", "keyword")
-            choose(page, "Setting of B", "hybrid (default)")
-            page.get_by_role("heading", name="Compare runs").evaluate("e => e.scrollIntoView({block: 'start'})")
-            page.mouse.move(1430, 600)  # clear of the charts' toolbars and the sidebar's button
-            shoot(page, args.out, "15-evaluate-compare-runs", full=False)
+            if "evaluate" in wanted:
+                go_to(page, "Evaluate")  # the demo judgments are the default on the demo KB
+                page.get_by_role("button", name="Run evaluation").click()
+                page.get_by_text("Per query, worst first").wait_for()
+                wait_idle(page)
+                shoot(page, args.out, "09-evaluate")
+                # one kept run, two of its settings: where hybrid beats keyword-only search, query by query
+                choose(page, "Setting of A", "keyword")
+                choose(page, "Setting of B", "hybrid (default)")
+                page.get_by_role("heading", name="Compare runs").evaluate("e => e.scrollIntoView({block: 'start'})")
+                page.mouse.move(1430, 600)  # clear of the charts' toolbars and the sidebar's button
+                shoot(page, args.out, "15-evaluate-compare-runs", full=False)
 
-            go_to(page, "Knowledge graph")
-            page.get_by_role("tab", name="Import bundle").click()
-            page.get_by_label("Bundle (YAML)").fill(DEMO_BUNDLE)
-            page.get_by_role("button", name="Import pasted bundle").click()
-            page.get_by_text("Imported the bundle").wait_for()
-            wait_idle(page)
-            page.get_by_role("tab", name="Graph", exact=True).click()
-            wait_idle(page)
-            page.get_by_label("Inspect a node").click()
-            page.get_by_role("option", name="Document: doc_uri=hybrid-search").click()
-            wait_idle(page)
-            hover_point(page, page.locator(".js-plotly-plot .scatterlayer .trace .points path").last)
-            shoot(page, args.out, "10-knowledge-graph")
-            page.get_by_role("tab", name="Import bundle").click()
-            page.get_by_label("Bundle (YAML)").fill(BROKEN_BUNDLE)
-            page.get_by_role("button", name="Import pasted bundle").click()
-            page.get_by_text("The bundle was refused").wait_for()
-            wait_idle(page)
-            page.get_by_role("tab", name="Import bundle").click()
-            wait_idle(page)
-            shoot(page, args.out, "11-knowledge-graph-refused-bundle")
-            shoot_tab(page, args.out, "Ontology", "12-knowledge-graph-ontology")
-            shoot_tab(page, args.out, "Schema", "13-knowledge-graph-schema")
+            if "graph" in wanted:
+                go_to(page, "Knowledge graph")
+                page.get_by_role("tab", name="Import bundle").click()
+                page.get_by_label("Bundle (YAML)").fill(DEMO_BUNDLE)
+                page.get_by_role("button", name="Import pasted bundle").click()
+                page.get_by_text("Imported the bundle").wait_for()
+                wait_idle(page)
+                page.get_by_role("tab", name="Graph", exact=True).click()
+                wait_idle(page)
+                page.get_by_label("Inspect a node").click()
+                page.get_by_role("option", name="Document: doc_uri=hybrid-search").click()
+                wait_idle(page)
+                hover_point(page, page.locator(".js-plotly-plot .scatterlayer .trace .points path").last)
+                shoot(page, args.out, "10-knowledge-graph")
+                page.get_by_role("tab", name="Import bundle").click()
+                page.get_by_label("Bundle (YAML)").fill(BROKEN_BUNDLE)
+                page.get_by_role("button", name="Import pasted bundle").click()
+                page.get_by_text("The bundle was refused").wait_for()
+                wait_idle(page)
+                page.get_by_role("tab", name="Import bundle").click()
+                wait_idle(page)
+                shoot(page, args.out, "11-knowledge-graph-refused-bundle")
+                shoot_tab(page, args.out, "Ontology", "12-knowledge-graph-ontology")
+                shoot_tab(page, args.out, "Schema", "13-knowledge-graph-schema")
 
-            go_to(page, "Backup & transfer")
-            page.get_by_role("button", name="Prepare export file").click()
-            page.get_by_role("button", name="Download").wait_for()
-            wait_idle(page)
-            backup = scratch / "backup.kbx"
-            page.get_by_role("tab", name="Path on the server").nth(0).click()
-            page.get_by_label("Export file path (on the machine that runs the app)").nth(0).fill(str(backup))
-            page.get_by_label("Export file path (on the machine that runs the app)").nth(0).press("Enter")
-            wait_idle(page)
-            page.get_by_role("button", name="Export to this path").click()
-            page.get_by_text(f"to {backup}").wait_for()
-            page.get_by_role("tab", name="Path on the server").nth(1).click()
-            page.get_by_label("Export file path (on the machine that runs the app)").nth(1).fill(str(backup))
-            page.get_by_label("Export file path (on the machine that runs the app)").nth(1).press("Enter")
-            wait_idle(page)
-            page.get_by_role("button", name="Import this file").click()
-            page.get_by_text("Knowledge bases imported").wait_for()
-            wait_idle(page)
-            page.get_by_role("tab", name="Download").click()
-            wait_idle(page)
-            shoot(page, args.out, "14-export-import")
+            if "transfer" in wanted:
+                go_to(page, "Backup & transfer")
+                page.get_by_role("button", name="Prepare export file").click()
+                page.get_by_role("button", name="Download").wait_for()
+                wait_idle(page)
+                backup = scratch / "backup.kbx"
+                page.get_by_role("tab", name="Path on the server").nth(0).click()
+                page.get_by_label("Export file path (on the machine that runs the app)").nth(0).fill(str(backup))
+                page.get_by_label("Export file path (on the machine that runs the app)").nth(0).press("Enter")
+                wait_idle(page)
+                page.get_by_role("button", name="Export to this path").click()
+                page.get_by_text(f"to {backup}").wait_for()
+                page.get_by_role("tab", name="Path on the server").nth(1).click()
+                page.get_by_label("Export file path (on the machine that runs the app)").nth(1).fill(str(backup))
+                page.get_by_label("Export file path (on the machine that runs the app)").nth(1).press("Enter")
+                wait_idle(page)
+                page.get_by_role("button", name="Import this file").click()
+                page.get_by_text("Knowledge bases imported").wait_for()
+                wait_idle(page)
+                page.get_by_role("tab", name="Download").click()
+                wait_idle(page)
+                shoot(page, args.out, "14-export-import")
             browser.close()
     finally:
         server.terminate()

@@ -18,8 +18,9 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_bounded(code: str, *, memory_mb: int = 1024, timeout_s: float = 60.0) -> str:
-    """stdout of ``python -c code`` run with RLIMIT_AS of ``memory_mb``; fails the test on a crash or time-out.
+def run_bounded(code: str, *, memory_mb: int = 1024, timeout_s: float = 60.0, file_mb: int | None = None) -> str:
+    """stdout of ``python -c code`` run with RLIMIT_AS of ``memory_mb`` (and RLIMIT_FSIZE of ``file_mb``: no file it
+    writes may grow larger); fails the test on a crash or time-out.
 
     The child prints its peak resident memory as the last line ``peak_rss_mb=N`` (see :func:`peak_mb`).
     """
@@ -27,6 +28,8 @@ def run_bounded(code: str, *, memory_mb: int = 1024, timeout_s: float = 60.0) ->
 
     def cap() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        if file_mb is not None:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (file_mb << 20, file_mb << 20))
 
     # VmHWM, not ru_maxrss: after fork+exec ru_maxrss still counts the parent's (pytest's) resident set.
     script = textwrap.dedent(code) + (
@@ -56,7 +59,8 @@ def run_bounded(code: str, *, memory_mb: int = 1024, timeout_s: float = 60.0) ->
     except subprocess.TimeoutExpired:
         pytest.fail(f"the reproducer ran longer than {timeout_s:g} s (under a {memory_mb} MB cap)")
     if done.returncode != 0:
-        reason = f"the reproducer failed (exit {done.returncode}) under a {memory_mb} MB cap"
+        caps = f"a {memory_mb} MB cap" + (f" and a {file_mb} MB file size cap" if file_mb is not None else "")
+        reason = f"the reproducer failed (exit {done.returncode}) under {caps}"
         pytest.fail(f"{reason}:\n{done.stderr[-3000:]}")
     return done.stdout
 

@@ -44,6 +44,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, template: Path) -> Pat
     shutil.copytree(template, path)
     monkeypatch.setenv("KB_HOME", str(path))
     monkeypatch.setenv("KB_DEMO", "0")
+    monkeypatch.setenv("KB_ALLOW_DIRS", str(tmp_path))  # the "path on the server" tabs are off without it
     return path
 
 
@@ -145,3 +146,30 @@ def test_import_into_an_empty_home_keeps_the_names(home: Path, tmp_path: Path, m
     table = next(d.value for d in test.dataframe if "Imported as" in d.value.columns)
     assert list(table["Imported as"]) == ["Alpha", "Beta 乙"] and set(table["Renamed from"]) == {""}
     assert sorted(kb_names(test)) == ["Alpha", "Beta 乙"]
+
+
+def test_server_paths_are_off_without_allowed_folders_and_never_reach_the_home(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A demo deployment must not export to, or import from, any file the server can reach."""
+    monkeypatch.delenv("KB_ALLOW_DIRS")
+    test = page()
+    keys = {e.key for e in test.text_input}
+    assert "export_path" not in keys and "import_db_path" not in keys
+    assert sum("KB_ALLOW_DIRS" in i for i in texts(test, "info")) == 2
+
+    allowed = tmp_path / "allowed"
+    allowed.mkdir()
+    monkeypatch.setenv("KB_ALLOW_DIRS", str(allowed))
+    test = page()
+    outside = tmp_path / "outside.kbx"
+    test.text_input(key="export_path").input(str(outside))
+    test.button(key="export_to_path").click().run()
+    assert not outside.exists() and any("PERMISSION_DENIED" in e for e in texts(test, "error")), texts(test, "error")
+    monkeypatch.setenv("KB_ALLOW_DIRS", str(tmp_path))  # holds the home: the home itself stays out of reach
+    test = page()
+    inside_home = home / "stolen.kbx"
+    test.text_input(key="export_path").input(str(inside_home))
+    test.button(key="export_to_path").click().run()
+    assert not inside_home.exists()
+    assert any("inside the knowledge-base home" in e for e in texts(test, "error")), texts(test, "error")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 import time
@@ -136,7 +137,10 @@ def test_table_counts_select_and_delete_with_confirmation(filled: Path) -> None:
 
 
 # -- import --------------------------------------------------------------------------------------
-def test_import_server_paths_reports_names_chunks_and_failures(filled: Path, tmp_path: Path) -> None:
+def test_import_server_paths_reports_names_chunks_and_failures(
+    filled: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KB_ALLOW_DIRS", os.pathsep.join([str(DEMO), str(tmp_path)]))
     test = app("import_files")
     broken = tmp_path / "broken.docx"
     broken.write_bytes(b"PK\x03\x04 not really a zip")
@@ -172,7 +176,42 @@ def test_import_page_offers_the_executors_that_can_run_and_says_why_not_the_othe
     else:
         assert radio.options == ["local"]
         assert "ray: not available here" in captions and "kb-workbench[ray]" in captions
-    assert not test.button(key="import_server_paths").disabled
+
+
+def test_server_paths_are_off_by_default_and_confined_to_the_allowed_folders(
+    filled: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once any file the server could read was importable from the browser, the home's secrets/*.key included."""
+    monkeypatch.delenv("KB_ALLOW_DIRS", raising=False)
+    test = app("import_files")
+    assert not [a for a in test.text_area if a.key == "import_paths"]
+    assert any("KB_ALLOW_DIRS" in i for i in texts(test, "info"))
+
+    secret = next((filled / "secrets").glob("*"), None) or filled / "secrets" / "kb_x.key"
+    if not secret.exists():
+        secret.write_text("sk-never-import-me", encoding="utf-8")
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not in an allowed folder", encoding="utf-8")
+    allowed = tmp_path / "allowed"
+    allowed.mkdir()
+    (allowed / "notes.txt").write_text("notes in the allowed folder", encoding="utf-8")
+    # the home lies inside an allowed folder here: still refused
+    monkeypatch.setenv("KB_ALLOW_DIRS", os.pathsep.join([str(allowed), str(filled.parent)]))
+    test = app("import_files")
+    test.text_area(key="import_paths").input("\n".join(str(p) for p in (allowed / "notes.txt", secret)))
+    test.button(key="import_server_paths").click().run()
+    table = test.dataframe[0].value.set_index("File")
+    assert table.loc["notes.txt", "Status"] == "imported"
+    assert table.loc[secret.name, "Status"] == "failed" and "knowledge-base home" in table.loc[secret.name, "Reason"]
+    monkeypatch.setenv("KB_ALLOW_DIRS", str(allowed))
+    test = app("import_files")
+    test.text_area(key="import_paths").input(str(outside))
+    test.button(key="import_server_paths").click().run()
+    table = test.dataframe[0].value.set_index("File")
+    assert table.loc["outside.txt", "Status"] == "failed"
+    assert "outside the folders" in table.loc["outside.txt", "Reason"]
+    documents = KnowledgeBaseService(filled).session().list_documents("Alpha")["data"]["documents"]
+    assert not any(d["name"] in (secret.name, "outside.txt") for d in documents)
 
 
 # -- documents -----------------------------------------------------------------------------------
@@ -243,6 +282,30 @@ def shown_chunk_ids(test: AppTest) -> list[str]:
     return [c.split("chunk `")[1].rstrip("`") for c in texts(test, "caption") if "chunk `chk_" in c]
 
 
+def open_breakdowns(test: AppTest, count: int) -> AppTest:
+    """Unfold the first ``count`` cards' score breakdowns (drawn only when open), as clicking them does."""
+    for rank in range(1, count + 1):
+        test.session_state[f"lab_breakdown_{rank}"] = True
+    return test.run()
+
+
+def show_tab(test: AppTest, label: str) -> AppTest:
+    """Switch the result tabs (each runs its searches only when shown), as clicking the tab does."""
+    test.session_state["lab_tabs"] = label
+    return test.run()
+
+
+def service_counters(test: AppTest) -> tuple[int, int]:
+    """The service's counters as the page shows them under the weights: searches run, query vectors computed."""
+    line = next(c for c in texts(test, "caption") if "this app's service:" in c)
+    searches, vectors = line.split("this app's service: ")[1].split(", ")
+    return int(searches.split()[0]), int(vectors.split()[0])
+
+
+def searches_so_far(test: AppTest) -> int:
+    return service_counters(test)[0]
+
+
 def test_search_lab_cards_highlights_breakdowns_rank_moves_and_ab(filled: Path) -> None:
     test = search(app("search_lab"), "混合检索 权重")
     html = " ".join(texts(test, "markdown"))
@@ -251,6 +314,8 @@ def test_search_lab_cards_highlights_breakdowns_rank_moves_and_ab(filled: Path) 
     assert cards and "混合检索.docx" in cards[0]
     assert sum("on a 0–1 scale" in m for m in texts(test, "markdown")) == len(cards)
     assert any(e.label == "Score breakdown" for e in test.expander)
+    assert not any("= final" in c for c in texts(test, "caption"))  # folded breakdowns are not computed
+    open_breakdowns(test, len(cards))
     # the caption under each chart: the stacked parts add up to the final score
     sums = [c for c in texts(test, "caption") if "= final" in c]
     assert len(sums) == len(cards)
@@ -262,12 +327,19 @@ def test_search_lab_cards_highlights_breakdowns_rank_moves_and_ab(filled: Path) 
     # no trace of the old z-scores: the scale is stated in words
     assert not any("z-score" in c or "standard deviation" in c for c in texts(test, "caption"))
     assert any("0–1 scale" in c for c in texts(test, "caption"))
-    # rank movement: one column per mode
+    # rank movement: one column per mode, searched when its tab is shown
+    assert not any("semantic" in d.value.columns for d in test.dataframe)
+    before = searches_so_far(test)
+    show_tab(test, "Rank movement across modes")
     moves = next(d.value for d in test.dataframe if "semantic" in d.value.columns)
     assert {"hybrid", "semantic", "keyword"} <= set(moves.columns)
-    # A/B defaults to the keyword mode for B; overlap metrics shown
+    assert searches_so_far(test) - before == 3  # the three modes, ten deep; the main search is remembered
+    # A/B defaults to the keyword mode for B; overlap metrics shown; the score column comes right after the rank
+    show_tab(test, "A/B comparison")
     labels = [m.label for m in test.metric]
     assert "Shared chunks" in labels and "Overlap (Jaccard)" in labels
+    sides = [d.value for d in test.dataframe if "both" in d.value.columns]
+    assert len(sides) == 2 and all(list(side.columns[:2]) == ["#", "score (0–1)"] for side in sides)
 
 
 def recomputed(step: str) -> tuple[float, float]:
@@ -282,6 +354,7 @@ def test_one_vector_weight_slider_sets_both_weights_and_every_hit_uses_them(fill
     base = lab_prefix(filled)
     assert metric(test, "Keyword weight") == "0.30"
     assert metric(test, "Weights used · vector / keyword") == "0.70 / 0.30"
+    open_breakdowns(test, 5)
     test.slider(key=f"{base}_vw").set_value(0.2).run()
     assert not test.exception
     assert metric(test, "Keyword weight") == "0.80"
@@ -307,6 +380,25 @@ def test_one_vector_weight_slider_sets_both_weights_and_every_hit_uses_them(fill
     assert metric(test, "Auto weighting would use") == pair(auto["auto"])
 
 
+def test_one_search_per_change_none_for_settings_seen_before_until_the_kb_changes(filled: Path) -> None:
+    test = search(app("search_lab"), "hybrid search weights")
+    base = lab_prefix(filled)
+    searches, vectors = service_counters(test)
+    test.slider(key=f"{base}_vw").set_value(0.2).run()
+    assert service_counters(test) == (searches + 1, vectors)  # one search; the query's vector is remembered
+    test.slider(key=f"{base}_vw").set_value(0.7).run()
+    assert service_counters(test) == (searches + 1, vectors)  # back to a setting searched before: nothing runs
+    assert any("from memory" in c for c in texts(test, "caption"))
+    # another process imports a document: the KB's version moves on, so the same settings search again
+    other = KnowledgeBaseService(filled).session()
+    other.select_knowledge_base("Alpha")
+    assert other.import_document([str(DEMO / "evaluation_guide.docx")])["success"]
+    test.run()
+    assert service_counters(test) == (searches + 2, vectors)
+    assert shown_chunk_ids(test) == [c["id"] for c in other.search("hybrid search weights")["data"]["chunks"]]
+    assert any("evaluation_guide.docx" in m for m in texts(test, "markdown"))
+
+
 def test_explain_shows_why_a_hit_ranks_where_it_does(filled: Path) -> None:
     test = search(app("search_lab"), "hybrid search weights")
     second = shown_chunk_ids(test)[1]
@@ -328,12 +420,14 @@ def test_save_as_kb_default_persists_every_setting_for_the_cli_and_mcp(filled: P
     test.radio(key=f"{base}_fusion").set_value("rrf")
     test.slider(key=f"{base}_jw").set_value(0.25)
     test.toggle(key=f"{base}_guard").set_value(False)
+    test.slider(key=f"{base}_min_score").set_value(0.1)
     search(test, "hybrid search weights")
     test.button(key="lab_save").click().run()
     assert any("Saved search defaults for 'Alpha'" in s for s in texts(test, "success"))
     saved = KnowledgeBaseService(filled).session().resolve_kb("Alpha").search_settings
     assert saved == {"mode": "hybrid", "top_k": 7, "vector_weight": 0.35, "keyword_weight": 0.65,
-                     "jaccard_weight": 0.25, "fusion": "rrf", "weighting": "auto", "language_guard": False}
+                     "jaccard_weight": 0.25, "fusion": "rrf", "weighting": "auto", "language_guard": False,
+                     "min_score": 0.1}
     # the page starts from the saved defaults now
     again = lab_prefix(filled, saved_round=1)
     assert test.slider(key=f"{again}_vw").value == 0.35 and test.radio(key=f"{again}_fusion").value == "rrf"
@@ -379,6 +473,32 @@ def test_multi_keyword_mode_uses_rag_search(filled: Path) -> None:
     cards = [m for m in texts(test, "markdown") if m.startswith("**#")]
     assert cards and "of 2 keywords" in cards[0]
     assert any("<mark>" in m for m in texts(test, "markdown"))
+
+
+HOSTILE_TEXT = (
+    "fusion notes ![pixel](https://tracker.example/p.png) [click here](https://evil.example/x) "
+    "www.evil.example <img src=https://tracker.example/i.png> # heading\n- item **bold** me@evil.example"
+)
+
+
+def test_document_text_is_shown_as_text_never_as_markdown(filled: Path, tmp_path: Path) -> None:
+    """Once the rag_search view rendered chunk text as Markdown: an image in a document loaded from any host (a
+    tracking pixel) and links rendered. Both result views must show the text, and only the text."""
+    (tmp_path / "hostile.txt").write_text(HOSTILE_TEXT, encoding="utf-8")
+    session = KnowledgeBaseService(filled).session()
+    assert session.import_document([str(tmp_path / "hostile.txt")], kb_name="Alpha")["success"]
+    test = app("search_lab")
+    test.radio(key="lab_kind").set_value("multi-keyword").run()
+    test.text_input(key="lab_keywords").input("fusion, pixel")
+    test.button(key="FormSubmitter:lab_multi-Search").click().run()
+    single = search(app("search_lab"), "fusion notes pixel tracker")
+    for page in (test, single):
+        shown = [m for m in texts(page, "markdown") if "&#91;" in m or "tracker" in m]
+        assert shown, texts(page, "markdown")
+        for markdown in shown:
+            for markup in ("![", "](", "http://", "https://", "www.", "<img", "**", "# ", "@evil"):
+                assert markup not in markdown, (markup, markdown)
+            assert "<mark>" in markdown
 
 
 # -- evaluate ------------------------------------------------------------------------------------

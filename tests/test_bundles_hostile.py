@@ -215,3 +215,93 @@ def test_keys_that_are_not_text_are_reported_not_crashed_on() -> None:
     _, _, errors = validator.structural(data)
     assert len(errors) == 1 and errors[0].index == 0
     assert "1, None, 'extra' not allowed here" in errors[0].message
+
+
+# -- numbers that are not finite: refused where they enter, never written ------------------------------------------
+READINGS = {"nodes": {"Reading": {"identity": ["id"], "json_schema": {"type": "object", "properties": {
+    "id": {"type": "string"}, "value": {"type": "number"}, "series": {"type": "array"}}}}}, "edges": {}}  # fmt: skip
+
+
+@pytest.mark.parametrize("number", [".nan", ".NaN", ".inf", "-.inf", "+.INF"])
+def test_a_number_that_is_not_finite_is_refused_at_its_place(number: str) -> None:
+    validator = BundleValidator(bundles.parse_ontology(READINGS))
+    data = load_bundle_text(f"- {{type: Reading, id: a, value: 1}}\n- {{type: Reading, id: b, series: [1, {number}]}}")
+    _, _, errors = validator.structural(data)
+    assert [e.path for e in errors] == ["[1].series[1]"]
+    assert "is not a finite number" in errors[0].text
+
+
+def test_a_bundle_with_nan_is_refused_and_the_home_stays_restorable(session: Any, tmp_path: Path) -> None:
+    """Once ``.nan`` passed ``{type: number}``, was written as ``NaN`` into the graph state, and the export of the
+    home could not be imported again."""
+    assert session.set_ontology(READINGS)["success"]
+    path = tmp_path / "readings.yaml"
+    path.write_text("- {type: Reading, id: a, value: 2.5}\n- {type: Reading, id: b, value: .nan}\n", encoding="utf-8")
+    refused = session.import_knowledge_bundle(str(path), delete_file=False)
+    assert refused["error"]["code"] == "BUNDLE_INVALID" and "[1].value" in refused["message"], refused["message"]
+    path.write_text("- {type: Reading, id: a, value: 2.5}\n", encoding="utf-8")
+    assert session.import_knowledge_bundle(str(path))["success"]
+    assert session.export_database(str(tmp_path / "home.kbx"))["success"]
+    restored = KnowledgeBaseService(tmp_path / "other").session().import_database(str(tmp_path / "home.kbx"))
+    assert restored["success"], restored["message"]
+
+
+def test_an_ontology_with_a_number_that_is_not_finite_is_refused(session: Any) -> None:
+    ontology = json.loads(json.dumps(READINGS))
+    ontology["nodes"]["Reading"]["json_schema"]["properties"]["value"]["maximum"] = float("inf")
+    refused = session.set_ontology(ontology)
+    assert refused["error"]["code"] == "INVALID_ARGUMENT" and "not finite" in refused["message"], refused["message"]
+
+
+def test_json_is_never_written_with_nan(tmp_path: Path) -> None:
+    from kb_core.errors import KBError
+    from kb_core.store.atomic import write_json_atomically
+
+    with pytest.raises(KBError) as refused:
+        write_json_atomically(tmp_path / "state.json", {"weights": [0.7, float("nan")]})
+    assert refused.value.code == "NOT_JSON" and not (tmp_path / "state.json").exists()
+
+
+# -- wide rather than deep: values are counted as they are read, before anything more is built ---------------------
+@pytest.mark.parametrize("line", ["- x\n", "- {}\n", "- []\n", "- 1\n"])
+def test_a_flat_bundle_over_the_value_budget_is_refused_as_it_is_read(line: str) -> None:
+    """No alias at all: once every value became a ~250-byte node before anything was counted (a 4 MB file reached
+    1.04 GB) and the refusal blamed aliases ("billion laughs?"). 500,000 values under a 200,000-value budget."""
+    out = run_bounded(
+        f"""
+        from kb_core.bundles.loading import BundleLimits, load_bundle_text
+        from kb_core.errors import ImportFormatError
+        try:
+            load_bundle_text({line!r} * 500_000, BundleLimits(max_values=200_000))
+        except ImportFormatError as exc:
+            print("refused:", exc)
+        """,
+        memory_mb=1024,
+        timeout_s=60,
+    )
+    assert "refused: The bundle holds more than 200,000 values" in out and "alias" not in out, out
+    assert peak_mb(out) < 200, out  # the 2 MB text and the values read so far; the whole file as nodes: 350 MB
+
+
+@pytest.mark.parametrize(
+    ("text", "first", "second"),
+    [
+        ("- {type: Document, 1: a, 0x1: b}", "1", "0x1"),
+        ("- {type: Document, yes: a, true: b}", "yes", "true"),
+        ("- {type: Document, 1: a, 1.0: b}", "1", "1.0"),
+        ("- {type: Document, null: a, ~: b}", "null", "~"),
+        ("- {type: Document, 010: a, 8: b}", "010", "8"),
+    ],
+)
+def test_keys_equal_once_read_are_duplicates(text: str, first: str, second: str) -> None:
+    """``1`` and ``0x1`` are both the integer 1: PyYAML kept the last value silently."""
+    with pytest.raises(ImportFormatError) as refused:
+        load_bundle_text(text)
+    assert f"Duplicate key {second!r} (the same key as {first!r} once read)" in refused.value.message
+
+
+def test_merge_keys_follow_pyyaml_and_count_against_the_budget() -> None:
+    text = "- &base {type: Document, doc_uri: a, content: x}\n- {<<: *base, doc_uri: b}\n- {<<: [*base], content: y}"
+    assert load_bundle_text(text) == yaml.safe_load(text)
+    with pytest.raises(ImportFormatError, match="through aliases"):
+        load_bundle_text(text, BundleLimits(max_values=12))

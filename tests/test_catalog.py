@@ -49,6 +49,7 @@ document_rows = st.lists(
             "created_at": text,
             "updated_at": text,
             "original": text,
+            "language": st.sampled_from([None, "zh", "en", "ja", "latin"]),
         }
     ),
     max_size=10,
@@ -91,3 +92,15 @@ def test_document_rows_round_trip(rows: list[dict]) -> None:
         frame = catalog.read_documents(Path(folder))
         back = [{k: (None if v is None or v != v else v) for k, v in r.items()} for r in frame.to_dict("records")]
         assert back == rows
+
+
+def test_documents_of_a_segment_written_before_languages_were_stored_read_with_none(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    row = {name: None for name in catalog.DOCUMENTS_SCHEMA.names} | {"doc_id": "doc_1", "name": "a.txt"}
+    older = pa.schema([f for f in catalog.DOCUMENTS_SCHEMA if f.name != "language"])
+    pq.write_table(pa.Table.from_pylist([row], schema=older), tmp_path / "documents.parquet")
+    table = catalog.read_documents_table(tmp_path)
+    assert table.schema == catalog.DOCUMENTS_SCHEMA and table.column("language").to_pylist() == [None]
+    assert catalog.read_documents(tmp_path).loc[0, "name"] == "a.txt"

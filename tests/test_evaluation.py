@@ -21,6 +21,7 @@ from kb_core.evaluation import (
     build_eval_kb,
     evaluate_folder,
     evaluate_kb,
+    language_warning,
     score_run,
     settings_for,
     sweep_weights,
@@ -132,6 +133,39 @@ def test_load_beir_names_what_is_missing(tmp_path: Path, beir: Path) -> None:
         load_beir(beir)
 
 
+MALFORMED = {
+    "a line nested 100,000 deep": ("queries.jsonl", b"[" * 100_000 + b"]" * 100_000 + b"\n", 1, "nests deeper"),
+    "a lone surrogate in a query": ("queries.jsonl", b'{"_id": "q-en-1", "text": "bees \\ud800"}\n', 1, "surrogate"),
+    "a lone surrogate in a title": ("corpus.jsonl", b'{"_id": "d", "title": "\\udc00", "text": "x"}\n', 1, "surrogate"),
+    "a score of 1e29": ("qrels.tsv", b"query-id\tcorpus-id\tscore\nq-en-1\ten-bees\t1e29\n", 2, "whole number"),
+    "a score of inf": ("qrels.tsv", b"query-id\tcorpus-id\tscore\nq-en-1\ten-bees\tinf\n", 2, "whole number"),
+    "binary qrels": ("qrels.tsv", b"\x89PNG\r\n\x1a\n" + bytes(range(128, 256)) * 8, 1, "not UTF-8"),
+    "a NUL byte": ("qrels.tsv", b"query-id\tcorpus-id\tscore\nq-en-1\ten-bees\x00\t1\n", 2, "NUL"),
+}
+
+
+@pytest.mark.parametrize("case", list(MALFORMED))
+def test_malformed_beir_lines_are_named_not_internal_errors(
+    tmp_path: Path, case: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    name, data, line, fragment = MALFORMED[case]
+    folder = write_beir(tmp_path / "bad")
+    (folder / name).write_bytes(data)
+    code = cli_main(["--home", str(tmp_path / "home"), "--json", "eval", str(folder), "--model", "hashing",
+                     "--mode", "keyword"])  # fmt: skip
+    answer = json.loads(capsys.readouterr().out)
+    assert code == 1 and answer["error"]["code"] == "INVALID_ARGUMENT", answer
+    assert f"{name}, line {line}:" in answer["message"] and fragment in answer["message"], answer["message"]
+
+
+def test_a_byte_order_mark_before_the_first_line_is_read_past(tmp_path: Path) -> None:
+    folder = write_beir(tmp_path / "bom")
+    for name in ("qrels.tsv", "queries.jsonl", "corpus.jsonl"):
+        (folder / name).write_bytes(b"\xef\xbb\xbf" + (folder / name).read_bytes())
+    dataset = load_beir(folder)
+    assert list(dataset.queries) == JUDGED and dataset.qrels["q-en-2"] == {"en-bees": 2, "en-photosynthesis": 0}
+
+
 # -- metrics --------------------------------------------------------------------------------------
 def test_score_run_matches_the_textbook_values() -> None:
     qrels = {"a": {"d1": 1}, "b": {"d2": 1}, "c": {"d3": 1}}
@@ -147,6 +181,13 @@ def test_score_run_keeps_our_order_when_scores_tie() -> None:
     # trec_eval alone would order ties by document id ("z" before "a"); our ranking puts "a" first.
     values = score_run({"q": {"a": 1.0, "z": 1.0}}, {"q": {"a": 1}})
     assert values["q"]["mrr@10"] == 1.0
+
+
+def test_queries_the_model_cannot_read_are_named_once_with_the_first_few_ids() -> None:
+    many = language_warning("all-MiniLM-L6-v2", [f"zh-{i}" for i in range(1, 13)], 24)
+    assert many.startswith("The embedding model all-MiniLM-L6-v2 does not cover the language of 12 of 24 queries "
+                           "(zh-1, zh-2, zh-3, zh-4, zh-5 and 7 more): ")
+    assert "(q7)" in language_warning("m", ["q7"], 3)
 
 
 def test_settings_for_modes_weights_and_sweeps() -> None:
@@ -346,8 +387,14 @@ def test_real_model_evaluation_flags_chinese_and_finds_english_paraphrases(tmp_p
     semantic = report.per_query[report.per_query["setting"] == "semantic"].set_index("query_id")
     # all-MiniLM-L6-v2 understands the English questions...
     assert semantic.loc[["q-en-1", "q-en-2", "q-en-3"], "mrr@10"].mean() >= 0.8
-    # ...and the user is told it does not cover Chinese; the hybrid must not fall below keyword search there
-    assert any("does not cover" in w for w in report.warnings)
+    # ...and the user is told once that it does not cover Chinese, which queries, and what that means; the hybrid
+    # must not fall below keyword search there
+    about_language = [w for w in report.warnings if "does not cover" in w]
+    assert about_language == [
+        "The embedding model all-MiniLM-L6-v2 does not cover the language of 3 of 6 queries (q-zh-1, q-zh-2, "
+        "q-zh-3): their semantic scores carry little meaning, and with the language guard on (the default) hybrid "
+        "search gives their vector signal weight 0, ranking them by keywords."
+    ], report.warnings
     hybrid = report.per_query[report.per_query["setting"] == "hybrid (default)"].set_index("query_id")
     keyword = report.per_query[report.per_query["setting"] == "keyword"].set_index("query_id")
     zh = ["q-zh-1", "q-zh-2", "q-zh-3"]

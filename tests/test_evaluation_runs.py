@@ -195,3 +195,51 @@ def test_best_sweep_setting_prefers_the_default_weight_on_ties() -> None:
           "ndcg@10": 0.9}]
     best = best_sweep_setting(pd.DataFrame(rows))
     assert best["vector_weight"] == 0.6 and best["ndcg@10"] == 0.8  # the default row is not a sweep point
+
+
+def _kept(store: EvaluationRunStore) -> str:
+    return store.save(_report({"q1": 0.5}), dataset="d", kb_id="kb_1", kb_fingerprint="f", embedding_model="m",
+                      chunk_size=128, settings=[EvaluationSetting("hybrid")]).id
+
+
+def test_deleting_a_run_deletes_its_own_folder_whatever_run_json_names(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    store = EvaluationRunStore(home)
+    planted, kept = _kept(store), _kept(store)
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep.txt").write_text("not the home's", encoding="utf-8")
+    meta = json.loads((store.root / planted / "run.json").read_text(encoding="utf-8"))
+    meta["id"] = f"../../{victim.name}"  # HOME/evaluations/../../victim
+    (store.root / planted / "run.json").write_text(json.dumps(meta), encoding="utf-8")
+    session = KnowledgeBaseService(home).session()
+    assert session.delete_evaluation_run(planted)["success"]
+    assert (victim / "keep.txt").is_file()
+    assert not (store.root / planted).exists() and (store.root / kept).is_dir()
+    for bad in ("../victim", f"{kept}/..", "run_20260101-000000_abcdef"):
+        refused = session.delete_evaluation_run(bad)
+        assert refused["error"]["code"] == "RUN_NOT_FOUND", refused
+    assert (victim / "keep.txt").is_file() and (store.root / kept).is_dir()
+
+
+@pytest.mark.parametrize(
+    "content",
+    ["[1, 2]", '"text"', '{"settings": 5}', '{"created_at": 5}', "[" * 100_000 + "]" * 100_000],
+)
+def test_one_malformed_run_json_never_hides_the_other_runs(
+    tmp_path: Path, content: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    home = tmp_path / "home"
+    store = EvaluationRunStore(home)
+    kept, damaged = _kept(store), _kept(store)
+    meta = json.loads((store.root / damaged / "run.json").read_text(encoding="utf-8"))
+    if content.startswith("{"):
+        (store.root / damaged / "run.json").write_text(json.dumps({**meta, **json.loads(content)}), encoding="utf-8")
+    else:
+        (store.root / damaged / "run.json").write_text(content, encoding="utf-8")
+    code, listed = run_cli(capsys, "--home", str(home), "eval-runs")
+    assert code == 0 and [r["id"] for r in listed["data"]["runs"]] == [kept], listed
+    session = KnowledgeBaseService(home).session()
+    shown = session.compare_evaluation_runs(kept, damaged)
+    assert shown["error"]["code"] == "STORE_ERROR" and damaged in shown["message"], shown
+    assert session.delete_evaluation_run(damaged)["success"]  # a damaged run can still be removed

@@ -339,3 +339,145 @@ def test_bundle_loader_and_validator_on_generated_yaml(tmp_path: Path) -> None:
         timeout_s=180,
     )
     assert "bundle fuzz passed" in out
+
+
+# -- exports whose headers lie, manifests that are wide, bundles that are flat ---------------------------------------
+EXPORT_FUZZ = r'''
+import hashlib, json, sys, time, zipfile
+from pathlib import Path
+from hypothesis import HealthCheck, given, settings, strategies as st
+from kb_core import KnowledgeBaseService
+from kb_core.transfer.format import MANIFEST_MEMBER, TransferLimits
+from tests.lying_zip import claim_compressed_size, set_sizes
+
+root = Path(sys.argv[2])
+session = KnowledgeBaseService(root / "source").session()
+session.create_knowledge_base("small", 64, "hashing")
+(root / "a.txt").write_text("alpha beta gamma. 数据 导入。 " * 40, encoding="utf-8")
+session.import_document([str(root / "a.txt")], kb_name="small")
+session.export_database(str(root / "small.kbx"))
+original = (root / "small.kbx").read_bytes()
+with zipfile.ZipFile(root / "small.kbx") as archive:
+    names = archive.namelist()
+    manifest = json.loads(archive.read(MANIFEST_MEMBER))
+head = json.dumps(manifest)[:-1]
+CLEAR = {"INVALID_IMPORT_FILE", "INSUFFICIENT_SPACE"}
+LIMITS = TransferLimits(max_manifest_values=5_000, ratio_floor_bytes=64 << 10)
+sizes = st.one_of(st.sampled_from([0, 1, 100, 1 << 20, 1 << 30, 0xFFFFFFFF]), st.integers(0, 0xFFFFFFFF))
+lie = st.tuples(st.sampled_from(names), st.one_of(st.none(), sizes), st.one_of(st.none(), sizes))
+# a member of zeros, and the compression ratio its headers claim
+bomb = st.tuples(st.one_of(st.integers(1, 1 << 16), st.integers(1 << 20, 8 << 20)), st.floats(1.5, 199))
+wide = st.tuples(st.sampled_from(["{}", "[]", "0", '""', "null", '{"a": []}']), st.integers(4_000, 6_000))
+
+
+def build(case):
+    kind, value = case
+    if kind == "lie":
+        return set_sizes(original, value[0], value[1], value[2])
+    with zipfile.ZipFile(root / "small.kbx") as archive:
+        members = {n: archive.read(n) for n in names if n != MANIFEST_MEMBER}
+    if kind == "bomb":
+        size, ratio = value
+        data = bytes(size)
+        name = "kb/0000/seg/0000/files/doc_bomb.txt"
+        entry = {"sha256": hashlib.sha256(data).hexdigest(), "size": size}
+        listed = dict(manifest, files=dict(manifest["files"], **{name: entry}))
+        members[MANIFEST_MEMBER] = json.dumps(listed).encode()
+        members[name] = data
+    else:
+        filler, count = value
+        members[MANIFEST_MEMBER] = (head + ', "x": [' + ",".join([filler] * count) + "]}").encode()
+        name = MANIFEST_MEMBER
+    out = root / "case.kbx"
+    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for member, data in members.items():
+            archive.writestr(member, data, compress_type=zipfile.ZIP_STORED if kind == "wide" else None)
+    data = out.read_bytes()
+    return claim_compressed_size(data, name, value[1]) if kind == "bomb" else data
+
+
+@settings(max_examples=int(sys.argv[1]), deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.one_of(st.tuples(st.just("lie"), lie), st.tuples(st.just("bomb"), bomb), st.tuples(st.just("wide"), wide)))
+def fuzz(case):
+    (root / "case.kbx").write_bytes(build(case))
+    started = time.perf_counter()
+    target = KnowledgeBaseService(root / "victim").session()
+    result = target.import_database(str(root / "case.kbx"), limits=LIMITS)
+    if result["success"]:
+        for name in result["data"]["knowledge_bases"]:
+            target.delete_knowledge_base(name)
+    else:
+        assert result["error"]["code"] in CLEAR, (case, result["error"]["code"], result["message"])
+        assert "Traceback" not in result["message"]
+    assert time.perf_counter() - started < 20, case
+
+
+fuzz()
+print("export fuzz passed")
+'''
+
+
+def test_exports_with_lying_headers_and_wide_manifests(tmp_path: Path) -> None:
+    """Member sizes that lie in the central directory (any value), bombs claiming a harmless ratio, and manifests
+    around the value budget: each import ends in a result or INVALID_IMPORT_FILE / INSUFFICIENT_SPACE, under a
+    1 GB address-space cap and a 64 MB file-size cap."""
+    script = tmp_path / "export_fuzz.py"
+    script.write_text(EXPORT_FUZZ, encoding="utf-8")
+    out = run_bounded(
+        f"import runpy, sys; sys.argv = ['export_fuzz', '40', {str(tmp_path)!r}]; "
+        f"runpy.run_path({str(script)!r}, run_name='__main__')",
+        memory_mb=1024,
+        file_mb=64,
+        timeout_s=240,
+    )
+    assert "export fuzz passed" in out
+
+
+FLAT_YAML_FUZZ = r'''
+import sys, time
+from hypothesis import HealthCheck, given, settings, strategies as st
+from kb_core.bundles import default_ontology
+from kb_core.bundles.loading import BundleLimits, load_bundle_text
+from kb_core.bundles.validation import BundleValidator
+from kb_core.errors import ImportFormatError
+
+LIMITS = BundleLimits(max_values=20_000, max_text_chars=200_000)
+validator = BundleValidator(default_ontology())
+item = st.sampled_from([
+    "- x\n", "- {}\n", "- []\n", "- 1\n", "- .nan\n", "- {type: Document, doc_uri: d, content: c}\n",
+    "- [1, 2, 3]\n", "- {a: 1, 0x1: 2}\n", "- &a [1]\n", "- *a\n", "- {<<: {a: 1}}\n", "- '数据'\n",
+])
+flat = st.tuples(st.lists(item, min_size=1, max_size=4), st.integers(1, 12_000), st.booleans()).map(
+    lambda t: ("[" + ", ".join([line[2:].strip() for line in t[0]] * t[1]) + "]") if t[2] else "".join(t[0] * t[1])
+)
+
+
+@settings(max_examples=int(sys.argv[1]), deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(flat)
+def fuzz(source):
+    started = time.perf_counter()
+    try:
+        validator.structural(load_bundle_text(source, LIMITS))
+    except ImportFormatError as exc:
+        assert exc.message and "Traceback" not in exc.message
+    assert time.perf_counter() - started < 10
+
+
+fuzz()
+print("flat yaml fuzz passed")
+'''
+
+
+def test_flat_bundles_around_the_value_budget(tmp_path: Path) -> None:
+    """Wide, alias-free (and some aliased) bundles up to ~50,000 values under a 20,000-value budget: each ends in a
+    result or a clear ImportFormatError, under a 512 MB address-space cap."""
+    script = tmp_path / "flat_fuzz.py"
+    script.write_text(FLAT_YAML_FUZZ, encoding="utf-8")
+    out = run_bounded(
+        f"import runpy, sys; sys.argv = ['flat_fuzz', '60']; runpy.run_path({str(script)!r}, run_name='__main__')",
+        memory_mb=512,
+        timeout_s=180,
+    )
+    assert "flat yaml fuzz passed" in out

@@ -152,7 +152,7 @@ def test_rag_search_degrades_when_the_endpoint_refuses_the_key(tmp_path: Path, n
 
             gateway.accepted_key = "sk-first-key"  # the key works again: so does the next call
             rag = await ok(s, "rag_search", keywords=["read token", "令牌"])
-            assert rag["degraded"] is False and rag["chunks"]
+            assert rag["degraded"] is False and rag["chunks"], rag["message"]
 
         run_stdio(home, scenario, tmp_path / "stderr.log")
 

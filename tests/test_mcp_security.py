@@ -9,6 +9,7 @@ right after the path was checked, or after the file was opened. The Host/Origin 
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import os
 import socket
@@ -27,13 +28,14 @@ import uvicorn
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import McpError
-from mcp.types import CallToolResult
+from mcp.types import INVALID_PARAMS, CallToolResult
 
 from kb_core.cli.main import main
 from kb_core.mcp import paths as mcp_paths
 from kb_core.mcp.server import KBMCPServer
 from kb_core.store.tokens import TokenStore
 from tests.conftest import REPO_ROOT, free_port
+from tests.parser_hooks import copy_then_swap_the_folder
 
 BUNDLE = '- type: Document\n  doc_uri: "{uri}"\n  content: "{content}"\n'
 
@@ -156,8 +158,15 @@ def test_import_document_reads_only_the_file_that_was_checked(
     swap = functools.partial(swap_for_symlink, inbox, live.outside)
     if moment == "after the path check":
         run_after(monkeypatch, mcp_paths, "confine_paths", swap)
-    else:
-        run_before(monkeypatch, kb_core.ingest.parsing, "parse_and_chunk_files", swap)  # the import parses with it
+    else:  # the parser process opens and copies the file, then the swap (tests/parser_hooks.py)
+        real = kb_core.ingest.parsing.parse_and_chunk_files
+
+        def swap_after_the_copies(*args: Any, stages: Any = None, **kwargs: Any) -> Any:
+            assert stages is not None and all(stages)
+            hooked = [functools.partial(copy_then_swap_the_folder, s, str(inbox), str(live.outside)) for s in stages]
+            return real(*args, stages=hooked, **kwargs)
+
+        monkeypatch.setattr(kb_core.ingest.parsing, "parse_and_chunk_files", swap_after_the_copies)
 
     async def scenario(s: ClientSession) -> CallToolResult:
         assert not (await call(s, "select_knowledge_base", kb_name="docs")).isError
@@ -447,3 +456,122 @@ def test_a_tool_call_reads_the_token_store_off_the_event_loop_once_per_request(
     # thread) never waits on the store, and the tool does not read the token a second time.
     assert reads and all(read.startswith("verify") for read in reads), reads
     assert not any(read.endswith(live.thread.name) for read in reads), reads
+
+
+# -- arguments no JSON-RPC request may carry: NaN/Infinity numbers, lone surrogates --------------------------------
+def _request(number: int, tool: str, arguments: str) -> str:
+    """A tools/call request written by hand: NaN, Infinity and \\ud800 escapes are what a client library won't send."""
+    params = f'{{"name":"{tool}","arguments":{arguments}}}'
+    return f'{{"jsonrpc":"2.0","id":{number},"method":"tools/call","params":{params}}}'
+
+
+def hostile_calls(folder: Path) -> list[tuple[str, str, str]]:
+    """(tool, arguments as JSON text, the field the refusal must name)."""
+    return [
+        ("search", '{"query":"apples","vector_weight":NaN}', "vector_weight"),
+        ("search", '{"query":"apples","keyword_weight":Infinity}', "keyword_weight"),
+        ("search", '{"query":"apples","vector_weight":-Infinity}', "vector_weight"),
+        ("search", '{"query":"apples","vector_weight":1e999}', "vector_weight"),
+        ("rag_search", '{"keywords":["apples"],"timeout":NaN}', "timeout"),
+        ("select_knowledge_base", '{"kb_name":"docs\\ud800"}', "kb_name"),
+        ("delete_document", '{"doc_name":"\\udc00.txt"}', "doc_name"),
+        ("import_document", f'{{"file_paths":["{folder}/\\ud83d.txt"]}}', "file_paths.0"),
+        ("search", '{"query":"\\ud800 apples"}', "query"),
+    ]
+
+
+def assert_invalid_params(answer: dict[str, Any], field: str) -> None:
+    assert answer.get("error", {}).get("code") == -32602, answer
+    message = answer["error"]["message"]
+    assert f"{field}: " in message and ("not a finite number" in message or "lone surrogate" in message), message
+    assert "Traceback" not in message
+
+
+def test_nan_infinity_and_lone_surrogates_are_invalid_params_over_http(live: LiveServer) -> None:
+    """A NaN weight was once silently replaced by the default; a surrogate got error code 0 or no answer."""
+    headers = {"Authorization": f"Bearer {live.token}", "Accept": "application/json, text/event-stream",
+               "Content-Type": "application/json"}  # fmt: skip
+    with httpx.Client(headers=headers, timeout=30) as client:
+        hello = {"protocolVersion": "2025-03-26", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}
+        opened = client.post(live.url, json={"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": hello})
+        client.headers["mcp-session-id"] = opened.headers["mcp-session-id"]
+        client.post(live.url, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+        for number, (tool, arguments, field) in enumerate(hostile_calls(live.allowed), start=1):
+            reply = client.post(live.url, content=_request(number, tool, arguments))
+            data = [line[5:] for line in reply.text.splitlines() if line.startswith("data:")]
+            assert data, reply.text
+            assert_invalid_params(json.loads(data[-1]), field)
+
+
+def test_nan_infinity_and_lone_surrogates_are_invalid_params_over_stdio(tmp_path: Path) -> None:
+    import select
+
+    from tests.test_mcp_server import server_env
+
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kb_core.cli", "--home", str(tmp_path / "home"), "mcp"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=REPO_ROOT, env=server_env(),
+    )  # fmt: skip
+    assert process.stdin is not None and process.stdout is not None
+
+    def answer(line: str, number: int) -> dict[str, Any]:
+        process.stdin.write(line.encode("utf-8") + b"\n")  # type: ignore[union-attr]
+        process.stdin.flush()  # type: ignore[union-attr]
+        while True:
+            ready, _, _ = select.select([process.stdout], [], [], 60)
+            assert ready, f"no answer to {line}"
+            message = json.loads(process.stdout.readline())  # type: ignore[union-attr]
+            if message.get("id") == number:
+                return message
+
+    try:
+        hello = {"protocolVersion": "2025-03-26", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}
+        answer(json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": hello}), 0)
+        process.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+        for number, (tool, arguments, field) in enumerate(hostile_calls(tmp_path), start=1):
+            assert_invalid_params(answer(_request(number, tool, arguments), number), field)
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_an_embedding_model_path_is_confined_like_any_path(live: LiveServer, tmp_path: Path) -> None:
+    """A write token once learned whether a server path exists from the error of a model path outside --allow-dir."""
+    models = live.allowed / "models" / "mine"
+    models.mkdir(parents=True)
+    (models / "config.json").write_text("{}", encoding="utf-8")  # a model folder (#25 refuses what is not one)
+
+    async def scenario(s: ClientSession) -> tuple[list[CallToolResult], McpError]:
+        answers = []
+        for number, model in enumerate(["/etc", "/no/such/folder", "~/.ssh", "../outside", str(live.outside), models]):
+            answers.append(await call(s, "create_knowledge_base", kb_name=f"m{number}", chunk_size=64,
+                                      embedding_model=str(model)))  # fmt: skip
+        with pytest.raises(McpError) as hub:
+            await call(s, "create_knowledge_base", kb_name="hub", chunk_size=64, embedding_model="org/model")
+        return answers, hub.value
+
+    answers, hub = live.run(scenario)
+    *refused, inside = answers
+    for answer in refused:
+        assert answer.isError and answer.structuredContent["error"]["code"] == "PERMISSION_DENIED", answer
+        assert "outside the folders" in answer.structuredContent["message"]
+    assert not inside.isError
+    # A hub name is no path: not confined, but refused as invalid parameters, a model not available offline (#25).
+    assert hub.error.code == INVALID_PARAMS and hub.error.data["code"] == "INVALID_ARGUMENT", hub.error
+    assert "Available offline" in hub.error.message
+    names = {r.name for r in live.service.registry.knowledge_bases()}
+    assert "m5" in names and not names & {"hub", *(f"m{n}" for n in range(5))}
+
+
+def test_export_never_tells_a_scoped_token_where_the_home_is(live: LiveServer) -> None:
+    kb_id = live.service.find_kb("docs").id
+    live.token = TokenStore(live.home).create([kb_id], "write", 1000)[0]
+    target = live.allowed / "docs.kbx"
+
+    async def scenario(s: ClientSession) -> CallToolResult:
+        return await call(s, "export_database", export_path=str(target))
+
+    result = live.run(scenario)
+    assert not result.isError and target.is_file(), result.content[0].text
+    shown = result.model_dump_json()
+    assert str(live.home) not in shown and str(live.service.home.root) not in shown, shown

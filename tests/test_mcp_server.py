@@ -570,10 +570,13 @@ def test_http_import_paths_are_confined_to_the_allowed_folders(http: HttpServer)
             str(http.allowed / ".." / "outside" / "secret.docx"),
             str(http.allowed / "link.docx"),
             str(http.allowed / "linked-folder" / "secret.docx"),
-            "secret.docx",
         ]:
             refused = await tool_error(s, "import_document", "PERMISSION_DENIED", file_paths=[path])
             assert str(http.allowed) in refused.content[0].text
+        relative = await rpc_error(s, "import_document", -32602, file_paths=["secret.docx"])  # a form error (#25)
+        assert "relative path" in relative.error.message and str(http.allowed) in relative.error.message
+        outside = await tool_error(s, "export_database", "PERMISSION_DENIED", export_path=str(http.outside / "y.kbx"))
+        assert "may write" in outside.content[0].text  # an export writes: the refusal says so (#25)
         await tool_error(s, "export_database", "PERMISSION_DENIED", export_path=str(http.outside / "x.kbx"))
         await tool_error(s, "export_database", "PERMISSION_DENIED", export_path=str(http.allowed / ".." / "x.kbx"))
         await tool_error(s, "import_database", "PERMISSION_DENIED", source_db_path=str(http.outside / "x.kbx"))

@@ -25,6 +25,8 @@ from kb_core.ingest.parsing import (
     parse_file,
     parse_file_inprocess,
 )
+from tests.bounded import run_bounded
+from tests.lying_zip import claim_compressed_size
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 FIXTURES = SHARED / "fixtures" / "docs"
@@ -419,6 +421,35 @@ def test_zip_bomb_docx_is_refused_before_decompression(tmp_path: Path) -> None:
     with pytest.raises(ParseError) as info:
         parse_file_inprocess(bomb)
     assert info.value.code == "CORRUPT_DOCUMENT" and "compression ratio" in info.value.message
+
+
+def test_a_docx_whose_headers_lie_is_refused_while_inflating(tmp_path: Path) -> None:
+    """word/document.xml claims 50:1 compression (under the 100:1 check on headers) and inflates ~1000-fold: once the
+    parser inflated 408 MB of it. It must stop within a small part of that, under a 256 MB address-space cap."""
+    path = tmp_path / "plain.docx"
+    _build_docx(path)
+    bomb = tmp_path / "lying.docx"
+    with zipfile.ZipFile(path) as zin, zipfile.ZipFile(bomb, "w", compression=zipfile.ZIP_DEFLATED) as zout:
+        for item in zin.infolist():
+            if item.filename != "word/document.xml":
+                zout.writestr(item.filename, zin.read(item))
+        body = zin.read("word/document.xml").replace(b"<w:body>", b"<w:body>" + b" " * (300 << 20), 1)
+        zout.writestr("word/document.xml", body)  # last
+    bomb.write_bytes(claim_compressed_size(bomb.read_bytes(), "word/document.xml", 50))
+    out = run_bounded(
+        f"""
+        from pathlib import Path
+        from kb_core.errors import ParseError
+        from kb_core.ingest.parsing import parse_file_inprocess
+        try:
+            parse_file_inprocess(Path({str(bomb)!r}))
+        except ParseError as exc:
+            print("refused:", exc.code, exc.message)
+        """,
+        memory_mb=256,
+        timeout_s=60,
+    )
+    assert "refused: CORRUPT_DOCUMENT" in out and "zip bomb" in out, out
 
 
 def test_oversized_file_is_refused(tmp_path: Path) -> None:

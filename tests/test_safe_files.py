@@ -6,6 +6,7 @@ Import (service, CLI, MCP stdio), bundle import and database import say what the
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ from mcp import ClientSession
 
 from kb_core import bundles
 from kb_core.cli.main import main
+from tests.parser_hooks import fifo_after_the_type_check
 
 FIFO = "is a FIFO (named pipe), not a regular file"
 CHAR_DEVICE = "is a character device, not a regular file"
@@ -71,21 +73,19 @@ def test_import_says_what_each_path_is_and_never_blocks(kb, specials: dict[str, 
 
 @pytest.mark.timeout(60)
 def test_a_fifo_swapped_in_after_the_check_does_not_block(kb, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The file passes the type check, then becomes a FIFO before it is opened: the open must not wait."""
+    """The file passes the type check, then becomes a FIFO before it is opened: the open must not wait. (The parser
+    process checks, opens and copies the file: the swap happens there, tests/parser_hooks.py.)"""
+    import kb_core.ingest.parsing
+
     path = tmp_path / "notes.txt"
     path.write_text("a regular file at first", encoding="utf-8")
-    real_stat = os.stat
-    swapped: list[bool] = []
+    real = kb_core.ingest.parsing.parse_and_chunk_files
 
-    def stat_then_swap(target: object, *args: object, **kwargs: object) -> os.stat_result:
-        result = real_stat(target, *args, **kwargs)  # type: ignore[arg-type]
-        if str(target) == str(path) and not swapped:
-            swapped.append(True)
-            path.unlink()
-            os.mkfifo(path)
-        return result
+    def swap_in_the_parser(*args: object, stages: object = None, **kwargs: object) -> object:
+        assert stages is not None
+        return real(*args, stages=[functools.partial(fifo_after_the_type_check, s) for s in stages], **kwargs)
 
-    monkeypatch.setattr(os, "stat", stat_then_swap)
+    monkeypatch.setattr(kb_core.ingest.parsing, "parse_and_chunk_files", swap_in_the_parser)
     result = kb.import_document([str(path)])
     assert result["data"]["failed_count"] == 1
     assert "FIFO" in result["data"]["failed_files"][0]["error"]
@@ -132,3 +132,29 @@ def test_mcp_stdio_import_of_a_fifo_is_a_clear_tool_error(tmp_path: Path) -> Non
         assert FIFO in refused.content[0].text
 
     run_stdio(tmp_path / "home", scenario, tmp_path / "stderr.log")
+
+
+def test_a_confined_session_never_reads_or_writes_inside_the_home(tmp_path: Path) -> None:
+    """An allowed folder that holds the home (``--allow-dir /srv`` with the home in /srv/kb) still keeps the home's
+    API keys, tokens and store out of reach: of an import, a bundle, an export file read or written."""
+    from kb_core import KnowledgeBaseService
+
+    home = tmp_path / "srv" / "kb"
+    service = KnowledgeBaseService(home)
+    assert service.session().create_knowledge_base("k", 64, "hashing")["success"]
+    secret = home / "secrets" / "planted.key"
+    secret.write_text("sk-never-read-me", encoding="utf-8")
+    confined = service.session(allowed_dirs=[tmp_path / "srv"])
+    assert confined.select_knowledge_base("k")["success"]
+    imported = confined.import_document([str(secret), str(home / "tokens.json")])
+    assert imported["data"]["success_count"] == 0
+    assert all("inside the knowledge-base home" in f["error"] for f in imported["data"]["failed_files"]), imported
+    for envelope in (
+        confined.import_knowledge_bundle(str(secret), delete_file=True),
+        confined.import_database(str(secret)),
+        confined.export_database(str(home / "stolen.kbx")),
+    ):
+        assert not envelope["success"] and "knowledge-base home" in envelope["message"], envelope
+    assert secret.read_text(encoding="utf-8") == "sk-never-read-me" and not (home / "stolen.kbx").exists()
+    (tmp_path / "srv" / "notes.txt").write_text("notes beside the home", encoding="utf-8")
+    assert confined.import_document([str(tmp_path / "srv" / "notes.txt")])["data"]["success_count"] == 1

@@ -163,7 +163,8 @@ def test_segments_written_without_a_row_store_search_the_same(kb, home: Path) ->
 
 def test_hits_have_the_spec_fields_and_are_sorted(kb) -> None:
     result = kb.search("hybrid retrieval", top_k=3)
-    assert result["success"] and result["data"]["count"] == len(result["data"]["chunks"]) == 3
+    # only chunks with evidence are hits (#25): at most top_k
+    assert result["success"] and 1 <= result["data"]["count"] == len(result["data"]["chunks"]) <= 3
     chunks = result["data"]["chunks"]
     assert {"id", "doc_id", "content", "tokens", "chunk_index", "doc_name", "score"} <= set(chunks[0])
     assert [c["score"] for c in chunks] == sorted((c["score"] for c in chunks), reverse=True)
@@ -402,8 +403,9 @@ def test_a_repeated_query_costs_no_model_call_on_any_search_path(kb, service, mo
     inner = service.embedder(record).inner
     calls: list[str] = []
     original = inner.embed_query
-    monkeypatch.setattr(inner, "embed_query", lambda text: calls.append(text) or original(text))
     query = "keyword search 向量"
+    service.semantic_floor(record, query)  # measured once per process and model (calibration texts), not per query
+    monkeypatch.setattr(inner, "embed_query", lambda text: calls.append(text) or original(text))
     first = kb.search(query, top_k=5)["data"]["chunks"]
     assert calls == [query]
     assert kb.search(query, top_k=5)["data"]["chunks"] == first
@@ -497,7 +499,7 @@ def test_semantic_search_fetches_only_the_rows_it_can_return_with_the_same_hits(
 
     monkeypatch.setattr(VectorSearcher, "search_arrays", spy)
     record = kb.current_kb()
-    short_paths = tie_fallbacks = 0
+    short_paths = tie_fallbacks = found = 0
     for query in ("dense vector search", "知识库 向量 检索", "twin documents vector search", "search"):
         for top_k in range(1, 8):
             settings = SearchSettings(mode="semantic", top_k=top_k)
@@ -512,5 +514,5 @@ def test_semantic_search_fetches_only_the_rows_it_can_return_with_the_same_hits(
                 full = service.search_kb(record, query, settings, SearchFilters())
             assert fetched[-1] == 100
             assert [hit.to_json() for hit in short.hits] == [hit.to_json() for hit in full.hits]
-            assert short.hits
-    assert short_paths >= 20 and tie_fallbacks >= 1
+            found += bool(short.hits)
+    assert short_paths >= 20 and tie_fallbacks >= 1 and found >= 14

@@ -33,6 +33,7 @@ from typing import Any
 
 from kb_core.bundles.ontology import Ontology, default_ontology, parse_ontology
 from kb_core.errors import StoreError
+from kb_core.json_text import json_text
 from kb_core.store.atomic import (
     fsync_directory,
     read_json,
@@ -144,11 +145,11 @@ def edge_item(edge: dict[str, Any], state: GraphState) -> dict[str, Any]:
 
 
 def _jsonl(rows: list[dict[str, Any]]) -> bytes:
-    return "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in rows).encode("utf-8")
+    return "".join(json_text(r, sort_keys=True) + "\n" for r in rows).encode("utf-8")
 
 
 def _key(identity: dict[str, Any]) -> str:
-    return json.dumps(identity, ensure_ascii=False, sort_keys=True)
+    return json_text(identity, sort_keys=True)
 
 
 def write_shadow(state: GraphState, folder: Path) -> None:

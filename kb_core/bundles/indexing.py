@@ -20,6 +20,7 @@ from kb_core.bundles.graph import GraphState
 from kb_core.errors import StoreError
 from kb_core.seams import Resources
 from kb_core.store import Change, KnowledgeBaseRecord, Manifest, catalog, utc_now
+from kb_core.text_language import document_language
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +79,7 @@ def sync_index(service: Resources, record: KnowledgeBaseRecord, state: GraphStat
                         "created_at": now,
                         "updated_at": now,
                         "original": original,
+                        "language": document_language(doc.text),
                     }
                 )
                 text_rows.append({"doc_id": doc.doc_id, "text": doc.text})

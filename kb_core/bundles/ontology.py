@@ -31,6 +31,7 @@ from typing import Any
 from jsonschema import Draft7Validator
 from jsonschema.exceptions import SchemaError
 
+from kb_core.bundles.values import format_path, value_problems
 from kb_core.errors import InvalidArgument
 
 TYPE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
@@ -186,6 +187,10 @@ def parse_ontology(raw: Any) -> Ontology:
     """Validate an ontology mapping and build it; raises InvalidArgument naming the bad path."""
     if not isinstance(raw, dict):
         raise _bad("the ontology must be a mapping with 'nodes' and 'edges'.", "root")
+    not_finite = [p for p in value_problems(raw, None) if p.kind == "not-finite"]
+    if not_finite:
+        where = format_path(not_finite[0].path).lstrip(".")
+        raise _bad("a number that is not finite (.nan or .inf) cannot be stored.", where)
     unknown = set(raw) - {"nodes", "edges"}
     if unknown:
         raise _bad(f"unknown key(s) {sorted(unknown)}; allowed: nodes, edges.", "root")

@@ -11,7 +11,8 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
-from collections.abc import Callable, Iterable, Sequence
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +22,8 @@ from jsonschema.exceptions import ValidationError
 from kb_core.bundles.loading import BundleLimits
 from kb_core.bundles.ontology import Ontology
 from kb_core.bundles.schema import item_schema
+from kb_core.bundles.values import ValueProblem, format_path, value_problems
+from kb_core.json_text import json_text
 
 _MAX_MESSAGE_CHARS = 400  # a schema message quotes the bad value; a long one is cut
 
@@ -42,16 +45,8 @@ class BundleError:
         return {"index": self.index, "path": self.path, "message": self.message, "kind": self.kind, "text": self.text}
 
 
-def format_path(parts: Iterable[Any]) -> str:
-    """``[4, "source", "doc_uri"]`` → ``[4].source.doc_uri``; list positions are bracketed."""
-    out = ""
-    for part in parts:
-        out += f"[{part}]" if isinstance(part, int) else f".{part}"
-    return out or "root"
-
-
 def canonical_identity(identity: dict[str, Any]) -> str:
-    return json.dumps(identity, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    return json_text(identity, sort_keys=True, separators=(",", ":"))
 
 
 def node_id(type_name: str, identity: dict[str, Any]) -> str:
@@ -98,26 +93,6 @@ def _shorten(message: str) -> str:
     if len(message) <= _MAX_MESSAGE_CHARS:
         return message
     return f"{message[: _MAX_MESSAGE_CHARS - 40]}… ({len(message):,} characters in all)"
-
-
-def oversized_strings(item: Any, limit: int) -> list[tuple[list[Any], int, bool]]:
-    """(path, length, is_key) of every string in ``item`` longer than ``limit`` characters, keys included."""
-    found: list[tuple[list[Any], int, bool]] = []
-    stack: list[tuple[Any, list[Any]]] = [(item, [])]
-    while stack:
-        value, path = stack.pop()
-        if isinstance(value, str):
-            if len(value) > limit:
-                found.append((path, len(value), False))
-        elif isinstance(value, dict):
-            for key, child in value.items():
-                if isinstance(key, str) and len(key) > limit:
-                    found.append((path, len(key), True))
-                    continue
-                stack.append((child, [*path, key]))
-        elif isinstance(value, list):
-            stack.extend((child, [*path, i]) for i, child in enumerate(value))
-    return sorted(found, key=lambda f: [str(p) for p in f[0]])
 
 
 def _schema_error(index: int, error: ValidationError) -> BundleError:
@@ -194,11 +169,10 @@ class BundleValidator:
             if validator is None:
                 errors.append(BundleError(index, f"[{index}].type", self.unknown_type(type_name), "semantic"))
                 continue
-            if self.max_value_chars is not None:
-                too_long = oversized_strings(item, self.max_value_chars)
-                if too_long:
-                    errors.extend(self._too_long(index, path, length, is_key) for path, length, is_key in too_long)
-                    continue
+            problems = value_problems(item, self.max_value_chars)
+            if problems:
+                errors.extend(self._value_error(index, problem) for problem in problems)
+                continue
             found = sorted(validator.iter_errors(item), key=lambda e: (list(map(str, e.absolute_path)), e.message))
             if found:
                 errors.extend(_schema_error(index, e) for e in found)
@@ -213,13 +187,19 @@ class BundleValidator:
                 edges.append(EdgeOp(index, type_name, action, dict(item["source"]), dict(item["target"]), properties))
         return nodes, edges, errors[: self.max_errors]
 
-    def _too_long(self, index: int, path: list[Any], length: int, is_key: bool) -> BundleError:
-        what = "a field name" if is_key else "the text"
+    def _value_error(self, index: int, problem: ValueProblem) -> BundleError:
+        where = _shorten(format_path([index, *problem.path]))
+        if problem.kind == "not-finite":
+            shown = "NaN" if math.isnan(problem.value) else ("-" if problem.value < 0 else "") + "infinity"
+            return BundleError(
+                index, where, f"{shown} is not a finite number; a bundle holds finite numbers only (no .nan or .inf)"
+            )
+        what = "a field name" if problem.kind == "long-key" else "the text"
         return BundleError(
             index,
-            _shorten(format_path([index, *path])),
-            f"{what} is {length:,} characters long; at most {self.max_value_chars:,} characters per value are "
-            "accepted. Split a long text into several items.",
+            where,
+            f"{what} is {problem.length:,} characters long; at most {self.max_value_chars:,} characters per value "
+            "are accepted. Split a long text into several items.",
         )
 
     def unknown_type(self, type_name: Any) -> str:

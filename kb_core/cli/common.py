@@ -6,8 +6,6 @@ import argparse
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from tabulate import tabulate
-
 from kb_core.envelope import Envelope
 
 if TYPE_CHECKING:
@@ -30,4 +28,6 @@ def table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]]) ->
     """Rows as a plain-text table: ``columns`` are (key, header) pairs; ``(none)`` when there are no rows."""
     if not rows:
         return "(none)"
+    from tabulate import tabulate  # imported when a table is printed: 30 ms that `kb --help` need not pay
+
     return tabulate([[row.get(key, "") for key, _ in columns] for row in rows], headers=[h for _, h in columns])

@@ -44,6 +44,15 @@ def _import(session: Session, args: argparse.Namespace) -> Envelope:
         cancel.set()
         print("cancelling the import (Ctrl-C again to abort)…", file=sys.stderr)
 
+    if bar is not None and args.executor == "local":
+        # The model loads before the first chunk (seconds, the first time): say so rather than sit at 0 chunks.
+        status = session.embedding_model_status()
+        if status["success"] and not status["data"]["loaded"]:
+            data = status["data"]
+            bar.set_description_str(
+                f"loading the embedding model {data['model']} (first time: ~{data['expected_seconds']:.0f} s)…"
+            )
+            session.load_embedding_model()
     in_main_thread = threading.current_thread() is threading.main_thread()  # only it may set signal handlers
     previous = signal.signal(signal.SIGINT, interrupted) if in_main_thread else None
     try:
@@ -91,6 +100,7 @@ def _render_docs(envelope: Envelope) -> str:
             ("size_bytes", "bytes"),
             ("chunk_count", "chunks"),
             ("chunk_size", "chunk size"),
+            ("language", "language"),
             ("updated_at", "updated (UTC)"),
         ],
     )
@@ -111,6 +121,7 @@ def _search(session: Session, args: argparse.Namespace) -> Envelope:
         explain=args.explain or args.json,
         weighting=args.weighting,
         language_guard=args.language_guard,
+        min_score=args.min_score,
     )
 
 
@@ -137,6 +148,14 @@ def _render_search(envelope: Envelope) -> str:
     if header:
         lines.append(header)
     lines += [f"warning: {w}" for w in data.get("warnings", [])]
+    terms = data.get("query_terms")
+    if terms and any(hit.get("breakdown") for hit in data["chunks"]):
+        floor = data.get("semantic_floor")
+        lines.append(
+            f"keyword terms: {', '.join(terms['terms']) or 'none'}"
+            + (f" (stop words left out: {', '.join(terms['stop_words'])})" if terms["stop_words"] else "")
+            + ("" if floor is None else f"; semantic floor {floor:.3f} (a cosine must exceed it to count)")
+        )
     for rank, hit in enumerate(data["chunks"], start=1):
         where = " · ".join(str(x) for x in (hit["doc_name"], hit["chapter"], hit["page"] and f"p. {hit['page']}") if x)
         lines.append(f"{rank}. ({hit['score']:.4f}) {where}  [{hit['id']}]")
@@ -179,6 +198,7 @@ def _save_settings(session: Session, args: argparse.Namespace) -> Envelope:
         fusion=args.fusion,
         weighting=args.weighting,
         language_guard=args.language_guard,
+        min_score=args.min_score,
     )
 
 
@@ -203,6 +223,11 @@ def _add_search_options(parser: argparse.ArgumentParser) -> None:
         action=argparse.BooleanOptionalAction,
         default=None,
         help="give the vector signal weight 0 when the model does not cover the query's language (default on)",
+    )
+    parser.add_argument(
+        "--min-score",
+        type=float,
+        help="hide hits whose final score (0-1) is below this (default: the KB's saved setting, else 0)",
     )
 
 

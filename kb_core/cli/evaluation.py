@@ -267,7 +267,9 @@ def register(commands: Commands) -> None:
     parser.add_argument(
         "--chunk-size", type=int, default=512, help="chunk size of the evaluation KB (default 512)"
     )
-    parser.add_argument("--model", help="embedding model of the evaluation KB (default all-MiniLM-L6-v2)")
+    parser.add_argument(
+        "--model", help="embedding model of the evaluation KB, e.g. multilingual-e5-small (default all-MiniLM-L6-v2)"
+    )
     parser.set_defaults(handler=run_eval, renderer=render_eval)
 
     runs = commands.add_parser("eval-runs", help="list the kept evaluation runs, newest first")

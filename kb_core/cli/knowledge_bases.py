@@ -72,7 +72,12 @@ def register(commands: Commands) -> None:
     create = commands.add_parser("create", help="create a knowledge base")
     create.add_argument("name", help="unique name (1-64 characters, case-insensitive)")
     create.add_argument("--chunk-size", type=int, required=True, help="chunk size in tokens (32-8192)")
-    create.add_argument("--embedding-model", help="sentence-transformers model name or path (default all-MiniLM-L6-v2)")
+    create.add_argument(
+        "--embedding-model",
+        help="all-MiniLM-L6-v2 (the default; English only, fast), multilingual-e5-small (Chinese, English and ~100 "
+        "languages; about 2x slower to import on a CPU), a local sentence-transformers folder, or with "
+        "--embedding-endpoint the model it serves (kb info lists the built-in ones)",
+    )
     create.add_argument("--embedding-endpoint", help="OpenAI-compatible endpoint URL, e.g. http://127.0.0.1:8000/v1")
     create.add_argument(
         "--embedding-api-key",

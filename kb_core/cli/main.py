@@ -18,6 +18,8 @@ from kb_core.cli import bundles, documents, evaluation, info, knowledge_bases, m
 from kb_core.cli.common import EXIT_FAILURE, EXIT_OK, Commands, UsageError
 from kb_core.envelope import Envelope, failure
 
+HTTP_CLIENT_LOGGERS = ("httpx", "httpcore", "urllib3", "h11", "hpack")
+
 # The command groups in the order ``kb --help`` lists them.
 COMMAND_GROUPS: tuple[Callable[[Commands], None], ...] = (
     knowledge_bases.register,
@@ -60,6 +62,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         stream=sys.stderr,
         format="%(levelname)s %(name)s: %(message)s",
     )
+    # HTTP client libraries log each request and response line (status, and text the server chose) at INFO and
+    # DEBUG; -v is about this program's progress, so they report warnings only.
+    for name in HTTP_CLIENT_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
+    # The one-time build of a built-in model's folder takes seconds: always say so.
+    logging.getLogger("kb_core.embedding.builtin").setLevel(logging.INFO)
     if args.store:  # through the environment it also reaches the service a direct command (kb mcp) opens
         from kb_core.config import STORE_ENVIRONMENT_VARIABLE
 
@@ -77,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         envelope: Envelope = failure(exc)
     else:
         try:
-            envelope = args.handler(service.session(CLI_SESSION), args)
+            envelope = args.handler(service.session(CLI_SESSION, select_hint="`kb select NAME`"), args)
         except UsageError as exc:
             parser.error(str(exc))
     if args.json:

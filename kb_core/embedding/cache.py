@@ -12,7 +12,7 @@ import logging
 import sqlite3
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -128,10 +128,20 @@ class CachedEmbedder:
     each judged query under every setting) would otherwise cost model time again for the same vector.
     """
 
-    def __init__(self, embedder: Embedder, cache: EmbeddingCache, *, query_memo: int = 0) -> None:
+    def __init__(
+        self,
+        embedder: Embedder,
+        cache: EmbeddingCache,
+        *,
+        query_memo: int = 0,
+        on_query_embedded: Callable[[], None] | None = None,
+    ) -> None:
+        """``on_query_embedded`` is called each time the inner embedder computes a query vector (not for the
+        memo's answers): the service counts them."""
         self.inner = embedder
         self.cache = cache
         self.query_memo = max(0, int(query_memo))
+        self._on_query_embedded = on_query_embedded
         self._queries: OrderedDict[str, np.ndarray] = OrderedDict()
         self._queries_lock = threading.Lock()
 
@@ -153,6 +163,16 @@ class CachedEmbedder:
     @property
     def tokenizer(self) -> Tokenizer:
         return self.inner.tokenizer
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the inner embedder's model is loaded (true for embedders that load nothing)."""
+        return bool(getattr(self.inner, "loaded", True))
+
+    def load(self) -> None:
+        load = getattr(self.inner, "load", None)
+        if load is not None:
+            load()
 
     def embed_documents(
         self,
@@ -201,15 +221,28 @@ class CachedEmbedder:
             return np.zeros((0, self.dimension), dtype=np.float32)
         return np.stack([found[d] for d in digests]).astype(np.float32, copy=False)
 
+    def _embed_query(self, text: str) -> np.ndarray:
+        vector = self.inner.embed_query(text)
+        if self._on_query_embedded is not None:
+            self._on_query_embedded()
+        return vector
+
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """:meth:`embed_query` of several texts, in one call where the inner embedder offers one (an endpoint)."""
+        batch = getattr(self.inner, "embed_queries", None)
+        if batch is not None:
+            return np.asarray(batch(list(texts)), dtype=np.float32)
+        return np.stack([self.embed_query(t) for t in texts])
+
     def embed_query(self, text: str) -> np.ndarray:
         if not self.query_memo:
-            return self.inner.embed_query(text)
+            return self._embed_query(text)
         with self._queries_lock:
             vector = self._queries.get(text)
             if vector is not None:
                 self._queries.move_to_end(text)
                 return vector.copy()
-        vector = self.inner.embed_query(text)
+        vector = self._embed_query(text)
         with self._queries_lock:
             self._queries[text] = vector.copy()
             while len(self._queries) > self.query_memo:

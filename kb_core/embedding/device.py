@@ -6,16 +6,23 @@ option of ``kb`` or the ``KB_DEVICE`` environment variable (the option wins). ``
 elsewhere. A device that is not there is refused with an error naming the devices that are, never silently
 replaced by another.
 
+Which devices exist is asked of torch, except where the installed torch build has no accelerator at all (a CPU
+build of torch, as its ``torch/version.py`` says, on a machine other than a Mac): there the answer is the CPU without
+importing torch, which costs a fresh process (``kb info``) 1-2 s.
+
 The device never changes what a vector means (the embedding cache key has no device in it): float16 on a GPU
 and float32 on a CPU agree to cosine >= 0.999 for the same text (tests/test_device.py).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import re
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from kb_core.errors import InvalidArgument
 
@@ -108,8 +115,38 @@ def cpu_threads() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+_BUILD_RE = re.compile(r"^(cuda|hip|xpu)\s*(?::[^=]*)?=\s*(.+?)\s*$", re.MULTILINE)
+
+
+def torch_build_is_cpu_only() -> bool:
+    """Whether the installed torch can only use the CPU here, known without importing torch: a build without CUDA,
+    ROCm (hip) or XPU, as ``torch/version.py`` records, on a machine other than a Mac (where MPS needs no special
+    build). False when in doubt (torch will be asked)."""
+    if sys.platform == "darwin":
+        return False
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        return False
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    try:
+        text = (Path(next(iter(spec.submodule_search_locations))) / "version.py").read_text(encoding="utf-8")
+    except OSError:
+        return False
+    return cpu_only_build(text)
+
+
+def cpu_only_build(version_py: str) -> bool:
+    """Whether a ``torch/version.py`` text records a build with no CUDA, ROCm (hip) or XPU support."""
+    builds = dict(_BUILD_RE.findall(version_py))
+    return set(builds) == {"cuda", "hip", "xpu"} and all(value == "None" for value in builds.values())
+
+
 def available_devices() -> tuple[str, ...]:
-    """``cpu`` plus each CUDA device and MPS that torch can use here (imports torch)."""
+    """``cpu`` plus each CUDA device and MPS that torch can use here (imports torch unless its build is CPU-only)."""
+    if torch_build_is_cpu_only():
+        return ("cpu",)
     import torch
 
     found = ["cpu"]
@@ -123,8 +160,6 @@ def available_devices() -> tuple[str, ...]:
 
 def resolve_device(request: DeviceRequest | None = None) -> DeviceChoice:
     """The device for ``request`` on this machine; an unavailable one raises :class:`InvalidArgument`."""
-    import torch
-
     request = request or device_request()
     available = available_devices()
     spec = request.spec
@@ -149,6 +184,8 @@ def resolve_device(request: DeviceRequest | None = None) -> DeviceChoice:
         )
     threads = cpu_threads()
     if name.startswith("cuda"):
+        import torch
+
         label = torch.cuda.get_device_name(int(name.split(":")[1]))
     elif name == "mps":
         label = "Apple MPS"

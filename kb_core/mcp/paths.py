@@ -11,12 +11,30 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from kb_core.errors import PermissionDenied
+from kb_core.envelope import Envelope, failure
+from kb_core.errors import InvalidArgument, PermissionDenied
 from kb_core.safe_files import reject_nul
 
 
-def confine_paths(file_paths: Any, allowed_dirs: Sequence[Path]) -> Any:
-    """Over HTTP: every path must resolve (symlinks followed) inside an allowed folder. Returns resolved paths."""
+def relative_path_refusal(raw: Any, field: str) -> Envelope | None:
+    """The INVALID_ARGUMENT envelope for a relative ``raw`` path given to an MCP tool (over any transport), else None.
+
+    A relative path would resolve against the server's working directory, which the client neither knows nor
+    chose (``export_database("backup.kbx")`` would write wherever the server was started)."""
+    if isinstance(raw, str) and raw.strip() and "\x00" not in raw and not Path(raw).expanduser().is_absolute():
+        return failure(
+            InvalidArgument(
+                f"{field} {raw!r} is a relative path; MCP tools take absolute paths only (a relative path would "
+                "resolve against the server's working directory), e.g. /home/me/backups/kb.kbx.",
+                details={"field": field},
+            )
+        )
+    return None
+
+
+def confine_paths(file_paths: Any, allowed_dirs: Sequence[Path], verb: str = "read") -> Any:
+    """Over HTTP: every path must resolve (symlinks followed) inside an allowed folder. Returns resolved paths.
+    ``verb`` says in the refusal what the server would have done there (read, or write for an export)."""
     if isinstance(file_paths, str) or not isinstance(file_paths, list):
         return file_paths  # the service reports the wrong type
     reject_nul(file_paths, "file_paths")
@@ -31,11 +49,14 @@ def confine_paths(file_paths: Any, allowed_dirs: Sequence[Path]) -> Any:
             return file_paths
         path = Path(raw).expanduser()
         if not path.is_absolute():
-            raise PermissionDenied(f"{raw!r} is not an absolute path; over HTTP give absolute paths under: {allowed}.")
+            raise InvalidArgument(
+                f"{raw!r} is a relative path; MCP tools take absolute paths only, here under: {allowed}.",
+                details={"file_path": raw},
+            )
         resolved = Path(os.path.realpath(path))  # unlike Path.resolve, never raises on a symlink loop
         if not any(resolved.is_relative_to(d) for d in allowed_dirs):
             raise PermissionDenied(
-                f"{raw!r} resolves to {resolved}, outside the folders this server may read ({allowed}); refused.",
+                f"{raw!r} resolves to {resolved}, outside the folders this server may {verb} ({allowed}); refused.",
                 details={"file_path": raw},
             )
         resolved_paths.append(str(resolved))
@@ -49,7 +70,7 @@ def confine_path(raw: Any, allowed_dirs: Sequence[Path], field: str) -> Any:
     reject_nul(raw, field)
     if not allowed_dirs:
         raise PermissionDenied(f"{field} over HTTP is disabled on this server; start it with --allow-dir DIR.")
-    return confine_paths([raw], allowed_dirs)[0]
+    return confine_paths([raw], allowed_dirs, "write" if field == "export_path" else "read")[0]
 
 
 def confine_arguments(

@@ -54,8 +54,17 @@ def hits_text(envelope: Envelope) -> str:
     hits = envelope["data"]["hits"]
     if not hits:
         return envelope["message"]
-    warnings = envelope["data"].get("warnings") or []
-    return format_hits(hits) + "".join(f"\n\nWarning: {w}" for w in warnings)
+    data = envelope["data"]
+    warnings = data.get("warnings") or []
+    notes = []
+    if data.get("duplicates_dropped"):
+        notes.append(
+            f"{data['duplicates_dropped']} hit(s) dropped: the same text as a better-ranked hit from another "
+            "knowledge base."
+        )
+    if data.get("below_min_score"):
+        notes.append(f"{data['below_min_score']} hit(s) below {float(data.get('min_score') or 0):.2f} not shown.")
+    return format_hits(hits) + "".join(f"\n\n{n}" for n in notes) + "".join(f"\n\nWarning: {w}" for w in warnings)
 
 
 def schema_text(envelope: Envelope) -> str:

@@ -17,7 +17,8 @@ per tool (read tokens cannot call write tools; scoped tokens cannot add knowledg
 paths) are the one table of :mod:`kb_core.mcp.access`. Paths must resolve (symlinks followed) inside the
 ``--allow-dir`` folders (:mod:`kb_core.mcp.paths`), checked again by the session on the file it opens
 (:mod:`kb_core.safe_files`), so a folder swapped for a symlink after the check cannot redirect a read, a write
-or the bundle file's delete. A path with a NUL byte is invalid (−32602). The Host and Origin headers must name
+or the bundle file's delete. A path with a NUL byte is invalid (−32602), and so is any argument holding a NaN or
+infinite number or a lone surrogate (:mod:`kb_core.mcp.screening`). The Host and Origin headers must name
 this server (:mod:`kb_core.mcp.http_security`). stdio is local and trusted: no tokens, no path limits.
 
 Knowledge bundles (the format is described in docs/ and the README): ``get_knowledge_schema`` returns the
@@ -51,6 +52,7 @@ from mcp.types import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, CallToolR
 from pydantic import ConfigDict, ValidationError
 from starlette.applications import Starlette
 
+from kb_core.config import DEFAULT_HTTP_PORT
 from kb_core.envelope import failure
 from kb_core.errors import KBError
 from kb_core.mcp import sdk
@@ -59,6 +61,7 @@ from kb_core.mcp.http_security import transport_security, url_host
 from kb_core.mcp.paths import confine_arguments
 from kb_core.mcp.rate_limits import SlidingWindowLimiter
 from kb_core.mcp.results import tool_result
+from kb_core.mcp.screening import screen_request
 from kb_core.mcp.tools import build_tools
 from kb_core.store.tokens import TokenRecord
 
@@ -69,7 +72,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 RATE_LIMITED = -32605
-DEFAULT_HTTP_PORT = 8765
 
 
 class ServiceHolder:
@@ -115,6 +117,8 @@ class ServiceHolder:
                     service.reader(record.id).snapshot()
                 if not record.embedding_endpoint:
                     service.embedder(record).embed_query("warm up")
+                    for query in ("warm up", "预热"):  # the model's semantic floors, measured once (kept in the home)
+                        service.semantic_floor(record, query)
             except Exception:
                 logger.warning("Could not preload knowledge base %r; it loads on first use", record.name, exc_info=True)
         elapsed = time.monotonic() - started
@@ -200,6 +204,7 @@ class KBMCPServer:
             **auth,
         )
         sdk.handle_call_tool(self.mcp, self.dispatch_call_tool)
+        sdk.screen_requests(self.mcp, screen_request)
 
     @asynccontextmanager
     async def _lifespan(self, _: FastMCP) -> AsyncIterator[KBMCPServer]:

@@ -13,6 +13,13 @@ The analyzer turns text into index terms the same way at index time and at query
    gives ``知识``, ``知识库`` …), and/or split into overlapping character bigrams (``知识``, ``识库``);
    kana and Hangul runs always use bigrams (jieba's dictionary is Chinese).
 
+Queries leave out stop words (:meth:`Analyzer.query_terms`): the English list applies to the terms of word runs,
+the Chinese list to those of Han runs (both in :mod:`kb_core.retrieval.stopwords`), and a Han bigram that reaches
+into a stop word (``的水`` in ``…度的水…``) goes with it, as Lucene's shingle filter leaves no shingle across a removed
+stop word. The index keeps those terms (only the classic 33-word Lucene list is removed at index time, as before), so
+a query made only of stop words falls back to all its terms and still finds the chunks that hold them, and the
+query lists can change without rebuilding any index.
+
 Library choices: PyStemmer is the C Snowball implementation Lucene's stemmers are ported from;
 jieba is the most widely used Chinese segmenter and ships its dictionary inside the wheel. Both
 are loaded lazily, once per process, behind locks.
@@ -23,6 +30,7 @@ built with different analysis; :func:`analyzer_from_name` rebuilds the analyzer 
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import threading
@@ -35,10 +43,19 @@ from typing import Any
 import numpy as np
 
 from kb_core.errors import InvalidArgument
+from kb_core.retrieval import stopwords
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ANALYZER_FAMILY", "ENGLISH_STOP_WORDS", "Analyzer", "analyzer_from_name", "default_analyzer"]
+__all__ = [
+    "ANALYZER_FAMILY",
+    "ENGLISH_STOP_WORDS",
+    "Analyzer",
+    "QueryTerms",
+    "TermSpan",
+    "analyzer_from_name",
+    "default_analyzer",
+]
 
 ANALYZER_FAMILY = "multilingual-v1"
 
@@ -104,6 +121,29 @@ def _stemmer(algorithm: str) -> Any:
         stemmer = Stemmer.Stemmer(algorithm)
         cache[algorithm] = stemmer
     return stemmer
+
+
+@dataclass(frozen=True)
+class TermSpan:
+    """One index term of a text and where it came from: ``text[start:end]`` (offsets in the text as given).
+    ``stop``: a query stop word (or a Han bigram reaching into one)."""
+
+    term: str
+    start: int
+    end: int
+    stop: bool
+    stop_word: bool = False  # the term is itself a stop word (not a bigram that only reaches into one)
+
+
+@dataclass(frozen=True)
+class QueryTerms:
+    """The terms a query is searched with (distinct, in order of first appearance), the stop words left out, and
+    whether the query held only stop words (then ``terms`` are all of them: ``fallback``)."""
+
+    terms: tuple[str, ...]
+    stop_words: tuple[str, ...] = ()  # the query's stop words as written (``How``, ``的``)
+    fallback: bool = False
+    dropped: tuple[str, ...] = ()  # the analysed terms left out: stop words and Han bigrams reaching into one
 
 
 def _bigrams(run: str) -> list[str]:
@@ -195,6 +235,88 @@ class Analyzer:
             word_positions.append(len(out))
             out.append(word)
 
+    def term_spans(self, text: str) -> list[TermSpan]:
+        """The index terms of ``text`` with their places in ``text`` and whether each is a query stop word.
+
+        The same terms as :meth:`tokens` (each word and Han run is normalised and analysed as there), for the
+        query side and for highlighting; slower than :meth:`tokens`, so not used to index."""
+        if not text:
+            return []
+        # same-length replacements, so offsets stay those of ``text``
+        prepared = text.replace("\u2019", "'").replace("_", " ")
+        index_stop = _STOP_LISTS[self.stop] if self.stop is not None else frozenset()
+        out: list[TermSpan] = []
+        for match in _TOKEN_RE.finditer(prepared):
+            run, start = match.group(), match.start()
+            if match.lastgroup == "word":
+                words: list[str] = []
+                self._word(unicodedata.normalize("NFKC", run).casefold(), index_stop, words, [])
+                if not words:
+                    continue
+                if self.stem is not None:
+                    words = _stemmer(_STEMMER_ALIASES.get(self.stem, self.stem)).stemWords(words)
+                stop = _surface(unicodedata.normalize("NFKC", run).casefold()) in stopwords.ENGLISH_STOP_WORDS
+                out.extend(TermSpan(w, start, match.end(), stop, stop) for w in words)
+            elif match.lastgroup == "han":
+                out.extend(self._han_spans(run, start))
+            else:
+                norm = unicodedata.normalize("NFKC", run).casefold()
+                out.extend(TermSpan(b, start, match.end(), False) for b in _bigrams(norm))
+        return out
+
+    def query_terms(self, text: str) -> QueryTerms:
+        """The terms ``text`` is searched with: its distinct index terms less the query stop words, or all of them
+        when nothing else is left (a query made only of stop words still matches the chunks that hold them)."""
+        return _query_terms(self, text)
+
+    def _query_terms(self, text: str) -> QueryTerms:
+        terms = list(dict.fromkeys(self.tokens(text)))
+        if not terms:
+            return QueryTerms(())
+        spans = self.term_spans(text)
+        kept = {s.term for s in spans if not s.stop}
+        stop = [t for t in dict.fromkeys(s.term for s in spans if s.stop) if t not in kept]
+        if not stop:
+            return QueryTerms(tuple(terms))
+        written = tuple(
+            dict.fromkeys(
+                text[s.start : s.end]
+                for s in spans
+                if s.stop_word and s.term not in kept
+            )
+        )
+        dropped = set(stop)
+        used = [t for t in terms if t not in dropped]
+        if not used:
+            return QueryTerms(tuple(terms), written, fallback=True, dropped=tuple(stop))
+        return QueryTerms(tuple(used), written, dropped=tuple(stop))
+
+    def _han_spans(self, run: str, offset: int) -> list[TermSpan]:
+        norm = unicodedata.normalize("NFKC", run)
+        if len(norm) != len(run):  # compatibility characters that expand: the whole run is the place of its terms
+            return [TermSpan(t, offset, offset + len(run), False) for t in self._han(norm)]
+        tokenizer = _jieba()
+        stop_chars = np.zeros(len(norm), dtype=bool)
+        for word, start, end in tokenizer.tokenize(norm):
+            if word in stopwords.CHINESE_STOP_WORDS:
+                stop_chars[start:end] = True
+        out: list[TermSpan] = []
+        if self.cjk != "bigram":
+            for word, start, end in tokenizer.tokenize(norm, mode="search"):
+                if word.strip():
+                    stop = word in stopwords.CHINESE_STOP_WORDS
+                    out.append(TermSpan(word, offset + start, offset + end, stop, stop))
+            if self.cjk == "jieba" or len(norm) == 1:
+                return out
+        if len(norm) == 1:
+            return [TermSpan(norm, offset, offset + 1, bool(stop_chars[0]), bool(stop_chars[0]))]
+        for i in range(len(norm) - 1):
+            bigram = norm[i : i + 2]
+            listed = bigram in stopwords.CHINESE_STOP_WORDS
+            reaches = bool(stop_chars[i] or stop_chars[i + 1])
+            out.append(TermSpan(bigram, offset + i, offset + i + 2, reaches or listed, listed))
+        return out
+
     def _han(self, run: str) -> list[str]:
         out: list[str] = []
         if self.cjk != "bigram":
@@ -203,6 +325,18 @@ class Analyzer:
                 return out
         out.extend(_bigrams(run))
         return out
+
+
+@functools.lru_cache(maxsize=4096)
+def _query_terms(analyzer: Analyzer, text: str) -> QueryTerms:
+    return analyzer._query_terms(text)  # remembered: a search asks for the same query's terms several times
+
+
+def _surface(word: str) -> str:
+    """A word as the stop lists spell it: possessive 's dropped, inner apostrophes removed (as ``Analyzer._word``)."""
+    if word.endswith("'s"):
+        word = word[:-2]
+    return word.replace("'", "")
 
 
 def default_analyzer() -> Analyzer:

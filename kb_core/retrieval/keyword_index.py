@@ -326,8 +326,9 @@ class KeywordSearcher:
         self._cache_lock = threading.Lock()
 
     def query_terms(self, query: str) -> list[str]:
-        """The distinct analysed terms of ``query``, in order of first appearance."""
-        return list(dict.fromkeys(self.analyzer.tokens(query)))
+        """The distinct analysed terms ``query`` is searched with, in order of first appearance: stop words left out
+        unless the query has nothing else (:meth:`kb_core.retrieval.analysis.Analyzer.query_terms`)."""
+        return list(self.analyzer.query_terms(query).terms)
 
     def _postings(self, term: str) -> _TermPostings:
         with self._cache_lock:

@@ -35,6 +35,11 @@ def _normalise_text(text: str) -> str:
     return _SPACE.sub(" ", unicodedata.normalize("NFKC", text)).strip().casefold()
 
 
+def same_text_key(text: str) -> str:
+    """What two chunks share when their texts are the same after NFKC, whitespace and case normalisation."""
+    return _normalise_text(text)
+
+
 def _shingles(text: str, size: int = 4) -> frozenset[str]:
     """Character shingles: they work the same for spaced (English) and unspaced (Chinese) text."""
     compact = text.replace(" ", "")

@@ -33,28 +33,40 @@ def search_settings(record: KnowledgeBaseRecord, overrides: dict[str, Any]) -> S
     return SearchSettings(**{**saved, **given}).validated()
 
 
-def rag_rank(service: Resources, record: KnowledgeBaseRecord, keywords: list[str], top_k: int) -> list[dict[str, Any]]:
-    """rag_search's ranking: hybrid hits for all keywords, those covering more keywords first."""
-    settings = search_settings(record, {"top_k": min(100, top_k * 4), "mode": "hybrid"})
-    hits = service.search_kb(record, " ".join(keywords), settings, SearchFilters()).hits
+def rag_rank(
+    service: Resources, record: KnowledgeBaseRecord, keywords: list[str], top_k: int, min_score: float | None = None
+) -> list[dict[str, Any]]:
+    """rag_search's ranking: hybrid hits for all keywords, those covering more keywords first. Only chunks that hold
+    at least one keyword, or whose cosine clears the model's semantic floor (with a vector weight > 0), are returned,
+    and none below ``min_score`` (default the KB's saved value, else 0)."""
+    settings = search_settings(record, {"top_k": min(100, top_k * 4), "mode": "hybrid", "min_score": min_score})
+    ranked = service.search_kb(record, " ".join(keywords), settings, SearchFilters())
     analyzer = service.analyzer
-    keyword_terms = [frozenset(analyzer.tokens(k)) or frozenset({k.casefold()}) for k in keywords]
+    keyword_terms = [frozenset(analyzer.query_terms(k).terms) or frozenset({k.casefold()}) for k in keywords]
+    floor = ranked.semantic_floor
 
     def coverage(hit: SearchHit) -> int:
         terms = frozenset(analyzer.tokens(hit.content))
         text = hit.content.casefold()
         return sum(1 for k, t in zip(keywords, keyword_terms, strict=True) if t <= terms or k.casefold() in text)
 
-    ranked = sorted(hits, key=lambda h: (-coverage(h), -h.score))[:top_k]
+    def semantic(hit: SearchHit) -> bool:
+        cosine = hit.breakdown.get("vector_score")
+        weight = float(hit.breakdown.get("vector_weight") or 0.0)  # type: ignore[arg-type]
+        return floor is not None and weight > 0 and cosine is not None and float(cosine) > floor  # type: ignore[arg-type]
+
+    covered = [(hit, coverage(hit)) for hit in ranked.hits if hit.score >= settings.min_score]
+    supported = [(hit, n) for hit, n in covered if n > 0 or semantic(hit)]
+    best = sorted(supported, key=lambda pair: (-pair[1], -pair[0].score))[:top_k]
     return [
         {
             "chunk_text": hit.content,
             "metadata": {"source": hit.doc_name, "chapter": hit.chapter, "page": hit.page},
             "score": hit.score,
-            "matched_keywords": coverage(hit),
+            "matched_keywords": n,
             "id": hit.id,
         }
-        for hit in ranked
+        for hit, n in best
     ]
 
 
@@ -111,6 +123,21 @@ def explain_chunk(
     lines = explanation_lines(settings.mode, explained.breakdown, explained.matched_terms)
     if position is not None:
         lines.insert(0, f"Ranked {position} of {len(ranked.hits)} hits in '{record.name}'.")
+    elif not explained.evidence:
+        cosine = explained.breakdown.vector_score
+        floor = ranked.semantic_floor
+        lines.insert(
+            0,
+            f"Not among the hits of '{record.name}': no signal supports it ("
+            + ("it holds no query term" if not explained.matched_terms else "its keyword weight is 0")
+            + (
+                ""
+                if floor is None or cosine is None
+                else f"; its cosine {cosine:.4f} is not above the model's semantic floor {floor:.4f}, what "
+                "unrelated text scores"
+            )
+            + "), so it is never shown whatever its rank.",
+        )
     else:
         lines.insert(
             0,
@@ -141,5 +168,6 @@ def explain_chunk(
         "above": None if above is None else {"id": above.id, "doc_name": above.doc_name, "score": above.score},
         "settings": asdict(settings),
         "explanation": lines,
+        "evidence": explained.evidence,
     }
     return data

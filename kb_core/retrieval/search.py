@@ -8,8 +8,11 @@ Pipeline for ``mode="hybrid"``:
 3. fuse (:func:`kb_core.retrieval.fusion.fuse`: cosine and BM25 on absolute [0, 1] scales, the requested weights —
    or, as options, signal-quality weights or RRF — and a Jaccard rerank term); the breakdown's formula is in
    :mod:`kb_core.retrieval.fusion`;
-4. drop exact and near-duplicate chunks, keeping the better-ranked one;
-5. return ``top_k`` hits.
+4. keep only candidates with evidence in the active mode: a keyword score > 0 (a query term, stop words left out)
+   with a keyword weight > 0, or a cosine above the model's semantic floor (what unrelated text scores for it,
+   :mod:`kb_core.embedding.calibration`) with a vector weight > 0; fewer hits than ``top_k`` is a correct answer;
+5. drop exact and near-duplicate chunks, keeping the better-ranked one;
+6. return ``top_k`` hits.
 
 ``mode="semantic"`` ranks by cosine and ``mode="keyword"`` by BM25; their breakdowns use weight 1 on the one
 signal, with the same normalised value as hybrid, so a score means the same thing in every mode.
@@ -28,7 +31,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from kb_core.embedding.builtin import covers_script
 from kb_core.errors import InvalidArgument
+from kb_core.retrieval.analysis import QueryTerms
 from kb_core.retrieval.fusion import (
     DEFAULT_JACCARD_WEIGHT,
     FUSION_METHODS,
@@ -41,10 +46,10 @@ from kb_core.retrieval.fusion import (
 )
 from kb_core.retrieval.near_duplicates import TextSignatures, near_duplicate_rows
 from kb_core.retrieval.weights import FusionWeights
-from kb_core.store.reader import Snapshot
 
 if TYPE_CHECKING:
     from kb_core.retrieval.keyword_index import RowTerms
+    from kb_core.store.reader import Snapshot
 
 logger = logging.getLogger(__name__)
 
@@ -52,17 +57,8 @@ MODES = ("hybrid", "semantic", "keyword")
 MIN_CANDIDATES = 100
 NEAR_DUPLICATE_THRESHOLD = 0.9
 
-# Models known to be trained on English only. Any other model is assumed to cover the query language.
-ENGLISH_ONLY_MODELS = frozenset(
-    {
-        "all-minilm-l6-v2",
-        "all-minilm-l12-v2",
-        "all-mpnet-base-v2",
-        "multi-qa-minilm-l6-cos-v1",
-        "multi-qa-mpnet-base-dot-v1",
-        "all-distilroberta-v1",
-    }
-)
+# In every warning about a query the embedding model cannot read (evaluations summarise them by it).
+LANGUAGE_NOT_COVERED = "does not cover this query's language"
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
 _LETTER = re.compile(r"[^\W\d_]", re.UNICODE)
 
@@ -77,8 +73,10 @@ def detect_language(text: str) -> str:
 
 
 def model_covers(model_name: str, language: str) -> bool:
-    base = model_name.strip().rstrip("/").rsplit("/", 1)[-1].lower()
-    return language == "latin" or base not in ENGLISH_ONLY_MODELS
+    """Whether the embedding model reads text of ``language`` (a script, as :func:`detect_language` names it): the
+    built-in models say which they read (all-MiniLM-L6-v2 Latin only, multilingual-e5-small CJK too); a model
+    known to be English-only reads Latin only; any other model is assumed to read the query's language."""
+    return covers_script(model_name, language)
 
 
 @dataclass(frozen=True)
@@ -91,6 +89,7 @@ class SearchSettings:
     fusion: str = "weighted"  # weighted | rrf
     weighting: str = "fixed"  # fixed: exactly the requested weights | auto: scaled by each signal's quality
     language_guard: bool = True  # vector weight 0 when the model does not cover the query's language
+    min_score: float = 0.0  # hits whose final score is below it are not shown (applied by the session)
     candidates: int = MIN_CANDIDATES
     deduplicate: bool = True
 
@@ -103,7 +102,7 @@ class SearchSettings:
             raise InvalidArgument(
                 f"top_k must be an integer from 1 to 1000, got {self.top_k!r}.", details={"field": "top_k"}
             )
-        for name in ("vector_weight", "keyword_weight", "jaccard_weight"):
+        for name in ("vector_weight", "keyword_weight", "jaccard_weight", "min_score"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
                 raise InvalidArgument(f"{name} must be a number from 0 to 1, got {value!r}.", details={"field": name})
@@ -135,6 +134,7 @@ class SearchSettings:
         "fusion",
         "weighting",
         "language_guard",
+        "min_score",
     )
 
 
@@ -195,6 +195,9 @@ class RankedHits:
     keyword_reference: float = 0.0
     explained: dict[tuple[int, int], ExplainedRow] = field(default_factory=dict)
     explained_by_id: dict[str, ExplainedRow] = field(default_factory=dict)
+    semantic_floor: float | None = None  # the cosine a chunk must exceed for semantic evidence (None: not used)
+    without_evidence: int = 0  # scored candidates left out because no signal of the active mode supports them
+    query_terms: QueryTerms | None = None  # the keyword terms searched with and the stop words left out
 
 
 @dataclass(frozen=True)
@@ -205,6 +208,7 @@ class ExplainedRow:
     candidates: int
     breakdown: ScoreBreakdown
     matched_terms: list[str]
+    evidence: bool = True  # False: no signal of the active mode supports it, so it is never a hit
 
 
 def dedup_margin(settings: SearchSettings) -> int:
@@ -380,6 +384,10 @@ class SearchOutcome:
     settings: SearchSettings
     weights_used: FusionWeights | None = None
     auto_weights: FusionWeights | None = None
+    semantic_floor: float | None = None
+    below_min_score: int = 0  # hits that would have been shown but scored below settings.min_score
+    without_evidence: int = 0  # scored candidates no signal of the active mode supports (never hits)
+    query_terms: QueryTerms | None = None
 
     def weights_json(self) -> dict[str, Any] | None:
         if self.settings.mode != "hybrid":
@@ -410,16 +418,21 @@ def rank(
     filters: SearchFilters,
     kb_name: str,
     explain_keys: Sequence[tuple[int, int]] = (),
+    semantic_floor: float = 0.0,
 ) -> RankedHits:
     """The ranked hits of one KB snapshot, warnings for the user, and the weights used.
 
-    For each of ``explain_keys`` (rows whose rank someone asks about) ``RankedHits.explained`` holds its position
-    among all scored candidates before near-duplicate removal, its breakdown and its matched terms, whether or not
-    it made the hits."""
+    Only candidates with evidence in the active mode become hits (module docstring, step 4): a keyword score > 0,
+    or a cosine above ``semantic_floor``, for a signal whose weight is > 0. For each of ``explain_keys`` (rows whose
+    rank someone asks about) ``RankedHits.explained`` holds its position among all scored candidates before
+    near-duplicate removal, its breakdown, its matched terms and whether it has evidence, whether or not it made
+    the hits."""
     warnings: list[str] = []
+    analysed = searcher.analyzer.query_terms(query)
+    floor = None if settings.mode == "keyword" else float(semantic_floor)
     candidates, row_terms = searcher.candidates(query, query_vector, settings, filters, explain_keys)
     if not len(candidates):
-        return RankedHits([], warnings)
+        return RankedHits([], warnings, semantic_floor=floor, query_terms=analysed)
     source = np.arange(len(candidates))  # each candidate's position in ``row_terms``
     if filters.active:
         allowed = np.array(
@@ -471,6 +484,7 @@ def rank(
     else:
         signal = "vector" if settings.mode == "semantic" else "keyword"
         ranking = single_signal_ranking(candidates, signal, settings.jaccard_weight, keyword_reference)
+    evidence = _evidence(ranking, settings.mode, floor or 0.0)
     explained: dict[tuple[int, int], ExplainedRow] = {}
     if explain_keys and len(ranking):
         wanted = set(explain_keys)
@@ -482,9 +496,16 @@ def rank(
                     len(ranking),
                     ranking.breakdown(position),
                     row_terms.matched(int(source[position])),
+                    bool(evidence[position]),
                 )
+    supported = ranking.order[evidence[ranking.order]]
     # Dropped duplicates are refilled from a margin below top_k; pairwise dedup keeps that margin small.
-    window = ranking.order[: settings.top_k + dedup_margin(settings)].tolist()
+    window = supported[: settings.top_k + dedup_margin(settings)].tolist()
+    if not window:
+        return RankedHits(
+            [], warnings, weights_used, suggested, keyword_reference, explained,
+            semantic_floor=floor, without_evidence=len(ranking), query_terms=analysed,
+        )
     window_keys = candidates.keys_of(window)
     records, signatures = searcher.rows_with_signatures(window_keys)  # type: ignore[arg-type]
     chosen = list(zip(window, window_keys, records, strict=True))
@@ -516,4 +537,21 @@ def rank(
                 location=key,  # type: ignore[arg-type]
             )
         )
-    return RankedHits(hits, warnings, weights_used, suggested, keyword_reference, explained)
+    without = int(len(ranking) - len(supported))
+    return RankedHits(
+        hits, warnings, weights_used, suggested, keyword_reference, explained,
+        semantic_floor=floor, without_evidence=without, query_terms=analysed,
+    )
+
+
+def _evidence(ranking: Any, mode: str, floor: float) -> np.ndarray:
+    """Which candidates some signal of the active mode supports: a keyword score > 0 with a keyword weight > 0, or
+    a cosine above ``floor`` with a vector weight > 0 (semantic mode: the cosine, keyword mode: the keywords)."""
+    c = ranking.candidates
+    keyword = np.nan_to_num(c.keyword_score, nan=0.0) > 0
+    vector = np.nan_to_num(c.vector_score, nan=-1.0) > floor
+    if mode == "semantic":
+        return vector
+    if mode == "keyword":
+        return keyword
+    return (keyword & (ranking.weights.keyword > 0)) | (vector & (ranking.weights.vector > 0))

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from kb_core.json_text import json_text
+
 TEMP_MARKER = ".tmp-"
 
 
@@ -66,7 +68,7 @@ def write_bytes_atomically(
 
 
 def write_json_atomically(path: Path, value: Any, *, replace: bool = True, mode: int | None = None) -> None:
-    data = json.dumps(value, ensure_ascii=False, indent=1, sort_keys=True).encode("utf-8")
+    data = json_text(value, indent=1, sort_keys=True).encode("utf-8")
     if mode is None:
         write_bytes_atomically(path, data, replace=replace, mode=0o644)
     else:

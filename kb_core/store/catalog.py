@@ -41,6 +41,9 @@ DOCUMENTS_SCHEMA = pa.schema(
         ("created_at", pa.string()),
         ("updated_at", pa.string()),
         ("original", pa.string()),  # path of the kept original, relative to the segment folder
+        # the detected language (kb_core.text_language: zh, en, ...); null for failed documents and in segments
+        # written before it was stored (read with this schema, their files give null)
+        ("language", pa.string()),
     ]
 )
 
@@ -194,8 +197,13 @@ def read_segment_info(folder: Path) -> SegmentInfo:
         return SegmentInfo(**json.load(handle))
 
 
+def read_documents_table(folder: Path) -> pa.Table:
+    """A segment's documents in :data:`DOCUMENTS_SCHEMA`: columns a segment predates (``language``) read as null."""
+    return pq.read_table(folder / DOCUMENTS_FILE, schema=DOCUMENTS_SCHEMA)
+
+
 def read_documents(folder: Path) -> pd.DataFrame:
-    return pq.read_table(folder / DOCUMENTS_FILE, schema=DOCUMENTS_SCHEMA).to_pandas()
+    return read_documents_table(folder).to_pandas()
 
 
 def read_chunks(folder: Path, columns: list[str] | None = None) -> pd.DataFrame:

@@ -117,7 +117,7 @@ def _write_merged(
         segment = LoadedSegment(store.segment_dir(source_id))
         info = info or segment.info
         dead = list(manifest.tombstones.get(source_id, {}))
-        doc_table = pq.read_table(segment.folder / DOCUMENTS_FILE)
+        doc_table = catalog.read_documents_table(segment.folder)  # older segments: null language
         chunk_table = segment.row_store  # with signatures, computed here for a segment that predates them
         text_table = pq.read_table(segment.folder / TEXTS_FILE)
         alive_docs = pc.invert(pc.is_in(doc_table.column("doc_id"), pa.array(dead, type=pa.string())))

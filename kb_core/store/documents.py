@@ -10,10 +10,9 @@ from collections.abc import Sequence
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
-import pyarrow.compute as pc
-
 from kb_core.errors import ItemNotFound
 from kb_core.store.registry import KnowledgeBaseRecord
+from kb_core.validation import ITEM_ID
 
 if TYPE_CHECKING:
     from kb_core.seams import Resources
@@ -23,6 +22,8 @@ def find_item(
     service: Resources, item_id: str, records: Sequence[KnowledgeBaseRecord], neighbours: int
 ) -> dict[str, Any]:
     """A document (``doc_`` id, with its full text) or a live chunk with ``neighbours`` chunks either side."""
+    if not ITEM_ID.match(item_id):
+        raise ItemNotFound(f"No document or chunk with id {item_id!r} exists.", details={"id": item_id})
     if service.postgres is not None:
         from kb_core.store.postgres.items import find_item as find_on_postgres
 
@@ -54,6 +55,8 @@ def find_item(
             if position is None or not snapshot.live_mask(index)[position]:
                 continue
             chunk = segment.chunk_rows([position])[0]
+            import pyarrow.compute as pc
+
             doc_rows = segment.chunks.filter(pc.equal(segment.chunks.column("doc_id"), chunk["doc_id"]))
             siblings = sorted(doc_rows.to_pylist(), key=lambda r: r["chunk_index"])
             at = next(i for i, r in enumerate(siblings) if r["chunk_id"] == item_id)
@@ -71,7 +74,7 @@ def find_item(
 
 def document_info(service: Resources, doc_id: str, records: Sequence[KnowledgeBaseRecord]) -> dict[str, Any]:
     """One document's metadata as get_document_info shows it; ``{id, error}`` when no KB has it."""
-    for record in records:
+    for record in records if ITEM_ID.match(doc_id) else ():
         if service.postgres is not None:
             from kb_core.store.postgres.items import document_row as document_on_postgres
 
@@ -140,6 +143,7 @@ def document_row(document: dict[str, Any]) -> dict[str, Any]:
         "size_bytes": int(document["size_bytes"]),
         "source": document["source"],
         "error": document["error"] if isinstance(document["error"], str) else None,
+        "language": document.get("language") if isinstance(document.get("language"), str) else None,
     }
 
 

@@ -29,9 +29,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 from filelock import FileLock
 
 from kb_core.errors import KBNotFound, StoreError
@@ -88,16 +85,8 @@ class KnowledgeBaseRecord:
         )
 
 
-KNOWLEDGE_BASES_SCHEMA = pa.schema(
-    [
-        ("id", pa.string()),
-        ("name", pa.string()),
-        ("chunk_size", pa.int64()),
-        ("embedding_model", pa.string()),
-        ("embedding_endpoint", pa.string()),
-        ("created_at", pa.string()),
-    ]
-)
+# The columns of knowledge_bases.parquet (all strings but chunk_size, an int64).
+KNOWLEDGE_BASES_COLUMNS = ("id", "name", "chunk_size", "embedding_model", "embedding_endpoint", "created_at")
 
 
 @dataclass
@@ -171,12 +160,17 @@ class Home:
             self.registry_path,
             {"format_version": HOME_FORMAT_VERSION, "knowledge_bases": [r.to_json() for r in records]},
         )
+        # Imported here: reading the registry (kb list, every page) needs neither pandas nor pyarrow.
+        import pandas as pd
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        schema = pa.schema(
+            [(name, pa.int64() if name == "chunk_size" else pa.string()) for name in KNOWLEDGE_BASES_COLUMNS]
+        )
         table = pa.Table.from_pandas(
-            pd.DataFrame(
-                [{k: getattr(r, k) for k in KNOWLEDGE_BASES_SCHEMA.names} for r in records],
-                columns=KNOWLEDGE_BASES_SCHEMA.names,
-            ),
-            schema=KNOWLEDGE_BASES_SCHEMA,
+            pd.DataFrame([{k: getattr(r, k) for k in KNOWLEDGE_BASES_COLUMNS} for r in records], columns=schema.names),
+            schema=schema,
             preserve_index=False,
         )
         write_atomically(self.root / "knowledge_bases.parquet", lambda tmp: pq.write_table(table, tmp))

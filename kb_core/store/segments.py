@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from kb_core.store import StagedSegment, catalog, utc_now
+from kb_core.text_language import document_language
 
 if TYPE_CHECKING:
     from kb_core.embedding.base import Embedder
@@ -66,6 +67,7 @@ def write_document_segment(
                     "error": document.error,
                     "chunk_count": 0,
                     "original": None,
+                    "language": None,
                 }
             )
             continue
@@ -80,6 +82,7 @@ def write_document_segment(
                 "error": None,
                 "chunk_count": len(document.chunks),
                 "original": str(original),
+                "language": document_language(document.text),
             }
         )
         text_rows.append({"doc_id": document.doc_id, "text": document.text})

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from kb_core.config import DEFAULT_RATE_PER_HOUR
 from kb_core.errors import InvalidArgument, KBError
 from kb_core.store.atomic import read_json, write_json_atomically
 from kb_core.store.locking import writer_lock
@@ -30,7 +31,6 @@ logger = logging.getLogger(__name__)
 
 TOKEN_FILE = "tokens.json"
 TOKEN_PREFIX = "kbt_"
-DEFAULT_RATE_PER_HOUR = 1000
 CAPABILITIES = ("read", "write")
 Capability = Literal["read", "write"]
 

@@ -1,20 +1,20 @@
 """Reading an export file's ZIP archive under limits: member names, declared sizes and ratios, the manifest, the
 members' sizes and SHA-256, tables and ``.npy`` headers checked before anything is allocated
-(``docs/export-format.md``). Everything it refuses raises ImportFormatError (INVALID_IMPORT_FILE).
+(``docs/export-format.md``). The declared sizes are only a first check: each member is inflated counting the bytes
+it really produces (:mod:`kb_core.safe_zip`), so a member whose headers lie stops at the limit. Everything it
+refuses raises ImportFormatError (INVALID_IMPORT_FILE).
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
-import json
 import logging
 import os
 import re
 import shutil
 import stat
 import zipfile
-import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +25,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kb_core.errors import ImportFormatError, InvalidArgument, StoreError
+from kb_core.json_text import JSONLimitExceeded, parse_json_within
 from kb_core.safe_files import UnusablePath, open_input_file
+from kb_core.safe_zip import InflateLimits, UnsafeMember, iter_member
 from kb_core.transfer.format import (
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -107,63 +109,57 @@ def _check_sizes(infos: Sequence[zipfile.ZipInfo], limits: TransferLimits) -> in
     return total
 
 
-def _extract(archive: zipfile.ZipFile, info: zipfile.ZipInfo, target: Path | None) -> tuple[str, int, bytes | None]:
-    """Stream one member, never past its declared size; returns (sha256, size, bytes if target is None)."""
+def _extract(
+    handle: IO[bytes], info: zipfile.ZipInfo, target: Path | None, limits: InflateLimits
+) -> tuple[str, int, bytes | None]:
+    """Stream one member, counting the bytes really inflated (:mod:`kb_core.safe_zip`: never past its declared size,
+    ``limits.max_bytes`` or the ratio limit, whatever its headers claim); returns (sha256, size, bytes if target is
+    None)."""
     digest = hashlib.sha256()
     size = 0
     kept = io.BytesIO() if target is None else None
     out = open(target, "xb") if target is not None else None  # noqa: SIM115
     try:
-        with archive.open(info) as source:
-            while True:
-                block = source.read(READ_BLOCK)
-                if not block:
-                    break
-                size += len(block)
-                if size > info.file_size:
-                    raise _refuse(f"Member {info.filename!r} holds more data than it declares; refused.")
-                digest.update(block)
-                (out or kept).write(block)  # type: ignore[union-attr]
-    except (zipfile.BadZipFile, EOFError, zlib.error) as exc:
-        raise _refuse(f"Member {info.filename!r} is damaged ({exc}); the file is corrupt or truncated.") from exc
+        for block in iter_member(handle, info, limits, READ_BLOCK):
+            size += len(block)
+            digest.update(block)
+            (out or kept).write(block)  # type: ignore[union-attr]
+    except UnsafeMember as exc:
+        what = "the file is corrupt or was altered" if exc.kind == "corrupt" else "refused (decompression bomb?)"
+        raise _refuse(f"Member {info.filename!r}: {exc.reason}; {what}.", member=info.filename) from None
+    except OSError as exc:
+        raise _refuse(f"Member {info.filename!r} cannot be read ({exc.strerror or exc}).") from exc
     finally:
         if out is not None:
             out.close()
-    if size != info.file_size:
-        raise _refuse(f"Member {info.filename!r} holds {size} bytes but declares {info.file_size}; refused.")
     return digest.hexdigest(), size, kept.getvalue() if kept is not None else None
+
+
+def _member_limits(info: zipfile.ZipInfo, limits: TransferLimits) -> InflateLimits:
+    most = limits.max_member_bytes
+    if info.filename == MANIFEST_MEMBER:
+        most = limits.max_manifest_bytes
+    elif GRAPH_PATH.match(info.filename):
+        most = limits.max_graph_bytes
+    return InflateLimits(max_bytes=most, max_ratio=limits.max_ratio, ratio_floor=limits.ratio_floor_bytes)
 
 
 @dataclass
 class _Package:
     manifest: dict[str, Any]
     members: dict[str, Path]  # member name → extracted file
+    limits: TransferLimits
 
 
-def _nests_deeper_than(value: Any, limit: int) -> bool:
-    """Whether parsed JSON nests more than ``limit`` containers deep (iterative: no recursion to exhaust)."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
-        if not children:
-            continue
-        if depth > limit:
-            return True
-        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
-    return False
-
-
-def _read_manifest(data: bytes) -> dict[str, Any]:
-    too_deep = _refuse(f"manifest.json nests deeper than {MAX_MANIFEST_DEPTH} levels; this is not an export file.")
+def _read_manifest(data: bytes, limits: TransferLimits) -> dict[str, Any]:
     try:
-        manifest = json.loads(data.decode("utf-8"))
-    except RecursionError:  # the parser stops at the interpreter's recursion limit: bounded time, nothing allocated
-        raise too_deep from None
+        manifest = parse_json_within(
+            data.decode("utf-8"), max_values=limits.max_manifest_values, max_depth=MAX_MANIFEST_DEPTH
+        )
+    except JSONLimitExceeded as exc:  # measured before parsing: nothing was built
+        raise _refuse(f"manifest.json is refused: {exc}; this is not an export file this program wrote.") from None
     except (UnicodeDecodeError, ValueError) as exc:
         raise _refuse(f"manifest.json is not valid UTF-8 JSON: {exc}.") from exc
-    if _nests_deeper_than(manifest, MAX_MANIFEST_DEPTH):
-        raise too_deep  # a value hundreds of levels deep would exhaust the stack of whatever formats it later
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
         found = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__
         raise _refuse(f"This is not a {FORMAT_NAME} file (manifest format is {found!r}).")
@@ -228,8 +224,8 @@ def _read_package(handle: IO[bytes], path: Path, staging: Path, limits: Transfer
         manifest_info = by_name[MANIFEST_MEMBER]
         if manifest_info.file_size > limits.max_manifest_bytes:
             raise _refuse(f"manifest.json declares {manifest_info.file_size} bytes; refused.")
-        _, _, data = _extract(archive, manifest_info, None)
-        manifest = _read_manifest(data or b"")
+        _, _, data = _extract(handle, manifest_info, None, _member_limits(manifest_info, limits))
+        manifest = _read_manifest(data or b"", limits)
         listed = set(manifest["files"])
         present = set(by_name) - {MANIFEST_MEMBER}
         if listed - present:
@@ -254,7 +250,7 @@ def _read_package(handle: IO[bytes], path: Path, staging: Path, limits: Transfer
                     member=name,
                 )
             target = raw / f"{number:08d}"
-            digest, _, _ = _extract(archive, info, target)
+            digest, _, _ = _extract(handle, info, target, _member_limits(info, limits))
             if digest != expected["sha256"]:
                 raise _refuse(
                     f"Member {name!r} fails its checksum (sha256 {digest[:12]}…, manifest says "
@@ -262,17 +258,21 @@ def _read_package(handle: IO[bytes], path: Path, staging: Path, limits: Transfer
                     member=name,
                 )
             members[name] = target
-    return _Package(manifest, members)
+    return _Package(manifest, members, limits)
 
 
 
 
-def _read_table(path: Path, schema: pa.Schema, what: str) -> list[dict[str, Any]]:
+def _read_table(path: Path, schema: pa.Schema, what: str, optional: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """The rows of a member table in ``schema``; a column in ``optional`` (added to the format later) may be
+    missing, and reads as null."""
     try:
         table = pq.read_table(path)
         missing = [n for n in schema.names if n not in table.column_names]
-        if missing:
-            raise _refuse(f"{what} lacks the column(s) {missing}.")
+        if [n for n in missing if n not in optional]:
+            raise _refuse(f"{what} lacks the column(s) {[n for n in missing if n not in optional]}.")
+        for name in missing:
+            table = table.append_column(name, pa.nulls(table.num_rows, schema.field(name).type))
         return table.select(schema.names).cast(schema).to_pylist()
     except ImportFormatError:
         raise

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import logging
 import os
 import zipfile
@@ -24,6 +23,7 @@ import pyarrow.parquet as pq
 
 from kb_core.bundles.graph import GraphState, GraphStore
 from kb_core.errors import InvalidArgument, KBNotFound, StoreError
+from kb_core.json_text import json_text
 from kb_core.safe_files import OutputFolder, open_output_folder
 from kb_core.seams import Resources, Scope
 from kb_core.store import KBStore, KnowledgeBaseRecord, Manifest, catalog, utc_now
@@ -49,8 +49,7 @@ def _live_segment(store: KBStore, manifest: Manifest, segment_id: str, path: str
     folder = store.segment_dir(segment_id)
     info = catalog.read_segment_info(folder)
     deleted = set(manifest.tombstones.get(segment_id, {}))
-    documents = pq.read_table(folder / DOCUMENTS_FILE).select(catalog.DOCUMENTS_SCHEMA.names)
-    documents = documents.cast(catalog.DOCUMENTS_SCHEMA)
+    documents = catalog.read_documents_table(folder)
     chunks = pq.read_table(folder / CHUNKS_FILE).select(catalog.CHUNKS_SCHEMA.names).cast(catalog.CHUNKS_SCHEMA)
     texts = pq.read_table(folder / TEXTS_FILE).select(catalog.TEXTS_SCHEMA.names).cast(catalog.TEXTS_SCHEMA)
     doc_ids = documents.column("doc_id").to_pylist()
@@ -168,7 +167,7 @@ def _remove_recreated_lock(graph_root: Path) -> None:
 
 
 def _graph_bytes(state: GraphState) -> bytes:
-    return json.dumps(state.to_json(), ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    return json_text(state.to_json(), sort_keys=True, separators=(",", ":")).encode("utf-8")
 
 
 def _table_bytes(table: pa.Table) -> bytes:
@@ -265,7 +264,7 @@ def _write_export(
             "knowledge_bases": knowledge_bases,
             "files": files,
         }
-        data = json.dumps(manifest, ensure_ascii=False, indent=1, sort_keys=True).encode("utf-8")
+        data = json_text(manifest, indent=1, sort_keys=True).encode("utf-8")
         archive.writestr(zipfile.ZipInfo(MANIFEST_MEMBER, date_time=_zip_time()), data, zipfile.ZIP_DEFLATED)
     return manifest
 
@@ -275,9 +274,13 @@ def _zip_time() -> tuple[int, int, int, int, int, int]:
     return (now.year, now.month, now.day, now.hour, now.minute, now.second)
 
 
+HIDDEN_SOURCE = "(not shown to a session limited to some knowledge bases)"
+
+
 @dataclass(frozen=True)
 class ExportSummary:
-    """What an export wrote: ``message`` for the user, ``source_path`` (the home or the database), ``export_path``."""
+    """What an export wrote: ``message`` for the user, ``source_path`` (the home or the database; not shown to a
+    session with a scope, such as an MCP token limited to some knowledge bases), ``export_path``."""
 
     message: str
     source_path: str
@@ -359,4 +362,6 @@ def _export_into(session: Scope, folder: OutputFolder, target: Path, kb_names: S
     )
     logger.info(message)
     source = service.postgres.display if service.postgres is not None else str(home_root)
+    if getattr(session, "scope", None) is not None:  # a token limited to some KBs learns nothing of the server
+        source = HIDDEN_SOURCE
     return ExportSummary(message, source, str(target))

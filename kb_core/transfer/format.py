@@ -17,7 +17,7 @@ import pyarrow as pa
 from kb_core.errors import InvalidArgument
 from kb_core.safe_files import reject_nul
 from kb_core.store.files import EXACT_VECTORS_FILE
-from kb_core.validation import KB_NAME_MAX_LENGTH, name_key
+from kb_core.validation import ITEM_ID, KB_NAME_MAX_LENGTH, name_key
 
 if TYPE_CHECKING:
     from kb_core.transfer.restore import _KBPlan
@@ -38,7 +38,7 @@ MEMBER_PATH = re.compile(
 NODE_KEYS = frozenset({"id", "type", "identity", "properties", "doc_id", "doc_name", "text_sha256"})
 EDGE_KEYS = frozenset({"id", "type", "source", "target", "properties"})
 SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
-ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
+ID_PATTERN = ITEM_ID
 SUFFIX_PATTERN = re.compile(r"^(?:\.[A-Za-z0-9]{1,16})?$")
 DOCUMENT_NAME_MAX = 255
 READ_BLOCK = 1 << 20
@@ -70,6 +70,10 @@ class TransferLimits:
     max_ratio: float = 200.0  # uncompressed / compressed size
     ratio_floor_bytes: int = 1 << 20  # smaller members may compress better than max_ratio (tiny files of spaces)
     max_graph_bytes: int = 1 << 30  # one KB's graph state, parsed into memory as a whole
+    # Values (strings, numbers, lists, objects, keys) a JSON member may hold, counted before it is parsed: each
+    # costs about 100 bytes of memory once parsed, whatever the few bytes it takes in the file.
+    max_manifest_values: int = 2_000_000  # about 200,000 documents (a document entry is about 9 values)
+    max_graph_values: int = 8_000_000  # four bundles at their 2,000,000-value limit
 
 
 # -- shared helpers ------------------------------------------------------------------------------------------------

@@ -6,7 +6,6 @@ place under the registry lock (the commit point); any failure removes what was s
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -24,12 +23,13 @@ import pyarrow.parquet as pq
 from kb_core.bundles.graph import GraphState, GraphStore, write_shadow
 from kb_core.errors import ImportFormatError, InvalidArgument, KBError
 from kb_core.ingest.pipeline import timestamped_name
+from kb_core.json_text import JSONLimitExceeded, parse_json_within
 from kb_core.seams import Resources, Scope
 from kb_core.store import Change, KBStore, KnowledgeBaseRecord, StagedSegment, catalog, new_id, utc_now
 from kb_core.store.atomic import fsync_directory
 from kb_core.store.files import CHUNKS_FILE, DOCUMENTS_FILE, TABLE_FILES, TEXTS_FILE
+from kb_core.text_language import document_language
 from kb_core.transfer.archive import (
-    _nests_deeper_than,
     _open_package,
     _Package,
     _read_table,
@@ -142,7 +142,10 @@ def _validate_kb(entry: Any, position: int, package: _Package, graph_paths: set[
             raise _refuse(f"Knowledge base {name!r} mixes vector dimensions {dimension} and {declared}; refused.")
         dimension = declared
         documents = _read_table(
-            package.members[f"{path}/{DOCUMENTS_FILE}"], catalog.DOCUMENTS_SCHEMA, f"{path}/documents"
+            package.members[f"{path}/{DOCUMENTS_FILE}"],
+            catalog.DOCUMENTS_SCHEMA,
+            f"{path}/documents",
+            optional=("language",),  # files written before documents stored it
         )
         chunks = _read_table(package.members[f"{path}/{CHUNKS_FILE}"], catalog.CHUNKS_SCHEMA, f"{path}/chunks")
         texts = _read_table(package.members[f"{path}/{TEXTS_FILE}"], catalog.TEXTS_SCHEMA, f"{path}/texts")
@@ -195,6 +198,10 @@ def _validate_kb(entry: Any, position: int, package: _Package, graph_paths: set[
                     f"{counts[row['doc_id']]}."
                 )
         texts = [t for t in texts if t["doc_id"] in counts]  # unreferenced rows and originals are not copied
+        # The language is detected again from the text rather than taken from the file (older files lack it).
+        text_of = {t["doc_id"]: t["text"] for t in texts}
+        for row in documents:
+            row["language"] = document_language(text_of.get(row["doc_id"])) if row["status"] == "ready" else None
         segments.append(
             _SegmentData(
                 documents=documents,
@@ -226,10 +233,6 @@ def _validate_kb(entry: Any, position: int, package: _Package, graph_paths: set[
     return plan
 
 
-def _no_constant(value: str) -> Any:
-    raise ValueError(f"{value} is not a JSON number")
-
-
 def _validate_graph(
     entry: Any,
     where: str,
@@ -251,12 +254,15 @@ def _validate_graph(
         raise _refuse(f"{label}.path {path!r} is not a unique graph member of the file (kb/NNNN/graph/state.json).")
     seen_paths.add(path)
     try:
-        raw = json.loads(package.members[path].read_bytes().decode("utf-8"), parse_constant=_no_constant)
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        reason = "it nests too deeply" if isinstance(exc, RecursionError) else str(exc)
-        raise _refuse(f"{path} is not valid UTF-8 JSON: {reason}.", kb_name=kb_name) from None
-    if _nests_deeper_than(raw, MAX_GRAPH_DEPTH):
-        raise _refuse(f"{path} nests deeper than {MAX_GRAPH_DEPTH} levels; refused.", kb_name=kb_name)
+        raw = parse_json_within(
+            package.members[path].read_bytes().decode("utf-8"),
+            max_values=package.limits.max_graph_values,
+            max_depth=MAX_GRAPH_DEPTH,
+        )
+    except JSONLimitExceeded as exc:  # measured before parsing: nothing was built
+        raise _refuse(f"{path} is refused: {exc}.", kb_name=kb_name) from None
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise _refuse(f"{path} is not valid UTF-8 JSON: {exc}.", kb_name=kb_name) from None
 
     def bad(message: str) -> ImportFormatError:
         return _refuse(f"{path} (graph of knowledge base {kb_name!r}): {message}; refused.", kb_name=kb_name)

@@ -34,7 +34,9 @@ def free_port() -> int:
 
 
 class RunningApp:
-    def __init__(self, home: Path, *, demo: bool = False, log: Path | None = None) -> None:
+    """``streamlit run ROOT/app.py`` over ``home`` (``root``: this checkout, or another one a benchmark compares)."""
+
+    def __init__(self, home: Path, *, demo: bool = False, log: Path | None = None, root: Path = REPO) -> None:
         self.home = home
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -42,6 +44,7 @@ class RunningApp:
             **os.environ,
             "KB_HOME": str(home),
             "KB_DEMO": "1" if demo else "0",
+            "PYTHONPATH": str(root),
             "HF_HUB_OFFLINE": "1",
             "TRANSFORMERS_OFFLINE": "1",
         }
@@ -49,11 +52,11 @@ class RunningApp:
         self.log = open(self.log_path, "w", encoding="utf-8")  # noqa: SIM115 - closed in stop()
         self.process = subprocess.Popen(
             [
-                sys.executable, "-m", "streamlit", "run", str(REPO / "app.py"),
+                sys.executable, "-m", "streamlit", "run", str(root / "app.py"),
                 "--server.port", str(self.port), "--server.address", "127.0.0.1", "--server.headless", "true",
                 "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
             ],
-            cwd=REPO, env=environment, stdout=self.log, stderr=subprocess.STDOUT,
+            cwd=root, env=environment, stdout=self.log, stderr=subprocess.STDOUT,
         )
 
     def wait(self, timeout: float = 60) -> None:

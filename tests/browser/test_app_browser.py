@@ -84,6 +84,10 @@ def test_create_upload_search_breakdown_and_evaluate(served, pages, tmp_path: Pa
     assert all("done" in bars.nth(i).inner_text() for i in (1, 2))
     results = page.locator('[data-testid="stDataFrame"]').last
     results.wait_for()
+    # the sidebar counts the new documents at once (it is drawn before the page imports)
+    wait_idle(page)
+    counts = page.locator('[data-testid="stSidebar"] [data-testid="stCaptionContainer"]').last.inner_text()
+    assert counts.startswith("2 documents · "), counts
 
     # search, then open a score breakdown
     go_to(page, "Search lab")

@@ -84,7 +84,29 @@ def run_evaluation(page) -> str:  # type: ignore[no-untyped-def]
     return re.search(r"run_\d{8}-\d{6}_[0-9a-f]{6}", kept.inner_text()).group(0)  # type: ignore[union-attr]
 
 
-def test_moving_the_vector_weight_slider_reorders_the_hits_and_their_breakdowns(  # type: ignore[no-untyped-def]
+# Whether the "Weights asked" metric shows the given pair.
+ASKED_IS = """(want) => [...document.querySelectorAll('[data-testid="stMetric"]')].some(box =>
+  box.querySelector('[data-testid="stMetricLabel"]').innerText.trim().startsWith('Weights asked')
+  && box.querySelector('[data-testid="stMetricValue"]').innerText.trim() === want)"""
+
+
+def service_counters(page) -> tuple[int, int]:  # type: ignore[no-untyped-def]
+    """The app's service counters the search lab shows: searches run, query vectors computed (by the model)."""
+    line = page.locator('[data-testid="stCaptionContainer"]').filter(has_text="this app's service:").inner_text()
+    found = re.search(r"this app's service: (\d+) search(?:es)?, (\d+) query vectors? computed", line)
+    assert found is not None, line
+    return int(found.group(1)), int(found.group(2))
+
+
+def press_on_slider(page, slider, key: str, weight: float) -> None:  # type: ignore[no-untyped-def]
+    """One notch of the vector-weight slider (one interaction), then until the page shows ``weight``."""
+    slider.focus()
+    slider.press(key)
+    page.wait_for_function(ASKED_IS, arg=f"{weight:.2f} / {1 - weight:.2f}")
+    wait_idle(page)
+
+
+def test_moving_the_vector_weight_slider_reorders_the_hits_and_their_breakdowns_one_search_a_notch(  # type: ignore[no-untyped-def]
     demo_served, demo_page
 ) -> None:
     page = demo_page
@@ -96,23 +118,26 @@ def test_moving_the_vector_weight_slider_reorders_the_hits_and_their_breakdowns(
     assert metric_value(page, "Weights used · vector / keyword") == "0.70 / 0.30"
     assert metric_value(page, "Keyword weight") == "0.30"
     at_07 = card_chunk_ids(page)
+    # the top hit's breakdown, drawn when unfolded; it stays open (and recomputes) as the slider moves
+    page.locator('[data-testid="stExpander"] summary').filter(has_text="Score breakdown").first.click()
+    top_breakdown = page.locator('[data-testid="stExpander"]').first
+    top_breakdown.get_by_text(re.compile(r"^fused: ")).wait_for()
+    wait_idle(page)
+    steps_07 = top_breakdown.inner_text()
+    searches, vectors = service_counters(page)
 
     slider = page.get_by_role("slider", name="Vector weight").first
     assert slider.input_value() == "0.7"
-    slider.focus()
-    for _ in range(10):  # 0.05 a step, as a person would with the arrow keys
-        slider.press("ArrowLeft")
-    wait_idle(page)
-    page.wait_for_function(
-        "() => [...document.querySelectorAll('[data-testid=\"stMetricValue\"]')]"
-        ".some(e => e.innerText.trim() === '0.20 / 0.80')"
-    )
-    wait_idle(page)
+    for notch in range(1, 11):  # 0.05 a step, as a person would with the arrow keys
+        press_on_slider(page, slider, "ArrowLeft", round(0.7 - 0.05 * notch, 2))
+        # each notch ran one search, and no model call: the query's vector is remembered
+        assert service_counters(page) == (searches + notch, vectors), notch
     assert slider.input_value() == "0.2"
     assert metric_value(page, "Keyword weight") == "0.80"
     assert metric_value(page, "Weights used · vector / keyword") == "0.20 / 0.80"
     assert metric_value(page, "Weights asked") == "0.20 / 0.80"
     at_02 = card_chunk_ids(page)
+    steps_02 = top_breakdown.inner_text()
 
     # the hits shown are the engine's, in its order, for each setting; and the order moved
     session = home_session(demo_served)
@@ -121,13 +146,16 @@ def test_moving_the_vector_weight_slider_reorders_the_hits_and_their_breakdowns(
         assert shown == [c["id"] for c in expected], weight
     assert at_07 != at_02
 
-    # the top hit's breakdown recomputes with the weights used
-    page.locator('[data-testid="stExpander"] summary').filter(has_text="Score breakdown").first.click()
-    wait_idle(page)
-    steps = page.locator('[data-testid="stExpander"]').first.inner_text()
+    # the top hit's breakdown recomputed with the weights used
+    assert steps_02 != steps_07
     top = session.search(QUERY, vector_weight=0.2)["data"]["chunks"][0]["breakdown"]
-    assert f"fused: 0.20 × {top['vector_normalized']:.4f} + 0.80 × {top['keyword_normalized']:.4f} = " in steps
-    assert f"{top['final_score']:.4f}" in steps and "1 − exp(−" in steps
+    assert f"fused: 0.20 × {top['vector_normalized']:.4f} + 0.80 × {top['keyword_normalized']:.4f} = " in steps_02
+    assert f"{top['final_score']:.4f}" in steps_02 and "1 − exp(−" in steps_02
+
+    # a notch back to a weight searched before runs no search at all
+    press_on_slider(page, slider, "ArrowRight", 0.25)
+    assert service_counters(page) == (searches + 10, vectors)
+    assert page.locator('[data-testid="stCaptionContainer"]').filter(has_text="from memory").count() == 1
 
 
 def test_evaluate_demo_sweep_then_save_best_as_default_for_the_cli(demo_served, demo_page) -> None:  # type: ignore[no-untyped-def]
@@ -194,4 +222,4 @@ def test_two_kept_runs_compare_per_query_in_the_app(demo_served, demo_page) -> N
     assert metric_value(page, "Mean nDCG@10: A → B") == f"{expected['mean_a']:.4f} → {expected['mean_b']:.4f}"
     assert not expected["warnings"]
     if expected["wins"] or expected["losses"]:
-        page.get_by_text("B − A per query (nDCG@10)").wait_for()
+        page.get_by_text("B − A per query (nDCG@10)").first.wait_for()  # plotly may draw it twice while redrawing

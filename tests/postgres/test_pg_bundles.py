@@ -209,3 +209,20 @@ def test_a_document_name_taken_meanwhile_fails_the_bundle_commit(stores: tuple[S
         store.commit(record.id, StoreChange(add=(document,), keep_names=True))
     assert getattr(refused.value, "code", None) == "NAME_TAKEN"
     assert postgres.list_documents()["data"]["documents"] == before
+
+
+def test_a_number_that_is_not_finite_is_a_bundle_error_on_both_stores(stores: tuple[Session, Session, Path]) -> None:
+    """``.nan`` passes ``{type: number}``; refused as BUNDLE_INVALID at its place (PostgreSQL once said STORE_ERROR)."""
+    folder, postgres, root = stores
+    ontology = {"nodes": {"Reading": {"identity": ["id"], "json_schema": {"type": "object", "properties": {
+        "id": {"type": "string"}, "value": {"type": "number"}}}}}, "edges": {}}  # fmt: skip
+    for number, session in enumerate((postgres, folder)):
+        assert session.create_knowledge_base(f"readings {number}", 64, embedding_model="hashing")["success"]
+        assert session.set_ontology(ontology, kb_name=f"readings {number}")["success"]
+        path = root / f"nan-{number}.yaml"
+        path.write_text("- {type: Reading, id: a, value: 1.5}\n- {type: Reading, id: b, value: .nan}\n", "utf-8")
+        refused = session.import_knowledge_bundle(str(path), kb_name=f"readings {number}")
+        assert refused["error"]["code"] == "BUNDLE_INVALID", refused["message"]
+        assert [e["path"] for e in refused["error"]["details"]["errors"]] == ["[1].value"]
+        assert "not a finite number" in refused["message"]
+        assert session.graph_view(f"readings {number}")["data"]["node_total"] == 0

@@ -3,6 +3,7 @@ KBError that names the problem, in bounded time: never a psycopg traceback."""
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import tempfile
@@ -12,6 +13,8 @@ from pathlib import Path
 import numpy as np
 import psycopg
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from kb_core.errors import InvalidArgument, KBError
 from kb_core.retrieval.analysis import Analyzer
@@ -141,3 +144,81 @@ def test_as_root_binaries_in_a_private_folder_still_start(tmp_path: Path) -> Non
         with psycopg.connect(server.url(), connect_timeout=5) as conn:
             row = conn.execute("SELECT default_version FROM pg_available_extensions WHERE name = 'vector'").fetchone()
         assert row is not None and row[0].startswith("0.8")
+
+
+# -- a password never shows, whatever the URL's shape -------------------------------------------------------------
+HALVES = ("Zq7xW", "Kx9wJ")  # a password is HALVES joined by one character a URL gives meaning to
+SHAPES = {
+    "unescaped /": "postgresql://kb:Zq7xW/Kx9wJ@127.0.0.1:{port}/kb",
+    "unescaped #": "postgresql://kb:Zq7xW#Kx9wJ@127.0.0.1:{port}/kb",
+    "unescaped ?": "postgresql://kb:Zq7xW?Kx9wJ@127.0.0.1:{port}/kb",
+    "a space": "postgresql://kb:Zq7xW Kx9wJ@127.0.0.1:{port}/kb",
+    "a bad % escape": "postgresql://kb:Zq7xW%zzKx9wJ@127.0.0.1:{port}/kb",
+    "unescaped @": "postgresql://kb:Zq7xW@Kx9wJ@127.0.0.1:{port}/kb",
+    "?password= beside a bad parameter": "postgresql://kb@127.0.0.1:{port}/kb?password=Zq7xW-Kx9wJ&bogus=1",
+    "?password=, wrong": "postgresql://kb@127.0.0.1:{port}/kb?password=Zq7xW-Kx9wJ",
+    "percent-encoded /, wrong": "postgresql://kb:Zq7xW%2FKx9wJ@127.0.0.1:{port}/kb",
+    "port not a number": "postgresql://kb:Zq7xWKx9wJ@127.0.0.1:port/kb",
+}
+
+
+def shown_password(text: str) -> list[str]:
+    return [half for half in HALVES if half in text]
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_a_password_of_any_shape_never_appears_in_a_message_a_log_or_kb_info(
+    shape: str, postgres_server: LocalPostgres, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """Once libpq printed the password back (a space, a bad %), or half of it as a host name (an unescaped @), and the
+    URL error printed the whole URL (an unescaped / # ?, or ?password= beside a bad parameter)."""
+    from kb_core.cli.main import main
+
+    url = SHAPES[shape].format(port=postgres_server.port)
+    monkeypatch.setenv("KB_STORE", "")  # kb --store sets it for the process: restored after the test
+    with caplog.at_level(logging.DEBUG):
+        with pytest.raises(KBError) as caught:  # malformed, or (on this trust-auth server) a missing database
+            PostgresStore.open(url, connect_timeout=2)
+        main(["--home", str(tmp_path / "home"), "--store", url, "info"])
+    printed = capsys.readouterr()
+    if "wrong" in shape:
+        assert caught.value.code == "DATABASE_AUTH", caught.value  # no role kb on this server
+    else:
+        assert caught.value.code == "INVALID_ARGUMENT" and "***" in caught.value.message, caught.value
+    assert shown_password(caught.value.message) == [], caught.value.message
+    assert shown_password(repr(caught.value.details)) == []
+    assert shown_password(printed.out + printed.err) == [], printed.err
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert shown_password(logged) == [], logged
+
+
+def test_kb_info_names_the_store_without_its_password(
+    postgres_server: LocalPostgres, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kb_core.cli.main import main
+
+    monkeypatch.setenv("KB_STORE", "")
+    with psycopg.connect(postgres_server.url(), autocommit=True) as conn:
+        conn.execute("DROP ROLE IF EXISTS pw_user")
+        conn.execute("CREATE ROLE pw_user LOGIN SUPERUSER PASSWORD 'Zq7xW@Kx9wJ'")
+    url = postgres_server.url(user="pw_user").replace("pw_user@", "pw_user:Zq7xW%40Kx9wJ@")
+    assert main(["--home", str(tmp_path / "home"), "--store", url, "info"]) == 0
+    printed = capsys.readouterr().out
+    assert f"store: postgresql://pw_user@127.0.0.1:{postgres_server.port}/" in printed, printed
+    assert shown_password(printed) == []
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(st.characters(min_codepoint=32, max_codepoint=126), min_size=8, max_size=24))
+def test_no_password_written_into_a_url_is_ever_shown(password: str) -> None:
+    """Any printable password, written raw into the URL (escaped or not), is absent from what a refusal shows and
+    from the display name of a URL that is accepted."""
+    base = "postgresql://kb@db.example:5432/kb"
+    assume(password not in base + "***" and password.strip() == password)
+    for url in (f"postgresql://kb:{password}@db.example:5432/kb", f"{base}?password={password}&bogus=1"):
+        try:
+            shown = parse_database_url(url).display
+        except InvalidArgument as exc:
+            shown = exc.message
+        assert password not in shown, (url, shown)

@@ -22,7 +22,7 @@ from mcp.client.streamable_http import streamable_http_client
 from kb_core import KnowledgeBaseService
 from kb_core.store.postgres.embedded import LocalPostgres
 from tests.postgres.conftest import new_database
-from tests.postgres.test_pg_service import DEMO_FILES, KB, ROOT, assert_same_hits, open_kb, run_cli
+from tests.postgres.test_pg_service import DEMO_FILES, KB, MODEL, ROOT, assert_same_hits, open_kb, run_cli
 from tests.test_mcp_security import wait_listening
 
 QUERIES = [
@@ -78,7 +78,7 @@ def test_mcp_over_http_on_one_host_searches_what_the_cli_imported_on_another(
     host_a, host_b = tmp_path / "host-a", tmp_path / "host-b"
     service_a = KnowledgeBaseService(host_a, store=url)  # host A: this process and `kb` processes on its home
     cli_a = service_a.session("cli")  # the current KB that `kb` commands on host A's home use
-    assert cli_a.create_knowledge_base(KB, 64, embedding_model="hashing")["success"]
+    assert cli_a.create_knowledge_base(KB, 64, embedding_model=MODEL)["success"]
     assert cli_a.select_knowledge_base(KB)["success"]
     made = run_cli(host_a, "token", "create", "--scope", KB, "--capability", "read", store=url)
     assert made["success"], made["message"]

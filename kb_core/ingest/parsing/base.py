@@ -61,7 +61,8 @@ class ParseLimits:
     max_decompressed_bytes: int = 500 * 1024 * 1024
     # Characters of text one file may produce (a 100 MB text file gives at most 100 million).
     max_text_chars: int = 100_000_000
-    # Address space of a parser worker process (parse_file only; parse_file_inprocess cannot cap its caller).
+    # Address space a parser worker may map beyond its own start-up size (parse_file only; parse_file_inprocess
+    # cannot cap its caller).
     max_memory_bytes: int = 4 * 1024**3
     timeout_seconds: float = 60.0
 

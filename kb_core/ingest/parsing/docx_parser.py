@@ -13,7 +13,6 @@ import logging
 import posixpath
 import re
 import zipfile
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from kb_core.ingest.parsing.base import (
     make_document,
     parse_error,
 )
+from kb_core.safe_zip import InflateLimits, UnsafeMember, iter_member
 
 logger = logging.getLogger(__name__)
 
@@ -334,24 +334,31 @@ def _clean(text: str) -> str:
     return "\n".join(line for line in lines if line.strip()).strip()
 
 
-# What zipfile raises on a damaged member (a bad deflate stream is zlib.error; an odd version NotImplementedError).
-_UNPACK_ERRORS = (zipfile.BadZipFile, OSError, EOFError, NotImplementedError, RuntimeError, ValueError, zlib.error)
-
-
 class _Package:
-    """Bounded, entity-safe reads of the members of one DOCX zip."""
+    """Bounded, entity-safe reads of the members of one DOCX zip.
+
+    Members are inflated counting the bytes they really produce (:mod:`kb_core.safe_zip`): all of them together
+    stop at ``ParseLimits.max_decompressed_bytes`` and each at a 100:1 ratio past 10 MB, whatever the headers claim.
+    """
 
     def __init__(self, path: Path, limits: ParseLimits) -> None:
         self.path = path
         try:
-            self.zip = zipfile.ZipFile(path)
+            self.handle = open(path, "rb")  # noqa: SIM115 - closed by close()
+        except OSError as exc:
+            raise parse_error(CORRUPT_DOCUMENT, path, f"it cannot be read ({exc.strerror or exc})") from None
+        try:
+            self.zip = zipfile.ZipFile(self.handle)
             infos = self.zip.infolist()
         except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError, EOFError, NotImplementedError) as exc:
+            self.handle.close()
             raise parse_error(
                 CORRUPT_DOCUMENT, path, f"it is not a valid DOCX (damaged or truncated zip: {exc})"
             ) from None
+        self.budget = limits.max_decompressed_bytes  # bytes all members may still inflate to
         total = sum(i.file_size for i in infos)
-        if total > limits.max_decompressed_bytes:
+        if total > self.budget:
+            self.close()
             raise parse_error(
                 FILE_TOO_LARGE,
                 path,
@@ -366,27 +373,50 @@ class _Package:
 
     def close(self) -> None:
         self.zip.close()
+        self.handle.close()
 
-    def xml(self, name: str) -> etree._Element | None:
-        info = self.members.get(name)
-        if info is None:
-            return None
+    def read(self, name: str) -> bytes:
+        """The inflated bytes of member ``name``, counted against the package's budget as they are inflated."""
+        info = self.members[name]
         if info.file_size > _SUSPICIOUS_MEMBER_BYTES and info.file_size > _SUSPICIOUS_RATIO * max(
             info.compress_size, 1
-        ):
+        ):  # what the headers claim: refused before inflating anything (what they hide is caught below)
             raise parse_error(
                 CORRUPT_DOCUMENT,
                 self.path,
                 f"member {name} claims a {info.file_size // max(info.compress_size, 1)}:1 compression ratio"
                 " (possible zip bomb)",
             )
+        limits = InflateLimits(max_bytes=self.budget, max_ratio=_SUSPICIOUS_RATIO, ratio_floor=_SUSPICIOUS_MEMBER_BYTES)
+        blocks: list[bytes] = []
         try:
-            data = self.zip.read(info)  # zipfile never returns more than the declared size
+            for block in iter_member(self.handle, info, limits):
+                blocks.append(block)
+        except UnsafeMember as exc:
+            if exc.kind == "too_large":
+                raise parse_error(
+                    FILE_TOO_LARGE, self.path, f"member {name}: {exc.reason} when unpacked (possible zip bomb)"
+                ) from None
+            suffix = " (possible zip bomb)" if exc.kind == "bomb" else ""
+            raise parse_error(
+                CORRUPT_DOCUMENT, self.path, f"member {name} cannot be unpacked: {exc.reason}{suffix}"
+            ) from None
+        except OSError as exc:
+            raise parse_error(CORRUPT_DOCUMENT, self.path, f"{name} cannot be read ({exc})") from None
+        data = b"".join(blocks)
+        self.budget -= len(data)
+        return data
+
+    def xml(self, name: str) -> etree._Element | None:
+        if name not in self.members:
+            return None
+        data = self.read(name)
+        try:
             return etree.fromstring(data, self.parser)
         except etree.XMLSyntaxError as exc:
             raise parse_error(CORRUPT_DOCUMENT, self.path, f"{name} is not well-formed XML ({exc})") from None
-        except _UNPACK_ERRORS as exc:
-            raise parse_error(CORRUPT_DOCUMENT, self.path, f"{name} cannot be unpacked ({exc})") from None
+        except ValueError as exc:  # lxml refuses some byte strings outright
+            raise parse_error(CORRUPT_DOCUMENT, self.path, f"{name} cannot be parsed ({exc})") from None
 
     def relationships(self, part: str) -> list[tuple[str, str]]:
         """(type, target part name) of the internal relationships of ``part``."""

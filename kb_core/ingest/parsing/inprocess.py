@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 from kb_core.errors import ParseError
@@ -46,7 +47,10 @@ def check_file(path: Path, limits: ParseLimits) -> int:
 def _read(path: Path, limit: int) -> bytes:
     try:
         with path.open("rb") as fh:
-            data = fh.read(limit + 1)
+            # read(n) reserves n bytes up front: ask for the file's size, not the limit (a memory-capped worker)
+            data = fh.read(min(os.fstat(fh.fileno()).st_size, limit) + 1)
+            while len(data) <= limit and (more := fh.read(min(2**20, limit + 1 - len(data)))):  # it grew
+                data += more
     except OSError as exc:
         raise parse_error(FILE_NOT_FOUND, path, f"the file cannot be read ({exc.strerror})") from None
     if len(data) > limit:  # grew after the stat

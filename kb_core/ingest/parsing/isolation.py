@@ -123,6 +123,7 @@ def serve_stdio() -> None:
     os.dup2(2, 1)
     conn = _PipeConnection(0, protocol_out)
     _preload()  # part of start-up, which no file's time limit is charged with
+    _START_SIZE[0] = _address_space()
     conn.send(("ready",))
     while True:
         try:
@@ -217,6 +218,11 @@ def _preload() -> None:
     import importlib
 
     with contextlib.suppress(Exception):
+        # The parsers and their native libraries first: a shared object mapped after the memory cap of a request
+        # can fail to map (lxml's etree did, in CI) and would read as a malformed file.
+        for module in ("txt_parser", "docx_parser", "doc_parser"):
+            importlib.import_module(f"kb_core.ingest.parsing.{module}")
+        importlib.import_module("charset_normalizer")
         for module in ("chunking", "prepared", "payloads", "pipeline", "timing"):
             importlib.import_module(f"kb_core.ingest.{module}")
         for module in ("store.segments", "store.catalog", "embedding.hashing", "embedding.wordpiece"):
@@ -239,9 +245,27 @@ def _chunk_quietly(parsed: ParsedDocument, work: ChunkWork | None) -> list[Any] 
         return None
 
 
+_START_SIZE: list[int] = [0]
+
+
+def _address_space() -> int:
+    """This process's mapped address space in bytes (0 where /proc does not say)."""
+    try:
+        with open("/proc/self/status", encoding="utf-8") as status:
+            for line in status:
+                if line.startswith("VmSize:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
 def _cap_memory(limit: int) -> None:
-    """Lower (or raise, up to the hard limit) this worker's address-space limit for the next file."""
+    """Lower (or raise, up to the hard limit) this worker's address-space limit for the next file: ``limit`` bytes
+    beyond what the worker mapped at start-up, which depends on the machine (thread stacks and BLAS buffers per
+    core: 0.7 GB on 2 cores) and is no file's doing."""
     _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    limit += _START_SIZE[0]
     soft = limit if hard == resource.RLIM_INFINITY else min(limit, hard)
     resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 

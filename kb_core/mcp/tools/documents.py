@@ -34,7 +34,8 @@ async def import_document(
     - chunk_size: Chunk size in tokens (optional, defaults to the knowledge base's chunk_size)
 
     success is true if any file was imported. data: total, success_count, failed_count, success_files (file_path,
-    doc_name, chunk_count), failed_files (file_path, error).\
+    doc_name, chunk_count), failed_files (file_path, error), and warnings when there are any (said once: documents
+    in a language the knowledge base's embedding model does not read, and the built-in model that reads it).\
     Over HTTP this tool needs a token with the write capability. Over HTTP the paths must lie inside the folders the
     server was started with (--allow-dir).
 
@@ -46,8 +47,9 @@ async def import_document(
     - chunk_size：chunk 大小，单位 token（可选，默认使用知识库的 chunk_size）
 
     只要有文件导入成功，success 即为 true。返回值 data：total、success_count、failed_count、success_files（file_path、
-    doc_name、chunk_count）、failed_files（file_path、error）。通过 HTTP 调用时需要具有写权限的令牌。通过 HTTP 调用时
-    ，路径必须位于服务器启动时指定的目录（--allow-dir）之内。
+    doc_name、chunk_count）、failed_files（file_path、error），有提示时还有 warnings（只提示一次：文档的语言是知识库的
+    向量模型读不懂的，并给出能读懂它的内置模型）。通过 HTTP 调用时需要具有写权限的令牌。
+    通过 HTTP 调用时，路径必须位于服务器启动时指定的目录（--allow-dir）之内。
     """
     report = progress_reporter(ctx)
     return await call(ctx, lambda s: s.import_document(file_paths, chunk_size, progress=report))
@@ -60,14 +62,14 @@ async def list_documents(ctx: Context) -> Annotated[CallToolResult, ToolEnvelope
     Parameters: none
 
     data: documents (each: id, name, file_path, file_type, chunk_size, created_at, updated_at, status, chunk_count,
-    size_bytes), count.
+    size_bytes, language: the detected language, e.g. zh or en), count.
 
     查看当前选中的知识库下的所有文档列表。正在导入的文档也会列出，其 id 为 null，status 为当前进度。
 
     参数说明：无参数
 
     返回值 data：documents（每个文档包含 id、name、file_path、file_type、chunk_size、created_at、updated_at、status、
-    chunk_count、size_bytes）、count（文档数量）。
+    chunk_count、size_bytes、language：检测到的语言，如 zh、en）、count（文档数量）。
     """
     return await call(ctx, lambda s: s.list_documents())
 

@@ -11,6 +11,7 @@ from pydantic import Field
 
 from kb_core.mcp.context import call
 from kb_core.mcp.models import BundleImported, Exported, ImportedDatabase, KnowledgeSchema, ToolEnvelope
+from kb_core.mcp.paths import relative_path_refusal
 from kb_core.mcp.results import schema_text
 
 
@@ -22,7 +23,7 @@ async def export_database(
     exported.
 
     Parameters:
-    - export_path: Export path (absolute path, required), e.g. /backups/kb.kbx
+    - export_path: Export path (absolute path, required; a relative path is refused), e.g. /backups/kb.kbx
 
     data: source_path (the home), export_path.\
     Over HTTP this tool needs a token with the write capability. Over HTTP the path must lie inside the folders the
@@ -37,7 +38,9 @@ async def export_database(
     返回值 data：source_path（导出来源的主目录）、export_path。通过 HTTP 调用时需要具有写权限的令牌。通过 HTTP 调用时
     ，路径必须位于服务器启动时指定的目录（--allow-dir）之内。
     """
-    return await call(ctx, lambda s: s.export_database(export_path))
+    return await call(
+        ctx, lambda s: relative_path_refusal(export_path, "export_path") or s.export_database(export_path)
+    )
 
 
 async def import_database(
@@ -48,7 +51,7 @@ async def import_database(
     conflicts are resolved by adding a timestamp to knowledge base names.
 
     Parameters:
-    - source_db_path: Source file path (absolute path, required)
+    - source_db_path: Source file path (absolute path, required; a relative path is refused)
 
     data: source_path, imported_kb_count, imported_doc_count.\
     Over HTTP this tool needs a token with the write capability. Over HTTP the path must lie inside the folders the
@@ -63,7 +66,9 @@ async def import_database(
     返回值 data：source_path、imported_kb_count、imported_doc_count。通过 HTTP 调用时需要具有写权限的令牌。通
     过 HTTP 调用时，路径必须位于服务器启动时指定的目录（--allow-dir）之内。限定了知识库范围的令牌不能导入。
     """
-    return await call(ctx, lambda s: s.import_database(source_db_path))
+    return await call(
+        ctx, lambda s: relative_path_refusal(source_db_path, "source_db_path") or s.import_database(source_db_path)
+    )
 
 
 async def get_knowledge_schema(ctx: Context) -> Annotated[CallToolResult, ToolEnvelope[KnowledgeSchema]]:

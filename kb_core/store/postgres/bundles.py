@@ -27,6 +27,7 @@ from kb_core.bundles.ontology import default_ontology
 from kb_core.store.postgres.connection import database_errors
 from kb_core.store.postgres.records import ChunkRecord, DocumentRecord, PreparedDocument, StoreChange
 from kb_core.store.registry import utc_now
+from kb_core.text_language import document_language
 
 if TYPE_CHECKING:
     from kb_core.seams import Resources
@@ -157,6 +158,7 @@ def sync_index(service: Resources, record: KnowledgeBaseRecord, state: GraphStat
             created_at=now,
             updated_at=now,
             original=f"files/{doc_id}.txt",
+            language=document_language(text),
         )
         rows = [ChunkRecord.from_row(chunk_row(doc_id, chunk)) for chunk in chunks]
         matrix = np.vstack(vectors[at : at + len(chunks)]).astype(np.float32)

@@ -6,7 +6,12 @@ accepted too). :class:`Database` holds a ``psycopg_pool.ConnectionPool`` for the
 back to the primary and say so in a warning.
 
 Every ``psycopg`` failure leaves this package as a :class:`kb_core.errors.KBError` whose message names the server
-(the URL without its password) and the problem: a malformed URL (``INVALID_ARGUMENT``), a server that does not
+(the URL without its password) and the problem. A password never appears in a message or a log line, whatever the
+URL's shape: a URL that fails to parse is shown through :func:`redact_url` (which hides the user information and
+any ``password=`` option even when the URL is malformed), libpq's own text is cleared of every form of the password
+(:func:`scrub_passwords`), and a URL that libpq would read differently from the URL standard (an unescaped ``@``
+``/`` ``?`` ``#`` in the password, which once made libpq print half of it as a host name) is refused before
+connecting. The kinds of failure: a malformed URL (``INVALID_ARGUMENT``), a server that does not
 answer (``DATABASE_UNAVAILABLE``), refused credentials or a missing database (``DATABASE_AUTH``,
 ``DATABASE_NOT_FOUND``), a server without pgvector (``PGVECTOR_MISSING``); never a traceback.
 """
@@ -14,11 +19,12 @@ answer (``DATABASE_UNAVAILABLE``), refused credentials or a missing database (``
 from __future__ import annotations
 
 import logging
+import re
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from urllib.parse import urlsplit
+from dataclasses import dataclass, field
+from urllib.parse import unquote, urlsplit
 
 import psycopg
 import psycopg.conninfo
@@ -29,7 +35,7 @@ from kb_core.errors import InvalidArgument, KBError, StoreError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Database", "DatabaseTarget", "database_errors", "parse_database_url"]
+__all__ = ["Database", "DatabaseTarget", "database_errors", "parse_database_url", "redact_url", "scrub_passwords"]
 
 URL_SCHEMES = ("postgresql", "postgres")
 DEFAULT_CONNECT_TIMEOUT_SECONDS = 5
@@ -42,10 +48,66 @@ _AUTH_FAILURES = ("authentication failed", "role \"", "no pg_hba.conf entry", "p
 class DatabaseTarget:
     """A checked database URL: the URL itself (for libpq) and how to name it to a person (no password)."""
 
-    url: str
+    url: str = field(repr=False)
     display: str
     user: str
     database: str
+    passwords: tuple[str, ...] = field(default=(), repr=False)  # every form of the password, for scrubbing
+
+    def scrub(self, text: str) -> str:
+        return scrub_passwords(text, self.passwords)
+
+
+# A password option and everything after it: an unescaped "&" in the password makes the rest look like options.
+_QUERY_PASSWORD = re.compile(r"(?i)([?&]password=)(.*)$")
+_MIN_PIECE = 3  # shorter pieces of an option's tail are not scrubbed from libpq's text (they would garble it)
+REDACTED = "***"
+
+
+def url_passwords(url: str) -> tuple[str, ...]:
+    """Every string in ``url`` that may be (part of) its password, longest first: the text between the first ``:``
+    of the user information and the last ``@`` (generous when the password holds unescaped ``@ / ? #``), the
+    password as the URL standard reads it, and what follows ``password=`` (to the end, and each piece of it
+    between ``&``), raw and percent-decoded."""
+    found: set[str] = set()
+    rest = url.split("://", 1)[1] if "://" in url else url
+    at = rest.rfind("@")
+    colon = rest.find(":")
+    if at > 0 and 0 <= colon < at:
+        found.add(rest[colon + 1 : at])
+    try:
+        password = urlsplit(url).password
+    except ValueError:
+        password = None
+    if password:
+        found.add(password)
+    for match in _QUERY_PASSWORD.finditer(url):
+        found.add(match.group(2))
+        found.update(piece for piece in re.split(r"[&#]", match.group(2)) if len(piece) >= _MIN_PIECE)
+    found |= {unquote(f) for f in found}
+    return tuple(sorted((f for f in found if f), key=len, reverse=True))
+
+
+def scrub_passwords(text: str, passwords: Iterable[str]) -> str:
+    """``text`` with each of ``passwords`` replaced by ``***`` (libpq quotes the bad part of a URL it refuses)."""
+    for password in passwords:
+        text = text.replace(password, REDACTED)
+    return text
+
+
+def redact_url(url: str) -> str:
+    """``url`` as it may be shown, whatever its shape: the password (everything between the first ``:`` of the user
+    information and its last ``@``) and everything after a ``password=`` option replaced by ``***``. Errs on hiding
+    too much: a URL that cannot be parsed may hide more than its password, never less."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "", url
+    at = rest.rfind("@")
+    colon = rest.find(":")
+    if at > 0 and 0 <= colon < at:
+        rest = f"{rest[:colon]}:{REDACTED}{rest[at:]}"
+    shown = _QUERY_PASSWORD.sub(lambda m: m.group(1) + REDACTED, f"{scheme}{sep}{rest}")
+    return scrub_passwords(shown, url_passwords(url))
 
 
 def parse_database_url(url: object, *, field_name: str = "store") -> DatabaseTarget:
@@ -54,49 +116,49 @@ def parse_database_url(url: object, *, field_name: str = "store") -> DatabaseTar
     if not isinstance(url, str) or not url.strip():
         raise InvalidArgument(f"{field_name} must be a PostgreSQL URL; {accepted}.", details={"field": field_name})
     url = url.strip()
+    shown = redact_url(url)
+    passwords = url_passwords(url)
+    encode = "percent-encode @ / ? # % and spaces in the user name and password (%40 %2F %3F %23 %25 %20)"
     try:
         parts = urlsplit(url)
         port = parts.port  # raises ValueError for a port that is not a number in 0..65535
-    except ValueError as exc:
+    except ValueError:  # its text may quote part of the password, read as the port
         raise InvalidArgument(
-            f"{field_name} {_redact(url)!r} is not a valid URL ({exc}); {accepted}.", details={"field": field_name}
-        ) from exc
+            f"{field_name} {shown!r} is not a valid URL (the port must be a number from 1 to 65535; {encode}); "
+            f"{accepted}.",
+            details={"field": field_name},
+        ) from None
     if parts.scheme not in URL_SCHEMES:
         raise InvalidArgument(
-            f"{field_name} {_redact(url)!r} does not start with postgresql://; {accepted}.",
-            details={"field": field_name},
+            f"{field_name} {shown!r} does not start with postgresql://; {accepted}.", details={"field": field_name}
         )
     try:
         options = psycopg.conninfo.conninfo_to_dict(url)
     except psycopg.ProgrammingError as exc:
+        reason = scrub_passwords(_first_line(exc), passwords)
         raise InvalidArgument(
-            f"{field_name} {_redact(url)!r} is not a valid PostgreSQL URL: {_first_line(exc)}; {accepted}.",
+            f"{field_name} {shown!r} is not a valid PostgreSQL URL: {reason}; {accepted}.",
             details={"field": field_name},
-        ) from exc
+        ) from None
+    if parts.password is not None and options.get("password") != unquote(parts.password):
+        # e.g. an unescaped "@" in the password: libpq reads the rest of it as the host name
+        raise InvalidArgument(
+            f"{field_name} {shown!r} reads differently to PostgreSQL than to the URL standard: {encode}; {accepted}.",
+            details={"field": field_name},
+        )
     host = str(options.get("host") or "")
     if not host:
-        raise InvalidArgument(
-            f"{field_name} {_redact(url)!r} names no host; {accepted}.", details={"field": field_name}
-        )
+        raise InvalidArgument(f"{field_name} {shown!r} names no host; {accepted}.", details={"field": field_name})
     if port == 0:
-        raise InvalidArgument(f"{field_name} {_redact(url)!r} has port 0; {accepted}.", details={"field": field_name})
+        raise InvalidArgument(f"{field_name} {shown!r} has port 0; {accepted}.", details={"field": field_name})
     user = str(options.get("user") or "")
     database = str(options.get("dbname") or user)
     shown_port = f":{port}" if port else ""
-    display = f"postgresql://{user + '@' if user else ''}{host}{shown_port}/{database}"
-    return DatabaseTarget(url=url, display=display, user=user, database=database)
-
-
-def _redact(url: str) -> str:
-    """The URL with any password replaced by ``***``."""
-    try:
-        parts = urlsplit(url)
-        if parts.password:
-            netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-            return parts._replace(netloc=netloc).geturl()
-    except ValueError:
-        return url.split("@")[-1] if "@" in url else url
-    return url
+    display = scrub_passwords(f"postgresql://{user + '@' if user else ''}{host}{shown_port}/{database}", passwords)
+    found = {*passwords, str(options.get("password") or "")} - {""}
+    return DatabaseTarget(
+        url=url, display=display, user=user, database=database, passwords=tuple(sorted(found, key=len, reverse=True))
+    )
 
 
 def _first_line(exc: BaseException) -> str:
@@ -114,9 +176,16 @@ def _libpq_reason(exc: psycopg.Error) -> str:
 
 
 def translate_error(exc: BaseException, target: DatabaseTarget) -> KBError:
-    """A readable :class:`KBError` for a psycopg or pool failure on ``target``."""
+    """A readable :class:`KBError` for a psycopg or pool failure on ``target``, with no form of its password."""
     if isinstance(exc, KBError):
         return exc
+    error = _translate(exc, target)
+    error.message = target.scrub(error.message)
+    error.args = (error.message,)
+    return error
+
+
+def _translate(exc: BaseException, target: DatabaseTarget) -> KBError:
     if isinstance(exc, PoolTimeout):
         return StoreError(
             f"PostgreSQL at {target.display} is not reachable: no connection could be made in time ({exc}).",

@@ -41,6 +41,7 @@ from pathlib import Path
 from types import TracebackType
 
 from kb_core.errors import StoreError
+from kb_core.json_text import json_text
 
 logger = logging.getLogger(__name__)
 
@@ -246,7 +247,7 @@ class LocalPostgres:
             "log_min_messages": "warning",
             **(settings or {}),
         }
-        (root / "settings.json").write_text(json.dumps(options), encoding="utf-8")  # for restart()
+        (root / "settings.json").write_text(json_text(options), encoding="utf-8")  # for restart()
         for attempt in range(1 if port is not None else 5):
             chosen = port if port is not None else free_loopback_port()
             command = [str(install / "bin" / "postgres"), "-D", str(root / "data"), "-p", str(chosen)]

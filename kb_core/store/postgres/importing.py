@@ -20,6 +20,7 @@ from kb_core.store import utc_now
 from kb_core.store.postgres.records import ChunkRecord, DocumentRecord, PreparedDocument, StoreChange
 from kb_core.store.postgres.store import PostgresStore
 from kb_core.store.segments import chunk_row
+from kb_core.text_language import document_language
 
 __all__ = ["PostgresImporter"]
 
@@ -88,6 +89,7 @@ class PostgresImporter(Importer):
             created_at=source.created_at or now,
             updated_at=now,
             original=None if failed else f"files/{document.doc_id}{suffix}",
+            language=None if failed else document_language(document.text),
         )
         if failed:
             return PreparedDocument.build(record, [], None, self.analyzer)

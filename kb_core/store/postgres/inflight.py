@@ -10,7 +10,6 @@ that backend, and its row is ignored at once and removed by the next listing. No
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import time
@@ -22,6 +21,7 @@ from psycopg import sql
 
 from kb_core.errors import KBNotFound
 from kb_core.ingest.pipeline import PUBLISH_INTERVAL, ImportProgress
+from kb_core.json_text import json_text
 from kb_core.store.postgres import schema
 from kb_core.store.postgres.connection import database_errors
 from kb_core.store.postgres.store import PostgresStore
@@ -79,7 +79,7 @@ class ImportAnnouncement:
         try:
             self._conn.execute(
                 sql.SQL("UPDATE {s}.imports SET documents = %s::jsonb WHERE id = %s").format(s=_S),
-                (json.dumps(rows, ensure_ascii=False), self.id),
+                (json_text(rows), self.id),
             )
         except psycopg.Error as exc:
             logger.warning("could not announce the in-flight documents of import %s: %s", self.id, exc)

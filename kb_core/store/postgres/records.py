@@ -55,6 +55,7 @@ class DocumentRecord:
     created_at: str | None
     updated_at: str | None
     original: str | None  # the kept original's name (``files/DOC_ID.EXT``, as in a segment folder)
+    language: str | None = None  # detected from the text (kb_core.text_language); null for failed documents
 
     def to_row(self) -> dict[str, Any]:
         return asdict(self)

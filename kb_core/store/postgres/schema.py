@@ -8,7 +8,8 @@ Shared tables (one row per KB, document, token …)::
                      table_no (names the KB's own tables), live_rows, total_length (BM25's N and Σ dl over live
                      rows), version (commits so far), updated_at
     api_keys         kb_id → api_key                    (an endpoint KB's key; never listed or exported)
-    documents        kb_id + the columns of documents.parquet, name_key; one ready document per name_key
+    documents        kb_id + the columns of documents.parquet, name_key; one ready document per name_key (language
+                     added to databases made before it, null in their rows)
     texts            kb_id, doc_id, text                (texts.parquet)
     originals        kb_id, doc_id, content bytea       (the kept original file)
     graphs           kb_id, version, state json         (the bundle graph: GraphState.to_json() with sorted keys,
@@ -98,6 +99,7 @@ CREATE TABLE IF NOT EXISTS {schema}.documents (
     updated_at text,
     original text,
     name_key text COLLATE "C" NOT NULL,
+    language text,
     PRIMARY KEY (kb_id, doc_id)
 );
 CREATE UNIQUE INDEX IF NOT EXISTS documents_ready_name ON {schema}.documents (kb_id, name_key) WHERE status = 'ready';
@@ -178,6 +180,7 @@ def ensure_schema(conn: psycopg.Connection, display: str) -> str:
         else:
             _check_schema_version(row[0], display)
         _add_signature_columns(conn)
+        _add_language_column(conn)
     return version
 
 
@@ -198,6 +201,21 @@ def _add_signature_columns(conn: psycopg.Connection) -> None:
             ).format(sql.Identifier(SCHEMA, str(name)))
         )
         logger.info("added near-duplicate signature columns to %s.%s", SCHEMA, name)
+
+
+def _add_language_column(conn: psycopg.Connection) -> None:
+    """A documents table made before documents stored their detected language gets the (nullable) column; a check
+    first, so an open of an up-to-date database takes no table lock."""
+    present = conn.execute(
+        "SELECT 1 FROM information_schema.columns WHERE table_schema = %s AND table_name = 'documents' "
+        "AND column_name = 'language'",
+        (SCHEMA,),
+    ).fetchone()
+    if present is None:
+        conn.execute(sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS language text").format(
+            sql.Identifier(SCHEMA, "documents")
+        ))
+        logger.info("added the language column to %s.documents", SCHEMA)
 
 
 def check_schema(conn: psycopg.Connection, display: str) -> str:

