@@ -250,6 +250,9 @@ def test_a_tight_memory_cap_counts_from_the_workers_start_up_size(tmp_path: Path
         write(tmp_path, "small.doc", word97(TEXT)): "Piece tables map characters to bytes.",
         docx: "压缩的正文 deflated body text",
         write(tmp_path, "small.txt", "纯文本 plain text\n".encode()): "纯文本 plain text",
+        # codecs load lazily: a CI worker once answered "unknown encoding: gb18030" under its cap
+        write(tmp_path, "gbk.txt", "国标编码的中文文本，用于测试编码检测。\n".encode("gb18030")): "国标编码的中文文本",
+        write(tmp_path, "latin.txt", "Détecté à Zürich, naïve café.\n".encode("cp1252")): "Détecté à Zürich",
     }
     for path, first in files.items():
         assert parse_file(path, tight).blocks[0].text.startswith(first), path

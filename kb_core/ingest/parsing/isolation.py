@@ -222,7 +222,18 @@ def _preload() -> None:
         # can fail to map (lxml's etree did, in CI) and would read as a malformed file.
         for module in ("txt_parser", "docx_parser", "doc_parser"):
             importlib.import_module(f"kb_core.ingest.parsing.{module}")
-        importlib.import_module("charset_normalizer")
+        # Codecs load lazily too (CJK codecs are shared objects): every one the text detector may try, now.
+        import codecs
+
+        from charset_normalizer.constant import IANA_SUPPORTED
+
+        from kb_core.ingest.parsing.txt_parser import decode_text
+
+        for name in IANA_SUPPORTED:
+            with contextlib.suppress(LookupError):
+                codecs.lookup(name)
+        decode_text("编码".encode("gb18030"))  # the CJK scoring
+        decode_text("détecté à Zürich".encode("cp1252"))  # charset_normalizer's own modules
         for module in ("chunking", "prepared", "payloads", "pipeline", "timing"):
             importlib.import_module(f"kb_core.ingest.{module}")
         for module in ("store.segments", "store.catalog", "embedding.hashing", "embedding.wordpiece"):
