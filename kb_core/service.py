@@ -468,6 +468,7 @@ class KnowledgeBaseService:
         from kb_core.ingest.parsing import parse_and_chunk_files, parse_file
         from kb_core.ingest.parsing.isolation import write_segment_in_worker
         from kb_core.ingest.pipeline import COMMIT_COLUMNS, Importer
+        from kb_core.store.segment_jobs import write_segment_job
 
         embedder = self.embedder(record)
         limits = self._parse_limits or default_parse_limits()
@@ -519,7 +520,7 @@ class KnowledgeBaseService:
                 clock=clock,
                 stages=stages,
             ),
-            segment_writer=lambda job: write_segment_in_worker(job, limits),
+            segment_writer=lambda job: write_segment_in_worker(job, limits, write_segment_job),
         )
 
     @cached_property

@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kb_core.errors import KBNotFound
-from kb_core.ingest.pipeline import FileProgress, ImportProgress, ImportSource
+from kb_core.ingest.pipeline import FileProgress, ImportProgress
 from kb_core.safe_files import UnusablePath, open_input_file
+from kb_core.store.sink import ImportSource
 
 if TYPE_CHECKING:
     from kb_core.ingest.executors import DocumentExecutor

@@ -29,9 +29,8 @@ import uuid
 from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -39,20 +38,27 @@ from kb_core.embedding.base import embed_with_token_ids
 from kb_core.errors import DocumentNotFound, KBError, KBNotFound, ParseError, StoreError
 from kb_core.ingest.executors import DocumentExecutor
 from kb_core.ingest.parsing.isolation import PARSER_PROCESSES, WRITER_PROCESSES
-from kb_core.ingest.payloads import FilePayload, SegmentDocument, SegmentJob, WrittenSegment
+from kb_core.ingest.payloads import FilePayload
 from kb_core.ingest.prepared import PreparedChunks
 from kb_core.ingest.timing import StageClock
 from kb_core.json_text import json_text
 from kb_core.store import Change, KBStore, Manifest, StagedSegment, catalog
 from kb_core.store.atomic import file_sha256, remove_stale_temporaries, write_bytes_atomically
+from kb_core.store.segment_jobs import SegmentDocument, SegmentJob, WrittenSegment
 from kb_core.store.segments import write_document_segment
+from kb_core.store.sink import (
+    PUBLISH_INTERVAL,
+    ImportJob,
+    ImportSource,
+    IncomingDocument,
+    timestamped_name,
+)
 
 logger = logging.getLogger(__name__)
 
 # Chunks per embedding call, across files: the model sorts each call by length, so large calls pad as
 # little as one encode() over everything; progress still comes per model batch.
 EMBED_BATCH = 512
-PUBLISH_INTERVAL = 1.0  # seconds between updates of the in-flight document list
 COMMIT_CHUNKS = 2048
 # The columns of the KB's live documents a commit decides names and replacements by (Importer's live_documents).
 COMMIT_COLUMNS = ("doc_id", "segment_id", "name", "status", "chunk_count")
@@ -148,94 +154,8 @@ def format_duration(seconds: float) -> str:
 ProgressCallback = Callable[[ImportProgress], None]
 
 
-@dataclass
-class ImportSource:
-    path: Path
-    display_name: str  # the name the document gets (before clash renaming)
-    source: str = "path"  # path | upload | bundle
-    reported_path: str = ""  # what the result shows as file_path
-    # update_document re-imports a kept original under the same id, superseding its old copy
-    doc_id: str | None = None
-    created_at: str | None = None
-    replaces: tuple[str, str] | None = None  # (segment id, doc id)
-    # Makes ``path`` (the import's private copy of the named file) just before the file is parsed, so copying
-    # overlaps the rest of the import; raises a KBError that fails the file. None: ``path`` exists already.
-    stage: Callable[[], object] | None = None
-
-    @classmethod
-    def updating(cls, document: dict[str, Any], original: Path, segment_id: str) -> ImportSource:
-        """The re-import of a live ``document`` (a documents row) from its kept ``original``: same id, name,
-        source and creation time, superseding the copy in ``segment_id`` ("" where the store has no segments)."""
-        return cls(
-            path=original,
-            display_name=document["name"],
-            source=document["source"],
-            reported_path=document["file_path"],
-            doc_id=str(document["doc_id"]),
-            created_at=document["created_at"],
-            replaces=(segment_id, str(document["doc_id"])),
-        )
-
-
-@dataclass
-class _PendingDocument:
-    index: int
-    source: ImportSource
-    doc_id: str
-    file_type: str
-    text: str
-    chunks: list[Any]
-    size_bytes: int
-    sha256: str
-    chunk_size: int
-    vectors: list[np.ndarray | None] = field(default_factory=list)
-    replaces: tuple[str, str] | None = None  # (segment id, doc id) this document supersedes
-    error: str | None = None  # set for a file that failed: it is recorded with status "failed"
-    prepared: PreparedChunks | None = None  # the chunks' terms and signatures (and vectors), made when parsed
-    payload: FilePayload | None = None  # a parser process's answer, passed on to a segment writer (then no chunks)
-    token_ids: list[Any] | None = None  # the payload's token ids, unpacked once for the embedder
-
-    @property
-    def chunk_count(self) -> int:
-        return self.payload.chunk_count if self.payload is not None else len(self.chunks)
-
-    @property
-    def embedded(self) -> bool:
-        if self.payload is not None and self.payload.embedded:
-            return True
-        return all(v is not None for v in self.vectors)
-
-    def content(self, i: int) -> str:
-        return self.payload.contents[i] if self.payload is not None else self.chunks[i].content
-
-    def ids(self, i: int) -> Any:
-        """The token ids the chunker made for chunk ``i`` (or None)."""
-        if self.payload is None:
-            return getattr(self.chunks[i], "token_ids", None)
-        if self.payload.token_ids is None:
-            return None
-        if self.token_ids is None:
-            self.token_ids = self.payload.token_ids.unpack()
-        return self.token_ids[i]
-
-    def segment_document(self) -> SegmentDocument:
-        """This document as a segment writer gets it (its payload, and the vectors this process made)."""
-        made = self.payload is not None and not self.payload.embedded and self.vectors
-        return SegmentDocument(
-            doc_id=self.doc_id,
-            source=dataclasses.replace(self.source, stage=None),
-            file_type=self.file_type,
-            size_bytes=self.size_bytes,
-            sha256=self.sha256,
-            chunk_size=self.chunk_size,
-            error=self.error,
-            payload=self.payload,
-            vectors=np.vstack(self.vectors).astype(np.float32, copy=False) if made else None,
-        )
-
-
 # Documents whose segment is written (staged) but not committed yet, with their catalog rows.
-WrittenDocuments = tuple[list[_PendingDocument], StagedSegment, list[dict[str, Any]]]
+WrittenDocuments = tuple[list[IncomingDocument], StagedSegment, list[dict[str, Any]]]
 
 
 def _requests(sources: Sequence[ImportSource]) -> list[list[int]]:
@@ -254,28 +174,6 @@ def _requests(sources: Sequence[ImportSource]) -> list[list[int]]:
         requests[-1].append(index)
         size += known
     return requests
-
-
-def timestamped_name(name: str, taken: set[str], now: datetime | None = None) -> str:
-    """``report.docx`` → ``report_20261121-153000.docx``; a counter follows if that is taken too."""
-    stamp = (now or datetime.now(UTC)).strftime("%Y%m%d-%H%M%S")
-    stem, dot, suffix = name.rpartition(".")
-    if not dot or not stem:
-        stem, suffix = name, ""
-    candidate = f"{stem}_{stamp}{'.' + suffix if suffix else ''}"
-    counter = 2
-    while candidate.casefold() in taken:
-        candidate = f"{stem}_{stamp}-{counter}{'.' + suffix if suffix else ''}"
-        counter += 1
-    return candidate
-
-
-class ImportJob(Protocol):
-    """Where an import shows its in-flight documents to other processes."""
-
-    def publish(self, force: bool = False) -> None: ...
-
-    def close(self) -> None: ...
 
 
 class JobFile:
@@ -432,7 +330,7 @@ class Importer:
 
     def _local_documents(
         self, chunk_size: int, progress: ImportProgress, notify: Callable[[], None]
-    ) -> Generator[list[_PendingDocument], None, None]:
+    ) -> Generator[list[IncomingDocument], None, None]:
         """Documents as they become ready to commit (embedded, or failed), in this process.
 
         Files are parsed and chunked by ``PARSE_WORKERS`` threads (each parse runs in a parser process, so the
@@ -442,11 +340,11 @@ class Importer:
         lock = threading.Lock()
         clock = progress.stages
 
-        def from_payload(index: int, payload: FilePayload) -> _PendingDocument:
+        def from_payload(index: int, payload: FilePayload) -> IncomingDocument:
             source = sources[index]
             if not payload.chunk_count:
                 raise ParseError(f"{source.display_name}: the document has no text to index.", code="EMPTY_DOCUMENT")
-            return _PendingDocument(
+            return IncomingDocument(
                 index=index,
                 source=source,
                 doc_id=source.doc_id or f"doc_{uuid.uuid4().hex[:16]}",
@@ -461,14 +359,14 @@ class Importer:
                 payload=payload,
             )
 
-        def pending(index: int, parsed: Any, chunks: list[Any], prepared: PreparedChunks | None) -> _PendingDocument:
+        def pending(index: int, parsed: Any, chunks: list[Any], prepared: PreparedChunks | None) -> IncomingDocument:
             source = sources[index]
             if not chunks:
                 raise ParseError(f"{source.display_name}: the document has no text to index.", code="EMPTY_DOCUMENT")
             if prepared is not None and len(prepared) != len(chunks):
                 prepared = None
             vectors = None if prepared is None else prepared.vectors  # embedded where it was parsed
-            return _PendingDocument(
+            return IncomingDocument(
                 index=index,
                 source=source,
                 doc_id=source.doc_id or f"doc_{uuid.uuid4().hex[:16]}",
@@ -483,10 +381,10 @@ class Importer:
                 prepared=prepared,
             )
 
-        def prepare(indexes: list[int]) -> list[_PendingDocument | BaseException]:
+        def prepare(indexes: list[int]) -> list[IncomingDocument | BaseException]:
             """The files at ``indexes``, staged, parsed and chunked (in one parser request where possible): each
             a document or the error that failed it."""
-            outcomes: dict[int, _PendingDocument | BaseException] = {}
+            outcomes: dict[int, IncomingDocument | BaseException] = {}
             staged: list[int] = []
             combined = getattr(self, "parse_and_chunk", None)  # subclasses that do not take it have none
             # With a segment writer the parser process makes each file's staging copy itself, just before it parses
@@ -536,11 +434,11 @@ class Importer:
                     outcomes[index] = exc
             return [outcomes[i] for i in indexes]
 
-        embedding: list[_PendingDocument] = []  # parsed, not yet wholly embedded, in order
-        queue: list[tuple[_PendingDocument, int]] = []
+        embedding: list[IncomingDocument] = []  # parsed, not yet wholly embedded, in order
+        queue: list[tuple[IncomingDocument, int]] = []
         call_size = embed_call_size(self.embedder)
 
-        def embed(batch: list[tuple[_PendingDocument, int]]) -> list[_PendingDocument]:
+        def embed(batch: list[tuple[IncomingDocument, int]]) -> list[IncomingDocument]:
             nonlocal embedding
             self._embed(batch, progress, notify)
             done = [d for d in embedding if d.embedded]  # only an embedding call completes documents
@@ -548,7 +446,7 @@ class Importer:
             return done
 
         pool = ThreadPoolExecutor(max_workers=PARSE_WORKERS, thread_name_prefix="kb-parse")
-        futures: list[Future[list[_PendingDocument | BaseException]]] = []
+        futures: list[Future[list[IncomingDocument | BaseException]]] = []
         try:
             requests = _requests(sources)
             futures = [pool.submit(prepare, request) for request in requests]
@@ -600,7 +498,7 @@ class Importer:
 
     def _executed_documents(
         self, executor: DocumentExecutor, chunk_size: int, progress: ImportProgress, notify: Callable[[], None]
-    ) -> Generator[list[_PendingDocument], None, None]:
+    ) -> Generator[list[IncomingDocument], None, None]:
         """Documents as the executor hands them back (parsed, chunked and embedded elsewhere), or failed."""
         seen: set[int] = set()
         handed: list[int] = []  # positions in self.sources of what the executor gets
@@ -633,7 +531,7 @@ class Importer:
             progress.chunks_total += len(result.chunks)
             progress.chunks_embedded += len(result.chunks)
             yield [
-                _PendingDocument(
+                IncomingDocument(
                     index=result.index,
                     source=source,
                     doc_id=source.doc_id or f"doc_{uuid.uuid4().hex[:16]}",
@@ -657,7 +555,7 @@ class Importer:
             details={"kb_name": self.kb_name},
         )
 
-    def _fail(self, progress: ImportProgress, index: int, message: str, chunk_size: int) -> list[_PendingDocument]:
+    def _fail(self, progress: ImportProgress, index: int, message: str, chunk_size: int) -> list[IncomingDocument]:
         """Mark a file failed; a new file that exists is also recorded as a failed document."""
         state = progress.files[index]
         state.status, state.error = "failed", message
@@ -665,7 +563,7 @@ class Importer:
         if source.replaces is not None or not source.path.is_file():
             return []
         return [
-            _PendingDocument(
+            IncomingDocument(
                 index=index,
                 source=source,
                 doc_id=f"doc_{uuid.uuid4().hex[:16]}",
@@ -680,7 +578,7 @@ class Importer:
         ]
 
     def _embed(
-        self, batch: list[tuple[_PendingDocument, int]], progress: ImportProgress, notify: Callable[[], None]
+        self, batch: list[tuple[IncomingDocument, int]], progress: ImportProgress, notify: Callable[[], None]
     ) -> None:
         reported = 0
 
@@ -701,12 +599,12 @@ class Importer:
         progress.chunks_embedded += len(batch) - reported
         notify()
 
-    def _commit(self, documents: list[_PendingDocument], progress: ImportProgress) -> list[dict[str, Any]]:
+    def _commit(self, documents: list[IncomingDocument], progress: ImportProgress) -> list[dict[str, Any]]:
         staged, rows = self._write(documents, progress)
         return self._commit_written([(documents, staged, rows)], progress)
 
     def _write(
-        self, documents: list[_PendingDocument], progress: ImportProgress
+        self, documents: list[IncomingDocument], progress: ImportProgress
     ) -> tuple[StagedSegment, list[dict[str, Any]]]:
         """Write the segment of ``documents`` into a new staged folder; its folder and the documents' rows."""
         staged = self.store.stage_segment()
@@ -770,7 +668,7 @@ class Importer:
         return rows
 
     def write_segment(
-        self, staged: StagedSegment, documents: list[_PendingDocument], clock: StageClock | None = None
+        self, staged: StagedSegment, documents: list[IncomingDocument], clock: StageClock | None = None
     ) -> list[dict[str, Any]]:
         """Write the segment of ``documents``: by the segment writer when they came as payloads, else here."""
         writer = getattr(self, "segment_writer", None)
@@ -779,7 +677,7 @@ class Importer:
                 segment_id=staged.id,
                 path=staged.path,
                 private=self.store.root / "staging",
-                documents=[d.segment_document() for d in documents],
+                documents=[segment_document(d) for d in documents],
                 analyzer=self.analyzer,
                 model_key=str(getattr(self.embedder, "model_key", "")),
                 dimension=_dimension(documents, self.embedder),
@@ -804,7 +702,23 @@ class Importer:
         return write_document_segment(staged, documents, self.embedder, self.analyzer, self.store.root / "staging")
 
 
-def _dimension(documents: Sequence[_PendingDocument], embedder: Any) -> int:
+def segment_document(document: IncomingDocument) -> SegmentDocument:
+    """``document`` as a segment writer gets it (its payload, and the vectors this process made)."""
+    made = document.payload is not None and not document.payload.embedded and document.vectors
+    return SegmentDocument(
+        doc_id=document.doc_id,
+        source=dataclasses.replace(document.source, stage=None),
+        file_type=document.file_type,
+        size_bytes=document.size_bytes,
+        sha256=document.sha256,
+        chunk_size=document.chunk_size,
+        error=document.error,
+        payload=document.payload,
+        vectors=np.vstack(document.vectors).astype(np.float32, copy=False) if made else None,
+    )
+
+
+def _dimension(documents: Sequence[IncomingDocument], embedder: Any) -> int:
     """The vectors' dimension: from a vector made here, else the embedder's (the hashing embedder's is known)."""
     for document in documents:
         if document.vectors and document.vectors[0] is not None:
@@ -812,7 +726,7 @@ def _dimension(documents: Sequence[_PendingDocument], embedder: Any) -> int:
     return int(getattr(embedder, "dimension", 0))
 
 
-def _open_payload(document: _PendingDocument) -> None:
+def _open_payload(document: IncomingDocument) -> None:
     """Turn a payload document into one with its text, chunks and preparation (to write its segment here)."""
     import pickle
 
@@ -851,7 +765,7 @@ class _Committer:
     def __init__(self, importer: Importer, progress: ImportProgress, job: ImportJob) -> None:
         self.importer, self.progress, self.job = importer, progress, job
         self.committed: list[dict[str, Any]] = []
-        self.pending: list[_PendingDocument] = []
+        self.pending: list[IncomingDocument] = []
         self.pending_chunks = 0
         # Segments written by worker processes are written several at once (and committed in order).
         self.parallel = getattr(importer, "segment_writer", None) is not None
@@ -863,7 +777,7 @@ class _Committer:
         self._submitted = 0  # segments handed to the writers
         self._next = 0  # the next segment to commit
 
-    def add(self, documents: list[_PendingDocument]) -> None:
+    def add(self, documents: list[IncomingDocument]) -> None:
         self.pending += documents
         self.pending_chunks += sum(d.chunk_count for d in documents)
         if self.pending_chunks >= COMMIT_CHUNKS:
@@ -892,7 +806,7 @@ class _Committer:
         sequence, self._submitted = self._submitted, self._submitted + 1
         self.writing.append(self.writer.submit(self._write, sequence, documents, before))
 
-    def _write(self, sequence: int, documents: list[_PendingDocument], before: Future[None] | None) -> None:
+    def _write(self, sequence: int, documents: list[IncomingDocument], before: Future[None] | None) -> None:
         # No progress callback from here: a front end's display may only be touched from the thread that runs the
         # import (Streamlit's are); the next report from that thread shows these documents ready.
         if not self.parallel:

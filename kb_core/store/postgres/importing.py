@@ -15,11 +15,12 @@ from typing import Any
 
 import numpy as np
 
-from kb_core.ingest.pipeline import Importer, ImportJob, ImportProgress, _PendingDocument
+from kb_core.ingest.pipeline import Importer, ImportProgress
 from kb_core.store import utc_now
 from kb_core.store.postgres.records import ChunkRecord, DocumentRecord, PreparedDocument, StoreChange
 from kb_core.store.postgres.store import PostgresStore
 from kb_core.store.segments import chunk_row
+from kb_core.store.sink import ImportJob, IncomingDocument
 from kb_core.text_language import document_language
 
 __all__ = ["PostgresImporter"]
@@ -53,7 +54,7 @@ class PostgresImporter(Importer):
 
         return ImportAnnouncement(self.database, self.kb_id, progress)  # seen by every host's list_documents
 
-    def _commit(self, documents: list[_PendingDocument], progress: ImportProgress) -> list[dict[str, Any]]:
+    def _commit(self, documents: list[IncomingDocument], progress: ImportProgress) -> list[dict[str, Any]]:
         prepared = [self._prepare(document) for document in documents]
         result = self.database.commit(self.kb_id, StoreChange(add=tuple(prepared)))
         committed = {record.doc_id: record for record in result.added}
@@ -67,7 +68,7 @@ class PostgresImporter(Importer):
             rows.append(record.to_row())
         return rows
 
-    def _prepare(self, document: _PendingDocument) -> PreparedDocument:
+    def _prepare(self, document: IncomingDocument) -> PreparedDocument:
         """The catalog row, chunks and vectors the folder store's ``write_segment`` would write for it."""
         now = utc_now()
         source = document.source

@@ -20,12 +20,13 @@ import psycopg.errors
 from psycopg import sql
 
 from kb_core.errors import KBNotFound
-from kb_core.ingest.pipeline import PUBLISH_INTERVAL, ImportProgress
+from kb_core.ingest.pipeline import ImportProgress
 from kb_core.json_text import json_text
 from kb_core.store.postgres import schema
 from kb_core.store.postgres.connection import database_errors
 from kb_core.store.postgres.store import PostgresStore
 from kb_core.store.registry import new_id, utc_now
+from kb_core.store.sink import PUBLISH_INTERVAL
 
 logger = logging.getLogger(__name__)
 

@@ -10,8 +10,9 @@ from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
 from kb_core.errors import DocumentNotFound, KBNotFound
-from kb_core.ingest.pipeline import ImportProgress, ImportSource
+from kb_core.ingest.pipeline import ImportProgress
 from kb_core.store.postgres.records import DocumentRecord
+from kb_core.store.sink import ImportSource
 
 if TYPE_CHECKING:
     from kb_core.ingest.pipeline import FileProgress
