@@ -467,13 +467,14 @@ class KnowledgeBaseService:
         from kb_core.ingest.chunking import chunk_document
         from kb_core.ingest.parsing import parse_and_chunk_files, parse_file
         from kb_core.ingest.parsing.isolation import write_segment_in_worker
-        from kb_core.ingest.pipeline import COMMIT_COLUMNS, Importer
+        from kb_core.ingest.pipeline import Importer
+        from kb_core.store.folder_sink import COMMIT_COLUMNS, FolderSink
         from kb_core.store.segment_jobs import write_segment_job
 
         embedder = self.embedder(record)
         limits = self._parse_limits or default_parse_limits()
         if self.postgres is not None:
-            from kb_core.store.postgres.importing import PostgresImporter
+            from kb_core.store.postgres.importing import PostgresSink
 
             if executor is not None:
                 raise NotOnPostgres(
@@ -481,11 +482,9 @@ class KnowledgeBaseService:
                     f"store ({self.postgres.display}) run in this process (executor 'local')."
                 )
 
-            return PostgresImporter(
-                self.postgres,
-                record.id,
+            return Importer(
+                PostgresSink(self.postgres, record.id, self.analyzer),
                 embedder,
-                analyzer=self.analyzer,
                 parse=lambda path: parse_file(path, limits),
                 chunker=lambda parsed, size: chunk_document(parsed, embedder.tokenizer, size),
                 kb_name=record.name,
@@ -500,11 +499,16 @@ class KnowledgeBaseService:
             # a commit in a large KB (#29).
             return snapshot.documents()[list(COMMIT_COLUMNS)].to_dict("records")
 
-        return Importer(
+        sink = FolderSink(
             self.kb_store(record.id),
-            embedder,
             live_documents,
+            embedder=embedder,
             analyzer=self.analyzer,
+            segment_writer=lambda job: write_segment_in_worker(job, limits, write_segment_job),
+        )
+        return Importer(
+            sink,
+            embedder,
             parse=lambda path: parse_file(path, limits),
             chunker=lambda parsed, size: chunk_document(parsed, embedder.tokenizer, size),
             kb_name=record.name,
@@ -520,7 +524,6 @@ class KnowledgeBaseService:
                 clock=clock,
                 stages=stages,
             ),
-            segment_writer=lambda job: write_segment_in_worker(job, limits, write_segment_job),
         )
 
     @cached_property
