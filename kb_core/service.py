@@ -25,7 +25,6 @@ from kb_core.errors import (
     KBError,
     KBExists,
     KBNotFound,
-    StoreError,
 )
 from kb_core.store import Home, KBStore, KnowledgeBaseRecord, new_id, utc_now
 from kb_core.store.atomic import read_json, write_json_atomically
@@ -468,7 +467,7 @@ class KnowledgeBaseService:
         from kb_core.ingest.parsing import parse_and_chunk_files, parse_file
         from kb_core.ingest.parsing.isolation import write_segment_in_worker
         from kb_core.ingest.pipeline import Importer
-        from kb_core.store.folder_sink import COMMIT_COLUMNS, FolderSink
+        from kb_core.store.folder_sink import FolderSink
         from kb_core.store.segment_jobs import write_segment_job
 
         embedder = self.embedder(record)
@@ -483,25 +482,16 @@ class KnowledgeBaseService:
                 )
 
             return Importer(
-                PostgresSink(self.postgres, record.id, self.analyzer),
+                PostgresSink(self.postgres, record.id, self.analyzer, lambda: self.import_staging(record)),
                 embedder,
                 parse=lambda path: parse_file(path, limits),
                 chunker=lambda parsed, size: chunk_document(parsed, embedder.tokenizer, size),
                 kb_name=record.name,
             )
         reader = self.reader(record.id)
-
-        def live_documents(manifest: Any) -> list[dict[str, Any]]:
-            snapshot = reader.snapshot()
-            if snapshot.version != manifest.version:
-                raise StoreError("The knowledge base changed while committing; try again.")
-            # Only what a commit decides names and replacements by: rows of every column cost more than the rest of
-            # a commit in a large KB (#29).
-            return snapshot.documents()[list(COMMIT_COLUMNS)].to_dict("records")
-
         sink = FolderSink(
             self.kb_store(record.id),
-            live_documents,
+            reader,
             embedder=embedder,
             analyzer=self.analyzer,
             segment_writer=lambda job: write_segment_in_worker(job, limits, write_segment_job),

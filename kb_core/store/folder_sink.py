@@ -17,7 +17,8 @@ import pickle
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -27,10 +28,12 @@ from kb_core.ingest.timing import StageClock
 from kb_core.json_text import json_text
 from kb_core.store import Change, KBStore, Manifest, StagedSegment, catalog
 from kb_core.store.atomic import owner_pid, pid_is_alive, read_json, remove_stale_temporaries, write_bytes_atomically
+from kb_core.store.reader import KBReader
 from kb_core.store.segment_jobs import SegmentDocument, SegmentJob, WrittenSegment
 from kb_core.store.segments import write_document_segment
 from kb_core.store.sink import (
     PUBLISH_INTERVAL,
+    ImportSource,
     ImportState,
     IncomingDocument,
     WrittenBatch,
@@ -95,22 +98,22 @@ def in_flight_documents(store: KBStore) -> list[dict[str, Any]]:
 
 
 class FolderSink:
-    """Commits an import's documents into one KB of the folder store. ``live_documents`` gives the KB's live
-    documents (:data:`COMMIT_COLUMNS`) as of a manifest, under the lock; ``segment_writer`` writes a segment of
-    payload documents in a worker process (with it, several segments are written at once)."""
+    """Commits an import's documents into one KB of the folder store, whose ``reader`` gives the live documents a
+    commit decides names by; ``segment_writer`` writes a segment of payload documents in a worker process (with
+    it, several segments are written at once)."""
 
     def __init__(
         self,
         store: KBStore,
-        live_documents: Callable[[Manifest], list[dict[str, Any]]],
+        reader: KBReader,
         *,
         embedder: Any,
         analyzer: Any,
         segment_writer: SegmentWriter | None = None,
     ) -> None:
         self.store = store
+        self.reader = reader
         self.kb_id = store.kb_id
-        self.live_documents = live_documents
         self.embedder = embedder
         self.analyzer = analyzer
         self.segment_writer = segment_writer
@@ -118,6 +121,26 @@ class FolderSink:
 
     def open_job(self, progress: ImportState) -> JobFile:
         return JobFile(self.store, progress)
+
+    def live_documents(self, manifest: Manifest) -> list[dict[str, Any]]:
+        """The KB's live documents as of ``manifest`` (the newest, under the lock)."""
+        snapshot = self.reader.snapshot()
+        if snapshot.version != manifest.version:
+            raise StoreError("The knowledge base changed while committing; try again.")
+        # Only what a commit decides names and replacements by: rows of every column cost more than the rest of a
+        # commit in a large KB (#29).
+        records: list[dict[str, Any]] = snapshot.documents()[list(COMMIT_COLUMNS)].to_dict("records")
+        return records
+
+    @contextmanager
+    def reimport_source(self, document: dict[str, Any]) -> Iterator[ImportSource | None]:
+        """The kept original in the document's segment; None when that segment is gone (changed meanwhile)."""
+        segment = self.reader.snapshot().segment_by_id(document["segment_id"])
+        if segment is None:
+            yield None
+            return
+        original = segment.original_path(document["original"])
+        yield ImportSource.updating(document, original, document["segment_id"])
 
     def write(self, documents: list[IncomingDocument], clock: StageClock) -> WrittenBatch:
         """Write the segment of ``documents`` into a new staged folder."""

@@ -10,6 +10,7 @@ live documents of that moment, by the same rule in both (:func:`timestamped_name
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -148,7 +149,9 @@ class DocumentSink(Protocol):
     ``write`` does what may run before the commit and in parallel (the folder store writes a staged segment);
     ``commit`` makes written batches visible at once, in order, deciding names and replacements against the live
     documents of that moment (under the KB's lock, or in the transaction), and returns the documents' catalog rows
-    in order; on failure nothing of them is left. ``discard`` removes a batch written but never committed."""
+    in order; on failure nothing of them is left. ``discard`` removes a batch written but never committed.
+    ``reimport_source`` gives the source that re-imports a live document from its kept original (a file while the
+    block runs), superseding it; None when the document changed meanwhile."""
 
     kb_id: str
     # Batches are written by worker processes, several at once, and committed in order; parser processes then make
@@ -162,6 +165,8 @@ class DocumentSink(Protocol):
     def commit(self, batches: Sequence[WrittenBatch], clock: StageClock) -> list[dict[str, Any]]: ...
 
     def discard(self, batch: WrittenBatch) -> None: ...
+
+    def reimport_source(self, document: dict[str, Any]) -> AbstractContextManager[ImportSource | None]: ...
 
 
 def timestamped_name(name: str, taken: set[str], now: datetime | None = None) -> str:

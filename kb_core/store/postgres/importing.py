@@ -10,18 +10,22 @@ resolved against the live documents exactly as the folder store's sink does.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import shutil
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path, PurePath
 from typing import Any
 
 import numpy as np
 
+from kb_core.errors import DocumentNotFound
 from kb_core.ingest.timing import StageClock
 from kb_core.store import utc_now
 from kb_core.store.postgres.inflight import ImportAnnouncement
 from kb_core.store.postgres.records import ChunkRecord, DocumentRecord, PreparedDocument, StoreChange
 from kb_core.store.postgres.store import PostgresStore
 from kb_core.store.segments import chunk_row
-from kb_core.store.sink import ImportState, IncomingDocument, WrittenBatch
+from kb_core.store.sink import ImportSource, ImportState, IncomingDocument, WrittenBatch
 from kb_core.text_language import document_language
 
 __all__ = ["PostgresSink"]
@@ -32,10 +36,12 @@ class PostgresSink:
 
     writes_in_workers = False  # prepared here, committed in one transaction per batch
 
-    def __init__(self, store: PostgresStore, kb_id: str, analyzer: Any) -> None:
+    def __init__(self, store: PostgresStore, kb_id: str, analyzer: Any, staging: Callable[[], Path]) -> None:
+        """``staging``: a new private folder (not made yet) for the copy a re-import reads."""
         self.database = store
         self.kb_id = kb_id
         self.analyzer = analyzer
+        self.staging = staging
 
     def open_job(self, progress: ImportState) -> ImportAnnouncement:
         return ImportAnnouncement(self.database, self.kb_id, progress)  # seen by every host's list_documents
@@ -51,6 +57,23 @@ class PostgresSink:
         result = self.database.commit(self.kb_id, StoreChange(add=tuple(prepared)))
         committed = {record.doc_id: record for record in result.added}
         return [committed[document.doc_id].to_row() for batch in batches for document in batch.documents]
+
+    @contextmanager
+    def reimport_source(self, document: dict[str, Any]) -> Iterator[ImportSource | None]:
+        """The kept original (in the ``originals`` table), as a file under its kept name ``DOC_ID.EXT`` in a private
+        staging folder while the block runs; no segment on PostgreSQL: the id names what it supersedes."""
+        with self.database.snapshot(self.kb_id) as snapshot:
+            content = snapshot.original(str(document["doc_id"]))
+        if content is None or not document.get("original"):
+            raise DocumentNotFound(f"Document {document['name']!r} was changed meanwhile; try again.")
+        staging = self.staging()
+        try:
+            staging.mkdir()
+            path = staging / PurePath(str(document["original"])).name
+            path.write_bytes(content)
+            yield ImportSource.updating(document, path, "")
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
 
     def _prepare(self, document: IncomingDocument) -> PreparedDocument:
         """The catalog row, chunks and vectors the folder store's ``write_segment`` would write for it."""
