@@ -524,7 +524,7 @@ class Importer:
         progress.chunks_embedded += len(batch) - reported
         notify()
 
-    def _commit(self, batches: list[WrittenBatch], progress: ImportProgress) -> list[dict[str, Any]]:
+    def commit_written(self, batches: list[WrittenBatch], progress: ImportProgress) -> list[dict[str, Any]]:
         """Commit written batches, in order, in one commit of the sink; their documents' rows."""
         rows = self.sink.commit(batches, progress.stages)
         documents = [d for batch in batches for d in batch.documents]
@@ -608,7 +608,7 @@ class _Committer:
         # import (Streamlit's are); the next report from that thread shows these documents ready.
         sink = self.importer.sink
         if not self.parallel:
-            self.committed += self.importer._commit([sink.write(documents, self.progress.stages)], self.progress)
+            self.committed += self.importer.commit_written([sink.write(documents, self.progress.stages)], self.progress)
         else:
             written = sink.write(documents, self.progress.stages)
             with self._lock:
@@ -624,6 +624,6 @@ class _Committer:
                     self._next += 1
             if not group:
                 return
-            self.committed += self.importer._commit(group, self.progress)
+            self.committed += self.importer.commit_written(group, self.progress)
         with self.progress.stages.stage("publish"):
             self.job.publish()
