@@ -57,6 +57,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "kb_core.config",
             "kb_core.validation",
             "kb_core.safe_files",
+            "kb_core.safe_zip",  # reading ZIP members within limits: safe reading of untrusted input, as safe_files
+            "kb_core.json_text",  # strict JSON out and budgeted JSON in; store.atomic (base) writes with it
             "kb_core.store.atomic",
             "kb_core.store.locking",
             "kb_core.store.files",
@@ -73,7 +75,13 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "kb_core.ingest.parsing",
             "kb_core.ingest.chunking",
             "kb_core.ingest.prepared",
+            # A parser process's answer (FilePayload) and the stage clock parser and writer processes time
+            # themselves with: made below the store, which the parser processes never import.
+            "kb_core.ingest.payloads",
+            "kb_core.ingest.timing",
+            "kb_core.text_language",  # a document's language from its letters: text analysis, no KB
             "kb_core.retrieval.analysis",
+            "kb_core.retrieval.stopwords",  # the analyzer's query stop lists: data of the analysis above
             "kb_core.retrieval.keyword_index",
             "kb_core.retrieval.vector_index",
             "kb_core.retrieval.near_duplicates",

@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from kb_core.embedding.base import Embedder
     from kb_core.envelope import Envelope
-    from kb_core.ingest.pipeline import ImportProgress
+    from kb_core.ingest.executors import DocumentExecutor
+    from kb_core.ingest.parsing import ParseLimits
+    from kb_core.ingest.pipeline import Importer, ImportProgress
     from kb_core.results import SearchRequest, SearchResult
     from kb_core.retrieval.analysis import Analyzer
     from kb_core.store import Home, KBStore, KnowledgeBaseRecord
@@ -48,6 +50,20 @@ class Resources(Protocol):
         scope: frozenset[str] | None = None,
         allowed_dirs: Sequence[Path] | None = None,
     ) -> SessionAPI: ...
+
+
+class ImportResources(Protocol):
+    """What importing files takes from the service (:mod:`kb_core.ingest.files`): the parse limits, a private
+    staging folder, an importer committing into the KB's store, and the compaction after an import."""
+
+    @property
+    def parse_limits(self) -> ParseLimits: ...
+
+    def import_staging(self, record: KnowledgeBaseRecord) -> Path: ...
+
+    def importer(self, record: KnowledgeBaseRecord, executor: DocumentExecutor | None = None) -> Importer: ...
+
+    def compact_quietly(self, record: KnowledgeBaseRecord) -> None: ...
 
 
 class Scope(Protocol):

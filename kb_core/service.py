@@ -25,7 +25,6 @@ from kb_core.errors import (
     KBError,
     KBExists,
     KBNotFound,
-    StoreError,
 )
 from kb_core.store import Home, KBStore, KnowledgeBaseRecord, new_id, utc_now
 from kb_core.store.atomic import read_json, write_json_atomically
@@ -467,12 +466,14 @@ class KnowledgeBaseService:
         from kb_core.ingest.chunking import chunk_document
         from kb_core.ingest.parsing import parse_and_chunk_files, parse_file
         from kb_core.ingest.parsing.isolation import write_segment_in_worker
-        from kb_core.ingest.pipeline import COMMIT_COLUMNS, Importer
+        from kb_core.ingest.pipeline import Importer
+        from kb_core.store.folder_sink import FolderSink
+        from kb_core.store.segment_jobs import write_segment_job
 
         embedder = self.embedder(record)
         limits = self._parse_limits or default_parse_limits()
         if self.postgres is not None:
-            from kb_core.store.postgres.importing import PostgresImporter
+            from kb_core.store.postgres.importing import PostgresSink
 
             if executor is not None:
                 raise NotOnPostgres(
@@ -480,30 +481,24 @@ class KnowledgeBaseService:
                     f"store ({self.postgres.display}) run in this process (executor 'local')."
                 )
 
-            return PostgresImporter(
-                self.postgres,
-                record.id,
+            return Importer(
+                PostgresSink(self.postgres, record.id, self.analyzer, lambda: self.import_staging(record)),
                 embedder,
-                analyzer=self.analyzer,
                 parse=lambda path: parse_file(path, limits),
                 chunker=lambda parsed, size: chunk_document(parsed, embedder.tokenizer, size),
                 kb_name=record.name,
             )
         reader = self.reader(record.id)
-
-        def live_documents(manifest: Any) -> list[dict[str, Any]]:
-            snapshot = reader.snapshot()
-            if snapshot.version != manifest.version:
-                raise StoreError("The knowledge base changed while committing; try again.")
-            # Only what a commit decides names and replacements by: rows of every column cost more than the rest of
-            # a commit in a large KB (#29).
-            return snapshot.documents()[list(COMMIT_COLUMNS)].to_dict("records")
-
-        return Importer(
+        sink = FolderSink(
             self.kb_store(record.id),
-            embedder,
-            live_documents,
+            reader,
+            embedder=embedder,
             analyzer=self.analyzer,
+            segment_writer=lambda job: write_segment_in_worker(job, limits, write_segment_job),
+        )
+        return Importer(
+            sink,
+            embedder,
             parse=lambda path: parse_file(path, limits),
             chunker=lambda parsed, size: chunk_document(parsed, embedder.tokenizer, size),
             kb_name=record.name,
@@ -519,7 +514,6 @@ class KnowledgeBaseService:
                 clock=clock,
                 stages=stages,
             ),
-            segment_writer=lambda job: write_segment_in_worker(job, limits),
         )
 
     @cached_property

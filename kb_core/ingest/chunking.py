@@ -46,7 +46,7 @@ from kb_core.embedding.base import IdTokenizer, TokenIds, Tokenizer, count_batch
 from kb_core.errors import InvalidArgument
 
 if TYPE_CHECKING:
-    from kb_core.ingest.parsing import ParsedDocument
+    from kb_core.ingest.parsing.base import ParsedDocument
 
 log = logging.getLogger(__name__)
 

@@ -20,12 +20,13 @@ from typing import TYPE_CHECKING, Any
 
 from kb_core.errors import KBNotFound
 from kb_core.ingest import pipeline
-from kb_core.ingest.pipeline import FileProgress, ImportProgress, ImportSource
+from kb_core.ingest.pipeline import FileProgress, ImportProgress
 from kb_core.safe_files import UnusablePath, open_input_file
+from kb_core.store.sink import ImportSource
 
 if TYPE_CHECKING:
     from kb_core.ingest.executors import DocumentExecutor
-    from kb_core.service import KnowledgeBaseService
+    from kb_core.seams import ImportResources
     from kb_core.store import KnowledgeBaseRecord
 
 
@@ -45,7 +46,7 @@ class FileOutcome:
 
 
 def import_files(
-    service: KnowledgeBaseService,
+    service: ImportResources,
     record: KnowledgeBaseRecord,
     file_paths: Sequence[str],
     chunk_size: int,
@@ -143,24 +144,19 @@ def _copy_checked(path: Path, folder: Path, allowed_dirs: Sequence[Path] | None,
 
 
 def reimport_document(
-    service: KnowledgeBaseService,
+    service: ImportResources,
     record: KnowledgeBaseRecord,
     document: dict[str, Any],
     chunk_size: int,
     progress: Callable[[ImportProgress], None] | None = None,
 ) -> FileProgress | None:
-    """Re-chunk the live ``document`` (a documents row) from its stored original, replacing it in one commit.
-    None when its segment is gone (the document was changed meanwhile)."""
-    if service.postgres is not None:
-        from kb_core.store.postgres.items import reimport_document as reimport_on_postgres
-
-        return reimport_on_postgres(service, record, document, chunk_size, progress)
-    segment = service.reader(record.id).snapshot().segment_by_id(document["segment_id"])
-    if segment is None:
-        return None
-    original = segment.original_path(document["original"])
-    source = ImportSource.updating(document, original, document["segment_id"])
-    states, _ = service.importer(record).run([source], chunk_size, progress)
+    """Re-chunk the live ``document`` (a documents row) from its kept original, under the same id, replacing it in
+    one commit. None when its original is gone (the document was changed meanwhile)."""
+    importer = service.importer(record)
+    with importer.sink.reimport_source(document) as source:
+        if source is None:
+            return None
+        states, _ = importer.run([source], chunk_size, progress)
     return states[0]
 
 

@@ -4,14 +4,17 @@
   :mod:`kb_core.ingest.parsing`), fed by ``PARSE_WORKERS`` threads, so it overlaps everything below and uses
   other cores.
 * This thread embeds chunks from several files per call (``EMBED_BATCH``) while the next files are parsed.
-* A writer thread (:class:`_Committer`) builds each segment's keyword and vector indexes, writes its files and
-  commits it while the next chunks embed; segments hold roughly ``COMMIT_CHUNKS`` chunks, so a long import shows
-  its documents as it goes and a killed import loses only the uncommitted tail: a document is either fully
-  indexed (ready) or absent. An executor (e.g. Ray) replaces the first two stages; the commits are the same.
-* With a ``segment_writer`` (#29) the parser processes answer with :class:`~kb_core.ingest.payloads.FilePayload`
-  s, which this process passes on unopened, and segments are written by worker processes, several at once
-  (``WRITER_PROCESSES``), then committed here in order: this process keeps only what cannot be parallel (the
-  embedding model's feeding, the commits), so an import scales with cores.
+* A writer thread (:class:`_Committer`) hands documents to the store's sink (:class:`~kb_core.store.sink.
+  DocumentSink`: the folder store builds each segment's keyword and vector indexes, writes its files and commits
+  it; PostgreSQL writes rows in one transaction) while the next chunks embed; batches hold roughly
+  ``COMMIT_CHUNKS`` chunks, so a long import shows its documents as it goes and a killed import loses only the
+  uncommitted tail: a document is either fully indexed (ready) or absent. An executor (e.g. Ray) replaces the
+  first two stages; the commits are the same.
+* With a sink that ``writes_in_workers`` (the folder store's, #29) the parser processes answer with
+  :class:`~kb_core.ingest.payloads.FilePayload` s, which this process passes on unopened, and segments are
+  written by worker processes, several at once (``WRITER_PROCESSES``), then committed here in order: this process
+  keeps only what cannot be parallel (the embedding model's feeding, the commits), so an import scales with
+  cores.
 
 Each stage's wall and CPU time is recorded in ``ImportProgress.stages`` (:mod:`kb_core.ingest.timing`), the
 workers' too.
@@ -19,51 +22,44 @@ workers' too.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-import math
-import os
 import threading
 import time
 import uuid
 from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
-
-import numpy as np
+from typing import Any
 
 from kb_core.embedding.base import embed_with_token_ids
-from kb_core.errors import DocumentNotFound, KBError, KBNotFound, ParseError, StoreError
+from kb_core.errors import KBError, KBNotFound, ParseError
 from kb_core.ingest.executors import DocumentExecutor
 from kb_core.ingest.parsing.isolation import PARSER_PROCESSES, WRITER_PROCESSES
-from kb_core.ingest.payloads import FilePayload, SegmentDocument, SegmentJob, WrittenSegment
+from kb_core.ingest.payloads import FilePayload
 from kb_core.ingest.prepared import PreparedChunks
 from kb_core.ingest.timing import StageClock
-from kb_core.json_text import json_text
-from kb_core.store import Change, KBStore, Manifest, StagedSegment, catalog
-from kb_core.store.atomic import file_sha256, remove_stale_temporaries, write_bytes_atomically
+from kb_core.store.atomic import file_sha256
 from kb_core.store.compaction import AUTO_COMPACT_SEGMENTS
-from kb_core.store.segments import write_document_segment
+
+# in_flight_documents and timestamped_name stay importable from here for session, bundles and transfer until they
+# import them from the store.
+from kb_core.store.folder_sink import in_flight_documents as in_flight_documents
+from kb_core.store.sink import DocumentSink, ImportJob, ImportSource, IncomingDocument, WrittenBatch
+from kb_core.store.sink import timestamped_name as timestamped_name
 
 logger = logging.getLogger(__name__)
 
 # Chunks per embedding call, across files: the model sorts each call by length, so large calls pad as
 # little as one encode() over everything; progress still comes per model batch.
 EMBED_BATCH = 512
-PUBLISH_INTERVAL = 1.0  # seconds between updates of the in-flight document list
 COMMIT_CHUNKS = 2048
-# The columns of the KB's live documents a commit decides names and replacements by (Importer's live_documents).
-COMMIT_COLUMNS = ("doc_id", "segment_id", "name", "status", "chunk_count")
 PARSE_WORKERS = PARSER_PROCESSES  # threads feeding the parser processes, one each
 FILES_PER_REQUEST = 16  # files sent to a parser process at once (each keeps its own time limit)
 REQUEST_BYTES = 4 << 20
 
 
 ParsedFile = tuple[Any, list[Any], PreparedChunks | None]  # a parsed document, its chunks, their preparation
-SegmentWriter = Callable[[SegmentJob], WrittenSegment]
 
 
 @dataclass
@@ -149,94 +145,6 @@ def format_duration(seconds: float) -> str:
 ProgressCallback = Callable[[ImportProgress], None]
 
 
-@dataclass
-class ImportSource:
-    path: Path
-    display_name: str  # the name the document gets (before clash renaming)
-    source: str = "path"  # path | upload | bundle
-    reported_path: str = ""  # what the result shows as file_path
-    # update_document re-imports a kept original under the same id, superseding its old copy
-    doc_id: str | None = None
-    created_at: str | None = None
-    replaces: tuple[str, str] | None = None  # (segment id, doc id)
-    # Makes ``path`` (the import's private copy of the named file) just before the file is parsed, so copying
-    # overlaps the rest of the import; raises a KBError that fails the file. None: ``path`` exists already.
-    stage: Callable[[], object] | None = None
-
-    @classmethod
-    def updating(cls, document: dict[str, Any], original: Path, segment_id: str) -> ImportSource:
-        """The re-import of a live ``document`` (a documents row) from its kept ``original``: same id, name,
-        source and creation time, superseding the copy in ``segment_id`` ("" where the store has no segments)."""
-        return cls(
-            path=original,
-            display_name=document["name"],
-            source=document["source"],
-            reported_path=document["file_path"],
-            doc_id=str(document["doc_id"]),
-            created_at=document["created_at"],
-            replaces=(segment_id, str(document["doc_id"])),
-        )
-
-
-@dataclass
-class _PendingDocument:
-    index: int
-    source: ImportSource
-    doc_id: str
-    file_type: str
-    text: str
-    chunks: list[Any]
-    size_bytes: int
-    sha256: str
-    chunk_size: int
-    vectors: list[np.ndarray | None] = field(default_factory=list)
-    replaces: tuple[str, str] | None = None  # (segment id, doc id) this document supersedes
-    error: str | None = None  # set for a file that failed: it is recorded with status "failed"
-    prepared: PreparedChunks | None = None  # the chunks' terms and signatures (and vectors), made when parsed
-    payload: FilePayload | None = None  # a parser process's answer, passed on to a segment writer (then no chunks)
-    token_ids: list[Any] | None = None  # the payload's token ids, unpacked once for the embedder
-
-    @property
-    def chunk_count(self) -> int:
-        return self.payload.chunk_count if self.payload is not None else len(self.chunks)
-
-    @property
-    def embedded(self) -> bool:
-        if self.payload is not None and self.payload.embedded:
-            return True
-        return all(v is not None for v in self.vectors)
-
-    def content(self, i: int) -> str:
-        return self.payload.contents[i] if self.payload is not None else self.chunks[i].content
-
-    def ids(self, i: int) -> Any:
-        """The token ids the chunker made for chunk ``i`` (or None)."""
-        if self.payload is None:
-            return getattr(self.chunks[i], "token_ids", None)
-        if self.payload.token_ids is None:
-            return None
-        if self.token_ids is None:
-            self.token_ids = self.payload.token_ids.unpack()
-        return self.token_ids[i]
-
-    def segment_document(self) -> SegmentDocument:
-        """This document as a segment writer gets it (its payload, and the vectors this process made)."""
-        made = self.payload is not None and not self.payload.embedded and self.vectors
-        return SegmentDocument(
-            doc_id=self.doc_id,
-            source=dataclasses.replace(self.source, stage=None),
-            file_type=self.file_type,
-            size_bytes=self.size_bytes,
-            sha256=self.sha256,
-            chunk_size=self.chunk_size,
-            error=self.error,
-            payload=self.payload,
-            vectors=np.vstack(self.vectors).astype(np.float32, copy=False) if made else None,
-        )
-
-
-# Documents whose segment is written (staged) but not committed yet, with their catalog rows.
-WrittenDocuments = tuple[list[_PendingDocument], StagedSegment, list[dict[str, Any]]]
 
 
 def _requests(sources: Sequence[ImportSource]) -> list[list[int]]:
@@ -257,114 +165,32 @@ def _requests(sources: Sequence[ImportSource]) -> list[list[int]]:
     return requests
 
 
-def timestamped_name(name: str, taken: set[str], now: datetime | None = None) -> str:
-    """``report.docx`` → ``report_20261121-153000.docx``; a counter follows if that is taken too."""
-    stamp = (now or datetime.now(UTC)).strftime("%Y%m%d-%H%M%S")
-    stem, dot, suffix = name.rpartition(".")
-    if not dot or not stem:
-        stem, suffix = name, ""
-    candidate = f"{stem}_{stamp}{'.' + suffix if suffix else ''}"
-    counter = 2
-    while candidate.casefold() in taken:
-        candidate = f"{stem}_{stamp}-{counter}{'.' + suffix if suffix else ''}"
-        counter += 1
-    return candidate
-
-
-class ImportJob(Protocol):
-    """Where an import shows its in-flight documents to other processes."""
-
-    def publish(self, force: bool = False) -> None: ...
-
-    def close(self) -> None: ...
-
-
-class JobFile:
-    """Publishes in-flight documents (pending/parsing/embedding) so other processes can list them."""
-
-    def __init__(self, store: KBStore, progress: ImportProgress) -> None:
-        self.store = store
-        self.folder = store.root / "jobs"
-        with store.deleted_guard():  # the KB may be deleted at any moment: KB_NOT_FOUND, not a file error
-            self.folder.mkdir(exist_ok=True)
-            remove_stale_temporaries(self.folder)
-        self.path = self.folder / f"{os.getpid()}-{uuid.uuid4().hex[:8]}.json"
-        self.progress = progress
-        self._published_at = -math.inf
-        self._lock = threading.Lock()  # the committer's thread publishes too
-
-    def publish(self, force: bool = False) -> None:
-        """Write the in-flight list, at most once per ``PUBLISH_INTERVAL`` unless forced (it is O(files))."""
-        with self._lock:
-            now = time.monotonic()
-            if not force and now - self._published_at < PUBLISH_INTERVAL:
-                return
-            self._published_at = now
-            rows = [
-                {"file_path": f.file_path, "name": f.doc_name, "status": f.status}
-                for f in self.progress.files
-                if f.status in ("pending", "parsing", "embedding")
-            ]
-            data = json_text({"pid": os.getpid(), "documents": rows}).encode("utf-8")
-            with self.store.deleted_guard():
-                write_bytes_atomically(self.path, data, mode=0o644)
-
-    def close(self) -> None:
-        self.path.unlink(missing_ok=True)
-
-
-def in_flight_documents(store: KBStore) -> list[dict[str, Any]]:
-    """Documents other imports are working on now; files of dead processes are removed."""
-    from kb_core.store.atomic import owner_pid, pid_is_alive, read_json
-
-    folder = store.root / "jobs"
-    rows: list[dict[str, Any]] = []
-    if not folder.is_dir():
-        return rows
-    for path in folder.glob("*.json"):
-        pid = owner_pid(path.name)
-        if pid is None or not pid_is_alive(pid):
-            path.unlink(missing_ok=True)  # an import killed mid-way: its uncommitted documents are absent
-            continue
-        try:
-            rows.extend(read_json(path).get("documents", []))
-        except (FileNotFoundError, ValueError):
-            continue
-    return rows
-
-
 class Importer:
-    """Imports files into one KB. ``live_documents`` gives the KB's live documents under the lock."""
+    """Imports files into one KB, committing through the store's ``sink`` (:class:`DocumentSink`)."""
 
     def __init__(
         self,
-        store: KBStore,
+        sink: DocumentSink,
         embedder: Any,
-        live_documents: Callable[[Manifest], list[dict[str, Any]]],
         *,
-        analyzer: Any,
         parse: Callable[[Path], Any],
         chunker: Callable[[Any, int], list[Any]],
         kb_name: str = "",
         executor: DocumentExecutor | None = None,
         parse_and_chunk: Callable[..., list[ParsedFile | FilePayload | Exception]] | None = None,
-        segment_writer: SegmentWriter | None = None,
     ) -> None:
         """``executor`` runs parsing, chunking and embedding elsewhere (e.g. on Ray); ``None`` runs them here.
         ``parse_and_chunk``, when given, does ``parse`` and ``chunker`` for several files in one call (in a parser
         process), and may prepare the chunks there too (their analysis and signatures, and vectors for the hashing
         embedder); per file ``(parsed, chunks, prepared or None)``, a :class:`FilePayload`, or the exception that
-        failed it; it is called with ``clock=`` (the import's :class:`StageClock`). ``segment_writer`` writes a
-        segment of payloads elsewhere (a worker process); with it, ``WRITER_PROCESSES`` segments are written at
-        once."""
+        failed it; it is called with ``clock=`` (the import's :class:`StageClock`). A sink that
+        ``writes_in_workers`` writes ``WRITER_PROCESSES`` batches at once, and the parser processes make the files'
+        staging copies and answer with payloads (``stages=``)."""
         self.executor = executor
         self.parse_and_chunk = parse_and_chunk
-        self.segment_writer = segment_writer
-        self.store = store
-        self.kb_name = kb_name or store.kb_id
+        self.sink = sink
+        self.kb_name = kb_name or sink.kb_id
         self.embedder = embedder
-        self.live_documents = live_documents
-        self.analyzer = analyzer
         self.parse = parse
         self.chunker = chunker
 
@@ -382,7 +208,7 @@ class Importer:
         self.sources = list(sources)
         progress = ImportProgress(files=[FileProgress(file_path=s.reported_path or str(s.path)) for s in sources])
         try:
-            job = self._open_job(progress)
+            job = self.sink.open_job(progress)
         except KBNotFound as exc:
             raise self._deleted_meanwhile() from exc
 
@@ -428,12 +254,9 @@ class Importer:
             job.close()
         return progress.files, committer.committed
 
-    def _open_job(self, progress: ImportProgress) -> ImportJob:
-        return JobFile(self.store, progress)
-
     def _local_documents(
         self, chunk_size: int, progress: ImportProgress, notify: Callable[[], None]
-    ) -> Generator[list[_PendingDocument], None, None]:
+    ) -> Generator[list[IncomingDocument], None, None]:
         """Documents as they become ready to commit (embedded, or failed), in this process.
 
         Files are parsed and chunked by ``PARSE_WORKERS`` threads (each parse runs in a parser process, so the
@@ -443,11 +266,11 @@ class Importer:
         lock = threading.Lock()
         clock = progress.stages
 
-        def from_payload(index: int, payload: FilePayload) -> _PendingDocument:
+        def from_payload(index: int, payload: FilePayload) -> IncomingDocument:
             source = sources[index]
             if not payload.chunk_count:
                 raise ParseError(f"{source.display_name}: the document has no text to index.", code="EMPTY_DOCUMENT")
-            return _PendingDocument(
+            return IncomingDocument(
                 index=index,
                 source=source,
                 doc_id=source.doc_id or f"doc_{uuid.uuid4().hex[:16]}",
@@ -462,14 +285,14 @@ class Importer:
                 payload=payload,
             )
 
-        def pending(index: int, parsed: Any, chunks: list[Any], prepared: PreparedChunks | None) -> _PendingDocument:
+        def pending(index: int, parsed: Any, chunks: list[Any], prepared: PreparedChunks | None) -> IncomingDocument:
             source = sources[index]
             if not chunks:
                 raise ParseError(f"{source.display_name}: the document has no text to index.", code="EMPTY_DOCUMENT")
             if prepared is not None and len(prepared) != len(chunks):
                 prepared = None
             vectors = None if prepared is None else prepared.vectors  # embedded where it was parsed
-            return _PendingDocument(
+            return IncomingDocument(
                 index=index,
                 source=source,
                 doc_id=source.doc_id or f"doc_{uuid.uuid4().hex[:16]}",
@@ -484,15 +307,15 @@ class Importer:
                 prepared=prepared,
             )
 
-        def prepare(indexes: list[int]) -> list[_PendingDocument | BaseException]:
+        def prepare(indexes: list[int]) -> list[IncomingDocument | BaseException]:
             """The files at ``indexes``, staged, parsed and chunked (in one parser request where possible): each
             a document or the error that failed it."""
-            outcomes: dict[int, _PendingDocument | BaseException] = {}
+            outcomes: dict[int, IncomingDocument | BaseException] = {}
             staged: list[int] = []
-            combined = getattr(self, "parse_and_chunk", None)  # subclasses that do not take it have none
-            # With a segment writer the parser process makes each file's staging copy itself, just before it parses
-            # it (the same checks, off this process's interpreter lock).
-            remote_staging = combined is not None and getattr(self, "segment_writer", None) is not None
+            combined = self.parse_and_chunk
+            # With a sink that writes in worker processes the parser process makes each file's staging copy itself,
+            # just before it parses it (the same checks, off this process's interpreter lock).
+            remote_staging = combined is not None and self.sink.writes_in_workers
             for index in indexes:
                 with lock:
                     progress.files[index].status = "parsing"
@@ -537,18 +360,18 @@ class Importer:
                     outcomes[index] = exc
             return [outcomes[i] for i in indexes]
 
-        embedding: list[_PendingDocument] = []  # parsed, not yet wholly embedded, in order
-        queue: list[tuple[_PendingDocument, int]] = []
+        embedding: list[IncomingDocument] = []  # parsed, not yet wholly embedded, in order
+        queue: list[tuple[IncomingDocument, int]] = []
         call_size = embed_call_size(self.embedder)
         # A call as small as EMBED_BATCH is made while the parsers have nothing more ready: on a GPU (4,096-chunk calls)
         # the first chunks reach the card without waiting for a whole call's worth to be parsed (#29).
         smallest_call = min(call_size, EMBED_BATCH)
 
-        def take(size: int) -> list[tuple[_PendingDocument, int]]:
+        def take(size: int) -> list[tuple[IncomingDocument, int]]:
             chunks, queue[:size] = queue[:size], []
             return chunks
 
-        def embed(batch: list[tuple[_PendingDocument, int]]) -> list[_PendingDocument]:
+        def embed(batch: list[tuple[IncomingDocument, int]]) -> list[IncomingDocument]:
             nonlocal embedding
             self._embed(batch, progress, notify)
             done = [d for d in embedding if d.embedded]  # only an embedding call completes documents
@@ -556,7 +379,7 @@ class Importer:
             return done
 
         pool = ThreadPoolExecutor(max_workers=PARSE_WORKERS, thread_name_prefix="kb-parse")
-        futures: list[Future[list[_PendingDocument | BaseException]]] = []
+        futures: list[Future[list[IncomingDocument | BaseException]]] = []
         try:
             requests = _requests(sources)
             futures = [pool.submit(prepare, request) for request in requests]
@@ -608,7 +431,7 @@ class Importer:
 
     def _executed_documents(
         self, executor: DocumentExecutor, chunk_size: int, progress: ImportProgress, notify: Callable[[], None]
-    ) -> Generator[list[_PendingDocument], None, None]:
+    ) -> Generator[list[IncomingDocument], None, None]:
         """Documents as the executor hands them back (parsed, chunked and embedded elsewhere), or failed."""
         seen: set[int] = set()
         handed: list[int] = []  # positions in self.sources of what the executor gets
@@ -641,7 +464,7 @@ class Importer:
             progress.chunks_total += len(result.chunks)
             progress.chunks_embedded += len(result.chunks)
             yield [
-                _PendingDocument(
+                IncomingDocument(
                     index=result.index,
                     source=source,
                     doc_id=source.doc_id or f"doc_{uuid.uuid4().hex[:16]}",
@@ -665,7 +488,7 @@ class Importer:
             details={"kb_name": self.kb_name},
         )
 
-    def _fail(self, progress: ImportProgress, index: int, message: str, chunk_size: int) -> list[_PendingDocument]:
+    def _fail(self, progress: ImportProgress, index: int, message: str, chunk_size: int) -> list[IncomingDocument]:
         """Mark a file failed; a new file that exists is also recorded as a failed document."""
         state = progress.files[index]
         state.status, state.error = "failed", message
@@ -673,7 +496,7 @@ class Importer:
         if source.replaces is not None or not source.path.is_file():
             return []
         return [
-            _PendingDocument(
+            IncomingDocument(
                 index=index,
                 source=source,
                 doc_id=f"doc_{uuid.uuid4().hex[:16]}",
@@ -688,7 +511,7 @@ class Importer:
         ]
 
     def _embed(
-        self, batch: list[tuple[_PendingDocument, int]], progress: ImportProgress, notify: Callable[[], None]
+        self, batch: list[tuple[IncomingDocument, int]], progress: ImportProgress, notify: Callable[[], None]
     ) -> None:
         reported = 0
 
@@ -709,128 +532,16 @@ class Importer:
         progress.chunks_embedded += len(batch) - reported
         notify()
 
-    def _commit(self, documents: list[_PendingDocument], progress: ImportProgress) -> list[dict[str, Any]]:
-        staged, rows = self._write(documents, progress)
-        return self._commit_written([(documents, staged, rows)], progress)
-
-    def _write(
-        self, documents: list[_PendingDocument], progress: ImportProgress
-    ) -> tuple[StagedSegment, list[dict[str, Any]]]:
-        """Write the segment of ``documents`` into a new staged folder; its folder and the documents' rows."""
-        staged = self.store.stage_segment()
-        try:
-            with progress.stages.stage("write_segment"), self.store.deleted_guard():
-                rows = self.write_segment(staged, documents, progress.stages)
-        except BaseException:
-            self.store.discard(staged)
-            raise
-        return staged, rows
-
-    def _commit_written(self, segments: list[WrittenDocuments], progress: ImportProgress) -> list[dict[str, Any]]:
-        """Commit written segments, in order, in one commit (names and replacements decided under the lock); their
-        documents' rows. On failure every one of them is discarded."""
-        documents = [d for docs, _, _ in segments for d in docs]
-        rows = [r for _, _, written in segments for r in written]
-        try:
-
-            def plan(manifest: Manifest) -> Change:
-                # Names and replacements are decided under the lock, against the newest manifest.
-                live = self.live_documents(manifest)
-                taken = {str(d["name"]).casefold() for d in live if d["status"] == "ready"}
-                # Looked up per document below (a scan of the KB per document made commits quadratic, #29).
-                by_id = {(d["segment_id"], d["doc_id"]): d for d in live}
-                failed: dict[str, list[dict[str, Any]]] = {}
-                for d in live:
-                    if d["status"] == "failed":
-                        failed.setdefault(str(d["name"]).casefold(), []).append(d)
-                tombstones: dict[str, dict[str, int]] = {}
-                for document, row in zip(documents, rows, strict=True):
-                    if document.replaces is not None:
-                        segment_id, doc_id = document.replaces
-                        replaced = by_id.get((segment_id, doc_id))
-                        if replaced is None:
-                            raise DocumentNotFound(
-                                f"Document '{row['name']}' was deleted or changed meanwhile; nothing was updated."
-                            )
-                        tombstones.setdefault(segment_id, {})[doc_id] = int(replaced["chunk_count"])
-                        continue
-                    # re-importing a name that failed before replaces the failed entry
-                    for old in failed.get(row["name"].casefold(), ()):
-                        tombstones.setdefault(old["segment_id"], {})[old["doc_id"]] = 0
-                    if row["name"].casefold() in taken:
-                        row["name"] = timestamped_name(row["name"], taken)
-                    taken.add(row["name"].casefold())
-                for _, staged, written in segments:
-                    catalog.write_documents(staged.path, written)
-                return Change(add=tuple(staged for _, staged, _ in segments), tombstones=tombstones)
-
-            with progress.stages.stage("commit"):
-                self.store.commit(plan)
-        except BaseException:
-            for _, staged, _ in segments:
-                self.store.discard(staged)
-            raise
+    def commit_written(self, batches: list[WrittenBatch], progress: ImportProgress) -> list[dict[str, Any]]:
+        """Commit written batches, in order, in one commit of the sink; their documents' rows."""
+        rows = self.sink.commit(batches, progress.stages)
+        documents = [d for batch in batches for d in batch.documents]
         for document, row in zip(documents, rows, strict=True):
             state = progress.files[document.index]
             state.doc_name = row["name"]
             if document.error is None:
                 state.status = "ready"
         return rows
-
-    def write_segment(
-        self, staged: StagedSegment, documents: list[_PendingDocument], clock: StageClock | None = None
-    ) -> list[dict[str, Any]]:
-        """Write the segment of ``documents``: by the segment writer when they came as payloads, else here."""
-        writer = getattr(self, "segment_writer", None)
-        if writer is not None and all(d.payload is not None or not d.chunks for d in documents):
-            job = SegmentJob(
-                segment_id=staged.id,
-                path=staged.path,
-                private=self.store.root / "staging",
-                documents=[d.segment_document() for d in documents],
-                analyzer=self.analyzer,
-                model_key=str(getattr(self.embedder, "model_key", "")),
-                dimension=_dimension(documents, self.embedder),
-            )
-            try:
-                written = writer(job)
-            except KBError:
-                raise
-            except Exception as exc:
-                if not self.store.exists():
-                    raise KBNotFound(
-                        f"Knowledge base id '{self.store.kb_id}' was deleted while it was being written."
-                    ) from exc
-                raise StoreError(f"Could not write a segment of the import: {exc}") from exc
-            staged.rows, staged.documents = written.chunk_count, len(written.rows)
-            if clock is not None:
-                clock.merge(written.timings)
-            return written.rows
-        for document in documents:
-            if document.payload is not None:
-                _open_payload(document)
-        return write_document_segment(staged, documents, self.embedder, self.analyzer, self.store.root / "staging")
-
-
-def _dimension(documents: Sequence[_PendingDocument], embedder: Any) -> int:
-    """The vectors' dimension: from a vector made here, else the embedder's (the hashing embedder's is known)."""
-    for document in documents:
-        if document.vectors and document.vectors[0] is not None:
-            return len(document.vectors[0])
-    return int(getattr(embedder, "dimension", 0))
-
-
-def _open_payload(document: _PendingDocument) -> None:
-    """Turn a payload document into one with its text, chunks and preparation (to write its segment here)."""
-    import pickle
-
-    payload = document.payload
-    assert payload is not None
-    document.text, document.chunks = pickle.loads(payload.body)
-    document.prepared = pickle.loads(payload.prepared) if payload.prepared is not None else None
-    if payload.embedded and document.prepared is not None and document.prepared.vectors is not None:
-        document.vectors = list(document.prepared.vectors)
-    document.payload = None
 
 
 def embed_call_size(embedder: Any) -> int:
@@ -841,10 +552,10 @@ def embed_call_size(embedder: Any) -> int:
     return max(EMBED_BATCH, wanted) if isinstance(wanted, int) else EMBED_BATCH
 
 
-def _split_documents(documents: list[_PendingDocument], pieces: int) -> list[list[_PendingDocument]]:
+def _split_documents(documents: list[IncomingDocument], pieces: int) -> list[list[IncomingDocument]]:
     """``documents`` in order, cut into at most ``pieces`` runs of about as many chunks each (documents stay whole)."""
     total = sum(d.chunk_count for d in documents)
-    runs: list[list[_PendingDocument]] = [[]]
+    runs: list[list[IncomingDocument]] = [[]]
     done = 0
     for document in documents:
         if runs[-1] and len(runs) < pieces and done >= total * len(runs) / pieces:
@@ -874,22 +585,24 @@ class _Committer:
     def __init__(self, importer: Importer, progress: ImportProgress, job: ImportJob) -> None:
         self.importer, self.progress, self.job = importer, progress, job
         self.committed: list[dict[str, Any]] = []
-        self.pending: list[_PendingDocument] = []
+        self.pending: list[IncomingDocument] = []
         self.pending_chunks = 0
         # Segments written by worker processes are written several at once (and committed in order).
-        self.parallel = getattr(importer, "segment_writer", None) is not None
+        self.parallel = importer.sink.writes_in_workers
         self.writers = WRITER_PROCESSES if self.parallel else 1
         self.writer = ThreadPoolExecutor(max_workers=self.writers, thread_name_prefix="kb-commit")
         self.writing: list[Future[None]] = []
         self._lock = threading.Lock()
-        self._written: dict[int, WrittenDocuments] = {}
+        self._written: dict[int, WrittenBatch] = {}
         self._submitted = 0  # segments handed to the writers
         self._next = 0  # the next segment to commit
         # The KB's segments before this import: the last documents are split only as far as the KB stays at or under
         # the segment count that triggers an automatic compaction.
-        self._segments_before = len(importer.store.manifest().segments) if self.parallel else 0
+        # (Only a sink that writes in the workers splits them: the folder store's, which holds the store.)
+        store = getattr(importer.sink, "store", None)
+        self._segments_before = len(store.manifest().segments) if self.parallel and store is not None else 0
 
-    def add(self, documents: list[_PendingDocument]) -> None:
+    def add(self, documents: list[IncomingDocument]) -> None:
         self.pending += documents
         self.pending_chunks += sum(d.chunk_count for d in documents)
         if self.pending and self._all_in():
@@ -925,8 +638,8 @@ class _Committer:
         self.writer.shutdown(wait=True, cancel_futures=True)
         with self._lock:
             left, self._written = list(self._written.values()), {}
-        for _, staged, _ in left:
-            self.importer.store.discard(staged)
+        for batch in left:
+            self.importer.sink.discard(batch)
 
     def _submit(self) -> None:
         documents, self.pending, self.pending_chunks = self.pending, [], 0
@@ -936,15 +649,16 @@ class _Committer:
         sequence, self._submitted = self._submitted, self._submitted + 1
         self.writing.append(self.writer.submit(self._write, sequence, documents, before))
 
-    def _write(self, sequence: int, documents: list[_PendingDocument], before: Future[None] | None) -> None:
+    def _write(self, sequence: int, documents: list[IncomingDocument], before: Future[None] | None) -> None:
         # No progress callback from here: a front end's display may only be touched from the thread that runs the
         # import (Streamlit's are); the next report from that thread shows these documents ready.
+        sink = self.importer.sink
         if not self.parallel:
-            self.committed += self.importer._commit(documents, self.progress)
+            self.committed += self.importer.commit_written([sink.write(documents, self.progress.stages)], self.progress)
         else:
-            written = self.importer._write(documents, self.progress)
+            written = sink.write(documents, self.progress.stages)
             with self._lock:
-                self._written[sequence] = (documents, *written)
+                self._written[sequence] = written
             if before is not None:
                 wait([before])  # commits stay in order: names clash as they would one segment after another
                 if before.cancelled() or before.exception() is not None:
@@ -956,6 +670,6 @@ class _Committer:
                     self._next += 1
             if not group:
                 return
-            self.committed += self.importer._commit_written(group, self.progress)
+            self.committed += self.importer.commit_written(group, self.progress)
         with self.progress.stages.stage("publish"):
             self.job.publish()

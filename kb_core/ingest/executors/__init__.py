@@ -16,7 +16,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from kb_core.ingest.chunking import Chunk
-    from kb_core.ingest.pipeline import ImportSource
+    from kb_core.store.sink import ImportSource
 
 EXECUTORS = ("local", "ray")
 

@@ -59,7 +59,7 @@ if TYPE_CHECKING:
     from kb_core.embedding.base import TokenIds
     from kb_core.ingest.chunking import Chunk
     from kb_core.ingest.parsing import ParseLimits
-    from kb_core.ingest.pipeline import ImportSource
+    from kb_core.store.sink import ImportSource
 
 logger = logging.getLogger(__name__)
 
@@ -459,11 +459,11 @@ def serve_driver() -> None:
     """The driver process: reads a :class:`_DriverJob` on stdin and answers on the original stdout with
     ``("connected", gcs address)``, one ``("document", ExecutedDocument)`` per file, then ``("done", summary)``
     or ``("error", kind, code, message, details)``. Ray's own output goes to stderr."""
-    from kb_core.ingest.parsing.isolation import _PipeConnection
+    from kb_core.ingest.parsing.isolation import PipeConnection
 
     protocol_out = os.dup(1)
     os.dup2(2, 1)
-    conn = _PipeConnection(0, protocol_out)
+    conn = PipeConnection(0, protocol_out)
     job: _DriverJob = conn.recv()
     executor = RayExecutor(
         model=job.model,
@@ -491,7 +491,7 @@ class _Driver:
     """The importing process's side of :func:`serve_driver`: the child process, its results, and a watchdog."""
 
     def __init__(self, job: _DriverJob) -> None:
-        from kb_core.ingest.parsing.isolation import _PipeConnection
+        from kb_core.ingest.parsing.isolation import PipeConnection
 
         self.address = job.address
         self.summary: dict[str, object] = {}
@@ -506,7 +506,7 @@ class _Driver:
             close_fds=True,
         )
         assert self.process.stdin is not None and self.process.stdout is not None
-        self.conn = _PipeConnection(self.process.stdout.fileno(), self.process.stdin.fileno())
+        self.conn = PipeConnection(self.process.stdout.fileno(), self.process.stdin.fileno())
         self.conn.send(job)
 
     def results(self) -> Iterator[ExecutedDocument]:

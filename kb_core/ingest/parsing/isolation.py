@@ -14,7 +14,8 @@ after it go to a fresh worker.
 
 The same workers also write an import's segments (:func:`write_segment_in_worker`, #29): segment writing is our
 own code on data already parsed, so its time limit is generous, but it runs off the importing process's
-interpreter lock, several segments at once.
+interpreter lock, several segments at once. The store's writer function travels with each job (pickled by
+reference, imported by the worker), so parsing never imports the store.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from kb_core.errors import KBError, ParseError
 from kb_core.ingest.parsing.base import (
@@ -47,11 +48,14 @@ from kb_core.ingest.parsing.base import (
 from kb_core.ingest.parsing.inprocess import check_file, parse_file_inprocess
 
 if TYPE_CHECKING:
-    from kb_core.ingest.payloads import FilePayload, SegmentJob, WrittenSegment
+    from kb_core.ingest.payloads import FilePayload
     from kb_core.ingest.prepared import ChunkWork, PreparedChunks
     from kb_core.retrieval.analysis import Analyzer
 
 logger = logging.getLogger(__name__)
+
+Job = TypeVar("Job")
+Written = TypeVar("Written")
 
 _START_TIMEOUT = 60.0
 _PREPARE_TIMEOUT = 60.0
@@ -74,7 +78,7 @@ WRITER_PROCESSES = max(1, min(4, usable_cores() // 4))
 _MAX_IDLE_WORKERS = PARSER_PROCESSES + WRITER_PROCESSES
 
 
-class _PipeConnection:
+class PipeConnection:
     """Length-prefixed pickles over a pair of file descriptors (request/response, so no read-ahead)."""
 
     def __init__(self, read_fd: int, write_fd: int) -> None:
@@ -117,11 +121,11 @@ def serve_stdio() -> None:
     ``work``; as a :class:`~kb_core.ingest.payloads.FilePayload` when ``work.payloads``); then, when ``work``
     prepares chunks, one ``("prepared", [...], False, timings)`` for the files chunked here. A reply asking for
     retirement (the worker ran out of memory, or something unexpected happened) ends the worker there: the pool
-    sends the rest of the files to a fresh one. ``("write", limits, job)`` writes a segment
-    (:func:`kb_core.ingest.payloads.write_segment_job`)."""
+    sends the rest of the files to a fresh one. ``("write", limits, writer, job)`` writes a segment: ``writer(job)``
+    (:func:`kb_core.store.segment_jobs.write_segment_job`)."""
     protocol_out = os.dup(1)
     os.dup2(2, 1)
-    conn = _PipeConnection(0, protocol_out)
+    conn = PipeConnection(0, protocol_out)
     _preload()  # part of start-up, which no file's time limit is charged with
     _START_SIZE[0] = _address_space()
     conn.send(("ready",))
@@ -196,13 +200,11 @@ def _clock() -> Any:
     return StageClock()
 
 
-def _write_segment(conn: _PipeConnection, limits: ParseLimits, job: SegmentJob) -> bool:
-    """Write one segment and answer ``("written", WrittenSegment)`` or the error; False when the worker must go."""
-    from kb_core.ingest.payloads import write_segment_job
-
+def _write_segment(conn: PipeConnection, limits: ParseLimits, writer: Callable[[Any], Any], job: Any) -> bool:
+    """Write one segment and answer ``("written", writer(job))`` or the error; False when the worker must go."""
     _cap_memory(limits.max_memory_bytes)
     try:
-        reply: tuple[Any, ...] = ("written", write_segment_job(job), False)
+        reply: tuple[Any, ...] = ("written", writer(job), False)
     except BaseException as exc:  # the worker must answer, whatever happened; then it retires
         reply = ("error", "WRITE_FAILED", f"{type(exc).__name__}: {exc}", {"os_error": isinstance(exc, OSError)}, True)
     try:
@@ -236,7 +238,9 @@ def _preload() -> None:
         decode_text("détecté à Zürich".encode("cp1252"))  # charset_normalizer's own modules
         for module in ("chunking", "prepared", "payloads", "pipeline", "timing"):
             importlib.import_module(f"kb_core.ingest.{module}")
-        for module in ("store.segments", "store.catalog", "embedding.hashing", "embedding.wordpiece"):
+        for module in ("segment_jobs", "segments", "catalog"):
+            importlib.import_module(f"kb_core.store.{module}")
+        for module in ("embedding.hashing", "embedding.wordpiece"):
             importlib.import_module(f"kb_core.{module}")
         for module in ("near_duplicates", "keyword_index", "vector_index"):
             importlib.import_module(f"kb_core.retrieval.{module}")
@@ -298,7 +302,7 @@ class _Worker:
             close_fds=True,
         )
         assert self.process.stdin is not None and self.process.stdout is not None
-        self.conn = _PipeConnection(self.process.stdout.fileno(), self.process.stdin.fileno())
+        self.conn = PipeConnection(self.process.stdout.fileno(), self.process.stdin.fileno())
         if wait:
             self.wait_ready()
 
@@ -483,12 +487,12 @@ class ParserPool:
                     outcome.prepared, outcome.embedded = made
         return True
 
-    def write_segment(self, job: SegmentJob, limits: ParseLimits) -> WrittenSegment:
-        """Write ``job``'s segment in a worker; raises :class:`WriteFailed` (its ``os_error`` says whether the file
-        system refused) when it could not."""
+    def write_segment(self, job: Job, limits: ParseLimits, writer: Callable[[Job], Written]) -> Written:
+        """Write ``job``'s segment in a worker, by ``writer`` (a module-level function); raises :class:`WriteFailed`
+        (its ``os_error`` says whether the file system refused) when it could not."""
         worker = self._borrow()
         try:
-            worker.conn.send(("write", limits, job))
+            worker.conn.send(("write", limits, writer, job))
             reply = worker.conn.recv() if worker.conn.poll(_WRITE_TIMEOUT) else None
         except (EOFError, OSError) as exc:
             worker.kill()
@@ -500,7 +504,8 @@ class ParserPool:
             worker.kill()
             raise WriteFailed(f"writing a segment failed: {reply[2]}", os_error=bool(reply[3].get("os_error")))
         self._give_back(worker)
-        return reply[1]
+        written: Written = reply[1]
+        return written
 
     def close(self) -> None:
         with self._lock:
@@ -530,9 +535,9 @@ class WriteFailed(Exception):
         self.os_error = os_error
 
 
-def write_segment_in_worker(job: SegmentJob, limits: ParseLimits) -> WrittenSegment:
-    """Write ``job``'s segment in one of the shared worker processes (see the module docstring)."""
-    return _shared_pool().write_segment(job, limits)
+def write_segment_in_worker(job: Job, limits: ParseLimits, writer: Callable[[Job], Written]) -> Written:
+    """Write ``job``'s segment by ``writer(job)`` in one of the shared worker processes (see the module docstring)."""
+    return _shared_pool().write_segment(job, limits, writer)
 
 
 def parse_file(path: Path, limits: ParseLimits = ParseLimits()) -> ParsedDocument:  # noqa: B008

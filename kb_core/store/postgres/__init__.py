@@ -13,7 +13,7 @@ what the folder store (:mod:`kb_core.store`, :class:`kb_core.store.reader.KBRead
   cosine candidates, exact row scores, matched terms, distinct-term counts, the keyword reference);
 * :class:`PreparedDocument` — a document analysed and embedded outside any transaction, ready to commit;
 * :class:`~kb_core.store.postgres.searching.PostgresSearcher`, :class:`~kb_core.store.postgres.importing.
-  PostgresImporter` and :mod:`~kb_core.store.postgres.transfer`: what the service searches, imports and
+  PostgresSink` and :mod:`~kb_core.store.postgres.transfer`: what the service searches, imports and
   exports/imports export files with;
 * :mod:`~kb_core.store.postgres.items` (get_item, get_document_info, update_document),
   :mod:`~kb_core.store.postgres.bundles` (the graph store of knowledge bundles, committed with its documents),

@@ -112,8 +112,8 @@ def sync_index(service: Resources, record: KnowledgeBaseRecord, state: GraphStat
     bundle documents, the same chunks, names and vectors, but nothing is committed here: the documents wait for
     the graph commit of the open :meth:`PostgresGraphStore.lock` block (one transaction for both)."""
     from kb_core.bundles.documents import BUNDLE_SOURCE, chunk_and_embed, diff_bundle_documents, node_display_name
-    from kb_core.ingest.pipeline import timestamped_name
     from kb_core.store.segments import chunk_row
+    from kb_core.store.sink import timestamped_name
 
     graph_store = _OPEN.get()
     if graph_store is None or graph_store.record.id != record.id:

@@ -1,73 +1,81 @@
-"""Imports into a PostgreSQL KB: the folder store's pipeline (parse → chunk → embed), committed as SQL rows.
+"""Imports into a PostgreSQL KB: the pipeline's documents (parse → chunk → embed), committed as SQL rows.
 
-:class:`PostgresImporter` reuses :class:`kb_core.ingest.pipeline.Importer` for everything before the commit (parsing in
-isolated workers, chunking, shared embedding batches, progress, failed files), so a document gets the same text,
-chunks and vectors in both stores. Its commit builds one :class:`PreparedDocument` per document (the analysis,
-outside any transaction) and writes them with :meth:`PostgresStore.commit`: one transaction, in which names are
-resolved against the live documents exactly as the folder store's importer does.
+:class:`PostgresSink` is the PostgreSQL store's :class:`~kb_core.store.sink.DocumentSink`: the import pipeline
+(:class:`kb_core.ingest.pipeline.Importer`) does everything before the commit (parsing in isolated workers,
+chunking, shared embedding batches, progress, failed files), so a document gets the same text, chunks and vectors
+in both stores. ``write`` builds one :class:`PreparedDocument` per document (the analysis, outside any
+transaction); ``commit`` writes them with :meth:`PostgresStore.commit`: one transaction, in which names are
+resolved against the live documents exactly as the folder store's sink does.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
+import shutil
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path, PurePath
 from typing import Any
 
 import numpy as np
 
-from kb_core.ingest.pipeline import Importer, ImportJob, ImportProgress, _PendingDocument
+from kb_core.errors import DocumentNotFound
+from kb_core.ingest.timing import StageClock
 from kb_core.store import utc_now
+from kb_core.store.postgres.inflight import ImportAnnouncement
 from kb_core.store.postgres.records import ChunkRecord, DocumentRecord, PreparedDocument, StoreChange
 from kb_core.store.postgres.store import PostgresStore
 from kb_core.store.segments import chunk_row
+from kb_core.store.sink import ImportSource, ImportState, IncomingDocument, WrittenBatch
 from kb_core.text_language import document_language
 
-__all__ = ["PostgresImporter"]
+__all__ = ["PostgresSink"]
 
 
-class PostgresImporter(Importer):
-    """Imports files into one KB of a :class:`PostgresStore`."""
+class PostgresSink:
+    """Commits an import's documents into one KB of a :class:`PostgresStore`."""
 
-    def __init__(
-        self,
-        store: PostgresStore,
-        kb_id: str,
-        embedder: Any,
-        *,
-        analyzer: Any,
-        parse: Callable[[Path], Any],
-        chunker: Callable[[Any, int], list[Any]],
-        kb_name: str = "",
-    ) -> None:
+    writes_in_workers = False  # prepared here, committed in one transaction per batch
+
+    def __init__(self, store: PostgresStore, kb_id: str, analyzer: Any, staging: Callable[[], Path]) -> None:
+        """``staging``: a new private folder (not made yet) for the copy a re-import reads."""
         self.database = store
         self.kb_id = kb_id
-        self.kb_name = kb_name or kb_id
-        self.embedder = embedder
         self.analyzer = analyzer
-        self.parse = parse
-        self.chunker = chunker
-        self.executor = None  # parsing and embedding run here; the Ray executor commits into folder stores only
+        self.staging = staging
 
-    def _open_job(self, progress: ImportProgress) -> ImportJob:
-        from kb_core.store.postgres.inflight import ImportAnnouncement
-
+    def open_job(self, progress: ImportState) -> ImportAnnouncement:
         return ImportAnnouncement(self.database, self.kb_id, progress)  # seen by every host's list_documents
 
-    def _commit(self, documents: list[_PendingDocument], progress: ImportProgress) -> list[dict[str, Any]]:
-        prepared = [self._prepare(document) for document in documents]
+    def write(self, documents: list[IncomingDocument], clock: StageClock) -> WrittenBatch:
+        return WrittenBatch(documents, [self._prepare(document) for document in documents])
+
+    def discard(self, batch: WrittenBatch) -> None:
+        """Nothing was written outside the transaction."""
+
+    def commit(self, batches: Sequence[WrittenBatch], clock: StageClock) -> list[dict[str, Any]]:
+        prepared = [document for batch in batches for document in batch.staged]
         result = self.database.commit(self.kb_id, StoreChange(add=tuple(prepared)))
         committed = {record.doc_id: record for record in result.added}
-        rows: list[dict[str, Any]] = []
-        for document in documents:
-            record = committed[document.doc_id]
-            state = progress.files[document.index]
-            state.doc_name = record.name
-            if document.error is None:
-                state.status = "ready"
-            rows.append(record.to_row())
-        return rows
+        return [committed[document.doc_id].to_row() for batch in batches for document in batch.documents]
 
-    def _prepare(self, document: _PendingDocument) -> PreparedDocument:
+    @contextmanager
+    def reimport_source(self, document: dict[str, Any]) -> Iterator[ImportSource | None]:
+        """The kept original (in the ``originals`` table), as a file under its kept name ``DOC_ID.EXT`` in a private
+        staging folder while the block runs; no segment on PostgreSQL: the id names what it supersedes."""
+        with self.database.snapshot(self.kb_id) as snapshot:
+            content = snapshot.original(str(document["doc_id"]))
+        if content is None or not document.get("original"):
+            raise DocumentNotFound(f"Document {document['name']!r} was changed meanwhile; try again.")
+        staging = self.staging()
+        try:
+            staging.mkdir()
+            path = staging / PurePath(str(document["original"])).name
+            path.write_bytes(content)
+            yield ImportSource.updating(document, path, "")
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
+    def _prepare(self, document: IncomingDocument) -> PreparedDocument:
         """The catalog row, chunks and vectors the folder store's ``write_segment`` would write for it."""
         now = utc_now()
         source = document.source

@@ -20,19 +20,18 @@ import psycopg.errors
 from psycopg import sql
 
 from kb_core.errors import KBNotFound
-from kb_core.ingest.pipeline import PUBLISH_INTERVAL, ImportProgress
 from kb_core.json_text import json_text
 from kb_core.store.postgres import schema
 from kb_core.store.postgres.connection import database_errors
 from kb_core.store.postgres.store import PostgresStore
 from kb_core.store.registry import new_id, utc_now
+from kb_core.store.sink import PUBLISH_INTERVAL, ImportState, in_flight_rows
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["ImportAnnouncement", "in_flight_documents"]
 
 _S = sql.Identifier(schema.SCHEMA)
-_IN_FLIGHT = ("pending", "parsing", "embedding")
 _LIVE = sql.SQL(
     "EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = i.backend_pid AND a.backend_start = i.backend_start)"
 )
@@ -41,7 +40,7 @@ _LIVE = sql.SQL(
 class ImportAnnouncement:
     """The ``ImportJob`` of a PostgreSQL import: its in-flight documents, in the database while it runs."""
 
-    def __init__(self, store: PostgresStore, kb_id: str, progress: ImportProgress) -> None:
+    def __init__(self, store: PostgresStore, kb_id: str, progress: ImportState) -> None:
         self.progress = progress
         self.id = new_id("imp")
         self._published_at = -math.inf
@@ -71,11 +70,7 @@ class ImportAnnouncement:
         if self._conn is None or (not force and now - self._published_at < PUBLISH_INTERVAL):
             return
         self._published_at = now
-        rows = [
-            {"file_path": f.file_path, "name": f.doc_name, "status": f.status}
-            for f in self.progress.files
-            if f.status in _IN_FLIGHT
-        ]
+        rows = in_flight_rows(self.progress.files)
         try:
             self._conn.execute(
                 sql.SQL("UPDATE {s}.imports SET documents = %s::jsonb WHERE id = %s").format(s=_S),

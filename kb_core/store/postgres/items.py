@@ -1,25 +1,20 @@
-"""What the service reads and re-imports item by item on a PostgreSQL store, with the folder store's answers:
-``get_item`` (a document's text, or a chunk with its neighbours), ``get_document_info`` and ``update_document``
-(re-chunking the kept original, which lives in the database's ``originals`` table)."""
+"""What the service reads item by item on a PostgreSQL store, with the folder store's answers: ``get_item`` (a
+document's text, or a chunk with its neighbours) and ``get_document_info``. ``update_document`` re-imports the
+kept original through :meth:`kb_core.store.postgres.importing.PostgresSink.reimport_source`."""
 
 from __future__ import annotations
 
-import shutil
-from collections.abc import Callable, Sequence
-from pathlib import PurePath
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from kb_core.errors import DocumentNotFound, KBNotFound
-from kb_core.ingest.pipeline import ImportProgress, ImportSource
+from kb_core.errors import KBNotFound
 from kb_core.store.postgres.records import DocumentRecord
 
 if TYPE_CHECKING:
-    from kb_core.ingest.pipeline import FileProgress
-    from kb_core.service import KnowledgeBaseService
     from kb_core.store.postgres.store import PostgresStore
     from kb_core.store.registry import KnowledgeBaseRecord
 
-__all__ = ["document_row", "find_item", "reimport_document"]
+__all__ = ["document_row", "find_item"]
 
 
 def find_item(
@@ -71,29 +66,3 @@ def document_row(
             return record, documents[0].to_row()
     return None
 
-
-def reimport_document(
-    service: KnowledgeBaseService,
-    record: KnowledgeBaseRecord,
-    document: dict[str, Any],
-    chunk_size: int,
-    progress: Callable[[ImportProgress], None] | None,
-) -> FileProgress:
-    """Re-chunk a live document from its kept original, under the same id, replacing it in one commit (as the
-    folder store's update: the original is re-imported under its kept name, ``DOC_ID.EXT``)."""
-    assert service.postgres is not None
-    doc_id = str(document["doc_id"])
-    with service.postgres.snapshot(record.id) as snapshot:
-        content = snapshot.original(doc_id)
-    if content is None or not document.get("original"):
-        raise DocumentNotFound(f"Document {document['name']!r} was changed meanwhile; try again.")
-    staging = service.import_staging(record)
-    try:
-        staging.mkdir()
-        path = staging / PurePath(str(document["original"])).name
-        path.write_bytes(content)
-        source = ImportSource.updating(document, path, "")  # no segment on PostgreSQL: the id names it
-        states, _ = service.importer(record).run([source], chunk_size, progress)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return states[0]

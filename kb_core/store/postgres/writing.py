@@ -65,7 +65,7 @@ class CommitWriting:
         """Names and replacements decided against the live documents, as the folder store's importer does."""
         from dataclasses import replace
 
-        from kb_core.ingest.pipeline import timestamped_name
+        from kb_core.store.sink import timestamped_name
 
         removed: list[str] = []
         for doc_id in change.delete:
