@@ -258,6 +258,24 @@ def test_a_tight_memory_cap_counts_from_the_workers_start_up_size(tmp_path: Path
         assert parse_file(path, tight).blocks[0].text.startswith(first), path
 
 
+def test_a_worker_without_an_optional_package_still_loads_everything_else_at_start_up() -> None:
+    """charset_normalizer is optional; where it was missing (the GPU machine), the worker's start-up stopped at it
+    and every segment writer imported FAISS and the keyword index inside its first timed write (46 % of them)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['charset_normalizer'] = None\n"
+        "from kb_core.ingest.parsing.isolation import _preload\n"
+        "_preload()\n"
+        "wanted = ['kb_core.retrieval.vector_index', 'kb_core.retrieval.keyword_index', 'kb_core.store.segments',\n"
+        "          'kb_core.ingest.parsing.docx_parser', 'encodings.gb18030']\n"
+        "print([m for m in wanted if m not in sys.modules])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr
+
+
 # -- damaged zips found by tests/test_fuzz.py -----------------------------------------------------------------
 def _small_docx() -> bytes:
     import io

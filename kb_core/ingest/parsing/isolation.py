@@ -216,38 +216,42 @@ def _write_segment(conn: PipeConnection, limits: ParseLimits, writer: Callable[[
 
 def _preload() -> None:
     """Import the modules that chunk, prepare chunks and write segments (a worker is started once and serves many
-    imports: none of this is charged to a file's time limit, or to an import's time)."""
+    imports: none of this is charged to a file's time limit, or to an import's time). Each step on its own: a
+    missing optional package (charset_normalizer) must not leave the rest to load inside a timed request."""
     import importlib
 
+    # The parsers and their native libraries first: a shared object mapped after the memory cap of a request can
+    # fail to map (lxml's etree did, in CI) and would read as a malformed file.
+    modules = [f"kb_core.ingest.parsing.{m}" for m in ("txt_parser", "docx_parser", "doc_parser")]
+    modules += [f"kb_core.ingest.{m}" for m in ("chunking", "prepared", "payloads", "pipeline", "timing")]
+    modules += [f"kb_core.store.{m}" for m in ("segment_jobs", "segments", "catalog")]
+    modules += [f"kb_core.{m}" for m in ("embedding.hashing", "embedding.wordpiece")]
+    modules += [f"kb_core.retrieval.{m}" for m in ("near_duplicates", "keyword_index", "vector_index")]
+    modules += ["tokenizers", "charset_normalizer"]  # a model's tokenizer chunks here too
+    for module in modules:
+        with contextlib.suppress(Exception):
+            importlib.import_module(module)
     with contextlib.suppress(Exception):
-        # The parsers and their native libraries first: a shared object mapped after the memory cap of a request
-        # can fail to map (lxml's etree did, in CI) and would read as a malformed file.
-        for module in ("txt_parser", "docx_parser", "doc_parser"):
-            importlib.import_module(f"kb_core.ingest.parsing.{module}")
-        # Codecs load lazily too (CJK codecs are shared objects): every one the text detector may try, now.
-        import codecs
-
-        from charset_normalizer.constant import IANA_SUPPORTED
-
-        from kb_core.ingest.parsing.txt_parser import decode_text
-
-        for name in IANA_SUPPORTED:
-            with contextlib.suppress(LookupError):
-                codecs.lookup(name)
-        decode_text("编码".encode("gb18030"))  # the CJK scoring
-        decode_text("détecté à Zürich".encode("cp1252"))  # charset_normalizer's own modules
-        for module in ("chunking", "prepared", "payloads", "pipeline", "timing"):
-            importlib.import_module(f"kb_core.ingest.{module}")
-        for module in ("segment_jobs", "segments", "catalog"):
-            importlib.import_module(f"kb_core.store.{module}")
-        for module in ("embedding.hashing", "embedding.wordpiece"):
-            importlib.import_module(f"kb_core.{module}")
-        for module in ("near_duplicates", "keyword_index", "vector_index"):
-            importlib.import_module(f"kb_core.retrieval.{module}")
-        importlib.import_module("tokenizers")  # a model's tokenizer chunks here too
         from kb_core.retrieval.analysis import default_analyzer
 
         default_analyzer().tokens("warm")  # loads the stemmer
+    with contextlib.suppress(Exception):
+        _load_codecs()
+
+
+def _load_codecs() -> None:
+    """Codecs load lazily too (CJK codecs are shared objects): every one the text detector may try, now."""
+    import codecs
+
+    from kb_core.ingest.parsing.txt_parser import decode_text
+
+    decode_text("编码".encode("gb18030"))  # the CJK scoring
+    from charset_normalizer.constant import IANA_SUPPORTED  # optional: txt_parser works without it
+
+    for name in IANA_SUPPORTED:
+        with contextlib.suppress(LookupError):
+            codecs.lookup(name)
+    decode_text("détecté à Zürich".encode("cp1252"))  # charset_normalizer's own modules
 
 
 def _chunk_quietly(parsed: ParsedDocument, work: ChunkWork | None) -> list[Any] | None:
