@@ -19,15 +19,24 @@ if TYPE_CHECKING:
     from kb_core.results import SearchRequest, SearchResult
     from kb_core.retrieval.analysis import Analyzer
     from kb_core.store import Home, KBStore, KnowledgeBaseRecord
+    from kb_core.store.base import Store
     from kb_core.store.postgres import PostgresStore
     from kb_core.store.reader import KBReader
 
 
 class Resources(Protocol):
-    """The process's resources: the home, each KB's store and reader, embedders, the analyzer."""
+    """The process's resources: the store (each KB's storage through ``store.kb(record)``), embedders, the
+    analyzer, the per-user home."""
 
-    home: Home
-    postgres: PostgresStore | None  # the shared database when the service was opened on a postgresql:// URL
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def home(self) -> Home: ...
+
+    @property
+    def postgres(self) -> PostgresStore | None:  # the database on a postgresql:// URL; until #28 retires it
+        ...
 
     @property
     def analyzer(self) -> Analyzer: ...

@@ -190,3 +190,4 @@ class KBReader:
                 del self._segments[stale]
             self._snapshot = Snapshot(self.store.kb_id, manifest, segments)
             return self._snapshot
+
