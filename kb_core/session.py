@@ -53,7 +53,7 @@ from kb_core.validation import (
 
 if TYPE_CHECKING:
     from kb_core.ingest.pipeline import ImportProgress
-    from kb_core.service import KnowledgeBaseService
+    from kb_core.seams import SessionResources
     from kb_core.store.tokens import TokenRecord
     from kb_core.transfer.format import TransferLimits
 
@@ -128,7 +128,7 @@ class Session:
 
     def __init__(
         self,
-        service: KnowledgeBaseService,
+        service: SessionResources,
         persistent_name: str | None = None,
         scope: frozenset[str] | None = None,
         allowed_dirs: Sequence[Path] | None = None,
