@@ -250,6 +250,11 @@ class Store(Protocol):
         """How messages name the store: "home", or "store URL"."""
         ...
 
+    @property
+    def label(self) -> str:
+        """What ``kb info`` shows as the store: "folder (the home)", or the database URL without its password."""
+        ...
+
     def verify(self) -> list[str]:
         """Every consistency problem of every KB, each a sentence."""
         ...

@@ -54,6 +54,10 @@ class FolderStore:
     def subject(self) -> str:
         return "home"
 
+    @property
+    def label(self) -> str:
+        return "folder (the home)"
+
     @cached_property
     def tokens(self) -> TokenStore:
         from kb_core.store.tokens import TokenStore

@@ -46,6 +46,10 @@ class PostgresBackend:
     def subject(self) -> str:
         return f"store {self.display}"
 
+    @property
+    def label(self) -> str:
+        return self.display  # the URL without the password
+
     @cached_property
     def tokens(self) -> PostgresTokenStore:
         from kb_core.store.postgres.tokens import PostgresTokenStore
