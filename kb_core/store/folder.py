@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     from kb_core.retrieval.analysis import Analyzer
     from kb_core.retrieval.keyword_index import RowTerms
     from kb_core.store.base import CandidateRequest, RowKey, Searcher
-    from kb_core.store.postgres import PostgresStore
     from kb_core.store.tokens import TokenStore
 
 __all__ = ["FolderKB", "FolderSearcher", "FolderStore"]
@@ -47,7 +46,7 @@ class FolderStore:
         self._readers: dict[str, KBReader] = {}
 
     @property
-    def postgres(self) -> PostgresStore | None:
+    def postgres(self) -> None:
         return None
 
     @property
