@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from kb_core.retrieval.analysis import Analyzer
     from kb_core.retrieval.search import RankedHits, SearchFilters, SearchSettings
     from kb_core.store import Home, KBStore, KnowledgeBaseRecord
-    from kb_core.store.base import Store
+    from kb_core.store.base import Store, TokenStorage
     from kb_core.store.postgres import PostgresStore
     from kb_core.store.reader import KBReader
 
@@ -72,7 +72,7 @@ class SessionResources(Resources, Protocol):
     def background(self) -> ThreadPoolExecutor: ...
 
     @property
-    def token_store(self) -> Any: ...
+    def token_store(self) -> TokenStorage: ...
 
     @property
     def evaluation_runs(self) -> Any: ...  # kb_core.evaluation_runs.EvaluationRunStore, a feature built on these seams

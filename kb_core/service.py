@@ -22,7 +22,7 @@ from kb_core.embedding.device import DeviceChoice, DeviceRequest, device_request
 from kb_core.errors import InvalidArgument, KBError, KBNotFound, StoreError
 from kb_core.store import Home, KBStore, KnowledgeBaseRecord
 from kb_core.store.atomic import read_json, write_json_atomically
-from kb_core.store.base import POSTGRES_OPERATIONS, NotOnPostgres, Store
+from kb_core.store.base import POSTGRES_OPERATIONS, NotOnPostgres, Store, TokenStorage
 from kb_core.store.factory import open_store
 from kb_core.validation import (
     ITEM_ID,
@@ -467,7 +467,7 @@ class KnowledgeBaseService:
         return self._parse_limits or default_parse_limits()
 
     @property
-    def token_store(self) -> Any:
+    def token_store(self) -> TokenStorage:
         """The MCP HTTP bearer tokens: in the database on PostgreSQL (shared by every host), else in the home
         (``HOME/tokens.json``)."""
         return self.store.tokens

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from kb_core.store.postgres import PostgresStore
     from kb_core.store.reader import KBReader
     from kb_core.store.registry import Home, KnowledgeBaseRecord
-    from kb_core.store.tokens import TokenStore
+    from kb_core.store.tokens import TokenRecord
 
 __all__ = [
     "POSTGRES_OPERATIONS",
@@ -39,6 +39,7 @@ __all__ = [
     "RowKey",
     "Searcher",
     "Store",
+    "TokenStorage",
 ]
 
 # A chunk row inside one read view: (part, row); the folder store's part is a segment, PostgreSQL has one part.
@@ -192,6 +193,26 @@ class KBStorage(Protocol):
         ...
 
 
+class TokenStorage(Protocol):
+    """The MCP bearer tokens of a store (only each token's hash is kept)."""
+
+    def list(self) -> list[TokenRecord]: ...
+
+    def get(self, token_id: str) -> TokenRecord | None: ...
+
+    def create(self, scope: Sequence[str] | None, capability: str, rate_per_hour: int = ...) -> tuple[str, TokenRecord]:
+        """A new token: (the token, shown once; its record). ``scope``: KB ids, or None for all."""
+        ...
+
+    def revoke(self, token_id: str) -> TokenRecord:
+        """Revoke a token (``TOKEN_NOT_FOUND`` when there is none with that id)."""
+        ...
+
+    def verify(self, token: str) -> TokenRecord | None:
+        """The record of a presented token, or None when it is unknown or revoked."""
+        ...
+
+
 class FolderAccess(Protocol):
     """What only the folder store offers: each KB's writer side and its reader (one per KB for the process)."""
 
@@ -205,7 +226,11 @@ class Store(Protocol):
 
     display: str
     home: Home  # the per-user folder (the CLI's current KB, embedding cache, evaluation runs; the folder store's KBs)
-    tokens: TokenStore | Any  # the MCP bearer tokens: kb_core.store.tokens.TokenStore or its PostgreSQL twin
+
+    @property
+    def tokens(self) -> TokenStorage:
+        """The MCP bearer tokens: in the home (``tokens.json``), or in the database, shared by every host."""
+        ...
 
     @property
     def postgres(self) -> PostgresStore | None:
