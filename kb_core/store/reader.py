@@ -190,4 +190,3 @@ class KBReader:
                 del self._segments[stale]
             self._snapshot = Snapshot(self.store.kb_id, manifest, segments)
             return self._snapshot
-
