@@ -15,8 +15,7 @@ wheel (loopback TCP, fsync on, shared_buffers 1 GB). Reports:
   same machine; plus recall@10 of each store's vector candidates against an exact scan;
 * **hybrid search** p50/p95 at the full size, end to end but for the query embedding (given): candidates, fusion,
   breakdowns, near-duplicate removal and the hits' rows (``kb_core.retrieval.search.rank`` over the folder store's
-  searcher,
-  ``kb_core.store.postgres.searching.search_snapshot`` over a PostgreSQL snapshot; top 10, default settings);
+  searcher and over a ``PostgresSearcher``; top 10, default settings);
 * **commit cost** of one small document (3 chunks) into the full KB, median of ``--repeats``, and for the folder
   store the searcher refresh its next search pays;
 * **two concurrent writer processes** on the full KB, each committing ``--writer-commits`` small documents: the
@@ -44,11 +43,11 @@ from bench_store import synthetic_texts
 from bench_vector import clustered_vectors
 
 from kb_core import KnowledgeBaseService
-from kb_core.retrieval.search import SearchFilters, SearchSettings, SnapshotSearcher, rank
+from kb_core.retrieval.search import SearchFilters, SearchSettings, SnapshotSearcher, candidate_request, rank
 from kb_core.store import Change
 from kb_core.store.postgres import ChunkRecord, DocumentRecord, PostgresStore, PreparedDocument, StoreChange
 from kb_core.store.postgres.embedded import LocalPostgres
-from kb_core.store.postgres.searching import search_snapshot
+from kb_core.store.postgres.searching import PostgresSearcher
 from kb_core.store.segments import write_segment_files
 
 logger = logging.getLogger("bench_pg")
@@ -152,7 +151,7 @@ def measure_retrieval(
     filters = SearchFilters()
 
     def folder(i: int) -> None:
-        searcher.candidates(corpus.query_texts[i], corpus.query_vectors[i], settings, filters)
+        searcher.candidates(candidate_request(corpus.query_texts[i], corpus.query_vectors[i], settings, filters))
 
     def postgres(i: int) -> None:
         with store.snapshot(kb_id) as view:
@@ -216,8 +215,8 @@ def measure_hybrid_search(
 
     def postgres(i: int) -> None:
         with store.snapshot(kb_id) as view:
-            search_snapshot(view, pg_record, service.analyzer, corpus.query_texts[i], corpus.query_vectors[i],
-                            settings, filters)  # fmt: skip
+            pg_searcher = PostgresSearcher(view, service.analyzer, pg_record.embedding_model)
+            rank(pg_searcher, corpus.query_texts[i], corpus.query_vectors[i], settings, filters, "bench")
 
     for i in range(queries, min(300, queries + 50)):
         folder(i)

@@ -90,7 +90,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ),
     ),
     # Both stores: the folder store (registry, segments, manifests, snapshots, compaction, verify, tokens) and
-    # store/postgres. store/documents.py is counted here because that is where it lives today.
+    # store/postgres, their protocol (store/base.py) and the factory that chooses one (store/factory.py).
     ("store", ("kb_core.store",)),
     # Features: what the session orchestrates. seams.py (the protocols features are written against) and
     # results.py (typed results) are the features' own contract; beir.py reads datasets for evaluation; demo.py
@@ -106,6 +106,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "kb_core.evaluation_runs",
             "kb_core.beir",
             "kb_core.demo",
+            "kb_core.documents",
             "kb_core.results",
             "kb_core.seams",
         ),

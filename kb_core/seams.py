@@ -10,26 +10,39 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
+
     from kb_core.embedding.base import Embedder
+    from kb_core.embedding.device import DeviceChoice
     from kb_core.envelope import Envelope
     from kb_core.ingest.executors import DocumentExecutor
     from kb_core.ingest.parsing import ParseLimits
     from kb_core.ingest.pipeline import Importer, ImportProgress
     from kb_core.results import SearchRequest, SearchResult
     from kb_core.retrieval.analysis import Analyzer
+    from kb_core.retrieval.search import RankedHits, SearchFilters, SearchSettings
     from kb_core.store import Home, KBStore, KnowledgeBaseRecord
+    from kb_core.store.base import Store, TokenStorage
     from kb_core.store.postgres import PostgresStore
     from kb_core.store.reader import KBReader
 
 
 class Resources(Protocol):
-    """The process's resources: the home, each KB's store and reader, embedders, the analyzer."""
+    """The process's resources: the store (each KB's storage through ``store.kb(record)``), embedders, the
+    analyzer, the per-user home."""
 
-    home: Home
-    postgres: PostgresStore | None  # the shared database when the service was opened on a postgresql:// URL
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def home(self) -> Home: ...
+
+    @property
+    def postgres(self) -> PostgresStore | None:  # the database on a postgresql:// URL; until #28 retires it
+        ...
 
     @property
     def analyzer(self) -> Analyzer: ...
@@ -64,6 +77,63 @@ class ImportResources(Protocol):
     def importer(self, record: KnowledgeBaseRecord, executor: DocumentExecutor | None = None) -> Importer: ...
 
     def compact_quietly(self, record: KnowledgeBaseRecord) -> None: ...
+
+
+class SessionResources(Resources, Protocol):
+    """What a :class:`kb_core.session.Session` asks of the process (the service satisfies it), so the session
+    needs no import of the service that makes sessions."""
+
+    @property
+    def background(self) -> ThreadPoolExecutor: ...
+
+    @property
+    def token_store(self) -> TokenStorage: ...
+
+    @property
+    def evaluation_runs(self) -> Any: ...  # kb_core.evaluation_runs.EvaluationRunStore, a feature built on these seams
+
+    def create_kb(
+        self,
+        kb_name: str,
+        chunk_size: int,
+        embedding_model: str | None = None,
+        embedding_endpoint: str | None = None,
+        embedding_api_key: str | None = None,
+        progress: Callable[[str], None] | None = None,
+    ) -> KnowledgeBaseRecord: ...
+
+    def delete_kb(self, record: KnowledgeBaseRecord) -> None: ...
+
+    def documents(self, record: KnowledgeBaseRecord) -> list[dict[str, Any]]: ...
+
+    def has_chunk(self, record: KnowledgeBaseRecord, chunk_id: str) -> bool: ...
+
+    def kb_counts(self, record: KnowledgeBaseRecord) -> tuple[int, int]: ...
+
+    def kb_version(self, record: KnowledgeBaseRecord) -> int: ...
+
+    def compact(self, record: KnowledgeBaseRecord, everything: bool = False) -> dict[str, int]: ...
+
+    def search_kb(
+        self,
+        record: KnowledgeBaseRecord,
+        query: str,
+        settings: SearchSettings,
+        filters: SearchFilters,
+        explain_chunk_ids: Sequence[str] = (),
+    ) -> RankedHits: ...
+
+    def semantic_floor(self, record: KnowledgeBaseRecord, query: str) -> float: ...
+
+    def device(self) -> DeviceChoice: ...
+
+    def model_load_state(self, record: KnowledgeBaseRecord | None, model: str | None = None) -> dict[str, Any]: ...
+
+    def load_model(self, record: KnowledgeBaseRecord | None, model: str | None = None) -> float: ...
+
+    def import_executor(
+        self, record: KnowledgeBaseRecord, executor: str, address: str | None = None
+    ) -> DocumentExecutor | None: ...
 
 
 class Scope(Protocol):

@@ -1,33 +1,29 @@
-"""The process's resources: :class:`KnowledgeBaseService` owns the home or the PostgreSQL store, the KB registry,
-each KB's store and reader, the embedders, the analyzer, the importer and the background pool; it is opened once
-per process. Front ends work through its sessions (:meth:`KnowledgeBaseService.session`, :mod:`kb_core.session`).
+"""The process's resources: :class:`KnowledgeBaseService` owns the store (the home's folders or PostgreSQL, chosen
+once by :func:`kb_core.store.factory.open_store`), the embedders, the analyzer, the importer and the background
+pool; it is opened once per process. Front ends work through its sessions (:meth:`KnowledgeBaseService.session`,
+:mod:`kb_core.session`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from kb_core.config import resolve_home, resolve_store
+from kb_core.config import resolve_home
 from kb_core.embedding import DEFAULT_EMBEDDING_MODEL
 from kb_core.embedding.device import DeviceChoice, DeviceRequest, device_request
-from kb_core.errors import (
-    InvalidArgument,
-    KBError,
-    KBExists,
-    KBNotFound,
-)
-from kb_core.store import Home, KBStore, KnowledgeBaseRecord, new_id, utc_now
+from kb_core.errors import InvalidArgument, KBError, KBNotFound
+from kb_core.store import Home, KBStore, KnowledgeBaseRecord
 from kb_core.store.atomic import read_json, write_json_atomically
+from kb_core.store.base import POSTGRES_OPERATIONS, NotOnPostgres, Store, TokenStorage
+from kb_core.store.factory import open_store
 from kb_core.validation import (
     ITEM_ID,
     name_key,
@@ -45,9 +41,7 @@ if TYPE_CHECKING:
     from kb_core.retrieval.search import RankedHits, SearchFilters, SearchSettings
     from kb_core.session import Session
     from kb_core.store.postgres import PostgresStore
-    from kb_core.store.postgres.tokens import PostgresTokenStore
     from kb_core.store.reader import KBReader
-    from kb_core.store.tokens import TokenStore
 
 logger = logging.getLogger(__name__)
 # Query vectors of local models remembered per service (see CachedEmbedder): 384 floats each, 1.5 MB at most.
@@ -65,16 +59,7 @@ def default_parse_limits() -> Any:
 
 
 CLI_SESSION = "cli"
-# What a service on a PostgreSQL store does so far; everything else answers NOT_ON_POSTGRES (issue #16).
-POSTGRES_OPERATIONS = (
-    "create, list, select and delete knowledge bases; import, list, update and delete documents, list their "
-    "chunks, get items and document info; search, explain_search, rag_search and saved search settings; "
-    "knowledge bundles, ontologies and the graph; tokens"
-)
-
-
-class NotOnPostgres(KBError):
-    code = "NOT_ON_POSTGRES"
+__all__ = ["CLI_SESSION", "POSTGRES_OPERATIONS", "KnowledgeBaseService", "NotOnPostgres", "open_service"]
 
 
 class ServiceCounters:
@@ -93,18 +78,6 @@ class ServiceCounters:
     def snapshot(self) -> dict[str, int]:
         with self._lock:
             return dict(self._counts)
-
-
-class KBRegistry(Protocol):
-    """The KB registry both stores offer (:class:`kb_core.store.Home`, :class:`PostgresStore`)."""
-
-    def knowledge_bases(self) -> list[KnowledgeBaseRecord]: ...
-
-    def get(self, kb_id: str) -> KnowledgeBaseRecord: ...
-
-    def api_key(self, kb_id: str) -> str | None: ...
-
-    def update_search_settings(self, kb_id: str, settings: dict[str, Any]) -> KnowledgeBaseRecord: ...
 
 
 class KnowledgeBaseService:
@@ -138,30 +111,33 @@ class KnowledgeBaseService:
                 self._device_request = device_request()
             except InvalidArgument as exc:
                 self._device_request, self._device_error = DeviceRequest(), exc
-        url, standby = resolve_store(store, read_url)
-        self.postgres: PostgresStore | None = None
-        if url is not None:
-            from kb_core.store.postgres import PostgresStore
-
-            self.postgres = PostgresStore.open(url, read_url=standby)
-        self.home = Home(resolve_home(home))
+        self.store: Store = open_store(resolve_home(home), store, read_url)
         self._embedder_factory = embedder_factory
         self._lock = threading.RLock()
-        self._readers: dict[str, KBReader] = {}
         self._embedders: dict[str, Any] = {}
         self._floors: dict[tuple[str, str], float] = {}
         self._parse_limits = parse_limits
         self.counters = ServiceCounters()
 
     @property
-    def registry(self) -> KBRegistry:
-        """Where the KBs are registered: the database on PostgreSQL, else the home."""
-        return self.postgres if self.postgres is not None else self.home
+    def home(self) -> Home:
+        """The per-user folder: the CLI's current KB, the embedding cache, kept evaluation runs (and, on the folder
+        store, the KBs)."""
+        return self.store.home
+
+    @property
+    def postgres(self) -> PostgresStore | None:
+        """The database on PostgreSQL, else None: for the features not yet behind the store protocol (#28)."""
+        return self.store.postgres
+
+    @property
+    def registry(self) -> Store:
+        """Where the KBs are registered (the store)."""
+        return self.store
 
     def close(self) -> None:
         """Close the database connections (a folder store holds none)."""
-        if self.postgres is not None:
-            self.postgres.close()
+        self.store.close()
 
     # -- sessions ------------------------------------------------------------------------------
     def session(
@@ -186,7 +162,7 @@ class KnowledgeBaseService:
         """The KB named ``kb_name`` (ignoring case), among ``among`` (default: all KBs of the home)."""
         if not isinstance(kb_name, str) or not kb_name.strip():
             raise InvalidArgument("kb_name must be a non-empty string.", details={"field": "kb_name"})
-        records = self.registry.knowledge_bases() if among is None else list(among)
+        records = self.store.knowledge_bases() if among is None else list(among)
         key = name_key(kb_name)
         for record in records:
             if name_key(record.name) == key:
@@ -198,12 +174,8 @@ class KnowledgeBaseService:
         )
 
     def kb_store(self, kb_id: str) -> KBStore:
-        if self.postgres is not None:
-            raise NotOnPostgres(
-                f"This operation is not available on the PostgreSQL store ({self.postgres.display}) yet; there the "
-                f"workbench can {POSTGRES_OPERATIONS}. Use a folder store (the default) for the rest."
-            )
-        return KBStore(self.home.kb_dir(kb_id), kb_id)
+        """The folder store's writer side of a KB (:class:`NotOnPostgres` on PostgreSQL)."""
+        return self.store.folder().kb_store(kb_id)
 
     def create_kb(
         self,
@@ -234,58 +206,19 @@ class KnowledgeBaseService:
             )
         if endpoint is None:
             model = prepare_embedding_model(model, progress)
-        if self.postgres is not None:  # the database's unique name key refuses a name taken meanwhile
-            record = self.postgres.create_knowledge_base(
-                name, size, model, analyzer=self.analyzer.name, embedding_endpoint=endpoint, api_key=api_key
-            )
-            logger.info("Created knowledge base %s (%s) in %s", record.name, record.id, self.postgres.display)
-            return record
-        with self.home.registry_lock():
-            key = name_key(name)
-            for record in self.home.knowledge_bases():
-                if name_key(record.name) == key:
-                    raise KBExists(
-                        f"A knowledge base named {record.name!r} already exists (names ignore case); choose another.",
-                        details={"kb_name": name},
-                    )
-            record = KnowledgeBaseRecord(
-                id=new_id("kb"),
-                name=name,
-                chunk_size=size,
-                embedding_model=model,
-                embedding_endpoint=endpoint,
-                has_api_key=api_key is not None,
-                created_at=utc_now(),
-            )
-            KBStore.create(self.home.kb_dir(record.id), record.id)
-            if api_key is not None:
-                self.home.store_api_key(record.id, api_key)
-            self.home.add(record)  # the commit point
-        logger.info("Created knowledge base %s (%s)", record.name, record.id)
+        record = self.store.create_knowledge_base(
+            name, size, model, analyzer=self.analyzer.name, embedding_endpoint=endpoint, api_key=api_key
+        )
+        logger.info("Created knowledge base %s (%s) in %s", record.name, record.id, self.store.display)
         return record
 
     def delete_kb(self, record: KnowledgeBaseRecord) -> None:
-        if self.postgres is not None:
-            self.postgres.delete_knowledge_base(record.id)
-            logger.info("Deleted knowledge base %s (%s)", record.name, record.id)
-            return
-        with self.home.registry_lock(), self.kb_store(record.id).lock():
-            self.home.remove(record.id)
-        with self._lock:
-            self._readers.pop(record.id, None)
+        self.store.delete_knowledge_base(record)
         logger.info("Deleted knowledge base %s (%s)", record.name, record.id)
 
     def reader(self, kb_id: str) -> KBReader:
-        with self._lock:
-            reader = self._readers.get(kb_id)
-            if reader is None:
-                from kb_core.store.reader import KBReader
-
-                store = self.kb_store(kb_id)
-                store.clean_up()
-                reader = KBReader(store)
-                self._readers[kb_id] = reader
-            return reader
+        """The folder store's reader of a KB, one per process (:class:`NotOnPostgres` on PostgreSQL)."""
+        return self.store.folder().reader(kb_id)
 
     def embedder(self, record: KnowledgeBaseRecord) -> Embedder:
         """The KB's embedder, loaded once per process, behind the shared embedding cache."""
@@ -293,7 +226,7 @@ class KnowledgeBaseService:
         with self._lock:
             embedder = self._embedders.get(key)
             if embedder is None:
-                api_key = self.registry.api_key(record.id) if record.has_api_key else None
+                api_key = self.store.api_key(record.id) if record.has_api_key else None
                 if self._embedder_factory is not None:
                     embedder = self._embedder_factory(record, api_key)
                 else:
@@ -528,17 +461,11 @@ class KnowledgeBaseService:
         """The limits every parse of this service runs under."""
         return self._parse_limits or default_parse_limits()
 
-    @cached_property
-    def token_store(self) -> TokenStore | PostgresTokenStore:
+    @property
+    def token_store(self) -> TokenStorage:
         """The MCP HTTP bearer tokens: in the database on PostgreSQL (shared by every host), else in the home
         (``HOME/tokens.json``)."""
-        if self.postgres is not None:
-            from kb_core.store.postgres.tokens import PostgresTokenStore
-
-            return PostgresTokenStore(self.postgres)
-        from kb_core.store.tokens import TokenStore
-
-        return TokenStore(self.home.root)
+        return self.store.tokens
 
     @cached_property
     def analyzer(self) -> Analyzer:
@@ -560,31 +487,27 @@ class KnowledgeBaseService:
     ) -> RankedHits:
         """One KB's ranked hits. The place of each of ``explain_chunk_ids`` (live chunks) among the scored candidates
         is in ``RankedHits.explained_by_id``, whether or not it made the hits."""
-        from kb_core.retrieval.search import RankedHits, SnapshotSearcher, rank
+        from kb_core.retrieval.search import RankedHits, rank
 
         self.counters.add("searches")
-        if self.postgres is not None:
-            from kb_core.store.postgres.searching import search_snapshot
+        storage = self.store.kb(record)
 
-            # embedded before the snapshot opens: no transaction stays open while a model or endpoint works
-            vector = None if settings.mode == "keyword" else self.embedder(record).embed_query(query)
-            floor = 0.0 if vector is None else self.semantic_floor(record, query)
-            with self.postgres.snapshot(record.id) as pg_snapshot:
-                return search_snapshot(
-                    pg_snapshot, record, self.analyzer, query, vector, settings, filters, explain_chunk_ids, floor
-                )
-        snapshot = self.reader(record.id).snapshot()
-        if snapshot.manifest.chunk_count == 0:
-            return RankedHits([], [f"Knowledge base '{record.name}' has no documents yet."])
-        searcher = SnapshotSearcher.for_snapshot(snapshot, self.analyzer, record.embedding_model)
-        query_vector = None
-        floor = 0.0
-        if settings.mode != "keyword":
-            query_vector = self.embedder(record).embed_query(query)
-            floor = self.semantic_floor(record, query)
-        located = {chunk_id: snapshot.locate_chunk(chunk_id) for chunk_id in explain_chunk_ids}
-        keys = [key for key in located.values() if key is not None]
-        ranked = rank(searcher, query, query_vector, settings, filters, record.name, keys, floor)
+        def query_vector() -> tuple[Any, float]:
+            if settings.mode == "keyword":
+                return None, 0.0
+            return self.embedder(record).embed_query(query), self.semantic_floor(record, query)
+
+        embedded = query_vector() if storage.embed_before_search else None
+        with storage.searcher(self.analyzer) as searcher:
+            if searcher.empty:
+                return RankedHits([], [f"Knowledge base '{record.name}' has no documents yet."])
+            vector, floor = embedded if embedded is not None else query_vector()
+            located = {chunk_id: searcher.locate(chunk_id) for chunk_id in explain_chunk_ids}
+            keys = [key for key in located.values() if key is not None]
+            ranked = rank(searcher, query, vector, settings, filters, record.name, keys, floor)
+            for warning in searcher.warnings:
+                if warning not in ranked.warnings:
+                    ranked.warnings.append(warning)
         ranked.explained_by_id = {
             chunk_id: ranked.explained[key] for chunk_id, key in located.items() if key in ranked.explained
         }
@@ -593,62 +516,29 @@ class KnowledgeBaseService:
     def kb_version(self, record: KnowledgeBaseRecord) -> int:
         """The KB's committed version. Every commit by any process (an import, a deletion, a compaction) changes it,
         so what is derived from the KB (the search lab's results) may be remembered under it."""
-        if self.postgres is not None:
-            with self.postgres.snapshot(record.id) as snapshot:
-                return snapshot.version
-        return self.kb_store(record.id).latest_version()
+        return self.store.kb(record).version()
 
     def compact(self, record: KnowledgeBaseRecord, everything: bool = False) -> dict[str, int]:
-        from kb_core.store.compaction import compact
-
-        return compact(self.kb_store(record.id), self.analyzer, everything=everything)
+        return self.store.kb(record).compact(self.analyzer, everything)
 
     def compact_quietly(self, record: KnowledgeBaseRecord) -> None:
         """Automatic compaction after an import: best effort, never fails the import (PostgreSQL needs none)."""
-        if self.postgres is not None:
-            return
-        try:
-            self.compact(record)
-        except Exception:
-            logger.warning("automatic compaction of %s failed; it will be retried later", record.name, exc_info=True)
+        self.store.kb(record).compact_quietly(self.analyzer)
 
     def documents(self, record: KnowledgeBaseRecord) -> list[dict[str, Any]]:
         """The KB's documents (ready and failed) as catalog rows, as of now."""
-        if self.postgres is not None:
-            with self.postgres.snapshot(record.id) as snapshot:
-                return [d.to_row() for d in snapshot.documents()]
-        return self.reader(record.id).snapshot().documents().to_dict("records")
+        return self.store.kb(record).documents()
 
     def has_chunk(self, record: KnowledgeBaseRecord, chunk_id: str) -> bool:
-        if not ITEM_ID.match(chunk_id):
-            return False
-        if self.postgres is not None:
-            with self.postgres.snapshot(record.id) as snapshot:
-                return snapshot.find_chunk(chunk_id) is not None
-        return self.reader(record.id).snapshot().locate_chunk(chunk_id) is not None
+        return bool(ITEM_ID.match(chunk_id)) and self.store.kb(record).has_chunk(chunk_id)
 
     def import_staging(self, record: KnowledgeBaseRecord) -> Path:
         """A new private folder for the copies an import works on: inside the KB's folder (never recreated for a
         KB deleted meanwhile), or in the home on PostgreSQL."""
-        name = f"{os.getpid()}-import-{uuid.uuid4().hex[:8]}"
-        if self.postgres is not None:
-            staging = self.home.root / "staging"
-            staging.mkdir(parents=True, exist_ok=True)
-            return staging / name
-        return self.kb_store(record.id).root / "staging" / name
+        return self.store.kb(record).import_staging()
 
     def kb_counts(self, record: KnowledgeBaseRecord) -> tuple[int, int]:
-        if self.postgres is not None:
-            try:
-                with self.postgres.snapshot(record.id) as snapshot:
-                    return len(snapshot.documents()), snapshot.statistics.live_rows
-            except KBNotFound:
-                return 0, 0
-        try:
-            manifest = self.kb_store(record.id).manifest()
-        except KBNotFound:
-            return 0, 0
-        return manifest.document_count, manifest.chunk_count
+        return self.store.kb(record).counts()
 
 
 def prepare_embedding_model(model: str, progress: Callable[[str], None] | None = None) -> str:

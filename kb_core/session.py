@@ -21,6 +21,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kb_core.documents import chunk_json, document_info, document_info_text, document_row, find_item
 from kb_core.envelope import Envelope, envelope, enveloped, ok
 from kb_core.errors import (
     DocumentNotFound,
@@ -41,8 +42,7 @@ from kb_core.retrieval.search import (
     SearchSettings,
 )
 from kb_core.safe_files import AllowedFolders, reject_nul, require_inside
-from kb_core.store import Change, KnowledgeBaseRecord
-from kb_core.store.documents import chunk_json, document_info, document_info_text, document_row, find_item
+from kb_core.store import KnowledgeBaseRecord
 from kb_core.validation import (
     validate_chunk_size,
     validate_float_range,
@@ -53,7 +53,7 @@ from kb_core.validation import (
 
 if TYPE_CHECKING:
     from kb_core.ingest.pipeline import ImportProgress
-    from kb_core.service import KnowledgeBaseService
+    from kb_core.seams import SessionResources
     from kb_core.store.tokens import TokenRecord
     from kb_core.transfer.format import TransferLimits
 
@@ -128,7 +128,7 @@ class Session:
 
     def __init__(
         self,
-        service: KnowledgeBaseService,
+        service: SessionResources,
         persistent_name: str | None = None,
         scope: frozenset[str] | None = None,
         allowed_dirs: Sequence[Path] | None = None,
@@ -156,7 +156,7 @@ class Session:
         return twin
 
     def visible_kbs(self) -> list[KnowledgeBaseRecord]:
-        records = self.service.registry.knowledge_bases()
+        records = self.service.store.knowledge_bases()
         return records if self.scope is None else [r for r in records if r.id in self.scope]
 
     def find_kb(self, kb_name: str) -> KnowledgeBaseRecord:
@@ -180,7 +180,7 @@ class Session:
         if kb_id is None:
             raise NoCurrentKB(f"No knowledge base is selected; select one first with {self.select_hint}.")
         try:
-            record = self.service.registry.get(kb_id)
+            record = self.service.store.get(kb_id)
             if self.scope is not None and record.id not in self.scope:
                 raise KBNotFound(kb_id)
             return record
@@ -446,19 +446,9 @@ class Session:
     @enveloped
     def list_documents(self, kb_name: str | None = None) -> Envelope:
         record = self.resolve_kb(kb_name)
-        if self.service.postgres is not None:
-            from kb_core.store.postgres.inflight import in_flight_documents as in_flight_elsewhere
-
-            rows = [document_row(d) for d in self.service.documents(record)]
-            flights = in_flight_elsewhere(self.service.postgres, record.id)  # on any host
-        else:
-            reader = self.service.reader(record.id)
-            documents = reader.snapshot().documents()
-            rows = [document_row(d) for d in documents.to_dict("records")]
-            from kb_core.ingest.pipeline import in_flight_documents
-
-            flights = in_flight_documents(reader.store)
-        for flight in flights:
+        storage = self.service.store.kb(record)
+        rows = [document_row(d) for d in storage.documents()]
+        for flight in storage.in_flight():
             rows.append(
                 {
                     "id": None,
@@ -482,18 +472,7 @@ class Session:
         """The chunks of one document in order, with chapter, page, tokens and character offsets."""
         record = self.resolve_kb(kb_name)
         document = self._live_document(record, doc_name)
-        rows: list[dict[str, Any]] = []
-        if self.service.postgres is not None:
-            with self.service.postgres.snapshot(record.id) as snapshot:
-                rows = [chunk_json(chunk.to_row()) for _, chunk in snapshot.document_chunks(document["doc_id"])]
-            segment = None
-        else:
-            segment = self.service.reader(record.id).snapshot().segment_by_id(document["segment_id"])
-        if segment is not None:
-            import pyarrow.compute as pc
-
-            table = segment.chunks.filter(pc.equal(segment.chunks.column("doc_id"), document["doc_id"]))
-            rows = sorted((chunk_json(r) for r in table.to_pylist()), key=lambda r: r["chunk_index"])
+        rows = [chunk_json(r) for r in self.service.store.kb(record).document_chunks(document)]
         return ok(
             f"{len(rows)} chunk(s) in '{document['name']}'.",
             {"doc_id": document["doc_id"], "doc_name": document["name"], "chunks": rows, "count": len(rows)},
@@ -503,21 +482,12 @@ class Session:
     def delete_document(self, doc_name: str, kb_name: str | None = None) -> Envelope:
         record = self.resolve_kb(kb_name)
         document = self._live_document(record, doc_name)
-        if self.service.postgres is not None:
-            from kb_core.store.postgres import StoreChange
-
-            self.service.postgres.commit(record.id, StoreChange(delete=(document["doc_id"],)))
-            return ok(f"Deleted document '{document['name']}' and its chunks.", {"doc_name": document["name"]})
-        reader = self.service.reader(record.id)
-
-        def plan(manifest: Any) -> Change:
-            if manifest.is_deleted(document["segment_id"], document["doc_id"]) or not any(
-                s.id == document["segment_id"] for s in manifest.segments
-            ):
-                raise DocumentNotFound(f"Document {doc_name!r} was already deleted.", details={"doc_name": doc_name})
-            return Change(tombstones={document["segment_id"]: {document["doc_id"]: int(document["chunk_count"])}})
-
-        reader.store.commit(plan)
+        try:
+            self.service.store.kb(record).delete_document(document)
+        except DocumentNotFound:  # deleted by another process since it was looked up
+            raise DocumentNotFound(
+                f"Document {doc_name!r} was already deleted.", details={"doc_name": doc_name}
+            ) from None
         return ok(f"Deleted document '{document['name']}' and its chunks.", {"doc_name": document["name"]})
 
     @enveloped
@@ -740,7 +710,7 @@ class Session:
         merged = {**record.search_settings, **{k: v for k, v in settings.items() if v is not None}}
         validated = SearchSettings(**merged).validated()
         saved = {k: getattr(validated, k) for k in SearchSettings.SAVED_FIELDS if k in merged}
-        self.service.registry.update_search_settings(record.id, saved)
+        self.service.store.update_search_settings(record.id, saved)
         return ok(f"Saved search defaults for '{record.name}'.", {"kb_name": record.name, "search_settings": saved})
 
     @enveloped
@@ -847,7 +817,7 @@ class Session:
         if record.scope is None:
             scope = "all"
         else:
-            names = {r.id: r.name for r in self.service.registry.knowledge_bases()}
+            names = {r.id: r.name for r in self.service.store.knowledge_bases()}
             scope = ",".join(sorted(names.get(kb_id, f"(deleted {kb_id})") for kb_id in record.scope))
         return {
             "id": record.id,
@@ -968,24 +938,12 @@ class Session:
         index and graph commits is rolled back to the committed graph (the graph is the truth: the bundle was
         never committed, so it is imported again), and staging folders of killed import-db runs are removed.
         """
-        from kb_core.store.verify import bundle_index_problem, verify_home
-
-        postgres = self.service.postgres
-        if postgres is not None:  # statistics, postings and rows recomputed and compared, KB by KB
-            problems = [f"{r.name}: {p}" for r in postgres.knowledge_bases() for p in postgres.verify(r.id)]
-            message = f"{len(problems)} problem(s) found:\n" + "\n".join(f"- {p}" for p in problems)
-            return envelope(
-                message if problems else f"The store {postgres.display} is consistent.",
-                {"problems": problems, "repaired": []},
-                success=not problems,
-            )
+        store = self.service.store
         repaired: list[str] = []
         if repair:
             from kb_core.bundles import repair_index
 
-            for record in self.service.home.knowledge_bases():
-                if bundle_index_problem(self.service.kb_store(record.id)) is None:
-                    continue
+            for record in list(store.interrupted_bundle_indexes()):
                 result = repair_index(self, record.name)
                 if not result["success"]:
                     raise KBError(f"Repairing '{record.name}' failed: {result['message']}", code="REPAIR_FAILED")
@@ -995,12 +953,12 @@ class Session:
                     f"{stats['documents_removed']} bundle document(s), re-indexed {stats['documents_indexed']}); "
                     "import the interrupted bundle again"
                 )
-            for folder in self.service.home.abandoned_transfer_staging(remove=True):
+            for folder in store.remove_abandoned_staging():
                 repaired.append(f"removed {folder.name}, the staging folder of an import-db that did not finish")
-        problems = verify_home(self.service.home)
+        problems = store.verify()
         message = f"Repaired {len(repaired)} problem(s). " if repaired else ""
         if problems:
             message += f"{len(problems)} problem(s) found:\n" + "\n".join(f"- {p}" for p in problems)
         else:
-            message += "The home is consistent."
+            message += f"The {store.subject} is consistent."
         return envelope(message, {"problems": problems, "repaired": repaired}, success=not problems)

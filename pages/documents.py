@@ -7,7 +7,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from kb_core.store.documents import human_size
+from kb_core.documents import human_size
 from kb_core.text_language import language_name
 from pages import _shared as ui
 

@@ -15,7 +15,7 @@ import pandas as pd
 import streamlit as st
 
 from kb_core import Session
-from kb_core.store.documents import human_size
+from kb_core.documents import human_size
 from pages import _shared as ui
 
 EXPORT_SUFFIX = ".kbx"

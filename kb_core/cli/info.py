@@ -16,8 +16,7 @@ def _info(session: Session, args: argparse.Namespace) -> Envelope:
     envelope: Envelope = session.device_info()
     if envelope["success"]:
         envelope["data"]["home"] = str(session.service.home.root)
-        postgres = session.service.postgres  # named by its URL without the password
-        envelope["data"]["store"] = postgres.display if postgres is not None else "folder (the home)"
+        envelope["data"]["store"] = session.service.store.label
         models = session.embedding_models()
         if models["success"]:
             envelope["data"]["models"] = models["data"]["models"]

@@ -107,14 +107,13 @@ class ServiceHolder:
         started = time.monotonic()
         try:
             service.analyzer.tokens("warm up 预热")
-            records = service.registry.knowledge_bases()
+            records = service.store.knowledge_bases()
         except Exception:
             logger.warning("Could not preload the search models; they load on first use.", exc_info=True)
             return
         for record in records:
             try:
-                if service.postgres is None:  # a database KB has no indexes to load into memory
-                    service.reader(record.id).snapshot()
+                service.store.kb(record).preload()  # the folder store's indexes (a database KB has none)
                 if not record.embedding_endpoint:
                     service.embedder(record).embed_query("warm up")
                     for query in ("warm up", "预热"):  # the model's semantic floors, measured once (kept in the home)

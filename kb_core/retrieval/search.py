@@ -27,7 +27,7 @@ import logging
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -38,18 +38,18 @@ from kb_core.retrieval.fusion import (
     DEFAULT_JACCARD_WEIGHT,
     FUSION_METHODS,
     WEIGHTINGS,
-    CandidateArrays,
     ScoreBreakdown,
     auto_weights,
     fuse_arrays,
     single_signal_ranking,
 )
-from kb_core.retrieval.near_duplicates import TextSignatures, near_duplicate_rows
+from kb_core.retrieval.near_duplicates import near_duplicate_rows
 from kb_core.retrieval.weights import FusionWeights
+from kb_core.store.base import CandidateRequest, RowKey, Searcher
+from kb_core.store.folder import FolderSearcher
 
-if TYPE_CHECKING:
-    from kb_core.retrieval.keyword_index import RowTerms
-    from kb_core.store.reader import Snapshot
+# The folder store's searcher under its former name (benchmarks and tests reach it here).
+SnapshotSearcher = FolderSearcher
 
 logger = logging.getLogger(__name__)
 
@@ -216,158 +216,28 @@ def dedup_margin(settings: SearchSettings) -> int:
     return min(settings.top_k, 10) if settings.deduplicate else 0
 
 
-_ROW_BITS = 40  # a candidate's code: segment index << 40 | row (segments hold far fewer than 2**40 rows)
-_ROW_MASK = (1 << _ROW_BITS) - 1
-
-
-def _codes(segments: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    return (np.asarray(segments, dtype=np.int64) << _ROW_BITS) | np.asarray(rows, dtype=np.int64)
-
-
-class SnapshotSearcher:
-    """Searches one snapshot. Built once per snapshot version and cached on it."""
-
-    def __init__(self, snapshot: Snapshot, analyzer: Any, embedding_model: str) -> None:
-        from kb_core.retrieval.keyword_index import KeywordSearcher
-        from kb_core.retrieval.vector_index import VectorSearcher
-
-        self.snapshot = snapshot
-        self.analyzer = analyzer
-        self.embedding_model = embedding_model
-        live = [snapshot.live_mask(i) for i in range(len(snapshot.segments))]
-        self.keyword = KeywordSearcher([(s.keyword, m) for s, m in zip(snapshot.segments, live, strict=True)], analyzer)
-        self.vector = VectorSearcher([(s.vectors, m) for s, m in zip(snapshot.segments, live, strict=True)])
-        documents = snapshot.documents()
-        self.documents = {(row["segment_id"], row["doc_id"]): row for row in documents.to_dict("records")}
-
-    @classmethod
-    def for_snapshot(cls, snapshot: Snapshot, analyzer: Any, embedding_model: str) -> SnapshotSearcher:
-        searcher = snapshot.cache.get("searcher")
-        if searcher is None:
-            searcher = cls(snapshot, analyzer, embedding_model)
-            snapshot.cache["searcher"] = searcher
-        return searcher
-
-    def _document(self, segment_index: int, doc_id: str) -> dict[str, Any]:
-        return self.documents[(self.snapshot.segments[segment_index].id, doc_id)]
-
-    def document_of(self, key: tuple[int, int]) -> dict[str, Any]:
-        """The document row of a chunk, without reading the chunk's text."""
-        values, codes = self.snapshot.segments[key[0]].chunk_doc_codes
-        return self._document(key[0], str(values[codes[key[1]]]))
-
-    def candidates(
-        self,
-        query: str,
-        query_vector: np.ndarray | None,
-        settings: SearchSettings,
-        filters: SearchFilters,
-        extra_keys: Sequence[tuple[int, int]] = (),
-    ) -> tuple[CandidateArrays, RowTerms]:
-        """Over-fetched candidates of both signals, each scored on both, with their Jaccard term, as columns.
-
-        Order: the keyword list, then vector hits the keyword list lacks, then ``extra_keys`` (rows to explain,
-        with their exact scores on both signals, ranked by neither list unless one retrieved them). Also returns
-        what the keyword index knows of each candidate row (in candidate order): the query's terms, which of them
-        each row contains, and its distinct term count — so neither the Jaccard term nor the matched terms need
-        the chunk text.
-        """
-        fetch = max(settings.candidates, settings.top_k * 10) * (4 if filters.active else 1)
-        if settings.mode == "keyword" and settings.jaccard_weight == 0 and not filters.active and not extra_keys:
-            # Keyword-only ranking is the BM25 order (ties by row, so a shorter list is a prefix of a longer one)
-            # and only the first top_k + margin candidates are ever read: fetching more changes nothing.
-            fetch = settings.top_k + dedup_margin(settings)
-        terms = self.keyword.query_terms(query)
-        empty = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64), np.empty(0))
-        keyword = self.keyword.search_terms_arrays(terms, fetch) if settings.mode != "semantic" else empty
-        use_vector = settings.mode != "keyword" and query_vector is not None and self.snapshot.manifest.chunk_count
-        vector = empty
-        if use_vector and settings.mode == "semantic" and settings.jaccard_weight == 0 and not filters.active:
-            wanted = settings.top_k + dedup_margin(settings)
-            vector = self._semantic_prefix(query_vector, wanted, extra_keys)  # type: ignore[arg-type]
-        if use_vector and not len(vector[0]):
-            vector = self.vector.search_arrays(query_vector, fetch)  # type: ignore[arg-type]
-        keyword_codes = _codes(keyword[0], keyword[1])
-        vector_codes = _codes(vector[0], vector[1])
-        codes = np.concatenate([keyword_codes, vector_codes[~np.isin(vector_codes, keyword_codes)]])
-        if extra_keys:
-            known = set(codes.tolist())
-            extra_codes = [c for c in dict.fromkeys(_codes(*np.array(extra_keys, dtype=np.int64).T).tolist())]
-            codes = np.concatenate([codes, np.array([c for c in extra_codes if c not in known], dtype=np.int64)])
-        n = len(codes)
-        keys = np.stack([codes >> _ROW_BITS, codes & _ROW_MASK], axis=1)
-        keyword_score = np.full(n, np.nan)
-        keyword_rank = np.zeros(n, dtype=np.int64)
-        keyword_score[: len(keyword_codes)] = keyword[2]
-        keyword_rank[: len(keyword_codes)] = np.arange(1, len(keyword_codes) + 1)
-        vector_score = np.full(n, np.nan)
-        vector_rank = np.zeros(n, dtype=np.int64)
-        if len(vector_codes):
-            sorter = np.argsort(codes)
-            where = sorter[np.searchsorted(codes, vector_codes, sorter=sorter)]
-            vector_score[where] = vector[2].astype(np.float64)
-            vector_rank[where] = np.arange(1, len(vector_codes) + 1)
-        row_terms = self.keyword.row_terms(terms, keys)
-        if settings.mode == "hybrid" or extra_keys:
-            # Hybrid scores every candidate on both signals; other modes only the rows to explain.
-            if settings.mode == "hybrid":
-                scored = np.ones(n, dtype=bool)
-            else:
-                scored = np.isin(codes, _codes(*np.array(extra_keys, dtype=np.int64).T))
-            missing = scored & np.isnan(keyword_score)
-            keyword_score[missing] = row_terms.bm25[missing]
-            missing = np.flatnonzero(scored & np.isnan(vector_score))
-            if len(missing) and query_vector is not None:
-                vector_score[missing] = self.vector.score_rows(query_vector, keys[missing])
-        arrays = CandidateArrays(keys, vector_score, keyword_score, vector_rank, keyword_rank, row_terms.jaccard())
-        return arrays, row_terms
-
-    def _semantic_prefix(
-        self, query_vector: np.ndarray, wanted: int, extra_keys: Sequence[tuple[int, int]]
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The first ``wanted`` rows of the cosine ranking, when they are exactly the first ``wanted`` rows of the
-        over-fetched list (the semantic ranking is the cosine order and only that many rows are ever read), else
-        empty arrays: the caller then over-fetches. That holds when every segment is an exact flat index and the
-        ``wanted``-th score is strictly above the next one (a tie there could be broken differently by a longer
-        search). Rows to explain need the full list (their rank among all candidates)."""
-        empty = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64), np.empty(0))
-        if extra_keys or not self.vector.exact:
-            return empty
-        segments, rows, scores = self.vector.search_arrays(query_vector, wanted + 1)
-        if len(scores) > wanted and not scores[wanted - 1] > scores[wanted]:
-            return empty
-        return segments[:wanted], rows[:wanted], scores[:wanted]
-
-    def rows_with_signatures(
-        self, keys: Sequence[tuple[int, int]]
-    ) -> tuple[list[dict[str, Any]], TextSignatures]:
-        """The chunk rows of ``keys`` and their near-duplicate signatures, in the order of ``keys``."""
-        records: list[dict[str, Any]] = [{} for _ in keys]
-        parts: list[tuple[np.ndarray, TextSignatures]] = []
-        by_segment: dict[int, list[int]] = {}
-        for position, (segment_index, _) in enumerate(keys):
-            by_segment.setdefault(segment_index, []).append(position)
-        for segment_index, positions in by_segment.items():
-            segment = self.snapshot.segments[segment_index]
-            found, signatures = segment.chunk_rows_with_signatures([keys[p][1] for p in positions])
-            for position, record in zip(positions, found, strict=True):
-                records[position] = record
-            parts.append((np.asarray(positions, dtype=np.int64), signatures))
-        if len(parts) == 1:
-            return records, parts[0][1]
-        where = np.concatenate([positions for positions, _ in parts])
-        merged = TextSignatures.concatenate([signatures for _, signatures in parts])
-        return records, merged.take(np.argsort(where))
-
-    def rows(self, keys: Sequence[tuple[int, int]]) -> dict[tuple[int, int], dict[str, Any]]:
-        out: dict[tuple[int, int], dict[str, Any]] = {}
-        by_segment: dict[int, list[int]] = {}
-        for segment_index, row in keys:
-            by_segment.setdefault(segment_index, []).append(row)
-        for segment_index, rows in by_segment.items():
-            for row, record in zip(rows, self.snapshot.segments[segment_index].chunk_rows(rows), strict=True):
-                out[(segment_index, row)] = record
-        return out
+def candidate_request(
+    query: str,
+    query_vector: np.ndarray | None,
+    settings: SearchSettings,
+    filters: SearchFilters,
+    extra_keys: Sequence[RowKey] = (),
+) -> CandidateRequest:
+    """What to ask a store's searcher for: ``candidates`` (at least 10 per hit) rows of each signal, four times
+    as many when filters drop some; the prefix hints where only the first ``top_k`` + margin rows are read."""
+    fetch = max(settings.candidates, settings.top_k * 10) * (4 if filters.active else 1)
+    wanted = settings.top_k + dedup_margin(settings)
+    plain = settings.jaccard_weight == 0 and not filters.active
+    return CandidateRequest(
+        query=query,
+        vector=query_vector,
+        mode=settings.mode,
+        fetch=fetch,
+        extra_keys=tuple((int(k[0]), int(k[1])) for k in extra_keys),
+        keyword_prefix=wanted if settings.mode == "keyword" and plain and not extra_keys else None,
+        semantic_prefix=wanted if settings.mode == "semantic" and plain else None,
+        documents_wanted=filters.active,
+    )
 
 
 @dataclass
@@ -411,13 +281,13 @@ class SearchOutcome:
 
 
 def rank(
-    searcher: SnapshotSearcher,
+    searcher: Searcher,
     query: str,
     query_vector: np.ndarray | None,
     settings: SearchSettings,
     filters: SearchFilters,
     kb_name: str,
-    explain_keys: Sequence[tuple[int, int]] = (),
+    explain_keys: Sequence[RowKey] = (),
     semantic_floor: float = 0.0,
 ) -> RankedHits:
     """The ranked hits of one KB snapshot, warnings for the user, and the weights used.
@@ -430,7 +300,8 @@ def rank(
     warnings: list[str] = []
     analysed = searcher.analyzer.query_terms(query)
     floor = None if settings.mode == "keyword" else float(semantic_floor)
-    candidates, row_terms = searcher.candidates(query, query_vector, settings, filters, explain_keys)
+    request = candidate_request(query, query_vector, settings, filters, explain_keys)
+    candidates, row_terms = searcher.candidates(request)
     if not len(candidates):
         return RankedHits([], warnings, semantic_floor=floor, query_terms=analysed)
     source = np.arange(len(candidates))  # each candidate's position in ``row_terms``
@@ -438,13 +309,13 @@ def rank(
         allowed = np.array(
             [
                 filters.allows(document["name"], document["file_type"])
-                for document in (searcher.document_of(key) for key in candidates.keys.tolist())  # type: ignore[union-attr]
+                for document in (searcher.document_of((key[0], key[1])) for key in _row_keys(candidates.keys))
             ],
             dtype=bool,
         )
         source = np.flatnonzero(allowed)
         candidates = candidates.take(source)
-    keyword_reference = searcher.keyword.reference_score(row_terms.terms)
+    keyword_reference = searcher.keyword_reference(row_terms.terms)
     covered = model_covers(searcher.embedding_model, detect_language(query))
     guarded = settings.language_guard and not covered
     if not covered and settings.mode == "hybrid" and settings.vector_weight > 0:
@@ -489,9 +360,9 @@ def rank(
     if explain_keys and len(ranking):
         wanted = set(explain_keys)
         ranks = ranking.rank_of()
-        for position, key in enumerate(candidates.keys.tolist()):  # type: ignore[union-attr]
-            if tuple(key) in wanted:
-                explained[tuple(key)] = ExplainedRow(
+        for position, key in enumerate(_row_keys(candidates.keys)):
+            if key in wanted:
+                explained[key] = ExplainedRow(
                     int(ranks[position]),
                     len(ranking),
                     ranking.breakdown(position),
@@ -506,8 +377,8 @@ def rank(
             [], warnings, weights_used, suggested, keyword_reference, explained,
             semantic_floor=floor, without_evidence=len(ranking), query_terms=analysed,
         )
-    window_keys = candidates.keys_of(window)
-    records, signatures = searcher.rows_with_signatures(window_keys)  # type: ignore[arg-type]
+    window_keys = _row_keys(candidates.keys, window)
+    records, signatures = searcher.rows_with_signatures(window_keys)
     chosen = list(zip(window, window_keys, records, strict=True))
     if settings.deduplicate:
         dropped = near_duplicate_rows(signatures, [r["content"] for r in records], NEAR_DUPLICATE_THRESHOLD)
@@ -517,7 +388,7 @@ def rank(
     matched = row_terms.matched_many(source[[position for position, _, _ in chosen]])
     hits: list[SearchHit] = []
     for (_, key, row), breakdown, terms in zip(chosen, breakdowns, matched, strict=True):
-        document = searcher._document(key[0], row["doc_id"])  # type: ignore[index]
+        document = searcher.document_of(key, row["doc_id"])
         hits.append(
             SearchHit(
                 id=row["chunk_id"],
@@ -530,11 +401,11 @@ def rank(
                 chapter=row["chapter"],
                 page=row["page"],
                 file_type=document["file_type"],
-                kb_id=searcher.snapshot.kb_id,
+                kb_id=searcher.kb_id,
                 kb_name=kb_name,
                 matched_terms=terms,
                 breakdown=breakdown,
-                location=key,  # type: ignore[arg-type]
+                location=key,
             )
         )
     without = int(len(ranking) - len(supported))
@@ -542,6 +413,14 @@ def rank(
         hits, warnings, weights_used, suggested, keyword_reference, explained,
         semantic_floor=floor, without_evidence=without, query_terms=analysed,
     )
+
+
+def _row_keys(keys: Sequence[Any], positions: Sequence[int] | None = None) -> list[RowKey]:
+    """The row keys of candidates (all, or those at ``positions``): the searchers give them as an (n, 2) array."""
+    table = np.asarray(keys, dtype=np.int64).reshape(-1, 2)
+    if positions is not None:
+        table = table[np.asarray(positions, dtype=np.int64)]
+    return [(int(part), int(row)) for part, row in table.tolist()]
 
 
 def _evidence(ranking: Any, mode: str, floor: float) -> np.ndarray:

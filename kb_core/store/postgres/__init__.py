@@ -1,9 +1,11 @@
 """A store engine on PostgreSQL + pgvector: several hosts, one database, the folder store's answers (issue #16).
 
-The service chooses it by URL (``KnowledgeBaseService(store=...)``, ``$KB_STORE``, ``kb --store``). It mirrors
-what the folder store (:mod:`kb_core.store`, :class:`kb_core.store.reader.KBReader`) and the searcher
-(:class:`kb_core.retrieval.search.SnapshotSearcher`) provide:
+The service chooses it by URL (``KnowledgeBaseService(store=...)``, ``$KB_STORE``, ``kb --store``), through
+:func:`kb_core.store.factory.open_store`. It implements the store protocol (:mod:`kb_core.store.base`) as the folder
+store (:mod:`kb_core.store.folder`) does:
 
+* :class:`~kb_core.store.postgres.backend.PostgresBackend` and :class:`~kb_core.store.postgres.backend.PostgresKB`
+  — the protocol's ``Store`` and ``KBStorage`` (documents, chunks, items, deletion, searches, verification);
 * :class:`PostgresStore` — the registry (:meth:`~PostgresStore.create_knowledge_base`, ``get``, ``find``,
   ``knowledge_bases``, ``delete_knowledge_base``, ``update_search_settings``, ``api_key``), one-transaction
   commits (:meth:`~PostgresStore.commit` of a :class:`StoreChange`: add, update, delete, bundle graph), tokens,
@@ -15,7 +17,7 @@ what the folder store (:mod:`kb_core.store`, :class:`kb_core.store.reader.KBRead
 * :class:`~kb_core.store.postgres.searching.PostgresSearcher`, :class:`~kb_core.store.postgres.importing.
   PostgresSink` and :mod:`~kb_core.store.postgres.transfer`: what the service searches, imports and
   exports/imports export files with;
-* :mod:`~kb_core.store.postgres.items` (get_item, get_document_info, update_document),
+* :mod:`~kb_core.store.postgres.backend` (the store protocol's Store and KBStorage: items, document info),
   :mod:`~kb_core.store.postgres.bundles` (the graph store of knowledge bundles, committed with its documents),
   :mod:`~kb_core.store.postgres.tokens` (MCP bearer tokens) and :mod:`~kb_core.store.postgres.inflight` (running
   imports' in-flight documents, seen by every host): what the service routes to on PostgreSQL;

@@ -1,6 +1,6 @@
 """Search over a PostgreSQL snapshot with the folder store's ranking code (:func:`kb_core.retrieval.search.rank`).
 
-:class:`PostgresSearcher` offers what :func:`~kb_core.retrieval.search.rank` asks of a searcher — candidates scored
+:class:`PostgresSearcher` is the store's :class:`~kb_core.store.base.Searcher`: candidates scored
 on both signals, the keyword reference, chunk and document rows — computed by :class:`PostgresSnapshot` in SQL. Fusion,
 the score breakdown, near-duplicate removal and the language guard are the very same Python code as for a folder
 KB, so both stores give the same hits and breakdowns. A row is addressed by the key ``(0, row_id)``: the store has
@@ -18,17 +18,14 @@ from kb_core.retrieval.analysis import Analyzer
 from kb_core.retrieval.fusion import CandidateArrays
 from kb_core.retrieval.keyword_index import RowTerms
 from kb_core.retrieval.near_duplicates import SKETCH_EMPTY, TextSignatures, text_signatures
-from kb_core.retrieval.search import RankedHits, SearchFilters, SearchSettings, rank
+from kb_core.store.base import CandidateRequest, RowKey
 from kb_core.store.postgres.snapshot import PostgresSnapshot, QueryTerms
-from kb_core.store.registry import KnowledgeBaseRecord
 
-__all__ = ["PostgresSearcher", "search_snapshot"]
-
-RowKey = tuple[int, int]
+__all__ = ["PostgresSearcher"]
 
 
 class _KeywordReference:
-    """The ``searcher.keyword`` that :func:`rank` asks for the keyword score scale: Σ idf of the present terms."""
+    """The keyword score scale of the terms the last search looked up: Σ idf of the present terms."""
 
     def __init__(self) -> None:
         self.query: QueryTerms | None = None
@@ -40,11 +37,12 @@ class _KeywordReference:
 
 
 class PostgresSearcher:
-    """One search over one PostgreSQL snapshot (valid inside its ``with store.snapshot(...)`` block); offers the
-    members of :class:`kb_core.retrieval.search.SnapshotSearcher` that :func:`~kb_core.retrieval.search.rank` reads."""
+    """One search over one PostgreSQL snapshot (valid inside its ``with store.snapshot(...)`` block): the
+    :class:`~kb_core.store.base.Searcher` of this store."""
 
     def __init__(self, snapshot: PostgresSnapshot, analyzer: Analyzer, embedding_model: str) -> None:
         self.snapshot = snapshot
+        self.kb_id = snapshot.kb_id
         self.analyzer = analyzer
         self.embedding_model = embedding_model
         self.keyword = _KeywordReference()
@@ -57,30 +55,38 @@ class PostgresSearcher:
         if missing:
             self._documents.update((d.doc_id, d.to_row()) for d in self.snapshot.documents(missing))
 
-    def _document(self, segment_index: int, doc_id: str) -> dict[str, Any]:
-        self._load_documents([doc_id])
-        return self._documents[doc_id]
+    @property
+    def empty(self) -> bool:
+        return self.snapshot.statistics.live_rows == 0
 
-    def document_of(self, key: Sequence[int]) -> dict[str, Any]:
+    @property
+    def warnings(self) -> list[str]:
+        return list(self.snapshot.warnings)
+
+    def locate(self, chunk_id: str) -> RowKey | None:
+        row_id = self.snapshot.find_chunk(chunk_id)
+        return None if row_id is None else (0, row_id)
+
+    def keyword_reference(self, terms: Sequence[str]) -> float:
+        return self.keyword.reference_score(terms)
+
+    def document_of(self, key: RowKey, doc_id: str | None = None) -> dict[str, Any]:
+        if doc_id is not None:
+            self._load_documents([doc_id])
+            return self._documents[doc_id]
         row_key = (int(key[0]), int(key[1]))
         return self.rows([row_key])[row_key]["document"]  # candidates() fetched the rows of a filtered search at once
 
-    def candidates(
-        self,
-        query: str,
-        query_vector: np.ndarray | None,
-        settings: SearchSettings,
-        filters: SearchFilters,
-        extra_keys: Sequence[RowKey] = (),
-    ) -> tuple[CandidateArrays, RowTerms]:
-        """As :meth:`kb_core.retrieval.search.SnapshotSearcher.candidates`, signal by signal and mode by mode."""
-        fetch = max(settings.candidates, settings.top_k * 10) * (4 if filters.active else 1)
-        terms = self.snapshot.query_terms(query, self.analyzer)
+    def candidates(self, request: CandidateRequest) -> tuple[CandidateArrays, RowTerms]:
+        """As the folder store's :meth:`kb_core.store.folder.FolderSearcher.candidates`, signal by signal and mode
+        by mode (the prefix hints are not used: the database reads ``fetch`` rows of each signal)."""
+        fetch, mode, query_vector, extra_keys = request.fetch, request.mode, request.vector, request.extra_keys
+        terms = self.snapshot.query_terms(request.query, self.analyzer)
         self.keyword.query = terms
-        keyword_hits = self.snapshot.keyword_candidates(terms, fetch) if settings.mode != "semantic" else []
+        keyword_hits = self.snapshot.keyword_candidates(terms, fetch) if mode != "semantic" else []
         vector_hits = (
             self.snapshot.vector_candidates(query_vector, fetch)
-            if settings.mode != "keyword" and query_vector is not None and self.snapshot.statistics.live_rows
+            if mode != "keyword" and query_vector is not None and self.snapshot.statistics.live_rows
             else []
         )
         found: dict[RowKey, dict[str, Any]] = {}
@@ -96,11 +102,11 @@ class PostgresSearcher:
         for position, key in enumerate(keys):
             scores = found[key]
             # hybrid scores every candidate on both signals; a single mode only the rows to explain
-            if settings.mode == "hybrid" or key in extra:
+            if mode == "hybrid" or key in extra:
                 scores.setdefault("keyword_score", float(row_terms.bm25[position]))
                 if query_vector is not None and not np.isnan(cosine[position]):
                     scores.setdefault("vector_score", float(cosine[position]))
-        if filters.active:  # rank() asks each candidate's document: one query for all of them
+        if request.documents_wanted:  # rank() asks each candidate's document: one query for all of them
             self.rows(keys)
         def column(name: str) -> np.ndarray:
             return np.array([found[key].get(name, np.nan) for key in keys], dtype=np.float64)
@@ -151,36 +157,3 @@ class PostgresSearcher:
                 self._signatures[(0, row_id)] = signature
         return {key: self._rows[key] for key in keys}
 
-
-def search_snapshot(
-    snapshot: PostgresSnapshot,
-    record: KnowledgeBaseRecord,
-    analyzer: Analyzer,
-    query: str,
-    query_vector: np.ndarray | None,
-    settings: SearchSettings,
-    filters: SearchFilters,
-    explain_chunk_ids: Sequence[str] = (),
-    semantic_floor: float = 0.0,
-) -> RankedHits:
-    """One KB's ranked hits from a PostgreSQL snapshot, as :meth:`KnowledgeBaseService.search_kb` gives them for a
-    folder KB (the same fusion, breakdowns, warnings and explained rows)."""
-    if snapshot.statistics.live_rows == 0:
-        return RankedHits([], [f"Knowledge base '{record.name}' has no documents yet."])
-    searcher = PostgresSearcher(snapshot, analyzer, record.embedding_model)
-    located: dict[str, RowKey | None] = {}
-    for chunk_id in explain_chunk_ids:
-        row_id = snapshot.find_chunk(chunk_id)
-        located[chunk_id] = None if row_id is None else (0, row_id)
-    keys = [key for key in located.values() if key is not None]
-    # rank() reads a searcher through the members PostgresSearcher mirrors (candidates, rows, keyword, documents)
-    ranked = rank(
-        searcher, query, query_vector, settings, filters, record.name, keys, semantic_floor  # type: ignore[arg-type]
-    )
-    ranked.explained_by_id = {
-        chunk_id: ranked.explained[key] for chunk_id, key in located.items() if key in ranked.explained
-    }
-    for warning in snapshot.warnings:
-        if warning not in ranked.warnings:
-            ranked.warnings.append(warning)
-    return ranked

@@ -1,7 +1,7 @@
 """A knowledge base's documents as front ends show them: rows, chunk rows, item lookup and document info.
 
-Features over the folder store's snapshots; they take the process's resources and KB records, raise KBError and
-return plain JSON-ready data (the session wraps it into envelopes).
+Features over the store protocol (:mod:`kb_core.store.base`); they take the process's resources and KB records,
+raise KBError and return plain JSON-ready data (the session wraps it into envelopes).
 """
 
 from __future__ import annotations
@@ -24,67 +24,29 @@ def find_item(
     """A document (``doc_`` id, with its full text) or a live chunk with ``neighbours`` chunks either side."""
     if not ITEM_ID.match(item_id):
         raise ItemNotFound(f"No document or chunk with id {item_id!r} exists.", details={"id": item_id})
-    if service.postgres is not None:
-        from kb_core.store.postgres.items import find_item as find_on_postgres
-
-        found = find_on_postgres(service.postgres, item_id, records, neighbours)
+    for record in records:
+        found = service.store.kb(record).find_item(item_id, neighbours)
         if found is None:
-            raise ItemNotFound(f"No document or chunk with id {item_id!r} exists.", details={"id": item_id})
+            continue
         if found["type"] == "document":
             row = document_row(found["row"])
-            return {"type": "document", "kb_name": found["kb_name"], **row, "text": found["text"] or ""}
+            return {"type": "document", "kb_name": record.name, **row, "text": found["text"] or ""}
         return {
-            **found,
+            "type": "chunk",
+            "kb_name": record.name,
+            "doc_name": found["doc_name"],
             "chunk": chunk_json(found["chunk"]),
             "previous": [chunk_json(r) for r in found["previous"]],
             "next": [chunk_json(r) for r in found["next"]],
         }
-    for record in records:
-        snapshot = service.reader(record.id).snapshot()
-        documents = snapshot.documents()
-        if item_id.startswith("doc_"):
-            match = documents[documents["doc_id"] == item_id]
-            if match.empty:
-                continue
-            row = match.iloc[0].to_dict()
-            segment = snapshot.segment_by_id(row["segment_id"])
-            text = segment.text(item_id) if segment is not None else None
-            return {"type": "document", "kb_name": record.name, **document_row(row), "text": text or ""}
-        for index, segment in enumerate(snapshot.segments):
-            position = segment.find_chunk(item_id)
-            if position is None or not snapshot.live_mask(index)[position]:
-                continue
-            chunk = segment.chunk_rows([position])[0]
-            import pyarrow.compute as pc
-
-            doc_rows = segment.chunks.filter(pc.equal(segment.chunks.column("doc_id"), chunk["doc_id"]))
-            siblings = sorted(doc_rows.to_pylist(), key=lambda r: r["chunk_index"])
-            at = next(i for i, r in enumerate(siblings) if r["chunk_id"] == item_id)
-            name = documents[documents["doc_id"] == chunk["doc_id"]]["name"]
-            return {
-                "type": "chunk",
-                "kb_name": record.name,
-                "doc_name": name.iloc[0] if not name.empty else None,
-                "chunk": chunk_json(chunk),
-                "previous": [chunk_json(r) for r in siblings[max(0, at - neighbours) : at]],
-                "next": [chunk_json(r) for r in siblings[at + 1 : at + 1 + neighbours]],
-            }
     raise ItemNotFound(f"No document or chunk with id {item_id!r} exists.", details={"id": item_id})
 
 
 def document_info(service: Resources, doc_id: str, records: Sequence[KnowledgeBaseRecord]) -> dict[str, Any]:
     """One document's metadata as get_document_info shows it; ``{id, error}`` when no KB has it."""
     for record in records if ITEM_ID.match(doc_id) else ():
-        if service.postgres is not None:
-            from kb_core.store.postgres.items import document_row as document_on_postgres
-
-            found = document_on_postgres(service.postgres, doc_id, [record])
-            match = [found[1]] if found is not None else []
-        else:
-            documents = service.reader(record.id).snapshot().documents()
-            match = documents[documents["doc_id"] == doc_id].to_dict("records")
-        if match:
-            document = match[0]
+        document = service.store.kb(record).document(doc_id)
+        if document is not None:
             row = document_row(document)
             return {
                 "id": row["id"],
