@@ -12,9 +12,8 @@ what the folder store (:mod:`kb_core.store`, :class:`kb_core.store.reader.KBRead
   documents, chunk rows, texts, originals, vectors, and the retrieval primitives computed in SQL (BM25 and
   cosine candidates, exact row scores, matched terms, distinct-term counts, the keyword reference);
 * :class:`PreparedDocument` — a document analysed and embedded outside any transaction, ready to commit;
-* :class:`~kb_core.store.postgres.searching.PostgresSearcher`, :class:`~kb_core.store.postgres.importing.
-  PostgresImporter` and :mod:`~kb_core.store.postgres.transfer`: what the service searches, imports and
-  exports/imports export files with;
+* :class:`~kb_core.store.postgres.searching.PostgresSearcher` and :class:`~kb_core.store.postgres.importing.
+  PostgresImporter`: what the service searches and imports with (export files: :mod:`kb_core.transfer.postgres`);
 * :mod:`~kb_core.store.postgres.items` (get_item, get_document_info, update_document),
   :mod:`~kb_core.store.postgres.bundles` (the graph store of knowledge bundles, committed with its documents),
   :mod:`~kb_core.store.postgres.tokens` (MCP bearer tokens) and :mod:`~kb_core.store.postgres.inflight` (running
