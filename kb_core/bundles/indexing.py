@@ -30,8 +30,8 @@ def sync_index(service: Resources, record: KnowledgeBaseRecord, state: GraphStat
 
     Call under the graph lock. Returns documents_indexed, documents_removed, chunks_indexed.
     """
-    if service.postgres is not None:  # prepared here, committed with the graph (kb_core.store.postgres.bundles)
-        from kb_core.store.postgres.bundles import sync_index as prepare_on_postgres
+    if service.postgres is not None:  # prepared here, committed with the graph (kb_core.bundles.postgres)
+        from kb_core.bundles.postgres import sync_index as prepare_on_postgres
 
         return prepare_on_postgres(service, record, state)
     from kb_core.ingest.pipeline import timestamped_name

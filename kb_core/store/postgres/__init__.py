@@ -13,9 +13,9 @@ what the folder store (:mod:`kb_core.store`, :class:`kb_core.store.reader.KBRead
   cosine candidates, exact row scores, matched terms, distinct-term counts, the keyword reference);
 * :class:`PreparedDocument` — a document analysed and embedded outside any transaction, ready to commit;
 * :class:`~kb_core.store.postgres.searching.PostgresSearcher` and :class:`~kb_core.store.postgres.importing.
-  PostgresImporter`: what the service searches and imports with (export files: :mod:`kb_core.transfer.postgres`);
+  PostgresImporter`: what the service searches and imports with (export files and knowledge bundles on
+  PostgreSQL live with their features: :mod:`kb_core.transfer.postgres`, :mod:`kb_core.bundles.postgres`);
 * :mod:`~kb_core.store.postgres.items` (get_item, get_document_info, update_document),
-  :mod:`~kb_core.store.postgres.bundles` (the graph store of knowledge bundles, committed with its documents),
   :mod:`~kb_core.store.postgres.tokens` (MCP bearer tokens) and :mod:`~kb_core.store.postgres.inflight` (running
   imports' in-flight documents, seen by every host): what the service routes to on PostgreSQL;
 * :class:`LocalPostgres` (:mod:`kb_core.store.postgres.embedded`) — a throwaway PostgreSQL 18 + pgvector on a
