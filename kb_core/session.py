@@ -968,7 +968,8 @@ class Session:
         index and graph commits is rolled back to the committed graph (the graph is the truth: the bundle was
         never committed, so it is imported again), and staging folders of killed import-db runs are removed.
         """
-        from kb_core.store.verify import bundle_index_problem, verify_home
+        from kb_core.bundles.indexing import bundle_index_problem
+        from kb_core.store.verify import verify_home
 
         postgres = self.service.postgres
         if postgres is not None:  # statistics, postings and rows recomputed and compared, KB by KB
@@ -997,7 +998,7 @@ class Session:
                 )
             for folder in self.service.home.abandoned_transfer_staging(remove=True):
                 repaired.append(f"removed {folder.name}, the staging folder of an import-db that did not finish")
-        problems = verify_home(self.service.home)
+        problems = verify_home(self.service.home, kb_checks=(bundle_index_problem,))
         message = f"Repaired {len(repaired)} problem(s). " if repaired else ""
         if problems:
             message += f"{len(problems)} problem(s) found:\n" + "\n".join(f"- {p}" for p in problems)
