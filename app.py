@@ -46,7 +46,7 @@ def build_demo() -> None:
     files = demo_files()
     if not files or demo_exists(session):
         return
-    with ui._demo_lock(str(ui.service().home.root)):
+    with ui.demo_lock(str(ui.service().home.root)):
         if demo_exists(session):
             return
         with st.status(f"Building the demo knowledge base “{DEMO_KB_NAME}” (first start)…", expanded=True) as status:

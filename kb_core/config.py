@@ -11,6 +11,14 @@ HOME_ENVIRONMENT_VARIABLE = "KB_HOME"
 # Defaults the CLI's help shows; here, not in the MCP server and the token store, so `kb --help` imports neither.
 DEFAULT_HTTP_PORT = 8765
 DEFAULT_RATE_PER_HOUR = 1000
+# The search vocabulary every layer names (ranking, CLI choices, MCP schemas, the app): defined once, here, so the
+# CLI's parsers offer it without importing the ranking code and numpy.
+SEARCH_MODES = ("hybrid", "semantic", "keyword")
+FUSION_METHODS = ("weighted", "rrf")
+WEIGHTINGS = ("fixed", "auto")  # fixed: exactly the requested weights | auto: scaled by each signal's quality
+DEFAULT_VECTOR_WEIGHT = 0.7
+DEFAULT_KEYWORD_WEIGHT = 0.3
+RRF_K = 60  # reciprocal rank fusion's constant: a signal's rank r counts (RRF_K + 1) / (RRF_K + r)
 
 
 def resolve_home(home: str | os.PathLike[str] | None = None) -> Path:

@@ -37,7 +37,7 @@ import pandas as pd
 from kb_core.beir import BeirDataset, load_beir
 from kb_core.errors import InvalidArgument, KBError, KBNotFound
 from kb_core.results import SearchRequest
-from kb_core.retrieval.search import LANGUAGE_NOT_COVERED
+from kb_core.retrieval.search import LANGUAGE_NOT_COVERED, MODES
 from kb_core.seams import Resources, SessionAPI
 from kb_core.store import KnowledgeBaseRecord
 from kb_core.store.atomic import file_sha256
@@ -59,7 +59,6 @@ __all__ = [
 ]
 
 METRICS = ("ndcg@10", "recall@100", "mrr@10")
-MODES = ("hybrid", "semantic", "keyword")
 # 512 tokens, the common RAG default (and the spec's own example): whole abstracts or sections per chunk;
 # measured on SciFact, hybrid nDCG@10 0.7265 at 512 against 0.7196 at 256 (chunks above the model's 256-token
 # window are embedded window by window and pooled).

@@ -31,6 +31,7 @@ from typing import Any
 
 import pandas as pd
 
+from kb_core.config import DEFAULT_VECTOR_WEIGHT
 from kb_core.errors import InvalidArgument, KBError
 from kb_core.evaluation import METRICS, EvaluationReport, EvaluationSetting
 from kb_core.json_text import json_text
@@ -186,8 +187,8 @@ def best_sweep_setting(report_or_metrics: EvaluationReport | pd.DataFrame, metri
     swept = swept[swept[metric].notna()]
     if swept.empty:
         raise InvalidArgument("This evaluation has no weight sweep; run it with the sweep to find the best weights.")
-    # Ties go to the weight closest to the default 0.7, so an equal result does not move a user's setting.
-    ordered = swept.assign(_distance=(swept["vector_weight"] - 0.7).abs()).sort_values(
+    # Ties go to the weight closest to the default, so an equal result does not move a user's setting.
+    ordered = swept.assign(_distance=(swept["vector_weight"] - DEFAULT_VECTOR_WEIGHT).abs()).sort_values(
         [metric, "_distance"], ascending=[False, True]
     )
     row = ordered.iloc[0]

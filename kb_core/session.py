@@ -938,12 +938,14 @@ class Session:
         index and graph commits is rolled back to the committed graph (the graph is the truth: the bundle was
         never committed, so it is imported again), and staging folders of killed import-db runs are removed.
         """
+        from kb_core.bundles.indexing import bundle_index_problem
+
         store = self.service.store
         repaired: list[str] = []
         if repair:
             from kb_core.bundles import repair_index
 
-            for record in list(store.interrupted_bundle_indexes()):
+            for record in list(store.interrupted_bundle_indexes(bundle_index_problem)):
                 result = repair_index(self, record.name)
                 if not result["success"]:
                     raise KBError(f"Repairing '{record.name}' failed: {result['message']}", code="REPAIR_FAILED")
@@ -955,7 +957,7 @@ class Session:
                 )
             for folder in store.remove_abandoned_staging():
                 repaired.append(f"removed {folder.name}, the staging folder of an import-db that did not finish")
-        problems = store.verify()
+        problems = store.verify(kb_checks=(bundle_index_problem,))
         message = f"Repaired {len(repaired)} problem(s). " if repaired else ""
         if problems:
             message += f"{len(problems)} problem(s) found:\n" + "\n".join(f"- {p}" for p in problems)

@@ -36,7 +36,8 @@ def _service_for(home: str) -> KnowledgeBaseService:
 
 
 @st.cache_resource
-def _demo_lock(home: str) -> threading.Lock:
+def demo_lock(home: str) -> threading.Lock:
+    """One lock per home for this app process: the demo KB is built once, however many sessions ask at once."""
     return threading.Lock()
 
 

@@ -15,6 +15,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from kb_core import KBError
+from kb_core.config import DEFAULT_KEYWORD_WEIGHT, DEFAULT_VECTOR_WEIGHT
 from kb_core.demo import DEMO_KB_NAME, demo_judgments_folder
 from pages import _shared as ui
 
@@ -221,7 +222,8 @@ def save_best(outcome: Outcome, best: dict[str, Any]) -> None:
     """The best sweep point as the evaluated KB's default: hybrid, those weights, fixed weighting, weighted fusion
     (the point's own settings); its other saved settings stay."""
     record = session.find_kb(outcome.kb_name)
-    current = {**{"vector_weight": 0.7, "keyword_weight": 0.3, "weighting": "fixed", "fusion": "weighted",
+    current = {**{"vector_weight": DEFAULT_VECTOR_WEIGHT, "keyword_weight": DEFAULT_KEYWORD_WEIGHT,
+                  "weighting": "fixed", "fusion": "weighted",
                   "mode": "hybrid", "language_guard": True}, **record.search_settings}
     st.caption(
         f"Default of **{outcome.kb_name}** now: {current['mode']}, vector {float(current['vector_weight']):.2f} / "
@@ -288,7 +290,8 @@ def show_outcome(outcome: Outcome) -> None:
                 f"**{best['keyword_weight']:.2f}** · nDCG@10 **{best['ndcg@10']:.4f}** "
                 f"(sweep from {swept['ndcg@10'].min():.4f} to {swept['ndcg@10'].max():.4f})")
         if ties > 1:
-            line += f"; {ties} sweep points tie at this nDCG@10, and the one closest to the default 0.7 is chosen"
+            line += (f"; {ties} sweep points tie at this nDCG@10, and the one closest to the default "
+                     f"{DEFAULT_VECTOR_WEIGHT} is chosen")
         st.markdown(line + ".")
         saved_message = st.session_state.get("eval_saved")
         if saved_message:

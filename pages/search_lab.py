@@ -17,18 +17,25 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from kb_core import KBError
+from kb_core.config import (
+    DEFAULT_KEYWORD_WEIGHT,
+    DEFAULT_VECTOR_WEIGHT,
+    FUSION_METHODS,
+    RRF_K,
+    SEARCH_MODES,
+    WEIGHTINGS,
+)
+from kb_core.retrieval.query import arithmetic_steps
 from pages import _shared as ui
 
-MODES = ["hybrid", "semantic", "keyword"]
+MODES = list(SEARCH_MODES)
 MULTI = "multi-keyword"
-WEIGHTINGS = ["fixed", "auto"]
-FUSIONS = ["weighted", "rrf"]
 DEFAULTS: dict[str, Any] = {
-    "mode": "hybrid", "top_k": 5, "vector_weight": 0.7, "keyword_weight": 0.3, "jaccard_weight": 0.0,
+    "mode": "hybrid", "top_k": 5, "vector_weight": DEFAULT_VECTOR_WEIGHT, "keyword_weight": DEFAULT_KEYWORD_WEIGHT,
+    "jaccard_weight": 0.0,
     "fusion": "weighted", "weighting": "fixed", "language_guard": True, "min_score": 0.0,
 }
 CONTROL_COLUMNS = [1.1, 1.3, 2.4, 1.3]
-RRF_K = 60  # the service's reciprocal-rank constant (kb_core.retrieval.fusion.fuse)
 
 session = ui.session()
 kb_name = ui.require_current_kb(session)
@@ -41,7 +48,7 @@ version = session.kb_version()  # what is remembered for this KB holds while thi
 def vector_share(settings: dict[str, Any]) -> float:
     """The vector weight as a share of both weights (what the fusion uses), on the slider's 0.05 grid."""
     total = float(settings["vector_weight"]) + float(settings["keyword_weight"])
-    share = float(settings["vector_weight"]) / total if total > 0 else 0.7
+    share = float(settings["vector_weight"]) / total if total > 0 else DEFAULT_VECTOR_WEIGHT
     return round(round(share / 0.05) * 0.05, 2)
 
 
@@ -104,14 +111,14 @@ def settings_controls(prefix: str, initial: dict[str, Any]) -> dict[str, Any]:
                   help="1 − vector weight: the two weights sum to 1. They apply to hybrid search only.")
     bottom = st.columns(CONTROL_COLUMNS, vertical_alignment="bottom")
     weighting = bottom[0].radio(
-        "Weighting", WEIGHTINGS, index=WEIGHTINGS.index(initial["weighting"]), key=f"{prefix}_weighting",
+        "Weighting", list(WEIGHTINGS), index=WEIGHTINGS.index(initial["weighting"]), key=f"{prefix}_weighting",
         horizontal=True, disabled=not hybrid,
         help="fixed: exactly the weights above. auto: each weight scaled, per query, by how clearly its signal's "
         "top candidates stand out from the rest; the weights used are shown with the results.",
     )
     fusion = bottom[1].radio(
-        "Fusion", FUSIONS, index=FUSIONS.index(initial["fusion"]), key=f"{prefix}_fusion", horizontal=True,
-        disabled=not hybrid, format_func=lambda f: "weighted sum" if f == "weighted" else "RRF",
+        "Fusion", list(FUSION_METHODS), index=FUSION_METHODS.index(initial["fusion"]), key=f"{prefix}_fusion",
+        horizontal=True, disabled=not hybrid, format_func=lambda f: "weighted sum" if f == "weighted" else "RRF",
         help="weighted sum: the weights times each signal's 0–1 score. RRF: reciprocal rank fusion, the weights "
         f"times {RRF_K + 1} / ({RRF_K} + rank) of each signal.",
     )
@@ -147,34 +154,6 @@ def place(chunk: dict[str, Any]) -> str:
 
 def number(value: Any, digits: int = 4) -> str:
     return "–" if value is None else f"{float(value):.{digits}f}"
-
-
-def breakdown_steps(b: dict[str, Any]) -> list[str]:
-    """How the final score is computed from the raw scores, every figure from the breakdown."""
-    vn, kn = float(b["vector_normalized"]), float(b["keyword_normalized"])
-    if b.get("normalization") == "reciprocal rank":
-        steps = [
-            f"semantic: rank {b['vector_rank']} → {RRF_K + 1} / ({RRF_K} + {b['vector_rank']}) = {vn:.4f}"
-            if b.get("vector_rank") else "semantic: not ranked by the vector search → 0",
-            f"keyword: rank {b['keyword_rank']} → {RRF_K + 1} / ({RRF_K} + {b['keyword_rank']}) = {kn:.4f}"
-            if b.get("keyword_rank") else "keyword: not ranked by the keyword search → 0",
-        ]
-    else:
-        cosine, bm25, reference = b.get("vector_score"), b.get("keyword_score"), b.get("keyword_reference")
-        steps = [
-            f"semantic: cosine {cosine:.4f} → max(0, {cosine:.4f}) = {vn:.4f}"
-            if cosine is not None else "semantic: no cosine → 0",
-            f"keyword: BM25 {bm25:.3f}, reference {reference:.3f} → 1 − exp(−{bm25:.3f} / {reference:.3f}) = {kn:.4f}"
-            if bm25 and reference else "keyword: no query term in the chunk (BM25 0) → 0",
-        ]
-    vw, kw, fused = float(b["vector_weight"]), float(b["keyword_weight"]), float(b["fused_score"])
-    steps.append(f"fused: {vw:.2f} × {vn:.4f} + {kw:.2f} × {kn:.4f} = {fused:.4f}")
-    jw, final = float(b.get("jaccard_weight") or 0.0), float(b["final_score"])
-    if jw:
-        steps.append(f"final: (1 − {jw:.2f}) × {fused:.4f} + {jw:.2f} × {float(b['jaccard']):.4f} = {final:.4f}")
-    else:
-        steps.append(f"final = fused = {final:.4f} (Jaccard weight 0)")
-    return steps
 
 
 def breakdown_table(b: dict[str, Any]) -> pd.DataFrame:
@@ -241,7 +220,7 @@ def chunk_cards(chunks: list[dict[str, Any]], query: str, params: dict[str, Any]
                         " + ".join(f"{name} {value:.4f}" for name, value in parts.items())
                         + f" = final {breakdown['final_score']:.4f}"
                     )
-                    st.markdown("\n".join(f"- {step}" for step in breakdown_steps(breakdown)))
+                    st.markdown("\n".join(f"- {step}" for step in arithmetic_steps(breakdown)))
                     table = breakdown_table(breakdown)
                     st.dataframe(table, hide_index=True, width="stretch", height=ui.table_height(len(table)))
                     for note in breakdown.get("notes") or []:

@@ -57,7 +57,7 @@ MAX_NEIGHBOURS = 100
 
 def graph_store(session: Scope, record: KnowledgeBaseRecord) -> GraphStore:
     if session.service.postgres is not None:  # the graph and its documents commit in one database transaction
-        from kb_core.store.postgres.bundles import PostgresGraphStore
+        from kb_core.bundles.postgres import PostgresGraphStore
 
         return PostgresGraphStore(session.service, record)  # type: ignore[return-value]
     return GraphStore(session.service.kb_store(record.id).root)
@@ -507,7 +507,7 @@ def node_display(node: Mapping[str, Any]) -> str:
 
 def _first_chunk(session: Scope, record: KnowledgeBaseRecord, doc_id: str) -> dict[str, Any] | None:
     if session.service.postgres is not None:
-        from kb_core.store.postgres.bundles import first_chunk
+        from kb_core.bundles.postgres import first_chunk
 
         return first_chunk(session.service.postgres, record, doc_id)
     snapshot = session.service.reader(record.id).snapshot()

@@ -11,15 +11,18 @@ orphaned documents are removed and missing ones re-indexed on the next sync.
 from __future__ import annotations
 
 import logging
+from contextlib import nullcontext
 from typing import Any
 
 import numpy as np
 
 from kb_core.bundles.documents import BUNDLE_SOURCE, chunk_and_embed, diff_bundle_documents
-from kb_core.bundles.graph import GraphState
-from kb_core.errors import StoreError
+from kb_core.bundles.graph import GraphState, GraphStore
+from kb_core.errors import KBError, StoreError
 from kb_core.seams import Resources
-from kb_core.store import Change, KnowledgeBaseRecord, Manifest, catalog, utc_now
+from kb_core.store import Change, KBStore, KnowledgeBaseRecord, Manifest, catalog, utc_now
+from kb_core.store.locking import lock_if_free
+from kb_core.store.verify import live_document_records
 from kb_core.text_language import document_language
 
 logger = logging.getLogger(__name__)
@@ -30,8 +33,8 @@ def sync_index(service: Resources, record: KnowledgeBaseRecord, state: GraphStat
 
     Call under the graph lock. Returns documents_indexed, documents_removed, chunks_indexed.
     """
-    if service.postgres is not None:  # prepared here, committed with the graph (kb_core.store.postgres.bundles)
-        from kb_core.store.postgres.bundles import sync_index as prepare_on_postgres
+    if service.postgres is not None:  # prepared here, committed with the graph (kb_core.bundles.postgres)
+        from kb_core.bundles.postgres import sync_index as prepare_on_postgres
 
         return prepare_on_postgres(service, record, state)
     from kb_core.ingest.pipeline import timestamped_name
@@ -122,3 +125,47 @@ def sync_index(service: Resources, record: KnowledgeBaseRecord, state: GraphStat
         "documents_removed": len(remove),
         "chunks_indexed": sum(len(d.chunks) for d in new_docs),
     }
+
+
+def bundle_index_problem(store: KBStore) -> str | None:
+    """How the KB's bundle documents differ from its knowledge graph (the truth), or None when they match.
+
+    A bundle import commits the search index first and the graph second; a process killed in between leaves
+    documents no graph node names, or nodes whose document was replaced or deleted. Checked under the graph's
+    write lock, and skipped while a bundle import holds it (its two commits are then legitimately apart). One of
+    ``kb verify``'s checks of the folder store (:func:`kb_core.store.verify.verify_home`).
+    """
+    graph = GraphStore(store.root)
+    if not graph.root.is_dir():
+        return None
+    lock = graph.root / "write.lock"
+    with lock_if_free(lock) if lock.exists() else nullcontext(True) as free:
+        if not free:
+            return None
+        try:
+            state = graph.load()
+            records = live_document_records(store)
+        except KBError as exc:
+            return f"its knowledge graph or index cannot be read to compare them ({exc.message})"
+        if records is None:
+            return None  # a missing segment is reported on its own
+        indexed = {d: row[0] for d, row in records.items() if row[1] == BUNDLE_SOURCE and row[2] == "ready"}
+        linked = {n["doc_id"]: n for n in state.nodes.values() if n.get("doc_id")}
+    orphans = sorted(set(indexed) - set(linked))
+    gone = sorted(set(linked) - set(indexed))
+    if not orphans and not gone:
+        return None
+    parts = []
+    if orphans:
+        names = ", ".join(repr(indexed[d]) for d in orphans[:5]) + (" …" if len(orphans) > 5 else "")
+        parts.append(f"{len(orphans)} searchable bundle document(s) that no graph node names ({names})")
+    if gone:
+        names = ", ".join(repr(linked[d].get("doc_name") or linked[d]["id"]) for d in gone[:5])
+        names += " …" if len(gone) > 5 else ""
+        parts.append(f"{len(gone)} graph node(s) whose indexed document is gone ({names})")
+    return (
+        "the search index does not match the knowledge graph: " + " and ".join(parts) + ". A bundle import "
+        "interrupted between its index and graph commits leaves this (so does deleting a bundle document "
+        "directly). Run `kb verify --repair` to roll the index back to the committed graph (the graph is the "
+        "truth), then import that bundle again"
+    )

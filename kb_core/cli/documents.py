@@ -10,6 +10,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from kb_core.cli.common import Commands, table
+from kb_core.config import DEFAULT_KEYWORD_WEIGHT, DEFAULT_VECTOR_WEIGHT, FUSION_METHODS, SEARCH_MODES, WEIGHTINGS
 from kb_core.envelope import Envelope
 
 if TYPE_CHECKING:
@@ -142,6 +143,8 @@ def _weights_line(weights: dict[str, Any] | None) -> str | None:
 
 
 def _render_search(envelope: Envelope) -> str:
+    from kb_core.retrieval.query import formula_line
+
     data = envelope["data"]
     lines: list[str] = []
     header = _weights_line(data.get("weights"))
@@ -163,28 +166,10 @@ def _render_search(envelope: Envelope) -> str:
         lines.append(textwrap.indent(textwrap.shorten(snippet, 300, placeholder=" …"), "   "))
         breakdown = hit.get("breakdown")
         if breakdown:
-            lines.append(f"   {explain_breakdown(breakdown)}")
+            lines.append(f"   {formula_line(breakdown)}")
             for note in breakdown["notes"]:
                 lines.append(f"   note: {note}")
     return "\n".join(lines) or "(no results)"
-
-
-def explain_breakdown(b: dict[str, Any]) -> str:
-    """One line that recomputes the score: each signal's raw value, its [0, 1] value, weight and contribution."""
-    cosine = "-" if b["vector_score"] is None else f"{b['vector_score']:.4f}"
-    bm25 = "-" if b["keyword_score"] is None else f"{b['keyword_score']:.3f}"
-    if b.get("normalization") == "reciprocal rank":
-        v_how, k_how = f"rank {b['vector_rank'] or '-'}", f"rank {b['keyword_rank'] or '-'}"
-    else:
-        v_how = f"cosine {cosine}"
-        k_how = f"BM25 {bm25}, reference {b.get('keyword_reference', 0):.3f}"
-    line = (
-        f"{b['vector_weight']:.2f} × {b['vector_normalized']:.3f} ({v_how}) + "
-        f"{b['keyword_weight']:.2f} × {b['keyword_normalized']:.3f} ({k_how}) = {b['fused_score']:.4f}"
-    )
-    if b["jaccard_weight"]:
-        line += f"; with Jaccard {b['jaccard']:.3f} × {b['jaccard_weight']:.2f}: {b['final_score']:.4f}"
-    return line
 
 
 def _save_settings(session: Session, args: argparse.Namespace) -> Envelope:
@@ -204,18 +189,22 @@ def _save_settings(session: Session, args: argparse.Namespace) -> Envelope:
 
 def _add_search_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top-k", type=int, help="number of chunks (default: the KB's saved setting, else 5)")
-    parser.add_argument("--mode", choices=["hybrid", "semantic", "keyword"], help="default hybrid")
+    parser.add_argument("--mode", choices=SEARCH_MODES, help="default hybrid")
     parser.add_argument(
-        "--vector-weight", type=float, help="weight of the semantic signal (default 0.7; alone, keyword = 1 − it)"
+        "--vector-weight",
+        type=float,
+        help=f"weight of the semantic signal (default {DEFAULT_VECTOR_WEIGHT}; alone, keyword = 1 − it)",
     )
     parser.add_argument(
-        "--keyword-weight", type=float, help="weight of the BM25 signal (default 0.3; alone, vector = 1 − it)"
+        "--keyword-weight",
+        type=float,
+        help=f"weight of the BM25 signal (default {DEFAULT_KEYWORD_WEIGHT}; alone, vector = 1 − it)",
     )
     parser.add_argument("--jaccard-weight", type=float, help="weight of the query/chunk term Jaccard rerank")
-    parser.add_argument("--fusion", choices=["weighted", "rrf"], help="fusion method (default weighted)")
+    parser.add_argument("--fusion", choices=FUSION_METHODS, help="fusion method (default weighted)")
     parser.add_argument(
         "--weighting",
-        choices=["fixed", "auto"],
+        choices=WEIGHTINGS,
         help="fixed: exactly the given weights (default); auto: scaled by each signal's quality for the query",
     )
     parser.add_argument(

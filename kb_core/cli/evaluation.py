@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kb_core.cli.common import Commands
+from kb_core.config import DEFAULT_VECTOR_WEIGHT, FUSION_METHODS, SEARCH_MODES, WEIGHTINGS
 from kb_core.envelope import Envelope, enveloped, ok
 
 if TYPE_CHECKING:
@@ -235,13 +236,15 @@ def register(commands: Commands) -> None:
         action="store_true",
         help="sweep the weights and save the best as the default of --kb (what the app's 'save as default' does)",
     )
-    parser.add_argument("--mode", choices=("hybrid", "semantic", "keyword"), help="only this mode (default: all)")
-    parser.add_argument("--vector-weight", type=float, help="hybrid vector weight (default: the KB default, 0.7)")
+    parser.add_argument("--mode", choices=SEARCH_MODES, help="only this mode (default: all)")
+    parser.add_argument(
+        "--vector-weight", type=float, help=f"hybrid vector weight (default: the KB default, {DEFAULT_VECTOR_WEIGHT})"
+    )
     parser.add_argument("--keyword-weight", type=float, help="hybrid keyword weight (default: 1 - vector weight)")
     parser.add_argument(
-        "--weighting", choices=("fixed", "auto"), help="hybrid weighting (default: the KB default, fixed)"
+        "--weighting", choices=WEIGHTINGS, help="hybrid weighting (default: the KB default, fixed)"
     )
-    parser.add_argument("--fusion", choices=("weighted", "rrf"), help="hybrid fusion (default: weighted)")
+    parser.add_argument("--fusion", choices=FUSION_METHODS, help="hybrid fusion (default: weighted)")
     parser.add_argument(
         "--compare-fusion",
         action="store_true",

@@ -10,6 +10,7 @@ from typing import Any, Generic, Literal, TypeVar, get_type_hints
 
 from pydantic import BaseModel, Field, create_model
 
+from kb_core.config import DEFAULT_KEYWORD_WEIGHT, DEFAULT_VECTOR_WEIGHT, FUSION_METHODS, SEARCH_MODES, WEIGHTINGS
 from kb_core.results import SearchHit
 
 T = TypeVar("T")
@@ -383,11 +384,18 @@ class ImportedDatabase(BaseModel):
 
 
 # -- parameter types and descriptions shared by several tools ---------------------------------------
-SearchMode = Literal["hybrid", "semantic", "keyword"]
-Weighting = Literal["fixed", "auto"]
-Fusion = Literal["weighted", "rrf"]
-VECTOR_WEIGHT = "weight of the semantic signal, 0-1 (default from settings, usually 0.7); alone, keyword = 1 − it"
-KEYWORD_WEIGHT = "weight of the BM25 signal, 0-1 (default from settings, usually 0.3); alone, vector = 1 − it"
+SearchMode = Literal[SEARCH_MODES]  # type: ignore[valid-type]
+# search_knowledge_base's schema has listed the modes in this order since it came; tools/list must not change.
+LibraryMode = Literal[SEARCH_MODES[1:] + SEARCH_MODES[:1]]  # type: ignore[valid-type]
+Weighting = Literal[WEIGHTINGS]  # type: ignore[valid-type]
+Fusion = Literal[FUSION_METHODS]  # type: ignore[valid-type]
+VECTOR_WEIGHT = (
+    f"weight of the semantic signal, 0-1 (default from settings, usually {DEFAULT_VECTOR_WEIGHT}); "
+    "alone, keyword = 1 − it"
+)
+KEYWORD_WEIGHT = (
+    f"weight of the BM25 signal, 0-1 (default from settings, usually {DEFAULT_KEYWORD_WEIGHT}); alone, vector = 1 − it"
+)
 MIN_SCORE = "hide hits whose final score (0-1) is below this (default from settings, usually 0)"
 JACCARD_WEIGHT = (
     "weight of the query/chunk term-overlap (Jaccard) rerank, 0-1: final = (1 − it) × fused + it × Jaccard "

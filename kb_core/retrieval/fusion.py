@@ -54,12 +54,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kb_core.config import DEFAULT_KEYWORD_WEIGHT, DEFAULT_VECTOR_WEIGHT, FUSION_METHODS, RRF_K, WEIGHTINGS
 from kb_core.errors import InvalidArgument
 from kb_core.retrieval.weights import FusionWeights, guarded_weights, weights_from_ranked_lists
 
 __all__ = [
     "DEFAULT_JACCARD_WEIGHT",
+    "DEFAULT_KEYWORD_WEIGHT",
+    "DEFAULT_VECTOR_WEIGHT",
     "FUSION_METHODS",
+    "RRF_K",
     "WEIGHTINGS",
     "Candidate",
     "CandidateArrays",
@@ -74,8 +78,6 @@ __all__ = [
     "vector_normalized",
 ]
 
-FUSION_METHODS = ("weighted", "rrf")
-WEIGHTINGS = ("fixed", "auto")
 DEFAULT_JACCARD_WEIGHT = 0.0  # measured in benchmarks/fusion_study.py: query/document term Jaccard did not help
 
 
@@ -417,10 +419,10 @@ def _ranking(
 def fuse(
     candidates: Iterable[Candidate],
     *,
-    vector_weight: float = 0.7,
-    keyword_weight: float = 0.3,
+    vector_weight: float = DEFAULT_VECTOR_WEIGHT,
+    keyword_weight: float = DEFAULT_KEYWORD_WEIGHT,
     method: str = "weighted",
-    rrf_k: int = 60,
+    rrf_k: int = RRF_K,
     query_terms: frozenset[str] = frozenset(),
     jaccard_weight: float = DEFAULT_JACCARD_WEIGHT,
     weighting: str = "fixed",
@@ -450,10 +452,10 @@ def fuse(
 def fuse_arrays(
     arrays: CandidateArrays,
     *,
-    vector_weight: float = 0.7,
-    keyword_weight: float = 0.3,
+    vector_weight: float = DEFAULT_VECTOR_WEIGHT,
+    keyword_weight: float = DEFAULT_KEYWORD_WEIGHT,
     method: str = "weighted",
-    rrf_k: int = 60,
+    rrf_k: int = RRF_K,
     jaccard_weight: float = DEFAULT_JACCARD_WEIGHT,
     weighting: str = "fixed",
     vector_prior: float = 1.0,

@@ -6,12 +6,12 @@ session (:mod:`kb_core.session`) wraps them into envelopes.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
+from kb_core.config import RRF_K
 from kb_core.errors import ItemNotFound
-from kb_core.retrieval.fusion import ScoreBreakdown
 from kb_core.retrieval.search import SearchFilters, SearchHit, SearchSettings
 from kb_core.store.registry import KnowledgeBaseRecord
 
@@ -70,38 +70,95 @@ def rag_rank(
     ]
 
 
-def explanation_lines(mode: str, b: ScoreBreakdown, matched_terms: Sequence[str]) -> list[str]:
-    """The steps of a score in words; every figure is in the breakdown."""
-    lines = [f"Score {b.final_score:.4f} on a 0–1 scale ({mode} search, {b.fusion_method} fusion)."]
-    cosine = "none" if b.vector_score is None else f"{b.vector_score:.4f}"
-    bm25 = "none" if b.keyword_score is None else f"{b.keyword_score:.3f}"
-    if b.normalization == "reciprocal rank":
-        lines.append(f"Vector: rank {b.vector_rank or '-'} → {b.vector_normalized:.4f} (reciprocal rank, k 60).")
-        lines.append(f"Keyword: rank {b.keyword_rank or '-'} → {b.keyword_normalized:.4f}.")
+def _fused_sum(b: Mapping[str, Any]) -> str:
+    return (
+        f"{b['vector_weight']:.2f} × {b['vector_normalized']:.4f} + {b['keyword_weight']:.2f} × "
+        f"{b['keyword_normalized']:.4f} = {b['fused_score']:.4f}"
+    )
+
+
+def _jaccard_sum(b: Mapping[str, Any]) -> str:
+    return (
+        f"(1 − {b['jaccard_weight']:.2f}) × {b['fused_score']:.4f} + {b['jaccard_weight']:.2f} × "
+        f"{b['jaccard']:.4f} = {b['final_score']:.4f}"
+    )
+
+
+def explanation_steps(mode: str, b: Mapping[str, Any], matched_terms: Sequence[str]) -> list[str]:
+    """The steps of a score in words, for a breakdown as hits carry it (``ScoreBreakdown`` as a dict); every figure
+    is in the breakdown. The one explanation of a score: explain_search and the search lab show it."""
+    lines = [f"Score {b['final_score']:.4f} on a 0–1 scale ({mode} search, {b['fusion_method']} fusion)."]
+    cosine = "none" if b["vector_score"] is None else f"{b['vector_score']:.4f}"
+    bm25 = "none" if b["keyword_score"] is None else f"{b['keyword_score']:.3f}"
+    vn, kn, reference = b["vector_normalized"], b["keyword_normalized"], b["keyword_reference"]
+    if b["normalization"] == "reciprocal rank":
+        lines.append(f"Vector: rank {b['vector_rank'] or '-'} → {vn:.4f} (reciprocal rank, k {RRF_K}).")
+        lines.append(f"Keyword: rank {b['keyword_rank'] or '-'} → {kn:.4f}.")
     else:
         lines.append(
-            f"Vector: cosine {cosine} → {b.vector_normalized:.4f} (negative cosines count as 0); "
-            f"rank {b.vector_rank or 'not retrieved'} in the vector list."
+            f"Vector: cosine {cosine} → {vn:.4f} (negative cosines count as 0); "
+            f"rank {b['vector_rank'] or 'not retrieved'} in the vector list."
         )
         lines.append(
             f"Keyword: BM25 {bm25}; the reference match for this query (each term once, average length) scores "
-            f"{b.keyword_reference:.3f}, so 1 − exp(−{bm25}/{b.keyword_reference:.3f}) = {b.keyword_normalized:.4f}; "
-            f"rank {b.keyword_rank or 'not retrieved'} in the keyword list; matched terms: "
+            f"{reference:.3f}, so 1 − exp(−{bm25}/{reference:.3f}) = {kn:.4f}; "
+            f"rank {b['keyword_rank'] or 'not retrieved'} in the keyword list; matched terms: "
             f"{', '.join(matched_terms) or 'none'}."
         )
     lines.append(
-        f"Weights used: vector {b.vector_weight:.2f}, keyword {b.keyword_weight:.2f} ({b.weighting}; asked "
-        f"{b.requested_vector_weight:.2f} / {b.requested_keyword_weight:.2f}): "
-        f"{b.vector_weight:.2f} × {b.vector_normalized:.4f} + {b.keyword_weight:.2f} × {b.keyword_normalized:.4f} "
-        f"= {b.fused_score:.4f}."
+        f"Weights used: vector {b['vector_weight']:.2f}, keyword {b['keyword_weight']:.2f} ({b['weighting']}; asked "
+        f"{b['requested_vector_weight']:.2f} / {b['requested_keyword_weight']:.2f}): {_fused_sum(b)}."
     )
-    if b.jaccard_weight:
-        lines.append(
-            f"Jaccard rerank: (1 − {b.jaccard_weight:.2f}) × {b.fused_score:.4f} + {b.jaccard_weight:.2f} × "
-            f"{b.jaccard:.4f} = {b.final_score:.4f}."
-        )
-    lines += [f"Note: {note}" for note in b.notes]
+    if b["jaccard_weight"]:
+        lines.append(f"Jaccard rerank: {_jaccard_sum(b)}.")
+    lines += [f"Note: {note}" for note in b["notes"]]
     return lines
+
+
+def formula_line(b: Mapping[str, Any]) -> str:
+    """:func:`explanation_steps` in one line, for a list of hits: each signal's raw value, its [0, 1] value, weight
+    and contribution."""
+    cosine = "-" if b["vector_score"] is None else f"{b['vector_score']:.4f}"
+    bm25 = "-" if b["keyword_score"] is None else f"{b['keyword_score']:.3f}"
+    if b.get("normalization") == "reciprocal rank":
+        v_how, k_how = f"rank {b['vector_rank'] or '-'}", f"rank {b['keyword_rank'] or '-'}"
+    else:
+        v_how = f"cosine {cosine}"
+        k_how = f"BM25 {bm25}, reference {b.get('keyword_reference', 0):.3f}"
+    line = (
+        f"{b['vector_weight']:.2f} × {b['vector_normalized']:.3f} ({v_how}) + "
+        f"{b['keyword_weight']:.2f} × {b['keyword_normalized']:.3f} ({k_how}) = {b['fused_score']:.4f}"
+    )
+    if b["jaccard_weight"]:
+        line += f"; with Jaccard {b['jaccard']:.3f} × {b['jaccard_weight']:.2f}: {b['final_score']:.4f}"
+    return line
+
+
+def arithmetic_steps(b: Mapping[str, Any]) -> list[str]:
+    """:func:`explanation_steps` as the search lab's score breakdown lists it: how each signal's 0–1 value is made,
+    then the fused and final sums."""
+    vn, kn = float(b["vector_normalized"]), float(b["keyword_normalized"])
+    if b.get("normalization") == "reciprocal rank":
+        steps = [
+            f"semantic: rank {b['vector_rank']} → {RRF_K + 1} / ({RRF_K} + {b['vector_rank']}) = {vn:.4f}"
+            if b.get("vector_rank") else "semantic: not ranked by the vector search → 0",
+            f"keyword: rank {b['keyword_rank']} → {RRF_K + 1} / ({RRF_K} + {b['keyword_rank']}) = {kn:.4f}"
+            if b.get("keyword_rank") else "keyword: not ranked by the keyword search → 0",
+        ]
+    else:
+        cosine, bm25, reference = b.get("vector_score"), b.get("keyword_score"), b.get("keyword_reference")
+        steps = [
+            f"semantic: cosine {cosine:.4f} → max(0, {cosine:.4f}) = {vn:.4f}"
+            if cosine is not None else "semantic: no cosine → 0",
+            f"keyword: BM25 {bm25:.3f}, reference {reference:.3f} → 1 − exp(−{bm25:.3f} / {reference:.3f}) = {kn:.4f}"
+            if bm25 and reference else "keyword: no query term in the chunk (BM25 0) → 0",
+        ]
+    steps.append(f"fused: {_fused_sum(b)}")
+    if float(b.get("jaccard_weight") or 0.0):
+        steps.append(f"final: {_jaccard_sum(b)}")
+    else:
+        steps.append(f"final = fused = {float(b['final_score']):.4f} (Jaccard weight 0)")
+    return steps
 
 
 def explain_chunk(
@@ -120,7 +177,7 @@ def explain_chunk(
     above = ranked.hits[position - 2] if position and position > 1 else None
     if position is None:
         above = next((h for h in ranked.hits if h.score < explained.breakdown.final_score), None)
-    lines = explanation_lines(settings.mode, explained.breakdown, explained.matched_terms)
+    lines = explanation_steps(settings.mode, breakdown, explained.matched_terms)
     if position is not None:
         lines.insert(0, f"Ranked {position} of {len(ranked.hits)} hits in '{record.name}'.")
     elif not explained.evidence:

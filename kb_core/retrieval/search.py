@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from kb_core.config import DEFAULT_KEYWORD_WEIGHT, DEFAULT_VECTOR_WEIGHT, SEARCH_MODES
 from kb_core.embedding.builtin import covers_script
 from kb_core.errors import InvalidArgument
 from kb_core.retrieval.analysis import QueryTerms
@@ -53,7 +54,7 @@ SnapshotSearcher = FolderSearcher
 
 logger = logging.getLogger(__name__)
 
-MODES = ("hybrid", "semantic", "keyword")
+MODES = SEARCH_MODES
 MIN_CANDIDATES = 100
 NEAR_DUPLICATE_THRESHOLD = 0.9
 
@@ -83,8 +84,8 @@ def model_covers(model_name: str, language: str) -> bool:
 class SearchSettings:
     mode: str = "hybrid"
     top_k: int = 5
-    vector_weight: float = 0.7
-    keyword_weight: float = 0.3
+    vector_weight: float = DEFAULT_VECTOR_WEIGHT
+    keyword_weight: float = DEFAULT_KEYWORD_WEIGHT
     jaccard_weight: float = DEFAULT_JACCARD_WEIGHT
     fusion: str = "weighted"  # weighted | rrf
     weighting: str = "fixed"  # fixed: exactly the requested weights | auto: scaled by each signal's quality

@@ -9,7 +9,7 @@ keep the semantics each docstring states, so a caller never needs to know which 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -213,6 +213,11 @@ class TokenStorage(Protocol):
         ...
 
 
+
+# A feature's own check of one folder KB (the bundle index against its graph: kb_core.bundles.indexing): a problem
+# as a sentence, or None.
+KBCheck = Callable[["KBStore"], "str | None"]
+
 class FolderAccess(Protocol):
     """What only the folder store offers: each KB's writer side and its reader (one per KB for the process)."""
 
@@ -280,13 +285,14 @@ class Store(Protocol):
         """What ``kb info`` shows as the store: "folder (the home)", or the database URL without its password."""
         ...
 
-    def verify(self) -> list[str]:
-        """Every consistency problem of every KB, each a sentence."""
+    def verify(self, kb_checks: Sequence[KBCheck] = ()) -> list[str]:
+        """Every consistency problem of every KB, each a sentence; ``kb_checks`` are the features' own checks of
+        a folder KB (PostgreSQL checks its rows in SQL and commits a bundle's documents and graph together)."""
         ...
 
-    def interrupted_bundle_indexes(self) -> Iterator[KnowledgeBaseRecord]:
-        """KBs whose bundle index was committed without its graph (folder store only: PostgreSQL commits both in
-        one transaction)."""
+    def interrupted_bundle_indexes(self, check: KBCheck) -> Iterator[KnowledgeBaseRecord]:
+        """KBs whose bundle index was committed without its graph, by the bundles feature's ``check`` (folder store
+        only: PostgreSQL commits both in one transaction)."""
         ...
 
     def remove_abandoned_staging(self) -> list[Path]:

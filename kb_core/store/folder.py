@@ -27,7 +27,7 @@ from kb_core.validation import name_key
 if TYPE_CHECKING:
     from kb_core.retrieval.analysis import Analyzer
     from kb_core.retrieval.keyword_index import RowTerms
-    from kb_core.store.base import CandidateRequest, RowKey, Searcher
+    from kb_core.store.base import CandidateRequest, KBCheck, RowKey, Searcher
     from kb_core.store.tokens import TokenStore
 
 __all__ = ["FolderKB", "FolderSearcher", "FolderStore"]
@@ -142,16 +142,14 @@ class FolderStore:
             return reader
 
     # -- consistency -------------------------------------------------------------------------
-    def verify(self) -> list[str]:
+    def verify(self, kb_checks: Sequence[KBCheck] = ()) -> list[str]:
         from kb_core.store.verify import verify_home
 
-        return verify_home(self.home)
+        return verify_home(self.home, kb_checks)
 
-    def interrupted_bundle_indexes(self) -> Iterator[KnowledgeBaseRecord]:
-        from kb_core.store.verify import bundle_index_problem
-
+    def interrupted_bundle_indexes(self, check: KBCheck) -> Iterator[KnowledgeBaseRecord]:
         for record in self.home.knowledge_bases():
-            if bundle_index_problem(self.kb_store(record.id)) is not None:
+            if check(self.kb_store(record.id)) is not None:
                 yield record
 
     def remove_abandoned_staging(self) -> list[Path]:

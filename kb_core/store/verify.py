@@ -2,23 +2,22 @@
 
 from __future__ import annotations
 
-from contextlib import nullcontext
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from kb_core.errors import KBError
 from kb_core.store.catalog import read_segment_info
 from kb_core.store.files import CHUNK_ROWS_FILE, CHUNKS_FILE, DOCUMENTS_FILE, EXACT_VECTORS_FILE, SEGMENT_INFO_FILE
 from kb_core.store.kb_store import KBStore, Manifest
-from kb_core.store.locking import lock_if_free
 from kb_core.store.registry import Home
 
 
-def verify_home(home: Home) -> list[str]:
-    """Every problem found, as readable sentences; an empty list means consistent."""
+def verify_home(home: Home, kb_checks: Sequence[Callable[[KBStore], str | None]] = ()) -> list[str]:
+    """Every problem found, as readable sentences; an empty list means consistent. ``kb_checks`` are the features'
+    own checks of a KB's folder (the session passes the bundle index check), each a problem or None."""
     problems: list[str] = []
     records = home.knowledge_bases()
     ids = [r.id for r in records]
@@ -39,9 +38,10 @@ def verify_home(home: Home) -> list[str]:
         if manifest.chunk_count < 0 or manifest.document_count < 0:
             problems.append(f"{record.name}: manifest counts are negative")
         problems.extend(f"{record.name}: {p}" for p in _verify_records(store, manifest))
-        bundle_problem = bundle_index_problem(store)
-        if bundle_problem is not None:
-            problems.append(f"{record.name}: {bundle_problem}")
+        for check in kb_checks:
+            problem = check(store)
+            if problem is not None:
+                problems.append(f"{record.name}: {problem}")
     for folder in home.abandoned_transfer_staging():
         size = _folder_bytes(folder)
         problems.append(
@@ -81,6 +81,13 @@ class _DocumentNames:
                 rows = zip(*(table.column(c).to_pylist() for c in ("name", "source", "status")), strict=True)
                 self._cache[segment_id] = dict(zip(ids, rows, strict=True))
         return self._cache[segment_id]
+
+
+def live_document_records(store: KBStore) -> dict[str, tuple[str, str, str]] | None:
+    """Live doc id → (name, source, status) of the KB's current manifest; None when a segment is gone. KBError when
+    the manifest cannot be read."""
+    records = _records(store.manifest(), _DocumentNames(store))
+    return None if records is None else records[0]
 
 
 def _records(
@@ -180,49 +187,3 @@ def _verify_segment(folder: Path, rows: int, documents: int) -> list[str]:
             if found != rows:
                 problems.append(f"segment {folder.name}: vectors.npy has {found} rows, expected {rows}")
     return problems
-
-
-def bundle_index_problem(store: KBStore) -> str | None:
-    """How the KB's bundle documents differ from its knowledge graph (the truth), or None when they match.
-
-    A bundle import commits the search index first and the graph second; a process killed in between leaves
-    documents no graph node names, or nodes whose document was replaced or deleted. Checked under the graph's
-    write lock, and skipped while a bundle import holds it (its two commits are then legitimately apart).
-    """
-    from kb_core.bundles.documents import BUNDLE_SOURCE
-    from kb_core.bundles.graph import GraphStore  # imported here: bundles build on the store, not the reverse
-
-    graph = GraphStore(store.root)
-    if not graph.root.is_dir():
-        return None
-    lock = graph.root / "write.lock"
-    with lock_if_free(lock) if lock.exists() else nullcontext(True) as free:
-        if not free:
-            return None
-        try:
-            state = graph.load()
-            records = _records(store.manifest(), _DocumentNames(store))
-        except KBError as exc:
-            return f"its knowledge graph or index cannot be read to compare them ({exc.message})"
-        if records is None:
-            return None  # a missing segment is reported on its own
-        indexed = {d: row[0] for d, row in records[0].items() if row[1] == BUNDLE_SOURCE and row[2] == "ready"}
-        linked = {n["doc_id"]: n for n in state.nodes.values() if n.get("doc_id")}
-    orphans = sorted(set(indexed) - set(linked))
-    gone = sorted(set(linked) - set(indexed))
-    if not orphans and not gone:
-        return None
-    parts = []
-    if orphans:
-        names = ", ".join(repr(indexed[d]) for d in orphans[:5]) + (" …" if len(orphans) > 5 else "")
-        parts.append(f"{len(orphans)} searchable bundle document(s) that no graph node names ({names})")
-    if gone:
-        names = ", ".join(repr(linked[d].get("doc_name") or linked[d]["id"]) for d in gone[:5])
-        names += " …" if len(gone) > 5 else ""
-        parts.append(f"{len(gone)} graph node(s) whose indexed document is gone ({names})")
-    return (
-        "the search index does not match the knowledge graph: " + " and ".join(parts) + ". A bundle import "
-        "interrupted between its index and graph commits leaves this (so does deleting a bundle document "
-        "directly). Run `kb verify --repair` to roll the index back to the committed graph (the graph is the "
-        "truth), then import that bundle again"
-    )

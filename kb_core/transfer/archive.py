@@ -43,7 +43,7 @@ from kb_core.transfer.format import (
 logger = logging.getLogger(__name__)
 
 
-def _refuse(message: str, **details: Any) -> ImportFormatError:
+def refuse(message: str, **details: Any) -> ImportFormatError:
     return ImportFormatError(message, details=details)
 
 
@@ -51,26 +51,26 @@ def _check_member_name(info: zipfile.ZipInfo) -> None:
     name = info.filename
     shown = repr(name)
     if "\x00" in name or any(ord(c) < 32 for c in name):
-        raise _refuse(f"Member {shown} has control characters in its name; refused.", member=name)
+        raise refuse(f"Member {shown} has control characters in its name; refused.", member=name)
     if name.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", name):
-        raise _refuse(f"Member {shown} has an absolute path; only relative member names are accepted.", member=name)
+        raise refuse(f"Member {shown} has an absolute path; only relative member names are accepted.", member=name)
     if "\\" in name:
-        raise _refuse(f"Member {shown} uses backslashes; only '/' separated names are accepted.", member=name)
+        raise refuse(f"Member {shown} uses backslashes; only '/' separated names are accepted.", member=name)
     if ".." in name.split("/"):
-        raise _refuse(f"Member {shown} climbs out of the archive with '..'; refused.", member=name)
+        raise refuse(f"Member {shown} climbs out of the archive with '..'; refused.", member=name)
     mode = info.external_attr >> 16
     kind = stat.S_IFMT(mode)
     if kind not in (0, stat.S_IFREG, stat.S_IFDIR):
         what = {stat.S_IFLNK: "a symbolic link", stat.S_IFCHR: "a device", stat.S_IFBLK: "a device"}.get(
             kind, "a special file"
         )
-        raise _refuse(f"Member {shown} is {what}; only regular files are accepted.", member=name)
+        raise refuse(f"Member {shown} is {what}; only regular files are accepted.", member=name)
     if info.is_dir():
-        raise _refuse(f"Member {shown} is a folder entry; an export file holds only files.", member=name)
+        raise refuse(f"Member {shown} is a folder entry; an export file holds only files.", member=name)
     if info.flag_bits & 0x1:
-        raise _refuse(f"Member {shown} is encrypted; export files are never encrypted.", member=name)
+        raise refuse(f"Member {shown} is encrypted; export files are never encrypted.", member=name)
     if name != MANIFEST_MEMBER and not MEMBER_PATH.match(name):
-        raise _refuse(
+        raise refuse(
             f"Member {shown} is not part of the {FORMAT_NAME} format (expected manifest.json, kb/NNNN/seg/NNNN/… "
             "and kb/NNNN/graph/state.json).",
             member=name,
@@ -79,31 +79,31 @@ def _check_member_name(info: zipfile.ZipInfo) -> None:
 
 def _check_sizes(infos: Sequence[zipfile.ZipInfo], limits: TransferLimits) -> int:
     if len(infos) > limits.max_members:
-        raise _refuse(f"The file has {len(infos)} members; at most {limits.max_members} are accepted.")
+        raise refuse(f"The file has {len(infos)} members; at most {limits.max_members} are accepted.")
     total = 0
     for info in infos:
         if info.file_size > limits.max_member_bytes:
-            raise _refuse(
+            raise refuse(
                 f"Member {info.filename!r} declares {info.file_size} bytes uncompressed; "
                 f"at most {limits.max_member_bytes} are accepted (decompression bomb?).",
                 member=info.filename,
             )
         if info.file_size > limits.ratio_floor_bytes and info.file_size > limits.max_ratio * max(info.compress_size, 1):
-            raise _refuse(
+            raise refuse(
                 f"Member {info.filename!r} expands {info.file_size / max(info.compress_size, 1):.0f}-fold "
                 f"({info.compress_size} → {info.file_size} bytes); at most {limits.max_ratio:g}-fold is accepted "
                 "(decompression bomb?).",
                 member=info.filename,
             )
         if GRAPH_PATH.match(info.filename) and info.file_size > limits.max_graph_bytes:
-            raise _refuse(
+            raise refuse(
                 f"Member {info.filename!r} declares a {info.file_size}-byte graph; at most {limits.max_graph_bytes} "
                 "bytes are accepted.",
                 member=info.filename,
             )
         total += info.file_size
     if total > limits.max_total_bytes:
-        raise _refuse(
+        raise refuse(
             f"The file declares {total} bytes uncompressed in all; at most {limits.max_total_bytes} are accepted."
         )
     return total
@@ -126,9 +126,9 @@ def _extract(
             (out or kept).write(block)  # type: ignore[union-attr]
     except UnsafeMember as exc:
         what = "the file is corrupt or was altered" if exc.kind == "corrupt" else "refused (decompression bomb?)"
-        raise _refuse(f"Member {info.filename!r}: {exc.reason}; {what}.", member=info.filename) from None
+        raise refuse(f"Member {info.filename!r}: {exc.reason}; {what}.", member=info.filename) from None
     except OSError as exc:
-        raise _refuse(f"Member {info.filename!r} cannot be read ({exc.strerror or exc}).") from exc
+        raise refuse(f"Member {info.filename!r} cannot be read ({exc.strerror or exc}).") from exc
     finally:
         if out is not None:
             out.close()
@@ -145,7 +145,7 @@ def _member_limits(info: zipfile.ZipInfo, limits: TransferLimits) -> InflateLimi
 
 
 @dataclass
-class _Package:
+class Package:
     manifest: dict[str, Any]
     members: dict[str, Path]  # member name → extracted file
     limits: TransferLimits
@@ -157,23 +157,23 @@ def _read_manifest(data: bytes, limits: TransferLimits) -> dict[str, Any]:
             data.decode("utf-8"), max_values=limits.max_manifest_values, max_depth=MAX_MANIFEST_DEPTH
         )
     except JSONLimitExceeded as exc:  # measured before parsing: nothing was built
-        raise _refuse(f"manifest.json is refused: {exc}; this is not an export file this program wrote.") from None
+        raise refuse(f"manifest.json is refused: {exc}; this is not an export file this program wrote.") from None
     except (UnicodeDecodeError, ValueError) as exc:
-        raise _refuse(f"manifest.json is not valid UTF-8 JSON: {exc}.") from exc
+        raise refuse(f"manifest.json is not valid UTF-8 JSON: {exc}.") from exc
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
         found = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__
-        raise _refuse(f"This is not a {FORMAT_NAME} file (manifest format is {found!r}).")
+        raise refuse(f"This is not a {FORMAT_NAME} file (manifest format is {found!r}).")
     version = manifest.get("format_version")
     if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-        raise _refuse(f"format_version {version!r} is not valid; this program reads version {FORMAT_VERSION}.")
+        raise refuse(f"format_version {version!r} is not valid; this program reads version {FORMAT_VERSION}.")
     if version > FORMAT_VERSION:
-        raise _refuse(
+        raise refuse(
             f"The file has format_version {version}, newer than this program understands ({FORMAT_VERSION}); "
             "upgrade KB Workbench to import it.",
             format_version=version,
         )
     if not isinstance(manifest.get("files"), dict) or not isinstance(manifest.get("knowledge_bases"), list):
-        raise _refuse("manifest.json lacks its 'files' map or 'knowledge_bases' list.")
+        raise refuse("manifest.json lacks its 'files' map or 'knowledge_bases' list.")
     for name, entry in manifest["files"].items():
         if (
             not isinstance(entry, dict)
@@ -183,13 +183,13 @@ def _read_manifest(data: bytes, limits: TransferLimits) -> dict[str, Any]:
             or not isinstance(entry.get("size"), int)
             or entry["size"] < 0
         ):
-            raise _refuse(f"manifest.json entry for {name!r} needs a sha256 (64 hex digits) and a size.")
+            raise refuse(f"manifest.json entry for {name!r} needs a sha256 (64 hex digits) and a size.")
     return manifest
 
 
-def _open_package(
+def open_package(
     path: Path, staging: Path, limits: TransferLimits, allowed_dirs: Sequence[Path] | None = None
-) -> _Package:
+) -> Package:
     # Opened once (confined where the session is); the archive is read from that open file only.
     try:
         with open_input_file(path, allowed_dirs) as opened:
@@ -200,38 +200,38 @@ def _open_package(
         return _read_package(handle, path, staging, limits)
 
 
-def _read_package(handle: IO[bytes], path: Path, staging: Path, limits: TransferLimits) -> _Package:
+def _read_package(handle: IO[bytes], path: Path, staging: Path, limits: TransferLimits) -> Package:
     try:
         archive = zipfile.ZipFile(handle)
     except zipfile.BadZipFile as exc:
-        raise _refuse(
+        raise refuse(
             f"{path.name} is not a {FORMAT_NAME} file, or it is truncated: it is not a readable ZIP archive ({exc})."
         ) from exc
     except OSError as exc:
-        raise _refuse(f"{path.name} cannot be read: {exc.strerror or exc}.") from exc
+        raise refuse(f"{path.name} cannot be read: {exc.strerror or exc}.") from exc
     with archive:
         infos = archive.infolist()
         names = [i.filename for i in infos]
         duplicates = sorted({n for n in names if names.count(n) > 1}) if len(set(names)) != len(names) else []
         if duplicates:
-            raise _refuse(f"Member name(s) {duplicates[:5]} occur more than once; refused.")
+            raise refuse(f"Member name(s) {duplicates[:5]} occur more than once; refused.")
         for info in infos:
             _check_member_name(info)
         total = _check_sizes(infos, limits)
         by_name = {i.filename: i for i in infos}
         if MANIFEST_MEMBER not in by_name:
-            raise _refuse(f"{path.name} has no {MANIFEST_MEMBER}: it is not a {FORMAT_NAME} file.")
+            raise refuse(f"{path.name} has no {MANIFEST_MEMBER}: it is not a {FORMAT_NAME} file.")
         manifest_info = by_name[MANIFEST_MEMBER]
         if manifest_info.file_size > limits.max_manifest_bytes:
-            raise _refuse(f"manifest.json declares {manifest_info.file_size} bytes; refused.")
+            raise refuse(f"manifest.json declares {manifest_info.file_size} bytes; refused.")
         _, _, data = _extract(handle, manifest_info, None, _member_limits(manifest_info, limits))
         manifest = _read_manifest(data or b"", limits)
         listed = set(manifest["files"])
         present = set(by_name) - {MANIFEST_MEMBER}
         if listed - present:
-            raise _refuse(f"Member(s) listed in the manifest are missing: {sorted(listed - present)[:5]}.")
+            raise refuse(f"Member(s) listed in the manifest are missing: {sorted(listed - present)[:5]}.")
         if present - listed:
-            raise _refuse(f"Member(s) not listed in the manifest: {sorted(present - listed)[:5]}.")
+            raise refuse(f"Member(s) not listed in the manifest: {sorted(present - listed)[:5]}.")
         free = shutil.disk_usage(staging.parent).free
         if total * 2 > free:
             raise StoreError(
@@ -245,42 +245,42 @@ def _read_package(handle: IO[bytes], path: Path, staging: Path, limits: Transfer
             info = by_name[name]
             expected = manifest["files"][name]
             if info.file_size != expected["size"]:
-                raise _refuse(
+                raise refuse(
                     f"Member {name!r} is {info.file_size} bytes but the manifest says {expected['size']}; refused.",
                     member=name,
                 )
             target = raw / f"{number:08d}"
             digest, _, _ = _extract(handle, info, target, _member_limits(info, limits))
             if digest != expected["sha256"]:
-                raise _refuse(
+                raise refuse(
                     f"Member {name!r} fails its checksum (sha256 {digest[:12]}…, manifest says "
                     f"{expected['sha256'][:12]}…): the file is damaged or was altered.",
                     member=name,
                 )
             members[name] = target
-    return _Package(manifest, members, limits)
+    return Package(manifest, members, limits)
 
 
 
 
-def _read_table(path: Path, schema: pa.Schema, what: str, optional: Sequence[str] = ()) -> list[dict[str, Any]]:
+def read_table(path: Path, schema: pa.Schema, what: str, optional: Sequence[str] = ()) -> list[dict[str, Any]]:
     """The rows of a member table in ``schema``; a column in ``optional`` (added to the format later) may be
     missing, and reads as null."""
     try:
         table = pq.read_table(path)
         missing = [n for n in schema.names if n not in table.column_names]
         if [n for n in missing if n not in optional]:
-            raise _refuse(f"{what} lacks the column(s) {[n for n in missing if n not in optional]}.")
+            raise refuse(f"{what} lacks the column(s) {[n for n in missing if n not in optional]}.")
         for name in missing:
             table = table.append_column(name, pa.nulls(table.num_rows, schema.field(name).type))
         return table.select(schema.names).cast(schema).to_pylist()
     except ImportFormatError:
         raise
     except (pa.ArrowException, OSError, ValueError) as exc:
-        raise _refuse(f"{what} is not a readable table of the expected schema: {exc}.") from exc
+        raise refuse(f"{what} is not a readable table of the expected schema: {exc}.") from exc
 
 
-def _read_vectors(path: Path, rows: int, what: str) -> np.ndarray:
+def read_vectors(path: Path, rows: int, what: str) -> np.ndarray:
     """Read a vectors.npy member after checking its header against the member's real size (never allocating
     what a header merely claims)."""
     from numpy.lib import format as npy
@@ -289,32 +289,32 @@ def _read_vectors(path: Path, rows: int, what: str) -> np.ndarray:
         with open(path, "rb") as handle:
             version = npy.read_magic(handle)
             if version not in NPY_VERSIONS:
-                raise _refuse(f"{what} is a .npy file of version {version[0]}.{version[1]}; 1.0 and 2.0 are accepted.")
+                raise refuse(f"{what} is a .npy file of version {version[0]}.{version[1]}; 1.0 and 2.0 are accepted.")
             read_header = npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0
             shape, fortran_order, dtype = read_header(handle)
             data_bytes = os.fstat(handle.fileno()).st_size - handle.tell()
             if len(shape) != 2 or dtype != np.dtype("<f4") or fortran_order or not 1 <= shape[1] <= 65536:
                 order = " in Fortran order" if fortran_order else ""
-                raise _refuse(
+                raise refuse(
                     f"{what} must be a 2-D little-endian float32 array in C order with 1 to 65536 columns, got "
                     f"{dtype} of shape {shape}{order}."
                 )
             claimed = shape[0] * shape[1] * dtype.itemsize
             if claimed != data_bytes:
-                raise _refuse(
+                raise refuse(
                     f"{what}: its header claims shape {shape} ({claimed} bytes) but the member holds {data_bytes} "
                     "bytes of data; refused."
                 )
             if shape[0] != rows:
-                raise _refuse(f"{what} has {shape[0]} vectors for {rows} chunks.")
+                raise refuse(f"{what} has {shape[0]} vectors for {rows} chunks.")
             vectors = np.fromfile(handle, dtype=dtype, count=shape[0] * shape[1]).reshape(shape)
     except ImportFormatError:
         raise
     except (OSError, ValueError, EOFError) as exc:
-        raise _refuse(f"{what} is not a readable .npy array: {exc}.") from exc
+        raise refuse(f"{what} is not a readable .npy array: {exc}.") from exc
     if not np.isfinite(vectors).all():
-        raise _refuse(f"{what} contains NaN or infinite values.")
+        raise refuse(f"{what} contains NaN or infinite values.")
     norms = np.linalg.norm(vectors, axis=1)
     if rows and not ((np.abs(norms - 1.0) <= 1e-3) | (norms == 0.0)).all():
-        raise _refuse(f"{what} holds vectors that are not L2-normalised.")
+        raise refuse(f"{what} holds vectors that are not L2-normalised.")
     return vectors

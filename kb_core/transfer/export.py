@@ -36,14 +36,14 @@ from kb_core.transfer.format import (
     SNAPSHOT_ATTEMPTS,
     SUFFIX_PATTERN,
     VECTORS_FILE,
-    _resolve_path,
-    _SegmentExport,
+    SegmentExport,
+    resolve_path,
 )
 
 logger = logging.getLogger(__name__)
 
 
-def _live_segment(store: KBStore, manifest: Manifest, segment_id: str, path: str) -> _SegmentExport | None:
+def _live_segment(store: KBStore, manifest: Manifest, segment_id: str, path: str) -> SegmentExport | None:
     from kb_core.retrieval.vector_index import VectorSegment
 
     folder = store.segment_dir(segment_id)
@@ -83,7 +83,7 @@ def _live_segment(store: KBStore, manifest: Manifest, segment_id: str, path: str
         for handle in originals.values():
             handle.close()
         raise
-    return _SegmentExport(
+    return SegmentExport(
         path=path,
         documents=documents,
         chunks=chunks.take(pa.array(live_rows, type=pa.int64())),
@@ -95,12 +95,12 @@ def _live_segment(store: KBStore, manifest: Manifest, segment_id: str, path: str
     )
 
 
-def _snapshot_kb(store: KBStore, kb_index: int) -> list[_SegmentExport]:
+def _snapshot_kb(store: KBStore, kb_index: int) -> list[SegmentExport]:
     """The live segments of a KB's newest manifest; retried if a segment is collected while being read."""
     last_error: Exception | None = None
     for _ in range(SNAPSHOT_ATTEMPTS):
         manifest = store.manifest()
-        segments: list[_SegmentExport] = []
+        segments: list[SegmentExport] = []
         try:
             for ref in manifest.segments:
                 exported = _live_segment(store, manifest, ref.id, f"kb/{kb_index:04d}/seg/{len(segments):04d}")
@@ -117,7 +117,7 @@ def _snapshot_kb(store: KBStore, kb_index: int) -> list[_SegmentExport]:
     raise StoreError(f"Knowledge base {store.kb_id} kept changing during the export; try again ({last_error}).")
 
 
-def _close_segments(segments: Sequence[_SegmentExport]) -> None:
+def _close_segments(segments: Sequence[SegmentExport]) -> None:
     for segment in segments:
         for handle in segment.originals.values():
             handle.close()
@@ -125,14 +125,14 @@ def _close_segments(segments: Sequence[_SegmentExport]) -> None:
 
 def _snapshot_with_graph(
     service: Resources, record: KnowledgeBaseRecord, kb_index: int
-) -> tuple[list[_SegmentExport], GraphState | None]:
+) -> tuple[list[SegmentExport], GraphState | None]:
     """A KB's live segments and its newest committed graph state (None when it never had one), consistent:
     with a graph, both are read under the graph write lock, which a bundle import holds from before its
     index commit until after its graph commit."""
     from kb_core.store.locking import writer_lock
 
     if service.postgres is not None:  # one snapshot holds the documents and the graph, consistent
-        from kb_core.store.postgres.transfer import export_segments
+        from kb_core.transfer.postgres import export_segments
 
         return export_segments(service.postgres, record, kb_index, service.embedder(record).model_key)
     graph = GraphStore(service.home.kb_dir(record.id))
@@ -179,7 +179,7 @@ def _table_bytes(table: pa.Table) -> bytes:
 def _write_export(
     target: Path | IO[bytes],
     records: Sequence[KnowledgeBaseRecord],
-    snapshots: Sequence[list[_SegmentExport]],
+    snapshots: Sequence[list[SegmentExport]],
     graphs: Sequence[GraphState | None],
 ) -> dict[str, Any]:
     files: dict[str, dict[str, Any]] = {}
@@ -297,7 +297,7 @@ def export_database(
 
     Raises KBError for what stops it. API keys are never exported.
     """
-    target = _resolve_path(export_path, "export_path")
+    target = resolve_path(export_path, "export_path")
     # The folder is opened once; the file is created in it and renamed into place relative to that open
     # folder, so swapping a folder on the way for a symlink cannot redirect the write.
     with open_output_folder(target, "export_path", getattr(session, "allowed_dirs", None)) as folder:
@@ -315,7 +315,7 @@ def _export_into(session: Scope, folder: OutputFolder, target: Path, kb_names: S
         records = list({r.id: r for r in (session.find_kb(n) for n in kb_names)}.values())
     else:
         records = list(session.visible_kbs())
-    snapshots: list[list[_SegmentExport]] = []
+    snapshots: list[list[SegmentExport]] = []
     graphs: list[GraphState | None] = []
     kept: list[KnowledgeBaseRecord] = []
     temporary: str | None = None

@@ -6,10 +6,10 @@ import logging
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -17,10 +17,11 @@ import pyarrow as pa
 from kb_core.errors import InvalidArgument
 from kb_core.safe_files import reject_nul
 from kb_core.store.files import EXACT_VECTORS_FILE
+from kb_core.store.registry import KnowledgeBaseRecord
 from kb_core.validation import ITEM_ID, KB_NAME_MAX_LENGTH, name_key
 
 if TYPE_CHECKING:
-    from kb_core.transfer.restore import _KBPlan
+    from kb_core.bundles.graph import GraphState
 
 logger = logging.getLogger(__name__)
 
@@ -88,7 +89,7 @@ def expected_dimension(embedding_model: str, embedding_endpoint: str | None) -> 
     return KNOWN_DIMENSIONS.get(name.rstrip("/").rsplit("/", 1)[-1].lower())
 
 
-def _resolve_path(value: object, field_name: str) -> Path:
+def resolve_path(value: object, field_name: str) -> Path:
     if isinstance(value, os.PathLike):
         value = os.fspath(value)
     if not isinstance(value, str) or not value.strip():
@@ -99,7 +100,7 @@ def _resolve_path(value: object, field_name: str) -> Path:
 
 
 @dataclass
-class _SegmentExport:
+class SegmentExport:
     path: str
     documents: pa.Table
     chunks: pa.Table
@@ -108,6 +109,33 @@ class _SegmentExport:
     originals: dict[str, IO[bytes]]  # member name → open handle (kept open: the folder may be collected meanwhile)
     model_key: str
     analyzer: str
+
+
+@dataclass
+class SegmentData:
+    """One segment of an export file as read and validated, rows as dicts (what the import writes)."""
+
+    documents: list[dict[str, Any]]
+    chunks: list[dict[str, Any]]
+    texts: list[dict[str, Any]]
+    vectors: np.ndarray
+    originals: dict[str, Path]  # doc id → extracted original
+    model_key: str
+    analyzer: str
+
+
+@dataclass
+class KBPlan:
+    """One knowledge base of an export file as the import will write it: its record, segments and graph."""
+
+    record: KnowledgeBaseRecord
+    had_api_key: bool
+    segments: list[SegmentData]
+    root: Path | None = None
+    document_count: int = 0
+    renamed_documents: list[str] = field(default_factory=list)
+    graph: GraphState | None = None
+    graph_unlinked: int = 0  # nodes whose indexed document was not in the file (re-indexed by the next bundle)
 
 
 def _kb_name_with_stamp(name: str, stamp: str, taken: set[str]) -> str:
@@ -121,7 +149,7 @@ def _kb_name_with_stamp(name: str, stamp: str, taken: set[str]) -> str:
         counter += 1
 
 
-def rename_clashing(plans: Sequence[_KBPlan], taken: set[str], now: datetime) -> list[tuple[str, str]]:
+def rename_clashing(plans: Sequence[KBPlan], taken: set[str], now: datetime) -> list[tuple[str, str]]:
     """Give each planned KB whose name is taken (``taken``: name keys, updated) the name with the import's time
     stamp. Returns the KBs renamed, as (old, new)."""
     renamed: list[tuple[str, str]] = []

@@ -11,12 +11,11 @@ import os
 import shutil
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -30,11 +29,11 @@ from kb_core.store.atomic import fsync_directory
 from kb_core.store.files import CHUNKS_FILE, DOCUMENTS_FILE, TABLE_FILES, TEXTS_FILE
 from kb_core.text_language import document_language
 from kb_core.transfer.archive import (
-    _open_package,
-    _Package,
-    _read_table,
-    _read_vectors,
-    _refuse,
+    Package,
+    open_package,
+    read_table,
+    read_vectors,
+    refuse,
 )
 from kb_core.transfer.format import (
     DOCUMENT_NAME_MAX,
@@ -46,10 +45,12 @@ from kb_core.transfer.format import (
     SEGMENT_PATH,
     SHA256_HEX,
     VECTORS_FILE,
+    KBPlan,
+    SegmentData,
     TransferLimits,
-    _resolve_path,
     expected_dimension,
     rename_clashing,
+    resolve_path,
 )
 from kb_core.validation import name_key, validate_chunk_size, validate_endpoint, validate_kb_name
 
@@ -60,116 +61,93 @@ def _string(value: Any, what: str, *, allow_none: bool = False, max_length: int 
     if value is None and allow_none:
         return None
     if not isinstance(value, str) or len(value) > max_length:
-        raise _refuse(f"{what} must be a string of at most {max_length} characters, got {str(value)[:40]!r}.")
+        raise refuse(f"{what} must be a string of at most {max_length} characters, got {str(value)[:40]!r}.")
     return value
 
 
 def _int(value: Any, what: str, low: int = 0, high: int = 2**62) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise _refuse(f"{what} must be an integer from {low} to {high}, got {value!r}.")
+        raise refuse(f"{what} must be an integer from {low} to {high}, got {value!r}.")
     return value
 
 
-@dataclass
-class _SegmentData:
-    documents: list[dict[str, Any]]
-    chunks: list[dict[str, Any]]
-    texts: list[dict[str, Any]]
-    vectors: np.ndarray
-    originals: dict[str, Path]  # doc id → extracted original
-    model_key: str
-    analyzer: str
-
-
-@dataclass
-class _KBPlan:
-    record: KnowledgeBaseRecord
-    had_api_key: bool
-    segments: list[_SegmentData]
-    root: Path | None = None
-    document_count: int = 0
-    renamed_documents: list[str] = field(default_factory=list)
-    graph: GraphState | None = None
-    graph_unlinked: int = 0  # nodes whose indexed document was not in the file (re-indexed by the next bundle)
-
-
-def _validate_kb(entry: Any, position: int, package: _Package, graph_paths: set[str] | None = None) -> _KBPlan:
+def _validate_kb(entry: Any, position: int, package: Package, graph_paths: set[str] | None = None) -> KBPlan:
     if not isinstance(entry, dict):
-        raise _refuse(f"knowledge_bases[{position}] must be an object.")
+        raise refuse(f"knowledge_bases[{position}] must be an object.")
     where = f"knowledge_bases[{position}]"
     try:
         name = validate_kb_name(entry.get("name"))
         chunk_size = validate_chunk_size(entry.get("chunk_size"))
         endpoint = validate_endpoint(entry.get("embedding_endpoint"))
     except InvalidArgument as exc:
-        raise _refuse(f"{where}: {exc.message}") from exc
+        raise refuse(f"{where}: {exc.message}") from exc
     model = _string(entry.get("embedding_model"), f"{where}.embedding_model", max_length=512) or ""
     if not model.strip():
-        raise _refuse(f"{where}.embedding_model must not be empty.")
+        raise refuse(f"{where}.embedding_model must not be empty.")
     created_at = _string(entry.get("created_at"), f"{where}.created_at", max_length=64) or utc_now()
     settings = entry.get("search_settings") or {}
     if not isinstance(settings, dict):
-        raise _refuse(f"{where}.search_settings must be an object.")
+        raise refuse(f"{where}.search_settings must be an object.")
     settings = _validate_search_settings(settings, where)
     segment_entries = entry.get("segments")
     if not isinstance(segment_entries, list):
-        raise _refuse(f"{where}.segments must be a list.")
+        raise refuse(f"{where}.segments must be a list.")
     expected = expected_dimension(model, endpoint)
     dimension: int | None = None
-    segments: list[_SegmentData] = []
+    segments: list[SegmentData] = []
     seen_docs: set[str] = set()
     seen_chunks: set[str] = set()
     seen_paths: set[str] = set()
     for number, segment in enumerate(segment_entries):
         label = f"{where}.segments[{number}]"
         if not isinstance(segment, dict):
-            raise _refuse(f"{label} must be an object.")
+            raise refuse(f"{label} must be an object.")
         path = _string(segment.get("path"), f"{label}.path", max_length=64) or ""
         if not SEGMENT_PATH.match(path) or path in seen_paths:
-            raise _refuse(f"{label}.path {path!r} is not a valid, unique segment path (kb/NNNN/seg/NNNN).")
+            raise refuse(f"{label}.path {path!r} is not a valid, unique segment path (kb/NNNN/seg/NNNN).")
         seen_paths.add(path)
         for file_name in (*TABLE_FILES, VECTORS_FILE):
             if f"{path}/{file_name}" not in package.members:
-                raise _refuse(f"{label}: member {path}/{file_name} is missing.")
+                raise refuse(f"{label}: member {path}/{file_name} is missing.")
         declared = _int(segment.get("dimension"), f"{label}.dimension", 1, 65536)
         if expected is not None and declared != expected:
-            raise _refuse(
+            raise refuse(
                 f"Knowledge base {name!r} uses {model!r}, whose vectors have {expected} dimensions, but segment "
                 f"{path} declares {declared}; refused.",
                 kb_name=name,
             )
         if dimension is not None and declared != dimension:
-            raise _refuse(f"Knowledge base {name!r} mixes vector dimensions {dimension} and {declared}; refused.")
+            raise refuse(f"Knowledge base {name!r} mixes vector dimensions {dimension} and {declared}; refused.")
         dimension = declared
-        documents = _read_table(
+        documents = read_table(
             package.members[f"{path}/{DOCUMENTS_FILE}"],
             catalog.DOCUMENTS_SCHEMA,
             f"{path}/documents",
             optional=("language",),  # files written before documents stored it
         )
-        chunks = _read_table(package.members[f"{path}/{CHUNKS_FILE}"], catalog.CHUNKS_SCHEMA, f"{path}/chunks")
-        texts = _read_table(package.members[f"{path}/{TEXTS_FILE}"], catalog.TEXTS_SCHEMA, f"{path}/texts")
-        vectors = _read_vectors(package.members[f"{path}/{VECTORS_FILE}"], len(chunks), f"{path}/{VECTORS_FILE}")
+        chunks = read_table(package.members[f"{path}/{CHUNKS_FILE}"], catalog.CHUNKS_SCHEMA, f"{path}/chunks")
+        texts = read_table(package.members[f"{path}/{TEXTS_FILE}"], catalog.TEXTS_SCHEMA, f"{path}/texts")
+        vectors = read_vectors(package.members[f"{path}/{VECTORS_FILE}"], len(chunks), f"{path}/{VECTORS_FILE}")
         if vectors.shape[1] != declared:
-            raise _refuse(
+            raise refuse(
                 f"{path}/{VECTORS_FILE} holds {vectors.shape[1]}-dimensional vectors but the manifest declares "
                 f"{declared}; refused.",
                 kb_name=name,
             )
         if _int(segment.get("rows"), f"{label}.rows") != len(chunks):
-            raise _refuse(f"{label} declares {segment.get('rows')} rows but {path}/chunks has {len(chunks)}.")
+            raise refuse(f"{label} declares {segment.get('rows')} rows but {path}/chunks has {len(chunks)}.")
         if not documents:
-            raise _refuse(f"{label} has no documents.")
+            raise refuse(f"{label} has no documents.")
         originals: dict[str, Path] = {}
         counts: dict[str, int] = {}
         for row in documents:
             doc_id = _string(row["doc_id"], f"{path}/documents doc_id", max_length=128) or ""
             if not ID_PATTERN.match(doc_id) or doc_id in seen_docs:
-                raise _refuse(f"{path}/documents: doc_id {doc_id!r} is malformed or repeated.")
+                raise refuse(f"{path}/documents: doc_id {doc_id!r} is malformed or repeated.")
             seen_docs.add(doc_id)
             row["name"] = _document_name(row["name"], path)
             if row["status"] not in ("ready", "failed"):
-                raise _refuse(f"{path}/documents: status {row['status']!r} of {doc_id} is not ready or failed.")
+                raise refuse(f"{path}/documents: status {row['status']!r} of {doc_id} is not ready or failed.")
             for column in ("size_bytes", "chunk_size", "chunk_count"):
                 row[column] = _int(row[column] if row[column] is not None else 0, f"{path}/documents {column}")
             relative = row["original"] or ""
@@ -177,23 +155,23 @@ def _validate_kb(entry: Any, position: int, package: _Package, graph_paths: set[
                 suffix = Path(relative).suffix
                 member = f"{path}/files/{doc_id}{suffix.lower()}"
                 if relative != f"files/{doc_id}{suffix}" or member not in package.members:
-                    raise _refuse(f"{path}/documents: the original {relative!r} of {doc_id} is not in the file.")
+                    raise refuse(f"{path}/documents: the original {relative!r} of {doc_id} is not in the file.")
                 originals[doc_id] = package.members[member]
                 row["original"] = f"files/{doc_id}{suffix.lower()}"
             counts[doc_id] = 0
         for row in chunks:
             chunk_id = _string(row["chunk_id"], f"{path}/chunks chunk_id", max_length=128) or ""
             if not ID_PATTERN.match(chunk_id) or chunk_id in seen_chunks:
-                raise _refuse(f"{path}/chunks: chunk_id {chunk_id!r} is malformed or repeated.")
+                raise refuse(f"{path}/chunks: chunk_id {chunk_id!r} is malformed or repeated.")
             seen_chunks.add(chunk_id)
             if row["doc_id"] not in counts:
-                raise _refuse(f"{path}/chunks: chunk {chunk_id} belongs to no document of its segment.")
+                raise refuse(f"{path}/chunks: chunk {chunk_id} belongs to no document of its segment.")
             if row["content"] is None:
-                raise _refuse(f"{path}/chunks: chunk {chunk_id} has no content.")
+                raise refuse(f"{path}/chunks: chunk {chunk_id} has no content.")
             counts[row["doc_id"]] += 1
         for row in documents:
             if counts[row["doc_id"]] != row["chunk_count"]:
-                raise _refuse(
+                raise refuse(
                     f"{path}: document {row['doc_id']} declares {row['chunk_count']} chunks but has "
                     f"{counts[row['doc_id']]}."
                 )
@@ -203,7 +181,7 @@ def _validate_kb(entry: Any, position: int, package: _Package, graph_paths: set[
         for row in documents:
             row["language"] = document_language(text_of.get(row["doc_id"])) if row["status"] == "ready" else None
         segments.append(
-            _SegmentData(
+            SegmentData(
                 documents=documents,
                 chunks=chunks,
                 texts=texts,
@@ -223,7 +201,7 @@ def _validate_kb(entry: Any, position: int, package: _Package, graph_paths: set[
         created_at=created_at,
         search_settings=settings,
     )
-    plan = _KBPlan(record, bool(entry.get("had_api_key")), segments)
+    plan = KBPlan(record, bool(entry.get("had_api_key")), segments)
     plan.document_count = len(seen_docs)
     if entry.get("graph") is not None:
         documents_by_id = {row["doc_id"]: row for segment in segments for row in segment.documents}
@@ -237,7 +215,7 @@ def _validate_graph(
     entry: Any,
     where: str,
     kb_name: str,
-    package: _Package,
+    package: Package,
     documents: dict[str, dict[str, Any]],
     seen_paths: set[str],
 ) -> tuple[GraphState, int]:
@@ -248,10 +226,10 @@ def _validate_graph(
 
     label = f"{where}.graph"
     if not isinstance(entry, dict):
-        raise _refuse(f"{label} must be an object.")
+        raise refuse(f"{label} must be an object.")
     path = _string(entry.get("path"), f"{label}.path", max_length=64) or ""
     if not GRAPH_PATH.match(path) or path in seen_paths or path not in package.members:
-        raise _refuse(f"{label}.path {path!r} is not a unique graph member of the file (kb/NNNN/graph/state.json).")
+        raise refuse(f"{label}.path {path!r} is not a unique graph member of the file (kb/NNNN/graph/state.json).")
     seen_paths.add(path)
     try:
         raw = parse_json_within(
@@ -260,12 +238,12 @@ def _validate_graph(
             max_depth=MAX_GRAPH_DEPTH,
         )
     except JSONLimitExceeded as exc:  # measured before parsing: nothing was built
-        raise _refuse(f"{path} is refused: {exc}.", kb_name=kb_name) from None
+        raise refuse(f"{path} is refused: {exc}.", kb_name=kb_name) from None
     except (UnicodeDecodeError, ValueError) as exc:
-        raise _refuse(f"{path} is not valid UTF-8 JSON: {exc}.", kb_name=kb_name) from None
+        raise refuse(f"{path} is not valid UTF-8 JSON: {exc}.", kb_name=kb_name) from None
 
     def bad(message: str) -> ImportFormatError:
-        return _refuse(f"{path} (graph of knowledge base {kb_name!r}): {message}; refused.", kb_name=kb_name)
+        return refuse(f"{path} (graph of knowledge base {kb_name!r}): {message}; refused.", kb_name=kb_name)
 
     if not isinstance(raw, dict) or set(raw) != {"version", "ontology", "nodes", "edges"}:
         raise bad("it must be an object with exactly version, ontology, nodes and edges")
@@ -351,11 +329,11 @@ def _validate_search_settings(settings: dict[str, Any], where: str) -> dict[str,
 
     unknown = set(settings) - set(SearchSettings.SAVED_FIELDS)
     if unknown:
-        raise _refuse(f"{where}.search_settings has unknown setting(s) {sorted(unknown)}.")
+        raise refuse(f"{where}.search_settings has unknown setting(s) {sorted(unknown)}.")
     try:
         SearchSettings(**settings).validated()
     except (InvalidArgument, TypeError) as exc:
-        raise _refuse(f"{where}.search_settings are invalid: {exc}") from exc
+        raise refuse(f"{where}.search_settings are invalid: {exc}") from exc
     return dict(settings)
 
 
@@ -363,7 +341,7 @@ def _document_name(value: Any, path: str) -> str:
     import unicodedata
 
     if not isinstance(value, str):
-        raise _refuse(f"{path}/documents: a document name is not a string.")
+        raise refuse(f"{path}/documents: a document name is not a string.")
     name = unicodedata.normalize("NFC", value).strip()
     if (
         not name
@@ -372,7 +350,7 @@ def _document_name(value: Any, path: str) -> str:
         or "\\" in name
         or any(unicodedata.category(c) in ("Cc", "Cf") for c in name)
     ):
-        raise _refuse(f"{path}/documents: document name {value[:40]!r} is empty, too long or has path characters.")
+        raise refuse(f"{path}/documents: document name {value[:40]!r} is empty, too long or has path characters.")
     return name
 
 
@@ -395,7 +373,7 @@ def _home_document_ids(service: Resources) -> set[str]:
     return ids
 
 
-def _fresh_ids(plan: _KBPlan) -> None:
+def _fresh_ids(plan: KBPlan) -> None:
     remapped: dict[str, str] = {}
     for segment in plan.segments:
         mapping = {row["doc_id"]: f"doc_{uuid.uuid4().hex[:16]}" for row in segment.documents}
@@ -417,7 +395,7 @@ def _fresh_ids(plan: _KBPlan) -> None:
                 node["doc_id"] = remapped[node["doc_id"]]
 
 
-def _unique_document_names(plan: _KBPlan, now: datetime) -> None:
+def _unique_document_names(plan: KBPlan, now: datetime) -> None:
     taken: set[str] = set()
     for segment in plan.segments:
         for row in segment.documents:
@@ -428,7 +406,7 @@ def _unique_document_names(plan: _KBPlan, now: datetime) -> None:
             taken.add(row["name"].casefold())
 
 
-def _stage_kb(plan: _KBPlan, staging: Path, analyzer: Any) -> None:
+def _stage_kb(plan: KBPlan, staging: Path, analyzer: Any) -> None:
     from kb_core.store.segments import write_segment_files
 
     root = staging / "kbs" / plan.record.id
@@ -463,7 +441,7 @@ def _stage_kb(plan: _KBPlan, staging: Path, analyzer: Any) -> None:
     plan.root = root
 
 
-def _commit(home: Any, plans: Sequence[_KBPlan], now: datetime) -> list[tuple[str, str]]:
+def _commit(home: Any, plans: Sequence[KBPlan], now: datetime) -> list[tuple[str, str]]:
     """Move the staged KB folders into the home and register them in one registry write (the commit point)."""
 
     with home.registry_lock():
@@ -517,7 +495,7 @@ def import_database(
 
     Hostile or damaged files are refused with INVALID_IMPORT_FILE (a KBError) before anything in the home changes.
     """
-    source = _resolve_path(source_db_path, "source_db_path")
+    source = resolve_path(source_db_path, "source_db_path")
     service = session.service
     home = service.home
     limits = limits or TransferLimits()
@@ -525,7 +503,7 @@ def import_database(
     home.abandoned_transfer_staging(remove=True)
     staging = home.open_transfer_staging()
     try:
-        package = _open_package(source, staging.path, limits, getattr(session, "allowed_dirs", None))
+        package = open_package(source, staging.path, limits, getattr(session, "allowed_dirs", None))
         entries = package.manifest["knowledge_bases"]
         graph_paths: set[str] = set()
         plans = [_validate_kb(entry, position, package, graph_paths) for position, entry in enumerate(entries)]
@@ -538,7 +516,7 @@ def import_database(
             taken_ids |= ids
             _unique_document_names(plan, now)
         if service.postgres is not None:
-            from kb_core.store.postgres.transfer import commit_plans
+            from kb_core.transfer.postgres import commit_plans
 
             renamed = commit_plans(service.postgres, plans, service.analyzer, now)
         else:

@@ -165,7 +165,7 @@ def test_bundles_and_ontologies_answer_as_the_folder_store(stores: tuple[Session
 def test_a_failed_graph_commit_leaves_neither_graph_nor_documents(stores: tuple[Session, Session, Path]) -> None:
     """The graph and its bundle documents are one transaction: a commit that fails (here: another writer changed
     the graph meanwhile) leaves both as they were."""
-    from kb_core.store.postgres import bundles as pg_bundles
+    from kb_core.bundles import postgres as pg_bundles
 
     _, postgres, root = stores
     before_graph, before_docs = graph(postgres), postgres.list_documents()["data"]["documents"]

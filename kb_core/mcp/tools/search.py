@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
 from mcp.server.fastmcp import Context
 from mcp.types import CallToolResult
@@ -20,6 +20,7 @@ from kb_core.mcp.models import (
     WEIGHTING,
     Fusion,
     HitList,
+    LibraryMode,
     RagEnvelope,
     SearchExplanation,
     SearchMode,
@@ -229,7 +230,7 @@ async def search_knowledge_base(
     query: Annotated[str, Field(description="natural-language query to search for")],
     ctx: Context,
     limit: Annotated[int, Field(ge=1, le=20, description="maximum number of chunks, 1-20")] = 8,
-    mode: Annotated[Literal["semantic", "keyword", "hybrid"], Field(description="search mode")] = "hybrid",
+    mode: Annotated[LibraryMode, Field(description="search mode")] = "hybrid",
     expand_graph: Annotated[
         bool, Field(description="also list documents related to bundle hits by graph edges")
     ] = False,

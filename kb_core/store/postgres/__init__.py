@@ -14,11 +14,10 @@ store (:mod:`kb_core.store.folder`) does:
   documents, chunk rows, texts, originals, vectors, and the retrieval primitives computed in SQL (BM25 and
   cosine candidates, exact row scores, matched terms, distinct-term counts, the keyword reference);
 * :class:`PreparedDocument` — a document analysed and embedded outside any transaction, ready to commit;
-* :class:`~kb_core.store.postgres.searching.PostgresSearcher`, :class:`~kb_core.store.postgres.importing.
-  PostgresSink` and :mod:`~kb_core.store.postgres.transfer`: what the service searches, imports and
-  exports/imports export files with;
+* :class:`~kb_core.store.postgres.searching.PostgresSearcher` and :class:`~kb_core.store.postgres.importing.
+  PostgresSink`: what the service searches and imports with (export files and knowledge bundles on PostgreSQL
+  live with their features: :mod:`kb_core.transfer.postgres`, :mod:`kb_core.bundles.postgres`);
 * :mod:`~kb_core.store.postgres.backend` (the store protocol's Store and KBStorage: items, document info),
-  :mod:`~kb_core.store.postgres.bundles` (the graph store of knowledge bundles, committed with its documents),
   :mod:`~kb_core.store.postgres.tokens` (MCP bearer tokens) and :mod:`~kb_core.store.postgres.inflight` (running
   imports' in-flight documents, seen by every host): what the service routes to on PostgreSQL;
 * :class:`LocalPostgres` (:mod:`kb_core.store.postgres.embedded`) — a throwaway PostgreSQL 18 + pgvector on a

@@ -7,14 +7,14 @@ from __future__ import annotations
 import logging
 import os
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kb_core.errors import KBNotFound
-from kb_core.store.base import POSTGRES_OPERATIONS, FolderAccess, NotOnPostgres
+from kb_core.store.base import POSTGRES_OPERATIONS, FolderAccess, KBCheck, NotOnPostgres
 from kb_core.store.postgres.records import StoreChange
 from kb_core.store.postgres.searching import PostgresSearcher
 from kb_core.store.postgres.store import PostgresStore
@@ -101,11 +101,11 @@ class PostgresBackend:
         )
 
     # -- consistency -------------------------------------------------------------------------
-    def verify(self) -> list[str]:
-        """Statistics, postings and rows recomputed and compared, KB by KB."""
+    def verify(self, kb_checks: Sequence[KBCheck] = ()) -> list[str]:
+        """Statistics, postings and rows recomputed and compared, KB by KB (``kb_checks`` are folder checks)."""
         return [f"{r.name}: {p}" for r in self.database.knowledge_bases() for p in self.database.verify(r.id)]
 
-    def interrupted_bundle_indexes(self) -> Iterator[KnowledgeBaseRecord]:
+    def interrupted_bundle_indexes(self, check: KBCheck) -> Iterator[KnowledgeBaseRecord]:
         return iter(())  # a bundle's documents and graph commit in one transaction
 
     def remove_abandoned_staging(self) -> list[Path]:

@@ -1,4 +1,4 @@
-"""Export files (:mod:`kb_core.transfer`) to and from the PostgreSQL store.
+"""Export files (:mod:`kb_core.transfer`) to and from the PostgreSQL store (:mod:`kb_core.store.postgres`).
 
 An export file holds KBs as segments (parquet catalog rows, ``vectors.npy``, originals). Into PostgreSQL
 (:func:`commit_plans`), each validated KB becomes a new KB and one commit of all its documents, rows in the file's
@@ -14,7 +14,7 @@ import logging
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import PurePath
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
 import numpy as np
 import pyarrow as pa
@@ -25,18 +25,15 @@ from kb_core.store import catalog
 from kb_core.store.postgres.records import ChunkRecord, DocumentRecord, PreparedDocument, StoreChange
 from kb_core.store.postgres.store import PostgresStore
 from kb_core.store.registry import KnowledgeBaseRecord
+from kb_core.transfer.format import SUFFIX_PATTERN, KBPlan, SegmentExport, rename_clashing
 from kb_core.validation import name_key
-
-if TYPE_CHECKING:
-    from kb_core.transfer.format import _SegmentExport
-    from kb_core.transfer.restore import _KBPlan
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["commit_plans", "export_segments"]
 
 
-def _prepared_documents(plan: _KBPlan, analyzer: Analyzer) -> list[PreparedDocument]:
+def _prepared_documents(plan: KBPlan, analyzer: Analyzer) -> list[PreparedDocument]:
     prepared: list[PreparedDocument] = []
     for segment in plan.segments:
         rows_of: dict[str, list[int]] = {}
@@ -62,12 +59,10 @@ def _prepared_documents(plan: _KBPlan, analyzer: Analyzer) -> list[PreparedDocum
 
 
 def commit_plans(
-    store: PostgresStore, plans: Sequence[_KBPlan], analyzer: Analyzer, now: datetime
+    store: PostgresStore, plans: Sequence[KBPlan], analyzer: Analyzer, now: datetime
 ) -> list[tuple[str, str]]:
     """Create each planned KB and commit its documents (and graph); all or nothing: on a failure the KBs created so
     far are deleted again. Returns the KBs renamed because their name was taken, as (old, new)."""
-    from kb_core.transfer.format import rename_clashing
-
     renamed = rename_clashing(plans, {name_key(r.name) for r in store.knowledge_bases()}, now)
     created: list[str] = []
     try:
@@ -101,10 +96,8 @@ def commit_plans(
 
 def export_segments(
     store: PostgresStore, record: KnowledgeBaseRecord, kb_index: int, model_key: str
-) -> tuple[list[_SegmentExport], GraphState | None]:
+) -> tuple[list[SegmentExport], GraphState | None]:
     """A KB as one export segment (none when it holds no documents) and its graph, read in one snapshot."""
-    from kb_core.transfer.format import SUFFIX_PATTERN, _SegmentExport
-
     path = f"kb/{kb_index:04d}/seg/0000"
     with store.snapshot(record.id, prefer_replica=False) as snapshot:
         documents = snapshot.documents()
@@ -129,7 +122,7 @@ def export_segments(
         vectors = snapshot.vectors(row_ids) if row_ids else np.zeros((0, dimension), dtype=np.float32)
         first_row = {chunk.doc_id: i for i, (_, chunk) in reversed(list(enumerate(chunks)))}
         ordered = sorted(documents, key=lambda d: first_row.get(d.doc_id, len(chunks)))
-        segment = _SegmentExport(
+        segment = SegmentExport(
             path=path,
             documents=pa.Table.from_pylist([d.to_row() for d in ordered], schema=catalog.DOCUMENTS_SCHEMA),
             chunks=pa.Table.from_pylist([c.to_row() for _, c in chunks], schema=catalog.CHUNKS_SCHEMA),

@@ -1,4 +1,4 @@
-"""Knowledge bundles on a PostgreSQL store: the bundle code (:mod:`kb_core.bundles`) over the database.
+"""Knowledge bundles on a PostgreSQL store (:mod:`kb_core.store.postgres`): the bundle code over the database.
 
 :class:`PostgresGraphStore` has the interface of the folder store's :class:`kb_core.bundles.graph.GraphStore`
 (``load``, ``lock``, ``commit``, ``export_shadow``). The folder store commits a bundle in two steps (the index
