@@ -37,8 +37,8 @@ def sync_index(service: Resources, record: KnowledgeBaseRecord, state: GraphStat
         from kb_core.bundles.postgres import sync_index as prepare_on_postgres
 
         return prepare_on_postgres(service, record, state)
-    from kb_core.ingest.pipeline import timestamped_name
     from kb_core.store.segments import chunk_row, write_segment_files
+    from kb_core.store.sink import timestamped_name
 
     reader = service.reader(record.id)
     documents = reader.snapshot().documents()

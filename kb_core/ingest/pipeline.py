@@ -41,12 +41,7 @@ from kb_core.ingest.prepared import PreparedChunks
 from kb_core.ingest.timing import StageClock
 from kb_core.store.atomic import file_sha256
 from kb_core.store.compaction import AUTO_COMPACT_SEGMENTS
-
-# in_flight_documents and timestamped_name stay importable from here for session, bundles and transfer until they
-# import them from the store.
-from kb_core.store.folder_sink import in_flight_documents as in_flight_documents
 from kb_core.store.sink import DocumentSink, ImportJob, ImportSource, IncomingDocument, WrittenBatch
-from kb_core.store.sink import timestamped_name as timestamped_name
 
 logger = logging.getLogger(__name__)
 

@@ -235,8 +235,7 @@ class FolderKB:
         return self.reader.snapshot().locate_chunk(chunk_id) is not None
 
     def in_flight(self) -> list[dict[str, Any]]:
-        # the job files are the import pipeline's until it commits through a store sink (#28, B1)
-        from kb_core.ingest.pipeline import in_flight_documents
+        from kb_core.store.folder_sink import in_flight_documents
 
         return in_flight_documents(self.reader.store)
 

@@ -21,12 +21,12 @@ import pyarrow.parquet as pq
 
 from kb_core.bundles.graph import GraphState, GraphStore, write_shadow
 from kb_core.errors import ImportFormatError, InvalidArgument, KBError
-from kb_core.ingest.pipeline import timestamped_name
 from kb_core.json_text import JSONLimitExceeded, parse_json_within
 from kb_core.seams import Resources, Scope
 from kb_core.store import Change, KBStore, KnowledgeBaseRecord, StagedSegment, catalog, new_id, utc_now
 from kb_core.store.atomic import fsync_directory
 from kb_core.store.files import CHUNKS_FILE, DOCUMENTS_FILE, TABLE_FILES, TEXTS_FILE
+from kb_core.store.sink import timestamped_name
 from kb_core.text_language import document_language
 from kb_core.transfer.archive import (
     Package,
