@@ -21,7 +21,20 @@ st.markdown(
     "details.kb-chunk:not([open]) .kb-clamp{display:-webkit-box;-webkit-line-clamp:6;-webkit-box-orient:vertical;"
     "overflow:hidden}.kb-more{color:#1c6dd0;font-size:.85rem}"
     "details.kb-chunk:not([open]) .kb-more::before{content:'show all ▾'}"
-    "details.kb-chunk[open] .kb-more::before{content:'show less ▴'}</style>",
+    "details.kb-chunk[open] .kb-more::before{content:'show less ▴'}"
+    # score bars: a hit's stacked parts on the 0–1 scale, final score marked (pages/_shared.py: score_bars)
+    ".kb-bars{font-size:.8rem;margin:.2rem 0 .8rem}.kb-bars-legend{display:flex;gap:1rem;margin:0 0 .3rem 14rem}"
+    ".kb-bars-legend i{display:inline-block;width:.75rem;height:.75rem;margin-right:.3rem;border-radius:2px;"
+    "vertical-align:-1px}.kb-bars-legend i.kb-bars-final{width:2px;background:currentColor;border-radius:0}"
+    ".kb-bars-row{display:flex;align-items:center;min-height:1.6rem}.kb-bars-label{flex:0 0 14rem;overflow:hidden;"
+    "text-overflow:ellipsis;white-space:nowrap;padding-right:.6rem;text-align:right}"
+    ".kb-bars-track,.kb-bars-axis{position:relative;flex:1 1 auto;margin-right:3.2rem}"
+    ".kb-bars-track{display:flex;height:1.1rem;background:rgba(128,128,128,.12)}.kb-bars-track i{display:block}"
+    ".kb-bars-track b{position:absolute;top:-.2rem;bottom:-.2rem;border-left:2px solid currentColor;"
+    "padding-left:.3rem;font-weight:500;line-height:1.5rem;white-space:nowrap}"
+    ".kb-bars-axis{height:1.1rem;border-top:1px solid rgba(128,128,128,.5)}.kb-bars-axis span{position:absolute;"
+    "transform:translateX(-50%);opacity:.7;font-size:.7rem}.kb-bars-title{text-align:center;opacity:.7;"
+    "font-size:.75rem;padding-left:14rem}.kb-card-score{float:right;margin-left:1rem}</style>",
     unsafe_allow_html=True,
 )
 

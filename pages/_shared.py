@@ -32,7 +32,11 @@ ALLOW_DIRS_ENVIRONMENT_VARIABLE = "KB_ALLOW_DIRS"
 @st.cache_resource(show_spinner="Opening the knowledge-base service…")
 def _service_for(home: str) -> KnowledgeBaseService:
     # One service per process and home: it holds the loaded models, readers and index caches.
-    return KnowledgeBaseService(home)
+    opened = KnowledgeBaseService(home)
+    # The Chinese word dictionary loads on the first Chinese text a process analyses (~0.5 s of CPU); loaded now, in
+    # the background, a user's first Chinese query does not wait for it.
+    threading.Thread(target=opened.analyzer.query_terms, args=("中文",), name="kb-jieba-warm", daemon=True).start()
+    return opened
 
 
 @st.cache_resource
@@ -377,38 +381,35 @@ def contribution_parts(breakdown: dict[str, Any]) -> dict[str, float]:
 PART_COLOURS = {"semantic": "#4C78A8", "keyword": "#F58518", "Jaccard": "#54A24B"}
 
 
-def breakdown_figure(chunks: Sequence[dict[str, Any]], height: int | None = None) -> Any:
-    """A plotly stacked horizontal bar per hit on the 0–1 score scale: semantic + keyword + Jaccard = final."""
-    import plotly.graph_objects as go
-
-    labels = [f"#{i + 1} {c['doc_name']}"[:48] for i, c in enumerate(chunks)]
-    figure = go.Figure()
-    for part, colour in PART_COLOURS.items():
-        values = [contribution_parts(c.get("breakdown") or {})[part] for c in chunks]
-        figure.add_bar(
-            name=part,
-            y=labels,
-            x=values,
-            orientation="h",
-            marker_color=colour,
-            hovertemplate=f"{part}: %{{x:.4f}}<extra></extra>",
+def score_bars(chunks: Sequence[dict[str, Any]]) -> str:
+    """HTML of one stacked bar per hit on the whole 0–1 score scale (semantic + keyword + Jaccard = final), with a
+    legend and an axis; each part's value shows on hover. Drawn as plain HTML, not a chart: the search lab redraws it
+    on every slider notch, and a plotly chart cost the browser ~0.1 s of CPU each time (app.py styles it)."""
+    legend = "".join(
+        f"<span><i style='background:{colour}'></i>{part}</span>" for part, colour in PART_COLOURS.items()
+    ) + "<span><i class='kb-bars-final'></i>final score</span>"
+    rows = []
+    for i, chunk in enumerate(chunks):
+        breakdown = chunk.get("breakdown") or {}
+        parts = contribution_parts(breakdown)
+        final = float(breakdown.get("final_score", chunk.get("score", 0.0)))
+        label = _inert(f"#{i + 1} {chunk['doc_name']}"[:48])
+        segments = "".join(
+            f"<i style='width:{100 * max(0.0, min(1.0, value)):.2f}%;background:{PART_COLOURS[part]}' "
+            f"title='{part}: {value:.4f}'></i>"
+            for part, value in parts.items() if value > 0
         )
-    finals = [float((c.get("breakdown") or {}).get("final_score", c.get("score", 0.0))) for c in chunks]
-    figure.add_scatter(
-        y=labels, x=finals, mode="markers+text", name="final score", text=[f"{v:.3f}" for v in finals],
-        textposition="middle right", marker={"color": "black", "symbol": "line-ns-open", "size": 14},
-        hovertemplate="final score %{x:.4f}<extra></extra>",
-    )
-    figure.update_layout(
-        barmode="stack",
-        height=height or 110 + 38 * len(chunks),
-        margin={"l": 10, "r": 40, "t": 40, "b": 10},
-        legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0, "traceorder": "normal"},
-        yaxis={"autorange": "reversed"},
-        # the whole scale, so a bar's length reads as an absolute score, not relative to this query's best
-        xaxis={"title": "score (0–1 scale)", "range": [0, 1.08], "tickvals": [0, 0.2, 0.4, 0.6, 0.8, 1.0]},
-    )
-    return figure
+        summary = " + ".join(f"{part} {value:.4f}" for part, value in parts.items()) + f" = final {final:.4f}"
+        rows.append(
+            f"<div class='kb-bars-row' role='img' aria-label='{label}: {summary}'>"
+            f"<span class='kb-bars-label' title='{label}'>{label}</span><span class='kb-bars-track'>{segments}"
+            f"<b style='left:{100 * max(0.0, min(1.0, final)):.2f}%' title='final score {final:.4f}'>"
+            f"{final:.3f}</b></span></div>"
+        )
+    ticks = "".join(f"<span style='left:{100 * t / 5:.0f}%'>{t / 5:.1f}</span>" for t in range(6))
+    axis = (f"<div class='kb-bars-row'><span class='kb-bars-label'></span><span class='kb-bars-axis'>{ticks}</span>"
+            "</div><div class='kb-bars-title'>score (0–1 scale)</div>")
+    return f"<div class='kb-bars'><div class='kb-bars-legend'>{legend}</div>{''.join(rows)}{axis}</div>"
 
 
 def score_scale(settings: dict[str, Any]) -> str:

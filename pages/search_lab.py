@@ -9,6 +9,7 @@ the tabs and score breakdowns run only when shown (their ``open`` state reruns t
 
 from __future__ import annotations
 
+import html
 import json
 from typing import Any
 
@@ -144,9 +145,10 @@ def settings_controls(prefix: str, initial: dict[str, Any]) -> dict[str, Any]:
 
 
 def place(chunk: dict[str, Any]) -> str:
-    parts = [f"**{chunk['doc_name']}**"]
+    """Where the chunk is from, as Markdown that may hold HTML: the document's own text can start no HTML tag."""
+    parts = [f"**{html.escape(chunk['doc_name'])}**"]
     if chunk.get("chapter"):
-        parts.append(f"chapter: {chunk['chapter']}")
+        parts.append(f"chapter: {html.escape(chunk['chapter'])}")
     if chunk.get("page") is not None:
         parts.append(f"page {chunk['page']}")
     return " · ".join(parts)
@@ -195,9 +197,11 @@ def explanation(query: str, chunk_id: str, params: dict[str, Any]) -> None:
 def chunk_cards(chunks: list[dict[str, Any]], query: str, params: dict[str, Any]) -> None:
     for rank, chunk in enumerate(chunks, start=1):
         with st.container(border=True):
-            head, score = st.columns([4, 2])
-            head.markdown(f"**#{rank}** · {place(chunk)}")
-            score.markdown(f"score **{chunk['score']:.3f}** on a 0–1 scale")
+            # One element, the score floated right (app.py): each element drawn costs the browser on every notch.
+            st.markdown(
+                f"**#{rank}** · {place(chunk)}<span class='kb-card-score'>score **{chunk['score']:.3f}** on a 0–1 "
+                "scale</span>", unsafe_allow_html=True,
+            )
             st.markdown(
                 ui.clamped(ui.highlight(chunk["content"], chunk.get("matched_terms") or []), chunk["content"]),
                 unsafe_allow_html=True,
@@ -213,16 +217,14 @@ def chunk_cards(chunks: list[dict[str, Any]], query: str, params: dict[str, Any]
             if box is not None and box.open:
                 with box:
                     parts = ui.contribution_parts(breakdown)
-                    st.plotly_chart(
-                        ui.breakdown_figure([chunk], height=170), key=f"lab_chart_{rank}", width="stretch"
-                    )
+                    st.markdown(ui.score_bars([chunk]), unsafe_allow_html=True)
                     st.caption(
                         " + ".join(f"{name} {value:.4f}" for name, value in parts.items())
                         + f" = final {breakdown['final_score']:.4f}"
                     )
                     st.markdown("\n".join(f"- {step}" for step in arithmetic_steps(breakdown)))
                     table = breakdown_table(breakdown)
-                    st.dataframe(table, hide_index=True, width="stretch", height=ui.table_height(len(table)))
+                    st.table(table, hide_index=True)  # static HTML: a data grid costs the browser far more
                     for note in breakdown.get("notes") or []:
                         st.caption(f"Note: {note}")
             if st.toggle("Explain this rank", key=f"lab_explain_{chunk['id']}",
@@ -447,7 +449,7 @@ def lab_view() -> None:
             else:
                 st.markdown("**Score breakdown** — stacked contributions add up to each hit's final score (0–1 scale)")
                 st.caption(ui.score_scale(main["data"]["settings"]))
-                st.plotly_chart(ui.breakdown_figure(chunks), key="lab_overview_chart", width="stretch")
+                st.markdown(ui.score_bars(chunks), unsafe_allow_html=True)
                 chunk_cards(chunks, query, params)
     if moves_tab.open:
         with moves_tab:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -313,6 +314,10 @@ def test_search_lab_cards_highlights_breakdowns_rank_moves_and_ab(filled: Path) 
     cards = [m for m in texts(test, "markdown") if m.startswith("**#")]
     assert cards and "混合检索.docx" in cards[0]
     assert sum("on a 0–1 scale" in m for m in texts(test, "markdown")) == len(cards)
+    # the overview draws one bar per card, in the cards' order, ending at the card's score
+    bars = next(m for m in texts(test, "markdown") if m.startswith("<div class='kb-bars'>"))
+    finals = re.findall(r"= final (\d\.\d{4})'", bars)
+    assert [f"{float(f):.3f}" for f in finals] == [re.search(r"score \*\*(\d\.\d{3})\*\*", c).group(1) for c in cards]
     assert any(e.label == "Score breakdown" for e in test.expander)
     assert not any("= final" in c for c in texts(test, "caption"))  # folded breakdowns are not computed
     open_breakdowns(test, len(cards))

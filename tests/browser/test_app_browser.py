@@ -97,7 +97,7 @@ def test_create_upload_search_breakdown_and_evaluate(served, pages, tmp_path: Pa
     first_card = page.locator("mark").first
     first_card.wait_for()
     page.locator('[data-testid="stExpander"] summary').filter(has_text="Score breakdown").first.click()
-    page.locator(".js-plotly-plot").nth(1).wait_for()
+    page.locator(".kb-bars").nth(1).wait_for()  # the overview's score bars, then the unfolded card's
     assert page.get_by_text(re.compile(r"= final \d\.\d{4}")).first.is_visible()
     page.get_by_role("tab", name="Rank movement across modes").click()
     page.get_by_role("tab", name="A/B comparison").click()
