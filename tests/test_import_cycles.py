@@ -110,3 +110,29 @@ def test_kb_core_has_no_import_cycles_even_through_function_level_imports() -> N
 def test_the_cycle_finder_finds_a_cycle() -> None:
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_layers_point_down_and_what_is_left_of_28_does_not_grow() -> None:
+    """The layer order of #28 (benchmarks/import_graph.py: base → engines → store → features → session → edges),
+    type-only imports counted: no cycle, no module without a layer, no private name imported across modules, and
+    no upward import but the three to the envelope, which leave when the session returns typed results (#28's
+    step C1, open). Store-choosing branches remain only where bundles and transfer pick their PostgreSQL half (#28's
+    B2/B3, open): a branch anywhere else, or one more there, fails."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("import_graph", PACKAGE.parent / "benchmarks" / "import_graph.py")
+    assert spec is not None and spec.loader is not None
+    graph = importlib.util.module_from_spec(spec)
+    sys.modules["import_graph"] = graph  # dataclasses look their module up by name
+    spec.loader.exec_module(graph)
+    report = graph.analyse(PACKAGE.parent)
+    assert report["unassigned_modules"] == []
+    assert report["cycles_with_type_only"] == []
+    assert report["private_imports"] == []
+    upward = sorted((u["from"], u["to"]) for u in report["upward_imports"])
+    assert upward == [("bundles.api", "envelope"), ("seams", "envelope"), ("session", "envelope")], upward
+    branches = {module: len(found) for module, found in report["store_branches"].items()}
+    allowed = {"bundles.api": 2, "bundles.postgres": 2, "bundles.indexing": 1, "transfer.export": 2,
+               "transfer.restore": 2, "service": 1}  # fmt: skip
+    assert all(module in allowed and count <= allowed[module] for module, count in branches.items()), branches
