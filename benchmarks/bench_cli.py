@@ -90,7 +90,7 @@ def build_home(home: Path) -> None:
 
     session = KnowledgeBaseService(home).session("cli")
     if not any(kb["name"] == DEMO_KB_NAME for kb in session.list_knowledge_bases()["data"]["knowledge_bases"]):
-        result = ensure_demo_kb(session)
+        result = ensure_demo_kb(session, embedding_model="all-MiniLM-L6-v2")  # a model every compared checkout reads
         if result is not None and not result["success"]:
             raise RuntimeError(result["message"])
     session.select_knowledge_base(DEMO_KB_NAME)
