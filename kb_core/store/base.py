@@ -24,10 +24,12 @@ if TYPE_CHECKING:
     from kb_core.retrieval.fusion import CandidateArrays
     from kb_core.retrieval.keyword_index import RowTerms
     from kb_core.retrieval.near_duplicates import TextSignatures
+    from kb_core.store.folder_sink import SegmentWriter
     from kb_core.store.kb_store import KBStore
     from kb_core.store.postgres import PostgresStore
     from kb_core.store.reader import KBReader
     from kb_core.store.registry import Home, KnowledgeBaseRecord
+    from kb_core.store.sink import DocumentSink
     from kb_core.store.tokens import TokenRecord
 
 __all__ = [
@@ -168,6 +170,14 @@ class KBStorage(Protocol):
 
     def import_staging(self) -> Path:
         """A new (not yet created) private folder for the copies an import works on."""
+        ...
+
+    def sink(
+        self, *, embedder: Any, analyzer: Analyzer, segment_writer: SegmentWriter, executor: str | None = None
+    ) -> DocumentSink:
+        """Where an import into this KB commits. ``segment_writer`` writes a staged segment in a worker process
+        (where the store writes segments); ``executor``: the name of the executor that parses and embeds
+        elsewhere, or None for this process (:class:`NotOnPostgres` where the store cannot take its results)."""
         ...
 
     def preload(self) -> None:

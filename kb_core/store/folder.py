@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from kb_core.retrieval.analysis import Analyzer
     from kb_core.retrieval.keyword_index import RowTerms
     from kb_core.store.base import CandidateRequest, KBCheck, RowKey, Searcher
+    from kb_core.store.folder_sink import FolderSink, SegmentWriter
     from kb_core.store.tokens import TokenStore
 
 __all__ = ["FolderKB", "FolderSearcher", "FolderStore"]
@@ -254,6 +255,13 @@ class FolderKB:
     def import_staging(self) -> Path:
         # inside the KB's folder: never recreated for a KB deleted meanwhile
         return self.store.root / "staging" / f"{os.getpid()}-import-{uuid.uuid4().hex[:8]}"
+
+    def sink(
+        self, *, embedder: Any, analyzer: Analyzer, segment_writer: SegmentWriter, executor: str | None = None
+    ) -> FolderSink:
+        from kb_core.store.folder_sink import FolderSink
+
+        return FolderSink(self.store, self.reader, embedder=embedder, analyzer=analyzer, segment_writer=segment_writer)
 
     def preload(self) -> None:
         self.reader.snapshot()
