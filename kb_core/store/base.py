@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from kb_core.errors import KBError
 
@@ -43,6 +43,8 @@ __all__ = [
     "Store",
     "TokenStorage",
 ]
+
+T = TypeVar("T")
 
 # A chunk row inside one read view: (part, row); the folder store's part is a segment, PostgreSQL has one part.
 RowKey = tuple[int, int]
@@ -307,6 +309,17 @@ class Store(Protocol):
 
     def remove_abandoned_staging(self) -> list[Path]:
         """Remove the staging folders of import-db runs that did not finish; the folders removed."""
+        ...
+
+    def document_ids(self) -> set[str]:
+        """The ids of every document of every KB (an import of an export file keeps ids only where none clash)."""
+        ...
+
+    def choose(self, *, folder: Callable[[], T], postgres: Callable[[PostgresStore], T]) -> T:
+        """The feature's own half for this store: ``folder()`` on the folder store, ``postgres(database)`` on
+        PostgreSQL. Where a feature works differently per store (a bundle's commit, an export's consistent read,
+        an import-db commit) it gives both halves here, so the store answers which one runs and no feature asks
+        which store it holds (the store layer stays below the features: it imports neither half)."""
         ...
 
     def close(self) -> None: ...

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from functools import cached_property
 from pathlib import Path
@@ -22,6 +22,7 @@ from kb_core.store.registry import Home, KnowledgeBaseRecord
 
 if TYPE_CHECKING:
     from kb_core.retrieval.analysis import Analyzer
+    from kb_core.store.base import T
     from kb_core.store.folder_sink import SegmentWriter
     from kb_core.store.postgres.importing import PostgresSink
     from kb_core.store.postgres.tokens import PostgresTokenStore
@@ -112,6 +113,12 @@ class PostgresBackend:
 
     def remove_abandoned_staging(self) -> list[Path]:
         return []  # import-db stages nothing in the home on PostgreSQL
+
+    def document_ids(self) -> set[str]:
+        return self.database.document_ids()
+
+    def choose(self, *, folder: Callable[[], T], postgres: Callable[[PostgresStore], T]) -> T:
+        return postgres(self.database)
 
 
 class PostgresKB:
