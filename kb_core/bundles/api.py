@@ -50,7 +50,7 @@ from kb_core.seams import Scope
 from kb_core.store import KnowledgeBaseRecord
 
 if TYPE_CHECKING:
-    from kb_core.store.postgres import PostgresStore
+    from kb_core.store.base import Database
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ MAX_NEIGHBOURS = 100
 def graph_store(session: Scope, record: KnowledgeBaseRecord) -> GraphStore:
     service = session.service
 
-    def in_database(database: PostgresStore) -> GraphStore:
+    def in_database(database: Database) -> GraphStore:
         from kb_core.bundles.postgres import PostgresGraphStore
 
         # the graph and its documents commit in one database transaction
@@ -513,7 +513,7 @@ def node_display(node: Mapping[str, Any]) -> str:
 
 
 def _first_chunk(session: Scope, record: KnowledgeBaseRecord, doc_id: str) -> dict[str, Any] | None:
-    def in_database(database: PostgresStore) -> dict[str, Any] | None:
+    def in_database(database: Database) -> dict[str, Any] | None:
         from kb_core.bundles.postgres import first_chunk
 
         return first_chunk(database, record, doc_id)

@@ -26,7 +26,7 @@ from kb_core.store.verify import live_document_records
 from kb_core.text_language import document_language
 
 if TYPE_CHECKING:
-    from kb_core.store.postgres import PostgresStore
+    from kb_core.store.base import Database
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ def sync_index(service: Resources, record: KnowledgeBaseRecord, state: GraphStat
     Call under the graph lock. Returns documents_indexed, documents_removed, chunks_indexed.
     """
 
-    def in_database(database: PostgresStore) -> dict[str, int]:
+    def in_database(database: Database) -> dict[str, int]:
         from kb_core.bundles.postgres import sync_index as prepare_on_postgres
 
         # prepared here, committed with the graph (kb_core.bundles.postgres)

@@ -32,6 +32,9 @@ if TYPE_CHECKING:
     from kb_core.store.sink import DocumentSink
     from kb_core.store.tokens import TokenRecord
 
+    # What a feature's PostgreSQL half is given by Store.choose; features name it from here, not from store.postgres.
+    Database = PostgresStore
+
 __all__ = [
     "POSTGRES_OPERATIONS",
     "CandidateRequest",
@@ -251,7 +254,8 @@ class Store(Protocol):
 
     @property
     def postgres(self) -> PostgresStore | None:
-        """The database, for the features not yet behind this protocol (#28); None for the folder store."""
+        """The database, for tests and tools that reach it directly (no feature reads it: they go through
+        :meth:`choose`); None for the folder store."""
         ...
 
     def knowledge_bases(self) -> list[KnowledgeBaseRecord]: ...
@@ -315,7 +319,7 @@ class Store(Protocol):
         """The ids of every document of every KB (an import of an export file keeps ids only where none clash)."""
         ...
 
-    def choose(self, *, folder: Callable[[], T], postgres: Callable[[PostgresStore], T]) -> T:
+    def choose(self, *, folder: Callable[[], T], postgres: Callable[[Database], T]) -> T:
         """The feature's own half for this store: ``folder()`` on the folder store, ``postgres(database)`` on
         PostgreSQL. Where a feature works differently per store (a bundle's commit, an export's consistent read,
         an import-db commit) it gives both halves here, so the store answers which one runs and no feature asks

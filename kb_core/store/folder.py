@@ -27,9 +27,8 @@ from kb_core.validation import name_key
 if TYPE_CHECKING:
     from kb_core.retrieval.analysis import Analyzer
     from kb_core.retrieval.keyword_index import RowTerms
-    from kb_core.store.base import CandidateRequest, KBCheck, RowKey, Searcher, T
+    from kb_core.store.base import CandidateRequest, Database, KBCheck, RowKey, Searcher, T
     from kb_core.store.folder_sink import FolderSink, SegmentWriter
-    from kb_core.store.postgres import PostgresStore
     from kb_core.store.tokens import TokenStore
 
 __all__ = ["FolderKB", "FolderSearcher", "FolderStore"]
@@ -178,7 +177,7 @@ class FolderStore:
                 ids.update(table.column("doc_id").to_pylist())
         return ids
 
-    def choose(self, *, folder: Callable[[], T], postgres: Callable[[PostgresStore], T]) -> T:
+    def choose(self, *, folder: Callable[[], T], postgres: Callable[[Database], T]) -> T:
         return folder()
 
 

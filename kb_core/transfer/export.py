@@ -41,7 +41,7 @@ from kb_core.transfer.format import (
 )
 
 if TYPE_CHECKING:
-    from kb_core.store.postgres import PostgresStore
+    from kb_core.store.base import Database
 
 logger = logging.getLogger(__name__)
 
@@ -133,7 +133,7 @@ def _snapshot_with_graph(
     with a graph, both are read under the graph write lock, which a bundle import holds from before its
     index commit until after its graph commit."""
 
-    def in_database(database: PostgresStore) -> tuple[list[SegmentExport], GraphState | None]:
+    def in_database(database: Database) -> tuple[list[SegmentExport], GraphState | None]:
         from kb_core.transfer.postgres import export_segments
 
         # one snapshot holds the documents and the graph, consistent

@@ -52,7 +52,7 @@ from kb_core.transfer.format import (
 from kb_core.validation import name_key, validate_chunk_size, validate_endpoint, validate_kb_name
 
 if TYPE_CHECKING:
-    from kb_core.store.postgres import PostgresStore
+    from kb_core.store.base import Database
 
 logger = logging.getLogger(__name__)
 
@@ -502,7 +502,7 @@ def import_database(
                 _stage_kb(plan, staging.path, service.analyzer)
             return _commit(home, plans, now)
 
-        def into_database(database: PostgresStore) -> list[tuple[str, str]]:
+        def into_database(database: Database) -> list[tuple[str, str]]:
             from kb_core.transfer.postgres import commit_plans
 
             return commit_plans(database, plans, service.analyzer, now)
