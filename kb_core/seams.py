@@ -26,7 +26,6 @@ if TYPE_CHECKING:
     from kb_core.retrieval.search import RankedHits, SearchFilters, SearchSettings
     from kb_core.store import Home, KBStore, KnowledgeBaseRecord
     from kb_core.store.base import Store, TokenStorage
-    from kb_core.store.postgres import PostgresStore
     from kb_core.store.reader import KBReader
 
 
@@ -39,10 +38,6 @@ class Resources(Protocol):
 
     @property
     def home(self) -> Home: ...
-
-    @property
-    def postgres(self) -> PostgresStore | None:  # the database on a postgresql:// URL; until #28 retires it
-        ...
 
     @property
     def analyzer(self) -> Analyzer: ...

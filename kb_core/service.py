@@ -400,34 +400,15 @@ class KnowledgeBaseService:
         from kb_core.ingest.parsing import parse_and_chunk_files, parse_file
         from kb_core.ingest.parsing.isolation import write_segment_in_worker
         from kb_core.ingest.pipeline import Importer
-        from kb_core.store.folder_sink import FolderSink
         from kb_core.store.segment_jobs import write_segment_job
 
         embedder = self.embedder(record)
         limits = self._parse_limits or default_parse_limits()
-        if self.postgres is not None:
-            from kb_core.store.postgres.importing import PostgresSink
-
-            if executor is not None:
-                raise NotOnPostgres(
-                    f"The {executor.name} executor commits into folder stores only; imports into the PostgreSQL "
-                    f"store ({self.postgres.display}) run in this process (executor 'local')."
-                )
-
-            return Importer(
-                PostgresSink(self.postgres, record.id, self.analyzer, lambda: self.import_staging(record)),
-                embedder,
-                parse=lambda path: parse_file(path, limits),
-                chunker=lambda parsed, size: chunk_document(parsed, embedder.tokenizer, size),
-                kb_name=record.name,
-            )
-        reader = self.reader(record.id)
-        sink = FolderSink(
-            self.kb_store(record.id),
-            reader,
+        sink = self.store.kb(record).sink(
             embedder=embedder,
             analyzer=self.analyzer,
             segment_writer=lambda job: write_segment_in_worker(job, limits, write_segment_job),
+            executor=executor.name if executor is not None else None,
         )
         return Importer(
             sink,
@@ -436,7 +417,10 @@ class KnowledgeBaseService:
             chunker=lambda parsed, size: chunk_document(parsed, embedder.tokenizer, size),
             kb_name=record.name,
             executor=executor,
-            parse_and_chunk=lambda paths, size, clock=None, stages=None: parse_and_chunk_files(
+            # payloads from parser processes go only to a sink that writes them in worker processes
+            parse_and_chunk=None
+            if not sink.writes_in_workers
+            else lambda paths, size, clock=None, stages=None: parse_and_chunk_files(
                 paths,
                 limits,
                 embedder.tokenizer,

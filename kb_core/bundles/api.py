@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow.compute as pc
 
@@ -49,6 +49,9 @@ from kb_core.safe_files import OpenedFile, UnusablePath, open_input_file, reject
 from kb_core.seams import Scope
 from kb_core.store import KnowledgeBaseRecord
 
+if TYPE_CHECKING:
+    from kb_core.store.base import Database
+
 logger = logging.getLogger(__name__)
 
 BUNDLE_INVALID = "BUNDLE_INVALID"
@@ -56,11 +59,15 @@ MAX_NEIGHBOURS = 100
 
 
 def graph_store(session: Scope, record: KnowledgeBaseRecord) -> GraphStore:
-    if session.service.postgres is not None:  # the graph and its documents commit in one database transaction
+    service = session.service
+
+    def in_database(database: Database) -> GraphStore:
         from kb_core.bundles.postgres import PostgresGraphStore
 
-        return PostgresGraphStore(session.service, record)  # type: ignore[return-value]
-    return GraphStore(session.service.kb_store(record.id).root)
+        # the graph and its documents commit in one database transaction
+        return PostgresGraphStore(service, record, database)  # type: ignore[return-value]
+
+    return service.store.choose(folder=lambda: GraphStore(service.kb_store(record.id).root), postgres=in_database)
 
 
 # -- schema and ontology ------------------------------------------------------------------------------
@@ -506,10 +513,17 @@ def node_display(node: Mapping[str, Any]) -> str:
 
 
 def _first_chunk(session: Scope, record: KnowledgeBaseRecord, doc_id: str) -> dict[str, Any] | None:
-    if session.service.postgres is not None:
+    def in_database(database: Database) -> dict[str, Any] | None:
         from kb_core.bundles.postgres import first_chunk
 
-        return first_chunk(session.service.postgres, record, doc_id)
+        return first_chunk(database, record, doc_id)
+
+    return session.service.store.choose(
+        folder=lambda: _first_folder_chunk(session, record, doc_id), postgres=in_database
+    )
+
+
+def _first_folder_chunk(session: Scope, record: KnowledgeBaseRecord, doc_id: str) -> dict[str, Any] | None:
     snapshot = session.service.reader(record.id).snapshot()
     documents = snapshot.documents()
     match = documents[documents["doc_id"] == doc_id]

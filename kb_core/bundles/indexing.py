@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from contextlib import nullcontext
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -25,6 +25,9 @@ from kb_core.store.locking import lock_if_free
 from kb_core.store.verify import live_document_records
 from kb_core.text_language import document_language
 
+if TYPE_CHECKING:
+    from kb_core.store.base import Database
+
 logger = logging.getLogger(__name__)
 
 
@@ -33,10 +36,17 @@ def sync_index(service: Resources, record: KnowledgeBaseRecord, state: GraphStat
 
     Call under the graph lock. Returns documents_indexed, documents_removed, chunks_indexed.
     """
-    if service.postgres is not None:  # prepared here, committed with the graph (kb_core.bundles.postgres)
+
+    def in_database(database: Database) -> dict[str, int]:
         from kb_core.bundles.postgres import sync_index as prepare_on_postgres
 
-        return prepare_on_postgres(service, record, state)
+        # prepared here, committed with the graph (kb_core.bundles.postgres)
+        return prepare_on_postgres(service, database, record, state)
+
+    return service.store.choose(folder=lambda: _sync_folder_index(service, record, state), postgres=in_database)
+
+
+def _sync_folder_index(service: Resources, record: KnowledgeBaseRecord, state: GraphState) -> dict[str, int]:
     from kb_core.store.segments import chunk_row, write_segment_files
     from kb_core.store.sink import timestamped_name
 

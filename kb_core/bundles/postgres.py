@@ -51,10 +51,9 @@ class _PendingIndex:
 class PostgresGraphStore:
     """The graph of one KB in the database (``graphs`` table), committed together with its bundle documents."""
 
-    def __init__(self, service: Resources, record: KnowledgeBaseRecord) -> None:
-        assert service.postgres is not None
+    def __init__(self, service: Resources, record: KnowledgeBaseRecord, database: PostgresStore) -> None:
         self.service = service
-        self.store: PostgresStore = service.postgres
+        self.store = database
         self.record = record
         self.pending: _PendingIndex | None = None
         self._loaded_version: int | None = None
@@ -107,7 +106,9 @@ class PostgresGraphStore:
         return folder
 
 
-def sync_index(service: Resources, record: KnowledgeBaseRecord, state: GraphState) -> dict[str, int]:
+def sync_index(
+    service: Resources, database: PostgresStore, record: KnowledgeBaseRecord, state: GraphState
+) -> dict[str, int]:
     """:func:`kb_core.bundles.indexing.sync_index` on PostgreSQL: the same diff between the graph and the KB's
     bundle documents, the same chunks, names and vectors, but nothing is committed here: the documents wait for
     the graph commit of the open :meth:`PostgresGraphStore.lock` block (one transaction for both)."""
@@ -118,8 +119,7 @@ def sync_index(service: Resources, record: KnowledgeBaseRecord, state: GraphStat
     graph_store = _OPEN.get()
     if graph_store is None or graph_store.record.id != record.id:
         raise RuntimeError("sync_index on PostgreSQL runs inside PostgresGraphStore.lock() of the same KB")
-    assert service.postgres is not None
-    with service.postgres.snapshot(record.id, prefer_replica=False) as snapshot:
+    with database.snapshot(record.id, prefer_replica=False) as snapshot:
         current = [d.to_row() for d in snapshot.documents()]
     live = {r["doc_id"]: r for r in current if r["source"] == BUNDLE_SOURCE and r["status"] == "ready"}
     remove, pending = diff_bundle_documents(state, live)

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from kb_core.errors import KBError
 
@@ -24,11 +24,16 @@ if TYPE_CHECKING:
     from kb_core.retrieval.fusion import CandidateArrays
     from kb_core.retrieval.keyword_index import RowTerms
     from kb_core.retrieval.near_duplicates import TextSignatures
+    from kb_core.store.folder_sink import SegmentWriter
     from kb_core.store.kb_store import KBStore
     from kb_core.store.postgres import PostgresStore
     from kb_core.store.reader import KBReader
     from kb_core.store.registry import Home, KnowledgeBaseRecord
+    from kb_core.store.sink import DocumentSink
     from kb_core.store.tokens import TokenRecord
+
+    # What a feature's PostgreSQL half is given by Store.choose; features name it from here, not from store.postgres.
+    Database = PostgresStore
 
 __all__ = [
     "POSTGRES_OPERATIONS",
@@ -41,6 +46,8 @@ __all__ = [
     "Store",
     "TokenStorage",
 ]
+
+T = TypeVar("T")
 
 # A chunk row inside one read view: (part, row); the folder store's part is a segment, PostgreSQL has one part.
 RowKey = tuple[int, int]
@@ -170,6 +177,14 @@ class KBStorage(Protocol):
         """A new (not yet created) private folder for the copies an import works on."""
         ...
 
+    def sink(
+        self, *, embedder: Any, analyzer: Analyzer, segment_writer: SegmentWriter, executor: str | None = None
+    ) -> DocumentSink:
+        """Where an import into this KB commits. ``segment_writer`` writes a staged segment in a worker process
+        (where the store writes segments); ``executor``: the name of the executor that parses and embeds
+        elsewhere, or None for this process (:class:`NotOnPostgres` where the store cannot take its results)."""
+        ...
+
     def preload(self) -> None:
         """Load what searches read into memory, where the store keeps it there (the folder store's indexes)."""
         ...
@@ -239,7 +254,8 @@ class Store(Protocol):
 
     @property
     def postgres(self) -> PostgresStore | None:
-        """The database, for the features not yet behind this protocol (#28); None for the folder store."""
+        """The database, for tests and tools that reach it directly (no feature reads it: they go through
+        :meth:`choose`); None for the folder store."""
         ...
 
     def knowledge_bases(self) -> list[KnowledgeBaseRecord]: ...
@@ -297,6 +313,17 @@ class Store(Protocol):
 
     def remove_abandoned_staging(self) -> list[Path]:
         """Remove the staging folders of import-db runs that did not finish; the folders removed."""
+        ...
+
+    def document_ids(self) -> set[str]:
+        """The ids of every document of every KB (an import of an export file keeps ids only where none clash)."""
+        ...
+
+    def choose(self, *, folder: Callable[[], T], postgres: Callable[[Database], T]) -> T:
+        """The feature's own half for this store: ``folder()`` on the folder store, ``postgres(database)`` on
+        PostgreSQL. Where a feature works differently per store (a bundle's commit, an export's consistent read,
+        an import-db commit) it gives both halves here, so the store answers which one runs and no feature asks
+        which store it holds (the store layer stays below the features: it imports neither half)."""
         ...
 
     def close(self) -> None: ...

@@ -8,7 +8,7 @@ import logging
 import os
 import threading
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from functools import cached_property
 from pathlib import Path
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from kb_core.errors import DocumentNotFound, KBExists, KBNotFound
+from kb_core.errors import DocumentNotFound, KBError, KBExists, KBNotFound
 from kb_core.retrieval.fusion import CandidateArrays
 from kb_core.retrieval.near_duplicates import TextSignatures
 from kb_core.store.kb_store import Change, KBStore
@@ -27,7 +27,8 @@ from kb_core.validation import name_key
 if TYPE_CHECKING:
     from kb_core.retrieval.analysis import Analyzer
     from kb_core.retrieval.keyword_index import RowTerms
-    from kb_core.store.base import CandidateRequest, KBCheck, RowKey, Searcher
+    from kb_core.store.base import CandidateRequest, Database, KBCheck, RowKey, Searcher, T
+    from kb_core.store.folder_sink import FolderSink, SegmentWriter
     from kb_core.store.tokens import TokenStore
 
 __all__ = ["FolderKB", "FolderSearcher", "FolderStore"]
@@ -155,6 +156,30 @@ class FolderStore:
     def remove_abandoned_staging(self) -> list[Path]:
         return self.home.abandoned_transfer_staging(remove=True)
 
+    def document_ids(self) -> set[str]:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        from kb_core.store.files import DOCUMENTS_FILE
+
+        ids: set[str] = set()
+        for record in self.home.knowledge_bases():
+            store = self.kb_store(record.id)
+            try:
+                manifest = store.manifest()
+            except KBError:
+                continue
+            for ref in manifest.segments:
+                try:
+                    table = pq.read_table(store.segment_dir(ref.id) / DOCUMENTS_FILE, columns=["doc_id"])
+                except (OSError, pa.ArrowException):
+                    continue
+                ids.update(table.column("doc_id").to_pylist())
+        return ids
+
+    def choose(self, *, folder: Callable[[], T], postgres: Callable[[Database], T]) -> T:
+        return folder()
+
 
 class FolderKB:
     """One KB of a folder store (:class:`kb_core.store.base.KBStorage`)."""
@@ -254,6 +279,13 @@ class FolderKB:
     def import_staging(self) -> Path:
         # inside the KB's folder: never recreated for a KB deleted meanwhile
         return self.store.root / "staging" / f"{os.getpid()}-import-{uuid.uuid4().hex[:8]}"
+
+    def sink(
+        self, *, embedder: Any, analyzer: Analyzer, segment_writer: SegmentWriter, executor: str | None = None
+    ) -> FolderSink:
+        from kb_core.store.folder_sink import FolderSink
+
+        return FolderSink(self.store, self.reader, embedder=embedder, analyzer=analyzer, segment_writer=segment_writer)
 
     def preload(self) -> None:
         self.reader.snapshot()

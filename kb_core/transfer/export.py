@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -39,6 +39,9 @@ from kb_core.transfer.format import (
     SegmentExport,
     resolve_path,
 )
+
+if TYPE_CHECKING:
+    from kb_core.store.base import Database
 
 logger = logging.getLogger(__name__)
 
@@ -129,12 +132,23 @@ def _snapshot_with_graph(
     """A KB's live segments and its newest committed graph state (None when it never had one), consistent:
     with a graph, both are read under the graph write lock, which a bundle import holds from before its
     index commit until after its graph commit."""
-    from kb_core.store.locking import writer_lock
 
-    if service.postgres is not None:  # one snapshot holds the documents and the graph, consistent
+    def in_database(database: Database) -> tuple[list[SegmentExport], GraphState | None]:
         from kb_core.transfer.postgres import export_segments
 
-        return export_segments(service.postgres, record, kb_index, service.embedder(record).model_key)
+        # one snapshot holds the documents and the graph, consistent
+        return export_segments(database, record, kb_index, service.embedder(record).model_key)
+
+    return service.store.choose(
+        folder=lambda: _folder_snapshot_with_graph(service, record, kb_index), postgres=in_database
+    )
+
+
+def _folder_snapshot_with_graph(
+    service: Resources, record: KnowledgeBaseRecord, kb_index: int
+) -> tuple[list[SegmentExport], GraphState | None]:
+    from kb_core.store.locking import writer_lock
+
     graph = GraphStore(service.home.kb_dir(record.id))
     store = service.kb_store(record.id)
     if not graph.root.is_dir():
@@ -361,7 +375,7 @@ def _export_into(session: Scope, folder: OutputFolder, target: Path, kb_names: S
         f"({size} bytes). API keys are never exported."
     )
     logger.info(message)
-    source = service.postgres.display if service.postgres is not None else str(home_root)
+    source = service.store.display  # the home folder, or the database URL without its password
     if getattr(session, "scope", None) is not None:  # a token limited to some KBs learns nothing of the server
         source = HIDDEN_SOURCE
     return ExportSummary(message, source, str(target))

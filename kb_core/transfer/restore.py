@@ -14,15 +14,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
-
-import pyarrow as pa
-import pyarrow.parquet as pq
+from typing import TYPE_CHECKING, Any
 
 from kb_core.bundles.graph import GraphState, GraphStore, write_shadow
 from kb_core.errors import ImportFormatError, InvalidArgument, KBError
 from kb_core.json_text import JSONLimitExceeded, parse_json_within
-from kb_core.seams import Resources, Scope
+from kb_core.seams import Scope
 from kb_core.store import Change, KBStore, KnowledgeBaseRecord, StagedSegment, catalog, new_id, utc_now
 from kb_core.store.atomic import fsync_directory
 from kb_core.store.files import CHUNKS_FILE, DOCUMENTS_FILE, TABLE_FILES, TEXTS_FILE
@@ -53,6 +50,9 @@ from kb_core.transfer.format import (
     resolve_path,
 )
 from kb_core.validation import name_key, validate_chunk_size, validate_endpoint, validate_kb_name
+
+if TYPE_CHECKING:
+    from kb_core.store.base import Database
 
 logger = logging.getLogger(__name__)
 
@@ -354,25 +354,6 @@ def _document_name(value: Any, path: str) -> str:
     return name
 
 
-def _home_document_ids(service: Resources) -> set[str]:
-    if service.postgres is not None:
-        return service.postgres.document_ids()
-    ids: set[str] = set()
-    for record in service.home.knowledge_bases():
-        store = service.kb_store(record.id)
-        try:
-            manifest = store.manifest()
-        except KBError:
-            continue
-        for ref in manifest.segments:
-            try:
-                table = pq.read_table(store.segment_dir(ref.id) / DOCUMENTS_FILE, columns=["doc_id"])
-            except (OSError, pa.ArrowException):
-                continue
-            ids.update(table.column("doc_id").to_pylist())
-    return ids
-
-
 def _fresh_ids(plan: KBPlan) -> None:
     remapped: dict[str, str] = {}
     for segment in plan.segments:
@@ -507,7 +488,7 @@ def import_database(
         entries = package.manifest["knowledge_bases"]
         graph_paths: set[str] = set()
         plans = [_validate_kb(entry, position, package, graph_paths) for position, entry in enumerate(entries)]
-        taken_ids = _home_document_ids(service)
+        taken_ids = service.store.document_ids()
         for plan in plans:
             ids = {row["doc_id"] for segment in plan.segments for row in segment.documents}
             if ids & taken_ids:
@@ -515,14 +496,18 @@ def import_database(
                 ids = {row["doc_id"] for segment in plan.segments for row in segment.documents}
             taken_ids |= ids
             _unique_document_names(plan, now)
-        if service.postgres is not None:
-            from kb_core.transfer.postgres import commit_plans
 
-            renamed = commit_plans(service.postgres, plans, service.analyzer, now)
-        else:
+        def into_home() -> list[tuple[str, str]]:
             for plan in plans:
                 _stage_kb(plan, staging.path, service.analyzer)
-            renamed = _commit(home, plans, now)
+            return _commit(home, plans, now)
+
+        def into_database(database: Database) -> list[tuple[str, str]]:
+            from kb_core.transfer.postgres import commit_plans
+
+            return commit_plans(database, plans, service.analyzer, now)
+
+        renamed = service.store.choose(folder=into_home, postgres=into_database)
     finally:
         staging.close()
     documents = sum(p.document_count for p in plans)

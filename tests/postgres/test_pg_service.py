@@ -19,6 +19,7 @@ import pytest
 from kb_core import KnowledgeBaseService
 from kb_core.errors import InvalidArgument, KBError
 from kb_core.session import Session
+from kb_core.store.base import NotOnPostgres
 from kb_core.store.postgres.embedded import LocalPostgres
 from tests.postgres.conftest import new_database
 
@@ -229,6 +230,27 @@ def test_operations_the_postgres_store_lacks_say_so(stores: tuple[Session, Sessi
         assert not result["success"]
         assert result["error"]["code"] == "NOT_ON_POSTGRES", result["message"]
         assert "not available on the PostgreSQL store" in result["message"]
+
+
+def test_each_store_gives_the_importer_its_own_sink_and_postgres_refuses_an_executor(
+    stores: tuple[Session, Session],
+) -> None:
+    """The importer's sink comes from the store (``KBStorage.sink``): the folder store's writes segments in worker
+    processes, so parser processes answer with payloads; PostgreSQL's commits rows here, gets parsed files, and
+    refuses an executor (whose results only a folder store can take) before anything is imported."""
+    folder, postgres = stores
+
+    class Ray:  # only the name is read before the refusal
+        name = "ray"
+
+    folder_importer = folder.service.importer(folder.service.find_kb(KB), Ray())  # type: ignore[arg-type]
+    assert folder_importer.sink.writes_in_workers and folder_importer.parse_and_chunk is not None
+    assert folder_importer.executor is not None and folder_importer.executor.name == "ray"
+    record = postgres.service.find_kb(KB)
+    importer = postgres.service.importer(record)
+    assert not importer.sink.writes_in_workers and importer.parse_and_chunk is None and importer.executor is None
+    with pytest.raises(NotOnPostgres, match="ray executor commits into folder stores only"):
+        postgres.service.importer(record, Ray())  # type: ignore[arg-type]
 
 
 def test_export_from_a_folder_import_db_into_postgres_and_back(stores: tuple[Session, Session], tmp_path: Path) -> None:

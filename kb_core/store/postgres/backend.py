@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from functools import cached_property
 from pathlib import Path
@@ -22,6 +22,9 @@ from kb_core.store.registry import Home, KnowledgeBaseRecord
 
 if TYPE_CHECKING:
     from kb_core.retrieval.analysis import Analyzer
+    from kb_core.store.base import T
+    from kb_core.store.folder_sink import SegmentWriter
+    from kb_core.store.postgres.importing import PostgresSink
     from kb_core.store.postgres.tokens import PostgresTokenStore
 
 __all__ = ["PostgresBackend", "PostgresKB"]
@@ -111,6 +114,12 @@ class PostgresBackend:
     def remove_abandoned_staging(self) -> list[Path]:
         return []  # import-db stages nothing in the home on PostgreSQL
 
+    def document_ids(self) -> set[str]:
+        return self.database.document_ids()
+
+    def choose(self, *, folder: Callable[[], T], postgres: Callable[[PostgresStore], T]) -> T:
+        return postgres(self.database)
+
 
 class PostgresKB:
     """One KB of a PostgreSQL store (:class:`kb_core.store.base.KBStorage`): each read is one snapshot."""
@@ -190,6 +199,20 @@ class PostgresKB:
         staging = self.backend.home.root / "staging"
         staging.mkdir(parents=True, exist_ok=True)
         return staging / f"{os.getpid()}-import-{uuid.uuid4().hex[:8]}"
+
+    def sink(
+        self, *, embedder: Any, analyzer: Analyzer, segment_writer: SegmentWriter, executor: str | None = None
+    ) -> PostgresSink:
+        """A sink that commits each batch in one transaction; it writes no segments, so ``segment_writer`` is
+        unused, and it refuses an ``executor``."""
+        from kb_core.store.postgres.importing import PostgresSink
+
+        if executor is not None:
+            raise NotOnPostgres(
+                f"The {executor} executor commits into folder stores only; imports into the PostgreSQL "
+                f"store ({self.database.display}) run in this process (executor 'local')."
+            )
+        return PostgresSink(self.database, self.record.id, analyzer, self.import_staging)
 
     def preload(self) -> None:
         """Nothing: a database KB has no indexes to load into memory."""
