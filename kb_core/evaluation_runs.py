@@ -436,7 +436,7 @@ def record_run(
     """Keep ``report`` in ``store``. ``kb_service`` is the service whose home holds the evaluated KB (the user's
     service, or the evaluation service of :func:`kb_core.evaluation_home.open_eval_service`)."""
     record = kb_service.find_kb(report.kb_name)
-    documents = kb_service.reader(record.id).snapshot().documents()
+    documents = pd.DataFrame(kb_service.store.kb(record).documents())  # either store (#28)
     return store.save(
         report,
         dataset=dataset,

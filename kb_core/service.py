@@ -86,7 +86,8 @@ class KnowledgeBaseService:
     The knowledge bases live in the home folder (the default), or, with ``store`` (or ``$KB_STORE``) a
     ``postgresql://`` URL, in that database, shared by every process and host pointed at it; ``read_url`` (or
     ``$KB_STORE_READ_URL``) names a streaming standby that searches prefer. On PostgreSQL the home keeps only what
-    is local to this process's user: the CLI's current KB, the embedding cache, kept evaluation runs.
+    is local to this process's user: the CLI's current KB, the embedding cache, kept evaluation runs, and the staging
+    folders of imports and import-db runs while they run.
     """
 
     def __init__(
@@ -127,7 +128,7 @@ class KnowledgeBaseService:
 
     @property
     def postgres(self) -> PostgresStore | None:
-        """The database on PostgreSQL, else None: for the features not yet behind the store protocol (#28)."""
+        """The database on PostgreSQL, else None (tests and benchmarks reach it; no feature does)."""
         return self.store.postgres
 
     @property

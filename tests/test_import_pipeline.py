@@ -340,9 +340,33 @@ def test_an_imports_last_documents_are_split_over_the_writers_short_of_a_compact
 
     # A KB one segment short of its automatic compaction: the last documents stay one segment.
     before = len(store.manifest().segments)
-    for module in (importer_module, compaction):
-        monkeypatch.setattr(module, "AUTO_COMPACT_SEGMENTS", before + 1)
+    monkeypatch.setattr(compaction, "AUTO_COMPACT_SEGMENTS", before + 1)  # read by the compaction and the sink
     monkeypatch.setattr(importer_module, "COMMIT_CHUNKS", 1000)
     assert session.import_document(files[12:])["data"]["success_count"] == len(files) - 12
     assert len(store.manifest().segments) == before + 1  # no compaction ran: one segment was added
     assert session.verify()["data"]["problems"] == []
+
+
+def test_a_kb_deleted_as_its_import_starts_is_reported_as_deleted_meanwhile(
+    session, service, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Deleted between the import's job file and the committer's first look at the KB: the import says the KB was
+    deleted while it ran (a review found "Knowledge base id 'kb_…' no longer exists." after the #29 merge)."""
+    from kb_core.store.folder_sink import FolderSink
+
+    folder = tmp_path / "files"
+    folder.mkdir()
+    files = [str(f) for f in corpus(folder)[:3]]
+    session.create_knowledge_base("doomed", 48, embedding_model="hashing")
+    session.select_knowledge_base("doomed")
+    opened = FolderSink.open_job
+
+    def open_then_delete(sink: FolderSink, progress):  # type: ignore[no-untyped-def]
+        job = opened(sink, progress)
+        service.delete_kb(service.find_kb("doomed"))
+        return job
+
+    monkeypatch.setattr(FolderSink, "open_job", open_then_delete)
+    result = session.import_document(files)
+    assert not result["success"] and result["error"]["code"] == "KB_NOT_FOUND", result
+    assert "was deleted while the import ran" in result["message"], result["message"]

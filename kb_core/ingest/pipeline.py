@@ -40,7 +40,6 @@ from kb_core.ingest.payloads import FilePayload
 from kb_core.ingest.prepared import PreparedChunks
 from kb_core.ingest.timing import StageClock
 from kb_core.store.atomic import file_sha256
-from kb_core.store.compaction import AUTO_COMPACT_SEGMENTS
 from kb_core.store.sink import DocumentSink, ImportJob, ImportSource, IncomingDocument, WrittenBatch
 
 logger = logging.getLogger(__name__)
@@ -219,7 +218,12 @@ class Importer:
             if self.executor is not None
             else self._local_documents(chunk_size, progress, notify)
         )
-        committer = _Committer(self, progress, job)
+        try:
+            committer = _Committer(self, progress, job)
+        except KBNotFound as exc:  # deleted between the job's start and the committer's first look
+            finished.close()
+            job.close()
+            raise self._deleted_meanwhile() from exc
         try:
             job.publish(force=True)
             notify()
@@ -591,11 +595,8 @@ class _Committer:
         self._written: dict[int, WrittenBatch] = {}
         self._submitted = 0  # segments handed to the writers
         self._next = 0  # the next segment to commit
-        # The KB's segments before this import: the last documents are split only as far as the KB stays at or under
-        # the segment count that triggers an automatic compaction.
-        # (Only a sink that writes in the workers splits them: the folder store's, which holds the store.)
-        store = getattr(importer.sink, "store", None)
-        self._segments_before = len(store.manifest().segments) if self.parallel and store is not None else 0
+        # The last documents are split only as far as the KB stays under the store's automatic compaction.
+        self._room = importer.sink.segment_room() if self.parallel else 0
 
     def add(self, documents: list[IncomingDocument]) -> None:
         self.pending += documents
@@ -621,7 +622,7 @@ class _Committer:
         chunks at least."""
         pieces = 1
         if self.parallel:
-            room = AUTO_COMPACT_SEGMENTS - self._segments_before - self._submitted
+            room = self._room - self._submitted
             pieces = min(self.writers, self.pending_chunks // max(1, COMMIT_CHUNKS // 4), room)
         for piece in _split_documents(self.pending, max(1, pieces)):
             self.pending, self.pending_chunks = piece, 0

@@ -3,7 +3,8 @@
 Two stores implement it: the folder store (:mod:`kb_core.store.folder`, over the home's registry, manifests and
 segments) and PostgreSQL (:mod:`kb_core.store.postgres.backend`). :func:`kb_core.store.factory.open_store` chooses
 one, once per service, from the home and the optional database URL (as txtai's factories choose an ANN or a
-database backend from configuration); everything above reaches the KBs through these protocols only. Both stores
+database backend from configuration); the session and the features reach the KBs through these protocols (a few
+folder-only operations still go through :class:`FolderAccess`, which PostgreSQL refuses by name). Both stores
 keep the semantics each docstring states, so a caller never needs to know which one it holds.
 """
 
@@ -56,7 +57,7 @@ RowKey = tuple[int, int]
 POSTGRES_OPERATIONS = (
     "create, list, select and delete knowledge bases; import, list, update and delete documents, list their "
     "chunks, get items and document info; search, explain_search, rag_search and saved search settings; "
-    "knowledge bundles, ontologies and the graph; tokens"
+    "knowledge bundles, ontologies and the graph; tokens; export and import-db; evaluating a KB (kb eval --kb)"
 )
 
 
@@ -228,10 +229,10 @@ class TokenStorage(Protocol):
         ...
 
 
-
 # A feature's own check of one folder KB (the bundle index against its graph: kb_core.bundles.indexing): a problem
 # as a sentence, or None.
 KBCheck = Callable[["KBStore"], "str | None"]
+
 
 class FolderAccess(Protocol):
     """What only the folder store offers: each KB's writer side and its reader (one per KB for the process)."""

@@ -135,7 +135,6 @@ class FolderStore:
         with self._lock:
             reader = self._readers.get(kb_id)
             if reader is None:
-
                 store = self.kb_store(kb_id)
                 store.clean_up()
                 reader = KBReader(store)

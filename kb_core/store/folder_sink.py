@@ -122,6 +122,11 @@ class FolderSink:
     def open_job(self, progress: ImportState) -> JobFile:
         return JobFile(self.store, progress)
 
+    def segment_room(self) -> int:
+        from kb_core.store.compaction import AUTO_COMPACT_SEGMENTS
+
+        return max(0, AUTO_COMPACT_SEGMENTS - len(self.store.manifest().segments))
+
     def live_documents(self, manifest: Manifest) -> list[dict[str, Any]]:
         """The KB's live documents as of ``manifest`` (the newest, under the lock)."""
         snapshot = self.reader.snapshot()

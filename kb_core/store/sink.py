@@ -151,7 +151,9 @@ class DocumentSink(Protocol):
     documents of that moment (under the KB's lock, or in the transaction), and returns the documents' catalog rows
     in order; on failure nothing of them is left. ``discard`` removes a batch written but never committed.
     ``reimport_source`` gives the source that re-imports a live document from its kept original (a file while the
-    block runs), superseding it; None when the document changed meanwhile."""
+    block runs), superseding it; None when the document changed meanwhile (or DocumentNotFound, on PostgreSQL).
+    ``segment_room`` is how many more segments an import may add before the store's automatic compaction would
+    merge them (the pipeline splits its last documents over that many writers; 0 where segments are not written)."""
 
     kb_id: str
     # Batches are written by worker processes, several at once, and committed in order; parser processes then make
@@ -167,6 +169,8 @@ class DocumentSink(Protocol):
     def discard(self, batch: WrittenBatch) -> None: ...
 
     def reimport_source(self, document: dict[str, Any]) -> AbstractContextManager[ImportSource | None]: ...
+
+    def segment_room(self) -> int: ...
 
 
 def timestamped_name(name: str, taken: set[str], now: datetime | None = None) -> str:

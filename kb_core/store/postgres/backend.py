@@ -112,7 +112,8 @@ class PostgresBackend:
         return iter(())  # a bundle's documents and graph commit in one transaction
 
     def remove_abandoned_staging(self) -> list[Path]:
-        return []  # import-db stages nothing in the home on PostgreSQL
+        # import-db unpacks its file into the home on PostgreSQL too, before one transaction commits it
+        return self.home.abandoned_transfer_staging(remove=True)
 
     def document_ids(self) -> set[str]:
         return self.database.document_ids()

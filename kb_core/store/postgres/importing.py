@@ -43,6 +43,9 @@ class PostgresSink:
         self.analyzer = analyzer
         self.staging = staging
 
+    def segment_room(self) -> int:
+        return 0  # rows, not segments: nothing is split over writers
+
     def open_job(self, progress: ImportState) -> ImportAnnouncement:
         return ImportAnnouncement(self.database, self.kb_id, progress)  # seen by every host's list_documents
 
