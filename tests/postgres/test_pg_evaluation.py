@@ -15,8 +15,9 @@ from tests.test_evaluation import CORPUS, QRELS, QUERIES
 
 
 def test_an_evaluation_of_a_postgresql_kb_is_kept_with_its_fingerprint(
-    postgres_server, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    postgres_server, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("KB_STORE", "")  # kb --store sets it for the process: restored after the test
     url = new_database(postgres_server, "t_evaluation")
     files = tmp_path / "files"
     files.mkdir()
