@@ -104,6 +104,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "kb_core.transfer",
             "kb_core.evaluation",
             "kb_core.evaluation_runs",
+            "kb_core.evaluation_orchestration",  # one evaluation run for the CLI and the app (#28)
             "kb_core.beir",
             "kb_core.demo",
             "kb_core.documents",

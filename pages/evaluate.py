@@ -6,7 +6,7 @@ kept runs (or two settings of one run) compare query by query."""
 from __future__ import annotations
 
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ from kb_core.demo import DEMO_KB_NAME, demo_judgments_folder
 from pages import _shared as ui
 
 try:
-    from kb_core import beir, evaluation, evaluation_home, evaluation_runs
+    from kb_core import evaluation, evaluation_home, evaluation_orchestration, evaluation_runs
 except ImportError:  # the module is optional for the rest of the app
     evaluation = None  # type: ignore[assignment]
     evaluation_runs = None  # type: ignore[assignment]
@@ -128,10 +128,13 @@ with st.expander("Settings", expanded=True):
 
 ready = can_run and ((folder is not None) or bool(uploaded)) and bool(modes)
 if st.button("Run evaluation", type="primary", disabled=not ready, key="eval_run"):
-    planned = evaluation.settings_for(modes, compare_fusion=compare_fusion and "hybrid" in modes)
-    weights = evaluation.sweep_weights(steps) if sweep else None
-    swept = [s for s in evaluation.settings_for((), weights) if s not in planned] if weights else []
-    everything = planned + swept
+    request = evaluation_orchestration.EvaluationRequest(
+        folder=folder or Path(), build_corpus=build_corpus, modes=tuple(modes), compare_fusion=compare_fusion,
+        sweep_steps=steps if sweep else None, sweep_full_depth=sweep_recall, max_queries=int(max_queries) or None,
+        dataset_name=dataset_name,
+    )
+    planned, swept = evaluation_orchestration.planned_settings(request)
+    everything = planned + swept  # the progress bar's settings, in running order
     bar = st.progress(0.0, text="Starting…")
     seen: list[str] = []
 
@@ -150,36 +153,14 @@ if st.button("Run evaluation", type="primary", disabled=not ready, key="eval_run
             if uploaded:
                 for name, content in uploaded.items():
                     (Path(scratch) / name).write_bytes(content)
-                folder = Path(scratch)
-            assert folder is not None
-            if build_corpus:
-                kb_service = eval_service(str(ui.service().home.root))
-                dataset = beir.load_beir(folder)
-                dataset_name = dataset.name
-                queries = dict(list(dataset.queries.items())[: int(max_queries) or None])
-                record = evaluation.build_eval_kb(kb_service, dataset, progress=progress)
-                eval_session, qrels = kb_service.session(), dataset.qrels
-            else:
-                kb_service = ui.service()
-                queries, qrels = beir.load_beir_queries_qrels(folder)
-                queries = dict(list(queries.items())[: int(max_queries) or None])
-                record = session.current_kb()
-                eval_session = session
-            if swept and not sweep_recall:  # the sweep 10 deep, as `kb eval --sweep` runs it
-                report = evaluation.evaluate_with_sweep(
-                    eval_session, queries, qrels, settings=planned, sweep=weights, kb_name=record.name,
-                    progress=progress,
-                )
-            else:
-                report = evaluation.evaluate_kb(
-                    eval_session, queries, qrels, settings=everything, kb_name=record.name, progress=progress
-                )
-            run = evaluation_runs.record_run(
-                ui.service().evaluation_runs, kb_service, report, dataset=dataset_name, settings=everything
+                request = replace(request, folder=Path(scratch))
+            finished = evaluation_orchestration.run_evaluation(
+                session, request, eval_service=lambda: eval_service(str(ui.service().home.root)), progress=progress
             )
         bar.progress(1.0, text="Done")
         st.session_state["eval_outcome"] = Outcome(
-            report, run.id, str(report.kb_name), not build_corpus, dataset_name, [s.label for s in swept]
+            finished.report, finished.run.id, str(finished.report.kb_name), finished.user_kb, finished.dataset_name,
+            [s.label for s in finished.swept],
         )
         st.session_state.pop("eval_saved", None)
     except KBError as error:
@@ -234,10 +215,7 @@ def save_best(outcome: Outcome, best: dict[str, Any]) -> None:
     if st.button("Save best as KB default", key="eval_save_best", type="primary",
                  help="Hybrid search with these weights (fixed, weighted fusion) becomes the KB's default: the "
                  "Search lab, the CLI and MCP searches that give no settings use it."):
-        result = session.save_search_settings(
-            kb_name=outcome.kb_name, mode="hybrid", vector_weight=best["vector_weight"],
-            keyword_weight=best["keyword_weight"], weighting="fixed", fusion="weighted",
-        )
+        result = evaluation_orchestration.save_best(session, outcome.kb_name, best)
         if result["success"]:
             st.session_state["eval_saved"] = (
                 f"{result['message']} Vector {best['vector_weight']:.2f} / keyword {best['keyword_weight']:.2f}, "

@@ -4,6 +4,7 @@ as a KB default change later searches."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -243,3 +244,37 @@ def test_one_malformed_run_json_never_hides_the_other_runs(
     shown = session.compare_evaluation_runs(kept, damaged)
     assert shown["error"]["code"] == "STORE_ERROR" and damaged in shown["message"], shown
     assert session.delete_evaluation_run(damaged)["success"]  # a damaged run can still be removed
+
+
+def test_one_run_evaluation_keeps_the_run_and_save_best_sets_hybrid_unless_told_to_keep_the_mode(
+    judged_kb: tuple[Path, Path],
+) -> None:
+    """The orchestration the CLI and the app share: the sweep 10 deep (no Recall@100) or, as the app may ask, 100
+    deep; the run kept in the user's home; the best point saved with mode hybrid, or with the saved mode kept."""
+    from kb_core.evaluation_orchestration import EvaluationRequest, run_evaluation, save_best
+
+    home, judgments = judged_kb
+    session = KnowledgeBaseService(home).session("cli")
+    assert session.save_search_settings(kb_name="judged", mode="keyword")["success"]
+
+    def no_eval_home() -> KnowledgeBaseService:
+        raise AssertionError("the user's KB needs no evaluation home")
+
+    request = EvaluationRequest(judgments, build_corpus=False, kb_name="judged", modes=("hybrid",), sweep_steps=4)
+    shallow = run_evaluation(session, request, eval_service=no_eval_home)
+    deep = run_evaluation(session, replace(request, sweep_full_depth=True), eval_service=no_eval_home)
+    for outcome, recall_in_sweep in ((shallow, False), (deep, True)):
+        metrics = outcome.report.metrics.set_index("setting")
+        assert [s.label for s in outcome.swept] == ["hybrid 0.00/1.00", "hybrid 0.25/0.75", "hybrid 0.50/0.50",
+                                                    "hybrid 0.75/0.25", "hybrid 1.00/0.00"]
+        assert metrics.loc[[s.label for s in outcome.swept], "recall@100"].notna().all() == recall_in_sweep
+        assert outcome.user_kb and outcome.dataset_name == "judgments" and outcome.documents is None
+        kept = session.service.evaluation_runs.load(outcome.run.id)
+        assert list(kept.metrics["setting"]) == [s.label for s in outcome.settings]
+    best = best_sweep_setting(shallow.report)
+    assert save_best(session, "judged", best, mode=None)["success"]
+    assert session.find_kb("judged").search_settings["mode"] == "keyword"
+    assert save_best(session, "judged", best)["success"]
+    saved = session.find_kb("judged").search_settings
+    assert saved == {"mode": "hybrid", "vector_weight": best["vector_weight"],
+                     "keyword_weight": best["keyword_weight"], "weighting": "fixed", "fusion": "weighted"}

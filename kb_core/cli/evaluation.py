@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,11 +40,11 @@ def _progress(stage: str, done: int, total: int) -> None:
 
 @enveloped
 def run_eval(session: Session, args: argparse.Namespace) -> Envelope:
-    from kb_core.beir import load_beir, load_beir_queries_qrels
     from kb_core.errors import InvalidArgument
-    from kb_core.evaluation import MODES, build_eval_kb, evaluate_with_sweep, settings_for, sweep_weights
+    from kb_core.evaluation import MODES
     from kb_core.evaluation_home import open_eval_service
-    from kb_core.evaluation_runs import best_sweep_setting, record_run
+    from kb_core.evaluation_orchestration import EvaluationRequest, run_evaluation, save_best
+    from kb_core.evaluation_runs import best_sweep_setting
 
     weights_given = args.vector_weight is not None or args.keyword_weight is not None
     for name in ("vector_weight", "keyword_weight"):
@@ -62,80 +61,48 @@ def run_eval(session: Session, args: argparse.Namespace) -> Envelope:
         modes = ("hybrid",)
     else:
         modes = MODES
-    settings = settings_for(
-        modes,
+    request = EvaluationRequest(
+        folder=Path(args.folder),
+        build_corpus=not args.kb,
+        kb_name=args.kb,
+        modes=modes,
         vector_weight=args.vector_weight,
         keyword_weight=args.keyword_weight,
         weighting=args.weighting,
         fusion=args.fusion,
-        compare_fusion=args.compare_fusion and "hybrid" in modes,
+        compare_fusion=args.compare_fusion,
+        sweep_steps=10 if args.sweep or args.save_best else None,
+        max_queries=args.max_queries,
+        split=args.split,
+        depth=args.depth,
+        chunk_size=args.chunk_size,
+        embedding_model=args.model,
     )
-    sweep = sweep_weights() if args.sweep or args.save_best else None
-    if args.kb:
-        # The user's own KB, judged by the folder's queries and qrels (corpus ids are document names).
-        kb_service = session.service
-        record = session.find_kb(args.kb)
-        queries, qrels = load_beir_queries_qrels(args.folder, split=args.split)
-        if args.max_queries is not None:
-            if args.max_queries < 1:
-                raise InvalidArgument(f"--max-queries must be at least 1, got {args.max_queries!r}.")
-            queries = dict(list(queries.items())[: args.max_queries])
-        dataset_name, documents = Path(args.folder).resolve().name, None
-        eval_session = session
-    else:
-        kb_service = open_eval_service(session.service)
-        dataset = load_beir(args.folder, split=args.split)
-        if args.max_queries is not None:
-            if args.max_queries < 1:
-                raise InvalidArgument(f"--max-queries must be at least 1, got {args.max_queries!r}.")
-            dataset = replace(dataset, queries=dict(list(dataset.queries.items())[: args.max_queries]))
-        record = build_eval_kb(
-            kb_service, dataset, chunk_size=args.chunk_size, embedding_model=args.model, progress=_progress
-        )
-        queries, qrels = dataset.queries, {q: dataset.qrels[q] for q in dataset.queries}
-        dataset_name, documents = dataset.name, len(dataset.corpus)
-        eval_session = kb_service.session()
-    report = evaluate_with_sweep(
-        eval_session,
-        queries,
-        qrels,
-        settings=settings,
-        sweep=sweep,
-        top_k=args.depth,
-        kb_name=record.name,
-        progress=_progress,
+    outcome = run_evaluation(
+        session, request, eval_service=lambda: open_eval_service(session.service), progress=_progress
     )
-    all_settings = settings + ([s for s in settings_for((), sweep) if s not in settings] if sweep else [])
-    run = record_run(
-        session.service.evaluation_runs, kb_service, report, dataset=dataset_name, settings=all_settings
-    )
+    record, report, run = outcome.record, outcome.report, outcome.run
     data = {
         "run_id": run.id,
-        "dataset": dataset_name,
+        "dataset": outcome.dataset_name,
         "folder": str(Path(args.folder).resolve()),
-        "documents": documents,
-        "queries": len(queries),
+        "documents": outcome.documents,
+        "queries": outcome.queries,
         "chunk_size": record.chunk_size,
         "embedding_model": record.embedding_model,
-        "embedding_device": kb_service.embedding_device(record),
+        "embedding_device": outcome.kb_service.embedding_device(record),
         "kb_fingerprint": run.kb_fingerprint,
-        "eval_home": str(kb_service.home.root),
+        "eval_home": str(outcome.kb_service.home.root),
         **report.to_json(),
     }
     best = report.metrics.sort_values("ndcg@10", ascending=False).iloc[0]
     message = (
-        f"Evaluated {len(all_settings)} setting(s) on {dataset_name} ({len(queries)} judged queries) against "
-        f"'{record.name}'; best nDCG@10 {best['ndcg@10']:.4f} ({best['setting']}). Kept as run {run.id}."
+        f"Evaluated {len(outcome.settings)} setting(s) on {outcome.dataset_name} ({outcome.queries} judged queries) "
+        f"against '{record.name}'; best nDCG@10 {best['ndcg@10']:.4f} ({best['setting']}). Kept as run {run.id}."
     )
     if args.save_best:
         chosen = best_sweep_setting(report)
-        saved = session.save_search_settings(
-            kb_name=record.name,
-            vector_weight=chosen["vector_weight"],
-            keyword_weight=chosen["keyword_weight"],
-            weighting="fixed",
-            fusion="weighted",
-        )
+        saved = save_best(session, record.name, chosen, mode=None)  # the CLI keeps the KB's saved mode
         if not saved["success"]:
             return saved
         data["saved_default"] = chosen

@@ -1,0 +1,177 @@
+"""One evaluation, start to finish, for every front end (#28): choose the KB (the user's, or one built from a BEIR
+corpus in the evaluation home), run the settings and the weight sweep, keep the run; and the sweep's best point
+saved as a KB's default. ``kb eval`` and the app's Evaluate page parse, show and call these; nothing else.
+
+The evaluation home is a service of its own (the session layer opens it), so callers pass a function that opens it:
+this feature never imports the service.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from kb_core.beir import load_beir, load_beir_queries_qrels
+from kb_core.errors import InvalidArgument
+from kb_core.evaluation import (
+    DEFAULT_CHUNK_SIZE,
+    DEFAULT_TOP_K,
+    MODES,
+    EvalProgress,
+    EvaluationReport,
+    EvaluationSetting,
+    build_eval_kb,
+    evaluate_kb,
+    evaluate_with_sweep,
+    settings_for,
+    sweep_weights,
+)
+from kb_core.evaluation_runs import EvaluationRun, record_run
+
+if TYPE_CHECKING:
+    from kb_core.seams import Resources, SessionAPI, SessionResources
+    from kb_core.store import KnowledgeBaseRecord
+
+    class EvaluatingSession(SessionAPI, Protocol):
+        """The session an evaluation runs through: its service keeps the runs; it saves a KB's defaults."""
+
+        @property
+        def service(self) -> SessionResources: ...
+
+        def save_search_settings(self, kb_name: str | None = None, **settings: Any) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class EvaluationRequest:
+    """What to evaluate. ``build_corpus``: search a KB built (once, then cached) from the folder's corpus.jsonl in
+    the evaluation home; otherwise the user's KB ``kb_name`` (default: the session's current KB), whose documents
+    the judgments name. ``sweep_steps``: also hybrid at vector weights 0, 1/steps, …, 1 (None: no sweep), ranked
+    10 deep unless ``sweep_full_depth``."""
+
+    folder: Path
+    build_corpus: bool
+    kb_name: str | None = None
+    modes: Sequence[str] = MODES
+    vector_weight: float | None = None
+    keyword_weight: float | None = None
+    weighting: str | None = None
+    fusion: str | None = None
+    compare_fusion: bool = False
+    sweep_steps: int | None = None
+    sweep_full_depth: bool = False
+    max_queries: int | None = None
+    split: str | None = None
+    depth: int = DEFAULT_TOP_K
+    chunk_size: int = DEFAULT_CHUNK_SIZE
+    embedding_model: str | None = None
+    dataset_name: str | None = None  # the run's dataset label for the user's KB (default: the folder's name)
+
+
+@dataclass
+class EvaluationOutcome:
+    """One finished, kept evaluation."""
+
+    report: EvaluationReport
+    run: EvaluationRun
+    record: KnowledgeBaseRecord  # the KB searched
+    kb_service: Resources  # the service whose home holds it (the user's, or the evaluation home)
+    dataset_name: str
+    documents: int | None  # corpus documents when built from a corpus
+    queries: int
+    settings: list[EvaluationSetting]  # everything run, the sweep's points last
+    swept: list[EvaluationSetting] = field(default_factory=list)  # the sweep's points not run anyway
+    user_kb: bool = True  # the user's own KB (its default may be set), not one built from a corpus
+
+
+def planned_settings(request: EvaluationRequest) -> tuple[list[EvaluationSetting], list[EvaluationSetting]]:
+    """The settings ``request`` runs: each mode (with the given weights, weighting and fusion), auto and RRF
+    fusion when compared, and apart the sweep's points that are not among them."""
+    settings = settings_for(
+        request.modes,
+        vector_weight=request.vector_weight,
+        keyword_weight=request.keyword_weight,
+        weighting=request.weighting,
+        fusion=request.fusion,
+        compare_fusion=request.compare_fusion and "hybrid" in request.modes,
+    )
+    sweep = sweep_weights(request.sweep_steps) if request.sweep_steps else None
+    return settings, [s for s in settings_for((), sweep) if s not in settings] if sweep else []
+
+
+def run_evaluation(
+    session: EvaluatingSession,
+    request: EvaluationRequest,
+    *,
+    eval_service: Callable[[], Resources],
+    progress: EvalProgress | None = None,
+) -> EvaluationOutcome:
+    """Run ``request`` through ``session`` (a :class:`~kb_core.session.Session`) and keep the run in its home.
+
+    ``eval_service`` opens the evaluation home (``<home>/cache/eval``), called only to build from a corpus.
+    Raises :class:`~kb_core.errors.KBError` (and ``OSError``/``ValueError`` for unreadable judgments)."""
+    settings, swept = planned_settings(request)
+    sweep = sweep_weights(request.sweep_steps) if request.sweep_steps else None
+    if not request.build_corpus:
+        # The user's own KB, judged by the folder's queries and qrels (corpus ids are document names).
+        kb_service: Resources = session.service
+        record = session.resolve_kb(request.kb_name)
+        queries, qrels = load_beir_queries_qrels(request.folder, split=request.split)
+        queries = _first(queries, request.max_queries)
+        dataset_name = request.dataset_name or Path(request.folder).resolve().name
+        documents = None
+        eval_session = session
+    else:
+        kb_service = eval_service()
+        dataset = load_beir(request.folder, split=request.split)
+        dataset = replace(dataset, queries=_first(dataset.queries, request.max_queries))
+        record = build_eval_kb(
+            kb_service, dataset, chunk_size=request.chunk_size, embedding_model=request.embedding_model,
+            progress=progress,
+        )
+        queries, qrels = dataset.queries, {q: dataset.qrels[q] for q in dataset.queries}
+        dataset_name, documents = dataset.name, len(dataset.corpus)
+        eval_session = kb_service.session()
+    if swept and request.sweep_full_depth:
+        report = evaluate_kb(
+            eval_session, queries, qrels, settings=settings + swept, top_k=request.depth, kb_name=record.name,
+            progress=progress,
+        )
+    else:  # the sweep is about the top 10: ranked 10 deep
+        report = evaluate_with_sweep(
+            eval_session, queries, qrels, settings=settings, sweep=sweep, top_k=request.depth, kb_name=record.name,
+            progress=progress,
+        )
+    run = record_run(
+        session.service.evaluation_runs, kb_service, report, dataset=dataset_name, settings=settings + swept
+    )
+    return EvaluationOutcome(
+        report, run, record, kb_service, dataset_name, documents, len(queries), settings + swept, swept,
+        user_kb=not request.build_corpus,
+    )
+
+
+def _first(queries: dict[str, str], count: int | None) -> dict[str, str]:
+    """The first ``count`` judged queries (file order), for quick looks; all of them when ``count`` is None."""
+    if count is None:
+        return queries
+    if count < 1:
+        raise InvalidArgument(f"--max-queries must be at least 1, got {count!r}.")
+    return dict(list(queries.items())[:count])
+
+
+def save_best(
+    session: EvaluatingSession, kb_name: str, best: dict[str, Any], *, mode: str | None = "hybrid"
+) -> dict[str, Any]:
+    """The sweep point ``best`` (from :func:`~kb_core.evaluation_runs.best_sweep_setting`) as ``kb_name``'s default:
+    its weights, fixed weighting, weighted fusion, and ``mode`` (None: the saved mode stays); the KB's other saved
+    settings stay. Returns the session's answer (an envelope: the front end shows it)."""
+    return session.save_search_settings(
+        kb_name=kb_name,
+        mode=mode,
+        vector_weight=best["vector_weight"],
+        keyword_weight=best["keyword_weight"],
+        weighting="fixed",
+        fusion="weighted",
+    )
