@@ -4,9 +4,25 @@ they never run). A cycle through a function-level import is a run-time dependenc
 from __future__ import annotations
 
 import ast
+import importlib.util
+import sys
 from pathlib import Path
+from types import ModuleType
 
 PACKAGE = Path(__file__).resolve().parents[1] / "kb_core"
+
+
+def _load_import_graph() -> ModuleType:
+    """benchmarks/import_graph.py: its cycle finder and its layer report (one copy of each)."""
+    spec = importlib.util.spec_from_file_location("import_graph", PACKAGE.parent / "benchmarks" / "import_graph.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["import_graph"] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+GRAPH = _load_import_graph()
 
 
 def module_names() -> dict[str, Path]:
@@ -17,20 +33,13 @@ def module_names() -> dict[str, Path]:
     return names
 
 
-def is_type_checking(node: ast.If) -> bool:
-    test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
 def imported_modules(name: str, path: Path, known: dict[str, Path]) -> set[str]:
     """The kb_core modules ``name`` imports when it runs, anywhere in its code."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and is_type_checking(node):
+        if isinstance(node, ast.If) and GRAPH.is_type_checking(node):
             for child in node.orelse:
                 visit(child)
             return
@@ -54,62 +63,17 @@ def imported_modules(name: str, path: Path, known: dict[str, Path]) -> set[str]:
     return found
 
 
-def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Strongly connected components with more than one module (Tarjan, iterative)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    found: list[list[str]] = []
-    counter = 0
-    for root in sorted(graph):
-        if root in index:
-            continue
-        work = [(root, iter(sorted(graph[root])))]
-        index[root] = low[root] = counter
-        counter += 1
-        stack.append(root)
-        on_stack.add(root)
-        while work:
-            node, children = work[-1]
-            child = next(children, None)
-            if child is not None:
-                if child not in index:
-                    index[child] = low[child] = counter
-                    counter += 1
-                    stack.append(child)
-                    on_stack.add(child)
-                    work.append((child, iter(sorted(graph[child]))))
-                elif child in on_stack:
-                    low[node] = min(low[node], index[child])
-                continue
-            work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[node])
-            if low[node] == index[node]:
-                component = []
-                while True:
-                    member = stack.pop()
-                    on_stack.discard(member)
-                    component.append(member)
-                    if member == node:
-                        break
-                if len(component) > 1:
-                    found.append(sorted(component))
-    return found
-
-
 def test_kb_core_has_no_import_cycles_even_through_function_level_imports() -> None:
     known = module_names()
     graph = {name: imported_modules(name, path, known) for name, path in known.items()}
     assert "kb_core.session" in graph["kb_core.service"]  # function-level imports are counted
     assert graph["kb_core.cli.main"], "the walk finds imports"
-    assert cycles(graph) == []
+    assert GRAPH.cycles(graph) == []
 
 
 def test_the_cycle_finder_finds_a_cycle() -> None:
-    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
-    assert cycles({"a": {"b"}, "b": set()}) == []
+    assert GRAPH.cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert GRAPH.cycles({"a": {"b"}, "b": set()}) == []
 
 
 def test_layers_point_down_and_what_is_left_of_28_does_not_grow() -> None:
@@ -118,15 +82,7 @@ def test_layers_point_down_and_what_is_left_of_28_does_not_grow() -> None:
     no upward import but the three to the envelope, which leave when the session returns typed results (#28's
     step C1, open). No store-choosing branch is left: the store, chosen once by ``open_store``, answers which half
     of a feature runs (``Store.choose``) and which sink an import commits through (``KBStorage.sink``)."""
-    import importlib.util
-    import sys
-
-    spec = importlib.util.spec_from_file_location("import_graph", PACKAGE.parent / "benchmarks" / "import_graph.py")
-    assert spec is not None and spec.loader is not None
-    graph = importlib.util.module_from_spec(spec)
-    sys.modules["import_graph"] = graph  # dataclasses look their module up by name
-    spec.loader.exec_module(graph)
-    report = graph.analyse(PACKAGE.parent)
+    report = GRAPH.analyse(PACKAGE.parent)
     assert report["unassigned_modules"] == []
     assert report["cycles_with_type_only"] == []
     assert report["private_imports"] == []

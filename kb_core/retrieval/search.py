@@ -310,7 +310,7 @@ def rank(
         allowed = np.array(
             [
                 filters.allows(document["name"], document["file_type"])
-                for document in (searcher.document_of((key[0], key[1])) for key in _row_keys(candidates.keys))
+                for document in (searcher.document_of(key) for key in _row_keys(candidates.keys))
             ],
             dtype=bool,
         )
