@@ -3,7 +3,8 @@
 * Parsing (and, for a pure-Python tokenizer, chunking) runs in parser processes with a time limit (see
   :mod:`kb_core.ingest.parsing`), fed by ``PARSE_WORKERS`` threads, so it overlaps everything below and uses
   other cores.
-* This thread embeds chunks from several files per call (``EMBED_BATCH``) while the next files are parsed.
+* Chunks from several files are embedded per call (``EMBED_BATCH``; more on a GPU) on threads of their own
+  (:class:`_EmbeddingCalls`) while this thread gathers the next files' chunks, commits and reports.
 * A writer thread (:class:`_Committer`) hands documents to the store's sink (:class:`~kb_core.store.sink.
   DocumentSink`: the folder store builds each segment's keyword and vector indexes, writes its files and commits
   it; PostgreSQL writes rows in one transaction) while the next chunks embed; batches hold roughly
@@ -26,6 +27,7 @@ import logging
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -259,7 +261,7 @@ class Importer:
         """Documents as they become ready to commit (embedded, or failed), in this process.
 
         Files are parsed and chunked by ``PARSE_WORKERS`` threads (each parse runs in a parser process, so the
-        threads overlap); this thread embeds chunks from several files per call while the next files are parsed,
+        threads overlap); chunks from several files are embedded per call while the next files are parsed,
         and the committer writes segments on its own thread meanwhile."""
         sources = self.sources
         lock = threading.Lock()
@@ -365,17 +367,25 @@ class Importer:
         # A call as small as EMBED_BATCH is made while the parsers have nothing more ready: on a GPU (4,096-chunk calls)
         # the first chunks reach the card without waiting for a whole call's worth to be parsed (#29).
         smallest_call = min(call_size, EMBED_BATCH)
+        # On a device two calls run at once: one's CPU work (cache look-ups, windows, input) beside the other's
+        # forward pass; on a CPU the model's own threads use every core, so one.
+        calls = _EmbeddingCalls(self.embedder, progress, notify, depth=2 if call_size > EMBED_BATCH else 1)
 
         def take(size: int) -> list[tuple[IncomingDocument, int]]:
             chunks, queue[:size] = queue[:size], []
             return chunks
 
-        def embed(batch: list[tuple[IncomingDocument, int]]) -> list[IncomingDocument]:
+        def finished(wait_for_all: bool = False) -> list[IncomingDocument]:
+            """The documents whose chunks are all embedded, in order, once the calls out are few enough."""
             nonlocal embedding
-            self._embed(batch, progress, notify)
+            calls.collect(0 if wait_for_all else calls.depth - 1)
             done = [d for d in embedding if d.embedded]  # only an embedding call completes documents
             embedding = [d for d in embedding if not d.embedded]
             return done
+
+        def embed(batch: list[tuple[IncomingDocument, int]]) -> list[IncomingDocument]:
+            calls.submit(batch)
+            return finished()
 
         pool = ThreadPoolExecutor(max_workers=PARSE_WORKERS, thread_name_prefix="kb-parse")
         futures: list[Future[list[IncomingDocument | BaseException]]] = []
@@ -404,7 +414,7 @@ class Importer:
                     if document.embedded:  # embedded where it was parsed (the hashing embedder)
                         state.chunks_embedded = count
                         progress.chunks_embedded += count
-                        if not queue:  # nothing before it waits for an embedding call
+                        if not queue and not calls.out:  # nothing before it waits for an embedding call
                             done = embedding
                             embedding = []
                             yield done
@@ -416,7 +426,9 @@ class Importer:
                         yield embed(take(call_size))
             while queue:
                 yield embed(take(call_size))
+            yield finished(wait_for_all=True)
         finally:
+            calls.close()
             for future in futures:
                 future.cancel()
             pool.shutdown(wait=True)
@@ -509,28 +521,6 @@ class Importer:
             )
         ]
 
-    def _embed(
-        self, batch: list[tuple[IncomingDocument, int]], progress: ImportProgress, notify: Callable[[], None]
-    ) -> None:
-        reported = 0
-
-        def step(done: int) -> None:
-            nonlocal reported
-            reported += done
-            progress.chunks_embedded += done
-            notify()
-
-        texts = [doc.content(i) for doc, i in batch]
-        # Ids the chunker got from its tokenizer (the embedder checks they are its own).
-        token_ids = [doc.ids(i) for doc, i in batch]
-        with progress.stages.stage("embed"):
-            vectors = embed_with_token_ids(self.embedder, texts, token_ids, step)
-        for (doc, i), vector in zip(batch, vectors, strict=True):
-            doc.vectors[i] = vector
-            progress.files[doc.index].chunks_embedded += 1
-        progress.chunks_embedded += len(batch) - reported
-        notify()
-
     def commit_written(self, batches: list[WrittenBatch], progress: ImportProgress) -> list[dict[str, Any]]:
         """Commit written batches, in order, in one commit of the sink; their documents' rows."""
         rows = self.sink.commit(batches, progress.stages)
@@ -541,6 +531,70 @@ class Importer:
             if document.error is None:
                 state.status = "ready"
         return rows
+
+
+class _EmbeddingCalls:
+    """An import's embedding calls, run in order on threads of their own, at most ``depth`` at once (#29).
+
+    The importing thread hands over a batch and goes on parsing, committing and reporting while the model works; with
+    ``depth`` 2 (a device) the next call's CPU work (the embedding cache's look-ups and writes, windows, the input)
+    runs beside the forward pass of the call before it, so the card does not wait for it. Vectors and progress are
+    applied by the importing thread alone (a front end's display may only be touched from there): while it waits
+    for a call it reports the call's progress as the model gives it, every ``POLL_SECONDS``."""
+
+    POLL_SECONDS = 0.2
+
+    def __init__(self, embedder: Any, progress: ImportProgress, notify: Callable[[], None], *, depth: int) -> None:
+        self.embedder, self.progress, self.notify, self.depth = embedder, progress, notify, depth
+        self.threads = ThreadPoolExecutor(max_workers=depth, thread_name_prefix="kb-embed")
+        self.calls: deque[tuple[list[tuple[IncomingDocument, int]], Future[Any], list[int]]] = deque()
+
+    @property
+    def out(self) -> int:
+        """Calls handed over and not yet collected."""
+        return len(self.calls)
+
+    def submit(self, batch: list[tuple[IncomingDocument, int]]) -> None:
+        texts = [doc.content(i) for doc, i in batch]
+        # Ids the chunker got from its tokenizer (the embedder checks they are its own).
+        token_ids = [doc.ids(i) for doc, i in batch]
+        embedded = [0]  # chunks the model has given back so far (written by the call's thread only)
+
+        def step(done: int) -> None:
+            embedded[0] += done
+
+        def run() -> Any:
+            with self.progress.stages.stage("embed"):
+                return embed_with_token_ids(self.embedder, texts, token_ids, step)
+
+        self.calls.append((batch, self.threads.submit(run), embedded))
+
+    def collect(self, leave: int) -> None:
+        """Apply the calls that are back, and wait for the oldest until at most ``leave`` are out."""
+        while self.calls and (len(self.calls) > leave or self.calls[0][1].done()):
+            batch, future, embedded = self.calls.popleft()
+            reported = 0
+            while True:
+                try:
+                    vectors = future.result(timeout=self.POLL_SECONDS)
+                    break
+                except TimeoutError:
+                    if embedded[0] > reported:
+                        self.progress.chunks_embedded += embedded[0] - reported
+                        reported = embedded[0]
+                        self.notify()
+            for (doc, i), vector in zip(batch, vectors, strict=True):
+                doc.vectors[i] = vector
+                self.progress.files[doc.index].chunks_embedded += 1
+            self.progress.chunks_embedded += len(batch) - reported
+            self.notify()
+
+    def close(self) -> None:
+        """Drop the calls not started; wait for the ones running (their vectors are not used)."""
+        for _batch, future, _embedded in self.calls:
+            future.cancel()
+        self.calls.clear()
+        self.threads.shutdown(wait=True, cancel_futures=True)
 
 
 def embed_call_size(embedder: Any) -> int:
