@@ -186,3 +186,24 @@ def test_failed_files_are_listed_with_their_reason_and_replaced_by_a_later_impor
     assert result["data"]["success_files"][0]["doc_name"] == "notes.txt"
     listed = kb.list_documents()["data"]["documents"]
     assert [(d["name"], d["status"], d["error"]) for d in listed] == [("notes.txt", "ready", None)]
+
+
+def test_staging_copies_are_removed_after_the_import_and_by_the_next_open_if_it_died(
+    kb, service, home: Path, tmp_path: Path
+) -> None:
+    from kb_core import KnowledgeBaseService
+    from kb_core.ingest import files
+
+    paths = [str(write(tmp_path, f"s{i}.txt", f"staging copy {i}. 副本{i}。")) for i in range(20)]
+    assert kb.import_document(paths)["data"]["success_count"] == 20
+    files._remover.submit(lambda: None).result()  # the removal runs after the import returned; wait for it
+    staging = service.kb_store(service.find_kb("docs").id).root / "staging"
+    assert list(staging.iterdir()) == []
+    # A process that died while removing leaves a folder no process owns: the next open removes it.
+    leftover = staging / "removing-0123abcd"
+    (leftover / "0").mkdir(parents=True)
+    (leftover / "0" / "a.txt").write_text("copy", encoding="utf-8")
+    reopened = KnowledgeBaseService(home).session()
+    reopened.select_knowledge_base("docs")
+    assert reopened.search("副本3", mode="keyword")["data"]["chunks"]  # its first read cleans up
+    assert list(staging.iterdir()) == []
