@@ -52,6 +52,7 @@ from kb_core.validation import (
 )
 
 if TYPE_CHECKING:
+    from kb_core.ingest.files import FileOutcome
     from kb_core.ingest.pipeline import ImportProgress
     from kb_core.seams import SessionResources
     from kb_core.store.tokens import TokenRecord
@@ -377,7 +378,7 @@ class Session:
         if succeeded:
             self._measure_floors(record)
         failed = [r for r in results if "error" in r]
-        notice = self._language_notice(record, succeeded)
+        notice = self._language_notice(record, [o for o in outcomes if o.error is None])
         data = {
             "total": len(file_paths),
             "success_count": len(succeeded),
@@ -402,20 +403,15 @@ class Session:
             message += f" Note: {notice}"
         return envelope(message, data, error=None if succeeded else KBError(message, code="IMPORT_FAILED"))
 
-    def _language_notice(self, record: KnowledgeBaseRecord, imported: list[dict[str, Any]]) -> str | None:
+    def _language_notice(self, record: KnowledgeBaseRecord, imported: Sequence[FileOutcome]) -> str | None:
         """The one notice when the KB's model does not read some of the imported documents (their languages as
         detected at import; see :func:`kb_core.embedding.builtin.unread_language_notice`)."""
         from kb_core.embedding.builtin import unread_language_notice
 
         if not imported:
             return None
-        try:
-            rows = {d["name"]: d.get("language") for d in self.service.documents(record)}
-        except KBError:  # the KB was deleted meanwhile: the import's own result says so
-            return None
-        languages = {r["doc_name"]: rows.get(r["doc_name"]) for r in imported}
         return unread_language_notice(
-            record.embedding_model, {name: lang if isinstance(lang, str) else None for name, lang in languages.items()}
+            record.embedding_model, {str(o.doc_name): o.language for o in imported if o.doc_name is not None}
         )
 
     def _measure_floors(self, record: KnowledgeBaseRecord) -> None:
@@ -559,8 +555,13 @@ class Session:
             if outcome is None or (outcome.weights_used is None and ranked.weights_used is not None):
                 first_settings = settings
                 outcome = SearchResult(
-                    [], [], settings, ranked.weights_used, ranked.auto_weights,
-                    semantic_floor=ranked.semantic_floor, query_terms=ranked.query_terms,
+                    [],
+                    [],
+                    settings,
+                    ranked.weights_used,
+                    ranked.auto_weights,
+                    semantic_floor=ranked.semantic_floor,
+                    query_terms=ranked.query_terms,
                 )
             hits.extend(ranked.hits)
             outcome.without_evidence += ranked.without_evidence
@@ -640,8 +641,7 @@ class Session:
         message = f"Found {len(chunks)} chunk(s) ({settings.mode} search"
         if settings.mode == "hybrid" and outcome.weights_used is not None:
             message += (
-                f", weights used: vector {outcome.weights_used.vector:.2f} / keyword "
-                f"{outcome.weights_used.keyword:.2f}"
+                f", weights used: vector {outcome.weights_used.vector:.2f} / keyword {outcome.weights_used.keyword:.2f}"
             )
         message += ")."
         notes = search_notes(outcome)

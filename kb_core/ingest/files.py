@@ -40,6 +40,7 @@ class FileOutcome:
     doc_name: str | None = None
     chunk_count: int | None = None
     error: str | None = None
+    language: str | None = None  # detected at import (kb_core.text_language); not part of the tool's result
 
     def to_json(self) -> dict[str, Any]:
         if self.error is not None:
@@ -90,13 +91,16 @@ def import_files(
                     ),
                 )
             )
-        states = service.importer(record, runner).run(sources, chunk_size, progress, cancel)[0] if sources else []
+        states, committed = ([], [])
+        if sources:
+            states, committed = service.importer(record, runner).run(sources, chunk_size, progress, cancel)
     finally:
         _remove_in_background(copies)
     if sources:
         service.compact_quietly(record)
+    languages = {row["name"]: row.get("language") for row in committed}
     return [
-        FileOutcome(state.file_path, state.doc_name, state.chunks_total)
+        FileOutcome(state.file_path, state.doc_name, state.chunks_total, language=languages.get(state.doc_name))
         if state.status == "ready"
         else FileOutcome(state.file_path, error=state.error or "import failed")
         for state in states

@@ -141,8 +141,6 @@ def format_duration(seconds: float) -> str:
 ProgressCallback = Callable[[ImportProgress], None]
 
 
-
-
 def _requests(sources: Sequence[ImportSource]) -> list[list[int]]:
     """The sources' positions in parser requests: consecutive files, at most ``FILES_PER_REQUEST`` of them and
     (where their size is known already) ``REQUEST_BYTES``; a few files per request save round trips."""
@@ -627,8 +625,8 @@ class _Committer:
     """Commits finished documents in segments of about ``COMMIT_CHUNKS`` chunks, on a writer thread of its own,
     so building a segment's indexes, writing its files and committing overlap the next embedding calls.
 
-    Commits stay in order (one writer); at most one more segment waits behind the one being written, so a slow
-    disk holds the import back instead of filling memory. A commit's failure is raised by the next ``add``.
+    Commits stay in order (one writer); at most twice as many segments as there are writers wait, so a slow disk
+    holds the import back instead of filling memory. A commit's failure is raised by the next ``add``.
 
     With a segment writer, ``WRITER_PROCESSES`` segments are written at once; each is committed in order, and the
     thread whose turn it is commits every later segment already written with its own, in one commit (#29). The
@@ -693,7 +691,9 @@ class _Committer:
 
     def _submit(self) -> None:
         documents, self.pending, self.pending_chunks = self.pending, [], 0
-        while len(self.writing) > self.writers or (self.writing and self.writing[0].done()):
+        # Up to twice as many segments as writers wait (a few MB each): fewer stalled the importing thread, and with
+        # it the GPU, whenever three embedding calls finished faster than the writers (#29, an H100: 1 s of 5).
+        while len(self.writing) > 2 * self.writers or (self.writing and self.writing[0].done()):
             self.writing.pop(0).result()  # raises a failed commit's error here
         before = self.writing[-1] if self.writing else None
         sequence, self._submitted = self._submitted, self._submitted + 1
