@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections import Counter
 from pathlib import Path
@@ -370,3 +371,92 @@ def test_a_kb_deleted_as_its_import_starts_is_reported_as_deleted_meanwhile(
     result = session.import_document(files)
     assert not result["success"] and result["error"]["code"] == "KB_NOT_FOUND", result
     assert "was deleted while the import ran" in result["message"], result["message"]
+
+
+class _DeviceLikeEmbedder(HashingEmbedder):
+    """Hashing vectors asked for the way a GPU is (``call_size``: calls of many chunks, two at once), each call slow
+    enough to overlap the next, failing from call ``fail_from`` on. A subclass, so the parser processes leave the
+    embedding to the import (they embed only for the hashing embedder itself)."""
+
+    call_size = 32
+
+    def __init__(self, fail_from: int | None = None) -> None:
+        import threading
+
+        super().__init__(64)
+        self.fail_from = fail_from
+        self.calls = self.running = self.most_at_once = 0
+        self.lock = threading.Lock()
+
+    def embed_documents(self, texts, progress=None, *, token_ids=None):  # type: ignore[no-untyped-def]
+        from kb_core.errors import EmbeddingError
+
+        with self.lock:
+            self.calls += 1
+            number = self.calls
+            self.running += 1
+            self.most_at_once = max(self.most_at_once, self.running)
+        try:
+            time.sleep(0.3)
+            if self.fail_from is not None and number >= self.fail_from:
+                raise EmbeddingError("the device fell over")
+            return super().embed_documents(texts, progress)
+        finally:
+            with self.lock:
+                self.running -= 1
+
+
+def _device_like_import(tmp_path: Path, monkeypatch, embedder: _DeviceLikeEmbedder):  # type: ignore[no-untyped-def]
+    from kb_core import KnowledgeBaseService
+
+    monkeypatch.setattr(importer_module, "EMBED_BATCH", 8)
+    monkeypatch.setattr(importer_module, "COMMIT_CHUNKS", 16)
+    service = KnowledgeBaseService(tmp_path / "home", embedder_factory=lambda record, key: embedder)
+    session = service.session()
+    assert session.create_knowledge_base("kb", 32, embedding_model="hashing")["success"]
+    paths = []
+    for i in range(12):
+        path = tmp_path / f"f{i:02d}.txt"
+        path.write_text(" ".join(f"File {i} sentence {j} about topic{i}x{j}." for j in range(40)), encoding="utf-8")
+        paths.append(str(path))
+    seen: list[int] = []
+    result = session.import_document(paths, kb_name="kb", progress=lambda p: seen.append(p.chunks_embedded))
+    return service, session, result, seen
+
+
+def test_device_sized_embedding_calls_run_two_at_once_and_store_the_models_vectors(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """#29: on a device the next call's CPU work overlaps the call before it (two at once); vectors and progress
+    are applied in order by the importing thread, and are the model's."""
+    embedder = _DeviceLikeEmbedder()
+    service, _session, result, seen = _device_like_import(tmp_path, monkeypatch, embedder)
+    assert result["data"]["success_count"] == 12, result
+    assert embedder.calls >= 3 and embedder.most_at_once == 2
+    assert all(a <= b for a, b in itertools.pairwise(seen)) and seen[-1] == sum(
+        f["chunk_count"] for f in result["data"]["success_files"]
+    )
+    snapshot = service.reader(service.find_kb("kb").id).snapshot()
+    texts = [t for s in snapshot.segments for t in s.chunks.column("content").to_pylist()]
+    stored = np.vstack([s.vectors.reconstruct(np.arange(s.chunks.num_rows)) for s in snapshot.segments])
+    assert np.allclose(stored, HashingEmbedder(64).embed_documents(texts), atol=1e-6)
+
+
+def test_a_device_call_that_fails_mid_import_keeps_what_was_committed_and_fails_the_rest(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """With calls in flight, a failing call ends the import promptly: what was committed stays, searchable; every
+    other file fails with the model's reason; the KB verifies."""
+    embedder = _DeviceLikeEmbedder(fail_from=4)
+    _, session, result, _ = _device_like_import(tmp_path, monkeypatch, embedder)
+    data = result["data"]
+    assert data["success_count"] >= 1 and data["failed_count"] >= 1, result
+    assert all("the device fell over" in f["error"] for f in data["failed_files"])
+    listed = session.list_documents(kb_name="kb")["data"]["documents"]
+    assert sorted(d["name"] for d in listed) == sorted(f["doc_name"] for f in data["success_files"])
+    assert session.verify()["data"]["problems"] == []
+    first = data["success_files"][0]["doc_name"]
+    number = int(first[1:3])
+    session.select_knowledge_base("kb")
+    hits = session.search(f"topic{number}x7", mode="keyword")["data"]["chunks"]
+    assert hits and hits[0]["doc_name"] == first
