@@ -196,7 +196,7 @@ def test_staging_copies_are_removed_after_the_import_and_by_the_next_open_if_it_
 
     paths = [str(write(tmp_path, f"s{i}.txt", f"staging copy {i}. 副本{i}。")) for i in range(20)]
     assert kb.import_document(paths)["data"]["success_count"] == 20
-    files._remover.submit(lambda: None).result()  # the removal runs after the import returned; wait for it
+    files.wait_for_staging_removals()  # the removal runs after the import returned
     staging = service.kb_store(service.find_kb("docs").id).root / "staging"
     assert list(staging.iterdir()) == []
     # A process that died while removing leaves a folder no process owns: the next open removes it.

@@ -13,6 +13,7 @@ import pytest
 from kb_core.embedding import HashingEmbedder
 from kb_core.ingest import pipeline as importer_module
 from kb_core.ingest.chunking import chunk_document
+from kb_core.ingest.files import wait_for_staging_removals
 from kb_core.ingest.parsing import parse_file
 from kb_core.ingest.payloads import FilePayload
 from kb_core.retrieval.keyword_index import KeywordSegment
@@ -267,6 +268,7 @@ def test_a_front_end_that_stops_its_script_mid_import_leaves_the_kb_consistent(s
     assert session.verify()["data"]["problems"] == []
     assert all(d["status"] == "ready" for d in session.list_documents()["data"]["documents"])
     kb_root = session.service.kb_store(session.current_kb().id).root
+    wait_for_staging_removals()  # removed after the import returns, on a thread of their own
     assert not list((kb_root / "staging").iterdir())  # the private copies and staged segments are gone
     assert not list((kb_root / "jobs").glob("*.json"))  # nothing is shown as in flight any more
 

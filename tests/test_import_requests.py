@@ -14,6 +14,7 @@ from kb_core import KnowledgeBaseService
 from kb_core.embedding import HashingEmbedder
 from kb_core.errors import ParseError
 from kb_core.ingest.chunking import chunk_document
+from kb_core.ingest.files import wait_for_staging_removals
 from kb_core.ingest.parsing import ParseLimits, parse_and_chunk_files, parse_file_inprocess
 from kb_core.ingest.prepared import prepare_chunks
 from kb_core.retrieval.analysis import default_analyzer
@@ -174,4 +175,5 @@ def test_parser_requests_copy_into_folders_of_their_own(
     contents = " ".join(c for segment in snapshot.segments for c in segment.chunks.column("content").to_pylist())
     assert all(f"note {i} says" in contents for i in range(len(files)))  # each file imported as itself
     kb_root = session.service.kb_store(session.current_kb().id).root
+    wait_for_staging_removals()  # removed after the import returns, on a thread of their own
     assert not list((kb_root / "staging").iterdir())  # the copies and their folders are gone

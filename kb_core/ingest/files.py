@@ -126,6 +126,12 @@ def _remove_in_background(copies: Path) -> None:
     _remover.submit(shutil.rmtree, doomed, ignore_errors=True)
 
 
+def wait_for_staging_removals() -> None:
+    """Return once the staging copies of every import that has returned are removed (for a caller that must see
+    the KB's folder without them, such as a test)."""
+    _remover.submit(lambda: None).result()
+
+
 def staging_folder(index: int) -> int:
     """The staging sub-folder of an import's ``index``-th file. The files of one parser request (consecutive, at most
     ``FILES_PER_REQUEST``) share one; the requests in flight at once (one per parser process, taken in order) get
