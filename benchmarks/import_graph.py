@@ -102,9 +102,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "kb_core.retrieval",
             "kb_core.bundles",
             "kb_core.transfer",
-            "kb_core.evaluation",
-            "kb_core.evaluation_runs",
-            "kb_core.evaluation_orchestration",  # one evaluation run for the CLI and the app (#28)
+            "kb_core.evaluation",  # scoring, kept runs, and the one run_evaluation of the CLI and the app (#28)
             "kb_core.beir",
             "kb_core.demo",
             "kb_core.documents",

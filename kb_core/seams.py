@@ -85,7 +85,7 @@ class SessionResources(Resources, Protocol):
     def token_store(self) -> TokenStorage: ...
 
     @property
-    def evaluation_runs(self) -> Any: ...  # kb_core.evaluation_runs.EvaluationRunStore, a feature built on these seams
+    def evaluation_runs(self) -> Any: ...  # kb_core.evaluation.EvaluationRunStore, a feature built on these seams
 
     def create_kb(
         self,

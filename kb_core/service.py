@@ -34,7 +34,7 @@ from kb_core.validation import (
 
 if TYPE_CHECKING:
     from kb_core.embedding.base import Embedder
-    from kb_core.evaluation_runs import EvaluationRunStore
+    from kb_core.evaluation import EvaluationRunStore
     from kb_core.ingest.executors import DocumentExecutor
     from kb_core.ingest.pipeline import Importer
     from kb_core.retrieval.analysis import Analyzer
@@ -437,7 +437,7 @@ class KnowledgeBaseService:
     @cached_property
     def evaluation_runs(self) -> EvaluationRunStore:
         """The kept evaluation runs of this home (``HOME/evaluations``)."""
-        from kb_core.evaluation_runs import EvaluationRunStore
+        from kb_core.evaluation import EvaluationRunStore
 
         return EvaluationRunStore(self.home.root)
 

@@ -41,10 +41,8 @@ def _progress(stage: str, done: int, total: int) -> None:
 @enveloped
 def run_eval(session: Session, args: argparse.Namespace) -> Envelope:
     from kb_core.errors import InvalidArgument
-    from kb_core.evaluation import MODES
+    from kb_core.evaluation import MODES, EvaluationRequest, best_sweep_setting, run_evaluation, save_best
     from kb_core.evaluation_home import open_eval_service
-    from kb_core.evaluation_orchestration import EvaluationRequest, run_evaluation, save_best
-    from kb_core.evaluation_runs import best_sweep_setting
 
     weights_given = args.vector_weight is not None or args.keyword_weight is not None
     for name in ("vector_weight", "keyword_weight"):

@@ -33,7 +33,7 @@ import pandas as pd
 
 from kb_core.config import DEFAULT_VECTOR_WEIGHT
 from kb_core.errors import InvalidArgument, KBError
-from kb_core.evaluation import METRICS, EvaluationReport, EvaluationSetting
+from kb_core.evaluation.scoring import METRICS, EvaluationReport, EvaluationSetting
 from kb_core.json_text import json_text
 from kb_core.seams import Resources
 

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from kb_core.beir import load_beir, load_beir_queries_qrels
 from kb_core.errors import InvalidArgument
-from kb_core.evaluation import (
+from kb_core.evaluation.runs import EvaluationRun, record_run
+from kb_core.evaluation.scoring import (
     DEFAULT_CHUNK_SIZE,
     DEFAULT_TOP_K,
     MODES,
@@ -28,7 +29,6 @@ from kb_core.evaluation import (
     settings_for,
     sweep_weights,
 )
-from kb_core.evaluation_runs import EvaluationRun, record_run
 
 if TYPE_CHECKING:
     from kb_core.seams import Resources, SessionAPI, SessionResources
@@ -164,7 +164,7 @@ def _first(queries: dict[str, str], count: int | None) -> dict[str, str]:
 def save_best(
     session: EvaluatingSession, kb_name: str, best: dict[str, Any], *, mode: str | None = "hybrid"
 ) -> dict[str, Any]:
-    """The sweep point ``best`` (from :func:`~kb_core.evaluation_runs.best_sweep_setting`) as ``kb_name``'s default:
+    """The sweep point ``best`` (from :func:`~kb_core.evaluation.runs.best_sweep_setting`) as ``kb_name``'s default:
     its weights, fixed weighting, weighted fusion, and ``mode`` (None: the saved mode stays); the KB's other saved
     settings stay. Returns the session's answer (an envelope: the front end shows it)."""
     return session.save_search_settings(
