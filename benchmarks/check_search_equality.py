@@ -158,7 +158,7 @@ def build(home: Path, datasets: list[str]) -> None:
     all-MiniLM-L6-v2, chunk size 512 (what ``bench_latency.py --home`` and ``kb --home H eval`` build)."""
     from kb_core.beir import load_beir
     from kb_core.evaluation import build_eval_kb
-    from kb_core.evaluation_home import EVAL_HOME, open_eval_service
+    from kb_core.service import EVAL_HOME, open_eval_service
 
     service = open_eval_service(home)
     for name in datasets:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -44,6 +45,8 @@ if TYPE_CHECKING:
     from kb_core.store.reader import KBReader
 
 logger = logging.getLogger(__name__)
+# Where a home keeps its evaluation home (open_eval_service): evaluation KBs built from BEIR corpora.
+EVAL_HOME = Path("cache") / "eval"
 # Query vectors of local models remembered per service (see CachedEmbedder): 384 floats each, 1.5 MB at most.
 QUERY_MEMO = 1024
 # How long loading a local model takes before this home has measured it: all-MiniLM-L6-v2 with torch and
@@ -59,7 +62,15 @@ def default_parse_limits() -> Any:
 
 
 CLI_SESSION = "cli"
-__all__ = ["CLI_SESSION", "POSTGRES_OPERATIONS", "KnowledgeBaseService", "NotOnPostgres", "open_service"]
+__all__ = [
+    "CLI_SESSION",
+    "EVAL_HOME",
+    "POSTGRES_OPERATIONS",
+    "KnowledgeBaseService",
+    "NotOnPostgres",
+    "open_eval_service",
+    "open_service",
+]
 
 
 class ServiceCounters:
@@ -119,6 +130,8 @@ class KnowledgeBaseService:
         self._floors: dict[tuple[str, str], float] = {}
         self._parse_limits = parse_limits
         self.counters = ServiceCounters()
+        self._evaluation_lock = threading.Lock()
+        self._evaluation_service: KnowledgeBaseService | None = None
 
     @property
     def home(self) -> Home:
@@ -441,6 +454,15 @@ class KnowledgeBaseService:
 
         return EvaluationRunStore(self.home.root)
 
+    def evaluation_service(self) -> KnowledgeBaseService:
+        """The service on this home's evaluation home (``<home>/cache/eval``, :func:`open_eval_service`), opened
+        once per service: evaluation KBs built from a corpus, and their embedding cache, stay out of the user's KB
+        list. The evaluation package reaches it through :class:`kb_core.seams.Resources`."""
+        with self._evaluation_lock:
+            if self._evaluation_service is None:
+                self._evaluation_service = open_eval_service(self)
+            return self._evaluation_service
+
     @property
     def parse_limits(self) -> Any:
         """The limits every parse of this service runs under."""
@@ -542,3 +564,51 @@ def prepare_embedding_model(model: str, progress: Callable[[str], None] | None =
 
 def open_service(home: str | Path | None = None) -> KnowledgeBaseService:
     return KnowledgeBaseService(home)
+
+
+def open_eval_service(service_or_home: KnowledgeBaseService | str | os.PathLike[str]) -> KnowledgeBaseService:
+    """A :class:`KnowledgeBaseService` on the evaluation home ``<home>/cache/eval`` of the given service (or home
+    folder), so evaluation KBs and their embedding cache stay out of the user's KB list. Front ends take the one of
+    their service (:meth:`KnowledgeBaseService.evaluation_service`); notebooks and benchmarks open one from a home."""
+    from kb_core.config import FOLDER_STORE
+
+    if isinstance(service_or_home, str | os.PathLike):
+        root, device = Path(service_or_home).expanduser(), None
+    else:
+        root, device = Path(service_or_home.home.root), service_or_home.device_argument
+    home = root / EVAL_HOME
+
+    def embedder_factory(record: KnowledgeBaseRecord, api_key: str | None) -> Any:
+        # The service's own recipe (shared model, persistent document cache) plus a query memo: an evaluation
+        # embeds each query once instead of once per pass and setting. The vectors are the same.
+        from kb_core.embedding import CachedEmbedder, EmbeddingCache, get_embedder, is_hashing_model
+
+        local = not record.embedding_endpoint and not is_hashing_model(record.embedding_model)
+        device = eval_service.device_request if local else None
+        inner = get_embedder(record.embedding_model, record.embedding_endpoint, api_key, device=device)
+        return _QueryMemo(CachedEmbedder(inner, EmbeddingCache(home / "cache" / "embeddings.sqlite")))
+
+    # always a folder: evaluation KBs stay out of a shared PostgreSQL store ($KB_STORE) too
+    eval_service = KnowledgeBaseService(home, store=FOLDER_STORE, embedder_factory=embedder_factory, device=device)
+    return eval_service
+
+
+class _QueryMemo:
+    """An embedder whose ``embed_query`` remembers its answers; everything else is the wrapped embedder's."""
+
+    LIMIT = 100_000
+
+    def __init__(self, embedder: Any) -> None:
+        self._embedder = embedder
+        self._queries: dict[str, Any] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._embedder, name)
+
+    def embed_query(self, text: str) -> Any:
+        vector = self._queries.get(text)
+        if vector is None:
+            vector = self._embedder.embed_query(text)
+            if len(self._queries) < self.LIMIT:
+                self._queries[text] = vector
+        return vector

@@ -20,7 +20,7 @@ from kb_core.demo import DEMO_KB_NAME, demo_judgments_folder
 from pages import _shared as ui
 
 try:
-    from kb_core import evaluation, evaluation_home
+    from kb_core import evaluation
 except ImportError:  # the module is optional for the rest of the app
     evaluation = None  # type: ignore[assignment]
 
@@ -35,12 +35,6 @@ st.title("Evaluate retrieval")
 if evaluation is None:
     st.error("The evaluation package (kb_core.evaluation) is not available here.")
     st.stop()
-
-
-@st.cache_resource(show_spinner="Opening the evaluation home…")
-def eval_service(home: str) -> Any:
-    # Evaluation KBs built from a corpus live in <home>/cache/eval, out of the user's KB list.
-    return evaluation_home.open_eval_service(home)
 
 
 @dataclass
@@ -153,9 +147,8 @@ if st.button("Run evaluation", type="primary", disabled=not ready, key="eval_run
                 for name, content in uploaded.items():
                     (Path(scratch) / name).write_bytes(content)
                 request = replace(request, folder=Path(scratch))
-            finished = evaluation.run_evaluation(
-                session, request, eval_service=lambda: eval_service(str(ui.service().home.root)), progress=progress
-            )
+            # a corpus is built into the service's evaluation home, <home>/cache/eval, out of the user's KB list
+            finished = evaluation.run_evaluation(session, request, progress=progress)
         bar.progress(1.0, text="Done")
         st.session_state["eval_outcome"] = Outcome(
             finished.report, finished.run.id, str(finished.report.kb_name), finished.user_kb, finished.dataset_name,

@@ -26,7 +26,7 @@ from kb_core.evaluation import (
     settings_for,
     sweep_weights,
 )
-from kb_core.evaluation_home import open_eval_service
+from kb_core.service import open_eval_service
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

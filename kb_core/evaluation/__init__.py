@@ -8,7 +8,8 @@
 
 The package is a feature: it takes the session and its resources through :mod:`kb_core.seams` and never imports the
 service. The evaluation home (``<home>/cache/eval``) is opened by the session layer
-(:func:`kb_core.evaluation_home.open_eval_service`). Its modules import each other, never this
+(:meth:`kb_core.service.KnowledgeBaseService.evaluation_service`, reached through
+:class:`kb_core.seams.Resources`). Its modules import each other, never this
 package, so loading one of them loads no cycle.
 """
 

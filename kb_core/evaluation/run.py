@@ -2,8 +2,8 @@
 corpus in the evaluation home), run the settings and the weight sweep, keep the run; and the sweep's best point
 saved as a KB's default. ``kb eval`` and the app's Evaluate page parse, show and call these; nothing else.
 
-The evaluation home is a service of its own (the session layer opens it), so callers pass a function that opens it:
-this feature never imports the service.
+The evaluation home is a service of its own, opened by the session layer and reached through the seams
+(``session.service.evaluation_service()``, :class:`kb_core.seams.Resources`): this feature never imports the service.
 """
 
 from __future__ import annotations
@@ -104,12 +104,13 @@ def run_evaluation(
     session: EvaluatingSession,
     request: EvaluationRequest,
     *,
-    eval_service: Callable[[], Resources],
+    eval_service: Callable[[], Resources] | None = None,
     progress: EvalProgress | None = None,
 ) -> EvaluationOutcome:
     """Run ``request`` through ``session`` (a :class:`~kb_core.session.Session`) and keep the run in its home.
 
-    ``eval_service`` opens the evaluation home (``<home>/cache/eval``), called only to build from a corpus.
+    ``eval_service`` opens the evaluation home (``<home>/cache/eval``; default: the session's service's
+    ``evaluation_service``), called only to build from a corpus.
     Raises :class:`~kb_core.errors.KBError` (and ``OSError``/``ValueError`` for unreadable judgments)."""
     settings, swept = planned_settings(request)
     sweep = sweep_weights(request.sweep_steps) if request.sweep_steps else None
@@ -123,7 +124,7 @@ def run_evaluation(
         documents = None
         eval_session = session
     else:
-        kb_service = eval_service()
+        kb_service = (eval_service or session.service.evaluation_service)()
         dataset = load_beir(request.folder, split=request.split)
         dataset = replace(dataset, queries=_first(dataset.queries, request.max_queries))
         record = build_eval_kb(

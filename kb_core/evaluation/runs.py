@@ -434,7 +434,7 @@ def record_run(
     note: str = "",
 ) -> EvaluationRun:
     """Keep ``report`` in ``store``. ``kb_service`` is the service whose home holds the evaluated KB (the user's
-    service, or the evaluation service of :func:`kb_core.evaluation_home.open_eval_service`)."""
+    service, or the evaluation service of :meth:`kb_core.service.KnowledgeBaseService.evaluation_service`)."""
     record = kb_service.find_kb(report.kb_name)
     documents = pd.DataFrame(kb_service.store.kb(record).documents())  # either store (#28)
     return store.save(

@@ -310,7 +310,7 @@ def test_the_folder_store_stays_the_default(tmp_path: Path, monkeypatch: pytest.
 def test_evaluation_kbs_stay_in_a_folder_when_kb_store_is_set(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``store="folder"`` (``kb --store folder``) overrides ``$KB_STORE``; the evaluation home uses it, so evaluation
     KBs never land in the shared database."""
-    from kb_core.evaluation_home import open_eval_service
+    from kb_core.service import open_eval_service
 
     monkeypatch.setenv("KB_STORE", "postgresql://kb@127.0.0.1:9/kb")  # down: connecting would fail
     assert KnowledgeBaseService(tmp_path / "home", store="folder").postgres is None
