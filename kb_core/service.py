@@ -47,6 +47,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 # Where a home keeps its evaluation home (open_eval_service): evaluation KBs built from BEIR corpora.
 EVAL_HOME = Path("cache") / "eval"
+# Query vectors an evaluation home's embedders remember (each judged query runs under every setting): 150 MB at
+# most at 384 dimensions.
+EVAL_QUERY_MEMO = 100_000
 # Query vectors of local models remembered per service (see CachedEmbedder): 384 floats each, 1.5 MB at most.
 QUERY_MEMO = 1024
 # How long loading a local model takes before this home has measured it: all-MiniLM-L6-v2 with torch and
@@ -579,36 +582,15 @@ def open_eval_service(service_or_home: KnowledgeBaseService | str | os.PathLike[
     home = root / EVAL_HOME
 
     def embedder_factory(record: KnowledgeBaseRecord, api_key: str | None) -> Any:
-        # The service's own recipe (shared model, persistent document cache) plus a query memo: an evaluation
-        # embeds each query once instead of once per pass and setting. The vectors are the same.
+        # The service's own recipe (shared model, persistent document cache) with a larger query memo, for endpoints
+        # too: an evaluation embeds each query once instead of once per pass and setting. The vectors are the same.
         from kb_core.embedding import CachedEmbedder, EmbeddingCache, get_embedder, is_hashing_model
 
         local = not record.embedding_endpoint and not is_hashing_model(record.embedding_model)
         device = eval_service.device_request if local else None
         inner = get_embedder(record.embedding_model, record.embedding_endpoint, api_key, device=device)
-        return _QueryMemo(CachedEmbedder(inner, EmbeddingCache(home / "cache" / "embeddings.sqlite")))
+        return CachedEmbedder(inner, EmbeddingCache(home / "cache" / "embeddings.sqlite"), query_memo=EVAL_QUERY_MEMO)
 
     # always a folder: evaluation KBs stay out of a shared PostgreSQL store ($KB_STORE) too
     eval_service = KnowledgeBaseService(home, store=FOLDER_STORE, embedder_factory=embedder_factory, device=device)
     return eval_service
-
-
-class _QueryMemo:
-    """An embedder whose ``embed_query`` remembers its answers; everything else is the wrapped embedder's."""
-
-    LIMIT = 100_000
-
-    def __init__(self, embedder: Any) -> None:
-        self._embedder = embedder
-        self._queries: dict[str, Any] = {}
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._embedder, name)
-
-    def embed_query(self, text: str) -> Any:
-        vector = self._queries.get(text)
-        if vector is None:
-            vector = self._embedder.embed_query(text)
-            if len(self._queries) < self.LIMIT:
-                self._queries[text] = vector
-        return vector
