@@ -47,10 +47,6 @@ from kb_core.retrieval.fusion import (
 from kb_core.retrieval.near_duplicates import near_duplicate_rows
 from kb_core.retrieval.weights import FusionWeights
 from kb_core.store.base import CandidateRequest, RowKey, Searcher
-from kb_core.store.folder import FolderSearcher
-
-# The folder store's searcher under its former name (benchmarks and tests reach it here).
-SnapshotSearcher = FolderSearcher
 
 logger = logging.getLogger(__name__)
 
