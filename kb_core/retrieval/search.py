@@ -27,7 +27,7 @@ import logging
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -306,7 +306,7 @@ def rank(
         allowed = np.array(
             [
                 filters.allows(document["name"], document["file_type"])
-                for document in (searcher.document_of(key) for key in _row_keys(candidates.keys))
+                for document in (searcher.document_of(key) for key in cast("list[RowKey]", candidates.keys_of()))
             ],
             dtype=bool,
         )
@@ -357,7 +357,7 @@ def rank(
     if explain_keys and len(ranking):
         wanted = set(explain_keys)
         ranks = ranking.rank_of()
-        for position, key in enumerate(_row_keys(candidates.keys)):
+        for position, key in enumerate(cast("list[RowKey]", candidates.keys_of())):
             if key in wanted:
                 explained[key] = ExplainedRow(
                     int(ranks[position]),
@@ -374,7 +374,7 @@ def rank(
             [], warnings, weights_used, suggested, keyword_reference, explained,
             semantic_floor=floor, without_evidence=len(ranking), query_terms=analysed,
         )
-    window_keys = _row_keys(candidates.keys, window)
+    window_keys = cast("list[RowKey]", candidates.keys_of(window))
     records, signatures = searcher.rows_with_signatures(window_keys)
     chosen = list(zip(window, window_keys, records, strict=True))
     if settings.deduplicate:
@@ -410,14 +410,6 @@ def rank(
         hits, warnings, weights_used, suggested, keyword_reference, explained,
         semantic_floor=floor, without_evidence=without, query_terms=analysed,
     )
-
-
-def _row_keys(keys: Sequence[Any], positions: Sequence[int] | None = None) -> list[RowKey]:
-    """The row keys of candidates (all, or those at ``positions``): the searchers give them as an (n, 2) array."""
-    table = np.asarray(keys, dtype=np.int64).reshape(-1, 2)
-    if positions is not None:
-        table = table[np.asarray(positions, dtype=np.int64)]
-    return [(int(part), int(row)) for part, row in table.tolist()]
 
 
 def _evidence(ranking: Any, mode: str, floor: float) -> np.ndarray:
