@@ -64,7 +64,7 @@ def search_answer(session: Any, text: str, top_k: int, mode: str, variant: dict[
 
 
 def eval_kb_names(service: KnowledgeBaseService) -> list[str]:
-    return [r.name for r in service.registry.knowledge_bases() if any(r.name.startswith(p) for p in DATASETS)]
+    return [r.name for r in service.store.knowledge_bases() if any(r.name.startswith(p) for p in DATASETS)]
 
 
 def dump(home: Path, out: Path, queries: int, deep: int, postgres: bool = False) -> None:
@@ -98,7 +98,7 @@ def dump_service(
 ) -> None:
     session = service.session()
     results: dict[str, Any] = {}
-    for record in service.registry.knowledge_bases():
+    for record in service.store.knowledge_bases():
         relative = next((path for prefix, path in DATASETS.items() if record.name.startswith(prefix)), None)
         if relative is None:
             continue

@@ -41,7 +41,6 @@ if TYPE_CHECKING:
     from kb_core.retrieval.analysis import Analyzer
     from kb_core.retrieval.search import RankedHits, SearchFilters, SearchSettings
     from kb_core.session import Session
-    from kb_core.store.postgres import PostgresStore
     from kb_core.store.reader import KBReader
 
 logger = logging.getLogger(__name__)
@@ -141,16 +140,6 @@ class KnowledgeBaseService:
         """The per-user folder: the CLI's current KB, the embedding cache, kept evaluation runs (and, on the folder
         store, the KBs)."""
         return self.store.home
-
-    @property
-    def postgres(self) -> PostgresStore | None:
-        """The database on PostgreSQL, else None (tests and benchmarks reach it; no feature does)."""
-        return self.store.postgres
-
-    @property
-    def registry(self) -> Store:
-        """Where the KBs are registered (the store)."""
-        return self.store
 
     def close(self) -> None:
         """Close the database connections (a folder store holds none)."""
