@@ -48,9 +48,9 @@ from kb_core.beir import load_beir
 from kb_core.embedding import CachedEmbedder, EmbeddingCache, get_embedder
 from kb_core.embedding.wordpiece import bundled_model_path
 from kb_core.evaluation import build_eval_kb
-from kb_core.evaluation_home import EVAL_HOME, open_eval_service
 from kb_core.retrieval.keyword_index import bm25_idf, bm25_length_norm
 from kb_core.retrieval.search import MIN_CANDIDATES
+from kb_core.service import EVAL_HOME, open_eval_service
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared" / "eval"

@@ -43,8 +43,9 @@ from bench_store import synthetic_texts
 from bench_vector import clustered_vectors
 
 from kb_core import KnowledgeBaseService
-from kb_core.retrieval.search import SearchFilters, SearchSettings, SnapshotSearcher, candidate_request, rank
+from kb_core.retrieval.search import SearchFilters, SearchSettings, candidate_request, rank
 from kb_core.store import Change
+from kb_core.store.folder import FolderSearcher
 from kb_core.store.postgres import ChunkRecord, DocumentRecord, PostgresStore, PreparedDocument, StoreChange
 from kb_core.store.postgres.embedded import LocalPostgres
 from kb_core.store.postgres.searching import PostgresSearcher
@@ -145,7 +146,7 @@ def measure_retrieval(
     service: KnowledgeBaseService, record: Any, store: PostgresStore, kb_id: str, corpus: Corpus, queries: int
 ) -> dict[str, float]:
     snapshot = service.reader(record.id).snapshot()
-    searcher = SnapshotSearcher.for_snapshot(snapshot, service.analyzer, record.embedding_model)
+    searcher = FolderSearcher.for_snapshot(snapshot, service.analyzer, record.embedding_model)
     settings = SearchSettings(top_k=10)
     fetch = max(settings.candidates, settings.top_k * 10)
     filters = SearchFilters()
@@ -204,7 +205,7 @@ def measure_hybrid_search(
     service: KnowledgeBaseService, record: Any, store: PostgresStore, kb_id: str, corpus: Corpus, queries: int
 ) -> dict[str, float]:
     """Whole hybrid searches (embedding excluded), alternating between the stores."""
-    searcher = SnapshotSearcher.for_snapshot(
+    searcher = FolderSearcher.for_snapshot(
         service.reader(record.id).snapshot(), service.analyzer, record.embedding_model
     )
     pg_record = store.get(kb_id)
@@ -345,7 +346,7 @@ def measure_commit(
         folder_store.commit(Change(add=(staged,)))
         folder_elapsed = time.perf_counter() - started
         started = time.perf_counter()
-        SnapshotSearcher.for_snapshot(service.reader(record.id).snapshot(), service.analyzer, record.embedding_model)
+        FolderSearcher.for_snapshot(service.reader(record.id).snapshot(), service.analyzer, record.embedding_model)
         refresh = time.perf_counter() - started
         started = time.perf_counter()
         store.commit(kb_id, StoreChange(add=(prepared(service, f"doc_small_{i}", texts, vectors),)))

@@ -27,7 +27,8 @@ from bench_store import commit_synthetic_segment, synthetic_texts
 from bench_vector import clustered_vectors
 
 from kb_core import KnowledgeBaseService
-from kb_core.retrieval.search import SearchFilters, SearchSettings, SnapshotSearcher, rank
+from kb_core.retrieval.search import SearchFilters, SearchSettings, rank
+from kb_core.store.folder import FolderSearcher
 
 
 def memory_mb(field: str = "VmHWM") -> float:
@@ -58,7 +59,7 @@ def measure(home: Path, queries: int) -> dict[str, float]:
     service = KnowledgeBaseService(home)
     record = service.find_kb("big")
     snapshot = service.reader(record.id).snapshot()
-    searcher = SnapshotSearcher.for_snapshot(snapshot, service.analyzer, record.embedding_model)
+    searcher = FolderSearcher.for_snapshot(snapshot, service.analyzer, record.embedding_model)
     all_vectors = np.load(home / "queries.npy")
     query_vectors = all_vectors[:queries]
     rng = np.random.default_rng(5)

@@ -20,9 +20,9 @@ import numpy as np
 
 from kb_core import KnowledgeBaseService
 from kb_core.retrieval.keyword_index import KeywordSegment
-from kb_core.retrieval.search import SnapshotSearcher
 from kb_core.retrieval.vector_index import VectorSegment
 from kb_core.store import Change
+from kb_core.store.folder import FolderSearcher
 from kb_core.store.segments import write_indexed_segment, write_segment_files
 
 
@@ -112,7 +112,7 @@ def main() -> None:
         commit_prebuilt_segment(service, record, texts, keyword, vector_index)
         del keyword, vector_index, vectors
         snapshot = service.reader(record.id).snapshot()
-        SnapshotSearcher.for_snapshot(snapshot, service.analyzer, record.embedding_model)
+        FolderSearcher.for_snapshot(snapshot, service.analyzer, record.embedding_model)
 
         small = Path(folder) / "small.txt"
         commits, refreshes = [], []
@@ -124,7 +124,7 @@ def main() -> None:
             assert result["success"], result
             started = time.perf_counter()
             snapshot = service.reader(record.id).snapshot()
-            SnapshotSearcher.for_snapshot(snapshot, service.analyzer, record.embedding_model)
+            FolderSearcher.for_snapshot(snapshot, service.analyzer, record.embedding_model)
             refresh = time.perf_counter() - started
             if i:  # the first import starts the parser worker
                 commits.append(elapsed)

@@ -64,7 +64,7 @@ def search_answer(session: Any, text: str, top_k: int, mode: str, variant: dict[
 
 
 def eval_kb_names(service: KnowledgeBaseService) -> list[str]:
-    return [r.name for r in service.registry.knowledge_bases() if any(r.name.startswith(p) for p in DATASETS)]
+    return [r.name for r in service.store.knowledge_bases() if any(r.name.startswith(p) for p in DATASETS)]
 
 
 def dump(home: Path, out: Path, queries: int, deep: int, postgres: bool = False) -> None:
@@ -98,7 +98,7 @@ def dump_service(
 ) -> None:
     session = service.session()
     results: dict[str, Any] = {}
-    for record in service.registry.knowledge_bases():
+    for record in service.store.knowledge_bases():
         relative = next((path for prefix, path in DATASETS.items() if record.name.startswith(prefix)), None)
         if relative is None:
             continue
@@ -158,7 +158,7 @@ def build(home: Path, datasets: list[str]) -> None:
     all-MiniLM-L6-v2, chunk size 512 (what ``bench_latency.py --home`` and ``kb --home H eval`` build)."""
     from kb_core.beir import load_beir
     from kb_core.evaluation import build_eval_kb
-    from kb_core.evaluation_home import EVAL_HOME, open_eval_service
+    from kb_core.service import EVAL_HOME, open_eval_service
 
     service = open_eval_service(home)
     for name in datasets:

@@ -102,9 +102,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "kb_core.retrieval",
             "kb_core.bundles",
             "kb_core.transfer",
-            "kb_core.evaluation",
-            "kb_core.evaluation_runs",
-            "kb_core.evaluation_orchestration",  # one evaluation run for the CLI and the app (#28)
+            "kb_core.evaluation",  # scoring, kept runs, and the one run_evaluation of the CLI and the app (#28)
             "kb_core.beir",
             "kb_core.demo",
             "kb_core.documents",
@@ -112,9 +110,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "kb_core.seams",
         ),
     ),
-    # The session and the service that opens the store and makes sessions (the composition root), and the
-    # evaluation home, which opens a service of its own.
-    ("session", ("kb_core.session", "kb_core.service", "kb_core.evaluation_home")),
+    # The session and the service that opens the store and makes sessions (the composition root), and the evaluation
+    # home, a service of its own that features reach through seams.Resources.evaluation_service.
+    ("session", ("kb_core.session", "kb_core.service")),
     # The edges: CLI, MCP server, Streamlit app and pages, the package's public facade, and the envelope, which
     # after #28 only the edges build.
     ("edges", ("kb_core.cli", "kb_core.mcp", "kb_core.envelope", "pages", "app")),

@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from kb_core.config import resolve_home
     from kb_core.evaluation import evaluate_folder
-    from kb_core.evaluation_home import open_eval_service
+    from kb_core.service import open_eval_service
 
     service = open_eval_service(resolve_home(args.home))
     rows = []

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 class Resources(Protocol):
     """The process's resources: the store (each KB's storage through ``store.kb(record)``), embedders, the
-    analyzer, the per-user home."""
+    analyzer, the per-user home and its evaluation home."""
 
     @property
     def store(self) -> Store: ...
@@ -51,6 +51,12 @@ class Resources(Protocol):
     def embedder(self, record: KnowledgeBaseRecord) -> Embedder: ...
 
     def compact_quietly(self, record: KnowledgeBaseRecord) -> None: ...
+
+    def evaluation_service(self) -> Resources:
+        """The resources of this home's evaluation home (``<home>/cache/eval``): evaluation KBs built from a corpus,
+        out of the user's KB list. Opened by the session layer, so the evaluation package never imports the
+        service."""
+        ...
 
     def session(
         self,
@@ -85,7 +91,7 @@ class SessionResources(Resources, Protocol):
     def token_store(self) -> TokenStorage: ...
 
     @property
-    def evaluation_runs(self) -> Any: ...  # kb_core.evaluation_runs.EvaluationRunStore, a feature built on these seams
+    def evaluation_runs(self) -> Any: ...  # kb_core.evaluation.EvaluationRunStore, a feature built on these seams
 
     def create_kb(
         self,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -34,16 +35,20 @@ from kb_core.validation import (
 
 if TYPE_CHECKING:
     from kb_core.embedding.base import Embedder
-    from kb_core.evaluation_runs import EvaluationRunStore
+    from kb_core.evaluation import EvaluationRunStore
     from kb_core.ingest.executors import DocumentExecutor
     from kb_core.ingest.pipeline import Importer
     from kb_core.retrieval.analysis import Analyzer
     from kb_core.retrieval.search import RankedHits, SearchFilters, SearchSettings
     from kb_core.session import Session
-    from kb_core.store.postgres import PostgresStore
     from kb_core.store.reader import KBReader
 
 logger = logging.getLogger(__name__)
+# Where a home keeps its evaluation home (open_eval_service): evaluation KBs built from BEIR corpora.
+EVAL_HOME = Path("cache") / "eval"
+# Query vectors an evaluation home's embedders remember (each judged query runs under every setting): 150 MB at
+# most at 384 dimensions.
+EVAL_QUERY_MEMO = 100_000
 # Query vectors of local models remembered per service (see CachedEmbedder): 384 floats each, 1.5 MB at most.
 QUERY_MEMO = 1024
 # How long loading a local model takes before this home has measured it: all-MiniLM-L6-v2 with torch and
@@ -59,7 +64,15 @@ def default_parse_limits() -> Any:
 
 
 CLI_SESSION = "cli"
-__all__ = ["CLI_SESSION", "POSTGRES_OPERATIONS", "KnowledgeBaseService", "NotOnPostgres", "open_service"]
+__all__ = [
+    "CLI_SESSION",
+    "EVAL_HOME",
+    "POSTGRES_OPERATIONS",
+    "KnowledgeBaseService",
+    "NotOnPostgres",
+    "open_eval_service",
+    "open_service",
+]
 
 
 class ServiceCounters:
@@ -119,22 +132,14 @@ class KnowledgeBaseService:
         self._floors: dict[tuple[str, str], float] = {}
         self._parse_limits = parse_limits
         self.counters = ServiceCounters()
+        self._evaluation_lock = threading.Lock()
+        self._evaluation_service: KnowledgeBaseService | None = None
 
     @property
     def home(self) -> Home:
         """The per-user folder: the CLI's current KB, the embedding cache, kept evaluation runs (and, on the folder
         store, the KBs)."""
         return self.store.home
-
-    @property
-    def postgres(self) -> PostgresStore | None:
-        """The database on PostgreSQL, else None (tests and benchmarks reach it; no feature does)."""
-        return self.store.postgres
-
-    @property
-    def registry(self) -> Store:
-        """Where the KBs are registered (the store)."""
-        return self.store
 
     def close(self) -> None:
         """Close the database connections (a folder store holds none)."""
@@ -437,9 +442,18 @@ class KnowledgeBaseService:
     @cached_property
     def evaluation_runs(self) -> EvaluationRunStore:
         """The kept evaluation runs of this home (``HOME/evaluations``)."""
-        from kb_core.evaluation_runs import EvaluationRunStore
+        from kb_core.evaluation import EvaluationRunStore
 
         return EvaluationRunStore(self.home.root)
+
+    def evaluation_service(self) -> KnowledgeBaseService:
+        """The service on this home's evaluation home (``<home>/cache/eval``, :func:`open_eval_service`), opened
+        once per service: evaluation KBs built from a corpus, and their embedding cache, stay out of the user's KB
+        list. The evaluation package reaches it through :class:`kb_core.seams.Resources`."""
+        with self._evaluation_lock:
+            if self._evaluation_service is None:
+                self._evaluation_service = open_eval_service(self)
+            return self._evaluation_service
 
     @property
     def parse_limits(self) -> Any:
@@ -542,3 +556,30 @@ def prepare_embedding_model(model: str, progress: Callable[[str], None] | None =
 
 def open_service(home: str | Path | None = None) -> KnowledgeBaseService:
     return KnowledgeBaseService(home)
+
+
+def open_eval_service(service_or_home: KnowledgeBaseService | str | os.PathLike[str]) -> KnowledgeBaseService:
+    """A :class:`KnowledgeBaseService` on the evaluation home ``<home>/cache/eval`` of the given service (or home
+    folder), so evaluation KBs and their embedding cache stay out of the user's KB list. Front ends take the one of
+    their service (:meth:`KnowledgeBaseService.evaluation_service`); notebooks and benchmarks open one from a home."""
+    from kb_core.config import FOLDER_STORE
+
+    if isinstance(service_or_home, str | os.PathLike):
+        root, device = Path(service_or_home).expanduser(), None
+    else:
+        root, device = Path(service_or_home.home.root), service_or_home.device_argument
+    home = root / EVAL_HOME
+
+    def embedder_factory(record: KnowledgeBaseRecord, api_key: str | None) -> Any:
+        # The service's own recipe (shared model, persistent document cache) with a larger query memo, for endpoints
+        # too: an evaluation embeds each query once instead of once per pass and setting. The vectors are the same.
+        from kb_core.embedding import CachedEmbedder, EmbeddingCache, get_embedder, is_hashing_model
+
+        local = not record.embedding_endpoint and not is_hashing_model(record.embedding_model)
+        device = eval_service.device_request if local else None
+        inner = get_embedder(record.embedding_model, record.embedding_endpoint, api_key, device=device)
+        return CachedEmbedder(inner, EmbeddingCache(home / "cache" / "embeddings.sqlite"), query_memo=EVAL_QUERY_MEMO)
+
+    # always a folder: evaluation KBs stay out of a shared PostgreSQL store ($KB_STORE) too
+    eval_service = KnowledgeBaseService(home, store=FOLDER_STORE, embedder_factory=embedder_factory, device=device)
+    return eval_service

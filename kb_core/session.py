@@ -900,7 +900,7 @@ class Session:
         top: int = 10,
     ) -> Envelope:
         """Setting ``setting_a`` of run ``run_a`` against ``setting_b`` of ``run_b``, query by query."""
-        from kb_core.evaluation_runs import compare_runs
+        from kb_core.evaluation import compare_runs
 
         store = self.service.evaluation_runs
         comparison = compare_runs(

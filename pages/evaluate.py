@@ -20,10 +20,9 @@ from kb_core.demo import DEMO_KB_NAME, demo_judgments_folder
 from pages import _shared as ui
 
 try:
-    from kb_core import evaluation, evaluation_home, evaluation_orchestration, evaluation_runs
+    from kb_core import evaluation
 except ImportError:  # the module is optional for the rest of the app
     evaluation = None  # type: ignore[assignment]
-    evaluation_runs = None  # type: ignore[assignment]
 
 DEMO = "Demo judgments"
 FOLDER = "Folder on the server"
@@ -33,15 +32,9 @@ METRIC_COLOURS = {"ndcg@10": "#1f4e9c", "recall@100": "#7fb3e6", "mrr@10": "#e07
 
 session = ui.session()
 st.title("Evaluate retrieval")
-if evaluation is None or evaluation_runs is None:
-    st.error("The evaluation modules (kb_core.evaluation, kb_core.evaluation_runs) are not available here.")
+if evaluation is None:
+    st.error("The evaluation package (kb_core.evaluation) is not available here.")
     st.stop()
-
-
-@st.cache_resource(show_spinner="Opening the evaluation home…")
-def eval_service(home: str) -> Any:
-    # Evaluation KBs built from a corpus live in <home>/cache/eval, out of the user's KB list.
-    return evaluation_home.open_eval_service(home)
 
 
 @dataclass
@@ -128,12 +121,12 @@ with st.expander("Settings", expanded=True):
 
 ready = can_run and ((folder is not None) or bool(uploaded)) and bool(modes)
 if st.button("Run evaluation", type="primary", disabled=not ready, key="eval_run"):
-    request = evaluation_orchestration.EvaluationRequest(
+    request = evaluation.EvaluationRequest(
         folder=folder or Path(), build_corpus=build_corpus, modes=tuple(modes), compare_fusion=compare_fusion,
         sweep_steps=steps if sweep else None, sweep_full_depth=sweep_recall, max_queries=int(max_queries) or None,
         dataset_name=dataset_name,
     )
-    planned, swept = evaluation_orchestration.planned_settings(request)
+    planned, swept = evaluation.planned_settings(request)
     everything = planned + swept  # the progress bar's settings, in running order
     bar = st.progress(0.0, text="Starting…")
     seen: list[str] = []
@@ -154,9 +147,8 @@ if st.button("Run evaluation", type="primary", disabled=not ready, key="eval_run
                 for name, content in uploaded.items():
                     (Path(scratch) / name).write_bytes(content)
                 request = replace(request, folder=Path(scratch))
-            finished = evaluation_orchestration.run_evaluation(
-                session, request, eval_service=lambda: eval_service(str(ui.service().home.root)), progress=progress
-            )
+            # a corpus is built into the service's evaluation home, <home>/cache/eval, out of the user's KB list
+            finished = evaluation.run_evaluation(session, request, progress=progress)
         bar.progress(1.0, text="Done")
         st.session_state["eval_outcome"] = Outcome(
             finished.report, finished.run.id, str(finished.report.kb_name), finished.user_kb, finished.dataset_name,
@@ -215,7 +207,7 @@ def save_best(outcome: Outcome, best: dict[str, Any]) -> None:
     if st.button("Save best as KB default", key="eval_save_best", type="primary",
                  help="Hybrid search with these weights (fixed, weighted fusion) becomes the KB's default: the "
                  "Search lab, the CLI and MCP searches that give no settings use it."):
-        result = evaluation_orchestration.save_best(session, outcome.kb_name, best)
+        result = evaluation.save_best(session, outcome.kb_name, best)
         if result["success"]:
             st.session_state["eval_saved"] = (
                 f"{result['message']} Vector {best['vector_weight']:.2f} / keyword {best['keyword_weight']:.2f}, "
@@ -257,7 +249,7 @@ def show_outcome(outcome: Outcome) -> None:
     best = None
     with sweep_col:
         if len(swept) > 1:
-            best = evaluation_runs.best_sweep_setting(metrics)
+            best = evaluation.best_sweep_setting(metrics)
             st.plotly_chart(sweep_figure(swept, best), key="eval_sweep_chart", width="stretch")
         else:
             st.caption("Turn on the weight sweep to see nDCG@10 and Recall@100 against the vector weight.")

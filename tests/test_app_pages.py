@@ -22,8 +22,13 @@ from streamlit.testing.v1 import AppTest  # noqa: E402
 from kb_core import KnowledgeBaseService  # noqa: E402
 from kb_core.beir import load_beir_queries_qrels  # noqa: E402
 from kb_core.demo import DEMO_KB_NAME, ensure_demo_kb  # noqa: E402
-from kb_core.evaluation import EvaluationSetting, evaluate_with_sweep, settings_for  # noqa: E402
-from kb_core.evaluation_runs import best_sweep_setting, record_run  # noqa: E402
+from kb_core.evaluation import (  # noqa: E402
+    EvaluationSetting,
+    best_sweep_setting,
+    evaluate_with_sweep,
+    record_run,
+    settings_for,
+)
 
 
 @pytest.fixture

@@ -69,7 +69,7 @@ def test_commands_that_need_no_model_import_neither_torch_nor_transformers(tmp_p
     listed = next(e for e in report if e["argv"][-1] == "list")["out"]
     assert "notes" in listed and "spare" in listed
     assert (tmp_path / "backup.kbx").stat().st_size > 0
-    assert [kb.name for kb in KnowledgeBaseService(home).registry.knowledge_bases()] == ["notes"]
+    assert [kb.name for kb in KnowledgeBaseService(home).store.knowledge_bases()] == ["notes"]
 
 
 @pytest.mark.model

@@ -26,7 +26,7 @@ from kb_core.evaluation import (
     settings_for,
     sweep_weights,
 )
-from kb_core.evaluation_home import open_eval_service
+from kb_core.service import open_eval_service
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -284,6 +284,30 @@ def test_weight_sweep_runs_hybrid_at_each_weight(eval_service, beir: Path) -> No
     assert list(report.metrics["vector_weight"]) == [0.0, 0.5, 1.0]
     assert list(report.metrics["keyword_weight"]) == [1.0, 0.5, 0.0]
     assert (report.metrics["mode"] == "hybrid").all()
+
+
+def test_the_evaluation_home_embeds_each_query_once_across_settings(
+    eval_service, beir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every judged query runs under each mode and sweep point; the evaluation home's embedders remember its vector,
+    so the model computes it once (the figures are those of embedding it each time)."""
+    from collections import Counter
+
+    from kb_core.embedding.hashing import HashingEmbedder
+
+    dataset = load_beir(beir)
+    record = build_eval_kb(eval_service, dataset, embedding_model="hashing")
+    embedded: Counter[str] = Counter()
+    original = HashingEmbedder.embed_query
+
+    def counted(self: HashingEmbedder, text: str):  # type: ignore[no-untyped-def]
+        embedded[text] += 1
+        return original(self, text)
+
+    monkeypatch.setattr(HashingEmbedder, "embed_query", counted)
+    evaluate_kb(eval_service.session(), QUERIES, QRELS, vector_weights=[0.0, 0.5, 1.0], kb_name=record.name)
+    assert {QUERIES[q] for q in JUDGED} <= set(embedded)
+    assert set(embedded.values()) == {1}, embedded
 
 
 def test_evaluate_folder_limits_queries(eval_service, beir: Path) -> None:

@@ -81,7 +81,8 @@ def test_layers_point_down_and_what_is_left_of_28_does_not_grow() -> None:
     type-only imports counted: no cycle, no module without a layer, no private name imported across modules, and
     no upward import but the three to the envelope, which leave when the session returns typed results (#28's
     step C1, open). No store-choosing branch is left: the store, chosen once by ``open_store``, answers which half
-    of a feature runs (``Store.choose``) and which sink an import commits through (``KBStorage.sink``)."""
+    of a feature runs (``Store.choose``) and which sink an import commits through (``KBStorage.sink``); no module
+    beyond those four imports store/postgres."""
     report = GRAPH.analyse(PACKAGE.parent)
     assert report["unassigned_modules"] == []
     assert report["cycles_with_type_only"] == []
@@ -89,3 +90,7 @@ def test_layers_point_down_and_what_is_left_of_28_does_not_grow() -> None:
     upward = sorted((u["from"], u["to"]) for u in report["upward_imports"])
     assert upward == [("bundles.api", "envelope"), ("seams", "envelope"), ("session", "envelope")], upward
     assert report["store_branch_count"] == 0, report["store_branches"]
+    # PostgreSQL code is imported only by the store's protocol and factory and the features' PostgreSQL halves (the
+    # service reaches the database through its store).
+    outside = sorted(report["postgres_imported_outside_store_postgres"])
+    assert outside == ["bundles.postgres", "store.base", "store.factory", "transfer.postgres"], outside

@@ -559,7 +559,7 @@ def test_an_embedding_model_path_is_confined_like_any_path(live: LiveServer, tmp
     # A hub name is no path: not confined, but refused as invalid parameters, a model not available offline (#25).
     assert hub.error.code == INVALID_PARAMS and hub.error.data["code"] == "INVALID_ARGUMENT", hub.error
     assert "Available offline" in hub.error.message
-    names = {r.name for r in live.service.registry.knowledge_bases()}
+    names = {r.name for r in live.service.store.knowledge_bases()}
     assert "m5" in names and not names & {"hub", *(f"m{n}" for n in range(5))}
 
 

@@ -484,8 +484,9 @@ def test_semantic_search_fetches_only_the_rows_it_can_return_with_the_same_hits(
     rows (+ 1 to see a tie) instead of 10 × top_k; its hits, scores and breakdowns equal those of the full
     over-fetch. Where the last wanted row ties with the next one (here: two copies of one document, so equal
     vectors), a longer search could break the tie differently, so it over-fetches."""
-    from kb_core.retrieval.search import SearchFilters, SearchSettings, SnapshotSearcher
+    from kb_core.retrieval.search import SearchFilters, SearchSettings
     from kb_core.retrieval.vector_index import VectorSearcher
+    from kb_core.store.folder import FolderSearcher
 
     for name in ("twin-a.txt", "twin-b.txt"):
         (tmp_path / name).write_text("Twin documents hold exactly the same words about vector search.", "utf-8")
@@ -510,7 +511,7 @@ def test_semantic_search_fetches_only_the_rows_it_can_return_with_the_same_hits(
             short_paths += fetched == [wanted + 1]
             tie_fallbacks += fetched == [wanted + 1, 100]
             with monkeypatch.context() as patch:  # the reference: the full over-fetch
-                patch.setattr(SnapshotSearcher, "_semantic_prefix", lambda *args: (np.empty(0),) * 3)
+                patch.setattr(FolderSearcher, "_semantic_prefix", lambda *args: (np.empty(0),) * 3)
                 full = service.search_kb(record, query, settings, SearchFilters())
             assert fetched[-1] == 100
             assert [hit.to_json() for hit in short.hits] == [hit.to_json() for hit in full.hits]

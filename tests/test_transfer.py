@@ -458,7 +458,7 @@ def test_a_bomb_whose_headers_lie_stops_inflating_at_the_limit(small_export: Pat
         assert info.file_size <= 150 * info.compress_size  # the ratio check on the headers passes
     out = import_in_a_bounded_child(tmp_path / "victim", bomb, file_mb=16)
     assert "code: INVALID_IMPORT_FILE" in out and "decompression bomb" in out, out
-    assert KnowledgeBaseService(tmp_path / "victim").registry.knowledge_bases() == []
+    assert KnowledgeBaseService(tmp_path / "victim").store.knowledge_bases() == []
 
 
 def test_member_larger_than_declared_is_refused(victim: Any, small_export: Path, tmp_path: Path) -> None:

@@ -41,10 +41,7 @@ def _progress(stage: str, done: int, total: int) -> None:
 @enveloped
 def run_eval(session: Session, args: argparse.Namespace) -> Envelope:
     from kb_core.errors import InvalidArgument
-    from kb_core.evaluation import MODES
-    from kb_core.evaluation_home import open_eval_service
-    from kb_core.evaluation_orchestration import EvaluationRequest, run_evaluation, save_best
-    from kb_core.evaluation_runs import best_sweep_setting
+    from kb_core.evaluation import MODES, EvaluationRequest, best_sweep_setting, run_evaluation, save_best
 
     weights_given = args.vector_weight is not None or args.keyword_weight is not None
     for name in ("vector_weight", "keyword_weight"):
@@ -78,9 +75,7 @@ def run_eval(session: Session, args: argparse.Namespace) -> Envelope:
         chunk_size=args.chunk_size,
         embedding_model=args.model,
     )
-    outcome = run_evaluation(
-        session, request, eval_service=lambda: open_eval_service(session.service), progress=_progress
-    )
+    outcome = run_evaluation(session, request, progress=_progress)
     record, report, run = outcome.record, outcome.report, outcome.run
     data = {
         "run_id": run.id,

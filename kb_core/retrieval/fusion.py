@@ -211,11 +211,13 @@ class CandidateArrays:
         key = self.keys[position]
         return tuple(int(x) for x in key) if isinstance(key, np.ndarray) else key
 
-    def keys_of(self, positions: Sequence[int]) -> list[Hashable]:
-        """:meth:`key` of each of ``positions``."""
+    def keys_of(self, positions: Sequence[int] | None = None) -> list[Hashable]:
+        """:meth:`key` of each of ``positions`` (default: every candidate, in order); keys given as an (n, 2)
+        integer array (the stores' ``(segment, row)`` pairs) come back as ``(int, int)`` tuples."""
         if isinstance(self.keys, np.ndarray) and self.keys.ndim == 2:
-            return [tuple(key) for key in self.keys[np.asarray(positions, dtype=np.int64)].tolist()]
-        return [self.key(position) for position in positions]
+            table = self.keys if positions is None else self.keys[np.asarray(positions, dtype=np.int64)]
+            return [tuple(key) for key in table.tolist()]
+        return [self.key(position) for position in (range(len(self)) if positions is None else positions)]
 
     def candidate(self, position: int) -> Candidate:
         vector, keyword = self.vector_score[position], self.keyword_score[position]

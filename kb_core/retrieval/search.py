@@ -27,7 +27,7 @@ import logging
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -47,10 +47,6 @@ from kb_core.retrieval.fusion import (
 from kb_core.retrieval.near_duplicates import near_duplicate_rows
 from kb_core.retrieval.weights import FusionWeights
 from kb_core.store.base import CandidateRequest, RowKey, Searcher
-from kb_core.store.folder import FolderSearcher
-
-# The folder store's searcher under its former name (benchmarks and tests reach it here).
-SnapshotSearcher = FolderSearcher
 
 logger = logging.getLogger(__name__)
 
@@ -310,7 +306,7 @@ def rank(
         allowed = np.array(
             [
                 filters.allows(document["name"], document["file_type"])
-                for document in (searcher.document_of(key) for key in _row_keys(candidates.keys))
+                for document in (searcher.document_of(key) for key in cast("list[RowKey]", candidates.keys_of()))
             ],
             dtype=bool,
         )
@@ -361,7 +357,7 @@ def rank(
     if explain_keys and len(ranking):
         wanted = set(explain_keys)
         ranks = ranking.rank_of()
-        for position, key in enumerate(_row_keys(candidates.keys)):
+        for position, key in enumerate(cast("list[RowKey]", candidates.keys_of())):
             if key in wanted:
                 explained[key] = ExplainedRow(
                     int(ranks[position]),
@@ -378,7 +374,7 @@ def rank(
             [], warnings, weights_used, suggested, keyword_reference, explained,
             semantic_floor=floor, without_evidence=len(ranking), query_terms=analysed,
         )
-    window_keys = _row_keys(candidates.keys, window)
+    window_keys = cast("list[RowKey]", candidates.keys_of(window))
     records, signatures = searcher.rows_with_signatures(window_keys)
     chosen = list(zip(window, window_keys, records, strict=True))
     if settings.deduplicate:
@@ -414,14 +410,6 @@ def rank(
         hits, warnings, weights_used, suggested, keyword_reference, explained,
         semantic_floor=floor, without_evidence=without, query_terms=analysed,
     )
-
-
-def _row_keys(keys: Sequence[Any], positions: Sequence[int] | None = None) -> list[RowKey]:
-    """The row keys of candidates (all, or those at ``positions``): the searchers give them as an (n, 2) array."""
-    table = np.asarray(keys, dtype=np.int64).reshape(-1, 2)
-    if positions is not None:
-        table = table[np.asarray(positions, dtype=np.int64)]
-    return [(int(part), int(row)) for part, row in table.tolist()]
 
 
 def _evidence(ranking: Any, mode: str, floor: float) -> np.ndarray:

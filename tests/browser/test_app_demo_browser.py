@@ -16,7 +16,7 @@ import pytest
 
 from kb_core import KnowledgeBaseService
 from kb_core.demo import DEMO_KB_NAME
-from kb_core.evaluation_runs import best_sweep_setting
+from kb_core.evaluation import best_sweep_setting
 
 pytestmark = [pytest.mark.browser, pytest.mark.model]
 

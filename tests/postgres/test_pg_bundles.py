@@ -155,7 +155,7 @@ def test_bundles_and_ontologies_answer_as_the_folder_store(stores: tuple[Session
     verified = postgres.verify()
     assert verified["success"] and verified["data"]["problems"] == [], verified["message"]
 
-    other = KnowledgeBaseService(root / "host-b", store=postgres.service.postgres.db.primary.url)  # type: ignore[union-attr]
+    other = KnowledgeBaseService(root / "host-b", store=postgres.service.store.postgres.db.primary.url)  # type: ignore[union-attr]
     host_b = other.session()
     assert host_b.select_knowledge_base("graph 图谱")["success"]
     assert graph(host_b) == graph(postgres)  # the graph is in the database, not in host A's home
@@ -195,7 +195,7 @@ def test_a_document_name_taken_meanwhile_fails_the_bundle_commit(stores: tuple[S
     from tests.postgres.helpers import make_document
 
     _, postgres, _ = stores
-    store = postgres.service.postgres
+    store = postgres.service.store.postgres
     assert store is not None
     record = postgres.current_kb()
     taken = postgres.list_documents()["data"]["documents"][0]["name"]

@@ -16,7 +16,7 @@ import pytest
 from kb_core import KnowledgeBaseService
 from kb_core.retrieval.fusion import Candidate, fuse
 from kb_core.retrieval.keyword_index import bm25_idf
-from kb_core.retrieval.search import SnapshotSearcher
+from kb_core.store.folder import FolderSearcher
 from kb_core.store.postgres import (
     ChunkRecord,
     DocumentRecord,
@@ -104,12 +104,12 @@ class Pair:
         assert self.session.delete_document(doc_name)["success"]
         self.store.commit(self.pg.id, StoreChange(delete=(doc_id,)))
 
-    def folder_searcher(self) -> SnapshotSearcher:
+    def folder_searcher(self) -> FolderSearcher:
         snapshot = self.service.reader(self.record.id).snapshot()
-        return SnapshotSearcher.for_snapshot(snapshot, self.service.analyzer, self.record.embedding_model)
+        return FolderSearcher.for_snapshot(snapshot, self.service.analyzer, self.record.embedding_model)
 
 
-def chunk_ids_by_key(searcher: SnapshotSearcher, keys: list[tuple[int, int]]) -> list[str]:
+def chunk_ids_by_key(searcher: FolderSearcher, keys: list[tuple[int, int]]) -> list[str]:
     rows = searcher.rows(keys)
     return [rows[key]["chunk_id"] for key in keys]
 

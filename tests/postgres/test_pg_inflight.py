@@ -49,17 +49,17 @@ def test_an_importer_whose_connection_died_is_not_listed(pg_url: str, tmp_path: 
     session = service.session()
     assert session.create_knowledge_base("killed import", 64, embedding_model="hashing")["success"]
     record = service.find_kb("killed import")
-    assert service.postgres is not None
+    assert service.store.postgres is not None
     progress = ImportProgress(files=[FileProgress(file_path="/data/lost.txt", doc_name="lost.txt")])
-    announcement = ImportAnnouncement(service.postgres, record.id, progress)
+    announcement = ImportAnnouncement(service.store.postgres, record.id, progress)
     announcement.publish(force=True)
-    assert [d["name"] for d in in_flight_documents(service.postgres, record.id)] == ["lost.txt"]
+    assert [d["name"] for d in in_flight_documents(service.store.postgres, record.id)] == ["lost.txt"]
     assert announcement._conn is not None
     announcement._conn.close()  # as if the importer were killed: the server ends its backend, the row stays
     announcement._conn = None
     deadline = time.monotonic() + 10  # the server notices the closed connection at once; its backend exits soon
-    while in_flight_documents(service.postgres, record.id) and time.monotonic() < deadline:
+    while in_flight_documents(service.store.postgres, record.id) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert in_flight_documents(service.postgres, record.id) == []
+    assert in_flight_documents(service.store.postgres, record.id) == []
     assert session.list_documents("killed import")["data"]["documents"] == []
     service.close()

@@ -110,7 +110,7 @@ def stores(pg_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tu
     root = tmp_path_factory.mktemp("stores")
     folder_service = KnowledgeBaseService(root / "folder-home")
     postgres_service = KnowledgeBaseService(root / "pg-home", store=pg_url)
-    assert postgres_service.postgres is not None and folder_service.postgres is None
+    assert postgres_service.store.postgres is not None and folder_service.store.postgres is None
     folder, postgres = open_kb(folder_service), open_kb(postgres_service)
     for session in (folder, postgres):
         result = session.import_document(DEMO_FILES)
@@ -259,7 +259,7 @@ def test_export_from_a_folder_import_db_into_postgres_and_back(stores: tuple[Ses
     folder, postgres = stores
     exported = folder.export_database(str(tmp_path / "folder.kbx"))
     assert exported["success"], exported["message"]
-    url = postgres.service.postgres.db.primary.url  # type: ignore[union-attr]
+    url = postgres.service.store.postgres.db.primary.url  # type: ignore[union-attr]
     imported = run_cli(tmp_path / "cli-home", "import-db", str(tmp_path / "folder.kbx"), store=url)
     assert imported["success"], imported["message"]
     moved = imported["data"]["knowledge_bases"][0]
@@ -301,7 +301,7 @@ def test_bad_store_values_and_a_down_server_give_clear_errors(tmp_path: Path, mo
 def test_the_folder_store_stays_the_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("KB_STORE", raising=False)
     service = KnowledgeBaseService(tmp_path / "home")
-    assert service.postgres is None
+    assert service.store.postgres is None
     session = service.session()
     assert session.create_knowledge_base("folder kb", 64, embedding_model="hashing")["success"]
     assert (tmp_path / "home").is_dir() and any((tmp_path / "home").rglob("*"))
@@ -310,11 +310,11 @@ def test_the_folder_store_stays_the_default(tmp_path: Path, monkeypatch: pytest.
 def test_evaluation_kbs_stay_in_a_folder_when_kb_store_is_set(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``store="folder"`` (``kb --store folder``) overrides ``$KB_STORE``; the evaluation home uses it, so evaluation
     KBs never land in the shared database."""
-    from kb_core.evaluation_home import open_eval_service
+    from kb_core.service import open_eval_service
 
     monkeypatch.setenv("KB_STORE", "postgresql://kb@127.0.0.1:9/kb")  # down: connecting would fail
-    assert KnowledgeBaseService(tmp_path / "home", store="folder").postgres is None
-    assert open_eval_service(tmp_path / "home").postgres is None
+    assert KnowledgeBaseService(tmp_path / "home", store="folder").store.postgres is None
+    assert open_eval_service(tmp_path / "home").store.postgres is None
 
 
 def test_an_mcp_server_on_the_url_and_a_service_share_commits(pg_url: str, tmp_path: Path) -> None:

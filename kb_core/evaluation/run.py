@@ -2,8 +2,8 @@
 corpus in the evaluation home), run the settings and the weight sweep, keep the run; and the sweep's best point
 saved as a KB's default. ``kb eval`` and the app's Evaluate page parse, show and call these; nothing else.
 
-The evaluation home is a service of its own (the session layer opens it), so callers pass a function that opens it:
-this feature never imports the service.
+The evaluation home is a service of its own, opened by the session layer and reached through the seams
+(``session.service.evaluation_service()``, :class:`kb_core.seams.Resources`): this feature never imports the service.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from kb_core.beir import load_beir, load_beir_queries_qrels
 from kb_core.errors import InvalidArgument
-from kb_core.evaluation import (
+from kb_core.evaluation.runs import EvaluationRun, record_run
+from kb_core.evaluation.scoring import (
     DEFAULT_CHUNK_SIZE,
     DEFAULT_TOP_K,
     MODES,
@@ -28,7 +29,6 @@ from kb_core.evaluation import (
     settings_for,
     sweep_weights,
 )
-from kb_core.evaluation_runs import EvaluationRun, record_run
 
 if TYPE_CHECKING:
     from kb_core.seams import Resources, SessionAPI, SessionResources
@@ -104,12 +104,13 @@ def run_evaluation(
     session: EvaluatingSession,
     request: EvaluationRequest,
     *,
-    eval_service: Callable[[], Resources],
+    eval_service: Callable[[], Resources] | None = None,
     progress: EvalProgress | None = None,
 ) -> EvaluationOutcome:
     """Run ``request`` through ``session`` (a :class:`~kb_core.session.Session`) and keep the run in its home.
 
-    ``eval_service`` opens the evaluation home (``<home>/cache/eval``), called only to build from a corpus.
+    ``eval_service`` opens the evaluation home (``<home>/cache/eval``; default: the session's service's
+    ``evaluation_service``), called only to build from a corpus.
     Raises :class:`~kb_core.errors.KBError` (and ``OSError``/``ValueError`` for unreadable judgments)."""
     settings, swept = planned_settings(request)
     sweep = sweep_weights(request.sweep_steps) if request.sweep_steps else None
@@ -123,7 +124,7 @@ def run_evaluation(
         documents = None
         eval_session = session
     else:
-        kb_service = eval_service()
+        kb_service = (eval_service or session.service.evaluation_service)()
         dataset = load_beir(request.folder, split=request.split)
         dataset = replace(dataset, queries=_first(dataset.queries, request.max_queries))
         record = build_eval_kb(
@@ -164,7 +165,7 @@ def _first(queries: dict[str, str], count: int | None) -> dict[str, str]:
 def save_best(
     session: EvaluatingSession, kb_name: str, best: dict[str, Any], *, mode: str | None = "hybrid"
 ) -> dict[str, Any]:
-    """The sweep point ``best`` (from :func:`~kb_core.evaluation_runs.best_sweep_setting`) as ``kb_name``'s default:
+    """The sweep point ``best`` (from :func:`~kb_core.evaluation.runs.best_sweep_setting`) as ``kb_name``'s default:
     its weights, fixed weighting, weighted fusion, and ``mode`` (None: the saved mode stays); the KB's other saved
     settings stay. Returns the session's answer (an envelope: the front end shows it)."""
     return session.save_search_settings(

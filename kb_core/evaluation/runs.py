@@ -33,7 +33,7 @@ import pandas as pd
 
 from kb_core.config import DEFAULT_VECTOR_WEIGHT
 from kb_core.errors import InvalidArgument, KBError
-from kb_core.evaluation import METRICS, EvaluationReport, EvaluationSetting
+from kb_core.evaluation.scoring import METRICS, EvaluationReport, EvaluationSetting
 from kb_core.json_text import json_text
 from kb_core.seams import Resources
 
@@ -434,7 +434,7 @@ def record_run(
     note: str = "",
 ) -> EvaluationRun:
     """Keep ``report`` in ``store``. ``kb_service`` is the service whose home holds the evaluated KB (the user's
-    service, or the evaluation service of :func:`kb_core.evaluation_home.open_eval_service`)."""
+    service, or the evaluation service of :meth:`kb_core.service.KnowledgeBaseService.evaluation_service`)."""
     record = kb_service.find_kb(report.kb_name)
     documents = pd.DataFrame(kb_service.store.kb(record).documents())  # either store (#28)
     return store.save(

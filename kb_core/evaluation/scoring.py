@@ -13,7 +13,7 @@ figures compare with published BEIR numbers. ranx was tried first, but its numba
 compilation per fresh process on two cores, which the CLI and the CI notebook would pay every time. Scores
 handed to trec_eval are rank-derived, so its tie-breaking (by document id) cannot reorder our ranking.
 
-Caching: :func:`kb_core.evaluation_home.open_eval_service` opens a dedicated home at ``<home>/cache/eval`` so
+Caching: :func:`kb_core.service.open_eval_service` opens a dedicated home at ``<home>/cache/eval`` so
 evaluation KBs (and their embedding cache) never clutter the user's KB list. :func:`build_eval_kb` names each KB after
 a fingerprint of the corpus file, chunk size and embedding model; a second run with the same inputs reuses it, and an
 interrupted build resumes with the documents still missing.
@@ -102,8 +102,9 @@ def build_eval_kb(
     """The KB holding ``dataset``'s corpus in ``service``'s home, built on first use and reused afterwards.
 
     Each corpus document becomes one ``.txt`` document (``title``, blank line, ``text``) named by its corpus id,
-    so search hits map back to the corpus through ``doc_name``. Pass :func:`open_eval_service` (``service``) to
-    keep evaluation KBs out of the user's list. ``progress("import", done, total)`` follows the documents.
+    so search hits map back to the corpus through ``doc_name``. Pass the evaluation home's service
+    (``service.evaluation_service()``) to keep evaluation KBs out of the user's list. ``progress("import", done,
+    total)`` follows the documents.
     """
     from kb_core.embedding import DEFAULT_EMBEDDING_MODEL
 
@@ -486,7 +487,7 @@ def evaluate_folder(
     progress: EvalProgress | None = None,
     split: str | None = None,
 ) -> tuple[BeirDataset, EvaluationReport]:
-    """Load ``folder``, build or reuse its KB in ``service`` (pass :func:`open_eval_service`), evaluate it.
+    """Load ``folder``, build or reuse its KB in ``service`` (pass ``service.evaluation_service()``), evaluate it.
 
     ``max_queries`` keeps the first N judged queries (file order), for quick looks.
     """
