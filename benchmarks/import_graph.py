@@ -112,11 +112,13 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "kb_core.seams",
         ),
     ),
-    # The session and the service that opens the store and makes sessions (the composition root), and the
-    # evaluation home, which opens a service of its own.
-    ("session", ("kb_core.session", "kb_core.service", "kb_core.evaluation_home")),
-    # The edges: CLI, MCP server, Streamlit app and pages, the package's public facade, and the envelope, which
-    # after #28 only the edges build.
+    # The session: its typed operations (results, KBError), the session's envelope API (session.Session, what
+    # ``service.session()`` returns to notebooks, pages and tests, with the one envelope builder, envelope_of), the
+    # service that opens the store and makes sessions (the composition root), and the evaluation home, which opens a
+    # service of its own.
+    ("session", ("kb_core.operations", "kb_core.session", "kb_core.service", "kb_core.evaluation_home")),
+    # The edges: CLI, MCP server, Streamlit app and pages, the package's public facade, and envelope.py, where the
+    # front ends take the envelope from.
     ("edges", ("kb_core.cli", "kb_core.mcp", "kb_core.envelope", "pages", "app")),
 )
 # Modules of no layer's prefix are reported as unassigned (and their edges not judged) until they get a rule;

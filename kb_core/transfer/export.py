@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 from kb_core.bundles.graph import GraphState, GraphStore
 from kb_core.errors import InvalidArgument, KBNotFound, StoreError
 from kb_core.json_text import json_text
+from kb_core.results import Result
 from kb_core.safe_files import OutputFolder, open_output_folder
 from kb_core.seams import Resources, Scope
 from kb_core.store import KBStore, KnowledgeBaseRecord, Manifest, catalog, utc_now
@@ -292,7 +293,7 @@ HIDDEN_SOURCE = "(not shown to a session limited to some knowledge bases)"
 
 
 @dataclass(frozen=True)
-class ExportSummary:
+class ExportSummary(Result):
     """What an export wrote: ``message`` for the user, ``source_path`` (the home or the database; not shown to a
     session with a scope, such as an MCP token limited to some knowledge bases), ``export_path``."""
 

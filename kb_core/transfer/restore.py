@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from kb_core.bundles.graph import GraphState, GraphStore, write_shadow
 from kb_core.errors import ImportFormatError, InvalidArgument, KBError
 from kb_core.json_text import JSONLimitExceeded, parse_json_within
+from kb_core.results import Result
 from kb_core.seams import Scope
 from kb_core.store import Change, KBStore, KnowledgeBaseRecord, StagedSegment, catalog, new_id, utc_now
 from kb_core.store.atomic import fsync_directory
@@ -450,7 +451,7 @@ def _commit(home: Any, plans: Sequence[KBPlan], now: datetime) -> list[tuple[str
 
 
 @dataclass(frozen=True)
-class ImportSummary:
+class ImportSummary(Result):
     """What an import of an export file merged: ``message`` for the user, the file, and the KBs it added."""
 
     message: str
