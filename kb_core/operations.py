@@ -46,8 +46,10 @@ from kb_core.results import (
     EvaluationRuns,
     ExecutorChoices,
     Explanation,
+    ExportSummary,
     GraphView,
     ImportReport,
+    ImportSummary,
     Item,
     KBCreated,
     KBDeleted,
@@ -92,9 +94,7 @@ if TYPE_CHECKING:
     from kb_core.ingest.pipeline import ImportProgress
     from kb_core.seams import SessionResources
     from kb_core.store.tokens import TokenRecord
-    from kb_core.transfer.export import ExportSummary
     from kb_core.transfer.format import TransferLimits
-    from kb_core.transfer.restore import ImportSummary
 
 logger = logging.getLogger(__name__)
 

@@ -397,3 +397,37 @@ class GraphView(Result):
     node_total: int
     edge_total: int
     truncated: bool
+
+
+# -- export and import of the database (kb_core.transfer) -----------------------------------------------------------
+@dataclass(frozen=True)
+class ExportSummary(Result):
+    """What an export wrote: ``message`` for the user, ``source_path`` (the home or the database; not shown to a
+    session with a scope, such as an MCP token limited to some knowledge bases), ``export_path``."""
+
+    message: str
+    source_path: str
+    export_path: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"source_path": self.source_path, "export_path": self.export_path}
+
+
+@dataclass(frozen=True)
+class ImportSummary(Result):
+    """What an import of an export file merged: ``message`` for the user, the file, and the KBs it added."""
+
+    message: str
+    source_path: str
+    knowledge_bases: list[str]
+    document_count: int
+    renamed_knowledge_bases: list[tuple[str, str]]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source_path": self.source_path,
+            "imported_kb_count": len(self.knowledge_bases),
+            "imported_doc_count": self.document_count,
+            "knowledge_bases": list(self.knowledge_bases),
+            "renamed_knowledge_bases": [{"from": a, "to": b} for a, b in self.renamed_knowledge_bases],
+        }
