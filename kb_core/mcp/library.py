@@ -9,7 +9,16 @@ from kb_core.mcp.results import snippet
 from kb_core.results import HitList, SearchHit, SearchRequest
 
 if TYPE_CHECKING:
+    from kb_core.envelope import Envelope
     from kb_core.operations import Operations
+    from kb_core.session import Session
+
+
+def search_library(
+    session: Session, query: str, limit: int, mode: str, expand_graph: bool = False, min_score: float | None = None
+) -> Envelope:
+    """The envelope of :func:`search_knowledge_base` on ``session``'s operations (the Python API's form)."""
+    return session.answer(search_knowledge_base, query, limit, mode, expand_graph, min_score)
 
 
 def search_knowledge_base(

@@ -9,8 +9,8 @@ from mcp.server.fastmcp import Context
 from mcp.types import CallToolResult
 from pydantic import Field
 
+from kb_core.mcp import library
 from kb_core.mcp.context import call
-from kb_core.mcp.library import search_knowledge_base as search_library
 from kb_core.mcp.models import (
     JACCARD_WEIGHT,
     KEYWORD_WEIGHT,
@@ -282,4 +282,4 @@ async def search_knowledge_base(
     某个知识库的向量化服务失败时，其他知识库照常检索，失败作为警告列出（文本中在命中结果之后；结构化内容中
     为 warnings 和 failed_knowledge_bases）；没有任何知识库能够检索时返回 -32603 错误（keyword 模式不需要向量化）。
     """
-    return await call(ctx, search_library, query, limit, mode, expand_graph, min_score, text=hits_text)
+    return await call(ctx, library.search_knowledge_base, query, limit, mode, expand_graph, min_score, text=hits_text)
