@@ -93,6 +93,7 @@ def test_layers_point_down_and_what_is_left_of_28_does_not_grow() -> None:
     builders = set(report["envelope_sites"])
     assert all(GRAPH.layer_of(f"kb_core.{m}") in ("session", "edges") for m in builders), builders
     assert set(report["enveloped_functions"]) <= {"cli.evaluation"}, report["enveloped_functions"]
+    assert report["operations_api"]["public_methods"] > 30 and report["operations_api"]["returning_envelope"] == 0
     readers = set(report["envelope_reads_below_edges"])
     assert all(m == "demo" or m.startswith("evaluation") for m in readers), readers
     assert report["store_branch_count"] == 0, report["store_branches"]
