@@ -110,11 +110,13 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "kb_core.seams",
         ),
     ),
-    # The session and the service that opens the store and makes sessions (the composition root), and the evaluation
-    # home, a service of its own that features reach through seams.Resources.evaluation_service.
-    ("session", ("kb_core.session", "kb_core.service")),
-    # The edges: CLI, MCP server, Streamlit app and pages, the package's public facade, and the envelope, which
-    # after #28 only the edges build.
+    # The session: its typed operations (results, KBError), the session's envelope API (session.Session, what
+    # ``service.session()`` returns to notebooks, pages and tests, with the one envelope builder, envelope_of), and the
+    # service that opens the store and makes sessions (the composition root) and the evaluation home, a service of
+    # its own that features reach through seams.Resources.evaluation_service.
+    ("session", ("kb_core.operations", "kb_core.session", "kb_core.service")),
+    # The edges: CLI, MCP server, Streamlit app and pages, the package's public facade, and envelope.py, where the
+    # front ends take the envelope from.
     ("edges", ("kb_core.cli", "kb_core.mcp", "kb_core.envelope", "pages", "app")),
 )
 # Modules of no layer's prefix are reported as unassigned (and their edges not judged) until they get a rule;
@@ -514,6 +516,7 @@ def analyse(root: Path) -> dict[str, Any]:
         if m.envelope_reads and layer_of(m.name) not in ("edges", None)
     }
     session_api = session_methods(facts.get("kb_core.session"))
+    operations_api = session_methods(facts.get("kb_core.operations"), "Operations")
     layer_lines: Counter[str] = Counter()
     layer_modules: Counter[str] = Counter()
     for m in facts.values():
@@ -558,6 +561,7 @@ def analyse(root: Path) -> dict[str, Any]:
         "enveloped_functions": dict(sorted(enveloped.items(), key=lambda kv: (-kv[1], kv[0]))),
         "envelope_reads_below_edges": dict(sorted(envelope_reads.items(), key=lambda kv: (-kv[1], kv[0]))),
         "session_api": session_api,
+        "operations_api": operations_api,
         "mode_lists": {short(m.name): m.mode_lists for m in facts.values() if m.mode_lists},
         "weight_literals": {
             short(m.name): [f"{line}: {value}" for line, value in m.weight_literals]
@@ -567,11 +571,11 @@ def analyse(root: Path) -> dict[str, Any]:
     }
 
 
-def session_methods(module: ModuleFacts | None) -> dict[str, Any]:
+def session_methods(module: ModuleFacts | None, class_name: str = "Session") -> dict[str, Any]:
     if module is None:
         return {}
     tree = ast.parse(module.path.read_text(encoding="utf-8"))
-    session = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Session"), None)
+    session = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name), None)
     if session is None:
         return {}
     public = [
@@ -644,6 +648,11 @@ def print_report(report: dict[str, Any]) -> None:
     heading(f"Session: {api.get('public_methods')} public methods, {api.get('returning_envelope')} return Envelope")
     for annotation, count in api.get("returns", {}).items():
         print(f"  {count:3} -> {annotation}")
+    typed = report.get("operations_api") or {}
+    if typed:  # the session's typed operations (#28): results and KBError, no envelope
+        methods, enveloping = typed.get("public_methods"), typed.get("returning_envelope")
+        heading(f"Operations: {methods} public methods, {enveloping} return Envelope")
+        print("  " + ", ".join(f"{count} -> {annotation}" for annotation, count in typed.get("returns", {}).items()))
     heading(f"literal lists of the search modes: {sum(len(v) for v in report['mode_lists'].values())}")
     for module, lines in report["mode_lists"].items():
         print(f"  {module}: lines {', '.join(map(str, lines))}")

@@ -1,58 +1,50 @@
-"""The result envelope every service operation returns: ``{success, message, data}``.
-
-A failure also carries ``error: {code, details}`` with a stable code from :mod:`kb_core.errors`.
+"""The result envelope the front ends show, ``{success, message, data}``: where the CLI and the MCP server take it
+from. It is built by one function, :func:`kb_core.session.envelope_of`, from a typed result (:mod:`kb_core.results`)
+or a KBError; :func:`failure` is its refusal form.
 """
 
 from __future__ import annotations
 
 import functools
-import logging
 from collections.abc import Callable
-from typing import Any, ParamSpec
+from typing import TYPE_CHECKING, Any, ParamSpec
 
-from kb_core.errors import KBError
+from kb_core.session import Envelope, envelope_of, failure
 
-logger = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from kb_core.results import Result
 
-Envelope = dict[str, Any]
+__all__ = ["Envelope", "envelope_of", "enveloped", "failure", "ok"]
+
 P = ParamSpec("P")
 
 
-def envelope(
-    message: str, data: Any, *, success: bool = True, error: KBError | None = None, **top_level: Any
-) -> Envelope:
-    """The one envelope builder: ``{success, message, data}``, and ``error: {code, details}`` when ``error`` is
-    given (a failure that still reports its data, e.g. an import where every file failed). ``top_level``
-    repeats fields beside ``data`` where a tool contract asks for that (rag_search)."""
-    built: Envelope = {"success": success and error is None, "message": message, "data": data}
-    if error is not None:
-        built["error"] = {"code": error.code, "details": error.details}
-    built.update(top_level)
-    return built
+# -- left for ``kb eval``'s handler (cli/evaluation.py) until the evaluation package (#28) moves it to envelope_of:
+# a function that returns ``ok(...)``, or an envelope of the session's envelope API.
+def ok(message: str, data: dict[str, Any]) -> Result:
+    from kb_core.results import JSONResult
+
+    return JSONResult(message, data)
 
 
-def ok(message: str, data: Any) -> Envelope:
-    return envelope(message, data)
+def enveloped(function: Callable[P, Result | Envelope]) -> Callable[P, Envelope]:
+    """``function`` answering envelopes: :func:`envelope_of` of each call; an envelope it returns is passed on."""
 
-
-def failure(error: KBError) -> Envelope:
-    return envelope(error.message, None, error=error)
-
-
-def enveloped(method: Callable[P, Envelope]) -> Callable[P, Envelope]:
-    """Turn KBError into a failure envelope, and anything unexpected into INTERNAL_ERROR (logged, not shown)."""
-
-    @functools.wraps(method)
+    @functools.wraps(function)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> Envelope:
-        try:
-            return method(*args, **kwargs)
-        except KBError as exc:
-            logger.info("%s failed: %s %s", method.__name__, exc.code, exc.message)
-            return failure(exc)
-        except Exception:
-            logger.exception("%s failed unexpectedly", method.__name__)
-            return failure(
-                KBError(f"{method.__name__} failed because of an internal error; see the log.", code="INTERNAL_ERROR")
-            )
+        from kb_core.results import JSONResult
+
+        passed: Envelope = {}
+
+        def operation() -> Result:
+            answer = function(*args, **kwargs)
+            if isinstance(answer, dict):
+                passed.update(answer)
+                return JSONResult("", {})
+            return answer
+
+        operation.__name__ = function.__name__
+        built = envelope_of(operation)
+        return passed or built
 
     return wrapper

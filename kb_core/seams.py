@@ -17,7 +17,6 @@ if TYPE_CHECKING:
 
     from kb_core.embedding.base import Embedder
     from kb_core.embedding.device import DeviceChoice
-    from kb_core.envelope import Envelope
     from kb_core.ingest.executors import DocumentExecutor
     from kb_core.ingest.parsing import ParseLimits
     from kb_core.ingest.pipeline import Importer, ImportProgress
@@ -27,6 +26,12 @@ if TYPE_CHECKING:
     from kb_core.store import Home, KBStore, KnowledgeBaseRecord
     from kb_core.store.base import Store, TokenStorage
     from kb_core.store.reader import KBReader
+
+
+# The answer of the Python API's session (kb_core.session.Session) to an operation: ``{success, message, data}``.
+# The demo and evaluation drive a Session as a front end would and read these; the envelope is built above this layer
+# (kb_core.envelope.envelope_of).
+Envelope = dict[str, Any]
 
 
 class Resources(Protocol):
@@ -179,3 +184,9 @@ class SessionAPI(Scope, Protocol):
     def list_documents(self, kb_name: str | None = None) -> Envelope: ...
 
     def search_chunks(self, request: SearchRequest) -> SearchResult: ...
+
+
+class Answering(Protocol):
+    """The Python API's session (:class:`kb_core.session.Session`): the envelope of a function of its operations."""
+
+    def answer(self, operation: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Envelope: ...

@@ -1,9 +1,9 @@
 """Knowledge-bundle operations on a session: schema, import, ontology, nodes, search expansion.
 
-Each function takes a :class:`kb_core.session.Session` and returns the team's envelope
-``{success, message, data}``; where the spec prescribes a result shape (``get_knowledge_schema``:
-``{full_bundle_schema, example_yaml}``; ``import_knowledge_bundle``: ``{status, stats}``) that shape
-is the envelope's ``data``.
+Each function takes the session's operations (a :class:`kb_core.seams.Scope`), returns a typed result of
+:mod:`kb_core.results` and raises KBError; where the spec prescribes a result shape (``get_knowledge_schema``:
+``{full_bundle_schema, example_yaml}``; ``import_knowledge_bundle``: ``{status, stats}``) that shape is the result's
+``to_json()``, the envelope's ``data`` at the edges.
 
 Import guarantees. A bundle is parsed under limits, validated completely (schema of every item,
 then types and edge endpoints), and refused as a whole with every error (up to a cap) and nothing
@@ -43,8 +43,17 @@ from kb_core.bundles.validation import (
     edge_id,
     node_id,
 )
-from kb_core.envelope import Envelope, enveloped, ok
 from kb_core.errors import ImportFormatError, InvalidArgument, ItemNotFound
+from kb_core.results import (
+    BundleImported,
+    GraphView,
+    IndexRepaired,
+    Item,
+    KnowledgeSchema,
+    OntologyInfo,
+    OntologySet,
+    ShadowExported,
+)
 from kb_core.safe_files import OpenedFile, UnusablePath, open_input_file, reject_nul
 from kb_core.seams import Scope
 from kb_core.store import KnowledgeBaseRecord
@@ -71,32 +80,28 @@ def graph_store(session: Scope, record: KnowledgeBaseRecord) -> GraphStore:
 
 
 # -- schema and ontology ------------------------------------------------------------------------------
-@enveloped
-def get_knowledge_schema(session: Scope, kb_name: str | None = None) -> Envelope:
+def get_knowledge_schema(session: Scope, kb_name: str | None = None) -> KnowledgeSchema:
     """The spec's ``{full_bundle_schema, example_yaml}`` for the KB's ontology."""
     record = session.resolve_kb(kb_name)
     ontology = graph_store(session, record).load().ontology
-    data = {"full_bundle_schema": bundle_schema(ontology), "example_yaml": example_yaml(ontology)}
-    return ok(
+    return KnowledgeSchema(
         f"Knowledge bundle schema of '{record.name}': {len(ontology.nodes)} node type(s), "
         f"{len(ontology.edges)} edge type(s).",
-        data,
+        bundle_schema(ontology),
+        example_yaml(ontology),
     )
 
 
-@enveloped
-def get_ontology(session: Scope, kb_name: str | None = None) -> Envelope:
+def get_ontology(session: Scope, kb_name: str | None = None) -> OntologyInfo:
     record = session.resolve_kb(kb_name)
     state = graph_store(session, record).load()
-    return ok(
+    return OntologyInfo(
         f"Ontology of '{record.name}': node types {', '.join(state.ontology.nodes)}; "
         f"edge types {', '.join(state.ontology.edges) or 'none'}.",
-        {
-            "kb_name": record.name,
-            "ontology": state.ontology.to_json(),
-            "node_count": len(state.nodes),
-            "edge_count": len(state.edges),
-        },
+        record.name,
+        state.ontology.to_json(),
+        len(state.nodes),
+        len(state.edges),
     )
 
 
@@ -111,8 +116,7 @@ def _read_ontology_source(source: str | Path | Mapping[str, Any]) -> Any:
     return load_bundle_file(path)
 
 
-@enveloped
-def set_ontology(session: Scope, source: str | Path | Mapping[str, Any], kb_name: str | None = None) -> Envelope:
+def set_ontology(session: Scope, source: str | Path | Mapping[str, Any], kb_name: str | None = None) -> OntologySet:
     """Replace the KB's ontology (a YAML/JSON file path, YAML text, or a mapping).
 
     Refused, with nothing changed, if the ontology is invalid or an existing node or edge would not
@@ -133,7 +137,7 @@ def set_ontology(session: Scope, source: str | Path | Mapping[str, Any], kb_name
         new = GraphState(state.version, ontology, {k: dict(v) for k, v in state.nodes.items()}, dict(state.edges))
         index_stats = sync_index(session.service, record, new)
         committed = _commit_graph(session, record, store, state, new)
-    return ok(
+    return OntologySet(
         f"Set the ontology of '{record.name}'.",
         {"kb_name": record.name, "ontology": ontology.to_json(), "graph_version": committed.version, **index_stats},
     )
@@ -275,10 +279,9 @@ def _plan(state: GraphState, data: Any) -> tuple[list[BundleError], dict[str, in
     return [], stats, new
 
 
-@enveloped
 def import_knowledge_bundle(
     session: Scope, temp_file_path: str | Path, kb_name: str | None = None, *, delete_file: bool = True
-) -> Envelope:
+) -> BundleImported:
     """Validate and apply a YAML bundle as one unit; data is the spec's ``{status, stats}``.
 
     The file is deleted after a successful import when ``delete_file`` (the MCP tool's temp file);
@@ -301,7 +304,9 @@ def import_knowledge_bundle(
         return _import_opened_bundle(session, opened, kb_name, delete_file)
 
 
-def _import_opened_bundle(session: Scope, opened: OpenedFile, kb_name: str | None, delete_file: bool) -> Envelope:
+def _import_opened_bundle(
+    session: Scope, opened: OpenedFile, kb_name: str | None, delete_file: bool
+) -> BundleImported:
     path = opened.path
     record = session.resolve_kb(kb_name)
     try:
@@ -320,16 +325,17 @@ def _import_opened_bundle(session: Scope, opened: OpenedFile, kb_name: str | Non
     stats.update(items=len(data or []), nodes_total=len(committed.nodes), edges_total=len(committed.edges))
     if delete_file and not opened.remove():
         logger.warning("Kept the bundle file %s: it was replaced during the import, so it is not the one read", path)
-    return ok(
+    return BundleImported(
         f"Imported the bundle into '{record.name}': {stats['nodes_upserted']} node(s) upserted, "
         f"{stats['nodes_deleted']} deleted; {stats['edges_upserted']} edge(s) upserted, "
         f"{stats['edges_deleted'] + stats['edges_cascaded']} deleted; {stats['chunks_indexed']} chunk(s) indexed.",
-        {"status": "success", "stats": stats, "graph_version": committed.version},
+        "success",
+        stats,
+        committed.version,
     )
 
 
-@enveloped
-def repair_index(session: Scope, kb_name: str | None = None) -> Envelope:
+def repair_index(session: Scope, kb_name: str | None = None) -> IndexRepaired:
     """Re-sync the search indexes with the graph (after a crash between the two commits)."""
     record = session.resolve_kb(kb_name)
     store = graph_store(session, record)
@@ -338,22 +344,20 @@ def repair_index(session: Scope, kb_name: str | None = None) -> Envelope:
         stats = sync_index(session.service, record, state)
         if stats["documents_indexed"] or stats["documents_removed"]:
             state = _commit_graph(session, record, store, state, state)
-    return ok(f"Re-synced the bundle documents of '{record.name}'.", stats)
+    return IndexRepaired(f"Re-synced the bundle documents of '{record.name}'.", stats)
 
 
 # -- shadow export ----------------------------------------------------------------------------------------
-@enveloped
-def export_shadow(session: Scope, target: str | Path | None = None, kb_name: str | None = None) -> Envelope:
+def export_shadow(session: Scope, target: str | Path | None = None, kb_name: str | None = None) -> ShadowExported:
     """(Re)write the shadow export, by default to ``graph/shadow`` of the KB."""
     record = session.resolve_kb(kb_name)
     store = graph_store(session, record)
     state = store.load()
     folder = store.export_shadow(state, Path(target) if target is not None else None)
-    return ok(f"Wrote the shadow export of '{record.name}' to {folder}.", {"path": str(folder)})
+    return ShadowExported(f"Wrote the shadow export of '{record.name}' to {folder}.", str(folder))
 
 
-@enveloped
-def rebuild_from_shadow(session: Scope, shadow_dir: str | Path, kb_name: str | None = None) -> Envelope:
+def rebuild_from_shadow(session: Scope, shadow_dir: str | Path, kb_name: str | None = None) -> BundleImported:
     """Rebuild a KB's graph (and its indexed texts) from a shadow export: ontology, then one bundle."""
     import tempfile
 
@@ -361,9 +365,7 @@ def rebuild_from_shadow(session: Scope, shadow_dir: str | Path, kb_name: str | N
 
     record = session.resolve_kb(kb_name)
     ontology, items = read_shadow(Path(shadow_dir))
-    result = set_ontology(session, ontology, kb_name=record.name)
-    if not result["success"]:
-        return result
+    set_ontology(session, ontology, kb_name=record.name)
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False, encoding="utf-8") as handle:
         yaml.safe_dump(items, handle, allow_unicode=True, sort_keys=True)
     return import_knowledge_bundle(session, handle.name, kb_name=record.name)
@@ -400,8 +402,7 @@ def node_view(state: GraphState, node: dict[str, Any], limit: int = MAX_NEIGHBOU
     }
 
 
-@enveloped
-def get_node(session: Scope, node_id_: str, kb_names: Sequence[str] | None = None) -> Envelope:
+def get_node(session: Scope, node_id_: str, kb_names: Sequence[str] | None = None) -> Item:
     """A node (``node_…`` id) with its properties and neighbours via edges."""
     if not isinstance(node_id_, str) or not node_id_.strip().startswith("node_"):
         raise InvalidArgument("A node id starts with 'node_'.", details={"field": "id"})
@@ -410,12 +411,11 @@ def get_node(session: Scope, node_id_: str, kb_names: Sequence[str] | None = Non
         state = graph_store(session, record).load()
         node = state.nodes.get(node_id_.strip())
         if node is not None:
-            return ok(f"Found node {node_id_}.", {"kb_name": record.name, **node_view(state, node)})
+            return Item(f"Found node {node_id_}.", {"kb_name": record.name, **node_view(state, node)})
     raise ItemNotFound(f"No node with id {node_id_!r} exists.", details={"id": node_id_})
 
 
-@enveloped
-def graph_view(session: Scope, kb_name: str | None = None, limit: int = 500) -> Envelope:
+def graph_view(session: Scope, kb_name: str | None = None, limit: int = 500) -> GraphView:
     """Nodes and edges (up to ``limit`` nodes) for drawing the graph."""
     record = session.resolve_kb(kb_name)
     state = graph_store(session, record).load()
@@ -423,15 +423,13 @@ def graph_view(session: Scope, kb_name: str | None = None, limit: int = 500) -> 
     kept = set(chosen)
     nodes = [_brief(state.nodes[n]) | {"properties": state.nodes[n]["properties"]} for n in chosen]
     edges = [e for e in sorted(state.edges.values(), key=lambda e: e["id"]) if {e["source"], e["target"]} <= kept]
-    return ok(
+    return GraphView(
         f"{len(state.nodes)} node(s), {len(state.edges)} edge(s) in '{record.name}'.",
-        {
-            "nodes": nodes,
-            "edges": edges,
-            "node_total": len(state.nodes),
-            "edge_total": len(state.edges),
-            "truncated": len(state.nodes) > limit,
-        },
+        nodes,
+        edges,
+        len(state.nodes),
+        len(state.edges),
+        len(state.nodes) > limit,
     )
 
 

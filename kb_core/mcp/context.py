@@ -1,20 +1,22 @@
-"""What a tool function needs from the request: the caller's session, a way to run it, progress reports."""
+"""What a tool function needs from the request: the caller's session, a way to run one of its operations, progress
+reports."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 from mcp.server.fastmcp import Context
 from mcp.types import CallToolResult
 
-from kb_core.envelope import Envelope
+from kb_core.envelope import Envelope, envelope_of
 from kb_core.mcp.results import tool_result
 
 if TYPE_CHECKING:
     from kb_core.ingest.pipeline import ImportProgress
+    from kb_core.results import Result
     from kb_core.session import Session
 
 logger = logging.getLogger(__name__)
@@ -27,12 +29,21 @@ class SessionSource(Protocol):
 
 
 async def call(
-    ctx: Context, operation: Callable[[Session], Envelope], text: Callable[[Envelope], str] | None = None
+    ctx: Context,
+    operation: Callable[..., Result],
+    *args: Any,
+    text: Callable[[Envelope], str] | None = None,
+    refusal: Envelope | None = None,
+    **kwargs: Any,
 ) -> CallToolResult:
-    """Run one session operation off the event loop and return its envelope as the tool result."""
+    """Run ``operation(operations, *args, **kwargs)`` on the caller's session (an :class:`kb_core.operations.Operations`
+    method, or a function of one) off the event loop, and return its envelope as the tool result; ``refusal`` (an
+    argument the tool refuses before anything runs) answers instead when given."""
     source: SessionSource = ctx.request_context.lifespan_context
     session = source.session_for(ctx)
-    envelope = await anyio.to_thread.run_sync(operation, session)
+    if refusal is not None:
+        return tool_result(refusal, text)
+    envelope = await anyio.to_thread.run_sync(lambda: envelope_of(operation, session.operations, *args, **kwargs))
     return tool_result(envelope, text)
 
 

@@ -1,6 +1,9 @@
 """The output models of the MCP tools: each tool's structured content is a ``ToolEnvelope`` of one of these.
 
-They give clients an output schema; the data itself comes from the session's envelopes.
+They give clients an output schema; the data itself comes from the session's envelopes. A data model whose fields are
+a result dataclass's (:mod:`kb_core.results`) is made from it by :func:`data_model`, which names, orders and types
+the fields once; the published schemas (tools/list) are the same as when they were written out here. The models
+whose fields a feature shapes (search hits aside, which ``SearchHit`` types) stay written out.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from typing import Any, Generic, Literal, TypeVar, get_type_hints
 
 from pydantic import BaseModel, Field, create_model
 
+from kb_core import results
 from kb_core.config import DEFAULT_KEYWORD_WEIGHT, DEFAULT_VECTOR_WEIGHT, FUSION_METHODS, SEARCH_MODES, WEIGHTINGS
 from kb_core.results import SearchHit
 
@@ -30,14 +34,25 @@ class ToolEnvelope(BaseModel, Generic[T]):
     error: ErrorInfo | None = None
 
 
-class KBCreated(BaseModel):
-    kb_id: str
-    kb_name: str
-    chunk_size: int
+def data_model(result: type[results.Result], name: str, **overrides: Any) -> Any:
+    """The model of ``result.to_json()``: the dataclass's fields in order (less ``message`` and the hidden ones),
+    each typed by the dataclass and required, unless ``overrides`` gives it as ``(type, default or Field)`` or leaves
+    it out (``None``: a field the tool does not publish)."""
+    hints = get_type_hints(result)
+    spec: dict[str, Any] = {}
+    for item in fields(result):  # type: ignore[arg-type]  # every result is a dataclass
+        if item.name == "message" or item.metadata.get("hidden"):
+            continue
+        given = overrides.pop(item.name, ...)
+        if given is not None:
+            spec[item.name] = (hints[item.name], ...) if given is ... else given
+    if overrides:
+        raise TypeError(f"{result.__name__} has no field(s) {sorted(overrides)}")
+    return create_model(name, __module__=__name__, **spec)
 
 
-class KBNamed(BaseModel):
-    kb_name: str
+KBCreated = data_model(results.KBCreated, "KBCreated")
+KBNamed = data_model(results.KBDeleted, "KBNamed")
 
 
 class KBInfo(BaseModel):
@@ -51,16 +66,8 @@ class KBInfo(BaseModel):
     chunk_count: int
 
 
-class KBList(BaseModel):
-    knowledge_bases: list[KBInfo]
-    count: int
-    current_kb_id: str | None = None
-
-
-class KBSelected(BaseModel):
-    kb_id: str
-    kb_name: str
-    document_count: int
+KBList = data_model(results.KBList, "KBList", knowledge_bases=(list[KBInfo], ...), current_kb_id=(str | None, None))
+KBSelected = data_model(results.KBSelected, "KBSelected")
 
 
 class ImportedFile(BaseModel):
@@ -74,15 +81,15 @@ class FailedFile(BaseModel):
     error: str
 
 
-class ImportResult(BaseModel):
-    total: int
-    success_count: int
-    failed_count: int
-    success_files: list[ImportedFile]
-    failed_files: list[FailedFile]
-    warnings: list[str] = Field(
-        default_factory=list, description="e.g. documents in a language the knowledge base's model does not read"
-    )
+UNREAD_LANGUAGE = "e.g. documents in a language the knowledge base's model does not read"
+ImportResult = data_model(
+    results.ImportReport,
+    "ImportResult",
+    success_files=(list[ImportedFile], ...),
+    failed_files=(list[FailedFile], ...),
+    warnings=(list[str], Field(default_factory=list, description=UNREAD_LANGUAGE)),
+    executor=None,  # kb import --executor ray only
+)
 
 
 # Optional in the published schema though a SearchHit always has them: the tools have always published them so.
@@ -175,20 +182,9 @@ class DocumentRow(BaseModel):
     language: str | None = Field(default=None, description="detected language: zh, en, ja, ko, ... (null: unknown)")
 
 
-class DocumentList(BaseModel):
-    documents: list[DocumentRow]
-    count: int
-
-
-class DocNamed(BaseModel):
-    doc_name: str
-
-
-class DocUpdated(BaseModel):
-    doc_id: str
-    doc_name: str
-    chunk_count: int
-    chunk_size: int
+DocumentList = data_model(results.DocumentList, "DocumentList", documents=(list[DocumentRow], ...))
+DocNamed = data_model(results.DocDeleted, "DocNamed")
+DocUpdated = data_model(results.DocUpdated, "DocUpdated")
 
 
 class RagMetadata(BaseModel):
@@ -208,11 +204,12 @@ class RagChunk(BaseModel):
 DEGRADED_REASON = "why no results were returned: the timeout, or the failure (e.g. the embedding endpoint's answer)"
 
 
-class RagData(BaseModel):
-    chunks: list[RagChunk]
-    total_results: int
-    degraded: bool
-    degraded_reason: str | None = Field(default=None, description=DEGRADED_REASON)
+RagData = data_model(
+    results.RagResult,
+    "RagData",
+    chunks=(list[RagChunk], ...),
+    degraded_reason=(str | None, Field(default=None, description=DEGRADED_REASON)),
+)
 
 
 class RagEnvelope(ToolEnvelope[RagData]):
@@ -334,23 +331,30 @@ class DocumentInfoError(BaseModel):
     error: str
 
 
-class DocumentInfoResult(BaseModel):
-    documents: list[DocumentInfo]
-    total_docs: int
-    requested: int
-    errors: list[DocumentInfoError]
+DocumentInfoResult = data_model(
+    results.DocumentInfos,
+    "DocumentInfoResult",
+    documents=(list[DocumentInfo], ...),
+    errors=(list[DocumentInfoError], ...),
+)
 
 
-class Exported(BaseModel):
-    source_path: str = Field(description="the home the knowledge bases were exported from")
-    export_path: str
+Exported = data_model(
+    results.ExportSummary,
+    "Exported",
+    source_path=(str, Field(description="the home the knowledge bases were exported from")),
+)
 
 
-class KnowledgeSchema(BaseModel):
-    full_bundle_schema: dict[str, Any] = Field(
-        description="JSON Schema draft-07: an array whose items are oneOf the ontology's node and edge types"
-    )
-    example_yaml: str = Field(description="an example bundle generated from the ontology; it validates")
+KnowledgeSchema = data_model(
+    results.KnowledgeSchema,
+    "KnowledgeSchema",
+    full_bundle_schema=(
+        dict[str, Any],
+        Field(description="JSON Schema draft-07: an array whose items are oneOf the ontology's node and edge types"),
+    ),
+    example_yaml=(str, Field(description="an example bundle generated from the ontology; it validates")),
+)
 
 
 class BundleStats(BaseModel):
@@ -369,10 +373,13 @@ class BundleStats(BaseModel):
     edges_total: int = 0
 
 
-class BundleImported(BaseModel):
-    status: Literal["success"]
-    stats: BundleStats
-    graph_version: int | None = None
+BundleImported = data_model(
+    results.BundleImported,
+    "BundleImported",
+    status=(Literal["success"], ...),
+    stats=(BundleStats, ...),
+    graph_version=(int | None, None),
+)
 
 
 class ImportedDatabase(BaseModel):

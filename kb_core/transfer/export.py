@@ -12,7 +12,6 @@ import logging
 import os
 import zipfile
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -24,6 +23,7 @@ import pyarrow.parquet as pq
 from kb_core.bundles.graph import GraphState, GraphStore
 from kb_core.errors import InvalidArgument, KBNotFound, StoreError
 from kb_core.json_text import json_text
+from kb_core.results import ExportSummary
 from kb_core.safe_files import OutputFolder, open_output_folder
 from kb_core.seams import Resources, Scope
 from kb_core.store import KBStore, KnowledgeBaseRecord, Manifest, catalog, utc_now
@@ -289,19 +289,6 @@ def _zip_time() -> tuple[int, int, int, int, int, int]:
 
 
 HIDDEN_SOURCE = "(not shown to a session limited to some knowledge bases)"
-
-
-@dataclass(frozen=True)
-class ExportSummary:
-    """What an export wrote: ``message`` for the user, ``source_path`` (the home or the database; not shown to a
-    session with a scope, such as an MCP token limited to some knowledge bases), ``export_path``."""
-
-    message: str
-    source_path: str
-    export_path: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {"source_path": self.source_path, "export_path": self.export_path}
 
 
 def export_database(

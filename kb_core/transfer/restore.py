@@ -11,7 +11,6 @@ import os
 import shutil
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from kb_core.bundles.graph import GraphState, GraphStore, write_shadow
 from kb_core.errors import ImportFormatError, InvalidArgument, KBError
 from kb_core.json_text import JSONLimitExceeded, parse_json_within
+from kb_core.results import ImportSummary
 from kb_core.seams import Scope
 from kb_core.store import Change, KBStore, KnowledgeBaseRecord, StagedSegment, catalog, new_id, utc_now
 from kb_core.store.atomic import fsync_directory
@@ -447,26 +447,6 @@ def _commit(home: Any, plans: Sequence[KBPlan], now: datetime) -> list[tuple[str
                 raise
             logger.exception("registry table rewrite failed after the import was committed")
     return renamed
-
-
-@dataclass(frozen=True)
-class ImportSummary:
-    """What an import of an export file merged: ``message`` for the user, the file, and the KBs it added."""
-
-    message: str
-    source_path: str
-    knowledge_bases: list[str]
-    document_count: int
-    renamed_knowledge_bases: list[tuple[str, str]]
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "source_path": self.source_path,
-            "imported_kb_count": len(self.knowledge_bases),
-            "imported_doc_count": self.document_count,
-            "knowledge_bases": list(self.knowledge_bases),
-            "renamed_knowledge_bases": [{"from": a, "to": b} for a, b in self.renamed_knowledge_bases],
-        }
 
 
 def import_database(

@@ -18,6 +18,7 @@ from kb_core.mcp.models import (
     Item,
     ToolEnvelope,
 )
+from kb_core.operations import Operations
 
 
 async def import_document(
@@ -52,7 +53,7 @@ async def import_document(
     通过 HTTP 调用时，路径必须位于服务器启动时指定的目录（--allow-dir）之内。
     """
     report = progress_reporter(ctx)
-    return await call(ctx, lambda s: s.import_document(file_paths, chunk_size, progress=report))
+    return await call(ctx, Operations.import_document, file_paths, chunk_size, progress=report)
 
 
 async def list_documents(ctx: Context) -> Annotated[CallToolResult, ToolEnvelope[DocumentList]]:
@@ -71,7 +72,7 @@ async def list_documents(ctx: Context) -> Annotated[CallToolResult, ToolEnvelope
     返回值 data：documents（每个文档包含 id、name、file_path、file_type、chunk_size、created_at、updated_at、status、
     chunk_count、size_bytes、language：检测到的语言，如 zh、en）、count（文档数量）。
     """
-    return await call(ctx, lambda s: s.list_documents())
+    return await call(ctx, Operations.list_documents)
 
 
 async def delete_document(
@@ -93,7 +94,7 @@ async def delete_document(
 
     返回值 data：doc_name（已删除的文档名称）。通过 HTTP 调用时需要具有写权限的令牌。
     """
-    return await call(ctx, lambda s: s.delete_document(doc_name))
+    return await call(ctx, Operations.delete_document, doc_name)
 
 
 async def update_document(
@@ -120,7 +121,7 @@ async def update_document(
     返回值 data：doc_id、doc_name、chunk_count、chunk_size。通过 HTTP 调用时需要具有写权限的令牌。
     """
     report = progress_reporter(ctx)
-    return await call(ctx, lambda s: s.update_document(doc_name, chunk_size, progress=report))
+    return await call(ctx, Operations.update_document, doc_name, chunk_size, progress=report)
 
 
 async def get_item(
@@ -143,7 +144,7 @@ async def get_item(
     - id：chunk、文档或节点的 id（必填）
     - neighbours：在 chunk 前后各包含的 chunk 数量，0-10，默认 1。
     """
-    return await call(ctx, lambda s: s.get_item(id, neighbours=neighbours))
+    return await call(ctx, Operations.get_item, id, neighbours=neighbours)
 
 
 async def get_document_info(
@@ -169,4 +170,4 @@ async def get_document_info(
     参数说明：
     - knowledge_ids：1-10 个文档 id（doc_...）的列表，例如检索结果中的 doc_id。
     """
-    return await call(ctx, lambda s: s.get_document_info(knowledge_ids), lambda e: e["message"])
+    return await call(ctx, Operations.get_document_info, knowledge_ids, text=lambda e: e["message"])

@@ -10,6 +10,7 @@ from pydantic import Field
 
 from kb_core.mcp.context import call
 from kb_core.mcp.models import KBCreated, KBList, KBNamed, KBSelected, ToolEnvelope
+from kb_core.operations import Operations
 
 
 async def create_knowledge_base(
@@ -64,7 +65,12 @@ async def create_knowledge_base(
     """
     return await call(
         ctx,
-        lambda s: s.create_knowledge_base(kb_name, chunk_size, embedding_model, embedding_endpoint, embedding_api_key),
+        Operations.create_knowledge_base,
+        kb_name,
+        chunk_size,
+        embedding_model,
+        embedding_endpoint,
+        embedding_api_key,
     )
 
 
@@ -87,7 +93,7 @@ async def delete_knowledge_base(
 
     返回值 data：kb_name（已删除的知识库名称）。通过 HTTP 调用时需要具有写权限的令牌。
     """
-    return await call(ctx, lambda s: s.delete_knowledge_base(kb_name))
+    return await call(ctx, Operations.delete_knowledge_base, kb_name)
 
 
 async def list_knowledge_bases(ctx: Context) -> Annotated[CallToolResult, ToolEnvelope[KBList]]:
@@ -106,7 +112,7 @@ async def list_knowledge_bases(ctx: Context) -> Annotated[CallToolResult, ToolEn
     返回值 data：knowledge_bases（每个知识库包含 id、name、chunk_size、embedding_model、created_at、is_current、
     document_count、chunk_count）、count（知识库数量）、current_kb_id（当前选中的知识库 ID）。
     """
-    return await call(ctx, lambda s: s.list_knowledge_bases())
+    return await call(ctx, Operations.list_knowledge_bases)
 
 
 async def select_knowledge_base(
@@ -127,4 +133,4 @@ async def select_knowledge_base(
 
     返回值 data：kb_id、kb_name、document_count（该知识库下的文档数量）。
     """
-    return await call(ctx, lambda s: s.select_knowledge_base(kb_name))
+    return await call(ctx, Operations.select_knowledge_base, kb_name)

@@ -9,8 +9,8 @@ from mcp.server.fastmcp import Context
 from mcp.types import CallToolResult
 from pydantic import Field
 
+from kb_core.mcp import library
 from kb_core.mcp.context import call
-from kb_core.mcp.library import search_library
 from kb_core.mcp.models import (
     JACCARD_WEIGHT,
     KEYWORD_WEIGHT,
@@ -29,6 +29,7 @@ from kb_core.mcp.models import (
     Weighting,
 )
 from kb_core.mcp.results import hits_text
+from kb_core.operations import Operations
 
 # The search settings search and explain_search both take, as clients read them.
 ModeArg = Annotated[SearchMode | None, Field(description="default from settings, usually hybrid")]
@@ -113,19 +114,18 @@ async def search(
     """
     return await call(
         ctx,
-        lambda s: s.search(
-            query,
-            top_k=top_k,
-            expand_graph=expand_graph,
-            mode=mode,
-            vector_weight=vector_weight,
-            keyword_weight=keyword_weight,
-            weighting=weighting,
-            language_guard=language_guard,
-            fusion=fusion,
-            jaccard_weight=jaccard_weight,
-            min_score=min_score,
-        ),
+        Operations.search,
+        query,
+        top_k=top_k,
+        expand_graph=expand_graph,
+        mode=mode,
+        vector_weight=vector_weight,
+        keyword_weight=keyword_weight,
+        weighting=weighting,
+        language_guard=language_guard,
+        fusion=fusion,
+        jaccard_weight=jaccard_weight,
+        min_score=min_score,
     )
 
 
@@ -169,17 +169,16 @@ async def explain_search(
     """
     return await call(
         ctx,
-        lambda s: s.explain_search(
-            query,
-            chunk_id,
-            mode=mode,
-            vector_weight=vector_weight,
-            keyword_weight=keyword_weight,
-            weighting=weighting,
-            language_guard=language_guard,
-            fusion=fusion,
-        ),
-        lambda e: e["message"],
+        Operations.explain_search,
+        query,
+        chunk_id,
+        mode=mode,
+        vector_weight=vector_weight,
+        keyword_weight=keyword_weight,
+        weighting=weighting,
+        language_guard=language_guard,
+        fusion=fusion,
+        text=lambda e: e["message"],
     )
 
 
@@ -223,7 +222,7 @@ failing: after the timeout, or when the search fails (e.g. the
     返回值：success、chunks（chunk_text、metadata {source, chapter, page}、score，与 search 相同的 0-1 分数，
     matched_keywords：片段包含的关键词个数）、total_results、degraded、degraded_reason。
     """
-    return await call(ctx, lambda s: s.rag_search(keywords, top_k=top_k, timeout=timeout, min_score=min_score))
+    return await call(ctx, Operations.rag_search, keywords, top_k=top_k, timeout=timeout, min_score=min_score)
 
 
 async def search_knowledge_base(
@@ -283,4 +282,4 @@ async def search_knowledge_base(
     某个知识库的向量化服务失败时，其他知识库照常检索，失败作为警告列出（文本中在命中结果之后；结构化内容中
     为 warnings 和 failed_knowledge_bases）；没有任何知识库能够检索时返回 -32603 错误（keyword 模式不需要向量化）。
     """
-    return await call(ctx, lambda s: search_library(s, query, limit, mode, expand_graph, min_score), hits_text)
+    return await call(ctx, library.search_knowledge_base, query, limit, mode, expand_graph, min_score, text=hits_text)

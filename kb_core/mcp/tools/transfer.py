@@ -13,6 +13,7 @@ from kb_core.mcp.context import call
 from kb_core.mcp.models import BundleImported, Exported, ImportedDatabase, KnowledgeSchema, ToolEnvelope
 from kb_core.mcp.paths import relative_path_refusal
 from kb_core.mcp.results import schema_text
+from kb_core.operations import Operations
 
 
 async def export_database(
@@ -38,9 +39,8 @@ async def export_database(
     返回值 data：source_path（导出来源的主目录）、export_path。通过 HTTP 调用时需要具有写权限的令牌。通过 HTTP 调用时
     ，路径必须位于服务器启动时指定的目录（--allow-dir）之内。
     """
-    return await call(
-        ctx, lambda s: relative_path_refusal(export_path, "export_path") or s.export_database(export_path)
-    )
+    refusal = relative_path_refusal(export_path, "export_path")
+    return await call(ctx, Operations.export_database, export_path, refusal=refusal)
 
 
 async def import_database(
@@ -66,9 +66,8 @@ async def import_database(
     返回值 data：source_path、imported_kb_count、imported_doc_count。通过 HTTP 调用时需要具有写权限的令牌。通
     过 HTTP 调用时，路径必须位于服务器启动时指定的目录（--allow-dir）之内。限定了知识库范围的令牌不能导入。
     """
-    return await call(
-        ctx, lambda s: relative_path_refusal(source_db_path, "source_db_path") or s.import_database(source_db_path)
-    )
+    refusal = relative_path_refusal(source_db_path, "source_db_path")
+    return await call(ctx, Operations.import_database, source_db_path, refusal=refusal)
 
 
 async def get_knowledge_schema(ctx: Context) -> Annotated[CallToolResult, ToolEnvelope[KnowledgeSchema]]:
@@ -93,7 +92,7 @@ async def get_knowledge_schema(ctx: Context) -> Annotated[CallToolResult, ToolEn
     ，其中是端点类型的 identity 字段；delete 只需要 identity；不允许其他字段）和 example_yaml（一个能通过校验的示例知
     识包）。文本内容是同样的 JSON。
     """
-    return await call(ctx, lambda s: s.get_knowledge_schema(), schema_text)
+    return await call(ctx, Operations.get_knowledge_schema, text=schema_text)
 
 
 async def import_knowledge_bundle(
@@ -144,4 +143,4 @@ async def import_knowledge_bundle(
     defined. Did you mean 'Person'?"，error.details.errors 以对象形式（index、path、message）给出这些问题。通
     过 HTTP 调用时需要具有写权限的令牌。通过 HTTP 调用时，路径必须位于服务器启动时指定的目录（--allow-dir）之内。
     """
-    return await call(ctx, lambda s: s.import_knowledge_bundle(temp_file_path, delete_file=True))
+    return await call(ctx, Operations.import_knowledge_bundle, temp_file_path, delete_file=True)

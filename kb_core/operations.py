@@ -1,0 +1,971 @@
+"""The session's operations, typed: the per-user view of the service (which KB is current, which KBs it may see)
+and every operation a front end offers, each returning a result of :mod:`kb_core.results` and raising
+:class:`kb_core.errors.KBError`.
+
+The CLI keeps one session per home (persisted), each MCP session and each browser session has its own (in memory).
+Features below it (store/, retrieval/, ingest/, bundles/, transfer/) take the process's resources and a KB record,
+raise KBError and return typed data; the operations validate arguments, call them and say what happened.
+:class:`kb_core.session.Session` answers each operation as an envelope (:func:`kb_core.envelope.envelope_of`).
+
+Why over 600 lines: this is the API surface, some 40 public operations that each validate their arguments, call
+a feature and compose the message; splitting it (mixins by concern) would scatter the messages a person reads. The
+file handling of import_document/update_document lives in :mod:`kb_core.ingest.files`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import TimeoutError as FuturesTimeout
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kb_core.documents import chunk_json, document_info, document_info_text, document_row, find_item
+from kb_core.errors import (
+    DocumentNotFound,
+    EmbeddingError,
+    InvalidArgument,
+    ItemNotFound,
+    KBError,
+    KBIsCurrent,
+    KBNotFound,
+    NoCurrentKB,
+)
+from kb_core.results import (
+    BundleImported,
+    ChunkList,
+    Compacted,
+    DeviceInfo,
+    DocDeleted,
+    DocumentInfos,
+    DocumentList,
+    DocUpdated,
+    EvaluationRuns,
+    ExecutorChoices,
+    Explanation,
+    ExportSummary,
+    GraphView,
+    ImportReport,
+    ImportSummary,
+    Item,
+    KBCreated,
+    KBDeleted,
+    KBList,
+    KBSelected,
+    KnowledgeSchema,
+    ModelList,
+    ModelLoaded,
+    ModelState,
+    OntologyInfo,
+    OntologySet,
+    RagResult,
+    RunComparison,
+    RunDeleted,
+    SavedSettings,
+    SearchReport,
+    SearchRequest,
+    SearchResult,
+    TokenCreated,
+    TokenList,
+    TokenRevoked,
+    Verification,
+)
+from kb_core.retrieval.query import explain_chunk, rag_rank, search_settings
+from kb_core.retrieval.search import (
+    RankedHits,
+    SearchFilters,
+    SearchHit,
+    SearchSettings,
+)
+from kb_core.safe_files import AllowedFolders, reject_nul, require_inside
+from kb_core.store import KnowledgeBaseRecord
+from kb_core.validation import (
+    validate_chunk_size,
+    validate_float_range,
+    validate_int_range,
+    validate_keywords,
+    validate_query,
+)
+
+if TYPE_CHECKING:
+    from kb_core.ingest.files import FileOutcome
+    from kb_core.ingest.pipeline import ImportProgress
+    from kb_core.seams import SessionResources
+    from kb_core.store.tokens import TokenRecord
+    from kb_core.transfer.format import TransferLimits
+
+logger = logging.getLogger(__name__)
+
+
+def search_facts(outcome: SearchResult) -> dict[str, Any]:
+    """What a search result says beside its hits: the query's terms and stop words, the semantic floor, and how
+    many hits ``min_score`` hid (and, over several KBs, how many copies of a better hit were dropped)."""
+    terms = outcome.query_terms
+    return {
+        "query_terms": None
+        if terms is None
+        else {"terms": list(terms.terms), "stop_words": list(terms.stop_words), "fallback": terms.fallback},
+        "semantic_floor": outcome.semantic_floor,
+        "min_score": outcome.settings.min_score,
+        "below_min_score": outcome.below_min_score,
+        "without_evidence": outcome.without_evidence,
+        "duplicates_dropped": outcome.duplicates_dropped,
+    }
+
+
+def search_notes(outcome: SearchResult) -> list[str]:
+    """Sentences for the message: hits hidden by min_score, copies dropped, stop words left out."""
+    notes: list[str] = []
+    if outcome.below_min_score:
+        notes.append(f"{outcome.below_min_score} hit(s) below {outcome.settings.min_score:.2f} not shown.")
+    if outcome.duplicates_dropped:
+        notes.append(
+            f"{outcome.duplicates_dropped} hit(s) with the same text as a better hit from another knowledge base "
+            "dropped."
+        )
+    if outcome.without_evidence and len(outcome.hits) + outcome.below_min_score < outcome.settings.top_k:
+        floor = outcome.semantic_floor
+        signals = {
+            "keyword": "held no query term",
+            "semantic": f"scored a cosine at or below the model's semantic floor {floor or 0:.3f}",
+        }.get(
+            outcome.settings.mode,
+            "held no query term"
+            if outcome.weights_used is not None and outcome.weights_used.vector == 0
+            else "held no query term and scored a cosine at or below the model's semantic floor "
+            f"{floor or 0:.3f} (what unrelated text scores)",
+        )
+        notes.append(f"{outcome.without_evidence} candidate(s) left out: they {signals}.")
+    terms = outcome.query_terms
+    if terms is not None and terms.fallback:
+        notes.append(f"The query holds only stop words ({', '.join(terms.stop_words)}); searched with all of them.")
+    elif terms is not None and terms.stop_words and outcome.settings.mode != "semantic":
+        notes.append(f"Stop words left out of the keyword query: {', '.join(terms.stop_words)}.")
+    return notes
+
+
+def _drop_cross_kb_copies(hits: list[SearchHit]) -> tuple[list[SearchHit], int]:
+    """Hits (best first) without those whose text is the same as a better-ranked hit's from another KB (a KB and
+    its imported copy); the count of those dropped."""
+    from kb_core.retrieval.near_duplicates import same_text_key
+
+    first_kb: dict[str, str] = {}
+    kept: list[SearchHit] = []
+    for hit in hits:
+        key = same_text_key(hit.content)
+        owner = first_kb.setdefault(key, hit.kb_id)
+        if owner != hit.kb_id:
+            continue
+        kept.append(hit)
+    return kept, len(hits) - len(kept)
+
+
+class Operations:
+    """The per-user view of the service: which KB is current, plus every operation, typed."""
+
+    def __init__(
+        self,
+        service: SessionResources,
+        persistent_name: str | None = None,
+        scope: frozenset[str] | None = None,
+        allowed_dirs: Sequence[Path] | None = None,
+        select_hint: str = "select_knowledge_base(kb_name)",
+    ) -> None:
+        self.service = service
+        # How this session's front end selects a KB, for messages (the CLI: "kb select NAME"; MCP: the tool).
+        self.select_hint = select_hint
+        self.persistent_name = persistent_name
+        # KB ids this session may see (an MCP token's scope); None means all. Out-of-scope KBs answer
+        # exactly like nonexistent ones.
+        self.scope = scope
+        # Folders the files named by path must lie in (checked on the opened file), never inside the home; None
+        # means anywhere.
+        self.allowed_dirs: AllowedFolders | None = (
+            None if allowed_dirs is None else AllowedFolders(allowed_dirs, denied=(service.home.root,))
+        )
+        self._current_kb_id: str | None = None
+
+    def confined(self, allowed_dirs: Sequence[Path]) -> Operations:
+        """This session (same scope, same current KB) reading and writing by path only inside ``allowed_dirs`` and
+        never inside the home: for paths typed by someone who may not reach every file of this machine."""
+        twin = Operations(self.service, self.persistent_name, self.scope, allowed_dirs)
+        twin._current_kb_id = self._current_kb_id
+        return twin
+
+    def visible_kbs(self) -> list[KnowledgeBaseRecord]:
+        records = self.service.store.knowledge_bases()
+        return records if self.scope is None else [r for r in records if r.id in self.scope]
+
+    def find_kb(self, kb_name: str) -> KnowledgeBaseRecord:
+        return self.service.find_kb(kb_name, None if self.scope is None else self.visible_kbs())
+
+    # -- current KB ----------------------------------------------------------------------------
+    @property
+    def current_kb_id(self) -> str | None:
+        if self.persistent_name is not None:
+            return self.service.home.read_session(self.persistent_name).get("current_kb_id")
+        return self._current_kb_id
+
+    def _set_current(self, kb_id: str | None) -> None:
+        if self.persistent_name is not None:
+            self.service.home.write_session(self.persistent_name, {"current_kb_id": kb_id})
+        else:
+            self._current_kb_id = kb_id
+
+    def current_kb(self) -> KnowledgeBaseRecord:
+        kb_id = self.current_kb_id
+        if kb_id is None:
+            raise NoCurrentKB(f"No knowledge base is selected; select one first with {self.select_hint}.")
+        try:
+            record = self.service.store.get(kb_id)
+            if self.scope is not None and record.id not in self.scope:
+                raise KBNotFound(kb_id)
+            return record
+        except KBNotFound as exc:
+            raise NoCurrentKB(
+                "The selected knowledge base no longer exists (deleted elsewhere); select another one."
+            ) from exc
+
+    def resolve_kb(self, kb_name: str | None) -> KnowledgeBaseRecord:
+        return self.find_kb(kb_name) if kb_name else self.current_kb()
+
+    def kb_version(self, kb_name: str | None = None) -> int:
+        """The committed version of the KB (default: the current one); it changes with every commit by any process."""
+        return self.service.kb_version(self.resolve_kb(kb_name))
+
+    def import_executors(self) -> ExecutorChoices:
+        """The import executors, each with why it cannot run here (``None``: it can)."""
+        from kb_core.ingest.executors import executor_choices
+
+        choices = executor_choices()
+        usable = [name for name, reason in choices.items() if reason is None]
+        return ExecutorChoices(f"Import executors available here: {', '.join(usable)}.", choices)
+
+    def device_info(self) -> DeviceInfo:
+        """Where local embedding models run in this process: ``data.device`` (see ``DeviceChoice.to_json``)."""
+        choice = self.service.device()
+        return DeviceInfo(
+            f"Local models embed documents on {choice.describe()}; queries on the CPU.", choice.to_json(), "cpu"
+        )
+
+    def embedding_model_status(self, kb_name: str | None = None, model: str | None = None) -> ModelState:
+        """Whether the embedding model of the KB (default: the current one), or the local ``model`` named, is loaded in
+        this process: ``{model, loaded, expected_seconds, measured}``. An import loads it before its first chunk, which
+        takes seconds the first time; front ends say so (``expected_seconds``: the last load's time in this home when
+        ``measured``, else an estimate)."""
+        record = None if model is not None and kb_name is None else self.resolve_kb(kb_name)
+        state = self.service.model_load_state(record, model)
+        loaded = "is loaded" if state["loaded"] else f"is not loaded yet (about {state['expected_seconds']:.0f} s)"
+        return ModelState(f"The embedding model {state['model']} {loaded}.", state)
+
+    def load_embedding_model(self, kb_name: str | None = None, model: str | None = None) -> ModelLoaded:
+        """Load the embedding model of the KB (or the local ``model``) now: ``{model, seconds}`` (0 when it was
+        loaded already or loads nothing)."""
+        record = None if model is not None and kb_name is None else self.resolve_kb(kb_name)
+        seconds = self.service.load_model(record, model)
+        name = record.embedding_model if record is not None else model
+        return ModelLoaded(f"Loaded the embedding model {name} in {seconds:.1f} s.", name, seconds)
+
+    def embedding_models(self) -> ModelList:
+        """The built-in local models: what each reads, how fast it imports, and whether it is ready offline here
+        (``data.models``, see :func:`kb_core.embedding.builtin.model_status`); nothing is built or loaded."""
+        from kb_core.embedding import DEFAULT_EMBEDDING_MODEL
+        from kb_core.embedding.builtin import BUILTIN_MODELS, model_status
+
+        models = [{**model_status(name), "default": name == DEFAULT_EMBEDDING_MODEL} for name in BUILTIN_MODELS]
+        usable = [m["name"] for m in models if m["available"]]
+        return ModelList(
+            f"Local models available offline: {', '.join(usable) or 'none'} (default {DEFAULT_EMBEDDING_MODEL}).",
+            models,
+            DEFAULT_EMBEDDING_MODEL,
+        )
+
+    # -- knowledge bases -----------------------------------------------------------------------
+    def create_knowledge_base(
+        self,
+        kb_name: str,
+        chunk_size: int,
+        embedding_model: str | None = None,
+        embedding_endpoint: str | None = None,
+        embedding_api_key: str | None = None,
+        *,
+        progress: Callable[[str], None] | None = None,
+    ) -> KBCreated:
+        """``progress`` hears about the one-time build of a built-in model on this machine (multilingual-e5-small:
+        about 10-20 s), which happens before the KB is created."""
+        if self.allowed_dirs is not None and not embedding_endpoint:
+            self._confine_model_path(embedding_model, self.allowed_dirs)
+        record = self.service.create_kb(
+            kb_name, chunk_size, embedding_model, embedding_endpoint, embedding_api_key, progress=progress
+        )
+        return KBCreated(
+            f"Created knowledge base '{record.name}'. Select it with {self.select_hint} to use it.",
+            record.id,
+            record.name,
+            record.chunk_size,
+        )
+
+    @staticmethod
+    def _confine_model_path(embedding_model: object, allowed: AllowedFolders) -> None:
+        """A confined session names a local model folder only inside its allowed folders: a model name is read as a
+        path when it looks like one or names something relative to this process's folder, and the answer must not
+        tell a caller whether some path on the server exists."""
+        if not isinstance(embedding_model, str) or not embedding_model.strip():
+            return
+        name = embedding_model.strip()
+        reject_nul(name, "embedding_model")
+        path = Path(name).expanduser()
+        looks_like_a_path = path.is_absolute() or name.startswith(("~", ".")) or ".." in path.parts
+        if looks_like_a_path or os.path.lexists(path):
+            require_inside(name, Path(os.path.realpath(path)), allowed)
+
+    def list_knowledge_bases(self) -> KBList:
+        current = self.current_kb_id
+        rows = []
+        for record in self.visible_kbs():
+            documents, chunks = self.service.kb_counts(record)
+            rows.append(
+                {
+                    "id": record.id,
+                    "name": record.name,
+                    "chunk_size": record.chunk_size,
+                    "embedding_model": record.embedding_model,
+                    "embedding_endpoint": record.embedding_endpoint,
+                    "created_at": record.created_at,
+                    "is_current": record.id == current,
+                    "document_count": documents,
+                    "chunk_count": chunks,
+                }
+            )
+        current_id = current if any(r["id"] == current for r in rows) else None
+        return KBList(f"{len(rows)} knowledge base(s).", rows, len(rows), current_id)
+
+    def select_knowledge_base(self, kb_name: str) -> KBSelected:
+        record = self.find_kb(kb_name)
+        self._set_current(record.id)
+        documents, _ = self.service.kb_counts(record)
+        return KBSelected(f"Selected knowledge base '{record.name}'.", record.id, record.name, documents)
+
+    def delete_knowledge_base(self, kb_name: str) -> KBDeleted:
+        record = self.find_kb(kb_name)
+        if record.id == self.current_kb_id:
+            raise KBIsCurrent(
+                f"Knowledge base '{record.name}' is the current one and cannot be deleted; "
+                "select another knowledge base first.",
+                details={"kb_name": record.name},
+            )
+        self.service.delete_kb(record)
+        return KBDeleted(f"Deleted knowledge base '{record.name}' with all its documents.", record.name)
+
+    # -- documents -----------------------------------------------------------------------------
+    def import_document(
+        self,
+        file_paths: Sequence[str],
+        chunk_size: int | None = None,
+        *,
+        progress: Callable[[ImportProgress], None] | None = None,
+        display_names: Sequence[str] | None = None,
+        source: str = "path",
+        kb_name: str | None = None,
+        executor: str = "local",
+        executor_address: str | None = None,
+        cancel: threading.Event | None = None,
+    ) -> ImportReport:
+        """Import files into the current KB. ``display_names`` name uploads (the app passes the browser's names).
+        ``executor``: ``local`` (this process) or ``ray`` (Ray Data on the cluster at ``executor_address``).
+        ``cancel``: set it to stop the import (what was committed stays; the other files fail as cancelled)."""
+        record = self.resolve_kb(kb_name)
+        runner = self.service.import_executor(record, executor, executor_address)
+        if isinstance(file_paths, str) or not isinstance(file_paths, Sequence) or not file_paths:
+            raise InvalidArgument("file_paths must be a non-empty list of file paths.", details={"field": "file_paths"})
+        if display_names is not None and len(display_names) != len(file_paths):
+            raise InvalidArgument("display_names must name each file in file_paths.")
+        reject_nul(list(file_paths), "file_paths")
+        size = record.chunk_size if chunk_size is None else validate_chunk_size(chunk_size)
+        from kb_core.ingest.files import import_files  # the import pipeline loads only for an import
+
+        outcomes = import_files(
+            self.service,
+            record,
+            file_paths,
+            size,
+            allowed_dirs=self.allowed_dirs,
+            runner=runner,
+            progress=progress,
+            display_names=display_names,
+            source=source,
+            cancel=cancel,
+        )
+        results = [o.to_json() for o in outcomes]
+        succeeded = [r for r in results if "error" not in r]
+        if succeeded:
+            self._measure_floors(record)
+        failed = [r for r in results if "error" in r]
+        notice = self._language_notice(record, [o for o in outcomes if o.error is None])
+        message = f"Imported {len(succeeded)} of {len(file_paths)} file(s) into '{record.name}'"
+        message += f"; {len(failed)} failed." if failed else "."
+        # each failure's reason in the message too: many MCP clients show only the text, not structured content
+        shown = 5
+        for failure_row in failed[:shown]:
+            message += f" {Path(str(failure_row['file_path'])).name}: {failure_row['error']}"
+            message += "" if str(failure_row["error"]).endswith(".") else "."
+        if len(failed) > shown:
+            message += f" And {len(failed) - shown} more failure(s): see failed_files."
+        if notice:
+            message += f" Note: {notice}"
+        return ImportReport(
+            message,
+            total=len(file_paths),
+            success_count=len(succeeded),
+            failed_count=len(failed),
+            success_files=succeeded,
+            failed_files=failed,
+            warnings=[notice] if notice else None,
+            executor=None if runner is None else runner.summary(),  # what ran where (files and chunks per node)
+            error=None if succeeded else KBError(message, code="IMPORT_FAILED"),
+        )
+
+    def _language_notice(self, record: KnowledgeBaseRecord, imported: Sequence[FileOutcome]) -> str | None:
+        """The one notice when the KB's model does not read some of the imported documents (their languages as
+        detected at import; see :func:`kb_core.embedding.builtin.unread_language_notice`)."""
+        from kb_core.embedding.builtin import unread_language_notice
+
+        if not imported:
+            return None
+        return unread_language_notice(
+            record.embedding_model, {str(o.doc_name): o.language for o in imported if o.doc_name is not None}
+        )
+
+    def _measure_floors(self, record: KnowledgeBaseRecord) -> None:
+        """Measure the model's semantic floors now, while it is loaded (once per home and model, kept there), so no
+        later search waits on them: a rag_search with its 3 s timeout on an endpoint, a cold ``kb search`` that would
+        otherwise load torch to embed the calibration texts as documents; best effort."""
+        try:
+            for query in ("floor", "下限"):
+                self.service.semantic_floor(record, query)
+        except Exception:  # never fails the import it follows
+            logger.info("semantic floor of %s not measured after the import", record.embedding_model, exc_info=True)
+
+    def _live_document(self, record: KnowledgeBaseRecord, doc_name: str) -> dict[str, Any]:
+        if not isinstance(doc_name, str) or not doc_name.strip():
+            raise InvalidArgument("doc_name must be a non-empty string.", details={"field": "doc_name"})
+        documents = self.service.documents(record)
+        key = doc_name.strip().casefold()
+        matches = [d for d in documents if str(d["name"]).casefold() == key]
+        if not matches:
+            names = [d["name"] for d in documents]
+            shown = ", ".join(repr(n) for n in names[:10]) + (" …" if len(names) > 10 else "")
+            raise DocumentNotFound(
+                f"Document {doc_name!r} is not in knowledge base '{record.name}'. Documents: {shown or 'none'}.",
+                details={"doc_name": doc_name},
+            )
+        return matches[0]
+
+    def list_documents(self, kb_name: str | None = None) -> DocumentList:
+        record = self.resolve_kb(kb_name)
+        storage = self.service.store.kb(record)
+        rows = [document_row(d) for d in storage.documents()]
+        for flight in storage.in_flight():
+            rows.append(
+                {
+                    "id": None,
+                    "name": flight.get("name") or Path(flight["file_path"]).name,
+                    "file_path": flight["file_path"],
+                    "file_type": Path(flight["file_path"]).suffix.lstrip(".").lower(),
+                    "chunk_size": None,
+                    "created_at": None,
+                    "updated_at": None,
+                    "status": flight["status"],
+                    "chunk_count": 0,
+                    "size_bytes": None,
+                    "error": None,
+                    "language": None,
+                }
+            )
+        return DocumentList(f"{len(rows)} document(s) in '{record.name}'.", rows, len(rows))
+
+    def list_chunks(self, doc_name: str, kb_name: str | None = None) -> ChunkList:
+        """The chunks of one document in order, with chapter, page, tokens and character offsets."""
+        record = self.resolve_kb(kb_name)
+        document = self._live_document(record, doc_name)
+        rows = [chunk_json(r) for r in self.service.store.kb(record).document_chunks(document)]
+        return ChunkList(
+            f"{len(rows)} chunk(s) in '{document['name']}'.", document["doc_id"], document["name"], rows, len(rows)
+        )
+
+    def delete_document(self, doc_name: str, kb_name: str | None = None) -> DocDeleted:
+        record = self.resolve_kb(kb_name)
+        document = self._live_document(record, doc_name)
+        try:
+            self.service.store.kb(record).delete_document(document)
+        except DocumentNotFound:  # deleted by another process since it was looked up
+            raise DocumentNotFound(
+                f"Document {doc_name!r} was already deleted.", details={"doc_name": doc_name}
+            ) from None
+        return DocDeleted(f"Deleted document '{document['name']}' and its chunks.", document["name"])
+
+    def update_document(
+        self,
+        doc_name: str,
+        chunk_size: int,
+        kb_name: str | None = None,
+        progress: Callable[[ImportProgress], None] | None = None,
+    ) -> DocUpdated:
+        record = self.resolve_kb(kb_name)
+        size = validate_chunk_size(chunk_size)
+        document = self._live_document(record, doc_name)
+        if document["status"] != "ready":
+            raise InvalidArgument(f"Document {doc_name!r} failed to import; import it again instead of updating.")
+        from kb_core.ingest.files import reimport_document
+
+        state = reimport_document(self.service, record, document, size, progress)
+        if state is None:
+            raise DocumentNotFound(f"Document {doc_name!r} was changed meanwhile; try again.")
+        if state.status != "ready":
+            raise KBError(f"Updating {doc_name!r} failed: {state.error}", code="UPDATE_FAILED")
+        return DocUpdated(
+            f"Re-chunked '{document['name']}' into {state.chunks_total} chunk(s) of at most {size} tokens.",
+            document["doc_id"],
+            document["name"],
+            state.chunks_total,
+            size,
+        )
+
+    # -- search --------------------------------------------------------------------------------
+    def search_chunks(self, request: SearchRequest) -> SearchResult:
+        """The one search entry point: the hits, warnings, settings and weights used for ``request``.
+
+        Each KB searches with its own saved defaults under the request's explicit settings; hit scores share one
+        [0, 1] scale, so hits of several KBs are merged by score. With ``request.skip_failing``, a KB whose
+        query embedding fails (endpoint down, key refused) is left out with a warning and listed in ``skipped``
+        as ``{kb_name, code, message}``; if every KB fails, the first failure is raised with all of them in
+        ``details["failed_knowledge_bases"]``.
+        """
+        query, overrides = validate_query(request.query), dict(request.settings)
+        if request.kb_ids:
+            records = [r for r in self.visible_kbs() if r.id in set(request.kb_ids)]
+        elif request.kb_names:
+            records = [self.find_kb(name) for name in request.kb_names]
+        else:
+            records = [self.current_kb()]
+        first_settings: SearchSettings | None = None
+        outcome: SearchResult | None = None
+        hits: list[SearchHit] = []
+        warnings: list[str] = []
+        failures: list[EmbeddingError] = []
+        skipped: list[dict[str, str]] = []
+        floors: dict[str, float] = {}
+        for record in records:
+            settings = search_settings(record, overrides)
+            floors[record.id] = settings.min_score
+            try:
+                ranked = self.service.search_kb(record, query, settings, request.filters)
+            except EmbeddingError as exc:
+                if not request.skip_failing:
+                    raise
+                failures.append(exc)
+                skipped.append({"kb_name": record.name, "code": exc.code, "message": exc.message})
+                note = f"Knowledge base '{record.name}' was not searched: {exc.message} ({exc.code})."
+                ranked = RankedHits([], [note])
+            if outcome is None or (outcome.weights_used is None and ranked.weights_used is not None):
+                first_settings = settings
+                outcome = SearchResult(
+                    [], [], settings, ranked.weights_used, ranked.auto_weights,
+                    semantic_floor=ranked.semantic_floor, query_terms=ranked.query_terms,
+                )
+            hits.extend(ranked.hits)
+            outcome.without_evidence += ranked.without_evidence
+            warnings.extend(n for n in ranked.warnings if n not in warnings)
+        if failures and len(failures) == len(records):
+            failures[0].details = {**failures[0].details, "failed_knowledge_bases": list(skipped)}
+            raise failures[0]
+        if outcome is None or first_settings is None:
+            return SearchResult([], [], search_settings(self.current_kb(), overrides))
+        duplicates = 0
+        if len(records) > 1:
+            hits.sort(key=lambda h: -h.score)
+            if request.drop_copies:
+                hits, duplicates = _drop_cross_kb_copies(hits)
+            hits = hits[: first_settings.top_k]
+        # min_score (each KB's own) cuts the hits a person would have seen; the count says how many went
+        kept = [h for h in hits if h.score >= floors.get(h.kb_id, 0.0)]
+        outcome.below_min_score = len(hits) - len(kept)
+        outcome.duplicates_dropped = duplicates
+        outcome.hits, outcome.warnings, outcome.skipped = kept, warnings, skipped
+        return outcome
+
+    def search(
+        self,
+        query: str,
+        top_k: int | None = None,
+        mode: str | None = None,
+        vector_weight: float | None = None,
+        keyword_weight: float | None = None,
+        jaccard_weight: float | None = None,
+        fusion: str | None = None,
+        doc_names: Sequence[str] | None = None,
+        file_types: Sequence[str] | None = None,
+        kb_names: Sequence[str] | None = None,
+        explain: bool = True,
+        expand_graph: bool = False,
+        weighting: str | None = None,
+        language_guard: bool | None = None,
+        min_score: float | None = None,
+    ) -> SearchReport:
+        """Hybrid (default), semantic or keyword search; every hit carries its score breakdown.
+
+        Only chunks some signal supports are hits (a query term, stop words left out, or a cosine above the model's
+        semantic floor), so there may be fewer than ``top_k``. ``min_score`` (0–1, default the KB's saved value, else
+        0) hides hits whose final score is below it; ``data.below_min_score`` counts them.
+
+        Scores lie in [0, 1] (see :mod:`kb_core.retrieval.fusion`). ``weighting="auto"`` scales the weights by each
+        signal's quality for the query; ``language_guard=False`` keeps the vector weight for a query in a language
+        the embedding model does not cover. ``data.weights`` holds the requested weights, the weights used and
+        those ``weighting="auto"`` would use. ``expand_graph`` follows knowledge-bundle edges: hits on bundle
+        documents are followed by their related nodes' first chunks, marked ``expanded`` with
+        ``breakdown.graph_expansion``.
+        """
+        outcome = self.search_chunks(
+            SearchRequest(
+                query,
+                kb_names=tuple(kb_names or ()),
+                filters=SearchFilters(tuple(doc_names or ()), tuple(file_types or ())),
+                settings={
+                    "top_k": top_k,
+                    "mode": mode,
+                    "vector_weight": vector_weight,
+                    "keyword_weight": keyword_weight,
+                    "jaccard_weight": jaccard_weight,
+                    "fusion": fusion,
+                    "weighting": weighting,
+                    "language_guard": language_guard,
+                    "min_score": min_score,
+                },
+            )
+        )
+        settings = outcome.settings
+        chunks = [hit.to_json(explain) for hit in outcome.hits]
+        if expand_graph:
+            chunks = self.expand_hits(chunks)
+        message = f"Found {len(chunks)} chunk(s) ({settings.mode} search"
+        if settings.mode == "hybrid" and outcome.weights_used is not None:
+            message += (
+                f", weights used: vector {outcome.weights_used.vector:.2f} / keyword "
+                f"{outcome.weights_used.keyword:.2f}"
+            )
+        message += ")."
+        notes = search_notes(outcome)
+        if notes:
+            message += " " + " ".join(notes)
+        if outcome.warnings:
+            message += " " + " ".join(outcome.warnings)
+        return SearchReport(
+            message,
+            chunks,
+            len(chunks),
+            asdict(settings),
+            outcome.weights_json(),
+            outcome.warnings,
+            **search_facts(outcome),
+        )
+
+    def explain_search(
+        self,
+        query: str,
+        chunk_id: str,
+        mode: str | None = None,
+        vector_weight: float | None = None,
+        keyword_weight: float | None = None,
+        jaccard_weight: float | None = None,
+        fusion: str | None = None,
+        weighting: str | None = None,
+        language_guard: bool | None = None,
+    ) -> Explanation:
+        """Why chunk ``chunk_id`` ranks where it does for ``query``: its place among the hits (searched up to
+        1,000 deep with the KB's settings under the given ones), its full score breakdown, the hit just above it,
+        and each step in words. A chunk that is not among the hits (too low, or dropped as a near-duplicate of a
+        better-ranked chunk) is explained from its exact scores."""
+        if not isinstance(chunk_id, str) or not chunk_id.strip():
+            raise InvalidArgument("chunk_id must be a non-empty chunk id (chk_...).", details={"field": "chunk_id"})
+        validate_query(query)
+        chunk_id = chunk_id.strip()
+        record = next((r for r in self.visible_kbs() if self.service.has_chunk(r, chunk_id)), None)
+        if record is None:
+            raise ItemNotFound(f"No live chunk with id {chunk_id!r} exists.", details={"id": chunk_id})
+        overrides = {
+            "mode": mode,
+            "vector_weight": vector_weight,
+            "keyword_weight": keyword_weight,
+            "jaccard_weight": jaccard_weight,
+            "fusion": fusion,
+            "weighting": weighting,
+            "language_guard": language_guard,
+        }
+        settings = search_settings(record, {**overrides, "top_k": 1000})
+        data = explain_chunk(self.service, record, query, chunk_id, settings)
+        return Explanation("\n".join(data["explanation"]), data)
+
+    def save_search_settings(self, kb_name: str | None = None, **settings: Any) -> SavedSettings:
+        """Persist search defaults for the KB; searches without explicit settings use them."""
+        record = self.resolve_kb(kb_name)
+        unknown = set(settings) - set(SearchSettings.SAVED_FIELDS)
+        if unknown:
+            raise InvalidArgument(
+                f"Unknown search setting(s) {sorted(unknown)}; allowed: {', '.join(SearchSettings.SAVED_FIELDS)}."
+            )
+        merged = {**record.search_settings, **{k: v for k, v in settings.items() if v is not None}}
+        validated = SearchSettings(**merged).validated()
+        saved = {k: getattr(validated, k) for k in SearchSettings.SAVED_FIELDS if k in merged}
+        self.service.store.update_search_settings(record.id, saved)
+        return SavedSettings(f"Saved search defaults for '{record.name}'.", record.name, saved)
+
+    def rag_search(
+        self, keywords: Sequence[str], top_k: int = 5, timeout: float = 3.0, min_score: float | None = None
+    ) -> RagResult:
+        """Multi-keyword search; chunks related to all keywords rank first; degrades on timeout or failure. Only
+        chunks holding a keyword or clearing the semantic floor are returned, none below ``min_score``."""
+        cleaned = validate_keywords(keywords)
+        validate_int_range(top_k, "top_k", 1, 10)
+        validate_float_range(timeout, "timeout", 0.1, 10.0)
+        if min_score is not None:
+            validate_float_range(min_score, "min_score", 0.0, 1.0)
+        record = self.current_kb()
+        future = self.service.background.submit(rag_rank, self.service, record, cleaned, top_k, min_score)
+        try:
+            chunks = future.result(timeout=timeout)
+        except FuturesTimeout:
+            reason = f"the search took longer than the {timeout:g} s timeout"
+        except KBError as exc:
+            reason = f"the search failed: {exc.message} ({exc.code})"
+        except Exception:
+            logger.exception("rag_search failed unexpectedly")
+            reason = "the search failed because of an internal error (see the server log)"
+        else:
+            return RagResult(f"Found {len(chunks)} chunk(s).", chunks, len(chunks), degraded=False)
+        # The contract: a slow or failing search never fails the caller; it returns no chunks, marked degraded.
+        logger.warning("rag_search degraded to no results: %s", reason)
+        return RagResult(f"Returned no results (degraded): {reason}.", [], 0, degraded=True, degraded_reason=reason)
+
+    def get_item(self, item_id: str, neighbours: int = 1, kb_names: Sequence[str] | None = None) -> Item:
+        """A document's full parsed text (``doc_…`` id) or a chunk with its neighbours (``chk_…`` id)."""
+        if not isinstance(item_id, str) or not item_id.strip():
+            raise InvalidArgument("id must be a non-empty string.", details={"field": "id"})
+        if item_id.strip().startswith("node_"):
+            from kb_core.bundles import api
+
+            return api.get_node(self, item_id.strip(), kb_names)
+        records = [self.find_kb(n) for n in kb_names] if kb_names else self.visible_kbs()
+        item = find_item(self.service, item_id.strip(), records, neighbours)
+        return Item(f"Found {item['type']} {item_id}.", item)
+
+    def get_document_info(
+        self, knowledge_ids: Sequence[str], kb_names: Sequence[str] | None = None
+    ) -> DocumentInfos:
+        """Metadata of 1-10 documents by id, looked up concurrently; per-id failures in ``errors``."""
+        if isinstance(knowledge_ids, str) or not isinstance(knowledge_ids, Sequence):
+            raise InvalidArgument("knowledge_ids must be a list of document ids.", details={"field": "knowledge_ids"})
+        if len(knowledge_ids) == 0:
+            raise InvalidArgument(
+                "knowledge_ids is empty: give at least one document id.", details={"field": "knowledge_ids"}
+            )
+        if len(knowledge_ids) > 10:
+            raise InvalidArgument(
+                f"knowledge_ids has {len(knowledge_ids)} ids; at most 10 are allowed per call.",
+                details={"field": "knowledge_ids"},
+            )
+        records = [self.find_kb(n) for n in kb_names] if kb_names else self.visible_kbs()
+        ids = list(dict.fromkeys(str(i) for i in knowledge_ids))
+        results = list(self.service.background.map(lambda i: document_info(self.service, i, records), ids))
+        documents = [r for r in results if "parse_status" in r]
+        errors = [r for r in results if "parse_status" not in r]
+        text = document_info_text(documents, errors, len(ids))
+        return DocumentInfos(
+            text,
+            documents,
+            len(documents),
+            len(ids),
+            errors,
+            error=None if documents else DocumentNotFound(text, details={"ids": ids}),
+        )
+
+    # -- MCP bearer tokens (kb token create|list|revoke) ---------------------------------------
+    def create_token(self, scope: str, capability: str, rate_per_hour: int) -> TokenCreated:
+        """A new bearer token for the MCP HTTP server; ``scope``: 'all' or comma-separated KB names. The token is
+        in this envelope only (the home or the database keeps its SHA-256)."""
+        raw_scope = (scope or "").strip()
+        if not raw_scope:
+            raise InvalidArgument("--scope must be 'all' or a comma-separated list of knowledge base names.")
+        if raw_scope.lower() == "all":
+            kb_ids = None
+        else:
+            names = [n.strip() for n in raw_scope.split(",") if n.strip()]
+            kb_ids = sorted({self.service.find_kb(name).id for name in names})
+        token, record = self.service.token_store.create(kb_ids, capability, rate_per_hour)
+        row = self._token_row(record)
+        return TokenCreated(
+            f"Created token {record.id} ({record.capability}, scope {row['scope']}, {record.rate_per_hour}/hour). "
+            f"It is shown only now; keep it secret:\n{token}",
+            **row,
+            token=token,
+        )
+
+    def list_tokens(self) -> TokenList:
+        rows = [self._token_row(r) for r in self.service.token_store.list()]
+        return TokenList(f"{len(rows)} token(s).", rows, len(rows))
+
+    def revoke_token(self, token_id: str) -> TokenRevoked:
+        record = self.service.token_store.revoke(token_id)
+        return TokenRevoked(f"Revoked token {record.id}.", record.id)
+
+    def _token_row(self, record: TokenRecord) -> dict[str, Any]:
+        if record.scope is None:
+            scope = "all"
+        else:
+            names = {r.id: r.name for r in self.service.store.knowledge_bases()}
+            scope = ",".join(sorted(names.get(kb_id, f"(deleted {kb_id})") for kb_id in record.scope))
+        return {
+            "id": record.id,
+            "scope": scope,
+            "capability": record.capability,
+            "rate_per_hour": record.rate_per_hour,
+            "created_at": record.created_at,
+        }
+
+    # -- export and import of the database -----------------------------------------------------
+    def export_database(self, export_path: str, kb_names: Sequence[str] | None = None) -> ExportSummary:
+        """Write every visible KB (or the named ones) into one portable file; see :mod:`kb_core.transfer`.
+        Data: ``{source_path: the home, export_path}``."""
+        from kb_core.transfer.export import export_database
+
+        return export_database(self, export_path, kb_names)
+
+    def import_database(self, source_db_path: str, *, limits: TransferLimits | None = None) -> ImportSummary:
+        """Validate an export file completely, then merge its KBs into the home (all or nothing). Data:
+        ``{source_path, imported_kb_count, imported_doc_count, knowledge_bases, renamed_knowledge_bases}``."""
+        from kb_core.transfer.restore import import_database
+
+        return import_database(self, source_db_path, limits=limits)
+
+    # -- knowledge bundles (typed nodes and edges; see kb_core.bundles) -------------------------
+    def get_knowledge_schema(self, kb_name: str | None = None) -> KnowledgeSchema:
+        """The JSON Schema a bundle must satisfy for the KB's ontology, and an example bundle in YAML."""
+        from kb_core.bundles import api
+
+        return api.get_knowledge_schema(self, kb_name)
+
+    def import_knowledge_bundle(
+        self, temp_file_path: str, kb_name: str | None = None, delete_file: bool = True
+    ) -> BundleImported:
+        """Validate a YAML bundle as a whole, then apply it in one transaction (see kb_core.bundles)."""
+        from kb_core.bundles import api
+
+        return api.import_knowledge_bundle(self, temp_file_path, kb_name, delete_file=delete_file)
+
+    def get_ontology(self, kb_name: str | None = None) -> OntologyInfo:
+        from kb_core.bundles import api
+
+        return api.get_ontology(self, kb_name)
+
+    def set_ontology(self, source: Any, kb_name: str | None = None) -> OntologySet:
+        from kb_core.bundles import api
+
+        return api.set_ontology(self, source, kb_name)
+
+    def graph_view(self, kb_name: str | None = None, limit: int = 500) -> GraphView:
+        from kb_core.bundles import api
+
+        return api.graph_view(self, kb_name, limit)
+
+    def expand_hits(self, hits: Sequence[dict[str, Any]], max_related: int = 5) -> list[dict[str, Any]]:
+        """Search hits on bundle documents followed by their related nodes (marked ``expanded``)."""
+        from kb_core.bundles import api
+
+        return api.expand_hits(self, hits, max_related)
+
+    # -- kept evaluation runs ------------------------------------------------------------------
+    def list_evaluation_runs(self) -> EvaluationRuns:
+        """The evaluation runs kept in this home, newest first (see :mod:`kb_core.evaluation.runs`)."""
+        runs = self.service.evaluation_runs.list()
+        return EvaluationRuns(f"{len(runs)} evaluation run(s) kept.", runs, len(runs))
+
+    def compare_evaluation_runs(
+        self,
+        run_a: str,
+        run_b: str,
+        setting_a: str | None = None,
+        setting_b: str | None = None,
+        metric: str = "ndcg@10",
+        top: int = 10,
+    ) -> RunComparison:
+        """Setting ``setting_a`` of run ``run_a`` against ``setting_b`` of ``run_b``, query by query."""
+        from kb_core.evaluation import compare_runs
+
+        store = self.service.evaluation_runs
+        comparison = compare_runs(
+            store.load(run_a), store.load(run_b), setting_a=setting_a, setting_b=setting_b, metric=metric
+        )
+        data = comparison.to_json(validate_int_range(top, "top", 1, 1000))
+        message = (
+            f"{comparison.setting_b} ({comparison.run_b}) against {comparison.setting_a} ({comparison.run_a}) on "
+            f"{len(comparison.per_query)} queries: {comparison.wins} wins, {comparison.losses} losses, "
+            f"{comparison.ties} ties; mean {metric} {comparison.mean_a:.4f} → {comparison.mean_b:.4f} "
+            f"({comparison.mean_delta:+.4f})."
+        )
+        if comparison.warnings:
+            message += " " + " ".join(comparison.warnings)
+        return RunComparison(message, data)
+
+    def delete_evaluation_run(self, run_id: str) -> RunDeleted:
+        self.service.evaluation_runs.delete(run_id)
+        return RunDeleted(f"Deleted evaluation run {run_id}.", run_id)
+
+    # -- maintenance ---------------------------------------------------------------------------
+    def compact(self, kb_name: str | None = None) -> Compacted:
+        """Merge the KB's segments into one and drop the rows of deleted documents."""
+        record = self.resolve_kb(kb_name)
+        stats = self.service.compact(record, everything=True)
+        return Compacted(f"Compacted '{record.name}': merged {stats['segments_merged']} segment(s).", stats)
+
+    def verify(self, repair: bool = False) -> Verification:
+        """Check the whole home for consistency (what the crash tests assert).
+
+        With ``repair``, first fix what can be fixed without guessing: a bundle import interrupted between its
+        index and graph commits is rolled back to the committed graph (the graph is the truth: the bundle was
+        never committed, so it is imported again), and staging folders of killed import-db runs are removed.
+        """
+        from kb_core.bundles.indexing import bundle_index_problem
+
+        store = self.service.store
+        repaired: list[str] = []
+        if repair:
+            from kb_core.bundles.api import repair_index
+
+            for record in list(store.interrupted_bundle_indexes(bundle_index_problem)):
+                try:
+                    stats = repair_index(self, record.name).data
+                except KBError as exc:
+                    raise KBError(f"Repairing '{record.name}' failed: {exc.message}", code="REPAIR_FAILED") from exc
+                except Exception as exc:
+                    logger.exception("repair_index failed unexpectedly")
+                    raise KBError(
+                        f"Repairing '{record.name}' failed: repair_index failed because of an internal error; see the "
+                        "log.",
+                        code="REPAIR_FAILED",
+                    ) from exc
+                repaired.append(
+                    f"{record.name}: rolled the search index back to the committed knowledge graph (removed "
+                    f"{stats['documents_removed']} bundle document(s), re-indexed {stats['documents_indexed']}); "
+                    "import the interrupted bundle again"
+                )
+            for folder in store.remove_abandoned_staging():
+                repaired.append(f"removed {folder.name}, the staging folder of an import-db that did not finish")
+        problems = store.verify(kb_checks=(bundle_index_problem,))
+        message = f"Repaired {len(repaired)} problem(s). " if repaired else ""
+        if problems:
+            message += f"{len(problems)} problem(s) found:\n" + "\n".join(f"- {p}" for p in problems)
+        else:
+            message += f"The {store.subject} is consistent."
+        return Verification(message, problems, repaired)
