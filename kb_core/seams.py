@@ -20,7 +20,14 @@ if TYPE_CHECKING:
     from kb_core.ingest.executors import DocumentExecutor
     from kb_core.ingest.parsing import ParseLimits
     from kb_core.ingest.pipeline import Importer, ImportProgress
-    from kb_core.results import SearchRequest, SearchResult
+    from kb_core.results import (
+        DocumentList,
+        ImportReport,
+        KBCreated,
+        SavedSettings,
+        SearchRequest,
+        SearchResult,
+    )
     from kb_core.retrieval.analysis import Analyzer
     from kb_core.retrieval.search import RankedHits, SearchFilters, SearchSettings
     from kb_core.store import Home, KBStore, KnowledgeBaseRecord
@@ -155,8 +162,42 @@ class Scope(Protocol):
     def resolve_kb(self, kb_name: str | None) -> KnowledgeBaseRecord: ...
 
 
+class TypedOperations(Protocol):
+    """The session's typed operations (:class:`kb_core.operations.Operations`) that evaluation builds its KBs and
+    saves a KB's defaults with: results, and KBError raised."""
+
+    def create_knowledge_base(
+        self,
+        kb_name: str,
+        chunk_size: int,
+        embedding_model: str | None = None,
+        embedding_endpoint: str | None = None,
+        embedding_api_key: str | None = None,
+        *,
+        progress: Callable[[str], None] | None = None,
+    ) -> KBCreated: ...
+
+    def list_documents(self, kb_name: str | None = None) -> DocumentList: ...
+
+    def import_document(
+        self,
+        file_paths: Sequence[str],
+        chunk_size: int | None = None,
+        *,
+        progress: Callable[[ImportProgress], None] | None = None,
+        display_names: Sequence[str] | None = None,
+        kb_name: str | None = None,
+    ) -> ImportReport: ...
+
+    def save_search_settings(self, kb_name: str | None = None, **settings: Any) -> SavedSettings: ...
+
+
 class SessionAPI(Scope, Protocol):
-    """The session operations that evaluation and the demo drive, as a front end would."""
+    """The session operations that evaluation and the demo drive, as a front end would; ``operations``: the same,
+    typed."""
+
+    @property
+    def operations(self) -> TypedOperations: ...
 
     def create_knowledge_base(
         self,

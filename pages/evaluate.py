@@ -17,6 +17,7 @@ import streamlit as st
 from kb_core import KBError
 from kb_core.config import DEFAULT_KEYWORD_WEIGHT, DEFAULT_VECTOR_WEIGHT
 from kb_core.demo import DEMO_KB_NAME, demo_judgments_folder
+from kb_core.envelope import envelope_of
 from pages import _shared as ui
 
 try:
@@ -207,7 +208,7 @@ def save_best(outcome: Outcome, best: dict[str, Any]) -> None:
     if st.button("Save best as KB default", key="eval_save_best", type="primary",
                  help="Hybrid search with these weights (fixed, weighted fusion) becomes the KB's default: the "
                  "Search lab, the CLI and MCP searches that give no settings use it."):
-        result = evaluation.save_best(session, outcome.kb_name, best)
+        result = envelope_of(evaluation.save_best, session, outcome.kb_name, best)
         if result["success"]:
             st.session_state["eval_saved"] = (
                 f"{result['message']} Vector {best['vector_weight']:.2f} / keyword {best['keyword_weight']:.2f}, "

@@ -278,9 +278,9 @@ def test_one_run_evaluation_keeps_the_run_and_save_best_sets_hybrid_unless_told_
         kept = session.service.evaluation_runs.load(outcome.run.id)
         assert list(kept.metrics["setting"]) == [s.label for s in outcome.settings]
     best = best_sweep_setting(shallow.report)
-    assert save_best(session, "judged", best, mode=None)["success"]
+    assert save_best(session, "judged", best, mode=None).kb_name == "judged"  # a typed result (#28); KBError on failure
     assert session.find_kb("judged").search_settings["mode"] == "keyword"
-    assert save_best(session, "judged", best)["success"]
+    assert save_best(session, "judged", best).search_settings["mode"] == "hybrid"
     saved = session.find_kb("judged").search_settings
     assert saved == {"mode": "hybrid", "vector_weight": best["vector_weight"],
                      "keyword_weight": best["keyword_weight"], "weighting": "fixed", "fusion": "weighted"}

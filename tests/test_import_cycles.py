@@ -82,8 +82,8 @@ def test_layers_point_down_and_what_is_left_of_28_does_not_grow() -> None:
     no upward import. No store-choosing branch is left: the store, chosen once by ``open_store``, answers which half
     of a feature runs (``Store.choose``) and which sink an import commits through (``KBStorage.sink``); no module
     beyond those four imports store/postgres. Features return typed results and raise KBError: envelopes are built
-    only by the session's envelope API and the edges (#28's step C1); what is left reads them where it drives a
-    Session as a front end would (the demo, evaluation) or wraps a handler (``kb eval``'s)."""
+    only by the session's envelope API and the edges, by ``envelope_of`` (#28's step C1); only the demo reads them,
+    where it drives a Session as the app would."""
     report = GRAPH.analyse(PACKAGE.parent)
     assert report["unassigned_modules"] == []
     assert report["cycles_with_type_only"] == []
@@ -92,10 +92,10 @@ def test_layers_point_down_and_what_is_left_of_28_does_not_grow() -> None:
     assert upward == [], upward
     builders = set(report["envelope_sites"])
     assert all(GRAPH.layer_of(f"kb_core.{m}") in ("session", "edges") for m in builders), builders
-    assert set(report["enveloped_functions"]) <= {"cli.evaluation"}, report["enveloped_functions"]
+    assert report["enveloped_functions"] == {}, report["enveloped_functions"]
     assert report["operations_api"]["public_methods"] > 30 and report["operations_api"]["returning_envelope"] == 0
     readers = set(report["envelope_reads_below_edges"])
-    assert all(m == "demo" or m.startswith("evaluation") for m in readers), readers
+    assert readers <= {"demo"}, readers  # the demo drives a Session as the app would
     assert report["store_branch_count"] == 0, report["store_branches"]
     # PostgreSQL code is imported only by the store's protocol and factory and the features' PostgreSQL halves (the
     # service reaches the database through its store).

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from kb_core.cli.common import Commands
 from kb_core.config import DEFAULT_VECTOR_WEIGHT, FUSION_METHODS, SEARCH_MODES, WEIGHTINGS
-from kb_core.envelope import Envelope, enveloped, ok
+from kb_core.envelope import Envelope, envelope_of
+from kb_core.results import JSONResult
 
 if TYPE_CHECKING:
     from kb_core.session import Session
@@ -38,8 +39,12 @@ def _progress(stage: str, done: int, total: int) -> None:
         _BAR = None
 
 
-@enveloped
-def run_eval(session: Session, args: argparse.Namespace) -> Envelope:
+def eval_handler(session: Session, args: argparse.Namespace) -> Envelope:
+    """``kb eval``: :func:`run_eval`'s envelope."""
+    return envelope_of(run_eval, session, args)
+
+
+def run_eval(session: Session, args: argparse.Namespace) -> JSONResult:
     from kb_core.errors import InvalidArgument
     from kb_core.evaluation import MODES, EvaluationRequest, best_sweep_setting, run_evaluation, save_best
 
@@ -97,15 +102,13 @@ def run_eval(session: Session, args: argparse.Namespace) -> Envelope:
     )
     if args.save_best:
         chosen = best_sweep_setting(report)
-        saved = save_best(session, record.name, chosen, mode=None)  # the CLI keeps the KB's saved mode
-        if not saved["success"]:
-            return saved
+        save_best(session, record.name, chosen, mode=None)  # the CLI keeps the KB's saved mode
         data["saved_default"] = chosen
         message += (
             f" Saved vector {chosen['vector_weight']:.2f} / keyword {chosen['keyword_weight']:.2f} "
             f"(sweep best, nDCG@10 {chosen['ndcg@10']:.4f}) as the default of '{record.name}'."
         )
-    return ok(message, data)
+    return JSONResult(message, data)
 
 
 def render_eval(envelope: Envelope) -> str:
@@ -235,7 +238,7 @@ def register(commands: Commands) -> None:
     parser.add_argument(
         "--model", help="embedding model of the evaluation KB, e.g. multilingual-e5-small (default all-MiniLM-L6-v2)"
     )
-    parser.set_defaults(handler=run_eval, renderer=render_eval)
+    parser.set_defaults(handler=eval_handler, renderer=render_eval)
 
     runs = commands.add_parser("eval-runs", help="list the kept evaluation runs, newest first")
     runs.set_defaults(handler=lambda s, a: s.list_evaluation_runs(), renderer=render_runs)

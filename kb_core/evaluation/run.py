@@ -31,6 +31,7 @@ from kb_core.evaluation.scoring import (
 )
 
 if TYPE_CHECKING:
+    from kb_core.results import SavedSettings
     from kb_core.seams import Resources, SessionAPI, SessionResources
     from kb_core.store import KnowledgeBaseRecord
 
@@ -40,7 +41,6 @@ if TYPE_CHECKING:
         @property
         def service(self) -> SessionResources: ...
 
-        def save_search_settings(self, kb_name: str | None = None, **settings: Any) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
@@ -164,11 +164,11 @@ def _first(queries: dict[str, str], count: int | None) -> dict[str, str]:
 
 def save_best(
     session: EvaluatingSession, kb_name: str, best: dict[str, Any], *, mode: str | None = "hybrid"
-) -> dict[str, Any]:
+) -> SavedSettings:
     """The sweep point ``best`` (from :func:`~kb_core.evaluation.runs.best_sweep_setting`) as ``kb_name``'s default:
     its weights, fixed weighting, weighted fusion, and ``mode`` (None: the saved mode stays); the KB's other saved
-    settings stay. Returns the session's answer (an envelope: the front end shows it)."""
-    return session.save_search_settings(
+    settings stay. Returns the saved settings; raises KBError (the front end shows either)."""
+    return session.operations.save_search_settings(
         kb_name=kb_name,
         mode=mode,
         vector_weight=best["vector_weight"],

@@ -35,7 +35,7 @@ from typing import Any
 import pandas as pd
 
 from kb_core.beir import BeirDataset, load_beir
-from kb_core.errors import InvalidArgument, KBError, KBNotFound
+from kb_core.errors import InvalidArgument, KBNotFound
 from kb_core.results import SearchRequest
 from kb_core.retrieval.search import LANGUAGE_NOT_COVERED, MODES
 from kb_core.seams import Resources, SessionAPI
@@ -110,18 +110,13 @@ def build_eval_kb(
 
     model = (embedding_model or "").strip() or DEFAULT_EMBEDDING_MODEL
     name = eval_kb_name(dataset, chunk_size, model)
-    session = service.session()
+    operations = service.session().operations
     try:
         service.find_kb(name)
     except KBNotFound:
-        created = session.create_knowledge_base(name, chunk_size, model)
-        if not created["success"]:
-            raise KBError(created["message"], code=created["error"]["code"]) from None
+        operations.create_knowledge_base(name, chunk_size, model)
         logger.info("Building evaluation KB %s from %s (%d documents)", name, dataset.folder, len(dataset.corpus))
-    listed = session.list_documents(kb_name=name)
-    if not listed["success"]:
-        raise KBError(listed["message"], code=listed["error"]["code"])
-    present = {d["name"] for d in listed["data"]["documents"] if d["status"] == "ready"}
+    present = {d["name"] for d in operations.list_documents(kb_name=name).documents if d["status"] == "ready"}
     missing = [doc_id for doc_id in dataset.corpus if doc_id not in present]
     total, done = len(dataset.corpus), len(dataset.corpus) - len(missing)
     if progress is not None:
@@ -145,11 +140,10 @@ def build_eval_kb(
                 if progress is not None:
                     progress("import", done + state.files_done, total)
 
-            result = session.import_document(paths, display_names=names, kb_name=name, progress=forward)
-            data = result.get("data") or {}
-            failed.extend(data.get("failed_files", []))
+            report = operations.import_document(paths, display_names=names, kb_name=name, progress=forward)
+            failed.extend(report.failed_files)
             expected = dict(zip(paths, names, strict=True))
-            for item in data.get("success_files", []):
+            for item in report.success_files:
                 if item["doc_name"] != expected.get(item["file_path"], item["doc_name"]):
                     logger.warning("a corpus document was imported as %r; its hits will not match", item["doc_name"])
     if failed:
