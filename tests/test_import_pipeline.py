@@ -382,11 +382,12 @@ class _DeviceLikeEmbedder(HashingEmbedder):
 
     call_size = 32
 
-    def __init__(self, fail_from: int | None = None) -> None:
+    def __init__(self, fail_from: int | None = None, error: type[Exception] | None = None) -> None:
         import threading
 
         super().__init__(64)
         self.fail_from = fail_from
+        self.error = error
         self.calls = self.running = self.most_at_once = 0
         self.lock = threading.Lock()
 
@@ -401,7 +402,7 @@ class _DeviceLikeEmbedder(HashingEmbedder):
         try:
             time.sleep(0.3)
             if self.fail_from is not None and number >= self.fail_from:
-                raise EmbeddingError("the device fell over")
+                raise (self.error or EmbeddingError)("the device fell over")
             return super().embed_documents(texts, progress)
         finally:
             with self.lock:
@@ -462,3 +463,21 @@ def test_a_device_call_that_fails_mid_import_keeps_what_was_committed_and_fails_
     session.select_knowledge_base("kb")
     hits = session.search(f"topic{number}x7", mode="keyword")["data"]["chunks"]
     assert hits and hits[0]["doc_name"] == first
+
+
+def test_an_embedder_raising_timeout_error_ends_the_import_instead_of_spinning(tmp_path: Path, monkeypatch) -> None:
+    """An embedder's own TimeoutError (a socket read's) is the call's failure, not "still running": the import ends
+    with an internal error, promptly (it looped forever at full CPU when the wait read it as a poll's timeout)."""
+    import threading
+
+    embedder = _DeviceLikeEmbedder(fail_from=1, error=TimeoutError)
+    answer: list = []
+    runner = threading.Thread(
+        target=lambda: answer.append(_device_like_import(tmp_path, monkeypatch, embedder)), daemon=True
+    )
+    runner.start()
+    runner.join(timeout=300)  # a hang detector (the old wait never returned), not a speed limit
+    assert not runner.is_alive(), "the import did not end"
+    _, session, result, _ = answer[0]
+    assert result["error"]["code"] == "INTERNAL_ERROR", result
+    assert session.verify()["data"]["problems"] == []

@@ -15,7 +15,6 @@ import threading
 import unicodedata
 import uuid
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -107,15 +106,17 @@ def import_files(
     ]
 
 
-_remover = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kb-remove-staging")
+_removals: list[threading.Thread] = []
+_removals_lock = threading.Lock()
 
 
 def _remove_in_background(copies: Path) -> None:
-    """Remove an import's staging copies (a file per imported file) without making the import wait for it: on a slow
-    file system removing thousands of files took a fifth of a 16-core import (#29). The folder is first renamed
-    to a name no process owns, which the KB's clean-up removes on the next open should this process die first;
-    the interpreter waits for the removal at exit (the executor's threads are joined), so a command-line import
-    leaves nothing behind."""
+    """Remove an import's staging copies (a file per imported file) without making the import wait for it (#29:
+    thousands of files on the GPU machine's file system). The folder is first renamed to a name no process owns,
+    which a folder store's clean-up removes on the next open should this process die first (a PostgreSQL home's
+    staging folder has no such sweep). A plain non-daemon thread per removal: the interpreter waits for it at exit,
+    so a command-line import leaves nothing behind, and it works in a forked child too; where no thread can start
+    (interpreter shutdown) the removal runs here."""
     doomed = copies.with_name(f"removing-{uuid.uuid4().hex}")
     try:
         copies.rename(doomed)
@@ -123,13 +124,25 @@ def _remove_in_background(copies: Path) -> None:
         return  # nothing was staged, or the KB was deleted meanwhile
     except OSError:
         doomed = copies
-    _remover.submit(shutil.rmtree, doomed, ignore_errors=True)
+    thread = threading.Thread(
+        target=shutil.rmtree, args=(doomed,), kwargs={"ignore_errors": True}, name="kb-remove-staging"
+    )
+    try:
+        thread.start()
+    except RuntimeError:
+        shutil.rmtree(doomed, ignore_errors=True)
+        return
+    with _removals_lock:
+        _removals[:] = [t for t in _removals if t.is_alive()] + [thread]
 
 
 def wait_for_staging_removals() -> None:
     """Return once the staging copies of every import that has returned are removed (for a caller that must see
     the KB's folder without them, such as a test)."""
-    _remover.submit(lambda: None).result()
+    with _removals_lock:
+        running = list(_removals)
+    for thread in running:
+        thread.join()
 
 
 def staging_folder(index: int) -> int:

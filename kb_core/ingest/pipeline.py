@@ -572,15 +572,14 @@ class _EmbeddingCalls:
         while self.calls and (len(self.calls) > leave or self.calls[0][1].done()):
             batch, future, embedded = self.calls.popleft()
             reported = 0
-            while True:
-                try:
-                    vectors = future.result(timeout=self.POLL_SECONDS)
-                    break
-                except TimeoutError:
-                    if embedded[0] > reported:
-                        self.progress.chunks_embedded += embedded[0] - reported
-                        reported = embedded[0]
-                        self.notify()
+            # wait() rather than result(timeout=): an embedder's own TimeoutError (a socket's read) must end the
+            # import, not read as "still running".
+            while not wait([future], timeout=self.POLL_SECONDS).done:
+                if embedded[0] > reported:
+                    self.progress.chunks_embedded += embedded[0] - reported
+                    reported = embedded[0]
+                    self.notify()
+            vectors = future.result()
             for (doc, i), vector in zip(batch, vectors, strict=True):
                 doc.vectors[i] = vector
                 self.progress.files[doc.index].chunks_embedded += 1
@@ -704,6 +703,8 @@ class _Committer:
         # import (Streamlit's are); the next report from that thread shows these documents ready.
         sink = self.importer.sink
         if not self.parallel:
+            if before is not None and (before.cancelled() or before.exception() is not None):
+                return  # what stays committed is the prefix before the failure (the earlier error is raised)
             self.committed += self.importer.commit_written([sink.write(documents, self.progress.stages)], self.progress)
         else:
             written = sink.write(documents, self.progress.stages)
