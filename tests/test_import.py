@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import itertools
+import os
 from pathlib import Path
 
 import pytest
@@ -207,3 +208,24 @@ def test_staging_copies_are_removed_after_the_import_and_by_the_next_open_if_it_
     reopened.select_knowledge_base("docs")
     assert reopened.search("副本3", mode="keyword")["data"]["chunks"]  # its first read cleans up
     assert list(staging.iterdir()) == []
+
+
+def test_a_homes_import_staging_left_by_dead_processes_is_removed_when_the_home_opens(home: Path) -> None:
+    """On PostgreSQL an import stages its copies in the home (``<home>/staging/<pid>-import-…``): a dead process's
+    folder, and a removal (``removing-…``) its process did not finish, go when the home next opens; a live
+    process's import stays."""
+    import subprocess
+    import sys
+
+    from kb_core import KnowledgeBaseService
+
+    KnowledgeBaseService(home)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    staging = home / "staging"
+    leftovers = [staging / f"{dead.stdout.strip()}-import-0badc0de", staging / "removing-0123abcd"]
+    live = staging / f"{os.getpid()}-import-1234abcd"
+    for folder in [*leftovers, live]:
+        (folder / "0").mkdir(parents=True)
+        (folder / "0" / "copy.txt").write_text("a staged copy", encoding="utf-8")
+    KnowledgeBaseService(home)
+    assert sorted(p.name for p in staging.iterdir()) == [live.name]

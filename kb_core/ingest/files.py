@@ -113,8 +113,8 @@ _removals_lock = threading.Lock()
 def _remove_in_background(copies: Path) -> None:
     """Remove an import's staging copies (a file per imported file) without making the import wait for it (#29:
     thousands of files on the GPU machine's file system). The folder is first renamed to a name no process owns,
-    which a folder store's clean-up removes on the next open should this process die first (a PostgreSQL home's
-    staging folder has no such sweep). A plain non-daemon thread per removal: the interpreter waits for it at exit,
+    which the next open removes should this process die first (a KB's clean-up on the folder store, the home's on
+    PostgreSQL). A plain non-daemon thread per removal: the interpreter waits for it at exit,
     so a command-line import leaves nothing behind, and it works in a forked child too; where no thread can start
     (interpreter shutdown) the removal runs here."""
     doomed = copies.with_name(f"removing-{uuid.uuid4().hex}")

@@ -296,6 +296,13 @@ class Home:
             remove_stale_temporaries(self.root / "sessions")
             for leftover in (self.root / "trash").iterdir():
                 shutil.rmtree(leftover, ignore_errors=True)
+            # An import's staging copies on a PostgreSQL home (its KBs have no folder of their own): a dead
+            # process's, or a removal (``removing-…``, no owner) its process did not finish.
+            staging = self.root / "staging"
+            for folder in staging.iterdir() if staging.is_dir() else ():
+                pid = owner_pid(folder.name)
+                if pid is None or not pid_is_alive(pid):
+                    shutil.rmtree(folder, ignore_errors=True)
             known = {r.id for r in self.knowledge_bases()}
             for folder in (self.root / "kbs").iterdir():
                 if folder.name not in known:
