@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -97,6 +98,17 @@ def owner_pid(name: str) -> int | None:
     tail = name.rsplit(TEMP_MARKER, 1)[-1] if TEMP_MARKER in name else name
     head = tail.split("-", 1)[0]
     return int(head) if head.isdigit() else None
+
+
+def remove_abandoned_folders(directory: Path) -> None:
+    """Remove the sub-folders of ``directory`` (staging folders named ``<pid>-…``) whose process is gone, and those
+    no process owns (a name without a pid)."""
+    if not directory.is_dir():
+        return
+    for folder in directory.iterdir():
+        pid = owner_pid(folder.name)
+        if pid is None or not pid_is_alive(pid):
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def remove_stale_temporaries(directory: Path) -> int:

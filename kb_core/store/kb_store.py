@@ -43,9 +43,8 @@ from typing import Any
 from kb_core.errors import KBNotFound, StoreError
 from kb_core.store.atomic import (
     fsync_directory,
-    owner_pid,
-    pid_is_alive,
     read_json,
+    remove_abandoned_folders,
     remove_stale_temporaries,
     write_json_atomically,
 )
@@ -280,11 +279,7 @@ class KBStore:
             return
         try:
             remove_stale_temporaries(self.root / "manifests")
-            for folder in (self.root / "staging").iterdir():
-                pid = owner_pid(folder.name)
-                if pid is not None and pid_is_alive(pid):
-                    continue  # an import in progress, perhaps in this very process
-                shutil.rmtree(folder, ignore_errors=True)
+            remove_abandoned_folders(self.root / "staging")  # an import in progress (this process's too) stays
             latest = self.manifest()
             referenced = {s.id for s in latest.segments}
             for folder in (self.root / "segments").iterdir():

@@ -36,6 +36,7 @@ from kb_core.store.atomic import (
     owner_pid,
     pid_is_alive,
     read_json,
+    remove_abandoned_folders,
     remove_stale_temporaries,
     write_atomically,
     write_bytes_atomically,
@@ -298,11 +299,7 @@ class Home:
                 shutil.rmtree(leftover, ignore_errors=True)
             # An import's staging copies on a PostgreSQL home (its KBs have no folder of their own): a dead
             # process's, or a removal (``removing-…``, no owner) its process did not finish.
-            staging = self.root / "staging"
-            for folder in staging.iterdir() if staging.is_dir() else ():
-                pid = owner_pid(folder.name)
-                if pid is None or not pid_is_alive(pid):
-                    shutil.rmtree(folder, ignore_errors=True)
+            remove_abandoned_folders(self.root / "staging")
             known = {r.id for r in self.knowledge_bases()}
             for folder in (self.root / "kbs").iterdir():
                 if folder.name not in known:
