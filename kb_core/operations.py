@@ -107,7 +107,12 @@ def search_facts(outcome: SearchResult) -> dict[str, Any]:
     return {
         "query_terms": None
         if terms is None
-        else {"terms": list(terms.terms), "stop_words": list(terms.stop_words), "fallback": terms.fallback},
+        else {
+            "terms": list(terms.terms),
+            "stop_words": list(terms.stop_words),
+            "fallback": terms.fallback,
+            "support": list(terms.support),
+        },
         "semantic_floor": outcome.semantic_floor,
         "min_score": outcome.settings.min_score,
         "below_min_score": outcome.below_min_score,

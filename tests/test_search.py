@@ -429,9 +429,9 @@ def test_keyword_search_fetches_only_the_rows_it_can_return_with_the_same_hits(k
     fetched: list[int] = []
     original = KeywordSearcher.search_terms_arrays
 
-    def spy(self, terms, k):  # type: ignore[no-untyped-def]
+    def spy(self, terms, k, support=()):  # type: ignore[no-untyped-def]
         fetched.append(k)
-        return original(self, terms, k)
+        return original(self, terms, k, support)
 
     monkeypatch.setattr(KeywordSearcher, "search_terms_arrays", spy)
     record = kb.current_kb()

@@ -4,6 +4,7 @@ messages. English and Chinese; the behaviour that depends on the model runs thro
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -73,6 +74,46 @@ def test_queries_leave_out_english_and_chinese_stop_words_per_run() -> None:
     # an English word inside a Chinese query is an English word: 'the' and 'of' are stop words there too
     mixed = analyzer.query_terms("the 冲泡 of 绿茶")
     assert set(mixed.terms) == {"冲泡", "绿茶"}
+
+
+SUPPORT_TEXTS = {
+    "八十度的水.txt": "泡绿茶要用八十度的水。",  # says it as the query does, across the stop word 的
+    "八十度水.txt": "泡绿茶要用八十度水。",  # the same query words, and shorter
+    "水平.txt": "他说的水平很高，大家都同意。",  # holds the bigram 的水 and no query term
+    "年会.txt": "年会在十二月举行，员工要提交报名表。",
+}
+
+
+def test_bigrams_reaching_into_a_stop_word_support_a_match_but_never_make_one(tmp_path: Path) -> None:
+    """``的水`` in a query is not searched alone (#25), but a chunk holding a query term and ``的水`` says it as the
+    query does, so it ranks above a shorter chunk with the same query words; a chunk holding only ``的水`` is never a
+    hit; the explanation names those bigrams, and the keyword reference counts them so a breakdown adds up."""
+    analyzer = default_analyzer()
+    tea = analyzer.query_terms(TEA_QUERY)
+    assert {"的水", "度的"} <= set(tea.support) and not set(tea.support) & (set(tea.terms) | CHINESE_STOP_WORDS)
+    assert analyzer.query_terms("什么是").support == () and analyzer.query_terms(BLOG_QUERY).support == ()
+    session = KnowledgeBaseService(tmp_path / "home").session()
+    assert session.create_knowledge_base("tea", 64, "hashing")["success"]
+    session.select_knowledge_base("tea")
+    paths = []
+    for name, text in SUPPORT_TEXTS.items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+        paths.append(str(tmp_path / name))
+    assert session.import_document(paths)["data"]["failed_count"] == 0
+    for mode in ("keyword", "hybrid"):
+        result = session.search(TEA_QUERY, mode=mode, top_k=10)["data"]
+        assert [hit["doc_name"] for hit in result["chunks"]] == ["八十度的水.txt", "八十度水.txt"], mode
+        assert {"的水", "度的"} <= set(result["query_terms"]["support"])
+        assert all(not {"的水", "度的"} & set(hit["matched_terms"]) for hit in result["chunks"])
+    best = session.search(TEA_QUERY, mode="keyword", top_k=1)["data"]["chunks"][0]
+    explained = session.explain_search(TEA_QUERY, best["id"], mode="keyword")["data"]
+    assert explained["support_terms"] == ["度的", "的水"]
+    assert "的水" in " ".join(explained["explanation"])
+    # the reference match holds every scored term once: Σ idf over the query's terms and support terms in the KB
+    rows = [set(analyzer.tokens(text)) for text in SUPPORT_TEXTS.values()]
+    dfs = [sum(term in row for row in rows) for term in (*tea.terms, *tea.support)]
+    reference = sum(math.log1p((len(rows) - df + 0.5) / (df + 0.5)) for df in dfs if df)
+    assert explained["breakdown"]["keyword_reference"] == pytest.approx(reference, rel=1e-9)
 
 
 def test_index_terms_are_unchanged_so_existing_indexes_keep_working() -> None:

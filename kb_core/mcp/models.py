@@ -135,7 +135,9 @@ class SearchResult(BaseModel):
     )
     warnings: list[str] = Field(default_factory=list)
     query_terms: dict[str, Any] | None = Field(
-        default=None, description="the keyword terms searched with, the stop words left out, and fallback"
+        default=None,
+        description="the keyword terms searched with, the stop words left out, fallback, and support (Chinese "
+        "bigrams reaching into a stop word: they add to the BM25 of chunks holding a term, never find one)",
     )
     semantic_floor: float | None = Field(
         default=None, description="the cosine a chunk must exceed to count as semantic evidence for this model"
@@ -157,6 +159,10 @@ class SearchExplanation(BaseModel):
     candidates: int
     score: float = Field(description="the score on the 0-1 scale")
     matched_terms: list[str] = Field(default_factory=list)
+    support_terms: list[str] = Field(
+        default_factory=list,
+        description="Chinese bigrams reaching into a stop word that add to this chunk's BM25 (it holds a matched term)",
+    )
     breakdown: dict[str, Any] = Field(description="every part of the score; recomputes it exactly")
     above: dict[str, Any] | None = Field(default=None, description="the hit ranked just above: id, doc_name, score")
     settings: dict[str, Any] = Field(default_factory=dict)

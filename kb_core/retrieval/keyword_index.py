@@ -382,21 +382,26 @@ class KeywordSearcher:
 
     def search(self, query: str, k: int) -> list[KeywordHit]:
         """The ``k`` best live rows for ``query``, best first (ties by segment, then row); only scores > 0."""
-        return self.search_terms(self.query_terms(query), k)
+        analysed = self.analyzer.query_terms(query)
+        return self.search_terms(analysed.terms, k, analysed.support)
 
-    def search_terms(self, terms: Sequence[str], k: int) -> list[KeywordHit]:
+    def search_terms(self, terms: Sequence[str], k: int, support: Sequence[str] = ()) -> list[KeywordHit]:
         """Like :meth:`search` for already analysed terms (duplicates count once)."""
-        segments, rows, scores = self.search_terms_arrays(terms, k)
+        segments, rows, scores = self.search_terms_arrays(terms, k, support)
         return [
             KeywordHit(si, row, score)
             for si, row, score in zip(segments.tolist(), rows.tolist(), scores.tolist(), strict=True)
         ]
 
-    def search_terms_arrays(self, terms: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def search_terms_arrays(
+        self, terms: Sequence[str], k: int, support: Sequence[str] = ()
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """:meth:`search_terms` as arrays ``(segment indexes, rows, scores)``, best first.
 
-        Per segment the cost is the query terms' postings in it, plus one pass over the segment's rows when
-        those postings are dense enough that a dense accumulator beats sorting them.
+        ``support`` terms (:attr:`kb_core.retrieval.analysis.QueryTerms.support`) add their BM25 to the rows that
+        hold one of ``terms`` and find no row on their own. Per segment the cost is the query terms' postings in
+        it, plus one pass over the segment's rows when those postings are dense enough that a dense accumulator
+        beats sorting them.
         """
         if k < 0:
             raise InvalidArgument(f"k must be >= 0, got {k!r}")
@@ -406,10 +411,12 @@ class KeywordSearcher:
         postings = [(term, entry) for term in terms if (entry := self._postings(term)).df]
         if not postings:
             return _NO_HITS
+        held = set(terms)
+        extra = [e for t in dict.fromkeys(support) if t not in held and (e := self._postings(t)).df]
         # Every row's score is at least its contribution from any one term, so the k-th best contribution of
-        # any single term is a lower bound of the k-th best score.
+        # any single term is a lower bound of the k-th best score (support terms only add).
         floor = max((float(e.top[k - 1]) for _, e in postings if len(e.top) >= k), default=0.0)
-        if len(postings) == 1:
+        if len(postings) == 1 and not extra:
             entry = postings[0][1]
             rows, scores = entry.rows, entry.scores
             best = _top_k(scores, rows, k, floor)
@@ -421,10 +428,20 @@ class KeywordSearcher:
             for i, (_, entry) in enumerate(postings):
                 if i != largest:
                     np.add.at(dense, entry.rows, entry.scores)  # numpy >= 2 fast path: ~4x `dense[rows] += s`
+            if extra:
+                found = dense > 0  # every contribution is > 0, so these are the rows holding a term
+                for entry in extra:
+                    keep = found[entry.rows]
+                    np.add.at(dense, entry.rows[keep], entry.scores[keep])
             best = _top_k(dense, None, k, floor)
             return self._hit_arrays(best, dense[best])
         unique_rows, inverse = np.unique(np.concatenate([e.rows for _, e in postings]), return_inverse=True)
         summed = np.bincount(inverse, weights=np.concatenate([e.scores for _, e in postings]))
+        for entry in extra:
+            pos = np.searchsorted(unique_rows, entry.rows)
+            pos[pos >= len(unique_rows)] = 0
+            keep = unique_rows[pos] == entry.rows
+            np.add.at(summed, pos[keep], entry.scores[keep])
         best = _top_k(summed, unique_rows, k, floor)
         return self._hit_arrays(unique_rows[best], summed[best])
 
@@ -436,18 +453,23 @@ class KeywordSearcher:
 
     def score_rows(self, query: str, rows: Sequence[tuple[int, int]]) -> np.ndarray:
         """Exact BM25 of ``query`` for the given ``(segment_index, row)`` pairs (0.0 for rows not live)."""
-        return self.row_terms(self.query_terms(query), rows).bm25
+        analysed = self.analyzer.query_terms(query)
+        return self.row_terms(analysed.terms, rows, analysed.support).bm25
 
-    def row_terms(self, terms: Sequence[str], rows: Sequence[tuple[int, int]]) -> RowTerms:
+    def row_terms(
+        self, terms: Sequence[str], rows: Sequence[tuple[int, int]], support: Sequence[str] = ()
+    ) -> RowTerms:
         """Exact BM25 of the analysed query ``terms`` for ``(segment_index, row)`` pairs, which of the terms
-        each row contains, and each row's number of distinct terms: from the postings, no chunk text read."""
+        each row contains, and each row's number of distinct terms: from the postings, no chunk text read.
+        ``support`` terms add to the BM25 of a row holding one of ``terms`` (as in :meth:`search_terms_arrays`)."""
         terms = tuple(dict.fromkeys(terms))
+        support = tuple(t for t in dict.fromkeys(support) if t not in terms)
         pairs = np.asarray(rows, dtype=np.int64).reshape(-1, 2)
         bm25 = np.zeros(len(pairs), dtype=np.float64)
         contains = np.zeros((len(pairs), len(terms)), dtype=bool)
         distinct = np.zeros(len(pairs), dtype=np.int64)
         if not len(pairs):
-            return RowTerms(terms, bm25, contains, distinct)
+            return RowTerms(terms, bm25, contains, distinct, support, np.zeros((0, len(support)), dtype=bool))
         n_segments = len(self._segments)
         bad = (pairs[:, 0] < 0) | (pairs[:, 0] >= n_segments)
         if bad.any():
@@ -461,18 +483,30 @@ class KeywordSearcher:
             raise InvalidArgument(f"row {row} is out of range for segment {si}; accepted: 0..{sizes[si] - 1}")
         wanted = self._offsets[pairs[:, 0]] + pairs[:, 1]
         for column, term in enumerate(terms):
-            entry = self._postings(term)
-            if not entry.df:
-                continue
-            pos = np.searchsorted(entry.rows, wanted)
-            pos[pos >= entry.df] = 0
-            found = entry.rows[pos] == wanted  # deleted rows are not in the live postings: they stay 0
-            bm25[found] += entry.scores[pos[found]]
+            found, scores = self._row_contributions(term, wanted)
+            bm25[found] += scores
             contains[:, column] = found
+        supports = np.zeros((len(pairs), len(support)), dtype=bool)
+        if support:
+            holding = contains.any(axis=1)
+            for column, term in enumerate(support):
+                found, scores = self._row_contributions(term, wanted)
+                bm25[found & holding] += scores[holding[found]]
+                supports[:, column] = found & holding
         for si in np.unique(pairs[:, 0]).tolist():
             where = pairs[:, 0] == si
             distinct[where] = self._segments[si].segment.distinct_terms[pairs[where, 1]]
-        return RowTerms(terms, bm25, contains, distinct)
+        return RowTerms(terms, bm25, contains, distinct, support, supports)
+
+    def _row_contributions(self, term: str, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Which of the global rows ``wanted`` hold ``term`` (bool per row) and their contributions (per found row)."""
+        entry = self._postings(term)
+        if not entry.df:
+            return np.zeros(len(wanted), dtype=bool), np.empty(0)
+        pos = np.searchsorted(entry.rows, wanted)
+        pos[pos >= entry.df] = 0
+        found = entry.rows[pos] == wanted  # deleted rows are not in the live postings: they stay 0
+        return found, entry.scores[pos[found]]
 
 
 @dataclass(frozen=True)
@@ -480,15 +514,28 @@ class RowTerms:
     """What the keyword index knows of some rows for one query (see :meth:`KeywordSearcher.row_terms`)."""
 
     terms: tuple[str, ...]  # the distinct query terms, columns of ``contains``
-    bm25: np.ndarray  # float64 per row
+    bm25: np.ndarray  # float64 per row (support terms included)
     contains: np.ndarray  # bool, rows × terms
     distinct: np.ndarray  # distinct analysed terms per row
+    support: tuple[str, ...] = ()  # terms that added to ``bm25`` but are not matched terms
+    supports: np.ndarray | None = None  # bool, rows × support: which support terms added to each row's ``bm25``
+
+    @property
+    def scored_terms(self) -> tuple[str, ...]:
+        """Every term that adds to ``bm25``: what the keyword reference is computed over."""
+        return self.terms + self.support
 
     def jaccard(self) -> np.ndarray:
         """Jaccard similarity of the query's term set and each row's term set (0 when both are empty)."""
         shared = self.contains.sum(axis=1)
         union = len(self.terms) + self.distinct - shared
         return np.divide(shared, union, out=np.zeros(len(shared), dtype=np.float64), where=union > 0)
+
+    def supported(self, position: int) -> list[str]:
+        """The support terms that added to row ``position``'s BM25 (it holds them and a matched term)."""
+        if self.supports is None or not self.support:
+            return []
+        return sorted(t for t, found in zip(self.support, self.supports[position].tolist(), strict=True) if found)
 
     def matched(self, position: int) -> list[str]:
         return sorted(t for t, found in zip(self.terms, self.contains[position].tolist(), strict=True) if found)

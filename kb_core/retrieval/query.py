@@ -84,7 +84,9 @@ def _jaccard_sum(b: Mapping[str, Any]) -> str:
     )
 
 
-def explanation_steps(mode: str, b: Mapping[str, Any], matched_terms: Sequence[str]) -> list[str]:
+def explanation_steps(
+    mode: str, b: Mapping[str, Any], matched_terms: Sequence[str], support_terms: Sequence[str] = ()
+) -> list[str]:
     """The steps of a score in words, for a breakdown as hits carry it (``ScoreBreakdown`` as a dict); every figure
     is in the breakdown. The one explanation of a score: explain_search and the search lab show it."""
     lines = [f"Score {b['final_score']:.4f} on a 0–1 scale ({mode} search, {b['fusion_method']} fusion)."]
@@ -103,7 +105,13 @@ def explanation_steps(mode: str, b: Mapping[str, Any], matched_terms: Sequence[s
             f"Keyword: BM25 {bm25}; the reference match for this query (each term once, average length) scores "
             f"{reference:.3f}, so 1 − exp(−{bm25}/{reference:.3f}) = {kn:.4f}; "
             f"rank {b['keyword_rank'] or 'not retrieved'} in the keyword list; matched terms: "
-            f"{', '.join(matched_terms) or 'none'}."
+            f"{', '.join(matched_terms) or 'none'}"
+            + (
+                f"; the BM25 also counts {', '.join(support_terms)}: Chinese bigrams that reach into a stop word, "
+                "which add to a chunk that holds a matched term but never find or mark one on their own."
+                if support_terms
+                else "."
+            )
         )
     lines.append(
         f"Weights used: vector {b['vector_weight']:.2f}, keyword {b['keyword_weight']:.2f} ({b['weighting']}; asked "
@@ -177,7 +185,7 @@ def explain_chunk(
     above = ranked.hits[position - 2] if position and position > 1 else None
     if position is None:
         above = next((h for h in ranked.hits if h.score < explained.breakdown.final_score), None)
-    lines = explanation_steps(settings.mode, breakdown, explained.matched_terms)
+    lines = explanation_steps(settings.mode, breakdown, explained.matched_terms, explained.support_terms)
     if position is not None:
         lines.insert(0, f"Ranked {position} of {len(ranked.hits)} hits in '{record.name}'.")
     elif not explained.evidence:
@@ -221,6 +229,7 @@ def explain_chunk(
         "candidates": explained.candidates,
         "score": explained.breakdown.final_score,
         "matched_terms": explained.matched_terms,
+        "support_terms": explained.support_terms,
         "breakdown": breakdown,
         "above": None if above is None else {"id": above.id, "doc_name": above.doc_name, "score": above.score},
         "settings": asdict(settings),

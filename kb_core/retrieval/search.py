@@ -206,6 +206,7 @@ class ExplainedRow:
     breakdown: ScoreBreakdown
     matched_terms: list[str]
     evidence: bool = True  # False: no signal of the active mode supports it, so it is never a hit
+    support_terms: list[str] = field(default_factory=list)  # bigrams reaching into a stop word that add to its BM25
 
 
 def dedup_margin(settings: SearchSettings) -> int:
@@ -312,7 +313,7 @@ def rank(
         )
         source = np.flatnonzero(allowed)
         candidates = candidates.take(source)
-    keyword_reference = searcher.keyword_reference(row_terms.terms)
+    keyword_reference = searcher.keyword_reference(row_terms.scored_terms)
     covered = model_covers(searcher.embedding_model, detect_language(query))
     guarded = settings.language_guard and not covered
     if not covered and settings.mode == "hybrid" and settings.vector_weight > 0:
@@ -365,6 +366,7 @@ def rank(
                     ranking.breakdown(position),
                     row_terms.matched(int(source[position])),
                     bool(evidence[position]),
+                    row_terms.supported(int(source[position])),
                 )
     supported = ranking.order[evidence[ranking.order]]
     # Dropped duplicates are refilled from a margin below top_k; pairwise dedup keeps that margin small.

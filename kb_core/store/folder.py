@@ -407,9 +407,10 @@ class FolderSearcher:
             # Keyword-only ranking is the BM25 order (ties by row, so a shorter list is a prefix of a longer one)
             # and only the first top_k + margin candidates are ever read: fetching more changes nothing.
             fetch = request.keyword_prefix
-        terms = self.keyword.query_terms(request.query)
+        analysed = self.analyzer.query_terms(request.query)
+        terms, support = analysed.terms, analysed.support
         empty = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64), np.empty(0))
-        keyword = self.keyword.search_terms_arrays(terms, fetch) if mode != "semantic" else empty
+        keyword = self.keyword.search_terms_arrays(terms, fetch, support) if mode != "semantic" else empty
         use_vector = mode != "keyword" and query_vector is not None and self.snapshot.manifest.chunk_count
         vector = empty
         if use_vector and request.semantic_prefix is not None:
@@ -436,7 +437,7 @@ class FolderSearcher:
             where = sorter[np.searchsorted(codes, vector_codes, sorter=sorter)]
             vector_score[where] = vector[2].astype(np.float64)
             vector_rank[where] = np.arange(1, len(vector_codes) + 1)
-        row_terms = self.keyword.row_terms(terms, keys)
+        row_terms = self.keyword.row_terms(terms, keys, support)
         if mode == "hybrid" or extra_keys:
             # Hybrid scores every candidate on both signals; other modes only the rows to explain.
             if mode == "hybrid":

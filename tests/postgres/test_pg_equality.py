@@ -35,6 +35,7 @@ QUERIES = [
     "evaluation nDCG recall",
     "the",  # a stop word only: no terms
     "混合检索的得分解释",
+    "什么是混合检索的得分",  # bigrams reaching into stop words (是混, 索的, 的得): support terms
     "知识库工作台 如何导入文档",
     "评估与调参 BM25 权重",
     "向量检索 cosine 相似度",
@@ -145,16 +146,19 @@ def compare(pair: Pair, vector_search: VectorSearchSettings | None = None) -> No
         assert snapshot.statistics.live_rows == keyword.n_docs
         assert abs(snapshot.statistics.avgdl - keyword.avgdl) <= 1e-12
         for query in QUERIES:
-            terms = keyword.query_terms(query)
+            analysed = pair.service.analyzer.query_terms(query)
+            terms, support = list(analysed.terms), list(analysed.support)
             query_terms = snapshot.query_terms(query, pair.service.analyzer)
             assert list(query_terms.terms) == terms, query
-            # the keyword reference: Σ idf over the terms some live row holds
-            dfs = [len(keyword.search_terms([t], keyword.n_docs + 1)) for t in terms]
+            assert list(query_terms.support) == support, query
+            # the keyword reference: Σ idf over the scored terms (support terms too) some live row holds
+            dfs = [len(keyword.search_terms([t], keyword.n_docs + 1)) for t in terms + support]
             assert list(query_terms.df) == dfs, query
             reference = sum(float(bm25_idf(df, keyword.n_docs)) for df in dfs if df)
             assert abs(query_terms.reference - reference) <= TOLERANCE, query
-            # keyword candidates: the same rows in the same order, the same BM25
-            folder_hits = keyword.search_terms(terms, CANDIDATES)
+            assert abs(keyword.reference_score(terms + support) - reference) <= TOLERANCE, query
+            # keyword candidates: the same rows in the same order, the same BM25 (support terms included)
+            folder_hits = keyword.search_terms(terms, CANDIDATES, support)
             pg_hits = snapshot.keyword_candidates(query_terms, CANDIDATES)
             folder_keys = [(h.segment_index, h.row) for h in folder_hits]
             assert_same_ranking(
@@ -200,11 +204,12 @@ def compare(pair: Pair, vector_search: VectorSearchSettings | None = None) -> No
             }
             keys = [folder_keys[position[c]] if c in position else all_keys[c] for c in pg_ids]
             assert sum(c in position for c in pg_ids) >= len(pg_ids) - 2, query
-            folder_terms = keyword.row_terms(terms, keys)
+            folder_terms = keyword.row_terms(terms, keys, support)
             folder_keyword_rank = {(h.segment_index, h.row): r for r, h in enumerate(folder_hits, start=1)}
             folder_vector_rank = {(h.segment_index, h.row): r for r, h in enumerate(folder_vector, start=1)}
             np.testing.assert_allclose(candidates.row_terms.bm25, folder_terms.bm25, rtol=0, atol=TOLERANCE)
             np.testing.assert_array_equal(candidates.row_terms.contains, folder_terms.contains)
+            np.testing.assert_array_equal(candidates.row_terms.supports, folder_terms.supports)
             np.testing.assert_array_equal(candidates.row_terms.distinct, folder_terms.distinct)
             np.testing.assert_allclose(candidates.row_terms.jaccard(), folder_terms.jaccard(), rtol=0, atol=TOLERANCE)
             np.testing.assert_allclose(

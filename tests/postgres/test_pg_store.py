@@ -295,3 +295,35 @@ def test_pruned_keyword_candidates_equal_scoring_every_posting(
     for branch in ("no threshold", "is final", "scoring the rows of", "full aggregation"):
         assert branch in branches, branch
     pg_store.delete_knowledge_base(record.id)
+
+
+def test_pruned_keyword_candidates_count_support_terms_exactly(
+    pg_store: PostgresStore, analyzer: Analyzer, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Chinese queries with stop words: the bigrams reaching into a stop word add to rows holding a query term and
+    find none alone; MaxScore (its bounds count them) returns exactly the exhaustive aggregation's rows and scores."""
+    rng = np.random.default_rng(11)
+    words = np.array(["知识", "检索", "向量", "文档", "混合", "排序", "的", "是", "在", "了", "和", "模型", "得分"])
+    texts = ["".join(words[rng.zipf(1.3, size=12) % len(words)]) for _ in range(3000)]
+    for i in range(0, 3000, 40):  # a rare word, so some queries have a seed to prune with
+        texts[i] = "拓扑的" + texts[i]
+    record = pg_store.create_knowledge_base("support", 64, "hashing", analyzer=analyzer.name)
+    documents = tuple(make_document(f"doc_{i}", texts[i * 100 : (i + 1) * 100], analyzer, rng) for i in range(30))
+    pg_store.commit(record.id, StoreChange(add=documents))
+    queries = ["什么是混合检索的得分", "文档的向量是什么", "在知识和向量的排序", "模型的得分和检索的方法"]
+    queries += ["拓扑的得分是什么", "拓扑的检索和排序", "拓扑的"]
+    caplog.set_level(logging.DEBUG, logger="kb_core.store.postgres.snapshot")
+    with pg_store.snapshot(record.id) as snapshot:
+        supported = 0
+        for query, probe_limit in [(q, 20_000) for q in queries] + [(q, 50) for q in queries]:
+            monkeypatch.setattr(postgres_snapshot, "_PROBE_POSTINGS", probe_limit)
+            terms = snapshot.query_terms(query, analyzer)
+            supported += sum(1 for df in terms.df[len(terms.terms) :] if df)
+            for k in (1, 10, 100):
+                pruned = snapshot.keyword_candidates(terms, k)
+                assert pruned == snapshot.keyword_candidates(terms, k, exhaustive=True), (query, k)
+                holding = snapshot.row_scores(terms, [hit.row_id for hit in pruned])[0]
+                assert holding.contains.any(axis=1).all(), query  # no row is found by a support term alone
+        assert supported >= 4  # the support terms are in the index, so the comparison covers them
+    assert "scoring the rows of" in caplog.text  # the pruned path ran, with the support terms' bounds
+    pg_store.delete_knowledge_base(record.id)

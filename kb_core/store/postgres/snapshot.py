@@ -108,17 +108,24 @@ class KBTables:
 
 @dataclass(frozen=True)
 class QueryTerms:
-    """The distinct analysed terms of a query, in order of first appearance, with their df and idf in one snapshot
-    (``term_id`` None and df 0 for a term no live row holds)."""
+    """The distinct analysed terms of a query, in order of first appearance, then its support terms (which add to
+    the BM25 of a row holding one of ``terms`` and find none on their own: :attr:`kb_core.retrieval.analysis.
+    QueryTerms.support`), with the df and idf of each in one snapshot (``term_id`` None and df 0 for a term no live
+    row holds). ``term_ids``, ``df`` and ``idf`` follow :attr:`scored_terms`."""
 
     terms: tuple[str, ...]
     term_ids: tuple[int | None, ...]
     df: tuple[int, ...]
     idf: tuple[float, ...]
+    support: tuple[str, ...] = ()
+
+    @property
+    def scored_terms(self) -> tuple[str, ...]:
+        return self.terms + self.support
 
     @property
     def reference(self) -> float:
-        """Σ idf over the terms the live rows hold: the BM25 of an average-length row holding each term once
+        """Σ idf over the scored terms the live rows hold: the BM25 of an average-length row holding each term once
         (:meth:`kb_core.retrieval.keyword_index.KeywordSearcher.reference_score`)."""
         total = 0.0
         for df, idf in zip(self.df, self.idf, strict=True):
@@ -127,7 +134,7 @@ class QueryTerms:
         return total
 
     def present(self) -> tuple[list[int], list[float], list[int]]:
-        """(term ids, idfs, positions in ``terms``) of the terms some live row holds."""
+        """(term ids, idfs, positions in :attr:`scored_terms`) of the terms some live row holds."""
         ids: list[int] = []
         idfs: list[float] = []
         positions: list[int] = []
@@ -301,11 +308,14 @@ class PostgresSnapshot:
                 f"not {analyzer.name!r}",
                 code="ANALYZER_MISMATCH",
             )
-        return self.lookup_terms(list(analyzer.query_terms(query).terms))
+        analysed = analyzer.query_terms(query)
+        return self.lookup_terms(analysed.terms, analysed.support)
 
-    def lookup_terms(self, terms: Sequence[str]) -> QueryTerms:
-        """df and idf (computed in SQL from the live N) of already analysed, distinct ``terms``."""
-        terms = tuple(dict.fromkeys(terms))
+    def lookup_terms(self, terms: Sequence[str], support: Sequence[str] = ()) -> QueryTerms:
+        """df and idf (computed in SQL from the live N) of already analysed, distinct ``terms`` and ``support``."""
+        kept = tuple(dict.fromkeys(terms))
+        extra = tuple(t for t in dict.fromkeys(support) if t not in kept)
+        terms = kept + extra
         found: dict[int, tuple[int, int, float]] = {}
         if terms and self.tables.live_rows:
             rows = self._fetch(
@@ -318,10 +328,11 @@ class PostgresSnapshot:
             )
             found = {int(p) - 1: (int(i), int(df), float(idf)) for p, i, df, idf in rows}
         return QueryTerms(
-            terms=terms,
+            terms=kept,
             term_ids=tuple(found[i][0] if i in found else None for i in range(len(terms))),
             df=tuple(found[i][1] if i in found else 0 for i in range(len(terms))),
             idf=tuple(found[i][2] if i in found else 0.0 for i in range(len(terms))),
+            support=extra,
         )
 
     def _bm25_params(self, query: QueryTerms) -> dict[str, object]:
@@ -335,6 +346,7 @@ class PostgresSnapshot:
             "k1p1": k1 + 1.0,
             "b": b,
             "avgdl": self.statistics.avgdl,
+            "kept": len(query.terms),  # positions below it are the query's terms, the rest support terms
         }
 
     # BM25 of one posting as kb_core.retrieval.keyword_index computes it, the same float8 operations in the same order:
@@ -352,7 +364,7 @@ class PostgresSnapshot:
         if k < 0:
             raise InvalidArgument(f"k must be >= 0, got {k!r}")
         params = self._bm25_params(query)
-        if k == 0 or not params["ids"]:
+        if k == 0 or not any(p < len(query.terms) for p in params["pos"]):  # type: ignore[attr-defined]
             return []
         if not exhaustive and len(params["ids"]) > 1:  # type: ignore[arg-type]
             pruned = self._pruned_keyword_candidates(query, params, k)
@@ -363,7 +375,7 @@ class PostgresSnapshot:
                 "SELECT p.row_id, sum(" + self._CONTRIBUTION + " ORDER BY q.pos) AS score "
                 "FROM unnest(%(ids)s::int[], %(idf)s::float8[], %(pos)s::int[]) AS q(term_id, idf, pos) "
                 "JOIN {} p ON p.term_id = q.term_id "
-                "GROUP BY p.row_id ORDER BY score DESC, p.row_id LIMIT %(k)s"
+                "GROUP BY p.row_id HAVING bool_or(q.pos < %(kept)s) ORDER BY score DESC, p.row_id LIMIT %(k)s"
             ).format(self.tables.postings),
             {**params, "k": int(k)},
         )
@@ -379,7 +391,7 @@ class PostgresSnapshot:
                 "SELECT p.row_id, sum(" + self._CONTRIBUTION + " ORDER BY q.pos) AS score "
                 "FROM unnest(%(ids)s::int[], %(idf)s::float8[], %(pos)s::int[]) AS q(term_id, idf, pos) "
                 "JOIN {} p ON p.term_id = q.term_id WHERE p.row_id = ANY(%(rows)s) "
-                "GROUP BY p.row_id ORDER BY score DESC, p.row_id {}"
+                "GROUP BY p.row_id HAVING bool_or(q.pos < %(kept)s) ORDER BY score DESC, p.row_id {}"
             ).format(self.tables.postings, limit),
             {**params, "rows": rows, "k": k},
         )
@@ -395,10 +407,15 @@ class PostgresSnapshot:
         self, query: QueryTerms, params: dict[str, object], k: int
     ) -> list[ScoredRow] | None:
         """MaxScore (see :meth:`keyword_candidates`), or None when it would not save work."""
-        ids, idfs, _ = query.present()
+        ids, idfs, positions = query.present()
         df = {term_id: query.df[query.term_ids.index(term_id)] for term_id in ids}
         bound = {term_id: idf * (self.bm25.k1 + 1.0) for term_id, idf in zip(ids, idfs, strict=True)}
-        rarest_first = sorted(ids, key=lambda t: (df[t], t))
+        kept = [t for t, position in zip(ids, positions, strict=True) if position < len(query.terms)]
+        if len(kept) < 2:
+            return None
+        # Support terms find no row, but they add to any row that holds a query term: their bounds always count.
+        support_bound = sum(bound[t] for t, p in zip(ids, positions, strict=True) if p >= len(query.terms))
+        rarest_first = sorted(kept, key=lambda t: (df[t], t))
         if df[rarest_first[0]] > _SEED_MAX_ROWS:
             logger.debug("MaxScore: no rare term (the rarest is in %d rows): full aggregation", df[rarest_first[0]])
             return None  # scoring that many rows by index probes costs more than the aggregation saves
@@ -417,13 +434,13 @@ class PostgresSnapshot:
         threshold = first[-1].score
         # The most common terms whose bounds add up to less than θ (with a margin for rounding) are not essential.
         optional: set[int] = set()
-        total = 0.0
+        total = support_bound
         for term_id in reversed(rarest_first):
             total += bound[term_id]
             if total * (1 + 1e-9) >= threshold:
                 break
             optional.add(term_id)
-        essential = [t for t in ids if t not in optional]
+        essential = [t for t in kept if t not in optional]
         if set(essential) <= set(seed):
             # every row that can reach θ holds a seed term: the seed's top k is the top k
             logger.debug("MaxScore: the seed's top %d is final (%d of %d terms skipped)", k, len(optional), len(ids))
@@ -495,10 +512,11 @@ class PostgresSnapshot:
         n_terms = len(query.terms)
         bm25 = np.zeros(len(wanted), dtype=np.float64)
         contains = np.zeros((len(wanted), n_terms), dtype=bool)
+        supports = np.zeros((len(wanted), len(query.support)), dtype=bool)
         distinct = np.zeros(len(wanted), dtype=np.int64)
         cosine = np.full(len(wanted), np.nan, dtype=np.float64)
         if not wanted or self.tables.dimension is None:
-            return RowTerms(query.terms, bm25, contains, distinct), cosine
+            return RowTerms(query.terms, bm25, contains, distinct, query.support, supports), cosine
         params = self._bm25_params(query)
         query_vector = None if vector is None else self._checked_vector(vector)
         rows = self._fetch(
@@ -507,7 +525,8 @@ class PostgresSnapshot:
                 "AS q(term_id, idf, pos)), "
                 "hits AS (SELECT p.row_id, sum(" + self._CONTRIBUTION + " ORDER BY q.pos) AS bm25, "
                 "array_agg(q.pos ORDER BY q.pos) AS found "
-                "FROM q JOIN {postings} p ON p.term_id = q.term_id WHERE p.row_id = ANY(%(rows)s) GROUP BY p.row_id) "
+                "FROM q JOIN {postings} p ON p.term_id = q.term_id WHERE p.row_id = ANY(%(rows)s) GROUP BY p.row_id "
+                "HAVING bool_or(q.pos < %(kept)s)) "
                 "SELECT c.row_id, cardinality(c.term_ids), -(c.embedding <#> %(qv)s::vector), h.bm25, h.found "
                 "FROM {chunks} c LEFT JOIN hits h ON h.row_id = c.row_id WHERE c.row_id = ANY(%(rows)s)"
             ).format(postings=self.tables.postings, chunks=self.tables.chunks),
@@ -521,8 +540,9 @@ class PostgresSnapshot:
                 cosine[i] = float(cos)
             if score is not None:
                 bm25[i] = float(score)
-                contains[i, list(found)] = True
-        return RowTerms(query.terms, bm25, contains, distinct), cosine
+                contains[i, [p for p in found if p < n_terms]] = True
+                supports[i, [p - n_terms for p in found if p >= n_terms]] = True
+        return RowTerms(query.terms, bm25, contains, distinct, query.support, supports), cosine
 
     def candidates(
         self, query: QueryTerms, vector: np.ndarray | None, *, keyword_k: int, vector_k: int, exact: bool = False
