@@ -432,7 +432,9 @@ def lab_view() -> None:
     terms = facts.get("query_terms") or {}
     if terms.get("stop_words"):
         st.caption(("The query holds only stop words, so all of them were searched: " if terms.get("fallback")
-                    else "Stop words left out of the keyword query: ") + ", ".join(terms["stop_words"]))
+                    else "Stop words left out of the keyword query: ") + ", ".join(terms["stop_words"])
+                   + (f"; {', '.join(terms['support'])} only add to chunks holding a query term"
+                      if terms.get("support") else ""))
     if facts.get("without_evidence") and facts["count"] + facts.get("below_min_score", 0) < params["top_k"]:
         floor = facts.get("semantic_floor")
         st.caption(f"{facts['without_evidence']} candidate(s) had no evidence and are not shown: no query term"

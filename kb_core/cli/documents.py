@@ -157,6 +157,11 @@ def _render_search(envelope: Envelope) -> str:
         lines.append(
             f"keyword terms: {', '.join(terms['terms']) or 'none'}"
             + (f" (stop words left out: {', '.join(terms['stop_words'])})" if terms["stop_words"] else "")
+            + (
+                f"; only adding to chunks that hold one: {', '.join(terms['support'])}"
+                if terms.get("support")
+                else ""
+            )
             + ("" if floor is None else f"; semantic floor {floor:.3f} (a cosine must exceed it to count)")
         )
     for rank, hit in enumerate(data["chunks"], start=1):

@@ -19,9 +19,10 @@ into a stop word (``的水`` in ``…度的水…``) goes with it, as Lucene's s
 stop word. Such a bigram is kept as a *support* term (:attr:`QueryTerms.support`): it adds its BM25 to a row that
 holds one of the query's terms (a chunk that says ``度的水`` as the query does outranks one that only holds ``水``)
 but never finds a row alone, is never a matched term and never highlighted — Lucene's and Elasticsearch's CJK
-bigram analysers keep every bigram, which would let ``么是`` (from ``什么是``) find unrelated chunks. The index keeps those terms (only the classic 33-word Lucene list is removed at index time, as before), so
-a query made only of stop words falls back to all its terms and still finds the chunks that hold them, and the
-query lists can change without rebuilding any index.
+bigram analysers keep every bigram, which would let ``么是`` (from ``什么是``) find unrelated chunks. The index
+keeps those terms (only the classic 33-word Lucene list is removed at index time, as before), so a query made only
+of stop words falls back to all its terms and still finds the chunks that hold them, and the query lists can change
+without rebuilding any index.
 
 Library choices: PyStemmer is the C Snowball implementation Lucene's stemmers are ported from;
 jieba is the most widely used Chinese segmenter and ships its dictionary inside the wheel. Both
