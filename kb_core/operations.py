@@ -148,7 +148,14 @@ def search_notes(outcome: SearchResult) -> list[str]:
     if terms is not None and terms.fallback:
         notes.append(f"The query holds only stop words ({', '.join(terms.stop_words)}); searched with all of them.")
     elif terms is not None and terms.stop_words and outcome.settings.mode != "semantic":
-        notes.append(f"Stop words left out of the keyword query: {', '.join(terms.stop_words)}.")
+        notes.append(
+            f"Stop words left out of the keyword query: {', '.join(terms.stop_words)}."
+            + (
+                f" The bigrams {', '.join(terms.support)} still add to chunks that hold a query term."
+                if terms.support
+                else ""
+            )
+        )
     return notes
 
 

@@ -207,8 +207,10 @@ def chunk_cards(chunks: list[dict[str, Any]], query: str, params: dict[str, Any]
                 unsafe_allow_html=True,
             )
             terms = chunk.get("matched_terms") or []
+            support = chunk.get("support_terms") or []
             st.caption(
                 ("Matched terms: " + ", ".join(f"`{t}`" for t in terms) + " · " if terms else "No query term · ")
+                + ("also counted: " + ", ".join(f"`{t}`" for t in support) + " · " if support else "")
                 + f"chunk `{chunk['id']}`"
             )
             breakdown = chunk.get("breakdown")

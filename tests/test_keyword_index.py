@@ -23,26 +23,29 @@ from kb_core.retrieval.keyword_index import (
 WORDS = [
     "retrieval", "search", "index", "segment", "vector", "keyword", "ranking", "document", "query", "token",
     "knowledge", "base", "the", "of", "running", "runs", "知识库", "检索", "中文", "分词", "向量", "文档", "搜索",
-    "排序", "关键词", "系统",
+    "排序", "关键词", "系统", "的", "是",
 ]  # fmt: skip
 ANALYZER = default_analyzer()
 
 
 def reference_bm25(live_texts: list[str], query: str, analyzer: Analyzer, k1: float, b: float) -> list[float]:
-    """BM25 written straight from the formula over exactly the live texts (distinct query terms)."""
+    """BM25 written straight from the formula over exactly the live texts (the query's distinct terms; its support
+    terms, the Han bigrams reaching into a stop word, only for texts holding one of those terms)."""
     docs = [Counter(analyzer.tokens(t)) for t in live_texts]
     lengths = [sum(d.values()) for d in docs]
     n = len(docs)
     avgdl = (sum(lengths) / n) if n and sum(lengths) else 1.0
     scores = [0.0] * n
-    for term in dict.fromkeys(analyzer.tokens(query)):
+    analysed = analyzer.query_terms(query)
+    holding = [any(term in d for term in analysed.terms) for d in docs]
+    for term, support in [(t, False) for t in analysed.terms] + [(t, True) for t in analysed.support]:
         df = sum(1 for d in docs if term in d)
         if df == 0:
             continue
         idf = math.log(1.0 + (n - df + 0.5) / (df + 0.5))
         for i, d in enumerate(docs):
             tf = d.get(term, 0)
-            if tf:
+            if tf and (holding[i] or not support):
                 scores[i] += idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * lengths[i] / avgdl))
     return scores
 
@@ -89,8 +92,29 @@ def test_scores_equal_from_scratch_bm25_over_live_rows_after_deletions() -> None
     masks = [rng.random(len(t)) < 0.7 for t in texts]
     masks[1][:] = False  # a fully deleted segment
     queries = ["retrieval search", "知识库检索", "Knowledge BASE ranking of the documents", "runs 向量 中文分词",
-               "search search search", "keyword"]  # fmt: skip
+               "search search search", "keyword", "向量的文档", "是知识库的检索排序", "的是"]  # fmt: skip
+    assert ANALYZER.query_terms("向量的文档").support  # the support terms are exercised
     check_exact(texts, masks, queries)
+
+
+def test_support_terms_are_exact_on_the_sparse_path_too() -> None:
+    """Rare query terms in many rows take the sorted (sparse) accumulation, not the dense one: the support terms
+    (的文, 量的) still add only to rows holding 向量 or 文档, across segments with deleted rows."""
+    rng = np.random.default_rng(11)
+    phrases = ["向量的文档", "向量文档", "这是的文", "量的排序", "文档", "检索的向量"]
+    texts = [
+        [rng.choice(phrases) if rng.random() < 0.03 else random_text(rng).replace("向量", "").replace("文档", "")
+         for _ in range(300)]
+        for _ in range(3)
+    ]  # fmt: skip
+    masks = [rng.random(300) < 0.8 for _ in range(3)]
+    searcher, live_index = build(texts, masks)
+    analysed = ANALYZER.query_terms("向量的文档")
+    assert set(analysed.support) == {"量的", "的文"}
+    everything = len(live_index) + 1
+    postings = sum(len(searcher.search_terms([t], everything)) for t in analysed.terms)
+    assert 0 < postings * 8 < sum(len(t) for t in texts)  # the sparse path
+    check_exact(texts, masks, ["向量的文档", "的文", "向量的文档 检索"])
 
 
 def test_matches_bm25s_lucene_on_live_tokens() -> None:
@@ -119,9 +143,10 @@ def test_matches_bm25s_lucene_on_live_tokens() -> None:
     query=st.lists(st.sampled_from(WORDS), min_size=1, max_size=5),
 )
 def test_property_exact_bm25_for_any_history(segments: list[list[tuple[list[str], bool]]], query: list[str]) -> None:
-    texts = [[" ".join(words) for words, _ in seg] for seg in segments]
+    # every other row glued Chinese-style, so Han bigrams reaching into a stop word (的, 是) occur in texts and queries
+    texts = [[("" if i % 2 else " ").join(words) for i, (words, _) in enumerate(seg)] for seg in segments]
     masks = [np.array([live for _, live in seg], dtype=bool) for seg in segments]
-    check_exact(texts, masks, [" ".join(query)])
+    check_exact(texts, masks, [" ".join(query), "".join(query)])
 
 
 def test_term_absent_from_a_segment_uses_global_df() -> None:

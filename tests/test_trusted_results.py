@@ -87,11 +87,15 @@ SUPPORT_TEXTS = {
 def test_bigrams_reaching_into_a_stop_word_support_a_match_but_never_make_one(tmp_path: Path) -> None:
     """``的水`` in a query is not searched alone (#25), but a chunk holding a query term and ``的水`` says it as the
     query does, so it ranks above a shorter chunk with the same query words; a chunk holding only ``的水`` is never a
-    hit; the explanation names those bigrams, and the keyword reference counts them so a breakdown adds up."""
+    hit; the explanation names those bigrams; the keyword reference (the scale of keyword scores) leaves them out, so
+    adding stop words to a query never lowers a chunk's keyword score; a bigram made only of stop words' characters
+    (么是 in 什么是) carries no content and is no support term."""
     analyzer = default_analyzer()
     tea = analyzer.query_terms(TEA_QUERY)
     assert {"的水", "度的"} <= set(tea.support) and not set(tea.support) & (set(tea.terms) | CHINESE_STOP_WORDS)
     assert analyzer.query_terms("什么是").support == () and analyzer.query_terms(BLOG_QUERY).support == ()
+    assert analyzer.query_terms("什么是BM25").support == ()
+    assert "么是" not in analyzer.query_terms("什么是知识库").support
     session = KnowledgeBaseService(tmp_path / "home").session()
     assert session.create_knowledge_base("tea", 64, "hashing")["success"]
     session.select_knowledge_base("tea")
@@ -109,11 +113,16 @@ def test_bigrams_reaching_into_a_stop_word_support_a_match_but_never_make_one(tm
     explained = session.explain_search(TEA_QUERY, best["id"], mode="keyword")["data"]
     assert explained["support_terms"] == ["度的", "的水"]
     assert "的水" in " ".join(explained["explanation"])
-    # the reference match holds every scored term once: Σ idf over the query's terms and support terms in the KB
+    # the reference match holds each query term once: Σ idf over the query's terms in the KB, support terms left out
     rows = [set(analyzer.tokens(text)) for text in SUPPORT_TEXTS.values()]
-    dfs = [sum(term in row for row in rows) for term in (*tea.terms, *tea.support)]
+    dfs = [sum(term in row for row in rows) for term in tea.terms]
     reference = sum(math.log1p((len(rows) - df + 0.5) / (df + 0.5)) for df in dfs if df)
     assert explained["breakdown"]["keyword_reference"] == pytest.approx(reference, rel=1e-9)
+    # the same query terms with and without the stop word 的: it adds to the chunk that holds 的水, to no other
+    spaced, joined = ({h["doc_name"]: h["score"] for h in session.search(q, mode="keyword")["data"]["chunks"]}
+                      for q in ("绿茶 水", "绿茶的水"))
+    assert joined["八十度的水.txt"] > spaced["八十度的水.txt"]
+    assert joined["八十度水.txt"] == pytest.approx(spaced["八十度水.txt"], rel=1e-12)
 
 
 def test_index_terms_are_unchanged_so_existing_indexes_keep_working() -> None:

@@ -101,6 +101,14 @@ def _search_chunk_fields() -> dict[str, Any]:
     hints = get_type_hints(SearchHit)
     described: dict[str, Any] = {
         "matched_terms": (list[str], Field(default_factory=list)),
+        "support_terms": (
+            list[str],
+            Field(
+                default_factory=list,
+                description="Chinese bigrams reaching into a query stop word that this chunk holds: they add to its "
+                "BM25 beside matched_terms",
+            ),
+        ),
         "breakdown": (dict[str, Any], Field(default_factory=dict, description="how the score was computed")),
     }
     chunk_fields: dict[str, Any] = {}

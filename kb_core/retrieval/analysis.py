@@ -16,10 +16,12 @@ The analyzer turns text into index terms the same way at index time and at query
 Queries leave out stop words (:meth:`Analyzer.query_terms`): the English list applies to the terms of word runs,
 the Chinese list to those of Han runs (both in :mod:`kb_core.retrieval.stopwords`), and a Han bigram that reaches
 into a stop word (``的水`` in ``…度的水…``) goes with it, as Lucene's shingle filter leaves no shingle across a removed
-stop word. Such a bigram is kept as a *support* term (:attr:`QueryTerms.support`): it adds its BM25 to a row that
-holds one of the query's terms (a chunk that says ``度的水`` as the query does outranks one that only holds ``水``)
-but never finds a row alone, is never a matched term and never highlighted — Lucene's and Elasticsearch's CJK
-bigram analysers keep every bigram, which would let ``么是`` (from ``什么是``) find unrelated chunks. The index
+stop word. When its other character is a content character, such a bigram is kept as a *support* term
+(:attr:`QueryTerms.support`): it adds its BM25 to a row that holds one of the query's terms (a chunk that says
+``度的水`` as the query does outranks one that only holds ``水``) but never finds a row alone, is never a matched term,
+never highlighted, and stays out of the keyword reference (adding stop words to a query never lowers a chunk's
+keyword score). Lucene's and Elasticsearch's CJK bigram analysers keep every bigram, which would let ``么是`` (from
+``什么是``, both characters in stop words) find unrelated chunks; such a bigram is no support term either. The index
 keeps those terms (only the classic 33-word Lucene list is removed at index time, as before), so a query made only
 of stop words falls back to all its terms and still finds the chunks that hold them, and the query lists can change
 without rebuilding any index.
@@ -137,6 +139,7 @@ class TermSpan:
     end: int
     stop: bool
     stop_word: bool = False  # the term is itself a stop word (not a bigram that only reaches into one)
+    inside_stop: bool = False  # a Han bigram both of whose characters belong to stop words (么是 in 什么是)
 
 
 @dataclass(frozen=True)
@@ -148,8 +151,9 @@ class QueryTerms:
     stop_words: tuple[str, ...] = ()  # the query's stop words as written (``How``, ``的``)
     fallback: bool = False
     dropped: tuple[str, ...] = ()  # the analysed terms left out: stop words and Han bigrams reaching into one
-    # Han bigrams that only reach into a stop word (``的水``): they add to the BM25 of rows that hold one of
-    # ``terms`` but never find a row on their own, and are never matched terms or highlights.
+    # Han bigrams that reach into a stop word with one character and hold a content character with the other
+    # (``的水``): they add to the BM25 of rows that hold one of ``terms`` but never find a row on their own, and
+    # are never matched terms or highlights.
     support: tuple[str, ...] = ()
 
 
@@ -297,7 +301,8 @@ class Analyzer:
         if not used:
             return QueryTerms(tuple(terms), written, fallback=True, dropped=tuple(stop))
         listed = {s.term for s in spans if s.stop_word}
-        support = tuple(t for t in stop if t not in listed)
+        content = {s.term for s in spans if s.stop and not s.stop_word and not s.inside_stop}
+        support = tuple(t for t in stop if t in content and t not in listed)
         return QueryTerms(tuple(used), written, dropped=tuple(stop), support=support)
 
     def _han_spans(self, run: str, offset: int) -> list[TermSpan]:
@@ -323,7 +328,8 @@ class Analyzer:
             bigram = norm[i : i + 2]
             listed = bigram in stopwords.CHINESE_STOP_WORDS
             reaches = bool(stop_chars[i] or stop_chars[i + 1])
-            out.append(TermSpan(bigram, offset + i, offset + i + 2, reaches or listed, listed))
+            inside = bool(stop_chars[i] and stop_chars[i + 1])
+            out.append(TermSpan(bigram, offset + i, offset + i + 2, reaches or listed, listed, inside))
         return out
 
     def _han(self, run: str) -> list[str]:

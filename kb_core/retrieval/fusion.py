@@ -6,7 +6,7 @@ that does not depend on the other candidates of the query:
 
     vector_normalized  = max(0, cosine)                         cosine of the query and chunk embeddings
     keyword_normalized = 1 − exp(−BM25 / keyword_reference)     saturating share of keyword evidence
-    keyword_reference  = Σ idf(t) over the query's terms that occur in the KB
+    keyword_reference  = Σ idf(t) over the query's terms that occur in the KB (its support terms left out)
 
 ``keyword_reference`` is the BM25 of a *reference match*: a chunk of average length holding each query term once
 (each term then contributes exactly its idf). So a keyword score of 0.63 (1 − 1/e) means as much keyword evidence

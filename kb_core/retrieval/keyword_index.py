@@ -520,11 +520,6 @@ class RowTerms:
     support: tuple[str, ...] = ()  # terms that added to ``bm25`` but are not matched terms
     supports: np.ndarray | None = None  # bool, rows × support: which support terms added to each row's ``bm25``
 
-    @property
-    def scored_terms(self) -> tuple[str, ...]:
-        """Every term that adds to ``bm25``: what the keyword reference is computed over."""
-        return self.terms + self.support
-
     def jaccard(self) -> np.ndarray:
         """Jaccard similarity of the query's term set and each row's term set (0 when both are empty)."""
         shared = self.contains.sum(axis=1)

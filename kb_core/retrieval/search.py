@@ -167,12 +167,15 @@ class SearchHit:
     matched_terms: list[str]
     breakdown: dict[str, Any] = field(default_factory=dict)
     location: tuple[int, int] = (0, 0)  # (segment index, row) inside its snapshot
+    # Han bigrams reaching into a query stop word that this chunk holds: they add to its BM25 beside matched_terms
+    support_terms: list[str] = field(default_factory=list)
 
     def to_json(self, explain: bool = True) -> dict[str, Any]:
         value = self.__dict__.copy()  # the fields in declaration order (a dataclass sets exactly these)
         del value["location"]
         breakdown = value.pop("breakdown")
         value["matched_terms"] = list(self.matched_terms)
+        value["support_terms"] = list(self.support_terms)
         if explain:
             breakdown = breakdown.copy()
             for name in [name for name, item in breakdown.items() if type(item) is list]:
@@ -313,7 +316,7 @@ def rank(
         )
         source = np.flatnonzero(allowed)
         candidates = candidates.take(source)
-    keyword_reference = searcher.keyword_reference(row_terms.scored_terms)
+    keyword_reference = searcher.keyword_reference(row_terms.terms)
     covered = model_covers(searcher.embedding_model, detect_language(query))
     guarded = settings.language_guard and not covered
     if not covered and settings.mode == "hybrid" and settings.vector_weight > 0:
@@ -384,9 +387,11 @@ def rank(
         chosen = [item for item, drop in zip(chosen, dropped.tolist(), strict=True) if not drop]
     chosen = chosen[: settings.top_k]
     breakdowns = ranking.breakdown_dicts([position for position, _, _ in chosen])
-    matched = row_terms.matched_many(source[[position for position, _, _ in chosen]])
+    chosen_rows = source[[position for position, _, _ in chosen]]
+    matched = row_terms.matched_many(chosen_rows)
+    support_held = [row_terms.supported(int(row)) for row in chosen_rows]
     hits: list[SearchHit] = []
-    for (_, key, row), breakdown, terms in zip(chosen, breakdowns, matched, strict=True):
+    for (_, key, row), breakdown, terms, support in zip(chosen, breakdowns, matched, support_held, strict=True):
         document = searcher.document_of(key, row["doc_id"])
         hits.append(
             SearchHit(
@@ -405,6 +410,7 @@ def rank(
                 matched_terms=terms,
                 breakdown=breakdown,
                 location=key,
+                support_terms=support,
             )
         )
     without = int(len(ranking) - len(supported))

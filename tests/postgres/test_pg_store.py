@@ -307,6 +307,8 @@ def test_pruned_keyword_candidates_count_support_terms_exactly(
     texts = ["".join(words[rng.zipf(1.3, size=12) % len(words)]) for _ in range(3000)]
     for i in range(0, 3000, 40):  # a rare word, so some queries have a seed to prune with
         texts[i] = "拓扑的" + texts[i]
+    for i in range(7, 3000, 13):  # rows holding support bigrams (的向, 的得, 是混) and no query term: never found
+        texts[i] = ["他的向导", "我的得失", "就是混沌"][i % 3]
     record = pg_store.create_knowledge_base("support", 64, "hashing", analyzer=analyzer.name)
     documents = tuple(make_document(f"doc_{i}", texts[i * 100 : (i + 1) * 100], analyzer, rng) for i in range(30))
     pg_store.commit(record.id, StoreChange(add=documents))
@@ -319,7 +321,7 @@ def test_pruned_keyword_candidates_count_support_terms_exactly(
             monkeypatch.setattr(postgres_snapshot, "_PROBE_POSTINGS", probe_limit)
             terms = snapshot.query_terms(query, analyzer)
             supported += sum(1 for df in terms.df[len(terms.terms) :] if df)
-            for k in (1, 10, 100):
+            for k in (1, 10, 100, 3000):  # 3000: every row holding a term, none holding support terms only
                 pruned = snapshot.keyword_candidates(terms, k)
                 assert pruned == snapshot.keyword_candidates(terms, k, exhaustive=True), (query, k)
                 holding = snapshot.row_scores(terms, [hit.row_id for hit in pruned])[0]

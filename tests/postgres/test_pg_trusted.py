@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from kb_core import KnowledgeBaseService
-from tests.test_trusted_results import BLOG_QUERY, TEA_QUERY, write_files
+from tests.test_trusted_results import BLOG_QUERY, SUPPORT_TEXTS, TEA_QUERY, write_files
 
 pytestmark = pytest.mark.postgres
 
@@ -42,3 +42,36 @@ def test_stop_words_evidence_and_min_score_on_postgres(pg_url: str, tmp_path: Pa
     result = again.search("mail server section notes", mode="keyword")
     assert len(result["data"]["chunks"]) == 1 and result["data"]["below_min_score"] == len(scores) - 1
     assert "not shown" in result["message"]
+
+
+def test_support_terms_on_postgres_as_on_a_folder_store(pg_url: str, tmp_path: Path) -> None:
+    """The bigrams reaching into a stop word add to the BM25 of a chunk holding a query term and find none alone
+    (水平.txt holds only 的水), with the same hits, scores and explanation on both stores."""
+    paths = []
+    for name, text in SUPPORT_TEXTS.items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+        paths.append(str(tmp_path / name))
+    sessions = []
+    for service in (KnowledgeBaseService(tmp_path / "pg-home", store=pg_url), KnowledgeBaseService(tmp_path / "f")):
+        session = service.session()
+        assert session.create_knowledge_base("support 支持", 64, "hashing")["success"]
+        session.select_knowledge_base("support 支持")
+        assert session.import_document(paths)["data"]["failed_count"] == 0
+        sessions.append(session)
+    postgres, folder = sessions
+    for mode in ("keyword", "hybrid"):
+        found = postgres.search(TEA_QUERY, mode=mode, top_k=8)["data"]
+        expected = folder.search(TEA_QUERY, mode=mode, top_k=8)["data"]
+        assert [c["doc_name"] for c in found["chunks"]] == ["八十度的水.txt", "八十度水.txt"], mode
+        assert [c["content"] for c in found["chunks"]] == [c["content"] for c in expected["chunks"]]
+        assert [c["score"] for c in found["chunks"]] == pytest.approx([c["score"] for c in expected["chunks"]])
+        assert found["query_terms"] == expected["query_terms"] and found["without_evidence"] == expected[
+            "without_evidence"
+        ]
+    best = postgres.search(TEA_QUERY, mode="keyword", top_k=1)["data"]["chunks"][0]
+    explained = postgres.explain_search(TEA_QUERY, best["id"], mode="keyword")["data"]
+    assert explained["support_terms"] == ["度的", "的水"]
+    level = postgres.search("他说的水平", mode="keyword", top_k=1)["data"]["chunks"][0]
+    assert level["doc_name"] == "水平.txt"
+    alone = postgres.explain_search(TEA_QUERY, level["id"], mode="keyword")["data"]
+    assert alone["evidence"] is False and alone["rank"] is None and alone["matched_terms"] == []

@@ -85,7 +85,9 @@ async def search(
 
     data: chunks (each: id, doc_id, content, tokens, chunk_index, doc_name, score, and a score breakdown that
     recomputes it), count, settings, weights (requested, used, and what auto weighting would use), warnings,
-    query_terms (terms searched, stop words left out), semantic_floor, below_min_score, without_evidence.
+    query_terms (terms searched, stop words left out, support: Chinese bigrams reaching into a stop word, which add
+    to a chunk holding a term and find none alone; a hit's support_terms are those it holds), semantic_floor,
+    below_min_score, without_evidence.
 
     在当前选中的知识库中进行混合检索。结合关键词检索（BM25）和向量检索，按加权和合并结果（向量权重 0.7，关键词权重 0.3，
     除非知识库保存了其他默认值；给定的权重就是实际使用的权重），返回最多 top_k 个结果。默认不重排序：Jaccard 词重叠重排
@@ -110,7 +112,8 @@ async def search(
 
     返回值 data：chunks（每个包含 id、doc_id、content、tokens、chunk_index、doc_name、score 以及可复算分数的分数明细）
     、count、settings、weights（请求的权重、实际使用的权重以及 auto 会使用的权重）、warnings、query_terms（检索用的词
-    和去掉的停用词）、semantic_floor、below_min_score、without_evidence。
+    、去掉的停用词，以及 support：与停用词相连的中文二元词，只为已包含检索词的片段加分，不单独召回；每个结果的
+    support_terms 是它包含的这类词）、semantic_floor、below_min_score、without_evidence。
     """
     return await call(
         ctx,
@@ -151,8 +154,9 @@ async def explain_search(
     - chunk_id: a chunk id (chk_...) from a search hit (required)
     - mode, vector_weight, keyword_weight, weighting, language_guard, fusion: as in search (optional)
 
-    data: rank, hits, candidate_position, candidates, score, matched_terms, breakdown, above, settings, explanation
-    (the steps as sentences; also the text content).
+    data: rank, hits, candidate_position, candidates, score, matched_terms, support_terms (Chinese bigrams reaching
+    into a stop word that add to its BM25), breakdown, above, settings, explanation (the steps as sentences; also
+    the text content).
 
     解释某个 chunk 在某个查询下为什么排在这个位置：它在命中结果中的排名（按知识库的设置或给定的设置，最多检索 1000 条
     ）、它在 0-1 分数尺度上的得分及每一步计算（原始余弦相似度、原始 BM25 及该查询的参考 BM25、各自的归一化值、实际使用
@@ -164,8 +168,8 @@ async def explain_search(
     - chunk_id：检索结果中的 chunk id（chk_...，必填）
     - mode、vector_weight、keyword_weight、weighting、language_guard、fusion：与 search 相同（可选）
 
-    返回值 data：rank、hits、candidate_position、candidates、score、matched_terms、breakdown、above、settings、
-    explanation（逐句说明，也是文本内容）。
+    返回值 data：rank、hits、candidate_position、candidates、score、matched_terms、support_terms（与停用词相连、为其
+    BM25 加分的中文二元词）、breakdown、above、settings、explanation（逐句说明，也是文本内容）。
     """
     return await call(
         ctx,

@@ -31,7 +31,7 @@ class _KeywordReference:
         self.query: QueryTerms | None = None
 
     def reference_score(self, terms: Sequence[str]) -> float:
-        if self.query is None or tuple(terms) != self.query.scored_terms:
+        if self.query is None or tuple(terms) != self.query.terms:
             raise RuntimeError("the keyword reference is asked for terms the searcher did not look up")
         return self.query.reference
 

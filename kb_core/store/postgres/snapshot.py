@@ -125,10 +125,10 @@ class QueryTerms:
 
     @property
     def reference(self) -> float:
-        """Σ idf over the scored terms the live rows hold: the BM25 of an average-length row holding each term once
-        (:meth:`kb_core.retrieval.keyword_index.KeywordSearcher.reference_score`)."""
+        """Σ idf over the query's terms (not its support terms) the live rows hold: the BM25 of an average-length
+        row holding each term once (:meth:`kb_core.retrieval.keyword_index.KeywordSearcher.reference_score`)."""
         total = 0.0
-        for df, idf in zip(self.df, self.idf, strict=True):
+        for df, idf in zip(self.df[: len(self.terms)], self.idf[: len(self.terms)], strict=True):
             if df:
                 total += idf
         return total
@@ -382,7 +382,8 @@ class PostgresSnapshot:
         return [ScoredRow(int(r), float(s)) for r, s in rows]
 
     def _score_rows_fully(self, params: dict[str, object], rows: list[int], k: int | None) -> list[ScoredRow]:
-        """Exact BM25 over every query term of the given rows (index probes), best first, at most ``k``."""
+        """Exact BM25 over every query term of the given rows (index probes), best first, at most ``k``; the rows
+        are those of query terms' postings, so support terms only add to rows that hold a term."""
         if not rows:
             return []
         limit = sql.SQL("LIMIT %(k)s") if k is not None else sql.SQL("")
@@ -391,7 +392,7 @@ class PostgresSnapshot:
                 "SELECT p.row_id, sum(" + self._CONTRIBUTION + " ORDER BY q.pos) AS score "
                 "FROM unnest(%(ids)s::int[], %(idf)s::float8[], %(pos)s::int[]) AS q(term_id, idf, pos) "
                 "JOIN {} p ON p.term_id = q.term_id WHERE p.row_id = ANY(%(rows)s) "
-                "GROUP BY p.row_id HAVING bool_or(q.pos < %(kept)s) ORDER BY score DESC, p.row_id {}"
+                "GROUP BY p.row_id ORDER BY score DESC, p.row_id {}"
             ).format(self.tables.postings, limit),
             {**params, "rows": rows, "k": k},
         )
