@@ -201,6 +201,8 @@ ZH_TW = "Knowledge base.\n這是一個測試文件，包含繁體中文。\n\n�
         ("big5", b"", "中文", "cp950"),
         ("gb18030", b"", "第一章 总则\n本规定适用于所有员工。", "gb18030"),
         ("gb18030", b"", ZH_TW, "gb18030"),  # traditional characters in a GB18030 file
+        ("gb18030", b"", "编码 détecté", "gb18030"),  # accented letters inside a Latin word (read as Big5 once)
+        ("big5", b"", "編碼 Zurich 測試", "cp950"),
     ],
 )
 def test_txt_encodings(tmp_path: Path, encoding: str, bom: bytes, text: str, reported: str) -> None:

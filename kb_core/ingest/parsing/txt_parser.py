@@ -70,16 +70,26 @@ def _is_common(ch: str, codec: str) -> bool:
         return False
 
 
+def _in_latin_word(text: str, i: int) -> bool:
+    """``text[i]`` is an accented Latin letter beside an ASCII letter (the é of détecté): a word, not a misread pair
+    of bytes, which would decode to CJK characters or to letters between them."""
+    if not ("\u00c0" <= text[i] <= "\u024f" and text[i].isalpha()):
+        return False
+    return any(0 <= j < len(text) and text[j].isascii() and text[j].isalpha() for j in (i - 1, i + 1))
+
+
 def _cjk_score(text: str, codec: str) -> float:
-    """Share of non-ASCII characters that are common for that codec's script, minus replacements."""
+    """Share of non-ASCII characters that are common for that codec's script (or accented letters inside Latin
+    words), minus replacements."""
     total = common = replaced = 0
-    for ch in text[:_SCORE_SAMPLE_CHARS]:
+    sample = text[:_SCORE_SAMPLE_CHARS]
+    for i, ch in enumerate(sample):
         if ord(ch) < 0x80:
             continue
         total += 1
         if ch == "\ufffd":
             replaced += 1
-        elif _is_common(ch, codec):
+        elif _is_common(ch, codec) or _in_latin_word(sample, i):
             common += 1
     if total == 0:
         return 0.0
