@@ -128,6 +128,20 @@ def test_delete_removes_chunks_from_search(kb, tmp_path: Path) -> None:
     assert kb.delete_document("drop.txt")["error"]["code"] == "DOCUMENT_NOT_FOUND"
 
 
+def test_a_deleted_documents_name_is_free_again_while_its_segments_other_names_stay_taken(kb, tmp_path: Path) -> None:
+    # A commit decides names against the KB's live documents, kept per segment (#29): a deleted document of a segment
+    # must free its name, and only its own.
+    paths = [str(write(tmp_path, "keep.txt", "apples and pears")), str(write(tmp_path, "drop.txt", "apples"))]
+    kb.import_document(paths)
+    kb.delete_document("drop.txt")
+    again = kb.import_document(paths)["data"]["success_files"]
+    names = {Path(f["file_path"]).name: f["doc_name"] for f in again}
+    assert names["drop.txt"] == "drop.txt"
+    assert names["keep.txt"] != "keep.txt" and names["keep.txt"].startswith("keep_")
+    listed = sorted(d["name"] for d in kb.list_documents()["data"]["documents"])
+    assert listed == sorted(["keep.txt", "drop.txt", names["keep.txt"]])
+
+
 def test_every_shared_fixture_imports_or_fails_with_a_reason_in_one_call(kb) -> None:
     folder = shared_path("fixtures", "docs")
     files = sorted(p for p in folder.rglob("*") if p.suffix in (".doc", ".docx"))
