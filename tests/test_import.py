@@ -243,3 +243,22 @@ def test_a_homes_import_staging_left_by_dead_processes_is_removed_when_the_home_
         (folder / "0" / "copy.txt").write_text("a staged copy", encoding="utf-8")
     KnowledgeBaseService(home)
     assert sorted(p.name for p in staging.iterdir()) == [live.name]
+
+
+@pytest.mark.parametrize(
+    ("given", "name"),
+    [
+        ("notes.txt", "notes.txt"),
+        ("folder/sub\\report.docx", "report.docx"),
+        ("  .hidden notes.txt", "hidden notes.txt"),
+        ("bell\x07 and del\x7f.txt", "bell and del.txt"),  # ASCII control characters go, printable ASCII stays
+        ("zero\u200bwidth.txt", "zerowidth.txt"),  # a format character
+        ("cafe\u0301.txt", "café.txt"),  # composed (NFC)
+        ("报告\u202e.txt", "报告.txt"),
+        ("...", "document"),
+    ],
+)
+def test_a_file_name_becomes_a_safe_document_name(given: str, name: str) -> None:
+    from kb_core.ingest.files import safe_document_name
+
+    assert safe_document_name(given) == name
