@@ -320,13 +320,16 @@ def test_an_import_says_where_its_time_went_in_this_process_and_in_its_workers(s
 def test_an_imports_last_documents_are_split_over_the_writers_short_of_a_compaction(
     session, service, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """#29: nothing overlaps the write of an import's last documents, so they go to every segment writer at once (the
-    import's end waits for a part of that write), in pieces of a quarter of ``COMMIT_CHUNKS`` at least, and never
-    into more segments than the KB holds before an automatic compaction."""
+    """#29: nothing overlaps the write of an import's last documents, so they go to every worker process at once (the
+    parser processes are idle by then; the import's end waits for a part of that write), in pieces of a quarter of
+    ``COMMIT_CHUNKS`` at least (documents stay whole), and never into more segments than the KB holds before an
+    automatic compaction."""
+    from kb_core.ingest.parsing.isolation import PARSER_PROCESSES
     from kb_core.store import compaction
 
     monkeypatch.setattr(importer_module, "COMMIT_CHUNKS", 40)
     monkeypatch.setattr(importer_module, "WRITER_PROCESSES", 3)
+    submitted = _record_submissions(monkeypatch)
     folder = tmp_path / "files"
     folder.mkdir()
     files = [str(f) for f in corpus(folder)[:-1]]
@@ -335,11 +338,12 @@ def test_an_imports_last_documents_are_split_over_the_writers_short_of_a_compact
     assert session.import_document(files[:12])["data"]["success_count"] == 12
     store = service.kb_store(session.current_kb().id)
     rows = [s.rows for s in store.manifest().segments]
-    full = [r for r in rows if r >= 40]
-    last = rows[len(full) :]
-    assert rows[: len(full)] == full and last and all(r < 40 for r in last)  # whole segments, then the last ones
-    assert len(last) == max(1, min(3, sum(last) // 10)) and (len(last) == 1 or min(last) >= 10)
-    assert len(last) > 1, rows  # this corpus's last documents make several pieces
+    full = [chunks for chunks, parsing, _ in submitted if parsing and chunks >= 40]
+    early = [chunks for chunks, parsing, _ in submitted if parsing and chunks < 40]  # cut while the last files parsed
+    last = [chunks for chunks, parsing, _ in submitted if not parsing]
+    assert rows == full + early + last and all(chunks >= 13 for chunks in early), submitted  # 13: 40 // 3 writers
+    # at most a piece per worker process, of about 10 chunks at least (documents stay whole); more than the 3 writers
+    assert 3 < len(last) <= min(3 + PARSER_PROCESSES, sum(last) // 10), last
 
     # A KB one segment short of its automatic compaction: the last documents stay one segment.
     before = len(store.manifest().segments)

@@ -632,8 +632,9 @@ class _Committer:
     before its segment (on many cores the commits, one after another, held the writers back). The import's last
     chunks (estimated from the files not parsed yet: ``COMMIT_CHUNKS`` of them) go out in smaller segments as they
     come, so they are written while the last files are parsed, and the documents added once every file is parsed and
-    every chunk embedded are split over the writers: the import's end waits for a fraction of a segment's write.
-    Neither makes more segments than the store's automatic compaction allows."""
+    every chunk embedded are split over every worker process (the parser processes are idle by then, and write the
+    segments still waiting for a writer too): the import's end waits for a fraction of a segment's write. Neither
+    makes more segments than the store's automatic compaction allows."""
 
     def __init__(self, importer: Importer, progress: ImportProgress, job: ImportJob) -> None:
         self.importer, self.progress, self.job = importer, progress, job
@@ -643,8 +644,13 @@ class _Committer:
         # Segments written by worker processes are written several at once (and committed in order).
         self.parallel = importer.sink.writes_in_workers
         self.writers = WRITER_PROCESSES if self.parallel else 1
+        # Once every file is parsed the parser processes are idle: the last segments are written by them too.
+        self._all_workers = WRITER_PROCESSES + PARSER_PROCESSES if self.parallel else 1
+        self._limit = self.writers  # segments written at once: the writers', then every worker process's
+        self._active = 0
+        self._turns = threading.Condition()
         self.writer = ThreadPoolExecutor(
-            max_workers=self.writers, thread_name_prefix="kb-write" if self.parallel else "kb-commit"
+            max_workers=self._all_workers, thread_name_prefix="kb-write" if self.parallel else "kb-commit"
         )
         self.commits = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kb-commit") if self.parallel else None
         self.writing: list[Future[None]] = []  # per segment handed over, in order: done once committed (or failed)
@@ -666,6 +672,7 @@ class _Committer:
             self._submit()
 
     def finish(self) -> None:
+        self._open_to_all()
         if self.pending:
             self._submit_last()
         while self.writing:
@@ -688,13 +695,21 @@ class _Committer:
         coming = progress.chunks_expected - progress.chunks_embedded
         return self.pending_chunks + coming <= COMMIT_CHUNKS
 
+    def _open_to_all(self) -> None:
+        """Every file is parsed: segments are written by as many worker processes as there are (the parser processes
+        are idle), those waiting for a writer too."""
+        with self._turns:
+            self._limit = self._all_workers
+            self._turns.notify_all()
+
     def _submit_last(self) -> None:
-        """Submit the import's last documents as up to one segment per writer, each of a quarter of ``COMMIT_CHUNKS``
-        chunks at least."""
+        """Submit the import's last documents as up to one segment per worker process, each of a quarter of
+        ``COMMIT_CHUNKS`` chunks at least."""
+        self._open_to_all()
         pieces = 1
         if self.parallel:
             room = self._room - self._submitted
-            pieces = min(self.writers, self.pending_chunks // max(1, COMMIT_CHUNKS // 4), room)
+            pieces = min(self._all_workers, self.pending_chunks // max(1, COMMIT_CHUNKS // 4), room)
         for piece in _split_documents(self.pending, max(1, pieces)):
             self.pending, self.pending_chunks = piece, 0
             self._submit()
@@ -716,7 +731,7 @@ class _Committer:
         documents, self.pending, self.pending_chunks = self.pending, [], 0
         # Up to twice as many segments as writers wait (a few MB each): fewer stalled the importing thread, and with
         # it the GPU, whenever three embedding calls finished faster than the writers (#29, an H100: 1 s of 5).
-        while len(self.writing) > 2 * self.writers or (self.writing and self.writing[0].done()):
+        while len(self.writing) > 2 * self._limit or (self.writing and self.writing[0].done()):
             self.writing.pop(0).result()  # raises a failed commit's error here
         sequence, self._submitted = self._submitted, self._submitted + 1
         if not self.parallel:
@@ -744,12 +759,20 @@ class _Committer:
         if self._failure is not None:  # an earlier segment failed: this one could never be committed
             done.set_exception(self._failure)
             return
+        with self._turns:
+            while self._active >= self._limit:
+                self._turns.wait()
+            self._active += 1
         try:
             written = self.importer.sink.write(documents, self.progress.stages)
         except BaseException as exc:
             self._failure = self._failure or exc
             done.set_exception(exc)
             return
+        finally:
+            with self._turns:
+                self._active -= 1
+                self._turns.notify()
         with self._lock:
             self._written[sequence] = (written, done)
         assert self.commits is not None
