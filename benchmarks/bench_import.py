@@ -51,6 +51,7 @@ import argparse
 import contextlib
 import functools
 import json
+import math
 import os
 import sys
 import tempfile
@@ -221,17 +222,22 @@ def measure(model_name: str, files: list[str], args: argparse.Namespace, home: P
         local._embed_windows = recording
     import_seconds_each: list[float] = []
     stages: dict[str, Any] = {}
+    pipeline_start_s = math.nan  # when the pipeline's clock started, after the call began (the first import)
+    importing_cpu_s: list[float] = []  # this process's CPU (every thread) during each import
     for target, kb in targets:
         if hashing:
             embedder.inner.forget_features()
         last: dict[str, Any] = {}
+        cpu_started = time.process_time()
         started = import_started[0] = time.perf_counter()
         result = target.session().import_document(files, kb_name=kb, progress=functools.partial(last.__setitem__, "p"))
         _synchronise()
         import_seconds_each.append(time.perf_counter() - started)
+        importing_cpu_s.append(time.process_time() - cpu_started)
         assert result["data"]["success_count"] == len(files), result["message"]
         if target is service and "p" in last:
             stages = last["p"].stages.report(last["p"].chunks_total)
+            pipeline_start_s = last["p"].stages.origin - started
     import_seconds = min(import_seconds_each)
 
     snapshot = service.reader(record.id).snapshot()
@@ -313,8 +319,11 @@ def measure(model_name: str, files: list[str], args: argparse.Namespace, home: P
         "load_average_before": load_before,
         "load_average_after": load_average(),
         "floors_seconds": round(floors_seconds[0], 3),
+        # Amdahl's serial part: this process's CPU (all its threads; the workers are other processes) per chunk, each
+        # import, from the operating system's count (the stages' figures count only the timed stages)
+        "importing_process_cpu_us_per_chunk_each": [round(s / max(1, len(texts)) * 1e6, 1) for s in importing_cpu_s],
         **report,
-        "timeline": _timeline(stages, import_seconds_each[0]),
+        "timeline": _timeline(stages, import_seconds_each[0], pipeline_start_s),
         "stages": stages,
     }
 
@@ -341,11 +350,13 @@ def _chunk_texts(files: list[str], tokenizer: Any, chunk_size: int) -> list[str]
         return [text for texts in pool.map(chunk, requests) for text in texts]
 
 
-def _timeline(stages: dict[str, Any], import_seconds: float) -> dict[str, float]:
+def _timeline(stages: dict[str, Any], import_seconds: float, pipeline_start_s: float = math.nan) -> dict[str, float]:
     """The first import's fill and drain from its stage spans (seconds since the pipeline started): when the model got
     its first chunks and when its last call ended, when the last parser request ended, when the last commit ended, the
     drain (from the last embedding call or parser answer, whichever came later, to that commit) and what the import
-    took after it (removing its staging copies, an automatic compaction)."""
+    took after it (removing its staging copies, an automatic compaction). With ``pipeline_start_s`` (when the
+    pipeline started, after the call began: the files' checks, the job's start) also ``tail_s``: from the last parser
+    answer to the import's return, the part of an import that does not shrink with more parser processes (#29)."""
     embed, parsed, commit = (stages.get(name, {}) for name in ("embed", "parse_requests", "commit"))
     out: dict[str, float] = {}
     if "first_start_s" in embed:
@@ -357,6 +368,10 @@ def _timeline(stages: dict[str, Any], import_seconds: float) -> dict[str, float]
         last_work = max(out.get("last_embed_end_s", 0.0), out.get("last_parse_end_s", 0.0))
         out["drain_s"] = round(commit["last_end_s"] - last_work, 3)
         out["after_last_commit_s"] = round(import_seconds - commit["last_end_s"], 3)
+    if not math.isnan(pipeline_start_s):
+        out["pipeline_start_s"] = round(pipeline_start_s, 3)
+        if "last_parse_end_s" in out:
+            out["tail_s"] = round(import_seconds - pipeline_start_s - out["last_parse_end_s"], 3)
     return out
 
 

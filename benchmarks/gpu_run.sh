@@ -153,6 +153,12 @@ summary["stage_copy_cpu_s"] = {
     name: r["stages"].get("worker.stage_copy", {}).get("cpu_s") for name, r in {"model": model or {"stages": {}}, **runs}.items()
 }
 summary["hashing_timeline"] = {name: r["timeline"] for name, r in runs.items()}
+# The importing process's CPU per chunk of each import as the OS counts it (all its threads), and the tail: from the
+# last parser answer to the import's return, which more cores do not shorten
+summary["importing_process_cpu_us_per_chunk_each"] = {
+    name: r.get("importing_process_cpu_us_per_chunk_each") for name, r in {"model": model or {}, **runs}.items()
+}
+summary["hashing_tail_s"] = {name: r["timeline"].get("tail_s") for name, r in runs.items()}
 if (out / "file_creation.json").exists():
     created = read("file_creation")
     summary["file_creation"] = {

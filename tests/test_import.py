@@ -128,6 +128,20 @@ def test_delete_removes_chunks_from_search(kb, tmp_path: Path) -> None:
     assert kb.delete_document("drop.txt")["error"]["code"] == "DOCUMENT_NOT_FOUND"
 
 
+def test_a_deleted_documents_name_is_free_again_while_its_segments_other_names_stay_taken(kb, tmp_path: Path) -> None:
+    # A commit decides names against the KB's live documents, kept per segment (#29): a deleted document of a segment
+    # must free its name, and only its own.
+    paths = [str(write(tmp_path, "keep.txt", "apples and pears")), str(write(tmp_path, "drop.txt", "apples"))]
+    kb.import_document(paths)
+    kb.delete_document("drop.txt")
+    again = kb.import_document(paths)["data"]["success_files"]
+    names = {Path(f["file_path"]).name: f["doc_name"] for f in again}
+    assert names["drop.txt"] == "drop.txt"
+    assert names["keep.txt"] != "keep.txt" and names["keep.txt"].startswith("keep_")
+    listed = sorted(d["name"] for d in kb.list_documents()["data"]["documents"])
+    assert listed == sorted(["keep.txt", "drop.txt", names["keep.txt"]])
+
+
 def test_every_shared_fixture_imports_or_fails_with_a_reason_in_one_call(kb) -> None:
     folder = shared_path("fixtures", "docs")
     files = sorted(p for p in folder.rglob("*") if p.suffix in (".doc", ".docx"))
@@ -229,3 +243,22 @@ def test_a_homes_import_staging_left_by_dead_processes_is_removed_when_the_home_
         (folder / "0" / "copy.txt").write_text("a staged copy", encoding="utf-8")
     KnowledgeBaseService(home)
     assert sorted(p.name for p in staging.iterdir()) == [live.name]
+
+
+@pytest.mark.parametrize(
+    ("given", "name"),
+    [
+        ("notes.txt", "notes.txt"),
+        ("folder/sub\\report.docx", "report.docx"),
+        ("  .hidden notes.txt", "hidden notes.txt"),
+        ("bell\x07 and del\x7f.txt", "bell and del.txt"),  # ASCII control characters go, printable ASCII stays
+        ("zero\u200bwidth.txt", "zerowidth.txt"),  # a format character
+        ("cafe\u0301.txt", "café.txt"),  # composed (NFC)
+        ("报告\u202e.txt", "报告.txt"),
+        ("...", "document"),
+    ],
+)
+def test_a_file_name_becomes_a_safe_document_name(given: str, name: str) -> None:
+    from kb_core.ingest.files import safe_document_name
+
+    assert safe_document_name(given) == name

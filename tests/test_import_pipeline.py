@@ -320,13 +320,16 @@ def test_an_import_says_where_its_time_went_in_this_process_and_in_its_workers(s
 def test_an_imports_last_documents_are_split_over_the_writers_short_of_a_compaction(
     session, service, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """#29: nothing overlaps the write of an import's last documents, so they go to every segment writer at once (the
-    import's end waits for a part of that write), in pieces of a quarter of ``COMMIT_CHUNKS`` at least, and never
-    into more segments than the KB holds before an automatic compaction."""
+    """#29: nothing overlaps the write of an import's last documents, so they go to every worker process at once (the
+    parser processes are idle by then; the import's end waits for a part of that write), in pieces of a quarter of
+    ``COMMIT_CHUNKS`` at least (documents stay whole), and never into more segments than the KB holds before an
+    automatic compaction."""
+    from kb_core.ingest.parsing.isolation import PARSER_PROCESSES
     from kb_core.store import compaction
 
     monkeypatch.setattr(importer_module, "COMMIT_CHUNKS", 40)
     monkeypatch.setattr(importer_module, "WRITER_PROCESSES", 3)
+    submitted = _record_submissions(monkeypatch)
     folder = tmp_path / "files"
     folder.mkdir()
     files = [str(f) for f in corpus(folder)[:-1]]
@@ -335,11 +338,12 @@ def test_an_imports_last_documents_are_split_over_the_writers_short_of_a_compact
     assert session.import_document(files[:12])["data"]["success_count"] == 12
     store = service.kb_store(session.current_kb().id)
     rows = [s.rows for s in store.manifest().segments]
-    full = [r for r in rows if r >= 40]
-    last = rows[len(full) :]
-    assert rows[: len(full)] == full and last and all(r < 40 for r in last)  # whole segments, then the last ones
-    assert len(last) == max(1, min(3, sum(last) // 10)) and (len(last) == 1 or min(last) >= 10)
-    assert len(last) > 1, rows  # this corpus's last documents make several pieces
+    full = [chunks for chunks, parsing, _ in submitted if parsing and chunks >= 40]
+    early = [chunks for chunks, parsing, _ in submitted if parsing and chunks < 40]  # cut while the last files parsed
+    last = [chunks for chunks, parsing, _ in submitted if not parsing]
+    assert rows == full + early + last and all(chunks >= 13 for chunks in early), submitted  # 13: 40 // 3 writers
+    # at most a piece per worker process, of about 10 chunks at least (documents stay whole); more than the 3 writers
+    assert 3 < len(last) <= min(3 + PARSER_PROCESSES, sum(last) // 10), last
 
     # A KB one segment short of its automatic compaction: the last documents stay one segment.
     before = len(store.manifest().segments)
@@ -348,6 +352,94 @@ def test_an_imports_last_documents_are_split_over_the_writers_short_of_a_compact
     assert session.import_document(files[12:])["data"]["success_count"] == len(files) - 12
     assert len(store.manifest().segments) == before + 1  # no compaction ran: one segment was added
     assert session.verify()["data"]["problems"] == []
+
+
+def _notes(folder: Path, count: int) -> list[str]:
+    """``count`` files of 4 chunks each at chunk size 48 (hashing tokenizer): the chunks to come estimate exactly."""
+    files = []
+    for i in range(count):
+        path = folder / f"note_{i:03d}.txt"
+        path.write_text(f"Note {i:03d} on topic {i * 7:04d}.\n\n" + EN * 4, encoding="utf-8")
+        files.append(str(path))
+    return files
+
+
+def _record_submissions(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, bool, list[str]]]:
+    """Each segment the committer hands over: its chunks, whether files were still unparsed, its documents' ids."""
+    submitted: list[tuple[int, bool, list[str]]] = []
+    original = importer_module._Committer._submit
+
+    def recording(self: importer_module._Committer) -> None:
+        progress = self.progress
+        chunks = sum(d.chunk_count for d in self.pending)
+        submitted.append((chunks, progress.files_parsed < progress.files_total, [d.doc_id for d in self.pending]))
+        original(self)
+
+    monkeypatch.setattr(importer_module._Committer, "_submit", recording)
+    return submitted
+
+
+def test_an_imports_last_segment_goes_out_in_pieces_while_its_last_files_are_parsed(
+    session, service, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """#29: once the chunks still to come fit in one segment, the pending documents go out as a piece of it (half a
+    segment with one writer) while the last files are parsed, so the import's end waits only for the write of what
+    came after; the KB holds the same documents and verifies."""
+    monkeypatch.setattr(importer_module, "COMMIT_CHUNKS", 40)
+    monkeypatch.setattr(importer_module, "WRITER_PROCESSES", 1)
+    submitted = _record_submissions(monkeypatch)
+    files = _notes(tmp_path, 38)  # 152 chunks: 3 segments of 40, then 32
+    session.create_knowledge_base("kb", 48, embedding_model="hashing-32")
+    session.select_knowledge_base("kb")
+    result = session.import_document(files)
+    assert result["data"]["success_count"] == len(files), result
+    assert [chunks for chunks, _, _ in submitted] == [40, 40, 40, 20, 12]
+    # the piece of 20 (half a segment) went out while files were still parsed; the end waited for the last 12 only
+    assert [parsing for _, parsing, _ in submitted] == [True, True, True, True, False]
+    store = service.kb_store(session.current_kb().id)
+    assert [s.rows for s in store.manifest().segments] == [chunks for chunks, _, _ in submitted]
+    named = sorted(f["doc_name"] for f in result["data"]["success_files"])
+    assert sorted(d["name"] for d in session.list_documents()["data"]["documents"]) == named
+    assert session.verify()["data"]["problems"] == []
+
+
+def test_a_failed_write_of_an_early_last_piece_keeps_the_committed_prefix(
+    session, service, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """#29: the write of a piece cut before the last files were parsed fails (a full disk): the segments before it
+    stay committed, nothing after it is committed (though the writers wrote some at once), every later file fails
+    with the reason, and the KB verifies."""
+    from kb_core.errors import StoreError
+    from kb_core.store.folder_sink import FolderSink
+
+    monkeypatch.setattr(importer_module, "COMMIT_CHUNKS", 40)
+    monkeypatch.setattr(importer_module, "WRITER_PROCESSES", 3)
+    submitted = _record_submissions(monkeypatch)
+    original_write = FolderSink.write
+
+    def failing(self: FolderSink, documents: list, clock: object) -> object:
+        early = [ids for chunks, parsing, ids in submitted if parsing and chunks < 40]
+        if early and {d.doc_id for d in documents} & set(early[0]):
+            raise StoreError("No space left on device while writing a segment")
+        return original_write(self, documents, clock)
+
+    monkeypatch.setattr(FolderSink, "write", failing)
+    files = _notes(tmp_path, 38)
+    session.create_knowledge_base("kb", 48, embedding_model="hashing-32")
+    session.select_knowledge_base("kb")
+    result = session.import_document(files)
+    data = result["data"]
+    # 3 segments of 40 chunks, then pieces of 16 (13 at least: one per writer) while the last files are parsed
+    assert [(chunks, parsing) for chunks, parsing, _ in submitted][:4] == [(40, True)] * 3 + [(16, True)]
+    ready = [files.index(f["file_path"]) for f in data["success_files"]]
+    assert ready == list(range(30)), data  # the prefix before the failed piece
+    failed = data["failed_files"]
+    assert len(failed) == len(files) - len(ready) and all("No space left" in f["error"] for f in failed)
+    listed = session.list_documents()["data"]["documents"]
+    assert sorted(d["name"] for d in listed) == sorted(f["doc_name"] for f in data["success_files"])
+    assert session.verify()["data"]["problems"] == []
+    store = service.kb_store(session.current_kb().id)
+    assert not list((store.root / "staging").glob("*seg_*"))  # the pieces written after it were removed
 
 
 def test_a_kb_deleted_as_its_import_starts_is_reported_as_deleted_meanwhile(

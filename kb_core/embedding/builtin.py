@@ -162,9 +162,8 @@ def unread_language_notice(model_name: str | None, languages: Mapping[str, str |
     reads them; None when the model reads them all (or is not known to miss any)."""
     if not model_name:
         return None
-    unread = {
-        doc: lang for doc, lang in languages.items() if lang and not covers_script(model_name, language_script(lang))
-    }
+    read = {lang: covers_script(model_name, language_script(lang)) for lang in set(languages.values()) if lang}
+    unread = {doc: lang for doc, lang in languages.items() if lang and not read[lang]}
     if not unread:
         return None
     found = sorted(Counter(unread.values()).items(), key=lambda item: -item[1])

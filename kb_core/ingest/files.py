@@ -65,6 +65,8 @@ def import_files(
     sources: list[ImportSource] = []
     copies = service.import_staging(record)
     copied_names: dict[int, set[str]] = {}
+    folders: dict[str, Path] = {}
+    limit = service.parse_limits.max_file_bytes
     try:
         for index, raw in enumerate(file_paths):
             path = Path(str(raw)).expanduser()
@@ -76,7 +78,8 @@ def import_files(
             names = copied_names.setdefault(bucket, set())
             repeated = path.name.casefold() in names
             names.add(path.name.casefold())
-            folder = copies / (f"{bucket}-{index}" if repeated else str(bucket))
+            key = f"{bucket}-{index}" if repeated else str(bucket)
+            folder = folders.get(key) or folders.setdefault(key, copies / key)
             name = display_names[index] if display_names is not None else path.name
             sources.append(
                 ImportSource(
@@ -86,7 +89,7 @@ def import_files(
                     reported_path=str(raw),
                     # the copy is made by the pipeline just before the file is parsed, overlapping the import
                     stage=functools.partial(
-                        _copy_for_import, path, folder, allowed_dirs, service.parse_limits.max_file_bytes, str(raw)
+                        _copy_for_import, path, folder, allowed_dirs, limit, str(raw)
                     ),
                 )
             )
@@ -207,6 +210,7 @@ def reimport_document(
 def safe_document_name(name: str) -> str:
     """A document name from a file name: no folders, no control characters, not empty."""
     base = str(name).replace("\\", "/").rsplit("/", 1)[-1]
-    base = "".join(c for c in unicodedata.normalize("NFC", base) if unicodedata.category(c) not in ("Cc", "Cf"))
+    if not (base.isascii() and base.isprintable()):  # printable ASCII is NFC and has no control or format character
+        base = "".join(c for c in unicodedata.normalize("NFC", base) if unicodedata.category(c) not in ("Cc", "Cf"))
     base = base.strip().lstrip(".") or "document"
     return base[:200]

@@ -621,16 +621,20 @@ class ImportCancelled(KBError):
 
 
 class _Committer:
-    """Commits finished documents in segments of about ``COMMIT_CHUNKS`` chunks, on a writer thread of its own,
-    so building a segment's indexes, writing its files and committing overlap the next embedding calls.
+    """Commits finished documents in segments of about ``COMMIT_CHUNKS`` chunks, on threads of its own, so building a
+    segment's indexes, writing its files and committing overlap the next embedding calls.
 
-    Commits stay in order (one writer); at most twice as many segments as there are writers wait, so a slow disk
-    holds the import back instead of filling memory. A commit's failure is raised by the next ``add``.
+    Commits stay in order; at most twice as many segments as there are writers wait, so a slow disk holds the import
+    back instead of filling memory. A commit's failure is raised by the next ``add``.
 
-    With a segment writer, ``WRITER_PROCESSES`` segments are written at once; each is committed in order, and the
-    thread whose turn it is commits every later segment already written with its own, in one commit (#29). The
-    import's last documents (added once every file is parsed and every chunk embedded) are split over the writers:
-    nothing overlaps their write any more, so the import's end waits for a fraction of it."""
+    With a segment writer (#29), ``WRITER_PROCESSES`` segments are written at once, and one commit thread commits them
+    in order, each commit taking every segment written next in order: a writer thread never waits for the commits
+    before its segment (on many cores the commits, one after another, held the writers back). The import's last
+    chunks (estimated from the files not parsed yet: ``COMMIT_CHUNKS`` of them) go out in smaller segments as they
+    come, so they are written while the last files are parsed, and the documents added once every file is parsed and
+    every chunk embedded are split over every worker process (the parser processes are idle by then, and write the
+    segments still waiting for a writer too): the import's end waits for a fraction of a segment's write. Neither
+    makes more segments than the store's automatic compaction allows."""
 
     def __init__(self, importer: Importer, progress: ImportProgress, job: ImportJob) -> None:
         self.importer, self.progress, self.job = importer, progress, job
@@ -640,13 +644,23 @@ class _Committer:
         # Segments written by worker processes are written several at once (and committed in order).
         self.parallel = importer.sink.writes_in_workers
         self.writers = WRITER_PROCESSES if self.parallel else 1
-        self.writer = ThreadPoolExecutor(max_workers=self.writers, thread_name_prefix="kb-commit")
-        self.writing: list[Future[None]] = []
+        # Once every file is parsed the parser processes are idle: the last segments are written by them too.
+        self._all_workers = WRITER_PROCESSES + PARSER_PROCESSES if self.parallel else 1
+        self._limit = self.writers  # segments written at once: the writers', then every worker process's
+        self._active = 0
+        self._turns = threading.Condition()
+        self.writer = ThreadPoolExecutor(
+            max_workers=self._all_workers, thread_name_prefix="kb-write" if self.parallel else "kb-commit"
+        )
+        self.commits = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kb-commit") if self.parallel else None
+        self.writing: list[Future[None]] = []  # per segment handed over, in order: done once committed (or failed)
         self._lock = threading.Lock()
-        self._written: dict[int, WrittenBatch] = {}
+        self._written: dict[int, tuple[WrittenBatch, Future[None]]] = {}
+        self._failure: BaseException | None = None  # the first write or commit that failed: nothing after it is written
+        self._commits_stopped = False  # a commit failed: nothing after it commits
         self._submitted = 0  # segments handed to the writers
         self._next = 0  # the next segment to commit
-        # The last documents are split only as far as the KB stays under the store's automatic compaction.
+        # Smaller and split segments at the end only as far as the KB stays under the store's automatic compaction.
         self._room = importer.sink.segment_room() if self.parallel else 0
 
     def add(self, documents: list[IncomingDocument]) -> None:
@@ -654,10 +668,11 @@ class _Committer:
         self.pending_chunks += sum(d.chunk_count for d in documents)
         if self.pending and self._all_in():
             self._submit_last()
-        elif self.pending_chunks >= COMMIT_CHUNKS:
+        elif self.pending_chunks >= COMMIT_CHUNKS or self._ending():
             self._submit()
 
     def finish(self) -> None:
+        self._open_to_all()
         if self.pending:
             self._submit_last()
         while self.writing:
@@ -668,23 +683,47 @@ class _Committer:
         progress = self.progress
         return progress.files_parsed >= progress.files_total and progress.chunks_embedded >= progress.chunks_total
 
+    def _ending(self) -> bool:
+        """Whether the pending documents go out now as a smaller segment: they and the chunks still to come (the
+        files not parsed yet at the parsed files' mean, and the chunks not embedded yet) make the import's last
+        segment, the pending ones a piece of it (a half, or one per writer, ``COMMIT_CHUNKS // 4`` chunks at least),
+        and the room left keeps a segment for the documents after them."""
+        piece = max(COMMIT_CHUNKS // 4, COMMIT_CHUNKS // max(2, self.writers))
+        if not self.parallel or self.pending_chunks < piece or self._room - self._submitted < 2:
+            return False
+        progress = self.progress
+        coming = progress.chunks_expected - progress.chunks_embedded
+        return self.pending_chunks + coming <= COMMIT_CHUNKS
+
+    def _open_to_all(self) -> None:
+        """Every file is parsed: segments are written by as many worker processes as there are (the parser processes
+        are idle), those waiting for a writer too."""
+        with self._turns:
+            self._limit = self._all_workers
+            self._turns.notify_all()
+
     def _submit_last(self) -> None:
-        """Submit the import's last documents as up to one segment per writer, each of a quarter of ``COMMIT_CHUNKS``
-        chunks at least."""
+        """Submit the import's last documents as up to one segment per worker process, each of a quarter of
+        ``COMMIT_CHUNKS`` chunks at least."""
+        self._open_to_all()
         pieces = 1
         if self.parallel:
             room = self._room - self._submitted
-            pieces = min(self.writers, self.pending_chunks // max(1, COMMIT_CHUNKS // 4), room)
+            pieces = min(self._all_workers, self.pending_chunks // max(1, COMMIT_CHUNKS // 4), room)
         for piece in _split_documents(self.pending, max(1, pieces)):
             self.pending, self.pending_chunks = piece, 0
             self._submit()
 
     def close(self) -> None:
-        """Wait for a segment being written (never leave one half-committed), then stop the writer; segments written
-        but not committed (after a failure before them) are removed."""
+        """Wait for the segments being written and the commits of those written (never leave one half-committed),
+        then stop the threads; segments written but not committed (after a failure before them) are removed."""
         self.writer.shutdown(wait=True, cancel_futures=True)
+        if self.commits is not None:
+            self.commits.shutdown(wait=True)
+        for done in self.writing:
+            done.cancel()  # a segment whose write never started (a no-op on those done)
         with self._lock:
-            left, self._written = list(self._written.values()), {}
+            left, self._written = [batch for batch, _ in self._written.values()], {}
         for batch in left:
             self.importer.sink.discard(batch)
 
@@ -692,35 +731,74 @@ class _Committer:
         documents, self.pending, self.pending_chunks = self.pending, [], 0
         # Up to twice as many segments as writers wait (a few MB each): fewer stalled the importing thread, and with
         # it the GPU, whenever three embedding calls finished faster than the writers (#29, an H100: 1 s of 5).
-        while len(self.writing) > 2 * self.writers or (self.writing and self.writing[0].done()):
+        while len(self.writing) > 2 * self._limit or (self.writing and self.writing[0].done()):
             self.writing.pop(0).result()  # raises a failed commit's error here
-        before = self.writing[-1] if self.writing else None
         sequence, self._submitted = self._submitted, self._submitted + 1
-        self.writing.append(self.writer.submit(self._write, sequence, documents, before))
+        if not self.parallel:
+            before = self.writing[-1] if self.writing else None
+            self.writing.append(self.writer.submit(self._write_and_commit, documents, before))
+            return
+        done: Future[None] = Future()
+        self.writing.append(done)
+        self.writer.submit(self._write, sequence, documents, done)
 
-    def _write(self, sequence: int, documents: list[IncomingDocument], before: Future[None] | None) -> None:
+    def _write_and_commit(self, documents: list[IncomingDocument], before: Future[None] | None) -> None:
+        """Write and commit ``documents`` (one thread: the sink writes here)."""
         # No progress callback from here: a front end's display may only be touched from the thread that runs the
         # import (Streamlit's are); the next report from that thread shows these documents ready.
-        sink = self.importer.sink
-        if not self.parallel:
-            if before is not None and (before.cancelled() or before.exception() is not None):
-                return  # what stays committed is the prefix before the failure (the earlier error is raised)
-            self.committed += self.importer.commit_written([sink.write(documents, self.progress.stages)], self.progress)
-        else:
-            written = sink.write(documents, self.progress.stages)
-            with self._lock:
-                self._written[sequence] = written
-            if before is not None:
-                wait([before])  # commits stay in order: names clash as they would one segment after another
-                if before.cancelled() or before.exception() is not None:
-                    return  # the import stops (the earlier failure is the one raised); close() removes this one
-            with self._lock:  # this segment, unless the one before took it along, and the written ones after it
-                group = []
-                while self._next in self._written:
-                    group.append(self._written.pop(self._next))
-                    self._next += 1
-            if not group:
-                return
-            self.committed += self.importer.commit_written(group, self.progress)
+        if before is not None and (before.cancelled() or before.exception() is not None):
+            return  # what stays committed is the prefix before the failure (the earlier error is raised)
+        written = self.importer.sink.write(documents, self.progress.stages)
+        self.committed += self.importer.commit_written([written], self.progress)
         with self.progress.stages.stage("publish"):
             self.job.publish()
+
+    def _write(self, sequence: int, documents: list[IncomingDocument], done: Future[None]) -> None:
+        """Write segment ``sequence`` (a writer thread; the writing is in a worker process), then hand it to the
+        commit thread; ``done`` gets the outcome once it is committed, or the write's error."""
+        if self._failure is not None:  # an earlier segment failed: this one could never be committed
+            done.set_exception(self._failure)
+            return
+        with self._turns:
+            while self._active >= self._limit:
+                self._turns.wait()
+            self._active += 1
+        try:
+            written = self.importer.sink.write(documents, self.progress.stages)
+        except BaseException as exc:
+            self._failure = self._failure or exc
+            done.set_exception(exc)
+            return
+        finally:
+            with self._turns:
+                self._active -= 1
+                self._turns.notify()
+        with self._lock:
+            self._written[sequence] = (written, done)
+        assert self.commits is not None
+        self.commits.submit(self._commit_written)
+
+    def _commit_written(self) -> None:
+        """Commit every segment written next in order, in one commit (the commit thread: commits stay in order, so
+        names clash as they would one segment after another)."""
+        with self._lock:
+            if self._commits_stopped:
+                return  # what stays committed is the prefix before the failure (its error is raised)
+            group = []
+            while self._next in self._written:
+                group.append(self._written.pop(self._next))
+                self._next += 1
+        if not group:
+            return
+        try:
+            self.committed += self.importer.commit_written([batch for batch, _ in group], self.progress)
+            with self.progress.stages.stage("publish"):
+                self.job.publish()
+        except BaseException as exc:
+            self._commits_stopped = True
+            self._failure = self._failure or exc
+            for _, done in group:
+                done.set_exception(exc)
+            return
+        for _, done in group:
+            done.set_result(None)

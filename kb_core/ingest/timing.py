@@ -58,6 +58,11 @@ class StageClock:
         for name, (wall, cpu, calls) in (figures or {}).items():
             self.add(prefix + name, wall, cpu, calls)
 
+    @property
+    def origin(self) -> float:
+        """The ``perf_counter`` reading the spans count from (the import's start)."""
+        return self._origin
+
     def figures(self) -> dict[str, tuple[float, float, int]]:
         with self._lock:
             return {name: (self._wall[name], self._cpu[name], self._calls[name]) for name in self._wall}

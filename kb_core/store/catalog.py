@@ -10,6 +10,7 @@ tombstones; :func:`load_catalog` applies them and returns the live tables.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -204,6 +205,12 @@ def read_documents_table(folder: Path) -> pa.Table:
 
 def read_documents(folder: Path) -> pd.DataFrame:
     return read_documents_table(folder).to_pandas()
+
+
+def read_document_columns(folder: Path, columns: Sequence[str]) -> dict[str, list[Any]]:
+    """Some columns of a segment's documents as lists (no table of every column: a commit's look-up)."""
+    table = pq.read_table(folder / DOCUMENTS_FILE, columns=list(columns), schema=DOCUMENTS_SCHEMA)
+    return {name: table.column(name).to_pylist() for name in columns}
 
 
 def read_chunks(folder: Path, columns: list[str] | None = None) -> pd.DataFrame:

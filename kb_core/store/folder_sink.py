@@ -132,10 +132,9 @@ class FolderSink:
         snapshot = self.reader.snapshot()
         if snapshot.version != manifest.version:
             raise StoreError("The knowledge base changed while committing; try again.")
-        # Only what a commit decides names and replacements by: rows of every column cost more than the rest of a
-        # commit in a large KB (#29).
-        records: list[dict[str, Any]] = snapshot.documents()[list(COMMIT_COLUMNS)].to_dict("records")
-        return records
+        # Only what a commit decides names and replacements by, kept per segment: a table of the KB's documents built
+        # at each commit cost more than the rest of the commit, and grew with the KB (#29).
+        return snapshot.live_document_keys(COMMIT_COLUMNS)
 
     @contextmanager
     def reimport_source(self, document: dict[str, Any]) -> Iterator[ImportSource | None]:
@@ -166,18 +165,22 @@ class FolderSink:
         documents' rows. On failure every one of them is discarded."""
         documents = [d for batch in batches for d in batch.documents]
         rows = [r for batch in batches for r in batch.rows]
+        written_names = [[row["name"] for row in batch.rows] for batch in batches]  # as each segment's catalog has them
         try:
 
             def plan(manifest: Manifest) -> Change:
                 # Names and replacements are decided under the lock, against the newest manifest.
                 live = self.live_documents(manifest)
-                taken = {str(d["name"]).casefold() for d in live if d["status"] == "ready"}
-                # Looked up per document below (a scan of the KB per document made commits quadratic, #29).
-                by_id = {(d["segment_id"], d["doc_id"]): d for d in live}
+                taken: set[str] = set()
                 failed: dict[str, list[dict[str, Any]]] = {}
                 for d in live:
-                    if d["status"] == "failed":
+                    if d["status"] == "ready":
+                        taken.add(str(d["name"]).casefold())
+                    elif d["status"] == "failed":
                         failed.setdefault(str(d["name"]).casefold(), []).append(d)
+                # Looked up per document below (a scan of the KB per document made commits quadratic, #29).
+                replacing = any(document.replaces is not None for document in documents)
+                by_id = {(d["segment_id"], d["doc_id"]): d for d in live} if replacing else {}
                 tombstones: dict[str, dict[str, int]] = {}
                 for document, row in zip(documents, rows, strict=True):
                     if document.replaces is not None:
@@ -195,8 +198,11 @@ class FolderSink:
                     if row["name"].casefold() in taken:
                         row["name"] = timestamped_name(row["name"], taken)
                     taken.add(row["name"].casefold())
-                for batch in batches:
-                    catalog.write_documents(batch.staged.path, batch.rows)
+                for batch, names in zip(batches, written_names, strict=True):
+                    # Written with the segment; again only where a clash renamed a document (a parquet file and two
+                    # fsyncs under the KB's lock were most of a commit, #29).
+                    if [row["name"] for row in batch.rows] != names:
+                        catalog.write_documents(batch.staged.path, batch.rows)
                 return Change(add=tuple(batch.staged for batch in batches), tombstones=tombstones)
 
             with clock.stage("commit"):

@@ -41,10 +41,26 @@ class LoadedSegment:
         self.info = catalog.read_segment_info(folder)
         self.id = self.info.id
         self._lock = threading.Lock()
+        self._document_keys: dict[tuple[str, ...], list[dict[str, Any]]] = {}
 
     @cached_property
     def documents(self) -> pd.DataFrame:
         return catalog.read_documents(self.folder)
+
+    def document_keys(self, columns: Sequence[str]) -> list[dict[str, Any]]:
+        """Every document's ``columns`` (``segment_id`` among them: this segment's), one dict per document, made
+        once per segment and columns (segments are immutable): a commit reads these of the whole KB, and converting
+        every document's row again made each commit cost more as the KB grew (#29)."""
+        key = tuple(columns)
+        with self._lock:
+            made = self._document_keys.get(key)
+            if made is None:
+                read = catalog.read_document_columns(self.folder, [c for c in key if c != "segment_id"])
+                count = len(next(iter(read.values()), []))
+                values = [[self.id] * count if c == "segment_id" else read[c] for c in key]
+                made = [dict(zip(key, row, strict=True)) for row in zip(*values, strict=True)]
+                self._document_keys[key] = made
+        return made
 
     @cached_property
     def chunk_doc_codes(self) -> tuple[np.ndarray, np.ndarray]:
@@ -132,6 +148,17 @@ class Snapshot:
                 mask = np.ones(len(codes), dtype=bool)
             self.cache[key] = mask
         return self.cache[key]
+
+    def live_document_keys(self, columns: Sequence[str]) -> list[dict[str, Any]]:
+        """The live documents' ``columns`` (``segment_id`` may be one), one dict per document: what
+        :meth:`documents` gives for those columns, without building a table of the whole KB (a commit's look-up).
+        The dicts are shared: read them, never change them."""
+        rows: list[dict[str, Any]] = []
+        for segment in self.segments:
+            keys = segment.document_keys(columns)
+            deleted = self.manifest.tombstones.get(segment.id, {})
+            rows.extend(keys if not deleted else (d for d in keys if d["doc_id"] not in deleted))
+        return rows
 
     def documents(self) -> pd.DataFrame:
         """Live documents of every segment, with a ``segment_id`` column."""
