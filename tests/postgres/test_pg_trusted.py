@@ -4,6 +4,7 @@ database and applied, the same hits as a folder store (the ranking code is share
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,16 +14,20 @@ from tests.test_trusted_results import BLOG_QUERY, SUPPORT_TEXTS, TEA_QUERY, wri
 pytestmark = pytest.mark.postgres
 
 
-def test_stop_words_evidence_and_min_score_on_postgres(pg_url: str, tmp_path: Path) -> None:
-    files = write_files(tmp_path / "files")
+def sessions_on_both_stores(pg_url: str, tmp_path: Path, kb: str, files: list[str]) -> tuple[Any, Any]:
+    """Sessions on a PostgreSQL home and on a folder home, each with KB ``kb`` (hashing embedder) holding ``files``."""
     sessions = []
     for service in (KnowledgeBaseService(tmp_path / "pg-home", store=pg_url), KnowledgeBaseService(tmp_path / "f")):
         session = service.session()
-        assert session.create_knowledge_base("trusted 可信", 64, "hashing")["success"]
-        session.select_knowledge_base("trusted 可信")
+        assert session.create_knowledge_base(kb, 64, "hashing")["success"]
+        session.select_knowledge_base(kb)
         assert session.import_document(files)["data"]["failed_count"] == 0
         sessions.append(session)
-    postgres, folder = sessions
+    return sessions[0], sessions[1]
+
+
+def test_stop_words_evidence_and_min_score_on_postgres(pg_url: str, tmp_path: Path) -> None:
+    postgres, folder = sessions_on_both_stores(pg_url, tmp_path, "trusted 可信", write_files(tmp_path / "files"))
     for query in (BLOG_QUERY, TEA_QUERY, "mail server section notes"):
         for mode in ("hybrid", "semantic", "keyword"):
             found = postgres.search(query, mode=mode, top_k=8)["data"]
@@ -51,14 +56,7 @@ def test_support_terms_on_postgres_as_on_a_folder_store(pg_url: str, tmp_path: P
     for name, text in SUPPORT_TEXTS.items():
         (tmp_path / name).write_text(text, encoding="utf-8")
         paths.append(str(tmp_path / name))
-    sessions = []
-    for service in (KnowledgeBaseService(tmp_path / "pg-home", store=pg_url), KnowledgeBaseService(tmp_path / "f")):
-        session = service.session()
-        assert session.create_knowledge_base("support 支持", 64, "hashing")["success"]
-        session.select_knowledge_base("support 支持")
-        assert session.import_document(paths)["data"]["failed_count"] == 0
-        sessions.append(session)
-    postgres, folder = sessions
+    postgres, folder = sessions_on_both_stores(pg_url, tmp_path, "support 支持", paths)
     for mode in ("keyword", "hybrid"):
         found = postgres.search(TEA_QUERY, mode=mode, top_k=8)["data"]
         expected = folder.search(TEA_QUERY, mode=mode, top_k=8)["data"]
