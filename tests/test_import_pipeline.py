@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -417,11 +418,21 @@ def test_a_failed_write_of_an_early_last_piece_keeps_the_committed_prefix(
     submitted = _record_submissions(monkeypatch)
     original_write = FolderSink.write
 
+    later_written = threading.Event()
+
+    def position(documents: list) -> int:
+        ids = {d.doc_id for d in documents}
+        return next(i for i, (_, _, handed) in enumerate(submitted) if ids & set(handed))
+
     def failing(self: FolderSink, documents: list, clock: object) -> object:
-        early = [ids for chunks, parsing, ids in submitted if parsing and chunks < 40]
-        if early and {d.doc_id for d in documents} & set(early[0]):
+        early = [i for i, (chunks, parsing, _) in enumerate(submitted) if parsing and chunks < 40]
+        if early and position(documents) == early[0]:
+            later_written.wait(30)  # a segment after it is written first: it must be removed, never committed
             raise StoreError("No space left on device while writing a segment")
-        return original_write(self, documents, clock)
+        written = original_write(self, documents, clock)
+        if early and position(documents) > early[0]:
+            later_written.set()
+        return written
 
     monkeypatch.setattr(FolderSink, "write", failing)
     files = _notes(tmp_path, 38)
@@ -439,7 +450,95 @@ def test_a_failed_write_of_an_early_last_piece_keeps_the_committed_prefix(
     assert sorted(d["name"] for d in listed) == sorted(f["doc_name"] for f in data["success_files"])
     assert session.verify()["data"]["problems"] == []
     store = service.kb_store(session.current_kb().id)
-    assert not list((store.root / "staging").glob("*seg_*"))  # the pieces written after it were removed
+    assert later_written.is_set()  # a piece after the failed one was written ...
+    assert not list((store.root / "staging").glob("*seg_*"))  # ... and removed
+
+
+def test_a_failed_commit_keeps_the_committed_prefix_with_segments_written_after_it(
+    session, service, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """#29: the commit thread's second commit fails while the writers have written later segments: what stays is
+    the first commit's documents, nothing later is committed past the hole, every later file fails with the reason,
+    no written segment is left in staging, and the KB verifies."""
+    from kb_core.errors import StoreError
+    from kb_core.store.folder_sink import FolderSink
+    from kb_core.store.kb_store import KBStore
+
+    monkeypatch.setattr(importer_module, "COMMIT_CHUNKS", 40)
+    monkeypatch.setattr(importer_module, "WRITER_PROCESSES", 3)
+    original_commit = KBStore.commit
+    calls: list[int] = []
+
+    def failing(self: KBStore, plan: object) -> object:
+        calls.append(1)
+        if len(calls) == 2:
+            time.sleep(0.5)  # the writers go on writing meanwhile
+            raise StoreError("the disk went read-only while committing")
+        return original_commit(self, plan)
+
+    monkeypatch.setattr(KBStore, "commit", failing)
+    submitted = _record_submissions(monkeypatch)
+    original_write = FolderSink.write
+
+    def staggered(self: FolderSink, documents: list, clock: object) -> object:
+        ids = {d.doc_id for d in documents}
+        time.sleep(0.2 * next(i for i, (_, _, handed) in enumerate(submitted) if ids & set(handed)))
+        return original_write(self, documents, clock)  # one segment written after another: one commit each
+
+    monkeypatch.setattr(FolderSink, "write", staggered)
+    files = _notes(tmp_path, 38)
+    session.create_knowledge_base("kb", 48, embedding_model="hashing-32")
+    session.select_knowledge_base("kb")
+    data = session.import_document(files)["data"]
+    ready = sorted(files.index(f["file_path"]) for f in data["success_files"])
+    assert ready and ready == list(range(len(ready))) and len(ready) < len(files), data  # a prefix
+    assert all("read-only" in f["error"] for f in data["failed_files"])
+    assert len(calls) == 2  # nothing was committed after the failed commit
+    listed = session.list_documents()["data"]["documents"]
+    assert sorted(d["name"] for d in listed) == sorted(f["doc_name"] for f in data["success_files"])
+    assert session.verify()["data"]["problems"] == []
+    store = service.kb_store(session.current_kb().id)
+    assert not list((store.root / "staging").glob("*seg_*"))
+
+
+def test_once_every_file_is_parsed_the_idle_parser_processes_write_segments_too(
+    session, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """#29: with one segment writer, the import's last documents are written by more than one process at once
+    after the last file is parsed (the parser processes are idle by then), not one after another."""
+    from kb_core.ingest.parsing.isolation import PARSER_PROCESSES
+    from kb_core.store.folder_sink import FolderSink
+
+    monkeypatch.setattr(importer_module, "COMMIT_CHUNKS", 40)
+    monkeypatch.setattr(importer_module, "WRITER_PROCESSES", 1)
+    submitted = _record_submissions(monkeypatch)
+    original_write = FolderSink.write
+    lock = threading.Lock()
+    active = [0]
+    peak = [0]
+
+    def counting(self: FolderSink, documents: list, clock: object) -> object:
+        with lock:
+            active[0] += 1
+            peak[0] = max(peak[0], active[0])
+        try:
+            time.sleep(0.3)  # long enough for the other pieces to start
+            return original_write(self, documents, clock)
+        finally:
+            with lock:
+                active[0] -= 1
+
+    monkeypatch.setattr(FolderSink, "write", counting)
+    folder = tmp_path / "files"
+    folder.mkdir()
+    files = [str(f) for f in corpus(folder)[:12]]
+    session.create_knowledge_base("kb", 48, embedding_model="hashing-32")
+    session.select_knowledge_base("kb")
+    assert session.import_document(files)["data"]["success_count"] == len(files)
+    last = [chunks for chunks, parsing, _ in submitted if not parsing]
+    assert len(last) > 1 and PARSER_PROCESSES >= 1, submitted  # pieces to write at once
+    assert peak[0] > 1
+    assert session.verify()["data"]["problems"] == []
 
 
 def test_a_kb_deleted_as_its_import_starts_is_reported_as_deleted_meanwhile(

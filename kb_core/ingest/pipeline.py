@@ -644,8 +644,11 @@ class _Committer:
         # Segments written by worker processes are written several at once (and committed in order).
         self.parallel = importer.sink.writes_in_workers
         self.writers = WRITER_PROCESSES if self.parallel else 1
-        # Once every file is parsed the parser processes are idle: the last segments are written by them too.
-        self._all_workers = WRITER_PROCESSES + PARSER_PROCESSES if self.parallel else 1
+        # Once every file is parsed the parser processes are idle: the last segments are written by them too. Not
+        # with an executor (Ray): its documents come back without payloads and are written in this process.
+        self._all_workers = (
+            WRITER_PROCESSES + PARSER_PROCESSES if self.parallel and importer.executor is None else self.writers
+        )
         self._limit = self.writers  # segments written at once: the writers', then every worker process's
         self._active = 0
         self._turns = threading.Condition()
@@ -657,6 +660,7 @@ class _Committer:
         self._lock = threading.Lock()
         self._written: dict[int, tuple[WrittenBatch, Future[None]]] = {}
         self._failure: BaseException | None = None  # the first write or commit that failed: nothing after it is written
+        self._closing = False  # close() began: a write still waiting for its turn is not started
         self._commits_stopped = False  # a commit failed: nothing after it commits
         self._submitted = 0  # segments handed to the writers
         self._next = 0  # the next segment to commit
@@ -717,6 +721,9 @@ class _Committer:
     def close(self) -> None:
         """Wait for the segments being written and the commits of those written (never leave one half-committed),
         then stop the threads; segments written but not committed (after a failure before them) are removed."""
+        with self._turns:  # writes waiting for a turn are not started any more
+            self._closing = True
+            self._turns.notify_all()
         self.writer.shutdown(wait=True, cancel_futures=True)
         if self.commits is not None:
             self.commits.shutdown(wait=True)
@@ -756,17 +763,19 @@ class _Committer:
     def _write(self, sequence: int, documents: list[IncomingDocument], done: Future[None]) -> None:
         """Write segment ``sequence`` (a writer thread; the writing is in a worker process), then hand it to the
         commit thread; ``done`` gets the outcome once it is committed, or the write's error."""
-        if self._failure is not None:  # an earlier segment failed: this one could never be committed
-            done.set_exception(self._failure)
-            return
         with self._turns:
-            while self._active >= self._limit:
+            while self._active >= self._limit and not self._closing and self._failure is None:
                 self._turns.wait()
+            if self._closing or self._failure is not None:  # stopped, or an earlier segment failed: never written
+                stopped = ImportCancelled("cancelled: the import stopped before this segment was written")
+                done.set_exception(self._failure or stopped)
+                return
             self._active += 1
         try:
             written = self.importer.sink.write(documents, self.progress.stages)
         except BaseException as exc:
-            self._failure = self._failure or exc
+            with self._turns:
+                self._failure = self._failure or exc
             done.set_exception(exc)
             return
         finally:
