@@ -774,8 +774,7 @@ class _Committer:
         try:
             written = self.importer.sink.write(documents, self.progress.stages)
         except BaseException as exc:
-            with self._turns:
-                self._failure = self._failure or exc
+            self._fail(exc)
             done.set_exception(exc)
             return
         finally:
@@ -786,6 +785,12 @@ class _Committer:
             self._written[sequence] = (written, done)
         assert self.commits is not None
         self.commits.submit(self._commit_written)
+
+    def _fail(self, exc: BaseException) -> None:
+        """Record the first failure and wake the writes waiting for a turn: none of them starts any more."""
+        with self._turns:
+            self._failure = self._failure or exc
+            self._turns.notify_all()
 
     def _commit_written(self) -> None:
         """Commit every segment written next in order, in one commit (the commit thread: commits stay in order, so
@@ -805,7 +810,7 @@ class _Committer:
                 self.job.publish()
         except BaseException as exc:
             self._commits_stopped = True
-            self._failure = self._failure or exc
+            self._fail(exc)
             for _, done in group:
                 done.set_exception(exc)
             return

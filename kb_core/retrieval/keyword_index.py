@@ -517,8 +517,8 @@ class RowTerms:
     bm25: np.ndarray  # float64 per row (support terms included)
     contains: np.ndarray  # bool, rows × terms
     distinct: np.ndarray  # distinct analysed terms per row
-    support: tuple[str, ...] = ()  # terms that added to ``bm25`` but are not matched terms
-    supports: np.ndarray | None = None  # bool, rows × support: which support terms added to each row's ``bm25``
+    support: tuple[str, ...]  # terms that added to ``bm25`` but are not matched terms
+    supports: np.ndarray  # bool, rows × support: which support terms added to each row's ``bm25``
 
     def jaccard(self) -> np.ndarray:
         """Jaccard similarity of the query's term set and each row's term set (0 when both are empty)."""
@@ -526,18 +526,24 @@ class RowTerms:
         union = len(self.terms) + self.distinct - shared
         return np.divide(shared, union, out=np.zeros(len(shared), dtype=np.float64), where=union > 0)
 
-    def supported(self, position: int) -> list[str]:
-        """The support terms that added to row ``position``'s BM25 (it holds them and a matched term)."""
-        if self.supports is None or not self.support:
-            return []
-        return sorted(t for t, found in zip(self.support, self.supports[position].tolist(), strict=True) if found)
-
     def matched(self, position: int) -> list[str]:
-        return sorted(t for t, found in zip(self.terms, self.contains[position].tolist(), strict=True) if found)
+        return self.matched_many([position])[0]
 
     def matched_many(self, positions: Sequence[int]) -> list[list[str]]:
         """:meth:`matched` of each of ``positions``, with one sort of the terms and one array read for all."""
-        order = sorted(range(len(self.terms)), key=self.terms.__getitem__)
-        terms = [self.terms[i] for i in order]
-        rows = self.contains[np.asarray(positions, dtype=np.int64)][:, order].tolist()
-        return [[term for term, found in zip(terms, row, strict=True) if found] for row in rows]
+        return _held_terms(self.terms, self.contains, positions)
+
+    def supported(self, position: int) -> list[str]:
+        """The support terms that added to row ``position``'s BM25 (it holds them and a matched term)."""
+        return self.supported_many([position])[0]
+
+    def supported_many(self, positions: Sequence[int]) -> list[list[str]]:
+        return _held_terms(self.support, self.supports, positions)
+
+
+def _held_terms(terms: tuple[str, ...], held: np.ndarray, positions: Sequence[int]) -> list[list[str]]:
+    """For each of ``positions``, the ``terms`` whose column of ``held`` (rows × terms) is set there, sorted."""
+    order = sorted(range(len(terms)), key=terms.__getitem__)
+    names = [terms[i] for i in order]
+    rows = held[np.asarray(positions, dtype=np.int64)][:, order].tolist()
+    return [[term for term, found in zip(names, row, strict=True) if found] for row in rows]

@@ -389,7 +389,7 @@ def rank(
     breakdowns = ranking.breakdown_dicts([position for position, _, _ in chosen])
     chosen_rows = source[[position for position, _, _ in chosen]]
     matched = row_terms.matched_many(chosen_rows)
-    support_held = [row_terms.supported(int(row)) for row in chosen_rows]
+    support_held = row_terms.supported_many(chosen_rows)
     hits: list[SearchHit] = []
     for (_, key, row), breakdown, terms, support in zip(chosen, breakdowns, matched, support_held, strict=True):
         document = searcher.document_of(key, row["doc_id"])
