@@ -170,11 +170,20 @@ def test_hits_have_the_spec_fields_and_are_sorted(kb) -> None:
     assert [c["score"] for c in chunks] == sorted((c["score"] for c in chunks), reverse=True)
 
 
-def test_weights_one_zero_reproduce_the_pure_orderings(kb) -> None:
-    query = "search over dense vectors"
-    semantic = [h["id"] for h in kb.search(query, mode="semantic", top_k=5)["data"]["chunks"]]
-    keyword = [h["id"] for h in kb.search(query, mode="keyword", top_k=5)["data"]["chunks"]]
-    assert semantic and keyword
+@pytest.mark.parametrize("query", ["search over dense vectors", "keyword search"])
+def test_weights_one_zero_reproduce_the_pure_orderings(kb, query: str) -> None:
+    def ranking(**settings: object) -> list[tuple[str, float]]:
+        return [(h["id"], h["score"]) for h in kb.search(query, top_k=8, **settings)["data"]["chunks"]]
+
+    semantic, keyword = ranking(mode="semantic"), ranking(mode="keyword")
+    # For these queries the two pure orderings differ, so each check below can tell the weights apart.
+    assert len(semantic) >= 2 and len(keyword) >= 3 and [i for i, _ in semantic] != [i for i, _ in keyword]
+    vector_only = ranking(mode="hybrid", vector_weight=1.0, keyword_weight=0.0, language_guard=False)
+    keyword_only = ranking(mode="hybrid", vector_weight=0.0, keyword_weight=1.0, language_guard=False)
+    assert [i for i, _ in vector_only] == [i for i, _ in semantic]
+    assert [i for i, _ in keyword_only] == [i for i, _ in keyword]
+    assert [s for _, s in vector_only] == pytest.approx([s for _, s in semantic], abs=1e-9)
+    assert [s for _, s in keyword_only] == pytest.approx([s for _, s in keyword], abs=1e-9)
 
 
 def test_filters_by_document_name_and_file_type(kb) -> None:
