@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # The smoke set (tests/smoke) on every other Python the project allows: 3.12 and 3.13, each in .venv-pyX.Y/.
-#   scripts/smoke_pythons.sh [3.12 3.13]
+#   scripts/smoke_pythons.sh [--install-only] [3.12 3.13]
 # Every dependency is installed but the torch stack (torch, sentence-transformers and the MiniLM package that needs
 # it): PyPI's torch for these Pythons is a multi-GB CUDA build; only Python 3.11's CPU build lies on this machine.
 # The smoke set embeds with the hashing embedder, so it needs no model. A Python that is not installed is reported
 # and skipped; any other failure fails the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+install_only=0
+[ "${1:-}" = "--install-only" ] && { install_only=1; shift; }
 versions=("$@")
 [ "${#versions[@]}" -gt 0 ] || versions=(3.12 3.13)
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
@@ -48,6 +50,7 @@ EOF
     "$venv/bin/python" -m pip install -q --no-deps -e .
     echo "$digest" > "$stamp"
   fi
+  [ "$install_only" = 1 ] && continue
   echo "smoke: Python $("$venv/bin/python" -c 'import platform; print(platform.python_version())')"
   "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/smoke
 done
