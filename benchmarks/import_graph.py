@@ -61,6 +61,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "kb_core.json_text",  # strict JSON out and budgeted JSON in; store.atomic (base) writes with it
             "kb_core.store.atomic",
             "kb_core.store.locking",
+            "kb_core.store.removal",  # the one deletion: never through a link, never outside its folder
             "kb_core.store.files",
             "kb_core.store.versioned",
         ),

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -42,6 +41,7 @@ from kb_core.store.atomic import (
     write_json_atomically,
 )
 from kb_core.store.locking import writer_lock
+from kb_core.store.removal import remove_tree
 from kb_core.store.versioned import VersionedJSON
 
 logger = logging.getLogger(__name__)
@@ -194,4 +194,4 @@ def read_shadow(folder: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
 
 
 def remove_graph(kb_root: Path) -> None:
-    shutil.rmtree(kb_root / "graph", ignore_errors=True)
+    remove_tree(kb_root / "graph", within=kb_root)

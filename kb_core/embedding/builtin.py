@@ -26,7 +26,6 @@ import importlib.util
 import json
 import logging
 import os
-import shutil
 import threading
 import time
 import uuid
@@ -37,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from kb_core.errors import EmbeddingError
+from kb_core.store.removal import remove_tree
 from kb_core.text_language import language_name, language_script
 
 log = logging.getLogger(__name__)
@@ -284,7 +284,8 @@ def _build(
     """Build ``target`` from ``source`` (the caller holds the lock): temp folder, marker last, one rename."""
     parent = target.parent
     for stale in parent.glob(f".{target.name}.*"):  # leftovers of builds killed earlier (we hold the lock)
-        shutil.rmtree(stale, ignore_errors=True)
+        if not stale.name.endswith(".lock"):
+            remove_tree(stale, within=parent)
     temp = parent / f".{target.name}.building-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     temp.mkdir()
     try:
@@ -309,7 +310,7 @@ def _build(
             old = parent / f".{target.name}.old-{uuid.uuid4().hex[:8]}"
             os.rename(target, old)
             os.rename(temp, target)
-            shutil.rmtree(old, ignore_errors=True)
+            remove_tree(old, within=parent)
         else:
             os.rename(temp, target)
         fd = os.open(parent, os.O_RDONLY)
@@ -319,7 +320,7 @@ def _build(
             os.close(fd)
         say(f"ready in {time.monotonic() - started:.1f} s at {target}")
     except BaseException:
-        shutil.rmtree(temp, ignore_errors=True)
+        remove_tree(temp, within=parent)
         raise
 
 

@@ -21,7 +21,6 @@ import math
 import os
 import re
 import secrets
-import shutil
 import tempfile
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -32,10 +31,11 @@ from typing import Any
 import pandas as pd
 
 from kb_core.config import DEFAULT_VECTOR_WEIGHT
-from kb_core.errors import InvalidArgument, KBError
+from kb_core.errors import InvalidArgument, KBError, StoreError
 from kb_core.evaluation.scoring import METRICS, EvaluationReport, EvaluationSetting
 from kb_core.json_text import json_text
 from kb_core.seams import Resources
+from kb_core.store.removal import remove_tree
 
 logger = logging.getLogger(__name__)
 
@@ -247,7 +247,7 @@ class EvaluationRunStore:
             run.per_query.to_parquet(scratch / "per_query.parquet", index=False)
             os.replace(scratch, self.root / run.id)
         except BaseException:
-            shutil.rmtree(scratch, ignore_errors=True)
+            remove_tree(scratch, within=self.root)
             raise
         logger.info("Kept evaluation run %s (%s on %s)", run.id, dataset, run.kb_name)
         return run
@@ -309,7 +309,8 @@ class EvaluationRunStore:
             os.rename(folder, doomed)
         except FileNotFoundError:
             raise RunNotFound(run_id) from None
-        shutil.rmtree(doomed)
+        if not remove_tree(doomed, within=self.root):
+            raise StoreError(f"Evaluation run {run_id} could not be removed completely ({doomed} is left).")
 
     def _folder(self, run_id: str) -> Path:
         if not isinstance(run_id, str) or not _RUN_ID.match(run_id):

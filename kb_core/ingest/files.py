@@ -10,7 +10,6 @@ session builds the envelope.
 from __future__ import annotations
 
 import functools
-import shutil
 import threading
 import unicodedata
 import uuid
@@ -23,6 +22,7 @@ from kb_core.errors import KBNotFound
 from kb_core.ingest import pipeline
 from kb_core.ingest.pipeline import FileProgress, ImportProgress
 from kb_core.safe_files import UnusablePath, open_input_file
+from kb_core.store.removal import remove_tree
 from kb_core.store.sink import ImportSource
 
 if TYPE_CHECKING:
@@ -127,13 +127,14 @@ def _remove_in_background(copies: Path) -> None:
         return  # nothing was staged, or the KB was deleted meanwhile
     except OSError:
         doomed = copies
+    # the staging folder (checked not to be a link when the import began) is the folder the removal works in
     thread = threading.Thread(
-        target=shutil.rmtree, args=(doomed,), kwargs={"ignore_errors": True}, name="kb-remove-staging"
+        target=remove_tree, args=(doomed,), kwargs={"within": doomed.parent}, name="kb-remove-staging"
     )
     try:
         thread.start()
     except RuntimeError:
-        shutil.rmtree(doomed, ignore_errors=True)
+        remove_tree(doomed, within=doomed.parent)
         return
     with _removals_lock:
         _removals[:] = [t for t in _removals if t.is_alive()] + [thread]

@@ -10,13 +10,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from kb_core.json_text import json_text
+from kb_core.store.removal import remove_tree, report_link, symlink_in_path
 
 TEMP_MARKER = ".tmp-"
 
@@ -100,19 +100,25 @@ def owner_pid(name: str) -> int | None:
     return int(head) if head.isdigit() else None
 
 
-def remove_abandoned_folders(directory: Path) -> None:
+def remove_abandoned_folders(directory: Path, *, within: Path) -> None:
     """Remove the sub-folders of ``directory`` (staging folders named ``<pid>-…``) whose process is gone, and those
-    no process owns (a name without a pid)."""
+    no process owns (a name without a pid). Nothing when ``directory`` is (or lies under) a symbolic link below
+    ``within`` (:func:`kb_core.store.removal.remove_tree`)."""
+    link = symlink_in_path(directory, within=within)
+    if link is not None:
+        report_link(link)
+        return
     if not directory.is_dir():
         return
     for folder in directory.iterdir():
         pid = owner_pid(folder.name)
         if pid is None or not pid_is_alive(pid):
-            shutil.rmtree(folder, ignore_errors=True)
+            remove_tree(folder, within=within)
 
 
-def remove_stale_temporaries(directory: Path) -> int:
-    """Delete temporary files left by processes that no longer exist. Returns how many were removed."""
+def remove_stale_temporaries(directory: Path, *, within: Path | None = None) -> int:
+    """Delete temporary files left by processes that no longer exist (never through a symbolic link below
+    ``within``, by default ``directory``'s parent). Returns how many were removed."""
     removed = 0
     if not directory.is_dir():
         return 0
@@ -122,11 +128,8 @@ def remove_stale_temporaries(directory: Path) -> int:
         pid = owner_pid(entry.name)
         if pid is not None and pid_is_alive(pid) and pid != os.getpid():
             continue
-        try:
-            entry.unlink()
+        if remove_tree(entry, within=directory.parent if within is None else within):
             removed += 1
-        except FileNotFoundError:
-            pass
     return removed
 
 

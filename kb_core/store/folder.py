@@ -22,6 +22,7 @@ from kb_core.retrieval.near_duplicates import TextSignatures
 from kb_core.store.kb_store import Change, KBStore
 from kb_core.store.reader import KBReader, Snapshot
 from kb_core.store.registry import Home, KnowledgeBaseRecord, new_id, utc_now
+from kb_core.store.removal import own_folder
 from kb_core.validation import name_key
 
 if TYPE_CHECKING:
@@ -277,7 +278,8 @@ class FolderKB:
 
     def import_staging(self) -> Path:
         # inside the KB's folder: never recreated for a KB deleted meanwhile
-        return self.store.root / "staging" / f"{os.getpid()}-import-{uuid.uuid4().hex[:8]}"
+        staging = own_folder(self.store.root / "staging", within=self.store.root)
+        return staging / f"{os.getpid()}-import-{uuid.uuid4().hex[:8]}"
 
     def sink(
         self, *, embedder: Any, analyzer: Analyzer, segment_writer: SegmentWriter, executor: str | None = None

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -51,6 +50,7 @@ from kb_core.store.atomic import (
 from kb_core.store.files import SEGMENT_INFO_FILE
 from kb_core.store.locking import try_writer_lock, writer_lock
 from kb_core.store.registry import utc_now
+from kb_core.store.removal import own_folder, remove_tree
 from kb_core.store.versioned import VersionedJSON
 
 logger = logging.getLogger(__name__)
@@ -197,7 +197,7 @@ class KBStore:
 
     def stage_segment(self) -> StagedSegment:
         segment_id = f"seg_{time.strftime('%Y%m%d%H%M%S')}_{uuid.uuid4().hex[:10]}"
-        path = self.root / "staging" / f"{os.getpid()}-{segment_id}"
+        path = own_folder(self.root / "staging", within=self.root) / f"{os.getpid()}-{segment_id}"
         if not self.exists():
             raise KBNotFound(f"Knowledge base id '{self.kb_id}' no longer exists.")
         try:
@@ -217,7 +217,7 @@ class KBStore:
             raise
 
     def discard(self, staged: StagedSegment) -> None:
-        shutil.rmtree(staged.path, ignore_errors=True)
+        remove_tree(staged.path, within=self.root)
 
     def commit(self, plan: Change | Callable[[Manifest], Change]) -> Manifest:
         """Apply a change atomically.
@@ -268,7 +268,7 @@ class KBStore:
             if folder.name in referenced:
                 continue
             if now - folder.stat().st_mtime > GRACE_SECONDS or not (folder / SEGMENT_INFO_FILE).exists():
-                shutil.rmtree(folder, ignore_errors=True)
+                remove_tree(folder, within=self.root)
 
     def clean_up(self) -> None:
         """Remove staging folders of dead processes and unreferenced leftovers; skipped if a writer is busy."""
@@ -278,14 +278,15 @@ class KBStore:
         if lock is None:
             return
         try:
-            remove_stale_temporaries(self.root / "manifests")
-            remove_abandoned_folders(self.root / "staging")  # an import in progress (this process's too) stays
+            remove_stale_temporaries(self.root / "manifests", within=self.root)
+            # an import in progress (this process's too) stays
+            remove_abandoned_folders(self.root / "staging", within=self.root)
             latest = self.manifest()
             referenced = {s.id for s in latest.segments}
             for folder in (self.root / "segments").iterdir():
                 # A folder that no manifest names yet was moved in by a writer killed before its link.
                 if folder.name not in referenced and not self._named_by_any_manifest(folder.name):
-                    shutil.rmtree(folder, ignore_errors=True)
+                    remove_tree(folder, within=self.root)
         finally:
             lock.release()
 

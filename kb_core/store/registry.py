@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -43,6 +42,7 @@ from kb_core.store.atomic import (
     write_json_atomically,
 )
 from kb_core.store.locking import lock_if_free, try_writer_lock, writer_lock
+from kb_core.store.removal import remove_tree, report_link, symlink_in_path
 
 logger = logging.getLogger(__name__)
 
@@ -98,8 +98,8 @@ class TransferStaging:
     lock: FileLock  # held until close: tells other processes that this folder is in use
 
     def close(self) -> None:
-        shutil.rmtree(self.path, ignore_errors=True)
-        self.path.with_name(f"{self.path.name}.lock").unlink(missing_ok=True)
+        remove_tree(self.path, within=self.path.parent)
+        remove_tree(self.path.with_name(f"{self.path.name}.lock"), within=self.path.parent)
         self.lock.release()
 
 
@@ -202,16 +202,21 @@ class Home:
         records = self.knowledge_bases()
         self._write_registry([r for r in records if r.id != kb_id])
         self._discard_folder(self.kb_dir(kb_id))
-        secret = self.secret_path(kb_id)
-        if secret.exists():
-            secret.unlink()
+        remove_tree(self.secret_path(kb_id), within=self.root)
 
     def _discard_folder(self, folder: Path) -> None:
         if not folder.exists():
             return
-        target = self.root / "trash" / f"{folder.name}-{uuid.uuid4().hex[:8]}"
+        trash = self.root / "trash"
+        if symlink_in_path(trash, within=self.root) is not None:
+            # Nothing goes through a linked trash (it could not be removed there): the folder goes in place. A
+            # process killed meanwhile leaves a folder no registry entry owns, which the next clean-up removes.
+            report_link(trash)
+            remove_tree(folder, within=self.root)
+            return
+        target = trash / f"{folder.name}-{uuid.uuid4().hex[:8]}"
         os.replace(folder, target)
-        shutil.rmtree(target, ignore_errors=True)
+        remove_tree(target, within=self.root)
 
     # -- secrets -------------------------------------------------------------------------------
     def secret_path(self, kb_id: str) -> Path:
@@ -270,7 +275,7 @@ class Home:
                     continue
                 found.append(folder)
                 if remove:
-                    shutil.rmtree(folder, ignore_errors=True)
+                    remove_tree(folder, within=self.root)
                 continue
             with lock_if_free(lock_path) as abandoned:
                 if not abandoned:
@@ -278,8 +283,8 @@ class Home:
                 if folder.is_dir():
                     found.append(folder)
                 if remove:
-                    shutil.rmtree(folder, ignore_errors=True)
-                    lock_path.unlink(missing_ok=True)
+                    remove_tree(folder, within=self.root)
+                    remove_tree(lock_path, within=self.root)
         if remove and found:
             logger.info("Removed %d staging folder(s) of import-db runs that did not finish", len(found))
         return found
@@ -292,21 +297,29 @@ class Home:
         if lock is None:
             return
         try:
-            remove_stale_temporaries(self.root)
-            remove_stale_temporaries(self.root / "secrets")
-            remove_stale_temporaries(self.root / "sessions")
-            for leftover in (self.root / "trash").iterdir():
-                shutil.rmtree(leftover, ignore_errors=True)
+            remove_stale_temporaries(self.root, within=self.root)
+            remove_stale_temporaries(self.root / "secrets", within=self.root)
+            remove_stale_temporaries(self.root / "sessions", within=self.root)
+            trash = self.root / "trash"
+            if symlink_in_path(trash, within=self.root) is not None:
+                report_link(trash)
+            else:
+                for leftover in trash.iterdir():
+                    remove_tree(leftover, within=self.root)
             # An import's staging copies on a PostgreSQL home (its KBs have no folder of their own): a dead
             # process's, or a removal (``removing-…``, no owner) its process did not finish.
-            remove_abandoned_folders(self.root / "staging")
+            remove_abandoned_folders(self.root / "staging", within=self.root)
             known = {r.id for r in self.knowledge_bases()}
-            for folder in (self.root / "kbs").iterdir():
+            kbs = self.root / "kbs"
+            linked = symlink_in_path(kbs, within=self.root) is not None
+            if linked:  # its target may hold folders that are not ours
+                report_link(kbs)
+            for folder in () if linked else kbs.iterdir():
                 if folder.name not in known:
                     logger.info("Removing %s: a knowledge base folder that no registry entry owns", folder)
                     self._discard_folder(folder)
             for secret in (self.root / "secrets").glob("*.key"):
                 if secret.stem not in known:
-                    secret.unlink()
+                    remove_tree(secret, within=self.root)
         finally:
             lock.release()

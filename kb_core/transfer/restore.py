@@ -23,6 +23,7 @@ from kb_core.seams import Scope
 from kb_core.store import Change, KBStore, KnowledgeBaseRecord, StagedSegment, catalog, new_id, utc_now
 from kb_core.store.atomic import fsync_directory
 from kb_core.store.files import CHUNKS_FILE, DOCUMENTS_FILE, TABLE_FILES, TEXTS_FILE
+from kb_core.store.removal import remove_tree
 from kb_core.store.sink import timestamped_name
 from kb_core.text_language import document_language
 from kb_core.transfer.archive import (
@@ -443,7 +444,7 @@ def _commit(home: Any, plans: Sequence[KBPlan], now: datetime) -> list[tuple[str
             registered = {r.id for r in home.knowledge_bases()}
             if not all(p.record.id in registered for p in plans):
                 for target in moved:
-                    shutil.rmtree(target, ignore_errors=True)
+                    remove_tree(target, within=home.root)
                 raise
             logger.exception("registry table rewrite failed after the import was committed")
     return renamed

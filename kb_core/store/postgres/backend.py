@@ -19,6 +19,7 @@ from kb_core.store.postgres.records import StoreChange
 from kb_core.store.postgres.searching import PostgresSearcher
 from kb_core.store.postgres.store import PostgresStore
 from kb_core.store.registry import Home, KnowledgeBaseRecord
+from kb_core.store.removal import own_folder
 
 if TYPE_CHECKING:
     from kb_core.retrieval.analysis import Analyzer
@@ -197,7 +198,7 @@ class PostgresKB:
         self.database.commit(self.record.id, StoreChange(delete=(document["doc_id"],)))
 
     def import_staging(self) -> Path:
-        staging = self.backend.home.root / "staging"
+        staging = own_folder(self.backend.home.root / "staging", within=self.backend.home.root)
         staging.mkdir(parents=True, exist_ok=True)
         return staging / f"{os.getpid()}-import-{uuid.uuid4().hex[:8]}"
 

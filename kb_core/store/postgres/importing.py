@@ -10,7 +10,6 @@ resolved against the live documents exactly as the folder store's sink does.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path, PurePath
@@ -24,6 +23,7 @@ from kb_core.store import utc_now
 from kb_core.store.postgres.inflight import ImportAnnouncement
 from kb_core.store.postgres.records import ChunkRecord, DocumentRecord, PreparedDocument, StoreChange
 from kb_core.store.postgres.store import PostgresStore
+from kb_core.store.removal import remove_tree
 from kb_core.store.segments import chunk_row
 from kb_core.store.sink import ImportSource, ImportState, IncomingDocument, WrittenBatch
 from kb_core.text_language import document_language
@@ -76,7 +76,7 @@ class PostgresSink:
             path.write_bytes(content)
             yield ImportSource.updating(document, path, "")
         finally:
-            shutil.rmtree(staging, ignore_errors=True)
+            remove_tree(staging, within=staging.parent)  # the home's staging/, checked by own_folder
 
     def _prepare(self, document: IncomingDocument) -> PreparedDocument:
         """The catalog row, chunks and vectors the folder store's ``write_segment`` would write for it."""
