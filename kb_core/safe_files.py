@@ -58,6 +58,42 @@ def reject_nul(value: Any, field: str) -> None:
             )
 
 
+NAME_MAX_BYTES = 255  # one name in a path (ext4, XFS, btrfs, APFS, NTFS in UTF-16 units)
+PATH_MAX_BYTES = 4096  # a whole path (Linux PATH_MAX)
+
+
+def path_name_problem(raw: str) -> str | None:
+    """Why the path text ``raw`` cannot name a file KB Workbench will import (None: it can), as the end of a
+    sentence that starts with the path (:func:`shown_path`). Checked once, where a path enters (#37): a name that
+    is not UTF-8 (a Latin-1 ``café.txt`` from an old archive reaches Python as lone surrogates) or that no file
+    system allows (a name over 255 bytes, a path over 4,096) fails that one file, never the whole import."""
+    if not isinstance(raw, str) or not raw:
+        return "is not a file path"
+    try:
+        encoded = raw.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = raw[exc.start].encode("utf-8", "surrogateescape")
+        return (
+            f"has a name that is not UTF-8 text (byte 0x{bad.hex().upper()} at character {exc.start + 1}), perhaps "
+            "from an older encoding such as Latin-1: rename the file to UTF-8 (e.g. convmv -f latin1 -t utf8 --notest)"
+        )
+    if len(encoded) > PATH_MAX_BYTES:
+        return f"is {len(encoded):,} bytes long; a path may have at most {PATH_MAX_BYTES:,}"
+    for part in raw.split("/"):
+        size = len(part.encode("utf-8"))
+        if size > NAME_MAX_BYTES:
+            return (
+                f"has a name of {size:,} bytes ({part[:24]}…); a file or folder name may have at most "
+                f"{NAME_MAX_BYTES} bytes"
+            )
+    return None
+
+
+def shown_path(raw: str) -> str:
+    """``raw`` as text that can be shown and stored anywhere: bytes that are not UTF-8 written as ``\\xe9``."""
+    return raw.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 def kind_of(mode: int) -> str:
     """What a non-regular file is, as the end of a sentence: ``is a FIFO (named pipe), not a regular file``."""
     if stat.S_ISDIR(mode):

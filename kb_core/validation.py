@@ -53,6 +53,7 @@ def validate_kb_name(name: object) -> str:
             f"kb_name '{value[:20]}…' has {len(value)} characters; at most {KB_NAME_MAX_LENGTH} are allowed.",
             details={"field": "kb_name"},
         )
+    reject_undecodable(value, "kb_name")
     bad = sorted({c for c in value if c in FORBIDDEN_NAME_CHARACTERS or unicodedata.category(c) in ("Cc", "Cf")})
     if bad:
         shown = ", ".join(repr(c) for c in bad)
@@ -123,10 +124,29 @@ def validate_float_range(value: object, field: str, low: float, high: float) -> 
     return float(value)
 
 
+def reject_undecodable(text: str, field: str) -> str:
+    """``text``, unless it holds a lone surrogate: bytes that were not UTF-8 (a Latin-1 terminal, a script passing
+    raw bytes: Python's argv keeps them as surrogates) or a broken escape. Refused as INVALID_ARGUMENT naming the
+    byte, before any step that encodes the text (#37)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        code = ord(text[exc.start])
+        # a byte Python's surrogateescape kept (U+DC80-U+DCFF), or a surrogate from elsewhere (a broken escape)
+        what = f"the byte 0x{code - 0xDC00:02X}" if 0xDC80 <= code <= 0xDCFF else f"a lone surrogate U+{code:04X}"
+        raise InvalidArgument(
+            f"{field} is not valid UTF-8 text: {what} at character {exc.start + 1} (from a terminal or a script in "
+            "another encoding, such as Latin-1?); send it as UTF-8.",
+            details={"field": field},
+        ) from None
+    return text
+
+
 def validate_query(query: object, field: str = "query") -> str:
-    """A search query: a non-empty string of at most :data:`QUERY_MAX_CHARS` characters."""
+    """A search query: a non-empty string of at most :data:`QUERY_MAX_CHARS` characters, valid UTF-8 text."""
     if not isinstance(query, str) or not query.strip():
         raise InvalidArgument(f"{field} must be a non-empty string.", details={"field": field})
+    reject_undecodable(query[: QUERY_MAX_CHARS + 1], field)
     if len(query) > QUERY_MAX_CHARS:
         raise InvalidArgument(
             f"{field} has {len(query):,} characters; at most {QUERY_MAX_CHARS:,} are accepted (about two pages). "
@@ -149,6 +169,8 @@ def validate_keywords(keywords: object) -> list[str]:
     cleaned = [k.strip() for k in keywords if isinstance(k, str) and k.strip()]
     if len(cleaned) != len(keywords):
         raise InvalidArgument("Every keyword must be a non-empty string.", details={"field": "keywords"})
+    for keyword in cleaned:
+        reject_undecodable(keyword[: RAG_KEYWORD_MAX_CHARS + 1], "keywords")
     longest = max(cleaned, key=len)
     if len(longest) > RAG_KEYWORD_MAX_CHARS:
         raise InvalidArgument(

@@ -12,6 +12,19 @@ if TYPE_CHECKING:
     from kb_core.session import Session
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+EXIT_SOME_FAILED = 3  # the command ran, but some of its items (files of an import) failed: each says why
+EXIT_CLOSED_PIPE = 141  # the reader of the output went away (kb docs | head): 128 + SIGPIPE, as other tools
+
+
+def exit_status(envelope: Envelope) -> int:
+    """The exit status of a command that answered ``envelope``: 1 on a reported failure, 3 when it succeeded
+    only in part (``data.failed_count`` > 0), else 0."""
+    if not envelope["success"]:
+        return EXIT_FAILURE
+    data = envelope.get("data")
+    if isinstance(data, dict) and isinstance(data.get("failed_count"), int) and data["failed_count"] > 0:
+        return EXIT_SOME_FAILED
+    return EXIT_OK
 
 # A handler runs one session operation for the parsed command line; a renderer turns its envelope into text.
 Handler = Callable[["Session", argparse.Namespace], Envelope]

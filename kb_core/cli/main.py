@@ -1,13 +1,15 @@
 """The ``kb`` command line: a thin front end over the session API of :mod:`kb_core.service`.
 
 With ``--json`` it prints exactly the service envelope. Exit status: 0 on success, 1 on a
-reported failure, 2 on a usage error. Each command group lives in its own module of this package
+reported failure, 2 on a usage error, 3 when some items failed (files of an import), 141 when the reader of the
+output went away (a closed pipe, quietly). Each command group lives in its own module of this package
 and is listed once in :data:`COMMAND_GROUPS`.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import logging
 import os
@@ -15,7 +17,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from kb_core.cli import bundles, documents, evaluation, info, knowledge_bases, mcp, transfer
-from kb_core.cli.common import EXIT_FAILURE, EXIT_OK, Commands, UsageError
+from kb_core.cli.common import EXIT_CLOSED_PIPE, Commands, UsageError, exit_status
 from kb_core.envelope import Envelope, failure
 
 HTTP_CLIENT_LOGGERS = ("httpx", "httpcore", "urllib3", "h11", "hpack")
@@ -55,6 +57,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        status = _run(argv)
+        sys.stdout.flush()  # here, where a closed pipe can still be answered quietly (not at interpreter exit)
+    except BrokenPipeError:
+        _discard_stdout()
+        return EXIT_CLOSED_PIPE
+    return status
+
+
+def _discard_stdout() -> None:
+    """Point standard output at /dev/null: Python flushes it again at exit, which would fail on the closed pipe."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):  # not a real file (a test's capture)
+        pass
+
+
+def _run(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -96,4 +118,4 @@ def main(argv: Sequence[str] | None = None) -> int:
         # A failure with data (an import where every file failed, kb verify's problems) shows it too.
         if args.renderer is not None and (envelope["success"] or envelope.get("data") is not None):
             print(args.renderer(envelope), file=stream)
-    return EXIT_OK if envelope["success"] else EXIT_FAILURE
+    return exit_status(envelope)

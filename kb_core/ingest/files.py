@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from kb_core.errors import KBNotFound
 from kb_core.ingest import pipeline
 from kb_core.ingest.pipeline import FileProgress, ImportProgress
-from kb_core.safe_files import UnusablePath, open_input_file
+from kb_core.safe_files import UnusablePath, open_input_file, path_name_problem, shown_path
 from kb_core.store.removal import remove_tree
 from kb_core.store.sink import ImportSource
 
@@ -63,12 +63,16 @@ def import_files(
     """Import ``file_paths`` (validated by the caller) into ``record``; one outcome per path, in order.
     ``cancel``: set it to stop the import (what was committed stays; the other files fail as cancelled)."""
     sources: list[ImportSource] = []
+    # A path whose text cannot name a file (not UTF-8, too long) fails here, alone; the pipeline never sees it.
+    refused = {index: problem for index, raw in enumerate(file_paths) if (problem := path_name_problem(str(raw)))}
     copies = service.import_staging(record)
     copied_names: dict[int, set[str]] = {}
     folders: dict[str, Path] = {}
     limit = service.parse_limits.max_file_bytes
     try:
         for index, raw in enumerate(file_paths):
+            if index in refused:
+                continue
             path = Path(str(raw)).expanduser()
             if not path.is_absolute():
                 path = Path.cwd() / path
@@ -101,11 +105,17 @@ def import_files(
     if sources:
         service.compact_quietly(record)
     languages = {row["name"]: row.get("language") for row in committed}
-    return [
+    outcomes = iter(
         FileOutcome(state.file_path, state.doc_name, state.chunks_total, language=languages.get(state.doc_name))
         if state.status == "ready"
         else FileOutcome(state.file_path, error=state.error or "import failed")
         for state in states
+    )
+    return [
+        FileOutcome(shown_path(str(raw)), error=f"{shown_path(str(raw))} {refused[index]}.")
+        if index in refused
+        else next(outcomes)
+        for index, raw in enumerate(file_paths)
     ]
 
 

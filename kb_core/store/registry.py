@@ -31,6 +31,7 @@ from typing import Any
 from filelock import FileLock
 
 from kb_core.errors import KBNotFound, StoreError
+from kb_core.safe_files import path_name_problem, shown_path
 from kb_core.store.atomic import (
     owner_pid,
     pid_is_alive,
@@ -108,6 +109,9 @@ class Home:
 
     def __init__(self, root: Path) -> None:
         self.root = root.expanduser().resolve()
+        problem = path_name_problem(str(self.root))  # $KB_HOME / --home come from outside: checked once, here
+        if problem is not None:
+            raise StoreError(f"Cannot use {shown_path(str(self.root))} as a KB home: it {problem}.")
         try:
             for sub in ("kbs", "cache", "sessions", "trash"):
                 (self.root / sub).mkdir(parents=True, exist_ok=True)
