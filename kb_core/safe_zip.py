@@ -19,11 +19,55 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO
 
-__all__ = ["InflateLimits", "UnsafeMember", "iter_member"]
+__all__ = ["CentralDirectory", "InflateLimits", "UnsafeMember", "central_directory", "iter_member"]
 
 _LOCAL_HEADER = struct.Struct("<4s5H3L2H")
 _LOCAL_SIGNATURE = b"PK\x03\x04"
 _INPUT_BLOCK = 64 * 1024  # compressed bytes fed at a time: the ratio is checked at this grain
+
+
+_END = struct.Struct("<4s4H2LH")  # end of central directory record
+_END_SIGNATURE = b"PK\x05\x06"
+_END64_LOCATOR = struct.Struct("<4sLQL")
+_END64_LOCATOR_SIGNATURE = b"PK\x06\x07"
+_END64 = struct.Struct("<4sQ2H2L4Q")
+_END64_SIGNATURE = b"PK\x06\x06"
+_MAX_COMMENT = 0xFFFF
+
+
+@dataclass(frozen=True)
+class CentralDirectory:
+    """What an archive's end record declares: how many members, and the size of the directory that lists them."""
+
+    members: int
+    size: int
+
+
+def central_directory(handle: IO[bytes]) -> CentralDirectory | None:
+    """The member count and directory size the archive open as ``handle`` declares (ZIP64 included), read from its
+    last 64 KiB: a cost that does not grow with the archive, so limits can be applied before ``zipfile`` parses the
+    directory (work in proportion to it). None when there is no end record (not a ZIP file)."""
+    end = handle.seek(0, 2)
+    start = max(0, end - _END.size - _MAX_COMMENT)
+    handle.seek(start)
+    tail = handle.read(end - start)
+    at = tail.rfind(_END_SIGNATURE)
+    if at < 0 or len(tail) - at < _END.size:
+        return None
+    _, _, _, _, members, size, _, _ = _END.unpack_from(tail, at)
+    if members == 0xFFFF or size == 0xFFFFFFFF:
+        locator_at = start + at - _END64_LOCATOR.size
+        if locator_at < 0:
+            return CentralDirectory(members, size)
+        handle.seek(locator_at)
+        signature, _, offset, _ = _END64_LOCATOR.unpack(handle.read(_END64_LOCATOR.size))
+        if signature != _END64_LOCATOR_SIGNATURE or offset > end - _END64.size:
+            return CentralDirectory(members, size)
+        handle.seek(offset)
+        record = handle.read(_END64.size)
+        if len(record) == _END64.size and record[:4] == _END64_SIGNATURE:
+            _, _, _, _, _, _, _, members, size, _ = _END64.unpack(record)
+    return CentralDirectory(members, size)
 
 
 @dataclass(frozen=True)

@@ -575,3 +575,38 @@ def test_export_never_tells_a_scoped_token_where_the_home_is(live: LiveServer) -
     assert not result.isError and target.is_file(), result.content[0].text
     shown = result.model_dump_json()
     assert str(live.home) not in shown and str(live.service.home.root) not in shown, shown
+
+
+# -- no coercion where the service has none (#37 row 15) -----------------------------------------------------------
+COERCED = [
+    ("search", {"query": "apples", "min_score": True}, "min_score"),
+    ("search", {"query": "apples", "min_score": "0.5"}, "min_score"),
+    ("search", {"query": "apples", "top_k": "5"}, "top_k"),
+    ("search", {"query": "apples", "vector_weight": False}, "vector_weight"),
+    ("search", {"query": "apples", "language_guard": "false"}, "language_guard"),
+    ("rag_search", {"keywords": ["apples"], "min_score": True}, "min_score"),
+    ("rag_search", {"keywords": ["apples"], "top_k": True}, "top_k"),
+    ("search_knowledge_base", {"query": "apples", "min_score": True}, "min_score"),
+    ("search_knowledge_base", {"query": "apples", "limit": "3"}, "limit"),
+    ("import_document", {"file_paths": '["/tmp/a.txt"]'}, "file_paths"),
+]
+
+
+def test_booleans_and_strings_are_not_coerced_to_numbers(live: LiveServer) -> None:
+    """``min_score: true`` once ran as 1.0 and hid every hit, while the service and the CLI refuse a boolean."""
+
+    async def scenario(session: ClientSession) -> list[tuple[str, Any]]:
+        await call(session, "select_knowledge_base", kb_name="docs")
+        answers = []
+        for tool, arguments, field in COERCED:
+            try:
+                result = await session.call_tool(tool, arguments)
+            except McpError as exc:
+                answers.append((field, exc.error))
+            else:
+                answers.append((field, result))
+        return answers
+
+    for (tool, arguments, _), (field, answer) in zip(COERCED, live.run(scenario), strict=True):
+        assert not isinstance(answer, CallToolResult), f"{tool} {arguments} ran: {answer.content}"
+        assert answer.code == INVALID_PARAMS and f"{field}: " in answer.message, (tool, arguments, answer.message)

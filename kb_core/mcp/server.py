@@ -266,7 +266,9 @@ class KBMCPServer:
             except KBError as exc:
                 return ServerResult(tool_result(failure(exc)))
         try:
-            validated = tool.fn_metadata.arg_model.model_validate(tool.fn_metadata.pre_parse_json(arguments))
+            # Strict, as the service is: no true -> 1.0, "0.5" -> 0.5 or "[...]" -> a list (FastMCP's own
+            # validation, run again by tool.run, coerces all three; over strict values it changes nothing).
+            validated = tool.fn_metadata.arg_model.model_validate(arguments, strict=True)
         except ValidationError as exc:
             problems = [
                 {"field": ".".join(str(p) for p in e["loc"]) or "(arguments)", "problem": e["msg"]}

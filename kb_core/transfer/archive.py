@@ -15,6 +15,7 @@ import re
 import shutil
 import stat
 import zipfile
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +28,7 @@ import pyarrow.parquet as pq
 from kb_core.errors import ImportFormatError, InvalidArgument, StoreError
 from kb_core.json_text import JSONLimitExceeded, parse_json_within
 from kb_core.safe_files import UnusablePath, open_input_file
-from kb_core.safe_zip import InflateLimits, UnsafeMember, iter_member
+from kb_core.safe_zip import InflateLimits, UnsafeMember, central_directory, iter_member
 from kb_core.transfer.format import (
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -41,6 +42,10 @@ from kb_core.transfer.format import (
 )
 
 logger = logging.getLogger(__name__)
+
+# A directory entry's bytes at most, on average: 46 fixed, a member name of the format (under 100 characters) and
+# room for extra fields; a directory larger than this per accepted member is refused before it is parsed.
+MAX_DIRECTORY_ENTRY_BYTES = 1024
 
 
 def refuse(message: str, **details: Any) -> ImportFormatError:
@@ -201,6 +206,20 @@ def open_package(
 
 
 def _read_package(handle: IO[bytes], path: Path, staging: Path, limits: TransferLimits) -> Package:
+    # The member limit first, from the end record: zipfile's parse of the directory grows with the member count.
+    try:
+        declared = central_directory(handle)
+    except OSError as exc:
+        raise refuse(f"{path.name} cannot be read: {exc.strerror or exc}.") from exc
+    if declared is not None:
+        if declared.members > limits.max_members:
+            raise refuse(f"The file has {declared.members} members; at most {limits.max_members} are accepted.")
+        if declared.size > limits.max_members * MAX_DIRECTORY_ENTRY_BYTES:
+            raise refuse(
+                f"The file's member directory is {declared.size:,} bytes; at most "
+                f"{limits.max_members * MAX_DIRECTORY_ENTRY_BYTES:,} are accepted."
+            )
+    handle.seek(0)
     try:
         archive = zipfile.ZipFile(handle)
     except zipfile.BadZipFile as exc:
@@ -212,7 +231,7 @@ def _read_package(handle: IO[bytes], path: Path, staging: Path, limits: Transfer
     with archive:
         infos = archive.infolist()
         names = [i.filename for i in infos]
-        duplicates = sorted({n for n in names if names.count(n) > 1}) if len(set(names)) != len(names) else []
+        duplicates = sorted(n for n, count in Counter(names).items() if count > 1)  # linear: one count per name
         if duplicates:
             raise refuse(f"Member name(s) {duplicates[:5]} occur more than once; refused.")
         for info in infos:
