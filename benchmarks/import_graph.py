@@ -58,6 +58,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "kb_core.validation",
             "kb_core.safe_files",
             "kb_core.safe_zip",  # reading ZIP members within limits: safe reading of untrusted input, as safe_files
+            "kb_core.redaction",  # secrets in URLs: the one redaction of PostgreSQL and endpoint URLs
             "kb_core.json_text",  # strict JSON out and budgeted JSON in; store.atomic (base) writes with it
             "kb_core.store.atomic",
             "kb_core.store.locking",

@@ -34,6 +34,7 @@ from kb_core.errors import (
     KBNotFound,
     NoCurrentKB,
 )
+from kb_core.redaction import shown_endpoint
 from kb_core.results import (
     BundleImported,
     ChunkList,
@@ -345,7 +346,7 @@ class Operations:
                     "name": record.name,
                     "chunk_size": record.chunk_size,
                     "embedding_model": record.embedding_model,
-                    "embedding_endpoint": record.embedding_endpoint,
+                    "embedding_endpoint": shown_endpoint(record.embedding_endpoint),
                     "created_at": record.created_at,
                     "is_current": record.id == current,
                     "document_count": documents,

@@ -21,6 +21,7 @@ from kb_core.config import resolve_home
 from kb_core.embedding import DEFAULT_EMBEDDING_MODEL
 from kb_core.embedding.device import DeviceChoice, DeviceRequest, device_request
 from kb_core.errors import InvalidArgument, KBError, KBNotFound
+from kb_core.redaction import shown_endpoint
 from kb_core.store import Home, KBStore, KnowledgeBaseRecord
 from kb_core.store.atomic import read_json, write_json_atomically
 from kb_core.store.base import POSTGRES_OPERATIONS, NotOnPostgres, Store, TokenStorage
@@ -368,7 +369,7 @@ class KnowledgeBaseService:
         from kb_core.embedding import is_hashing_model
 
         if record.embedding_endpoint:
-            return f"endpoint {record.embedding_endpoint}"
+            return f"endpoint {shown_endpoint(record.embedding_endpoint)}"
         if is_hashing_model(record.embedding_model):
             return "none (the hashing embedder runs no model)"
         return self.device().describe()

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from urllib.parse import urlparse
 
 from kb_core.errors import InvalidArgument
+from kb_core.redaction import redact_url
 
 KB_NAME_MAX_LENGTH = 64
 CHUNK_SIZE_MIN = 32
@@ -92,7 +93,7 @@ def validate_endpoint(endpoint: object) -> str | None:
     parsed = urlparse(endpoint.strip())
     if parsed.scheme not in ("http", "https") or not parsed.netloc:
         raise InvalidArgument(
-            f"embedding_endpoint {endpoint!r} is not an http(s) URL; give e.g. http://127.0.0.1:8000/v1.",
+            f"embedding_endpoint {redact_url(endpoint)!r} is not an http(s) URL; give e.g. http://127.0.0.1:8000/v1.",
             details={"field": "embedding_endpoint"},
         )
     return endpoint.strip().rstrip("/")

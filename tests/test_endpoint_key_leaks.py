@@ -289,3 +289,50 @@ def test_a_key_on_the_command_line_works_with_a_note(tmp_path: Path, endpoint: s
                    "--embedding-model", "e", "--embedding-api-key", "sk-argv-0123456789")  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "KB_EMBEDDING_API_KEY" in done.stderr and "sk-argv-0123456789" not in done.stdout + done.stderr
+
+
+# -- a password in the endpoint's URL (#37 row 11) -----------------------------------------------------------------
+PASSWORD = "pw-9f+Qz=Lk-5e6d7c8b"
+
+
+def test_a_password_in_the_endpoint_url_is_never_shown(
+    tmp_path: Path, endpoint: str, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """``https://user:PASSWORD@proxy/v1`` (basic authentication in front of the server) goes through the same
+    redaction as a PostgreSQL URL: listings, errors, logs, the analysts' table and exports show ``***``; the
+    requests still carry it."""
+    import zipfile
+
+    from kb_core.cli.main import main
+
+    caplog.set_level(logging.DEBUG)
+    secret_url = endpoint.replace("http://", f"http://proxy-user:{quote(PASSWORD, safe='')}@")
+    home = tmp_path / "home"
+    session = KnowledgeBaseService(home).session()
+    shown: list[str] = []
+    shown.append(json.dumps(session.create_knowledge_base("remote", 64, "e", secret_url)))
+    (tmp_path / "notes.txt").write_text("ordinary notes about apples and pears", encoding="utf-8")
+    CarelessEndpoint.authorizations.clear()
+    shown.append(json.dumps(session.import_document([str(tmp_path / "notes.txt")], kb_name="remote")))
+    basic = [a for a in CarelessEndpoint.authorizations if a.startswith("Basic ")]
+    assert basic and base64.b64decode(basic[0][6:]).decode() == f"proxy-user:{PASSWORD}"  # still sent, in a header
+
+    listed = session.list_knowledge_bases()
+    shown.append(json.dumps(listed))
+    assert listed["data"]["knowledge_bases"][0]["embedding_endpoint"].startswith("http://proxy-user:***@")
+    session.select_knowledge_base("remote")
+    shown.append(json.dumps(session.search("fail-401-raw apples")))  # an endpoint error names the endpoint
+    shown.append(json.dumps(session.search("fail-400-raw apples")))
+    assert main(["--home", str(home), "--json", "list"]) == 0
+    assert main(["--home", str(home), "-v", "info"]) in (0, 1)
+    export = tmp_path / "backup.kbx"
+    assert session.export_database(str(export))["success"]
+    with zipfile.ZipFile(export) as archive:
+        shown.append(archive.read("manifest.json").decode("utf-8"))
+    shown.append((home / "knowledge_bases.parquet").read_bytes().decode("latin-1"))
+    captured = capsys.readouterr()
+    shown += [captured.out, captured.err, *(r.getMessage() for r in caplog.records)]
+    everything = "\n".join(shown)
+    for form in (PASSWORD, quote(PASSWORD, safe="")):
+        assert form not in everything
+    assert "proxy-user:***@" in everything

@@ -35,6 +35,7 @@ import numpy as np
 from kb_core.embedding.base import ProgressCallback, TokenIds, Tokenizer, l2_normalize
 from kb_core.embedding.wordpiece import bundled_tokenizer
 from kb_core.errors import EmbeddingError, InvalidArgument
+from kb_core.redaction import redact_url, split_credentials
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +103,11 @@ class EndpointEmbedder:
             raise InvalidArgument("an embedding endpoint needs a model name (model=...), got none")
         if batch_size < 1:
             raise InvalidArgument(f"batch_size must be >= 1, got {batch_size!r}")
-        self.endpoint = endpoint.rstrip("/")
+        # The URL's user information (basic authentication in front of the server) goes in a header, never in a
+        # request line a log could show; every message names the endpoint through the one redaction (#37).
+        self._url, credentials = split_credentials(endpoint.rstrip("/"))
+        self._auth = httpx.BasicAuth(*credentials) if credentials is not None else None
+        self.endpoint = redact_url(endpoint.rstrip("/"))
         self.model = model
         self.model_key = f"endpoint:{self.endpoint}#{model}"
         self.batch_size = batch_size
@@ -140,12 +145,16 @@ class EndpointEmbedder:
         return EmbeddingError(message, code=code, details={"endpoint": self.endpoint, "model": self.model})
 
     def _post(self, texts: list[str]) -> Any:
-        url = f"{self.endpoint}/embeddings"
+        url = f"{self.endpoint}/embeddings"  # as shown: without a password
         attempt = 0
         while True:
             problem: str
             try:
-                resp = self._client.post(url, json={"model": self.model, "input": texts})
+                resp = self._client.post(
+                    f"{self._url}/embeddings",
+                    json={"model": self.model, "input": texts},
+                    auth=self._auth or httpx.USE_CLIENT_DEFAULT,
+                )
             except httpx.TransportError as exc:
                 problem = _transport_failure(exc)
             else:

@@ -31,6 +31,7 @@ from typing import Any
 from filelock import FileLock
 
 from kb_core.errors import KBNotFound, StoreError
+from kb_core.redaction import shown_endpoint
 from kb_core.safe_files import path_name_problem, shown_path
 from kb_core.store.atomic import (
     owner_pid,
@@ -174,7 +175,14 @@ class Home:
             [(name, pa.int64() if name == "chunk_size" else pa.string()) for name in KNOWLEDGE_BASES_COLUMNS]
         )
         table = pa.Table.from_pandas(
-            pd.DataFrame([{k: getattr(r, k) for k in KNOWLEDGE_BASES_COLUMNS} for r in records], columns=schema.names),
+            pd.DataFrame(
+                [
+                    {k: shown_endpoint(r.embedding_endpoint) if k == "embedding_endpoint" else getattr(r, k)
+                     for k in KNOWLEDGE_BASES_COLUMNS}
+                    for r in records
+                ],
+                columns=schema.names,
+            ),
             schema=schema,
             preserve_index=False,
         )

@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 from kb_core.bundles.graph import GraphState, GraphStore
 from kb_core.errors import InvalidArgument, KBNotFound, StoreError
 from kb_core.json_text import json_text
+from kb_core.redaction import shown_endpoint
 from kb_core.results import ExportSummary
 from kb_core.safe_files import OutputFolder, open_output_folder
 from kb_core.seams import Resources, Scope
@@ -261,7 +262,8 @@ def _write_export(
                     "name": record.name,
                     "chunk_size": record.chunk_size,
                     "embedding_model": record.embedding_model,
-                    "embedding_endpoint": record.embedding_endpoint,
+                    # its password is a secret, which is never exported
+                    "embedding_endpoint": shown_endpoint(record.embedding_endpoint),
                     "created_at": record.created_at,
                     "search_settings": dict(record.search_settings),
                     "had_api_key": record.has_api_key,

@@ -513,7 +513,10 @@ def import_database(
     message += " API keys are never part of an export file: the imported knowledge bases have no API key"
     keyed = [p.record.name for p in plans if p.had_api_key or p.record.embedding_endpoint]
     if keyed:
-        message += f"; {', '.join(repr(n) for n in keyed)} use an embedding endpoint and need their key set again."
+        message += (
+            f"; {', '.join(repr(n) for n in keyed)} use an embedding endpoint and need their key (and any password "
+            "in the endpoint's URL, shown as ***) set again."
+        )
     else:
         message += "."
     logger.info(message)

@@ -19,9 +19,8 @@ answer (``DATABASE_UNAVAILABLE``), refused credentials or a missing database (``
 from __future__ import annotations
 
 import logging
-import re
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit
@@ -32,6 +31,7 @@ import psycopg.errors
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from kb_core.errors import InvalidArgument, KBError, StoreError
+from kb_core.redaction import redact_url, scrub_passwords, url_passwords
 
 logger = logging.getLogger(__name__)
 
@@ -56,58 +56,6 @@ class DatabaseTarget:
 
     def scrub(self, text: str) -> str:
         return scrub_passwords(text, self.passwords)
-
-
-# A password option and everything after it: an unescaped "&" in the password makes the rest look like options.
-_QUERY_PASSWORD = re.compile(r"(?i)([?&]password=)(.*)$")
-_MIN_PIECE = 3  # shorter pieces of an option's tail are not scrubbed from libpq's text (they would garble it)
-REDACTED = "***"
-
-
-def url_passwords(url: str) -> tuple[str, ...]:
-    """Every string in ``url`` that may be (part of) its password, longest first: the text between the first ``:``
-    of the user information and the last ``@`` (generous when the password holds unescaped ``@ / ? #``), the
-    password as the URL standard reads it, and what follows ``password=`` (to the end, and each piece of it
-    between ``&``), raw and percent-decoded."""
-    found: set[str] = set()
-    rest = url.split("://", 1)[1] if "://" in url else url
-    at = rest.rfind("@")
-    colon = rest.find(":")
-    if at > 0 and 0 <= colon < at:
-        found.add(rest[colon + 1 : at])
-    try:
-        password = urlsplit(url).password
-    except ValueError:
-        password = None
-    if password:
-        found.add(password)
-    for match in _QUERY_PASSWORD.finditer(url):
-        found.add(match.group(2))
-        found.update(piece for piece in re.split(r"[&#]", match.group(2)) if len(piece) >= _MIN_PIECE)
-    found |= {unquote(f) for f in found}
-    return tuple(sorted((f for f in found if f), key=len, reverse=True))
-
-
-def scrub_passwords(text: str, passwords: Iterable[str]) -> str:
-    """``text`` with each of ``passwords`` replaced by ``***`` (libpq quotes the bad part of a URL it refuses)."""
-    for password in passwords:
-        text = text.replace(password, REDACTED)
-    return text
-
-
-def redact_url(url: str) -> str:
-    """``url`` as it may be shown, whatever its shape: the password (everything between the first ``:`` of the user
-    information and its last ``@``) and everything after a ``password=`` option replaced by ``***``. Errs on hiding
-    too much: a URL that cannot be parsed may hide more than its password, never less."""
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        scheme, rest = "", url
-    at = rest.rfind("@")
-    colon = rest.find(":")
-    if at > 0 and 0 <= colon < at:
-        rest = f"{rest[:colon]}:{REDACTED}{rest[at:]}"
-    shown = _QUERY_PASSWORD.sub(lambda m: m.group(1) + REDACTED, f"{scheme}{sep}{rest}")
-    return scrub_passwords(shown, url_passwords(url))
 
 
 def parse_database_url(url: object, *, field_name: str = "store") -> DatabaseTarget:
