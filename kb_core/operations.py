@@ -419,6 +419,12 @@ class Operations:
         failed = [r for r in results if "error" in r]
         notice = self._language_notice(record, [o for o in outcomes if o.error is None])
         message = f"Imported {len(succeeded)} of {len(file_paths)} file(s) into '{record.name}'"
+        already = sum(1 for o in outcomes if o.already_imported)
+        if already:
+            message += (
+                f" ({already} already there with the same name and content: skipped"
+                f"{', not imported twice' if already == len(succeeded) else ''})"
+            )
         message += f"; {len(failed)} failed." if failed else "."
         # each failure's reason in the message too: many MCP clients show only the text, not structured content
         shown = 5

@@ -49,7 +49,8 @@ def run_import(
 def results_table(data: dict[str, Any], names: dict[str, str]) -> pd.DataFrame:
     rows = [
         {"File": names.get(f["file_path"], f["file_path"]), "Document name": f["doc_name"],
-         "Status": "imported", "Chunks": f["chunk_count"], "Reason": ""}
+         "Status": "already imported (skipped)" if f.get("already_imported") else "imported",
+         "Chunks": f["chunk_count"], "Reason": ""}
         for f in data.get("success_files", [])
     ]
     rows += [

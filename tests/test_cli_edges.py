@@ -57,7 +57,8 @@ def test_an_import_where_some_files_failed_exits_3(
     good = tmp_path / "good.txt"
     good.write_text("plums", encoding="utf-8")
     (tmp_path / "binary.txt").write_bytes(bytes(range(256)) * 64)
-    code = main(["--home", str(kb_home), "import", str(good), str(tmp_path / "missing.txt"), str(tmp_path / "binary.txt")])
+    paths = [str(good), str(tmp_path / "missing.txt"), str(tmp_path / "binary.txt")]
+    code = main(["--home", str(kb_home), "import", *paths])
     out = capsys.readouterr()
     assert code == 3, out
     assert "Imported 1 of 3" in out.out

@@ -134,6 +134,7 @@ def test_a_deleted_documents_name_is_free_again_while_its_segments_other_names_s
     paths = [str(write(tmp_path, "keep.txt", "apples and pears")), str(write(tmp_path, "drop.txt", "apples"))]
     kb.import_document(paths)
     kb.delete_document("drop.txt")
+    write(tmp_path, "keep.txt", "apples, pears and plums")  # new content: a file of the same bytes would be skipped
     again = kb.import_document(paths)["data"]["success_files"]
     names = {Path(f["file_path"]).name: f["doc_name"] for f in again}
     assert names["drop.txt"] == "drop.txt"

@@ -67,3 +67,43 @@ def test_a_path_of_5000_characters_fails_alone(tmp_path: Path, kb_home: Path, ca
     assert result["success"] and result["data"]["success_count"] == 1
     (failed,) = result["data"]["failed_files"]
     assert "at most 4,096" in failed["error"]
+
+
+def test_rerunning_a_killed_import_imports_nothing_twice(tmp_path: Path) -> None:
+    """Row 14: after kill -9 of an import that had committed some files, running the same import again stored every
+    committed file a second time (byte-identical, timestamp-suffixed names)."""
+    import signal
+    import subprocess
+    import sys
+
+    from kb_core import KnowledgeBaseService
+    from tests.test_import_crash import WORKER, make_corpus
+
+    home, corpus = tmp_path / "home", tmp_path / "corpus"
+    make_corpus(corpus, count=40)
+    session = KnowledgeBaseService(home).session()
+    assert session.create_knowledge_base("crash", 64, embedding_model="hashing")["success"]
+    worker = subprocess.Popen(
+        [sys.executable, str(WORKER), str(home), str(corpus), "committed"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert worker.stdout is not None
+    assert worker.stdout.readline().strip() == b"started"
+    assert worker.stdout.readline().strip() == b"paused"  # a first segment is committed
+    os.kill(worker.pid, signal.SIGKILL)
+    worker.wait()
+    committed = {d["name"] for d in session.list_documents(kb_name="crash")["data"]["documents"]}
+    assert 0 < len(committed) < 40
+
+    (corpus / "doc001.txt").write_text("changed after the first run", encoding="utf-8")  # same name, new content
+    files = sorted(str(p) for p in corpus.iterdir())
+    result = session.import_document(files, kb_name="crash")
+
+    data = result["data"]
+    assert data["success_count"] == 40 and data["failed_count"] == 0
+    skipped = {f["doc_name"] for f in data["success_files"] if f.get("already_imported")}
+    assert skipped == committed - {"doc001.txt"}
+    assert f"{len(skipped)} already there with the same name and content" in result["message"]
+    names = [d["name"] for d in session.list_documents(kb_name="crash")["data"]["documents"]]
+    expected = 40 + (1 if "doc001.txt" in committed else 0)  # a changed file still gets a name of its own
+    assert len(names) == expected, sorted(names)

@@ -75,7 +75,12 @@ def _import(session: Session, args: argparse.Namespace) -> Envelope:
 def _render_import(envelope: Envelope) -> str:
     data = envelope["data"]
     rows = [
-        {"file": r["file_path"], "document": r["doc_name"], "chunks": r["chunk_count"], "result": "ok"}
+        {
+            "file": r["file_path"],
+            "document": r["doc_name"],
+            "chunks": r["chunk_count"],
+            "result": "already imported (skipped)" if r.get("already_imported") else "ok",
+        }
         for r in data["success_files"]
     ]
     rows += [{"file": r["file_path"], "document": "", "chunks": "", "result": r["error"]} for r in data["failed_files"]]

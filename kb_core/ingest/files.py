@@ -40,11 +40,15 @@ class FileOutcome:
     chunk_count: int | None = None
     error: str | None = None
     language: str | None = None  # detected at import (kb_core.text_language); not part of the tool's result
+    already_imported: bool = False  # the KB held a document of this name and content: not imported again
 
     def to_json(self) -> dict[str, Any]:
         if self.error is not None:
             return {"file_path": self.file_path, "error": self.error}
-        return {"file_path": self.file_path, "doc_name": self.doc_name, "chunk_count": self.chunk_count}
+        row: dict[str, Any] = {"file_path": self.file_path, "doc_name": self.doc_name, "chunk_count": self.chunk_count}
+        if self.already_imported:
+            row["already_imported"] = True
+        return row
 
 
 def import_files(
@@ -99,14 +103,28 @@ def import_files(
             )
         states, committed = ([], [])
         if sources:
-            states, committed = service.importer(record, runner).run(sources, chunk_size, progress, cancel)
+            # What the KB holds now, so a re-run of an import that was killed skips what it committed (#37)
+            imported = {
+                (str(row["name"]).casefold(), str(row["sha256"])): (str(row["name"]), int(row["chunk_count"] or 0))
+                for row in service.documents(record)
+                if row.get("status") == "ready" and row.get("sha256")
+            }
+            states, committed = service.importer(record, runner).run(
+                sources, chunk_size, progress, cancel, imported=imported
+            )
     finally:
         _remove_in_background(copies)
     if sources:
         service.compact_quietly(record)
     languages = {row["name"]: row.get("language") for row in committed}
     outcomes = iter(
-        FileOutcome(state.file_path, state.doc_name, state.chunks_total, language=languages.get(state.doc_name))
+        FileOutcome(
+            state.file_path,
+            state.doc_name,
+            state.chunks_total,
+            language=languages.get(state.doc_name),
+            already_imported=state.already_imported,
+        )
         if state.status == "ready"
         else FileOutcome(state.file_path, error=state.error or "import failed")
         for state in states

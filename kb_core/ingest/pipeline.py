@@ -28,7 +28,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,6 +66,11 @@ class FileProgress:
     chunks_embedded: int = 0
     error: str | None = None
     doc_name: str | None = None
+    already_imported: bool = False  # a document of this name and content was in the KB: skipped (status ready)
+
+
+# (name casefolded, SHA-256 of the file) of a KB's ready documents -> (their name, chunk count)
+ImportedDocuments = Mapping[tuple[str, str], tuple[str, int]]
 
 
 @dataclass
@@ -194,12 +199,16 @@ class Importer:
         chunk_size: int,
         progress_callback: ProgressCallback | None = None,
         cancel: threading.Event | None = None,
+        imported: ImportedDocuments | None = None,
     ) -> tuple[list[FileProgress], list[dict[str, Any]]]:
         """Import ``sources``; return per-file progress and the committed document rows.
 
         ``cancel``, once set, stops the import at the next document: what was committed stays, every other file
-        fails with "cancelled", and nothing half-done is left behind (the commit protocol)."""
+        fails with "cancelled", and nothing half-done is left behind (the commit protocol). ``imported``: the KB's
+        documents as the import began; a new file of the same name and content as one of them is not embedded nor
+        committed again, and its progress says ``already_imported`` (re-running an import that was killed)."""
         self.sources = list(sources)
+        self.imported: ImportedDocuments = imported or {}
         progress = ImportProgress(files=[FileProgress(file_path=s.reported_path or str(s.path)) for s in sources])
         try:
             job = self.sink.open_job(progress)
@@ -402,6 +411,10 @@ class Importer:
                         progress.files_parsed += 1
                         yield self._fail(progress, index, f"unexpected error: {type(document).__name__}", chunk_size)
                         continue
+                    if self._skip_if_imported(progress, document):
+                        progress.files_parsed += 1
+                        yield []
+                        continue
                     state = progress.files[index]
                     state.status = "embedding"
                     count = document.chunk_count
@@ -467,29 +480,44 @@ class Importer:
                 yield self._fail(progress, result.index, result.error or "no result", chunk_size)
                 continue
             source = self.sources[result.index]
+            document = IncomingDocument(
+                index=result.index,
+                source=source,
+                doc_id=source.doc_id or f"doc_{uuid.uuid4().hex[:16]}",
+                file_type=result.file_type,
+                text=result.text,
+                chunks=result.chunks,
+                size_bytes=source.path.stat().st_size,
+                sha256=file_sha256(source.path),
+                chunk_size=chunk_size,
+                vectors=list(result.vectors),
+                replaces=source.replaces,
+            )
+            if self._skip_if_imported(progress, document):
+                yield []
+                continue
             state = progress.files[result.index]
             state.status, state.chunks_total = "embedding", len(result.chunks)
             state.chunks_embedded = len(result.chunks)
             progress.chunks_total += len(result.chunks)
             progress.chunks_embedded += len(result.chunks)
-            yield [
-                IncomingDocument(
-                    index=result.index,
-                    source=source,
-                    doc_id=source.doc_id or f"doc_{uuid.uuid4().hex[:16]}",
-                    file_type=result.file_type,
-                    text=result.text,
-                    chunks=result.chunks,
-                    size_bytes=source.path.stat().st_size,
-                    sha256=file_sha256(source.path),
-                    chunk_size=chunk_size,
-                    vectors=list(result.vectors),
-                    replaces=source.replaces,
-                )
-            ]
+            yield [document]
         for position, index in enumerate(handed):
             if position not in seen:  # an executor must answer for every file; one that did not fails it
                 yield self._fail(progress, index, f"the {executor.name} executor returned no result", chunk_size)
+
+    def _skip_if_imported(self, progress: ImportProgress, document: IncomingDocument) -> bool:
+        """Whether ``document`` (a new file, parsed) has the name and content of a document already in the KB; if
+        so its file is marked ready and ``already_imported``, under that document's name and chunk count."""
+        if document.source.replaces is not None or not document.sha256:
+            return False
+        found = self.imported.get((document.source.display_name.casefold(), document.sha256))
+        if found is None:
+            return False
+        state = progress.files[document.index]
+        state.status, state.already_imported = "ready", True
+        state.doc_name, state.chunks_total = found
+        return True
 
     def _deleted_meanwhile(self) -> KBNotFound:
         return KBNotFound(

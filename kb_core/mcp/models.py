@@ -74,6 +74,9 @@ class ImportedFile(BaseModel):
     file_path: str
     doc_name: str
     chunk_count: int
+    already_imported: bool = Field(
+        default=False, description="true: a document of this name and content was already there; it was skipped"
+    )
 
 
 class FailedFile(BaseModel):

@@ -28,27 +28,31 @@ async def import_document(
 ) -> Annotated[CallToolResult, ToolEnvelope[ImportResult]]:
     r"""Import documents into the currently selected knowledge base (supports concurrent import of multiple files).
     Supports TXT, DOCX, and DOC formats. Documents are parsed, split into chunks and embedded. If the document name
-    already exists, a timestamp is added to avoid conflicts.
+    already exists, a timestamp is added to avoid conflicts; a file whose name and content are those of a document
+    already there is skipped (re-running an interrupted import does not import anything twice).
 
     Parameters:
     - file_paths: List of file paths (absolute paths), 1..n files (required)
     - chunk_size: Chunk size in tokens (optional, defaults to the knowledge base's chunk_size)
 
     success is true if any file was imported. data: total, success_count, failed_count, success_files (file_path,
-    doc_name, chunk_count), failed_files (file_path, error), and warnings when there are any (said once: documents
-    in a language the knowledge base's embedding model does not read, and the built-in model that reads it).\
+    doc_name, chunk_count, and already_imported: true for a skipped file already there), failed_files (file_path,
+    error), and warnings when there are any (said once: documents in a language the knowledge base's embedding model
+    does not read, and the built-in model that reads it).\
     Over HTTP this tool needs a token with the write capability. Over HTTP the paths must lie inside the folders the
     server was started with (--allow-dir).
 
     导入文档到当前选中的知识库（支持多文件并发导入）。支持 TXT、DOCX、DOC 格式。文档会被解析、切分为 chunks 并生成向量
-    。如果文档名称已存在，会自动添加时间戳避免冲突。
+    。如果文档名称已存在，会自动添加时间戳避免冲突；名称和内容都与知识库中已有文档相同的文件会被跳过（重新运行被中断的
+    导入不会重复导入）。
 
     参数说明：
     - file_paths：文件路径列表（绝对路径），支持 1~n 个文件（必填）
     - chunk_size：chunk 大小，单位 token（可选，默认使用知识库的 chunk_size）
 
     只要有文件导入成功，success 即为 true。返回值 data：total、success_count、failed_count、success_files（file_path、
-    doc_name、chunk_count）、failed_files（file_path、error），有提示时还有 warnings（只提示一次：文档的语言是知识库的
+    doc_name、chunk_count；已存在而被跳过的文件另有 already_imported: true）、failed_files（file_path、error），
+    有提示时还有 warnings（只提示一次：文档的语言是知识库的
     向量模型读不懂的，并给出能读懂它的内置模型）。通过 HTTP 调用时需要具有写权限的令牌。
     通过 HTTP 调用时，路径必须位于服务器启动时指定的目录（--allow-dir）之内。
     """
