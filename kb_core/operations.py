@@ -948,6 +948,35 @@ class Operations:
         stats = self.service.compact(record, everything=True)
         return Compacted(f"Compacted '{record.name}': merged {stats['segments_merged']} segment(s).", stats)
 
+    def _model_folder_problems(self, repair: bool, repaired: list[str]) -> list[str]:
+        """The built model folders the home's KBs use, each checked against its recorded checksums (a damaged one is
+        rebuilt on its next load; with ``repair``, now)."""
+        from kb_core.embedding.builtin import find_builtin, model_folder, models_dir, verify_model_folder
+
+        problems: list[str] = []
+        used = {m.name for r in self.visible_kbs() if (m := find_builtin(r.embedding_model)) is not None and m.built}
+        for name in sorted(used):
+            try:
+                problem = verify_model_folder(name)
+            except KBError as exc:
+                problems.append(f"model {name}: {exc.message}")
+                continue
+            if problem is None or problem.startswith("no build marker"):  # never built here: built on first use
+                continue
+            if repair:
+                try:
+                    model_folder(name, rebuild=True)
+                except KBError as exc:
+                    problems.append(f"model {name}: {exc.message}")
+                else:
+                    repaired.append(f"rebuilt the model folder of {name} ({problem})")
+                continue
+            problems.append(
+                f"model {name}: the folder {models_dir() / name} is damaged ({problem}); it is rebuilt when the model "
+                "is next loaded, or now with kb verify --repair"
+            )
+        return problems
+
     def verify(self, repair: bool = False) -> Verification:
         """Check the whole home for consistency (what the crash tests assert).
 
@@ -982,6 +1011,7 @@ class Operations:
             for folder in store.remove_abandoned_staging():
                 repaired.append(f"removed {folder.name}, the staging folder of an import-db that did not finish")
         problems = store.verify(kb_checks=(bundle_index_problem,))
+        problems += self._model_folder_problems(repair, repaired)
         message = f"Repaired {len(repaired)} problem(s). " if repaired else ""
         if problems:
             message += f"{len(problems)} problem(s) found:\n" + "\n".join(f"- {p}" for p in problems)

@@ -253,7 +253,7 @@ def test_write_model_folder_refuses_nothing_partial(tmp_path: Path) -> None:
         write_model_folder(src, dest, say)
         raise OSError("disk full")
 
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(EmbeddingError, match="disk full"):
         builtin.ensure_folder(model, source, tmp_path / "models" / "m", failing)
     assert not (tmp_path / "models" / "m").exists()
     assert os.listdir(tmp_path / "models") == [".m.lock"]
@@ -274,3 +274,119 @@ def test_the_registry_knows_what_each_model_reads() -> None:
     assert "multilingual-e5-small reads Chinese" in notice
     assert builtin.unread_language_notice(builtin.E5_SMALL, {"说明.txt": "zh"}) is None
     assert builtin.unread_language_notice("hashing", {"说明.txt": "zh"}) is None
+
+
+# -- a built folder damaged later, and a models folder that cannot hold a build (#37 rows 4, 5) -------------------
+def _damage_weights(folder: Path, how: str) -> None:
+    """Change model.safetensors' weights without changing its size: NaN or zero floats in the middle of its data."""
+    path = folder / "model.safetensors"
+    size = path.stat().st_size
+    header = 8 + int.from_bytes(path.read_bytes()[:8], "little")
+    start = header + (size - header) // 4
+    with open(path, "r+b") as handle:
+        handle.seek(start)
+        handle.write((np.full(512, np.nan, dtype=np.float32) if how == "nan" else np.zeros(512, np.float32)).tobytes())
+    assert path.stat().st_size == size
+
+
+@pytest.mark.parametrize("how", ["nan", "zeros", "header"])
+def test_a_folder_damaged_after_its_build_is_found_on_load_and_rebuilt(
+    tiny_builtin: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    from kb_core.embedding.local import SentenceTransformerEmbedder
+
+    builds = _builds(monkeypatch)
+    folder = builtin.model_folder(builtin.E5_SMALL)
+    clean = SentenceTransformerEmbedder(builtin.E5_SMALL, device=None).embed_query("hello world")
+    if how == "header":
+        with open(folder / "model.safetensors", "r+b") as handle:
+            handle.seek(9)
+            handle.write(b"\xff\xfe")
+    else:
+        _damage_weights(folder, how)
+    status = builtin.model_status(builtin.E5_SMALL)  # what kb info shows
+    assert status["built"] is False and "checksum" in status["note"]
+    embedder = SentenceTransformerEmbedder(builtin.E5_SMALL, device=None)  # a new process's first load
+    assert len(builds) == 2
+    vector = embedder.embed_query("hello world")
+    assert np.isfinite(vector).all() and np.allclose(vector, clean, atol=1e-5)
+
+
+def test_verified_files_are_not_read_again_until_they_change(
+    tiny_builtin: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = builtin.model_folder(builtin.E5_SMALL)
+    hashed: list[str] = []
+    real = builtin._sha256
+    monkeypatch.setattr(builtin, "_sha256", lambda path: hashed.append(path.name) or real(path))
+    for _ in range(3):
+        assert builtin.model_folder(builtin.E5_SMALL) == folder
+    assert hashed == []  # verified at build time; nothing changed since
+    os.utime(folder / "tokenizer.json")  # touched: read once more, found intact, remembered again
+    builtin.model_folder(builtin.E5_SMALL)
+    builtin.model_folder(builtin.E5_SMALL)
+    assert hashed == ["tokenizer.json"]
+
+
+def test_kb_verify_reports_a_damaged_model_folder_and_repairs_it(
+    tiny_builtin: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from kb_core import KnowledgeBaseService
+
+    session = KnowledgeBaseService(tmp_path / "home").session()
+    assert session.create_knowledge_base("多语言", 64, builtin.E5_SMALL)["success"]
+    assert session.verify()["data"]["problems"] == []
+    _damage_weights(tiny_builtin, "zeros")
+    problems = session.verify()["data"]["problems"]
+    assert len(problems) == 1 and "damaged" in problems[0] and "model.safetensors" in problems[0], problems
+    repaired = session.verify(repair=True)["data"]
+    assert repaired["problems"] == [] and any("rebuilt the model folder" in r for r in repaired["repaired"])
+
+
+@pytest.mark.parametrize("place", ["a file", "under a file", "not UTF-8"])
+def test_a_models_folder_that_cannot_be_used_names_kb_models_dir_and_the_reason(
+    tiny_builtin: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, place: str
+) -> None:
+    blocker = tmp_path / "blocker"
+    blocker.write_text("not a folder", encoding="utf-8")
+    configured = {
+        "a file": str(blocker),
+        "under a file": str(blocker / "models"),
+        "not UTF-8": os.fsdecode(os.fsencode(tmp_path) + b"/mod\xe8les"),
+    }[place]
+    monkeypatch.setenv(builtin.MODELS_DIR_VARIABLE, configured)
+    with pytest.raises(EmbeddingError) as raised:
+        builtin.model_folder(builtin.E5_SMALL)
+    message = raised.value.message
+    assert raised.value.code == "MODEL_FOLDER_UNUSABLE"
+    assert f"{builtin.MODELS_DIR_VARIABLE}=" in message
+    reason = {"a file": "File exists", "under a file": "Not a directory", "not UTF-8": "not UTF-8"}[place]
+    assert reason in message, message
+    status = builtin.model_status(builtin.E5_SMALL)  # kb info: not ready, and why
+    assert status["built"] is False
+
+
+def test_a_disk_that_fills_while_the_folder_is_written_names_the_reason(tmp_path: Path) -> None:
+    """A write past the file-size limit fails as a full disk does (EFBIG instead of ENOSPC), inside safetensors."""
+    from tests.bounded import run_bounded
+
+    source = write_tiny_e5s1(tmp_path / "tiny.bin")
+    out = run_bounded(
+        f"""
+        import os
+        from pathlib import Path
+        os.environ["KB_MODELS_DIR"] = {str(tmp_path / "models")!r}
+        from kb_core.embedding import builtin
+        from kb_core.errors import EmbeddingError
+        builtin._e5_source = lambda: Path({str(source)!r})
+        try:
+            builtin.model_folder(builtin.E5_SMALL)
+        except EmbeddingError as exc:
+            print("refused:", exc.code, exc.message)
+        """,
+        memory_mb=4096,
+        timeout_s=120,
+        file_mb=0,
+    )
+    assert "refused: MODEL_FOLDER_UNUSABLE" in out and "KB_MODELS_DIR=" in out and "File too large" in out, out
+    assert not (tmp_path / "models" / builtin.E5_SMALL).exists()

@@ -21,11 +21,15 @@ logs its progress (logger ``kb_core.embedding.builtin``) and reports it to an op
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import importlib.util
 import json
 import logging
 import os
+import re
+import shutil
 import threading
 import time
 import uuid
@@ -36,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from kb_core.errors import EmbeddingError
+from kb_core.safe_files import path_name_problem, shown_path
 from kb_core.store.removal import remove_tree
 from kb_core.text_language import language_name, language_script
 
@@ -44,6 +49,10 @@ log = logging.getLogger(__name__)
 MODELS_DIR_VARIABLE = "KB_MODELS_DIR"
 BUILD_VERSION = 1  # bump when the folder a build writes changes: older folders are rebuilt
 MARKER = "kb-model.json"
+# Each file's checksum as last verified, with the file's size, inode, mtime and ctime then: a file none of these
+# changed for is not read again (a same-size write still moves its ctime, which no program can set back).
+CHECKED = "kb-model.checked.json"
+BUILD_EXPANSION = 9  # a build writes float32 weights from 4-bit ones: about 8 times its source file, with room
 
 MINILM = "all-MiniLM-L6-v2"
 E5_SMALL = "multilingual-e5-small"
@@ -187,6 +196,12 @@ def models_dir() -> Path:
     """Where built model folders live on this machine (``$KB_MODELS_DIR``, else the user's cache folder)."""
     configured = os.environ.get(MODELS_DIR_VARIABLE, "").strip()
     if configured:
+        problem = path_name_problem(configured)  # from the environment: checked once, here
+        if problem is not None:
+            raise EmbeddingError(
+                f"{MODELS_DIR_VARIABLE}={shown_path(configured)} cannot be used: it {problem}.",
+                code="MODEL_FOLDER_UNUSABLE",
+            )
         return Path(configured).expanduser()
     cache = os.environ.get("XDG_CACHE_HOME", "").strip()
     return (Path(cache).expanduser() if cache else Path.home() / ".cache") / "kb-workbench" / "models"
@@ -226,9 +241,34 @@ def _marker(folder: Path) -> dict[str, Any] | None:
     return marker if isinstance(marker, dict) else None
 
 
+def _file_state(stat: os.stat_result) -> list[int]:
+    return [stat.st_size, stat.st_ino, stat.st_mtime_ns, stat.st_ctime_ns]
+
+
+def _read_checked(folder: Path) -> dict[str, Any]:
+    try:
+        checked = json.loads((folder / CHECKED).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return checked if isinstance(checked, dict) else {}
+
+
+def _write_checked(folder: Path, checked: dict[str, Any]) -> None:
+    """Best effort: a folder this process cannot write (read-only, another user's) is verified again next time."""
+    temp = folder / f".{CHECKED}.{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    try:
+        temp.write_text(json.dumps(checked, indent=1) + "\n", encoding="utf-8")
+        os.replace(temp, folder / CHECKED)
+    except OSError:
+        with contextlib.suppress(OSError):
+            temp.unlink()
+
+
 def folder_problem(folder: Path, source: Path, *, full: bool = False) -> str | None:
     """Why ``folder`` is not a complete build of ``source`` by this builder (None: it is). ``full`` also compares
-    every file's SHA-256 with the marker's."""
+    every file's SHA-256 with the marker's: a file is read only when it changed since its last check (its size,
+    inode, mtime or ctime differ from :data:`CHECKED`'s record), so the check costs a few ``stat`` calls once each
+    file has been verified."""
     marker = _marker(folder)
     if marker is None:
         return "no build marker (never built, or a build did not finish)"
@@ -243,17 +283,33 @@ def folder_problem(folder: Path, source: Path, *, full: bool = False) -> str | N
     files = marker.get("files")
     if not isinstance(files, dict) or not files:
         return "the build marker lists no files"
+    checked = _read_checked(folder) if full else {}
+    verified: dict[str, Any] = {}
+    problem: str | None = None
     for name, expected in files.items():
         path = folder / name
         try:
-            size = path.stat().st_size
+            stat = path.stat()
         except OSError:
-            return f"{name} is missing"
-        if size != expected.get("size"):
-            return f"{name} has {size} bytes, not {expected.get('size')}"
-        if full and _sha256(path) != expected.get("sha256"):
-            return f"{name} does not match its checksum"
-    return None
+            problem = f"{name} is missing"
+            break
+        if stat.st_size != expected.get("size"):
+            problem = f"{name} has {stat.st_size} bytes, not {expected.get('size')}"
+            break
+        if not full:
+            continue
+        state = _file_state(stat)
+        known = checked.get(name)
+        if isinstance(known, dict) and known.get("state") == state and known.get("sha256") == expected.get("sha256"):
+            verified[name] = known
+            continue
+        if _sha256(path) != expected.get("sha256"):
+            problem = f"{name} does not match its checksum (damaged since it was built)"
+            break
+        verified[name] = {"state": state, "sha256": expected.get("sha256")}
+    if full and verified != checked:  # files verified just now (a damaged one is read again next time)
+        _write_checked(folder, verified)
+    return problem
 
 
 def _fsync_tree(folder: Path) -> None:
@@ -305,6 +361,10 @@ def _build(
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
         (temp / MARKER).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
+        # verified as they were just hashed: the first load need not read 470 MB again
+        _write_checked(
+            temp, {n: {"state": _file_state((temp / n).stat()), "sha256": f["sha256"]} for n, f in files.items()}
+        )
         _fsync_tree(temp)
         if target.exists():
             old = parent / f".{target.name}.old-{uuid.uuid4().hex[:8]}"
@@ -342,23 +402,66 @@ def ensure_folder(
         if progress is not None:
             progress(f"{model.name}: {message}")
 
-    if not rebuild and folder_problem(target, source) is None:
+    # Every file against its recorded checksum, read again only where it changed (#37: a folder damaged without
+    # changing sizes once loaded, giving errors, NaN vectors or no semantic hits, while kb info said "ready").
+    if not rebuild and folder_problem(target, source, full=True) is None:
         return target
     with _locks_guard:
         thread_lock = _locks.setdefault(str(target), threading.Lock())
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with thread_lock, FileLock(str(target.parent / f".{target.name}.lock")):
-        problem = folder_problem(target, source)
-        if problem is None and not rebuild:
-            return target  # another thread or process built it meanwhile
-        why = "rebuilding it as asked" if problem is None else problem
-        say(
-            f"building the model folder from the installed package (once per machine, about 10-20 s; {why})"
-            if not target.exists()
-            else f"rebuilding the model folder ({why})"
-        )
-        _build(model, source, target, writer, say)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with thread_lock, FileLock(str(target.parent / f".{target.name}.lock")):
+            problem = folder_problem(target, source, full=True)
+            if problem is None and not rebuild:
+                return target  # another thread or process built it meanwhile
+            why = "rebuilding it as asked" if problem is None else problem
+            if problem is not None and target.exists():
+                log.warning("%s: the model folder %s is not intact (%s); rebuilding it", model.name, target, problem)
+            _check_space(target.parent, source)
+            say(
+                f"building the model folder from the installed package (once per machine, about 10-20 s; {why})"
+                if not target.exists()
+                else f"rebuilding the model folder ({why})"
+            )
+            _build(model, source, target, writer, say)
+    except EmbeddingError:
+        raise
+    except Exception as exc:  # OSError, or safetensors' own error around one (a disk that filled up)
+        raise _cannot_build(model, target, exc) from exc
     return target
+
+
+def _check_space(parent: Path, source: Path) -> None:
+    needed = source.stat().st_size * BUILD_EXPANSION
+    free = shutil.disk_usage(parent).free
+    if free < needed:
+        raise OSError(
+            errno.ENOSPC, f"{os.strerror(errno.ENOSPC)}: {free / 1e6:.0f} MB free, about {needed / 1e6:.0f} MB needed"
+        )
+
+
+def _cannot_build(model: BuiltinModel, target: Path, exc: BaseException) -> EmbeddingError:
+    """The error of a models folder that cannot hold the build: it names the folder, where that folder came from
+    (``KB_MODELS_DIR`` or the default) and the OS's reason, also when a library wrapped the OS error."""
+    if isinstance(exc, OSError):
+        reason = exc.strerror or str(exc)
+        if exc.filename and not str(exc.filename).startswith(str(target)):
+            reason += f" ({shown_path(str(exc.filename))})"
+    else:
+        code = re.search(r"\bcode: (\d+)", str(exc))  # Rust's io::Error inside safetensors' SafetensorError
+        reason = os.strerror(int(code.group(1))) if code else f"{type(exc).__name__}: {str(exc)[:200]}"
+    configured = os.environ.get(MODELS_DIR_VARIABLE, "").strip()
+    where = (
+        f"{MODELS_DIR_VARIABLE}={shown_path(configured)}"
+        if configured
+        else f"the default models folder ({MODELS_DIR_VARIABLE} is not set)"
+    )
+    return EmbeddingError(
+        f"cannot build the model folder {shown_path(str(target))} of {model.name} in {where}: {reason}. Set "
+        f"{MODELS_DIR_VARIABLE} to a writable folder with about 600 MB free.",
+        code="MODEL_FOLDER_UNUSABLE",
+        details={"folder": shown_path(str(target)), "reason": reason},
+    )
 
 
 def _write_e5(source: Path, dest: Path, say: ProgressMessage) -> None:
@@ -404,7 +507,7 @@ def model_status(name: str) -> dict[str, Any]:
         if model.built:
             source = _e5_source()
             folder = models_dir() / model.name
-            problem = folder_problem(folder, source)
+            problem = folder_problem(folder, source, full=True)
             status.update(available=True, path=str(folder), built=problem is None)
             if problem is not None:
                 status["note"] = f"built on first use ({problem})"
