@@ -11,16 +11,18 @@ A byte order mark before the first line is read past.
 from __future__ import annotations
 
 import codecs
+import contextlib
 import csv
 import logging
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
-from kb_core.errors import InvalidArgument
+from kb_core.errors import InvalidArgument, PermissionDenied
 from kb_core.json_text import JSONLimitExceeded, parse_json_within
+from kb_core.safe_files import UnusablePath, open_input_file
 from kb_core.validation import has_lone_surrogate
 
 logger = logging.getLogger(__name__)
@@ -40,8 +42,26 @@ class BeirDataset:
     corpus_path: Path
 
 
-def _require_folder(folder: str | Path) -> Path:
+def confine_folder(folder: str | Path, allowed_dirs: Sequence[Path] | None) -> Path:
+    """``folder``, checked to lie inside ``allowed_dirs`` (symbolic links resolved; never inside the home, see
+    :class:`~kb_core.safe_files.AllowedFolders`) before anything looks at it: the refusal is the same whether the
+    path exists or not, so a visitor learns nothing of the server's files. ``None``: not confined (the CLI)."""
     path = Path(folder).expanduser()
+    if allowed_dirs is None:
+        return path
+    resolved = path.resolve()
+    inside = any(resolved == d or resolved.is_relative_to(d) for d in allowed_dirs)
+    if not inside or any(resolved == d or resolved.is_relative_to(d) for d in getattr(allowed_dirs, "denied", ())):
+        shown = ", ".join(str(d) for d in allowed_dirs) or "none"
+        raise PermissionDenied(
+            f"{str(folder)!r} is not inside the folders this server may read ({shown}); refused.",
+            details={"field": "folder"},
+        )
+    return path
+
+
+def _require_folder(folder: str | Path, allowed_dirs: Sequence[Path] | None = None) -> Path:
+    path = confine_folder(folder, allowed_dirs)
     if not path.is_dir():
         raise InvalidArgument(
             f"{str(folder)!r} is not a folder; give a BEIR dataset folder holding corpus.jsonl, queries.jsonl "
@@ -89,9 +109,26 @@ def _bad_line(path: Path, number: int, problem: str) -> InvalidArgument:
     return InvalidArgument(f"{path}, line {number}: {problem}.", details={"file": str(path), "line": number})
 
 
-def _lines(path: Path) -> Iterator[tuple[int, str]]:
+@contextlib.contextmanager
+def _opened(path: Path, allowed_dirs: Sequence[Path] | None) -> Iterator[IO[bytes]]:
+    """``path`` open for reading; confined, the file as opened must lie inside ``allowed_dirs`` (a link inside an
+    allowed folder to a file outside is refused, and so is a folder swapped for a link after a check)."""
+    if allowed_dirs is None:
+        with open(path, "rb") as handle:
+            yield handle
+        return
+    try:
+        with open_input_file(path, allowed_dirs) as opened:
+            handle = opened.reader()
+    except UnusablePath as exc:
+        raise InvalidArgument(f"{path} {exc.reason}.", details={"file": str(path)}) from None
+    with handle:
+        yield handle
+
+
+def _lines(path: Path, allowed_dirs: Sequence[Path] | None = None) -> Iterator[tuple[int, str]]:
     """(line number, text) of a UTF-8 text file; a BOM before the first line is skipped."""
-    with open(path, "rb") as handle:
+    with _opened(path, allowed_dirs) as handle:
         number = 0
         while True:
             raw = handle.readline(_MAX_LINE_BYTES + 1)
@@ -118,9 +155,9 @@ def _text(value: Any, path: Path, number: int, field: str) -> str:
     return text
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+def _read_jsonl(path: Path, allowed_dirs: Sequence[Path] | None = None) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
-    for number, line in _lines(path):
+    for number, line in _lines(path, allowed_dirs):
         if not line.strip():
             continue
         try:
@@ -140,10 +177,13 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def _read_qrels(path: Path) -> dict[str, dict[str, int]]:
+def _read_qrels(path: Path, allowed_dirs: Sequence[Path] | None = None) -> dict[str, dict[str, int]]:
     qrels: dict[str, dict[str, int]] = {}
-    for number, line in _lines(path):
-        row = next(csv.reader([line.rstrip("\r\n")], delimiter="\t"), [])
+    for number, line in _lines(path, allowed_dirs):
+        try:
+            row = next(csv.reader([line.rstrip("\r\n")], delimiter="\t"), [])
+        except csv.Error as exc:  # a field over csv's limit (131,072 characters), a stray quote
+            raise _bad_line(path, number, f"not a tab-separated line ({exc})") from None
         if not row or not "".join(row).strip():
             continue
         if number == 1 and row[0].strip().lower() in ("query-id", "query_id", "qid"):
@@ -167,19 +207,24 @@ def _read_qrels(path: Path) -> dict[str, dict[str, int]]:
 
 
 def load_beir_queries_qrels(
-    folder: str | Path, *, split: str | None = None, queries_file: str | Path | None = None
+    folder: str | Path,
+    *,
+    split: str | None = None,
+    queries_file: str | Path | None = None,
+    allowed_dirs: Sequence[Path] | None = None,
 ) -> tuple[dict[str, str], dict[str, dict[str, int]]]:
     """The judged queries ``{id: text}`` and their qrels ``{query_id: {doc_id: grade}}`` of a BEIR folder.
 
     Judgments come from ``qrels.tsv`` (else ``qrels/test.tsv``), or ``qrels.<split>.tsv`` / ``qrels/<split>.tsv``
     when ``split`` is given. Queries come from ``queries_file`` if given, else ``queries.jsonl`` (else
     ``queries.<split>.jsonl``), keeping only queries that have judgments, in file order. Qrels of queries that
-    are not in the queries file are dropped too.
+    are not in the queries file are dropped too. ``allowed_dirs``: read only inside these folders (the app's
+    ``KB_ALLOW_DIRS``), see :func:`confine_folder`.
     """
-    path = _require_folder(folder)
-    qrels = _read_qrels(_qrels_path(path, split))
+    path = _require_folder(folder, allowed_dirs)
+    qrels = _read_qrels(_qrels_path(path, split), allowed_dirs)
     queries: dict[str, str] = {}
-    for row in _read_jsonl(_queries_path(path, split, queries_file)):
+    for row in _read_jsonl(_queries_path(path, split, queries_file), allowed_dirs):
         query_id = str(row["_id"])
         if query_id in qrels and str(row.get("text", "")).strip():
             queries[query_id] = str(row["text"])
@@ -191,18 +236,24 @@ def load_beir_queries_qrels(
     return queries, {qid: qrels[qid] for qid in queries}
 
 
-def load_beir(folder: str | Path, *, split: str | None = None, queries_file: str | Path | None = None) -> BeirDataset:
+def load_beir(
+    folder: str | Path,
+    *,
+    split: str | None = None,
+    queries_file: str | Path | None = None,
+    allowed_dirs: Sequence[Path] | None = None,
+) -> BeirDataset:
     """Read a BEIR folder: ``corpus.jsonl`` plus the judged queries and qrels (see :func:`load_beir_queries_qrels`)."""
-    path = _require_folder(folder)
+    path = _require_folder(folder, allowed_dirs)
     corpus_path = path / "corpus.jsonl"
     if not corpus_path.is_file():
         raise InvalidArgument(f"{path} has no corpus.jsonl.", details={"folder": str(path)})
     corpus: dict[str, dict[str, str]] = {}
-    for row in _read_jsonl(corpus_path):
+    for row in _read_jsonl(corpus_path, allowed_dirs):
         corpus[str(row["_id"])] = {"title": str(row.get("title") or ""), "text": str(row.get("text") or "")}
     if not corpus:
         raise InvalidArgument(f"{corpus_path} holds no documents.", details={"file": str(corpus_path)})
-    queries, qrels = load_beir_queries_qrels(path, split=split, queries_file=queries_file)
+    queries, qrels = load_beir_queries_qrels(path, split=split, queries_file=queries_file, allowed_dirs=allowed_dirs)
     return BeirDataset(
         name=path.resolve().name, folder=path, corpus=corpus, queries=queries, qrels=qrels, corpus_path=corpus_path
     )

@@ -15,6 +15,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from kb_core import KBError
+from kb_core.beir import confine_folder
 from kb_core.config import DEFAULT_KEYWORD_WEIGHT, DEFAULT_VECTOR_WEIGHT
 from kb_core.demo import DEMO_KB_NAME, demo_judgments_folder
 from kb_core.envelope import envelope_of
@@ -63,6 +64,7 @@ default_source = DEMO if demo_folder is not None and kb_name == DEMO_KB_NAME els
 source = st.radio("Judgments from", sources, index=sources.index(default_source), horizontal=True,
                   key="eval_source")
 folder: Path | None = None
+reader = session  # the session the judgments are read through: confined to KB_ALLOW_DIRS for a server folder
 build_corpus = False
 uploaded: dict[str, bytes] = {}
 dataset_name = "judgments"
@@ -77,15 +79,24 @@ if source == DEMO:
         st.warning(f"These judgments name the documents of the demo knowledge base “{DEMO_KB_NAME}”; select it in "
                    "the sidebar to evaluate it.", icon=":material/info:")
 elif source == FOLDER:
-    text = st.text_input("BEIR folder", key="eval_folder", placeholder="/data/beir/scifact")
-    if text.strip():
-        folder = Path(text.strip()).expanduser()
-        dataset_name = folder.name or "judgments"
-        if (folder / "corpus.jsonl").is_file():
-            build_corpus = st.toggle(
-                "Search a knowledge base built from this folder's corpus.jsonl (built once, then cached)",
-                value=True, key="eval_build",
-            )
+    # Inside the KB_ALLOW_DIRS folders only (as Import and Export / import), never the home; nothing is looked at
+    # before the check, so a refusal does not say whether a path exists (#37).
+    confined = ui.server_path_session(session)
+    text = st.text_input("BEIR folder", key="eval_folder", placeholder="/data/beir/scifact",
+                         disabled=confined is None)
+    if confined is not None and text.strip():
+        try:
+            folder = confine_folder(text.strip(), confined.allowed_dirs)
+        except KBError as error:
+            st.error(error.message, icon=":material/lock:")
+        else:
+            reader = confined
+            dataset_name = folder.name or "judgments"
+    if folder is not None and (folder / "corpus.jsonl").is_file():
+        build_corpus = st.toggle(
+            "Search a knowledge base built from this folder's corpus.jsonl (built once, then cached)",
+            value=True, key="eval_build",
+        )
 else:
     c1, c2 = st.columns(2)
     queries_file = c1.file_uploader("queries.jsonl", type=["jsonl", "json"], key="eval_queries")
@@ -149,7 +160,7 @@ if st.button("Run evaluation", type="primary", disabled=not ready, key="eval_run
                     (Path(scratch) / name).write_bytes(content)
                 request = replace(request, folder=Path(scratch))
             # a corpus is built into the service's evaluation home, <home>/cache/eval, out of the user's KB list
-            finished = evaluation.run_evaluation(session, request, progress=progress)
+            finished = evaluation.run_evaluation(reader, request, progress=progress)
         bar.progress(1.0, text="Done")
         st.session_state["eval_outcome"] = Outcome(
             finished.report, finished.run.id, str(finished.report.kb_name), finished.user_kb, finished.dataset_name,

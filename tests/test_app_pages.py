@@ -533,7 +533,10 @@ def run_id_shown(test: AppTest) -> str:
     return kept.split()[3]
 
 
-def test_evaluate_folder_sweeps_keeps_the_run_and_saves_the_best_weights(filled: Path, tmp_path: Path) -> None:
+def test_evaluate_folder_sweeps_keeps_the_run_and_saves_the_best_weights(
+    filled: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KB_ALLOW_DIRS", str(tmp_path))
     test = app("evaluate")
     assert test.radio(key="eval_source").value == "Folder on the server"  # the current KB is not the demo
     test.text_input(key="eval_folder").input(str(write_judgments(tmp_path / "beir")))
@@ -644,7 +647,10 @@ def test_runs_of_different_knowledge_bases_warn_when_compared(filled: Path) -> N
 
 
 @pytest.mark.model
-def test_a_kb_built_from_a_corpus_is_evaluated_but_not_offered_a_default(home: Path, tmp_path: Path) -> None:
+def test_a_kb_built_from_a_corpus_is_evaluated_but_not_offered_a_default(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KB_ALLOW_DIRS", str(tmp_path))
     KnowledgeBaseService(home).session().create_knowledge_base("Mine", 128, embedding_model="hashing")
     folder = write_judgments(tmp_path / "corpus")
     corpus = {
@@ -669,7 +675,10 @@ def test_a_kb_built_from_a_corpus_is_evaluated_but_not_offered_a_default(home: P
     assert [kb.name for kb in KnowledgeBaseService(home).home.knowledge_bases()] == ["Mine"]
 
 
-def test_evaluate_reports_bad_judgments_as_a_message(filled: Path, tmp_path: Path) -> None:
+def test_evaluate_reports_bad_judgments_as_a_message(
+    filled: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KB_ALLOW_DIRS", str(tmp_path))
     test = app("evaluate")
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -678,6 +687,49 @@ def test_evaluate_reports_bad_judgments_as_a_message(filled: Path, tmp_path: Pat
     test.button(key="eval_run").click().run()
     assert not test.exception
     assert texts(test, "error") and not any("Traceback" in e for e in texts(test, "error"))
+
+
+def test_evaluate_reads_a_server_folder_only_inside_kb_allow_dirs(
+    filled: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """#37 row 9: with KB_ALLOW_DIRS unset, "Folder on the server" told a visitor whether <any path>/corpus.jsonl
+    existed, built a KB from it and showed that folder's queries.jsonl texts in the per-query table."""
+    secret = write_judgments(tmp_path / "private")
+    (secret / "queries.jsonl").write_text('{"_id": "q1", "text": "the payroll of 2026"}\n', encoding="utf-8")
+    (secret / "corpus.jsonl").write_text('{"_id": "d1", "text": "salaries"}\n', encoding="utf-8")
+    monkeypatch.delenv("KB_ALLOW_DIRS", raising=False)
+    test = app("evaluate")
+    test.session_state["eval_folder"] = str(secret)  # whatever the field holds, nothing there is looked at
+    test.run()
+    assert not [t for t in test.toggle if t.key == "eval_build"]  # once offered: corpus.jsonl was there
+    assert test.button(key="eval_run").disabled and test.text_input(key="eval_folder").disabled
+    assert any("KB_ALLOW_DIRS" in i for i in texts(test, "info"))
+
+    allowed = tmp_path / "allowed"
+    allowed.mkdir()
+    (allowed / "linked").symlink_to(secret, target_is_directory=True)
+    monkeypatch.setenv("KB_ALLOW_DIRS", str(allowed))
+    refusals = []
+    for typed in (secret, tmp_path / "no-such-folder", allowed / "linked"):
+        test = app("evaluate")
+        test.text_input(key="eval_folder").input(str(typed)).run()
+        assert not test.exception
+        assert not [t for t in test.toggle if t.key == "eval_build"] and test.button(key="eval_run").disabled
+        (error,) = texts(test, "error")
+        refusals.append(error.replace(str(typed), "PATH"))
+    assert len(set(refusals)) == 1 and "not inside the folders" in refusals[0]  # exists or not: the same answer
+
+    # inside the allowed folder, a file that is a link to one outside is refused as the file is opened
+    inside = write_judgments(allowed / "beir")
+    (inside / "queries.jsonl").unlink()
+    (inside / "queries.jsonl").symlink_to(secret / "queries.jsonl")
+    test = app("evaluate")
+    test.text_input(key="eval_folder").input(str(inside)).run()
+    test.button(key="eval_run").click().run()
+    assert not test.exception
+    shown = " ".join(texts(test, "error") + texts(test, "markdown") + texts(test, "success"))
+    assert "payroll" not in shown and texts(test, "error")
+    assert all("payroll" not in frame.value.to_string() for frame in test.dataframe)
 
 
 # -- sessions ------------------------------------------------------------------------------------

@@ -141,6 +141,9 @@ MALFORMED = {
     "a score of inf": ("qrels.tsv", b"query-id\tcorpus-id\tscore\nq-en-1\ten-bees\tinf\n", 2, "whole number"),
     "binary qrels": ("qrels.tsv", b"\x89PNG\r\n\x1a\n" + bytes(range(128, 256)) * 8, 1, "not UTF-8"),
     "a NUL byte": ("qrels.tsv", b"query-id\tcorpus-id\tscore\nq-en-1\ten-bees\x00\t1\n", 2, "NUL"),
+    # #37: csv's field limit (131,072 characters) once made this an INTERNAL_ERROR
+    "a 200,000-character field": ("qrels.tsv", b"query-id\tcorpus-id\tscore\nq-en-1\t" + b"x" * 200_000 + b"\t1\n", 2,
+                                  "not a tab-separated line"),
 }
 
 

@@ -114,18 +114,20 @@ def run_evaluation(
     Raises :class:`~kb_core.errors.KBError` (and ``OSError``/``ValueError`` for unreadable judgments)."""
     settings, swept = planned_settings(request)
     sweep = sweep_weights(request.sweep_steps) if request.sweep_steps else None
+    # A confined session (the app's, with KB_ALLOW_DIRS) reads the judgments only inside its folders (#37).
+    allowed_dirs = getattr(session, "allowed_dirs", None)
     if not request.build_corpus:
         # The user's own KB, judged by the folder's queries and qrels (corpus ids are document names).
         kb_service: Resources = session.service
         record = session.resolve_kb(request.kb_name)
-        queries, qrels = load_beir_queries_qrels(request.folder, split=request.split)
+        queries, qrels = load_beir_queries_qrels(request.folder, split=request.split, allowed_dirs=allowed_dirs)
         queries = _first(queries, request.max_queries)
         dataset_name = request.dataset_name or Path(request.folder).resolve().name
         documents = None
         eval_session = session
     else:
         kb_service = (eval_service or session.service.evaluation_service)()
-        dataset = load_beir(request.folder, split=request.split)
+        dataset = load_beir(request.folder, split=request.split, allowed_dirs=allowed_dirs)
         dataset = replace(dataset, queries=_first(dataset.queries, request.max_queries))
         record = build_eval_kb(
             kb_service, dataset, chunk_size=request.chunk_size, embedding_model=request.embedding_model,
