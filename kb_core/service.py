@@ -505,6 +505,12 @@ class KnowledgeBaseService:
             located = {chunk_id: searcher.locate(chunk_id) for chunk_id in explain_chunk_ids}
             keys = [key for key in located.values() if key is not None]
             ranked = rank(searcher, query, vector, settings, filters, record.name, keys, floor)
+            cut = self._query_cut(record, query) if vector is not None else None
+            if cut is not None:
+                ranked.warnings.append(
+                    f"The query is {cut[1]:,} tokens long; its vector (semantic score) is computed from its first "
+                    f"{cut[0]:,}, which bounds the cost of a long query; keyword scores read all of it."
+                )
             for warning in searcher.warnings:
                 if warning not in ranked.warnings:
                     ranked.warnings.append(warning)
@@ -512,6 +518,10 @@ class KnowledgeBaseService:
             chunk_id: ranked.explained[key] for chunk_id, key in located.items() if key in ranked.explained
         }
         return ranked
+
+    def _query_cut(self, record: KnowledgeBaseRecord, query: str) -> tuple[int, int] | None:
+        cut = getattr(self.embedder(record), "query_cut", None)
+        return cut(query) if cut is not None else None
 
     def kb_version(self, record: KnowledgeBaseRecord) -> int:
         """The KB's committed version. Every commit by any process (an import, a deletion, a compaction) changes it,

@@ -346,9 +346,21 @@ def query_terms(text: str) -> list[str]:
 _SIGNIFICANT = re.compile(r"[&<>\"'\\`*_{}\[\]()#+\-.!|~:@=]")
 
 
-def _inert(text: str) -> str:
-    """``text`` as HTML that Markdown renders as exactly that text, line breaks kept."""
-    return _SIGNIFICANT.sub(lambda m: f"&#{ord(m.group())};", text).replace("\n", "<br>")
+# Where GitHub's autolink literals start (``https://…``, ``www.…``, ``name@host``): the Markdown renderer finds them in
+# text *after* character references are decoded (#37: ``https&#58;//evil.example`` still became a link), so an
+# empty element goes there, splitting the text the renderer searches.
+_AUTOLINK = re.compile(r"(?i)(?<=www)(?=\.)|(?=://)|(?=@)")
+
+
+def inert(text: str) -> str:
+    """``text`` as HTML that Markdown renders as exactly that text, line breaks kept: no markup, image, heading or
+    link (an autolinked bare URL or e-mail address included). For document text, names and chapters."""
+    return "<wbr>".join(
+        _SIGNIFICANT.sub(lambda m: f"&#{ord(m.group())};", part) for part in _AUTOLINK.split(text)
+    ).replace("\n", "<br>")
+
+
+_inert = inert
 
 
 CLAMP_LINES = 6

@@ -9,7 +9,6 @@ the tabs and score breakdowns run only when shown (their ``open`` state reruns t
 
 from __future__ import annotations
 
-import html
 import json
 from typing import Any
 
@@ -146,9 +145,9 @@ def settings_controls(prefix: str, initial: dict[str, Any]) -> dict[str, Any]:
 
 def place(chunk: dict[str, Any]) -> str:
     """Where the chunk is from, as Markdown that may hold HTML: the document's own text can start no HTML tag."""
-    parts = [f"**{html.escape(chunk['doc_name'])}**"]
+    parts = [f"**{ui.inert(chunk['doc_name'])}**"]
     if chunk.get("chapter"):
-        parts.append(f"chapter: {html.escape(chunk['chapter'])}")
+        parts.append(f"chapter: {ui.inert(chunk['chapter'])}")
     if chunk.get("page") is not None:
         parts.append(f"page {chunk['page']}")
     return " · ".join(parts)
@@ -280,11 +279,12 @@ if kind == MULTI:
             meta = chunk["metadata"]
             with st.container(border=True):
                 where = " · ".join(
-                    p for p in (f"**{meta['source']}**", f"chapter: {meta['chapter']}" if meta.get("chapter") else "",
+                    p for p in (f"**{ui.inert(meta['source'])}**",
+                                f"chapter: {ui.inert(meta['chapter'])}" if meta.get("chapter") else "",
                                 f"page {meta['page']}" if meta.get("page") is not None else "") if p
                 )
                 st.markdown(f"**#{rank}** · {where} · {chunk['matched_keywords']} of {len(keywords)} keywords · "
-                            f"score {chunk['score']:.3f}")
+                            f"score {chunk['score']:.3f}", unsafe_allow_html=True)  # where: made inert
                 st.markdown(ui.highlight(chunk["chunk_text"], ui.query_terms(" ".join(keywords))),
                             unsafe_allow_html=True)
     st.stop()

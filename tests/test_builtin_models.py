@@ -390,3 +390,31 @@ def test_a_disk_that_fills_while_the_folder_is_written_names_the_reason(tmp_path
     )
     assert "refused: MODEL_FOLDER_UNUSABLE" in out and "KB_MODELS_DIR=" in out and "File too large" in out, out
     assert not (tmp_path / "models" / builtin.E5_SMALL).exists()
+
+
+# -- a long query's vector reads its first windows only (#37 row 16) ------------------------------------------------
+def test_a_long_query_vector_reads_its_first_two_windows_and_the_search_says_so(
+    tiny_builtin: Path, tmp_path: Path
+) -> None:
+    """A 4,000-character Chinese query (the limit) cost 9-12 s of embedding on multilingual-e5-small: every window of
+    it took a forward pass. Its vector now comes from its first two windows, and the search says so."""
+    from kb_core import KnowledgeBaseService
+    from kb_core.embedding.local import SentenceTransformerEmbedder
+
+    embedder = SentenceTransformerEmbedder(builtin.E5_SMALL, device=None)
+    long_query = "混合检索的权重如何配置 hybrid search weights " * 400
+    assert len(embedder._windows_many([long_query], query=True)[0]) > 4
+    longer = embedder.embed_query(long_query + " 更多的文字 more words at the end " * 50)
+    assert np.allclose(embedder.embed_query(long_query), longer, atol=1e-6)  # nothing past the cut is read
+    read, total = embedder.query_cut(long_query) or (0, 0)
+    assert 0 < read < total
+    assert embedder.query_cut("short query") is None
+
+    session = KnowledgeBaseService(tmp_path / "home").session()
+    assert session.create_knowledge_base("长", 64, builtin.E5_SMALL)["success"]
+    (tmp_path / "a.txt").write_text("混合检索的权重 hybrid search weights", encoding="utf-8")
+    assert session.import_document([str(tmp_path / "a.txt")], kb_name="长")["success"]
+    session.select_knowledge_base("长")
+    warnings = session.search(long_query[:4000])["data"]["warnings"]
+    assert any("its vector (semantic score) is computed from its first" in w for w in warnings), warnings
+    assert not any("tokens long" in w for w in session.search("混合检索")["data"].get("warnings") or [])

@@ -227,6 +227,11 @@ class CachedEmbedder:
             self._on_query_embedded()
         return vector
 
+    def query_cut(self, text: str) -> tuple[int, int] | None:
+        """The inner embedder's (tokens read, tokens in all) of a query cut for its vector, else None."""
+        cut = getattr(self.inner, "query_cut", None)
+        return cut(text) if cut is not None else None
+
     def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
         """:meth:`embed_query` of several texts, in one call where the inner embedder offers one (an endpoint)."""
         batch = getattr(self.inner, "embed_queries", None)

@@ -206,6 +206,12 @@ def _input_template(model: SentenceTransformer, tokenizer: HFTokenizerAdapter) -
     return template
 
 
+# A query's vector is computed from its first windows only (#37): each window costs a forward pass on the CPU (one
+# BLAS thread for the numpy path), so a 4,000-character Chinese query (8 windows of multilingual-e5-small) cost 9-12 s
+# against a fraction of a second; two windows (about 1,000 tokens with e5, 500 with MiniLM) hold any query people
+# type. The search says so when it cuts one (kb_core.service), and keyword search reads the whole query.
+QUERY_WINDOWS = 2
+
 # Tokens per batch on a GPU (rows x longest row): ~1,600 windows of 160 tokens, ~1,000 of 256. The library's own
 # encode() was fastest at its largest batch tried (1,024) on an H200; the budget keeps long windows from blowing up.
 DEVICE_BATCH_TOKENS = 1 << 18
@@ -618,10 +624,19 @@ class SentenceTransformerEmbedder:
         except InvalidArgument:
             return False
 
-    def embed_query(self, text: str) -> np.ndarray:
-        """The query's vector (after the model's query prompt), computed on the CPU (windowed like a document): by
-        the numpy forward pass where it applies, else by the torch model on the CPU."""
+    def query_cut(self, text: str) -> tuple[int, int] | None:
+        """(tokens read, tokens in all) when a query is longer than the :data:`QUERY_WINDOWS` windows its vector is
+        computed from; None when the vector reads all of it."""
         pieces = self._windows_many([text], query=True)[0]
+        if len(pieces) <= QUERY_WINDOWS:
+            return None
+        return sum(len(w.ids) for w in pieces[:QUERY_WINDOWS]), sum(len(w.ids) for w in pieces)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        """The query's vector (after the model's query prompt), computed on the CPU (windowed like a document, from
+        its first :data:`QUERY_WINDOWS` windows): by the numpy forward pass where it applies, else by the torch model
+        on the CPU."""
+        pieces = self._windows_many([text], query=True)[0][:QUERY_WINDOWS]
         prompt = self._prompt_for(True)
         # Where the document model is loaded on the CPU in float32 already, it serves queries too (no second copy of
         # the weights in numpy); otherwise the numpy forward pass spares a process importing torch for a query.
