@@ -97,7 +97,7 @@ def serve_http(
 ) -> None:
     """Serve streamable HTTP at http://HOST:PORT/mcp. A non-loopback host needs ``allow_remote``;
     ``allowed_hosts`` adds names clients may use in the Host header (see :func:`transport_security`)."""
-    import uvicorn
+    from kb_core.mcp import http_limits  # uvicorn is imported only to serve HTTP
 
     for folder in allowed_dirs:
         if not Path(folder).expanduser().is_dir():
@@ -109,6 +109,6 @@ def serve_http(
         server = KBMCPServer(home, http=True, host=bound, port=port, allowed_dirs=allowed_dirs, allowed_hosts=names)
         server.holder.open(warm_up_first=True)
         logger.warning("MCP server listening on http://%s:%d/mcp", bound, port)
-        uvicorn.Server(uvicorn.Config(server.http_app(), log_level="warning")).run(sockets=[sock])
+        http_limits.serve(server.http_app(), sock)  # header and idle timeouts, connection caps (#37)
     finally:
         sock.close()
