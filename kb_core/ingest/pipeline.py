@@ -36,7 +36,7 @@ from typing import Any
 
 from kb_core.embedding.base import embed_with_token_ids
 from kb_core.errors import KBError, KBNotFound, ParseError
-from kb_core.ingest.executors import DocumentExecutor
+from kb_core.ingest.executors import DocumentExecutor, ImportCancelled
 from kb_core.ingest.parsing.isolation import PARSER_PROCESSES, WRITER_PROCESSES
 from kb_core.ingest.payloads import FilePayload
 from kb_core.ingest.prepared import PreparedChunks
@@ -209,6 +209,7 @@ class Importer:
         committed again, and its progress says ``already_imported`` (re-running an import that was killed)."""
         self.sources = list(sources)
         self.imported: ImportedDocuments = imported or {}
+        self.cancel = cancel
         progress = ImportProgress(files=[FileProgress(file_path=s.reported_path or str(s.path)) for s in sources])
         try:
             job = self.sink.open_job(progress)
@@ -469,7 +470,7 @@ class Importer:
                 continue
             handed.append(index)
             progress.files[index].status = "parsing"  # handed to the executor: parsing, chunking and embedding there
-        for result in executor.execute([self.sources[i] for i in handed], chunk_size):
+        for result in executor.execute([self.sources[i] for i in handed], chunk_size, self.cancel):
             if result.index in seen or not 0 <= result.index < len(handed):
                 logger.warning("executor %s returned file %d twice; ignored", executor.name, result.index)
                 continue
@@ -641,11 +642,6 @@ def _split_documents(documents: list[IncomingDocument], pieces: int) -> list[lis
         runs[-1].append(document)
         done += document.chunk_count
     return runs
-
-
-class ImportCancelled(KBError):
-    def __init__(self, message: str) -> None:
-        super().__init__(message, code="IMPORT_CANCELLED")
 
 
 class _Committer:

@@ -8,11 +8,14 @@ through the store's commit protocol, so the KB's consistency never depends on wh
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
+
+from kb_core.errors import KBError
 
 if TYPE_CHECKING:
     from kb_core.ingest.chunking import Chunk
@@ -33,12 +36,22 @@ class ExecutedDocument:
     error: str | None = None
 
 
+class ImportCancelled(KBError):
+    """The user stopped the import (``cancel`` was set): what was committed stays, the rest fails with this."""
+
+    def __init__(self, message: str = "cancelled: the import was stopped before this file was committed") -> None:
+        super().__init__(message, code="IMPORT_CANCELLED")
+
+
 class DocumentExecutor(Protocol):
-    """Parses, chunks and embeds sources; yields each document once, in any order, as soon as it is done."""
+    """Parses, chunks and embeds sources; yields each document once, in any order, as soon as it is done. Once
+    ``cancel`` is set it stops within about a second, raising :class:`ImportCancelled`, and leaves nothing running."""
 
     name: str
 
-    def execute(self, sources: Sequence[ImportSource], chunk_size: int) -> Iterator[ExecutedDocument]: ...
+    def execute(
+        self, sources: Sequence[ImportSource], chunk_size: int, cancel: threading.Event | None = None
+    ) -> Iterator[ExecutedDocument]: ...
 
     def summary(self) -> dict[str, object]:
         """What the last run did (e.g. chunks per node), for the import's result."""

@@ -2,9 +2,12 @@
 
 Pipeline (streaming; each stage starts as soon as the one before has output)::
 
-    from_items(files as bytes) ─map_batches(parse_and_chunk, tasks)→ ─map_batches(ChunkEmbedder, actor pool)→ driver
+    read_binary_files(local://…) ─map_batches(parse_and_chunk, tasks)→ ─map_batches(ChunkEmbedder, actor pool)→ driver
 
-* Files travel as bytes through Ray's object store, so worker nodes need not see the driver's disk.
+* Files are read lazily by Ray Data's read tasks on the driver's node (``local://``) and travel as bytes through
+  Ray's object store, so worker nodes need not see the driver's disk, and neither the importing process nor the
+  driver holds them (#37: 8 files of 96 MB once drove the importer to 2.5 GB). Through Ray Client (``ray://``),
+  where no task runs on this machine, the driver puts them into the object store one at a time.
 * Chunks travel to the embedding stage as JSON (:meth:`Chunk.to_dict`) with their token ids beside them in
   packed arrays (:func:`pack_token_ids`), so the actors embed from the ids the chunker made and tokenise no chunk
   text again (#15).
@@ -17,12 +20,17 @@ Pipeline (streaming; each stage starts as soon as the one before has output)::
 * An actor whose node sees the home's embedding cache (one machine, or the home on a shared file system)
   answers repeated texts from it and stores what it embeds, so a re-run costs no model time.
 * A cluster that is not there, or that dies mid-import, is an error within seconds (#29), not minutes of Ray's
-  own reconnection attempts: the address is probed (TCP, ``CONNECT_TIMEOUT_S``) before anything starts. The Ray
-  driver runs in a child process (:func:`serve_driver`) that streams the results to the importing process: Ray
-  ends a driver whose node's raylet dies, and so it ends that child, not the import. The importing process probes
-  the cluster's GCS every second while it waits; a driver that exits, or a cluster silent for ``LOST_AFTER_S``,
-  stops the import with ``EXECUTOR_FAILED`` naming the address (what was committed stays; the other files fail
-  with that reason).
+  own reconnection attempts: the address is probed before anything starts, for a gRPC server (an HTTP/2
+  handshake, as Ray's GCS answers it) within ``CONNECT_TIMEOUT_S``, so a port where something else listens is
+  refused at once (#37: it passed a TCP probe and hung), and the driver must have joined the cluster within
+  ``JOIN_TIMEOUT_S``. The Ray driver runs in a child process (:func:`serve_driver`) that streams the results to
+  the importing process: Ray ends a driver whose node's raylet dies, and so it ends that child, not the import.
+  The importing process probes the cluster's GCS every second while it waits; a driver that exits, or a cluster
+  silent for ``LOST_AFTER_S``, stops the import with ``EXECUTOR_FAILED`` naming the address (what was committed
+  stays; the other files fail with that reason).
+* The driver runs in a process group of its own: a cancel (the first Ctrl-C of ``kb import``) stops it and
+  everything it started within about a second, and so does the end of the importing process, however it ends
+  (SIGTERM, SIGKILL): the driver watches the pipe from it and ends its group when that closes.
 
 Every node needs ``kb-workbench[ray]`` installed (the same version as the driver) and the model package.
 """
@@ -38,6 +46,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -50,7 +59,7 @@ import numpy as np
 from kb_core.embedding.base import embed_with_token_ids
 from kb_core.embedding.device import DeviceRequest
 from kb_core.errors import InvalidArgument, KBError
-from kb_core.ingest.executors import ExecutedDocument
+from kb_core.ingest.executors import ExecutedDocument, ImportCancelled
 from kb_core.json_text import json_text
 
 if TYPE_CHECKING:
@@ -66,7 +75,14 @@ logger = logging.getLogger(__name__)
 MAX_EMBED_DOCUMENTS = 64  # documents per embedding call at most (a few hundred chunks: a full GPU batch)
 MAX_BLOCKS = 256  # input blocks: enough to spread parsing, few enough to keep Ray Data's bookkeeping small
 ACTOR_START_TIMEOUT_S = 600  # loading a model on a busy node can take a while
-CONNECT_TIMEOUT_S = 5.0  # a cluster's address must accept a connection within this
+CONNECT_TIMEOUT_S = 5.0  # a cluster's address must accept a connection and answer as a gRPC server within this
+JOIN_TIMEOUT_S = 60.0  # the driver must have joined the cluster (ray.init) within this
+STOP_GRACE_S = 5.0  # a stopped driver's group is killed after this
+# An HTTP/2 client's connection preface and an empty SETTINGS frame: a gRPC server (Ray's GCS, Ray Client's
+# server) answers with a SETTINGS frame of its own; an HTTP/1 server, a database or a silent port does not.
+HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+_FRAME_HEADER = 9
+_SETTINGS = 4
 LOST_AFTER_S = 6.0  # a cluster whose GCS has not answered for this long is gone
 INSTALL_HINT = "install the optional extra: pip install 'kb-workbench[ray]'"
 
@@ -120,7 +136,30 @@ def unpack_token_ids(row: dict[str, Any]) -> list[TokenIds | None]:
     return out
 
 
-def parse_and_chunk(batch: pd.DataFrame, *, model: str, chunk_size: int, limits: ParseLimits) -> pd.DataFrame:
+def _rows(batch: pd.DataFrame, sources: dict[str, tuple[int, str]] | None) -> Iterator[tuple[int, str, Any]]:
+    """(index, name, bytes) of each file of a batch: read by ``read_binary_files`` (a ``path`` and ``bytes`` per row,
+    ``sources`` naming each path), or put into the object store by a Ray Client driver (an ``index``, a ``name``
+    and a ``ref``), fetched one at a time."""
+    if "path" in batch:
+        assert sources is not None
+        for path, data in zip(batch["path"], batch["bytes"], strict=True):
+            index, name = sources[str(path).removeprefix("local://")]
+            yield index, name, data
+        return
+    import ray
+
+    for index, name, ref in zip(batch["index"], batch["name"], batch["ref"], strict=True):
+        yield int(index), str(name), ray.get(ref)
+
+
+def parse_and_chunk(
+    batch: pd.DataFrame,
+    *,
+    model: str,
+    chunk_size: int,
+    limits: ParseLimits,
+    sources: dict[str, tuple[int, str]] | None = None,
+) -> pd.DataFrame:
     """Ray Data stage 1 (tasks): each row's file bytes → text and chunks (JSON), or the error."""
     import pandas as pd
 
@@ -131,7 +170,7 @@ def parse_and_chunk(batch: pd.DataFrame, *, model: str, chunk_size: int, limits:
     # Shared by this worker's tasks (loading a tokenizer per file cost ~25 ms); a local model's loads without the model.
     tokenizer = get_embedder(model).tokenizer
     rows: list[dict[str, Any]] = []
-    for index, name, data in zip(batch["index"], batch["name"], batch["data"], strict=True):
+    for index, name, data in _rows(batch, sources):
         row: dict[str, Any] = {"index": int(index), "file_type": "", "text": "", "chunks": "[]", "error": ""}
         row.update(pack_token_ids([]))
         with tempfile.TemporaryDirectory(prefix="kb-ray-parse-") as folder:
@@ -286,15 +325,17 @@ class RayExecutor:
             raise InvalidArgument(f"cannot start or reach a Ray cluster {where}: {exc}") from exc
         return ray
 
-    def execute(self, sources: Sequence[ImportSource], chunk_size: int) -> Iterator[ExecutedDocument]:
-        """The documents, from a Ray driver in a child process (see the module docstring)."""
+    def execute(
+        self, sources: Sequence[ImportSource], chunk_size: int, cancel: threading.Event | None = None
+    ) -> Iterator[ExecutedDocument]:
+        """The documents, from a Ray driver in a child process (see the module docstring); ``cancel`` stops it."""
         ray = _ray()
         address = self.address or os.environ.get("RAY_ADDRESS") or None
         if ray.is_initialized():  # this process is connected: the child joins the same cluster
             address = _gcs_address(ray) or address
         if address and address not in ("auto", "local"):
             probe_address(address)  # nothing listening: an error now, not Ray's minutes of retries
-        items = [(i, source.path.name, source.path.read_bytes()) for i, source in enumerate(sources)]
+        items = [(i, str(source.path.resolve())) for i, source in enumerate(sources)]  # read there, not here
         job = _DriverJob(
             model=self.model,
             device=self.device,
@@ -308,27 +349,37 @@ class RayExecutor:
         )
         driver = _Driver(job)
         try:
-            yield from driver.results()
+            yield from driver.results(cancel)
             self._summary = driver.summary
         finally:
             driver.stop()
 
-    def execute_here(self, items: Sequence[tuple[int, str, bytes]], chunk_size: int) -> Iterator[ExecutedDocument]:
-        """The pipeline, driven from this process (the child of :meth:`execute`)."""
+    def execute_here(self, items: Sequence[tuple[int, str]], chunk_size: int) -> Iterator[ExecutedDocument]:
+        """The pipeline, driven from this process (the child of :meth:`execute`); ``items``: (index, path)."""
         from kb_core.ingest.chunking import Chunk
 
         ray = self.connect()
         nodes = [n for n in ray.nodes() if n.get("Alive")]
         gpus = int(ray.cluster_resources().get("GPU", 0))
         actors = self.actors or gpus or max(1, len(nodes))
-        rows = [{"index": i, "name": name, "data": data} for i, name, data in items]
+        blocks = max(1, min(len(items), MAX_BLOCKS))
+        sources: dict[str, tuple[int, str]] | None = None
+        if ray.util.client.ray.is_connected():  # Ray Client: no task runs on this machine
+            rows = []
+            for index, path in items:  # one file in this process at a time
+                rows.append({"index": index, "name": Path(path).name, "ref": ray.put(Path(path).read_bytes())})
+            files = ray.data.from_items(rows, override_num_blocks=blocks)
+        else:  # read lazily by tasks on this node, as the stages downstream take them
+            sources = {path: (index, Path(path).name) for index, path in items}
+            files = ray.data.read_binary_files(
+                [f"local://{path}" for _, path in items], include_paths=True, override_num_blocks=blocks
+            )
         dataset = (
-            ray.data.from_items(rows, override_num_blocks=max(1, min(len(rows), MAX_BLOCKS)))
-            .map_batches(
+            files.map_batches(
                 parse_and_chunk,
                 batch_size=1,
                 batch_format="pandas",
-                fn_kwargs={"model": self.model, "chunk_size": chunk_size, "limits": self.limits},
+                fn_kwargs={"model": self.model, "chunk_size": chunk_size, "limits": self.limits, "sources": sources},
                 # Half a CPU: parsing tasks fit beside the embedding actors, and the different request keeps Ray
                 # from fusing the two stages into one (which would parse inside the embedding actors, serially).
                 num_cpus=0.5,
@@ -388,12 +439,13 @@ class RayExecutor:
 
 
 def probe_address(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
-    """Raise :class:`InvalidArgument` naming ``address`` (``HOST:PORT`` or ``ray://HOST:PORT``) when nothing there
-    accepts a TCP connection within ``timeout`` seconds."""
+    """Raise :class:`InvalidArgument` naming ``address`` (``HOST:PORT`` or ``ray://HOST:PORT``) unless, within
+    ``timeout`` seconds, something there accepts a TCP connection and answers an HTTP/2 handshake as the gRPC
+    servers of Ray do (its GCS, Ray Client's server)."""
     host, port = _host_port(address)
+    deadline = time.monotonic() + timeout
     try:
-        with socket.create_connection((host, port), timeout=timeout):
-            pass
+        connection = socket.create_connection((host, port), timeout=timeout)
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
         raise InvalidArgument(
@@ -401,6 +453,33 @@ def probe_address(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
             "--address out to start a local one",
             details={"field": "address", "address": address},
         ) from exc
+    answer = b""
+    with connection:
+        try:
+            connection.settimeout(max(0.05, deadline - time.monotonic()))
+            connection.sendall(HTTP2_PREFACE)
+            while len(answer) < _FRAME_HEADER:
+                connection.settimeout(max(0.05, deadline - time.monotonic()))
+                piece = connection.recv(_FRAME_HEADER - len(answer))
+                if not piece:
+                    break
+                answer += piece
+        except OSError:  # a time-out, or a reset: no HTTP/2 answer
+            pass
+    if len(answer) == _FRAME_HEADER and answer[3] == _SETTINGS and answer[5:9] == bytes(4):
+        return
+    if not answer:
+        what = f"nothing within {timeout:g} s"
+    elif answer.startswith(b"HTTP/"):
+        what = "as an HTTP/1 server"
+    else:
+        what = f"{answer[:_FRAME_HEADER]!r}"
+    raise InvalidArgument(
+        f"something listens at {address!r}, but not a Ray cluster: Ray's GCS speaks gRPC (HTTP/2), and this "
+        f"answered {what}; give the address `ray start --head` printed (HOST:6379), or leave --address out to "
+        "start a local one",
+        details={"field": "address", "address": address},
+    )
 
 
 def _host_port(address: str) -> tuple[str, int]:
@@ -452,7 +531,7 @@ class _DriverJob:
     actors: int | None
     crash_marker: str | None
     chunk_size: int
-    items: list[tuple[int, str, bytes]]
+    items: list[tuple[int, str]]  # (index, path): the driver reads the files, the importing process does not
 
 
 def serve_driver() -> None:
@@ -465,6 +544,7 @@ def serve_driver() -> None:
     os.dup2(2, 1)
     conn = PipeConnection(0, protocol_out)
     job: _DriverJob = conn.recv()
+    threading.Thread(target=_end_with_the_importer, name="kb-ray-importer-watch", daemon=True).start()
     executor = RayExecutor(
         model=job.model,
         device=job.device,
@@ -487,6 +567,18 @@ def serve_driver() -> None:
         conn.send(("error", "KBError", "EXECUTOR_FAILED", f"the ray executor failed: {type(exc).__name__}: {exc}", {}))
 
 
+def _end_with_the_importer() -> None:
+    """In the driver: the importing process keeps this process's stdin open until it has stopped it, so the end of
+    that pipe means the importer is gone (SIGTERM, SIGKILL, a crash): end this process group, the driver and what
+    it started, rather than run on orphaned."""
+    try:
+        while os.read(0, 4096):
+            pass
+    except OSError:
+        pass
+    os.killpg(os.getpgrp(), signal.SIGKILL)
+
+
 class _Driver:
     """The importing process's side of :func:`serve_driver`: the child process, its results, and a watchdog."""
 
@@ -504,17 +596,25 @@ class _Driver:
             stdout=subprocess.PIPE,
             env=env,
             close_fds=True,
+            start_new_session=True,  # a group of its own: stopped as a whole, and out of the terminal's Ctrl-C
         )
         assert self.process.stdin is not None and self.process.stdout is not None
         self.conn = PipeConnection(self.process.stdout.fileno(), self.process.stdin.fileno())
         self.conn.send(job)
 
-    def results(self) -> Iterator[ExecutedDocument]:
+    def results(self, cancel: threading.Event | None = None) -> Iterator[ExecutedDocument]:
         silent_since: float | None = None
+        started, joined = time.monotonic(), False
         while True:
+            if cancel is not None and cancel.is_set():
+                raise ImportCancelled()
             if not self.conn.poll(1.0):
                 if self.process.poll() is not None:
                     raise self._lost()
+                if not joined:
+                    if time.monotonic() - started >= JOIN_TIMEOUT_S:
+                        raise self._not_joined()
+                    continue
                 if self.address is None or self.address in ("auto", "local") or _answers(self.address):
                     silent_since = None
                 elif silent_since is None:
@@ -528,6 +628,7 @@ class _Driver:
                 raise self._lost() from None
             kind = message[0]
             if kind == "connected":
+                joined = True
                 self.address = message[1] or self.address  # the GCS the driver joined (or started)
             elif kind == "document":
                 yield message[1]
@@ -558,17 +659,37 @@ class _Driver:
             details={"address": self.address},
         )
 
+    def _not_joined(self) -> KBError:
+        where = f"the Ray cluster at {self.address!r}" if self.address else "a local Ray cluster"
+        reason = f"the Ray driver did not join {where} within {JOIN_TIMEOUT_S:g} s"
+        logger.error("ray executor: %s", reason)
+        return KBError(
+            f"the ray executor failed: {reason}; check --address (`ray start --head` prints it)",
+            code="EXECUTOR_FAILED",
+            details={"address": self.address},
+        )
+
     def stop(self) -> None:
-        """End the driver (a finished one exits by itself; a cancelled or failed import's is killed)."""
+        """End the driver (a finished one exits by itself; a cancelled or failed import's is stopped with everything
+        it started: SIGTERM to its process group, SIGKILL after :data:`STOP_GRACE_S`)."""
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(10 if self.process.poll() is None and self.summary else 0.1)
         if self.process.poll() is None:
-            self.process.kill()
+            self._signal_group(signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(STOP_GRACE_S)
+            self._signal_group(signal.SIGKILL)
             self.process.wait(10)
+        self._signal_group(signal.SIGKILL)  # anything of its group that outlived it
         for stream in (self.process.stdin, self.process.stdout):
             with contextlib.suppress(OSError):
                 if stream is not None:
                     stream.close()
+
+
+    def _signal_group(self, number: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, number)
 
 
 def _answers(address: str) -> bool:
