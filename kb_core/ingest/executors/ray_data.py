@@ -38,6 +38,7 @@ Every node needs ``kb-workbench[ray]`` installed (the same version as the driver
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import logging
 import os
@@ -446,8 +447,8 @@ def probe_address(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
     deadline = time.monotonic() + timeout
     try:
         connection = socket.create_connection((host, port), timeout=timeout)
-    except OSError as exc:
-        reason = exc.strerror or type(exc).__name__
+    except (OSError, UnicodeError) as exc:  # UnicodeError: a host name IDNA cannot encode
+        reason = getattr(exc, "strerror", None) or type(exc).__name__
         raise InvalidArgument(
             f"no Ray cluster answers at {address!r} ({reason}): start one there (ray start --head), or leave "
             "--address out to start a local one",
@@ -483,14 +484,29 @@ def probe_address(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
 
 
 def _host_port(address: str) -> tuple[str, int]:
-    rest = address.split("://", 1)[1] if "://" in address else address
-    host, _, port = rest.rstrip("/").rpartition(":")
-    if not host:  # no port: Ray's defaults
-        return rest, 10001 if address.startswith("ray://") else 6379
-    try:
-        return host.strip("[]"), int(port)
-    except ValueError as exc:
-        raise InvalidArgument(f"malformed Ray address {address!r}: use HOST:PORT or ray://HOST:PORT") from exc
+    """The host and port of ``HOST:PORT``, ``[V6]:PORT`` or ``ray://HOST:PORT`` (Ray's default port without one);
+    :class:`InvalidArgument` for anything else."""
+    malformed = InvalidArgument(
+        f"malformed Ray address {address[:200]!r}: use HOST:PORT or ray://HOST:PORT",
+        details={"field": "address"},
+    )
+    rest = (address.split("://", 1)[1] if "://" in address else address).rstrip("/")
+    if ":" in rest.rsplit("]", 1)[-1]:
+        host, _, port = rest.rpartition(":")
+    else:  # no port: Ray's defaults
+        host, port = rest, "10001" if address.startswith("ray://") else "6379"
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not host or len(host) > 253 or not port.isascii() or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise malformed
+    if any(c.isspace() or c in "/?#@" for c in host) or any(len(label) > 63 for label in host.split(".")):
+        raise malformed
+    if ":" in host:  # only an IPv6 address has one
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise malformed from None
+    return host, int(port)
 
 
 def _gcs_address(ray: Any) -> str | None:
