@@ -22,6 +22,7 @@ import streamlit as st
 from kb_core import KnowledgeBaseService, Session
 from kb_core.config import resolve_home
 from kb_core.ingest.pipeline import FileProgress, ImportProgress
+from kb_core.safe_files import path_name_problem, shown_path
 
 SESSION_KEY = "kb_session"
 DEMO_ENVIRONMENT_VARIABLE = "KB_DEMO"  # "0" skips building the demo KB (tests)
@@ -110,6 +111,9 @@ def server_folders() -> tuple[list[Path], list[str]]:
     missing: list[str] = []
     for entry in os.environ.get(ALLOW_DIRS_ENVIRONMENT_VARIABLE, "").split(os.pathsep):
         if entry.strip():
+            if path_name_problem(entry.strip()) is not None:  # not UTF-8, too long: never a folder to use
+                missing.append(shown_path(entry.strip()))
+                continue
             folder = Path(entry.strip()).expanduser()
             if folder.is_dir():
                 found.append(folder)

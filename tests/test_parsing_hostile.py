@@ -321,3 +321,26 @@ def test_damaged_deflate_stream_is_a_clear_error(tmp_path: Path) -> None:
     error = refusal(write(tmp_path, "deflate.docx", bytes(data)))
     assert error.code == "CORRUPT_DOCUMENT"
     assert "word/document.xml cannot be unpacked" in error.message and "malformed" not in error.message
+
+
+def test_a_docx_listing_too_many_parts_is_refused_before_its_directory_is_parsed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """#37: a zip's member checks come after zipfile parsed its whole directory, work that grows with the count;
+    the count is now read from the end record first."""
+    import zipfile
+
+    from kb_core.ingest.parsing import docx_parser
+
+    path = tmp_path / "many.docx"
+    with zipfile.ZipFile(path, "w") as out:
+        for number in range(101):
+            out.writestr(f"word/media/p{number}.bin", b"")
+    monkeypatch.setattr(docx_parser, "MAX_PARTS", 100)
+
+    def parsed(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the directory was parsed before the part limit was applied")
+
+    monkeypatch.setattr(docx_parser.zipfile, "ZipFile", parsed)
+    error = refusal(path)
+    assert error.code == "CORRUPT_DOCUMENT" and "101 parts" in error.message and "at most 100" in error.message

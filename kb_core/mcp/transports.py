@@ -17,6 +17,7 @@ import anyio
 from kb_core.errors import InvalidArgument, KBError, PermissionDenied
 from kb_core.mcp.http_security import url_host
 from kb_core.mcp.server import DEFAULT_HTTP_PORT, KBMCPServer
+from kb_core.safe_files import path_name_problem, shown_path
 
 logger = logging.getLogger(__name__)
 
@@ -100,6 +101,9 @@ def serve_http(
     from kb_core.mcp import http_limits  # uvicorn is imported only to serve HTTP
 
     for folder in allowed_dirs:
+        problem = path_name_problem(str(folder))
+        if problem is not None:
+            raise KBError(f"--allow-dir {shown_path(str(folder))!r} {problem}.", code="INVALID_ARGUMENT")
         if not Path(folder).expanduser().is_dir():
             raise KBError(f"--allow-dir {folder!r} is not a folder.", code="INVALID_ARGUMENT")
     sock = listening_socket(host, port, allow_remote)

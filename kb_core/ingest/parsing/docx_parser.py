@@ -27,7 +27,7 @@ from kb_core.ingest.parsing.base import (
     make_document,
     parse_error,
 )
-from kb_core.safe_zip import InflateLimits, UnsafeMember, iter_member
+from kb_core.safe_zip import InflateLimits, UnsafeMember, central_directory, iter_member
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +42,10 @@ MC_NS = "http://schemas.openxmlformats.org/markup-compatibility/2006"
 REL_NS = "http://schemas.openxmlformats.org/package/2006/relationships"
 _SUSPICIOUS_RATIO = 100
 _SUSPICIOUS_MEMBER_BYTES = 10 * 1024 * 1024
+# A document's parts (Word writes tens, a few thousand with many images), checked from the zip's end record before
+# zipfile parses its directory (work that grows with the count): #37.
+MAX_PARTS = 100_000
+_MAX_DIRECTORY_BYTES = MAX_PARTS * 1024
 
 # Subtrees that never hold visible text: properties, deleted or moved-away text, field instructions.
 _SKIP = frozenset(
@@ -348,6 +352,16 @@ class _Package:
         except OSError as exc:
             raise parse_error(CORRUPT_DOCUMENT, path, f"it cannot be read ({exc.strerror or exc})") from None
         try:
+            declared = central_directory(self.handle)
+            if declared is not None and (declared.members > MAX_PARTS or declared.size > _MAX_DIRECTORY_BYTES):
+                self.handle.close()
+                raise parse_error(
+                    CORRUPT_DOCUMENT,
+                    path,
+                    f"its zip lists {declared.members:,} parts in {declared.size:,} bytes; a DOCX has at most "
+                    f"{MAX_PARTS:,}",
+                )
+            self.handle.seek(0)
             self.zip = zipfile.ZipFile(self.handle)
             infos = self.zip.infolist()
         except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError, EOFError, NotImplementedError) as exc:
