@@ -17,6 +17,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import httpx
@@ -121,6 +122,7 @@ def test_2000_half_open_connections_neither_stop_a_real_client_nor_flood_the_log
     with half_open(url, HALF_OPEN):
         seconds, tools = _tools_list(url, token)
         assert "search" in tools and seconds < 2
+        print(f"tools/list answered in {seconds:.3f} s with {HALF_OPEN} half-open connections")  # shown with -s
         seconds, tools = _tools_list(url, token)  # and again, the idle sockets still open
         assert "search" in tools
     lines = log.read_text(encoding="utf-8").splitlines()[before:]
@@ -132,27 +134,40 @@ def test_2000_half_open_connections_neither_stop_a_real_client_nor_flood_the_log
 
 
 def test_the_guard_closes_the_oldest_idle_connection_never_a_busy_one() -> None:
-    class Fake:
-        def __init__(self, address: str, idle: bool) -> None:
+    class Connection:
+        def __init__(self, address: str, idle: bool, served: bool = False, new: bool = False) -> None:
             self.client = (address, 1)
             self.idle = idle
+            self.served = served
+            self.idle_since = time.monotonic() - (0 if new else 10)
             self.closed = False
 
         def close_idle(self) -> None:
             self.closed = True
 
     guard = http_limits.ConnectionGuard(max_connections=3, per_client=2)
-    busy, idle = Fake("10.0.0.1", idle=False), Fake("10.0.0.1", idle=True)
-    assert guard.admit(busy) and guard.admit(idle)  # type: ignore[arg-type]
-    newer = Fake("10.0.0.1", idle=True)
-    assert guard.admit(newer) and idle.closed and not busy.closed  # type: ignore[arg-type]
-    other = Fake("10.0.0.2", idle=False)
-    assert guard.admit(other)  # type: ignore[arg-type]
-    assert guard.admit(Fake("10.0.0.3", idle=True)) and newer.closed  # type: ignore[arg-type]  # the server's cap
-    third = Fake("10.0.0.1", idle=True)
-    busy_too = Fake("10.0.0.1", idle=False)
-    guard.release(guard and next(p for p in guard.open if p.client[0] == "10.0.0.3"))  # type: ignore[arg-type]
-    assert guard.admit(third)  # type: ignore[arg-type]
-    third.idle = False
-    assert not guard.admit(busy_too)  # type: ignore[arg-type]  # its two are busy: the new one is refused
-    assert http_limits.connection_limit(1024) == 768 and http_limits.connection_limit(1 << 20) == 1024
+    admit: Any = guard.admit
+    busy, idle = Connection("10.0.0.1", idle=False), Connection("10.0.0.1", idle=True)
+    assert admit(busy) and admit(idle)
+    newer = Connection("10.0.0.1", idle=True)
+    assert admit(newer) and idle.closed and not busy.closed  # the client's cap: its oldest idle one went
+    other = Connection("10.0.0.2", idle=False)
+    assert admit(other)  # three open: the server's cap
+    third = Connection("10.0.0.3", idle=True)
+    assert admit(third) and newer.closed and not other.closed  # the oldest idle of any client went
+    admit = http_limits.ConnectionGuard(max_connections=2, per_client=2).admit  # a real client, served before
+    client = Connection("127.0.0.1", idle=True, served=True)
+    flood = [Connection("127.0.0.1", idle=True) for _ in range(5)]
+    assert admit(client) and all(admit(sock) for sock in flood)
+    assert not client.closed and all(sock.closed for sock in flood[:-1])  # half-open sockets go first
+    admit = http_limits.ConnectionGuard(max_connections=2, per_client=2).admit
+    just_answered = Connection("127.0.0.1", idle=True, served=True, new=True)  # its next request may be on its way
+    assert admit(just_answered) and admit(Connection("127.0.0.1", idle=False))
+    assert not admit(Connection("127.0.0.1", idle=True)) and not just_answered.closed  # the newcomer is refused
+    admit = http_limits.ConnectionGuard(max_connections=2, per_client=2).admit
+    assert admit(Connection("10.0.0.1", idle=False)) and admit(Connection("10.0.0.1", idle=False))
+    assert not admit(Connection("10.0.0.1", idle=True))  # every one busy: the new one is refused
+    assert http_limits.connection_limit(1024) == 512 and http_limits.connection_limit(1 << 20) == 1024
+    per_client = http_limits.ConnectionGuard(max_connections=100, per_client=1)  # loopback: the server's cap only
+    assert per_client.admit(Connection("127.0.0.1", idle=False)) and per_client.admit(Connection("::1", idle=False))
+    assert per_client.admit(Connection("127.0.0.1", idle=False))

@@ -303,12 +303,14 @@ def test_the_embedding_stage_uses_the_chunkers_token_ids_and_tokenises_no_chunk_
     from tests.counting_tokenizer import CountingBackend
 
     files = [p for p in DEMO_FILES if p.suffix == ".txt"]
-    batch = pd.DataFrame(
-        {"index": range(len(files)), "name": [p.name for p in files], "data": [p.read_bytes() for p in files]}
-    )
+    # as read_binary_files hands them on (a path and the bytes per row), each path named by the importer
+    batch = pd.DataFrame({"path": [str(p) for p in files], "bytes": [p.read_bytes() for p in files]})
+    sources = {str(p): (i, p.name) for i, p in enumerate(files)}
     rows = pd.concat(
         [
-            parse_and_chunk(batch.iloc[[i]], model="all-MiniLM-L6-v2", chunk_size=96, limits=ParseLimits())
+            parse_and_chunk(
+                batch.iloc[[i]], model="all-MiniLM-L6-v2", chunk_size=96, limits=ParseLimits(), sources=sources
+            )
             for i in range(len(files))
         ],
         ignore_index=True,

@@ -9,10 +9,13 @@ uvicorn serves with its own h11 protocol, given here as a subclass (its ``http``
 * a request's headers must arrive within :data:`HEADER_TIMEOUT_S` of the connection's opening or of the previous
   response (bytes trickling in do not extend it); between requests a connection may idle :data:`IDLE_TIMEOUT_S`
   (uvicorn's ``timeout_keep_alive``); headers are at most :data:`MAX_HEADER_BYTES` (h11's incomplete-event limit);
-* at most :func:`connection_limit` connections at once and :data:`MAX_CONNECTIONS_PER_CLIENT` per client address:
-  one over a cap closes the oldest *idle* connection (of that client, or of any), one with no request in
-  progress, so a flood of idle sockets can never lock a real client out (its connection is newer, and busy while
-  it is served); when every connection is busy the new one is closed;
+* at most :func:`connection_limit` connections at once and :data:`MAX_CONNECTIONS_PER_CLIENT` per client address
+  (not on loopback, where every local program shares one address):
+  one over a cap closes an *idle* connection (of that client, or of any), one with no request in progress: the
+  oldest of those that never completed a request first, then the oldest of those waiting between requests for at
+  least :data:`IDLE_GRACE_S`. So a flood of idle sockets can never lock a real client out: its
+  connection is spared while its first request is read, busy while it is served, and once served it goes after
+  every socket that never completed a request; when no connection may go, the new one is closed;
 * what is refused or closed is logged once, then counted in one line a minute at most, and a failed ``accept()``
   (out of file descriptors) is logged the same way instead of a traceback per attempt.
 
@@ -23,6 +26,7 @@ and the connection cap stays under it.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import resource
 import time
@@ -41,8 +45,12 @@ MAX_CONNECTIONS_PER_CLIENT = 128
 OPEN_FILES_WANTED = 8192
 OPEN_FILES_RESERVED = 256  # for the process's own files: models, indexes, the store, parser pipes
 # Connections asyncio accepts in one go (it accepts up to the listen backlog before any of them is seen, so the cap
-# acts between batches): with the per-client cap and the reserve this stays under the usual 1,024 open files.
-ACCEPT_BACKLOG = 512
+# acts between batches): the cap leaves room for one batch under the open-files limit.
+ACCEPT_BACKLOG = 256
+# A connection answered this recently is not closed to make room: its client's next request may be sent and not yet
+# read (a busy server reads a connection only between the batches it accepts). A new connection that finds only
+# such connections, and busy ones, is refused instead.
+IDLE_GRACE_S = 1.0
 REPORT_EVERY_S = 60.0
 
 
@@ -61,8 +69,9 @@ def raise_open_files_limit() -> int:
 
 
 def connection_limit(open_files: int) -> int:
-    """The connection cap for a process allowed ``open_files`` descriptors."""
-    return max(16, min(MAX_CONNECTIONS, open_files - OPEN_FILES_RESERVED))
+    """The connection cap for a process allowed ``open_files`` descriptors: room too for a batch of accepts, which
+    are open before the cap sees them, and for a new connection to be read before a batch could push it out."""
+    return max(16, min(MAX_CONNECTIONS, open_files - OPEN_FILES_RESERVED - ACCEPT_BACKLOG))
 
 
 class _Reporter:
@@ -100,20 +109,25 @@ class ConnectionGuard:
     def admit(self, protocol: GuardedH11Protocol) -> bool:
         """Whether ``protocol``'s new connection may stay; to make room, the oldest idle connection goes."""
         address = protocol.client[0] if protocol.client else "?"
-        if self.per_address[address] >= self.per_client and not self._evict(address):
+        # Every process of this machine comes from a loopback address: a cap per address there would let one local
+        # program lock out the others, so on loopback the server's cap alone applies.
+        capped = not _is_loopback(address)
+        if capped and self.per_address[address] >= self.per_client and not self._evict(address):
             self.report.event(
                 "connections refused (busy client)",
-                "Refusing a connection from %s: it has %d open, all busy (the per-client limit)",
+                "Refusing a connection from %s: it has %d open (the per-client limit), none idle for %.0f s",
                 address,
                 self.per_address[address],
+                IDLE_GRACE_S,
             )
             return False
         if len(self.open) >= self.max_connections and not self._evict(None):
             self.report.event(
                 "connections refused (server full)",
-                "Refusing a connection from %s: %d connections are open, all busy (the server's limit)",
+                "Refusing a connection from %s: %d connections are open (the server's limit), none idle for %.0f s",
                 address,
                 len(self.open),
+                IDLE_GRACE_S,
             )
             return False
         self.open[protocol] = address
@@ -121,20 +135,31 @@ class ConnectionGuard:
         return True
 
     def _evict(self, address: str | None) -> bool:
-        for protocol, owner in self.open.items():
+        """Close one idle connection (of ``address``, or of any client): the oldest that never completed a request,
+        else the oldest waiting between requests. Whether one was closed."""
+        victim: GuardedH11Protocol | None = None
+        settled = time.monotonic() - IDLE_GRACE_S
+        for protocol, owner in self.open.items():  # oldest first
             if (address is None or owner == address) and protocol.idle:
-                self.report.event(
-                    "idle connections closed for newer ones",
-                    "Closing idle connections to make room: %s (oldest first; a connection with a request in "
-                    "progress is never closed)",
-                    f"{owner} has {self.per_address[owner]} open (the per-client limit is {self.per_client})"
-                    if address is not None
-                    else f"{len(self.open)} are open (the limit is {self.max_connections})",
-                )
-                self.release(protocol)
-                protocol.close_idle()
-                return True
-        return False
+                if not protocol.served:
+                    victim = protocol
+                    break
+                if protocol.idle_since <= settled:
+                    victim = victim or protocol
+        if victim is None:
+            return False
+        owner = self.open[victim]
+        self.report.event(
+            "idle connections closed for newer ones",
+            "Closing idle connections to make room: %s (those that never sent a request first, oldest first; a "
+            "connection with a request in progress is never closed)",
+            f"{owner} has {self.per_address[owner]} open (the per-client limit is {self.per_client})"
+            if address is not None
+            else f"{len(self.open)} are open (the limit is {self.max_connections})",
+        )
+        self.release(victim)
+        victim.close_idle()
+        return True
 
     def release(self, protocol: GuardedH11Protocol) -> None:
         address = self.open.pop(protocol, None)
@@ -163,6 +188,8 @@ class GuardedH11Protocol(H11Protocol):
         super().__init__(*args, **kwargs)
         self._header_deadline: asyncio.TimerHandle | None = None
         self._admitted = False
+        self.served = False  # a response was completed on this connection
+        self.idle_since = time.monotonic()  # opened, or its last response completed
 
     @property
     def idle(self) -> bool:
@@ -183,6 +210,8 @@ class GuardedH11Protocol(H11Protocol):
             self._disarm_header_deadline()
 
     def on_response_complete(self) -> None:
+        self.served = True
+        self.idle_since = time.monotonic()
         super().on_response_complete()
         if self.idle and not self.transport.is_closing():  # the next request's headers are due
             self._arm_header_deadline()
@@ -217,6 +246,13 @@ class GuardedH11Protocol(H11Protocol):
                 HEADER_TIMEOUT_S,
             )
             self.transport.abort()
+
+
+def _is_loopback(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address.split("%", 1)[0]).is_loopback
+    except ValueError:
+        return False
 
 
 def protocol_for(guard: ConnectionGuard) -> type[GuardedH11Protocol]:

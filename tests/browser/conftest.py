@@ -36,7 +36,15 @@ def free_port() -> int:
 class RunningApp:
     """``streamlit run ROOT/app.py`` over ``home`` (``root``: this checkout, or another one a benchmark compares)."""
 
-    def __init__(self, home: Path, *, demo: bool = False, log: Path | None = None, root: Path = REPO) -> None:
+    def __init__(
+        self,
+        home: Path,
+        *,
+        demo: bool = False,
+        log: Path | None = None,
+        root: Path = REPO,
+        allow_dirs: tuple[Path, ...] = (),
+    ) -> None:
         self.home = home
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -48,6 +56,8 @@ class RunningApp:
             "HF_HUB_OFFLINE": "1",
             "TRANSFORMERS_OFFLINE": "1",
         }
+        if allow_dirs:  # files on the server, as `KB_ALLOW_DIRS=… bash scripts/run.sh` allows them
+            environment["KB_ALLOW_DIRS"] = os.pathsep.join(str(d) for d in allow_dirs)
         self.log_path = log or home.parent / f"streamlit-{self.port}.log"
         self.log = open(self.log_path, "w", encoding="utf-8")  # noqa: SIM115 - closed in stop()
         self.process = subprocess.Popen(
@@ -98,7 +108,9 @@ def browser() -> Iterator[object]:
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[RunningApp]:
-    app = RunningApp(tmp_path / "home")
+    """The app over a fresh home; its server-side files (Import's paths, Evaluate's folder) inside tmp_path/server."""
+    (tmp_path / "server").mkdir()
+    app = RunningApp(tmp_path / "home", allow_dirs=(tmp_path / "server",))
     try:
         app.wait()
         yield app

@@ -105,7 +105,7 @@ def test_create_upload_search_breakdown_and_evaluate(served, pages, tmp_path: Pa
 
     # evaluate with a tiny BEIR folder on the server
     go_to(page, "Evaluate")
-    page.get_by_label("BEIR folder", exact=True).fill(str(write_beir(tmp_path / "beir")))
+    page.get_by_label("BEIR folder", exact=True).fill(str(write_beir(tmp_path / "server" / "beir")))
     page.get_by_label("BEIR folder", exact=True).press("Enter")
     wait_idle(page)
     page.get_by_role("button", name="Run evaluation").click()
