@@ -60,6 +60,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "kb_core.safe_zip",  # reading ZIP members within limits: safe reading of untrusted input, as safe_files
             "kb_core.redaction",  # secrets in URLs: the one redaction of PostgreSQL and endpoint URLs
             "kb_core.json_text",  # strict JSON out and budgeted JSON in; store.atomic (base) writes with it
+            "kb_core.rate_limits",  # sliding windows: the MCP server's per-token and a public demo's per-visitor limits
             "kb_core.store.atomic",
             "kb_core.store.locking",
             "kb_core.store.removal",  # the one deletion: never through a link, never outside its folder
@@ -110,13 +111,15 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "kb_core.documents",
             "kb_core.results",
             "kb_core.seams",
+            "kb_core.principals",  # who a session acts for: what features ask before they show or change a KB
         ),
     ),
     # The session: its typed operations (results, KBError), the session's envelope API (session.Session, what
     # ``service.session()`` returns to notebooks, pages and tests, with the one envelope builder, envelope_of), and the
     # service that opens the store and makes sessions (the composition root) and the evaluation home, a service of
     # its own that features reach through seams.Resources.evaluation_service.
-    ("session", ("kb_core.operations", "kb_core.session", "kb_core.service")),
+    # public_demo.py: a public demo's visitors and operator (principals a session acts for) and its expiry.
+    ("session", ("kb_core.operations", "kb_core.session", "kb_core.service", "kb_core.public_demo")),
     # The edges: CLI, MCP server, Streamlit app and pages, the package's public facade, and envelope.py, where the
     # front ends take the envelope from.
     ("edges", ("kb_core.cli", "kb_core.mcp", "kb_core.envelope", "pages", "app")),

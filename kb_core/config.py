@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -29,6 +30,19 @@ def resolve_home(home: str | os.PathLike[str] | None = None) -> Path:
     if from_env:
         return Path(from_env).expanduser()
     return DEFAULT_HOME
+
+
+# Embedding endpoints the server may send text to besides those on loopback (URL prefixes, separated by spaces or
+# commas); in a public demo (KB_DEMO=1) the only ones.
+ALLOW_ENDPOINTS_ENVIRONMENT_VARIABLE = "KB_ALLOW_ENDPOINTS"
+
+
+def allowed_endpoints(environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """The URL prefixes of ``$KB_ALLOW_ENDPOINTS``, each checked (InvalidArgument names a bad one)."""
+    from kb_core.validation import parse_endpoint_allow_list
+
+    raw = (os.environ if environ is None else environ).get(ALLOW_ENDPOINTS_ENVIRONMENT_VARIABLE, "")
+    return parse_endpoint_allow_list(raw.replace(",", " ").split(), ALLOW_ENDPOINTS_ENVIRONMENT_VARIABLE)
 
 
 STORE_ENVIRONMENT_VARIABLE = "KB_STORE"

@@ -85,6 +85,18 @@ class PermissionDenied(KBError):
     code = "PERMISSION_DENIED"
 
 
+class QuotaExceeded(KBError):
+    """A public demo's quota per visitor (files, chunks, knowledge bases) would be exceeded."""
+
+    code = "QUOTA_EXCEEDED"
+
+
+class RateLimited(KBError):
+    """Too many calls of one kind in the last minute (a public demo's visitor)."""
+
+    code = "RATE_LIMITED"
+
+
 class ImportFormatError(KBError):
     """An export file or bundle is malformed, hostile or of an unknown version."""
 

@@ -17,8 +17,10 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import TimeoutError as FuturesTimeout
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,12 +35,15 @@ from kb_core.errors import (
     KBIsCurrent,
     KBNotFound,
     NoCurrentKB,
+    PermissionDenied,
 )
+from kb_core.principals import ImportAllowance, Principal, TokenScope
 from kb_core.redaction import shown_endpoint
 from kb_core.results import (
     BundleImported,
     ChunkList,
     Compacted,
+    DemoStatus,
     DeviceInfo,
     DocDeleted,
     DocumentInfos,
@@ -55,6 +60,7 @@ from kb_core.results import (
     KBCreated,
     KBDeleted,
     KBList,
+    KBPublished,
     KBSelected,
     KnowledgeSchema,
     ModelList,
@@ -87,13 +93,15 @@ from kb_core.validation import (
     validate_chunk_size,
     validate_float_range,
     validate_int_range,
+    validate_kb_name,
     validate_keywords,
     validate_query,
 )
 
 if TYPE_CHECKING:
+    from kb_core.evaluation import EvaluationRunStore
     from kb_core.ingest.files import FileOutcome
-    from kb_core.ingest.pipeline import ImportProgress
+    from kb_core.ingest.pipeline import ChunkBudget, ImportProgress
     from kb_core.seams import SessionResources
     from kb_core.store.tokens import TokenRecord
     from kb_core.transfer.format import TransferLimits
@@ -176,6 +184,15 @@ def _drop_cross_kb_copies(hits: list[SearchHit]) -> tuple[list[SearchHit], int]:
     return kept, len(hits) - len(kept)
 
 
+def _budget(allowance: ImportAllowance, replaced: int = 0) -> ChunkBudget | None:
+    """The import pipeline's chunk budget for ``allowance`` (``replaced``: chunks the import takes out again)."""
+    if allowance.chunk_budget is None:
+        return None
+    from kb_core.ingest.pipeline import ChunkBudget
+
+    return ChunkBudget(allowance.chunk_budget + replaced, allowance.chunk_limit)
+
+
 class Operations:
     """The per-user view of the service: which KB is current, plus every operation, typed."""
 
@@ -186,6 +203,9 @@ class Operations:
         scope: frozenset[str] | None = None,
         allowed_dirs: Sequence[Path] | None = None,
         select_hint: str = "select_knowledge_base(kb_name)",
+        *,
+        principal: Principal | None = None,
+        absolute_paths_only: bool = False,
     ) -> None:
         self.service = service
         # How this session's front end selects a KB, for messages (the CLI: "kb select NAME"; MCP: the tool).
@@ -194,6 +214,10 @@ class Operations:
         # KB ids this session may see (an MCP token's scope); None means all. Out-of-scope KBs answer
         # exactly like nonexistent ones.
         self.scope = scope
+        # Who this session acts for: what it may see and change, and its quotas (kb_core.principals).
+        self.principal: Principal = principal or (TokenScope(scope) if scope is not None else Principal())
+        # MCP clients name files by absolute path only: a relative one would resolve against the server's folder.
+        self.absolute_paths_only = absolute_paths_only
         # Folders the files named by path must lie in (checked on the opened file), never inside the home; None
         # means anywhere.
         self.allowed_dirs: AllowedFolders | None = (
@@ -204,16 +228,89 @@ class Operations:
     def confined(self, allowed_dirs: Sequence[Path]) -> Operations:
         """This session (same scope, same current KB) reading and writing by path only inside ``allowed_dirs`` and
         never inside the home: for paths typed by someone who may not reach every file of this machine."""
-        twin = Operations(self.service, self.persistent_name, self.scope, allowed_dirs)
+        if not self.principal.server_paths:
+            raise PermissionDenied("Files on the server are off in this demo; upload files instead.")
+        twin = Operations(
+            self.service,
+            self.persistent_name,
+            self.scope,
+            allowed_dirs,
+            self.select_hint,
+            principal=self.principal,
+            absolute_paths_only=self.absolute_paths_only,
+        )
         twin._current_kb_id = self._current_kb_id
         return twin
 
     def visible_kbs(self) -> list[KnowledgeBaseRecord]:
-        records = self.service.store.knowledge_bases()
-        return records if self.scope is None else [r for r in records if r.id in self.scope]
+        return [r for r in self.service.store.knowledge_bases() if self.principal.sees(r)]
 
     def find_kb(self, kb_name: str) -> KnowledgeBaseRecord:
-        return self.service.find_kb(kb_name, None if self.scope is None else self.visible_kbs())
+        return self.service.find_kb(kb_name, self.visible_kbs())
+
+    def writable_kb(self, kb_name: str | None, action: str) -> KnowledgeBaseRecord:
+        """The KB ``kb_name`` (default: the current one), which this session's principal may ``action`` (``delete``,
+        ``import documents into`` …); PERMISSION_DENIED naming the action otherwise."""
+        record = self.resolve_kb(kb_name)
+        self.principal.check_change(record, action)
+        return record
+
+    def change_refusal(self, kb_name: str | None = None) -> str | None:
+        """Why this session may not change the KB ``kb_name`` (default: the current one), for a front end to say
+        before it offers a change; None when it may (or the KB is not there: the change itself will say so)."""
+        try:
+            record = self.resolve_kb(kb_name)
+        except KBError:
+            return None
+        return self.principal.change_refusal(record, "change")
+
+    @contextmanager
+    def importing(self, record: KnowledgeBaseRecord, files: int) -> Iterator[ImportAllowance]:
+        """What an import of ``files`` files into ``record`` may take (the principal's quotas), held while it runs;
+        QUOTA_EXCEEDED or RATE_LIMITED when it may not start."""
+        allowance = self.principal.import_allowance(record, files)
+        try:
+            yield allowance
+        finally:
+            self.principal.import_finished()
+
+    @property
+    def scratch_root(self) -> Path | None:
+        """Where a front end writes the files it hands this session (uploads, exports to download); None: anywhere."""
+        return self.principal.scratch_root()
+
+    @property
+    def evaluation_runs(self) -> EvaluationRunStore:
+        """The evaluation runs this session keeps and sees: the home's, or a demo visitor's own."""
+        home = self.principal.evaluation_runs_home()
+        if home is None:
+            return self.service.evaluation_runs
+        from kb_core.evaluation import EvaluationRunStore
+
+        return EvaluationRunStore(home)
+
+    def begin_evaluation(self, folder: Path, queries: int | None, builds_corpus: bool) -> None:
+        """Refuse an evaluation this session's principal may not run: judgments from ``folder``, a KB built from the
+        folder's corpus or not; called again with ``queries`` (the judged queries to run) once they are read."""
+        self.principal.check_evaluation(folder, queries, builds_corpus)
+
+    def demo_status(self) -> DemoStatus:
+        """What a public demo tells this session about itself (its kind, tag, limits, KBs and when they expire; the
+        operator: every visitor's usage); ``{kind: "local"}`` outside a demo."""
+        status = self.principal.status()
+        return DemoStatus(f"This session acts as a {status['kind']} user.", status)
+
+    def publish_knowledge_base(self, kb_name: str, published: bool = True) -> KBPublished:
+        """Share the KB with every visitor of a public demo, read-only (or stop sharing it): the operator's."""
+        record = self.find_kb(kb_name)
+        self.principal.publish(record, published)
+        verb = "Published" if published else "Unpublished"
+        reach = "every visitor may now read it" if published else "visitors no longer see it"
+        return KBPublished(f"{verb} '{record.name}': {reach}.", record.name, published)
+
+    def _administration(self, what: str) -> None:
+        if self.principal.hides_server and self.principal.kind != "token":
+            raise PermissionDenied(f"{what} is not offered in a public demo.")
 
     # -- current KB ----------------------------------------------------------------------------
     @property
@@ -234,7 +331,7 @@ class Operations:
             raise NoCurrentKB(f"No knowledge base is selected; select one first with {self.select_hint}.")
         try:
             record = self.service.store.get(kb_id)
-            if self.scope is not None and record.id not in self.scope:
+            if not self.principal.sees(record):
                 raise KBNotFound(kb_id)
             return record
         except KBNotFound as exc:
@@ -311,9 +408,15 @@ class Operations:
         about 10-20 s), which happens before the KB is created."""
         if self.allowed_dirs is not None and not embedding_endpoint:
             self._confine_model_path(embedding_model, self.allowed_dirs)
-        record = self.service.create_kb(
-            kb_name, chunk_size, embedding_model, embedding_endpoint, embedding_api_key, progress=progress
+        self.principal.check_create(
+            embedding_model if isinstance(embedding_model, str) else None,
+            embedding_endpoint if isinstance(embedding_endpoint, str) else None,
         )
+        name = self.principal.name_for(validate_kb_name(kb_name))
+        record = self.service.create_kb(
+            name, chunk_size, embedding_model, embedding_endpoint, embedding_api_key, progress=progress
+        )
+        self.principal.created(record)
         return KBCreated(
             f"Created knowledge base '{record.name}'. Select it with {self.select_hint} to use it.",
             record.id,
@@ -364,6 +467,7 @@ class Operations:
 
     def delete_knowledge_base(self, kb_name: str) -> KBDeleted:
         record = self.find_kb(kb_name)
+        self.principal.check_change(record, "delete")
         if record.id == self.current_kb_id:
             raise KBIsCurrent(
                 f"Knowledge base '{record.name}' is the current one and cannot be deleted; "
@@ -371,6 +475,7 @@ class Operations:
                 details={"kb_name": record.name},
             )
         self.service.delete_kb(record)
+        self.principal.deleted(record)
         return KBDeleted(f"Deleted knowledge base '{record.name}' with all its documents.", record.name)
 
     # -- documents -----------------------------------------------------------------------------
@@ -390,28 +495,32 @@ class Operations:
         """Import files into the current KB. ``display_names`` name uploads (the app passes the browser's names).
         ``executor``: ``local`` (this process) or ``ray`` (Ray Data on the cluster at ``executor_address``).
         ``cancel``: set it to stop the import (what was committed stays; the other files fail as cancelled)."""
-        record = self.resolve_kb(kb_name)
-        runner = self.service.import_executor(record, executor, executor_address)
+        record = self.writable_kb(kb_name, "import documents into")
         if isinstance(file_paths, str) or not isinstance(file_paths, Sequence) or not file_paths:
             raise InvalidArgument("file_paths must be a non-empty list of file paths.", details={"field": "file_paths"})
         if display_names is not None and len(display_names) != len(file_paths):
             raise InvalidArgument("display_names must name each file in file_paths.")
         reject_nul(list(file_paths), "file_paths")
         size = record.chunk_size if chunk_size is None else validate_chunk_size(chunk_size)
+        runner = self.service.import_executor(record, executor, executor_address)
         from kb_core.ingest.files import import_files  # the import pipeline loads only for an import
 
-        outcomes = import_files(
-            self.service,
-            record,
-            file_paths,
-            size,
-            allowed_dirs=self.allowed_dirs,
-            runner=runner,
-            progress=progress,
-            display_names=display_names,
-            source=source,
-            cancel=cancel,
-        )
+        with self.importing(record, len(file_paths)) as allowance:
+            outcomes = import_files(
+                self.service,
+                record,
+                file_paths,
+                size,
+                allowed_dirs=self.allowed_dirs,
+                runner=runner,
+                progress=progress,
+                display_names=display_names,
+                source=source,
+                cancel=cancel,
+                max_file_bytes=allowance.max_file_bytes,
+                chunk_budget=_budget(allowance),
+                absolute_only=self.absolute_paths_only,
+            )
         results = [o.to_json() for o in outcomes]
         succeeded = [r for r in results if "error" not in r]
         if succeeded:
@@ -486,13 +595,13 @@ class Operations:
     def list_documents(self, kb_name: str | None = None) -> DocumentList:
         record = self.resolve_kb(kb_name)
         storage = self.service.store.kb(record)
-        rows = [document_row(d) for d in storage.documents()]
+        rows = [self._shown_source(document_row(d)) for d in storage.documents()]
         for flight in storage.in_flight():
             rows.append(
                 {
                     "id": None,
                     "name": flight.get("name") or Path(flight["file_path"]).name,
-                    "file_path": flight["file_path"],
+                    "file_path": self._source(flight["file_path"]),
                     "file_type": Path(flight["file_path"]).suffix.lstrip(".").lower(),
                     "chunk_size": None,
                     "created_at": None,
@@ -506,6 +615,18 @@ class Operations:
             )
         return DocumentList(f"{len(rows)} document(s) in '{record.name}'.", rows, len(rows))
 
+    def _source(self, path: Any) -> Any:
+        """A document's source as this session may read it: for a session that learns nothing of the server (a demo
+        visitor, a scoped token) the file's name without the server folder it was imported from."""
+        if not self.principal.hides_server or not isinstance(path, str) or not path:
+            return path
+        return path.replace("\\", "/").rsplit("/", 1)[-1]
+
+    def _shown_source(self, row: dict[str, Any]) -> dict[str, Any]:
+        if "file_path" in row:
+            row["file_path"] = self._source(row["file_path"])
+        return row
+
     def list_chunks(self, doc_name: str, kb_name: str | None = None) -> ChunkList:
         """The chunks of one document in order, with chapter, page, tokens and character offsets."""
         record = self.resolve_kb(kb_name)
@@ -516,7 +637,7 @@ class Operations:
         )
 
     def delete_document(self, doc_name: str, kb_name: str | None = None) -> DocDeleted:
-        record = self.resolve_kb(kb_name)
+        record = self.writable_kb(kb_name, "delete documents of")
         document = self._live_document(record, doc_name)
         try:
             self.service.store.kb(record).delete_document(document)
@@ -533,14 +654,16 @@ class Operations:
         kb_name: str | None = None,
         progress: Callable[[ImportProgress], None] | None = None,
     ) -> DocUpdated:
-        record = self.resolve_kb(kb_name)
+        record = self.writable_kb(kb_name, "re-chunk documents of")
         size = validate_chunk_size(chunk_size)
         document = self._live_document(record, doc_name)
         if document["status"] != "ready":
             raise InvalidArgument(f"Document {doc_name!r} failed to import; import it again instead of updating.")
         from kb_core.ingest.files import reimport_document
 
-        state = reimport_document(self.service, record, document, size, progress)
+        with self.importing(record, 1) as allowance:
+            budget = _budget(allowance, int(document.get("chunk_count") or 0))  # the document's own are replaced
+            state = reimport_document(self.service, record, document, size, progress, chunk_budget=budget)
         if state is None:
             raise DocumentNotFound(f"Document {doc_name!r} was changed meanwhile; try again.")
         if state.status != "ready":
@@ -647,6 +770,7 @@ class Operations:
         documents are followed by their related nodes' first chunks, marked ``expanded`` with
         ``breakdown.graph_expansion``.
         """
+        self.principal.check_search()
         outcome = self.search_chunks(
             SearchRequest(
                 query,
@@ -710,6 +834,7 @@ class Operations:
         if not isinstance(chunk_id, str) or not chunk_id.strip():
             raise InvalidArgument("chunk_id must be a non-empty chunk id (chk_...).", details={"field": "chunk_id"})
         validate_query(query)
+        self.principal.check_search()
         chunk_id = chunk_id.strip()
         record = next((r for r in self.visible_kbs() if self.service.has_chunk(r, chunk_id)), None)
         if record is None:
@@ -729,7 +854,7 @@ class Operations:
 
     def save_search_settings(self, kb_name: str | None = None, **settings: Any) -> SavedSettings:
         """Persist search defaults for the KB; searches without explicit settings use them."""
-        record = self.resolve_kb(kb_name)
+        record = self.writable_kb(kb_name, "save search defaults for")
         unknown = set(settings) - set(SearchSettings.SAVED_FIELDS)
         if unknown:
             raise InvalidArgument(
@@ -752,11 +877,19 @@ class Operations:
         if min_score is not None:
             validate_float_range(min_score, "min_score", 0.0, 1.0)
         record = self.current_kb()
+        self.principal.check_search()
+        started = time.monotonic()
         future = self.service.background.submit(rag_rank, self.service, record, cleaned, top_k, min_score)
         try:
             chunks = future.result(timeout=timeout)
         except FuturesTimeout:
             reason = f"the search took longer than the {timeout:g} s timeout"
+            problem = self._endpoint_problem(record, started)
+            if problem is not None:  # an endpoint failing while it is retried: say what it did, not only the wait
+                reason = (
+                    f"the embedding endpoint {problem}; it was still being retried when the {timeout:g} s timeout "
+                    "passed"
+                )
         except KBError as exc:
             reason = f"the search failed: {exc.message} ({exc.code})"
         except Exception:
@@ -768,6 +901,19 @@ class Operations:
         logger.warning("rag_search degraded to no results: %s", reason)
         return RagResult(f"Returned no results (degraded): {reason}.", [], 0, degraded=True, degraded_reason=reason)
 
+    def _endpoint_problem(self, record: KnowledgeBaseRecord, since: float) -> str | None:
+        """What the KB's embedding endpoint last did wrong since ``since`` (monotonic), e.g. ``answered HTTP 500
+        (Internal Server Error)``; None for a local model or an endpoint that did nothing wrong."""
+        if not record.embedding_endpoint:
+            return None
+        try:
+            last = getattr(self.service.embedder(record), "last_problem", None)
+        except KBError:
+            return None
+        if last is None or last[0] < since:
+            return None
+        return str(last[1])
+
     def get_item(self, item_id: str, neighbours: int = 1, kb_names: Sequence[str] | None = None) -> Item:
         """A document's full parsed text (``doc_…`` id) or a chunk with its neighbours (``chk_…`` id)."""
         if not isinstance(item_id, str) or not item_id.strip():
@@ -778,7 +924,7 @@ class Operations:
             return api.get_node(self, item_id.strip(), kb_names)
         records = [self.find_kb(n) for n in kb_names] if kb_names else self.visible_kbs()
         item = find_item(self.service, item_id.strip(), records, neighbours)
-        return Item(f"Found {item['type']} {item_id}.", item)
+        return Item(f"Found {item['type']} {item_id}.", self._shown_source(item))
 
     def get_document_info(
         self, knowledge_ids: Sequence[str], kb_names: Sequence[str] | None = None
@@ -798,7 +944,7 @@ class Operations:
         records = [self.find_kb(n) for n in kb_names] if kb_names else self.visible_kbs()
         ids = list(dict.fromkeys(str(i) for i in knowledge_ids))
         results = list(self.service.background.map(lambda i: document_info(self.service, i, records), ids))
-        documents = [r for r in results if "parse_status" in r]
+        documents = [self._shown_source(r) for r in results if "parse_status" in r]
         errors = [r for r in results if "parse_status" not in r]
         text = document_info_text(documents, errors, len(ids))
         return DocumentInfos(
@@ -814,6 +960,7 @@ class Operations:
     def create_token(self, scope: str, capability: str, rate_per_hour: int) -> TokenCreated:
         """A new bearer token for the MCP HTTP server; ``scope``: 'all' or comma-separated KB names. The token is
         in this envelope only (the home or the database keeps its SHA-256)."""
+        self._administration("Creating an MCP token")
         raw_scope = (scope or "").strip()
         if not raw_scope:
             raise InvalidArgument("--scope must be 'all' or a comma-separated list of knowledge base names.")
@@ -832,10 +979,12 @@ class Operations:
         )
 
     def list_tokens(self) -> TokenList:
+        self._administration("Listing MCP tokens")
         rows = [self._token_row(r) for r in self.service.token_store.list()]
         return TokenList(f"{len(rows)} token(s).", rows, len(rows))
 
     def revoke_token(self, token_id: str) -> TokenRevoked:
+        self._administration("Revoking an MCP token")
         record = self.service.token_store.revoke(token_id)
         return TokenRevoked(f"Revoked token {record.id}.", record.id)
 
@@ -854,18 +1003,21 @@ class Operations:
         }
 
     # -- export and import of the database -----------------------------------------------------
-    def export_database(self, export_path: str, kb_names: Sequence[str] | None = None) -> ExportSummary:
-        """Write every visible KB (or the named ones) into one portable file; see :mod:`kb_core.transfer`.
-        Data: ``{source_path: the home, export_path}``."""
+    def export_database(
+        self, export_path: str, kb_names: Sequence[str] | None = None, overwrite: bool = False
+    ) -> ExportSummary:
+        """Write every visible KB (or the named ones) into one portable file; see :mod:`kb_core.transfer`. An existing
+        file at ``export_path`` is replaced only with ``overwrite``. Data: ``{source_path: the home, export_path}``."""
         from kb_core.transfer.export import export_database
 
-        return export_database(self, export_path, kb_names)
+        return export_database(self, export_path, kb_names, overwrite=overwrite)
 
     def import_database(self, source_db_path: str, *, limits: TransferLimits | None = None) -> ImportSummary:
         """Validate an export file completely, then merge its KBs into the home (all or nothing). Data:
         ``{source_path, imported_kb_count, imported_doc_count, knowledge_bases, renamed_knowledge_bases}``."""
         from kb_core.transfer.restore import import_database
 
+        self.principal.check_import_database()
         return import_database(self, source_db_path, limits=limits)
 
     # -- knowledge bundles (typed nodes and edges; see kb_core.bundles) -------------------------
@@ -907,7 +1059,7 @@ class Operations:
     # -- kept evaluation runs ------------------------------------------------------------------
     def list_evaluation_runs(self) -> EvaluationRuns:
         """The evaluation runs kept in this home, newest first (see :mod:`kb_core.evaluation.runs`)."""
-        runs = self.service.evaluation_runs.list()
+        runs = self.evaluation_runs.list()
         return EvaluationRuns(f"{len(runs)} evaluation run(s) kept.", runs, len(runs))
 
     def compare_evaluation_runs(
@@ -922,7 +1074,7 @@ class Operations:
         """Setting ``setting_a`` of run ``run_a`` against ``setting_b`` of ``run_b``, query by query."""
         from kb_core.evaluation import compare_runs
 
-        store = self.service.evaluation_runs
+        store = self.evaluation_runs
         comparison = compare_runs(
             store.load(run_a), store.load(run_b), setting_a=setting_a, setting_b=setting_b, metric=metric
         )
@@ -938,13 +1090,13 @@ class Operations:
         return RunComparison(message, data)
 
     def delete_evaluation_run(self, run_id: str) -> RunDeleted:
-        self.service.evaluation_runs.delete(run_id)
+        self.evaluation_runs.delete(run_id)
         return RunDeleted(f"Deleted evaluation run {run_id}.", run_id)
 
     # -- maintenance ---------------------------------------------------------------------------
     def compact(self, kb_name: str | None = None) -> Compacted:
         """Merge the KB's segments into one and drop the rows of deleted documents."""
-        record = self.resolve_kb(kb_name)
+        record = self.writable_kb(kb_name, "compact")
         stats = self.service.compact(record, everything=True)
         return Compacted(f"Compacted '{record.name}': merged {stats['segments_merged']} segment(s).", stats)
 
@@ -986,6 +1138,7 @@ class Operations:
         """
         from kb_core.bundles.indexing import bundle_index_problem
 
+        self._administration("Verifying the home")
         store = self.service.store
         repaired: list[str] = []
         if repair:

@@ -153,6 +153,18 @@ class KBDeleted(Result):
 
 
 @dataclass
+class KBPublished(Result):
+    message: str
+    kb_name: str
+    published: bool
+
+
+@dataclass
+class DemoStatus(JSONResult):
+    """A public demo's word to a session about itself (:meth:`kb_core.principals.Principal.status`)."""
+
+
+@dataclass
 class ImportReport(Result):
     """An import: the files that were imported and those that failed, each with its reason. When every file failed,
     ``error`` is IMPORT_FAILED (the report is still shown)."""

@@ -345,6 +345,34 @@ class OutputFolder:
         fd = os.open(name, _CREATE_FLAGS, 0o644, dir_fd=self.fd)
         return name, os.fdopen(fd, "w+b")
 
+    def target_exists(self) -> bool:
+        """Whether something (a file, a link, anything) already has the target's name in this folder."""
+        try:
+            os.stat(self.name, dir_fd=self.fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return False
+        return True
+
+    @staticmethod
+    def exists_error(field: str, shown: str) -> KBError:
+        return KBError(
+            f"{field} {shown!r} already exists; nothing was written. Pass overwrite=true to replace it, or choose "
+            "another name.",
+            code="FILE_EXISTS",
+            details={"field": field},
+        )
+
+    def place(self, temporary: str, field: str, shown: str) -> None:
+        """Give the temporary file the target name only if nothing has that name (a hard link, which fails on an
+        existing name, then the temporary name removed): no file that appeared meanwhile is replaced."""
+        try:
+            os.link(temporary, self.name, src_dir_fd=self.fd, dst_dir_fd=self.fd, follow_symlinks=False)
+        except FileExistsError:
+            raise self.exists_error(field, shown) from None
+        os.unlink(temporary, dir_fd=self.fd)
+        with contextlib.suppress(OSError):
+            os.fsync(self.fd)
+
     def replace(self, temporary: str) -> None:
         """Rename the temporary file to the target name inside this folder (a link there is replaced, not
         followed), then make the rename durable."""

@@ -14,12 +14,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
+    from contextlib import AbstractContextManager
 
     from kb_core.embedding.base import Embedder
     from kb_core.embedding.device import DeviceChoice
     from kb_core.ingest.executors import DocumentExecutor
     from kb_core.ingest.parsing import ParseLimits
     from kb_core.ingest.pipeline import Importer, ImportProgress
+    from kb_core.principals import ImportAllowance, Principal
     from kb_core.results import (
         DocumentList,
         ImportReport,
@@ -152,16 +154,28 @@ class SessionResources(Resources, Protocol):
 
 
 class Scope(Protocol):
-    """A session as features see it: which knowledge bases it may use, and the resources behind it."""
+    """A session as features see it: which knowledge bases it may use and change, for whom (its principal: what it
+    may see, change and spend), and the resources behind it."""
 
     @property
     def service(self) -> Resources: ...
+
+    @property
+    def principal(self) -> Principal: ...
 
     def visible_kbs(self) -> list[KnowledgeBaseRecord]: ...
 
     def find_kb(self, kb_name: str) -> KnowledgeBaseRecord: ...
 
     def resolve_kb(self, kb_name: str | None) -> KnowledgeBaseRecord: ...
+
+    def writable_kb(self, kb_name: str | None, action: str) -> KnowledgeBaseRecord:
+        """The KB (default: the current one) this session may ``action``; PermissionDenied otherwise."""
+        ...
+
+    def importing(self, record: KnowledgeBaseRecord, files: int) -> AbstractContextManager[ImportAllowance]:
+        """What an import into ``record`` may take, held while it runs (a demo visitor's quotas)."""
+        ...
 
 
 class TypedOperations(Protocol):
@@ -192,6 +206,11 @@ class TypedOperations(Protocol):
     ) -> ImportReport: ...
 
     def save_search_settings(self, kb_name: str | None = None, **settings: Any) -> SavedSettings: ...
+
+    @property
+    def evaluation_runs(self) -> Any: ...  # kb_core.evaluation.EvaluationRunStore: the runs this session keeps
+
+    def begin_evaluation(self, folder: Path, queries: int | None, builds_corpus: bool) -> None: ...
 
 
 class SessionAPI(Scope, Protocol):

@@ -17,10 +17,10 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kb_core.config import resolve_home
+from kb_core.config import ALLOW_ENDPOINTS_ENVIRONMENT_VARIABLE, allowed_endpoints, resolve_home
 from kb_core.embedding import DEFAULT_EMBEDDING_MODEL
 from kb_core.embedding.device import DeviceChoice, DeviceRequest, device_request
-from kb_core.errors import InvalidArgument, KBError, KBNotFound
+from kb_core.errors import InvalidArgument, KBError, KBNotFound, PermissionDenied
 from kb_core.redaction import shown_endpoint
 from kb_core.store import Home, KBStore, KnowledgeBaseRecord
 from kb_core.store.atomic import read_json, write_json_atomically
@@ -28,6 +28,8 @@ from kb_core.store.base import POSTGRES_OPERATIONS, NotOnPostgres, Store, TokenS
 from kb_core.store.factory import open_store
 from kb_core.validation import (
     ITEM_ID,
+    endpoint_origin,
+    endpoint_refusal,
     name_key,
     validate_chunk_size,
     validate_endpoint,
@@ -39,6 +41,7 @@ if TYPE_CHECKING:
     from kb_core.evaluation import EvaluationRunStore
     from kb_core.ingest.executors import DocumentExecutor
     from kb_core.ingest.pipeline import Importer
+    from kb_core.principals import Principal
     from kb_core.retrieval.analysis import Analyzer
     from kb_core.retrieval.search import RankedHits, SearchFilters, SearchSettings
     from kb_core.session import Session
@@ -55,6 +58,17 @@ QUERY_MEMO = 1024
 # How long loading a local model takes before this home has measured it: all-MiniLM-L6-v2 with torch and
 # sentence-transformers on 2 busy cores; each load then records its own time (HOME/cache/model_load_seconds.json).
 MODEL_LOAD_SECONDS = 15.0
+
+
+def check_endpoint_allowed(endpoint: str) -> None:
+    """Refuse, before any connection, an embedding endpoint that is neither on this machine's loopback nor under
+    a URL prefix of ``$KB_ALLOW_ENDPOINTS`` (see :func:`kb_core.validation.endpoint_refusal`)."""
+    reason = endpoint_refusal(endpoint, allowed_endpoints(), loopback=True)
+    if reason is not None:
+        raise PermissionDenied(
+            f"{reason} To allow it, start with {ALLOW_ENDPOINTS_ENVIRONMENT_VARIABLE}={endpoint_origin(endpoint)}.",
+            details={"field": "embedding_endpoint"},
+        )
 
 
 def default_parse_limits() -> Any:
@@ -153,16 +167,29 @@ class KnowledgeBaseService:
         scope: frozenset[str] | None = None,
         allowed_dirs: Sequence[Path] | None = None,
         select_hint: str | None = None,
+        *,
+        principal: Principal | None = None,
+        absolute_paths_only: bool = False,
     ) -> Session:
         """A new session. With ``persistent_name`` (the CLI uses "cli") the current KB is kept in the home;
         ``scope`` limits it to those KB ids (MCP tokens); ``allowed_dirs`` (resolved folders) confines the
         files it reads and writes by path (the MCP server's --allow-dir over HTTP); ``select_hint`` says in messages
-        how its front end selects a KB (default: the MCP tool, ``select_knowledge_base(kb_name)``)."""
+        how its front end selects a KB (default: the MCP tool, ``select_knowledge_base(kb_name)``). ``principal``:
+        who it acts for (:mod:`kb_core.principals`; default a local user, or the token ``scope``);
+        ``absolute_paths_only``: a relative file path fails (MCP clients)."""
+        from kb_core.operations import Operations
         from kb_core.session import Session
 
-        if select_hint is None:
-            return Session(self, persistent_name, scope, allowed_dirs)
-        return Session(self, persistent_name, scope, allowed_dirs, select_hint)
+        operations = Operations(
+            self,
+            persistent_name,
+            scope,
+            allowed_dirs,
+            select_hint or "select_knowledge_base(kb_name)",
+            principal=principal,
+            absolute_paths_only=absolute_paths_only,
+        )
+        return Session(self, operations=operations)
 
     # -- knowledge bases -----------------------------------------------------------------------
     def find_kb(self, kb_name: str, among: Sequence[KnowledgeBaseRecord] | None = None) -> KnowledgeBaseRecord:
@@ -198,6 +225,8 @@ class KnowledgeBaseService:
         name = validate_kb_name(kb_name)
         size = validate_chunk_size(chunk_size)
         endpoint = validate_endpoint(embedding_endpoint)
+        if endpoint is not None:
+            check_endpoint_allowed(endpoint)
         model = (embedding_model or "").strip() or DEFAULT_EMBEDDING_MODEL
         if endpoint is None and self._embedder_factory is None:
             from kb_core.embedding import check_model_available
@@ -233,6 +262,8 @@ class KnowledgeBaseService:
         with self._lock:
             embedder = self._embedders.get(key)
             if embedder is None:
+                if record.embedding_endpoint:  # also for a KB made before the address was refused
+                    check_endpoint_allowed(record.embedding_endpoint)
                 api_key = self.store.api_key(record.id) if record.has_api_key else None
                 if self._embedder_factory is not None:
                     embedder = self._embedder_factory(record, api_key)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec
 
@@ -26,6 +27,7 @@ from kb_core.errors import KBError
 if TYPE_CHECKING:
     from kb_core.ingest.pipeline import ImportProgress
     from kb_core.operations import Operations
+    from kb_core.principals import ImportAllowance, Principal
     from kb_core.results import Result, SearchRequest, SearchResult
     from kb_core.safe_files import AllowedFolders
     from kb_core.seams import SessionResources
@@ -122,6 +124,25 @@ class Session:
         return self.operations.allowed_dirs
 
     @property
+    def principal(self) -> Principal:
+        return self.operations.principal
+
+    @property
+    def scratch_root(self) -> Path | None:
+        """Where a front end writes the files it hands this session (uploads, exports to download); None: anywhere."""
+        return self.operations.scratch_root
+
+    def writable_kb(self, kb_name: str | None, action: str) -> KnowledgeBaseRecord:
+        return self.operations.writable_kb(kb_name, action)
+
+    def change_refusal(self, kb_name: str | None = None) -> str | None:
+        """Why this session may not change the KB (default: the current one); None when it may."""
+        return self.operations.change_refusal(kb_name)
+
+    def importing(self, record: KnowledgeBaseRecord, files: int) -> AbstractContextManager[ImportAllowance]:
+        return self.operations.importing(record, files)
+
+    @property
     def current_kb_id(self) -> str | None:
         return self.operations.current_kb_id
 
@@ -196,6 +217,12 @@ class Session:
 
     def delete_knowledge_base(self, kb_name: str) -> Envelope:
         return envelope_of(self.operations.delete_knowledge_base, kb_name)
+
+    def publish_knowledge_base(self, kb_name: str, published: bool = True) -> Envelope:
+        return envelope_of(self.operations.publish_knowledge_base, kb_name, published)
+
+    def demo_status(self) -> Envelope:
+        return envelope_of(self.operations.demo_status)
 
     # -- documents -----------------------------------------------------------------------------------------------
     def import_document(
@@ -330,8 +357,10 @@ class Session:
         return envelope_of(self.operations.revoke_token, token_id)
 
     # -- export and import of the database -----------------------------------------------------------------------
-    def export_database(self, export_path: str, kb_names: Sequence[str] | None = None) -> Envelope:
-        return envelope_of(self.operations.export_database, export_path, kb_names)
+    def export_database(
+        self, export_path: str, kb_names: Sequence[str] | None = None, overwrite: bool = False
+    ) -> Envelope:
+        return envelope_of(self.operations.export_database, export_path, kb_names, overwrite)
 
     def import_database(self, source_db_path: str, *, limits: TransferLimits | None = None) -> Envelope:
         return envelope_of(self.operations.import_database, source_db_path, limits=limits)

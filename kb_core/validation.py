@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import re
 import unicodedata
@@ -97,6 +98,81 @@ def validate_endpoint(endpoint: object) -> str | None:
             details={"field": "embedding_endpoint"},
         )
     return endpoint.strip().rstrip("/")
+
+
+def _endpoint_parts(url: str) -> tuple[str, str, int | None, str] | None:
+    """``(scheme, host, port, path)`` of an http(s) URL, the port filled in from the scheme; None if it is not one."""
+    try:
+        parsed = urlparse(url.strip())
+        port = parsed.port
+    except ValueError:
+        return None
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        return None
+    default = 443 if parsed.scheme == "https" else 80
+    return parsed.scheme, parsed.hostname.lower().rstrip("."), port or default, parsed.path.rstrip("/")
+
+
+def is_loopback_host(host: str) -> bool:
+    """Whether ``host`` (a URL's host) is this machine's loopback: ``localhost`` or a loopback address written out
+    (127.0.0.0/8, ::1, ::ffff:127.x). Other names are not resolved (a name can point anywhere, and again elsewhere
+    when the request is made), so they are not loopback here."""
+    if host == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    mapped = getattr(address, "ipv4_mapped", None)
+    return bool(address.is_loopback or (mapped is not None and mapped.is_loopback))
+
+
+def parse_endpoint_allow_list(entries: Sequence[str], source: str = "KB_ALLOW_ENDPOINTS") -> tuple[str, ...]:
+    """The allow-list entries (URL prefixes such as ``https://api.example.com/v1``), each checked."""
+    kept = []
+    for entry in entries:
+        entry = entry.strip()
+        if not entry:
+            continue
+        if _endpoint_parts(entry) is None:
+            raise InvalidArgument(
+                f"{source} entry {entry!r} is not an http(s) URL; give URL prefixes separated by spaces or commas, "
+                "e.g. https://api.example.com/v1."
+            )
+        kept.append(entry.rstrip("/"))
+    return tuple(kept)
+
+
+def endpoint_origin(endpoint: str) -> str:
+    """``scheme://host:port/path`` of an endpoint, without user information (what an allow-list entry names)."""
+    parts = _endpoint_parts(endpoint)
+    if parts is None:
+        return "(not an http(s) URL)"
+    scheme, host, port, path = parts
+    return f"{scheme}://{host}:{port}{path}"
+
+
+def endpoint_refusal(endpoint: str, allowed: Sequence[str], *, loopback: bool) -> str | None:
+    """Why the server must send no request to the embedding ``endpoint``; None when it may: it lies on this
+    machine's loopback (only where ``loopback``), or at or under a URL prefix of ``allowed`` (same scheme, host and
+    port; the path on a ``/`` boundary). Decided from the URL alone, before any connection or name look-up."""
+    parts = _endpoint_parts(endpoint)
+    if parts is None:
+        return f"embedding_endpoint {endpoint!r} is not an http(s) URL."
+    scheme, host, port, path = parts
+    if loopback and is_loopback_host(host):
+        return None
+    for entry in allowed:
+        listed = _endpoint_parts(entry)
+        if listed is None or listed[:3] != (scheme, host, port):
+            continue
+        if path == listed[3] or path.startswith(listed[3] + "/"):
+            return None
+    where = "not on this machine (loopback) and " if loopback else ""
+    return (
+        f"The embedding endpoint {scheme}://{host}:{port} is {where}not in the operator's list of allowed endpoints "
+        "(KB_ALLOW_ENDPOINTS); no request was sent to it."
+    )
 
 
 def validate_nonempty_text(value: object, field: str) -> str:

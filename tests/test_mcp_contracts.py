@@ -39,11 +39,15 @@ class KeyCheckingGateway:
         self.upstream = upstream_v1.removesuffix("/v1")
         self.accepted_key = accepted_key
         self.refused = 0
+        self.failing_status: int | None = None  # set: every request answers it (an upstream outage)
         gateway = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if gateway.failing_status is not None:
+                    self._answer(gateway.failing_status, b'{"error": {"message": "upstream down"}}')
+                    return
                 if self.headers.get("Authorization") != f"Bearer {gateway.accepted_key}":
                     gateway.refused += 1
                     self._answer(401, b'{"error": {"message": "Incorrect API key", "code": "invalid_api_key"}}')
@@ -153,6 +157,12 @@ def test_rag_search_degrades_when_the_endpoint_refuses_the_key(tmp_path: Path, n
             gateway.accepted_key = "sk-first-key"  # the key works again: so does the next call
             rag = await ok(s, "rag_search", keywords=["read token", "令牌"])
             assert rag["degraded"] is False and rag["chunks"], rag["message"]
+
+            # #36: an endpoint answering 500 is retried past the 3 s timeout; the reason names the status (it said
+            # only "took longer than the 3 s timeout")
+            gateway.failing_status = 500
+            rag = await ok(s, "rag_search", keywords=["read token", "令牌"])
+            assert rag["degraded"] is True and "HTTP 500 (Internal Server Error)" in rag["degraded_reason"], rag
 
         run_stdio(home, scenario, tmp_path / "stderr.log")
 

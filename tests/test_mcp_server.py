@@ -571,10 +571,10 @@ def test_http_import_paths_are_confined_to_the_allowed_folders(http: HttpServer)
             str(http.allowed / "link.docx"),
             str(http.allowed / "linked-folder" / "secret.docx"),
         ]:
-            refused = await tool_error(s, "import_document", "PERMISSION_DENIED", file_paths=[path])
-            assert str(http.allowed) in refused.content[0].text
-        relative = await rpc_error(s, "import_document", -32602, file_paths=["secret.docx"])  # a form error (#25)
-        assert "relative path" in relative.error.message and str(http.allowed) in relative.error.message
+            refused = await tool_error(s, "import_document", "IMPORT_FAILED", file_paths=[path])  # each file alone
+            assert str(http.allowed) in refused.structuredContent["data"]["failed_files"][0]["error"]
+        relative = await tool_error(s, "import_document", "IMPORT_FAILED", file_paths=["secret.docx"])
+        assert "relative path" in relative.structuredContent["data"]["failed_files"][0]["error"]
         outside = await tool_error(s, "export_database", "PERMISSION_DENIED", export_path=str(http.outside / "y.kbx"))
         assert "may write" in outside.content[0].text  # an export writes: the refusal says so (#25)
         await tool_error(s, "export_database", "PERMISSION_DENIED", export_path=str(http.outside / "x.kbx"))
@@ -593,6 +593,40 @@ def test_http_import_paths_are_confined_to_the_allowed_folders(http: HttpServer)
         assert outside_bundle.exists()
         assert not (http.outside / "x.kbx").exists() and not (http.root / "x.kbx").exists()
         assert (await ok(s, "list_documents"))["data"]["count"] == 1
+
+    http.run(http.state["admin"], scenario)
+
+
+def test_http_import_fails_each_bad_path_alone_and_export_keeps_an_existing_file(http: HttpServer) -> None:
+    """#36: one path outside --allow-dir among three files failed the whole call (nothing imported, no per-file
+    list), and export_database silently replaced a file at export_path."""
+    good = [make_docx(http.allowed / f"good-{n}.docx", ENGLISH) for n in (1, 2)]
+    secret = make_docx(http.outside / "among.docx", "top secret")
+    victim = http.allowed / "victim.txt"
+    victim.write_text("precious notes", encoding="utf-8")
+
+    async def scenario(s: ClientSession) -> None:
+        await ok(s, "create_knowledge_base", kb_name="partial", chunk_size=64, embedding_model="hashing")
+        await ok(s, "select_knowledge_base", kb_name="partial")
+        paths = [str(good[0]), str(secret), str(good[1])]
+        imported = await ok(s, "import_document", file_paths=paths)
+        data = imported["data"]
+        assert (data["success_count"], data["failed_count"]) == (2, 1)
+        assert sorted(f["doc_name"] for f in data["success_files"]) == ["good-1.docx", "good-2.docx"]
+        assert data["failed_files"][0]["file_path"] == str(secret)
+        assert str(http.allowed) in data["failed_files"][0]["error"]
+        relative = await ok(s, "import_document", file_paths=[str(good[0]), "good-2.docx"])
+        assert relative["data"]["success_count"] == 1
+        assert "relative path" in relative["data"]["failed_files"][0]["error"]
+
+        refused = await tool_error(s, "export_database", "FILE_EXISTS", export_path=str(victim))
+        assert "overwrite" in refused.content[0].text
+        assert victim.read_text(encoding="utf-8") == "precious notes"
+        assert [p.name for p in http.allowed.iterdir() if p.name.startswith(".victim")] == []  # no temporary left
+        replaced = await ok(s, "export_database", export_path=str(victim), overwrite=True)
+        assert replaced["data"]["export_path"] == str(victim) and victim.read_bytes()[:2] == b"PK"
+        await ok(s, "select_knowledge_base", kb_name="alpha")
+        await ok(s, "delete_knowledge_base", kb_name="partial")
 
     http.run(http.state["admin"], scenario)
 

@@ -23,6 +23,7 @@ does not exist is not an error.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -43,7 +44,7 @@ from kb_core.bundles.validation import (
     edge_id,
     node_id,
 )
-from kb_core.errors import ImportFormatError, InvalidArgument, ItemNotFound
+from kb_core.errors import ImportFormatError, InvalidArgument, ItemNotFound, PermissionDenied, QuotaExceeded
 from kb_core.results import (
     BundleImported,
     GraphView,
@@ -54,7 +55,7 @@ from kb_core.results import (
     OntologySet,
     ShadowExported,
 )
-from kb_core.safe_files import OpenedFile, UnusablePath, open_input_file, reject_nul
+from kb_core.safe_files import OpenedFile, UnusablePath, open_input_file, reject_nul, require_inside
 from kb_core.seams import Scope
 from kb_core.store import KnowledgeBaseRecord
 
@@ -105,12 +106,17 @@ def get_ontology(session: Scope, kb_name: str | None = None) -> OntologyInfo:
     )
 
 
-def _read_ontology_source(source: str | Path | Mapping[str, Any]) -> Any:
+def _read_ontology_source(session: Scope, source: str | Path | Mapping[str, Any]) -> Any:
     if isinstance(source, Mapping):
         return dict(source)
     if isinstance(source, str) and "\n" in source:
         return load_bundle_text(source)  # YAML or JSON text pasted in the app
+    if not session.principal.server_paths:
+        raise PermissionDenied("Files on the server are off in this demo; paste the ontology as YAML or JSON text.")
     path = Path(str(source)).expanduser()
+    allowed = getattr(session, "allowed_dirs", None)
+    if allowed is not None:  # a confined session reads only inside its folders, and says nothing of other paths
+        require_inside(str(source), Path(os.path.realpath(path)), allowed)
     if not path.is_file():
         raise InvalidArgument(f"Ontology file {str(source)!r} does not exist.", details={"path": str(source)})
     return load_bundle_file(path)
@@ -122,8 +128,8 @@ def set_ontology(session: Scope, source: str | Path | Mapping[str, Any], kb_name
     Refused, with nothing changed, if the ontology is invalid or an existing node or edge would not
     conform to it. Changed indexed fields re-index the affected nodes.
     """
-    record = session.resolve_kb(kb_name)
-    ontology = parse_ontology(_read_ontology_source(source))
+    record = session.writable_kb(kb_name, "change the ontology of")
+    ontology = parse_ontology(_read_ontology_source(session, source))
     store = graph_store(session, record)
     with store.lock():
         state = store.load()
@@ -308,12 +314,33 @@ def _import_opened_bundle(
     session: Scope, opened: OpenedFile, kb_name: str | None, delete_file: bool
 ) -> BundleImported:
     path = opened.path
-    record = session.resolve_kb(kb_name)
-    try:
-        with opened.reader() as handle:
-            data = load_bundle_handle(handle)
-    except ImportFormatError as exc:  # unreadable or hostile YAML: refused like any invalid bundle, file kept
-        raise _refusal([BundleError(None, "root", exc.message)], path, None) from None
+    record = session.writable_kb(kb_name, "import a bundle into")
+    with session.importing(record, 1) as allowance:
+        if allowance.max_file_bytes is not None and opened.stat.st_size > allowance.max_file_bytes:
+            raise QuotaExceeded(
+                f"The bundle file is {opened.stat.st_size / 2**20:.1f} MB, over this demo's limit of "
+                f"{allowance.max_file_bytes / 2**20:g} MB per file.",
+                details={"limit_bytes": allowance.max_file_bytes},
+            )
+        try:
+            with opened.reader() as handle:
+                data = load_bundle_handle(handle)
+        except ImportFormatError as exc:  # unreadable or hostile YAML: refused like any invalid bundle, file kept
+            raise _refusal([BundleError(None, "root", exc.message)], path, None) from None
+        items = len(data) if isinstance(data, list) else 0
+        if allowance.chunk_budget is not None and items > allowance.chunk_budget:
+            raise QuotaExceeded(
+                f"The bundle has {items:,} items; with at least one chunk each they would pass {allowance.chunk_limit} "
+                f"({allowance.chunk_budget:,} left). Nothing was imported.",
+                details={"items": items, "left": allowance.chunk_budget},
+            )
+        return _apply_bundle(session, opened, record, data, delete_file)
+
+
+def _apply_bundle(
+    session: Scope, opened: OpenedFile, record: KnowledgeBaseRecord, data: Any, delete_file: bool
+) -> BundleImported:
+    path = opened.path
     store = graph_store(session, record)
     with store.lock():
         state = store.load()
@@ -337,7 +364,7 @@ def _import_opened_bundle(
 
 def repair_index(session: Scope, kb_name: str | None = None) -> IndexRepaired:
     """Re-sync the search indexes with the graph (after a crash between the two commits)."""
-    record = session.resolve_kb(kb_name)
+    record = session.writable_kb(kb_name, "repair the bundle index of")
     store = graph_store(session, record)
     with store.lock():
         state = store.load()
@@ -350,6 +377,8 @@ def repair_index(session: Scope, kb_name: str | None = None) -> IndexRepaired:
 # -- shadow export ----------------------------------------------------------------------------------------
 def export_shadow(session: Scope, target: str | Path | None = None, kb_name: str | None = None) -> ShadowExported:
     """(Re)write the shadow export, by default to ``graph/shadow`` of the KB."""
+    if not session.principal.server_paths:
+        raise PermissionDenied("Writing a shadow export on the server is off in this demo.")
     record = session.resolve_kb(kb_name)
     store = graph_store(session, record)
     state = store.load()
@@ -363,7 +392,9 @@ def rebuild_from_shadow(session: Scope, shadow_dir: str | Path, kb_name: str | N
 
     import yaml
 
-    record = session.resolve_kb(kb_name)
+    if not session.principal.server_paths:
+        raise PermissionDenied("Rebuilding from a shadow export on the server is off in this demo.")
+    record = session.writable_kb(kb_name, "rebuild the graph of")
     ontology, items = read_shadow(Path(shadow_dir))
     set_ontology(session, ontology, kb_name=record.name)
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False, encoding="utf-8") as handle:

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 
 def _export(session: Session, args: argparse.Namespace) -> Envelope:
-    return session.export_database(args.path, args.kb or None)
+    return session.export_database(args.path, args.kb or None, overwrite=args.overwrite)
 
 
 def _import_db(session: Session, args: argparse.Namespace) -> Envelope:
@@ -27,7 +27,8 @@ def register(commands: Commands) -> None:
         description="Write knowledge bases with their documents, original files, chunks and vectors to one ZIP "
         "file that `kb import-db` reads. API keys are never exported.",
     )
-    export.add_argument("path", help="the file to write, e.g. backup.kbx (replaced if it exists)")
+    export.add_argument("path", help="the file to write, e.g. backup.kbx (an existing file is refused)")
+    export.add_argument("--overwrite", action="store_true", help="replace the file if it exists")
     export.add_argument(
         "--kb", action="append", metavar="NAME", help="export only this knowledge base (repeat for several)"
     )

@@ -153,6 +153,11 @@ class CachedEmbedder:
         return self.inner.model_key
 
     @property
+    def last_problem(self) -> tuple[float, str] | None:
+        """The inner embedder's last failed attempt (an endpoint's), if it keeps one."""
+        return getattr(self.inner, "last_problem", None)
+
+    @property
     def dimension(self) -> int:
         return self.inner.dimension
 

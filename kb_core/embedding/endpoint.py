@@ -41,9 +41,13 @@ log = logging.getLogger(__name__)
 
 _RETRY_STATUS = {408, 425, 429}
 # What a transport failure is called, by kind: httpx's own text may quote the server's bytes (a bad status line).
+# Every way of not reaching a port (refused, no route, the connection timing out) reads the same, so the message does
+# not tell a closed port from a filtered one or a host that is down.
+UNREACHABLE = "the connection could not be made (refused or unreachable)"
 _TRANSPORT_FAILURES: tuple[tuple[type[httpx.TransportError], str], ...] = (
+    (httpx.ConnectTimeout, UNREACHABLE),
+    (httpx.ConnectError, UNREACHABLE),
     (httpx.TimeoutException, "the request timed out"),
-    (httpx.ConnectError, "the connection could not be made"),
     (httpx.RemoteProtocolError, "the server's answer is not valid HTTP"),
     (httpx.NetworkError, "the connection failed"),
     (httpx.ProxyError, "the proxy failed"),
@@ -118,6 +122,9 @@ class EndpointEmbedder:
         self._api_key = api_key or None
         self._dimension: int | None = None
         self._lock = threading.Lock()
+        # The last failed attempt (monotonic time, what happened), for a caller that gave up waiting while the
+        # request was retried (rag_search's timeout) to say why.
+        self.last_problem: tuple[float, str] | None = None
         headers = {"Content-Type": "application/json"}
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"
@@ -157,6 +164,7 @@ class EndpointEmbedder:
                 )
             except httpx.TransportError as exc:
                 problem = _transport_failure(exc)
+                self.last_problem = (time.monotonic(), f"failed: {problem}")
             else:
                 if resp.status_code == 200:
                     try:
@@ -164,6 +172,7 @@ class EndpointEmbedder:
                     except (ValueError, RecursionError) as exc:
                         raise self._fail(f"embedding endpoint {url} answered with invalid JSON") from exc
                 problem = _status_text(resp.status_code)
+                self.last_problem = (time.monotonic(), f"answered {problem}")
                 log.debug("embedding endpoint %s answered %s with a %d-byte body", url, problem, len(resp.content))
                 if resp.status_code in (401, 403):
                     raise self._fail(

@@ -116,12 +116,15 @@ def run_evaluation(
     sweep = sweep_weights(request.sweep_steps) if request.sweep_steps else None
     # A confined session (the app's, with KB_ALLOW_DIRS) reads the judgments only inside its folders (#37).
     allowed_dirs = getattr(session, "allowed_dirs", None)
+    # the session's principal may refuse the folder (before it is read) or the corpus build (a public demo)
+    session.operations.begin_evaluation(request.folder, None, request.build_corpus)
     if not request.build_corpus:
         # The user's own KB, judged by the folder's queries and qrels (corpus ids are document names).
         kb_service: Resources = session.service
         record = session.resolve_kb(request.kb_name)
         queries, qrels = load_beir_queries_qrels(request.folder, split=request.split, allowed_dirs=allowed_dirs)
         queries = _first(queries, request.max_queries)
+        session.operations.begin_evaluation(request.folder, len(queries), False)
         dataset_name = request.dataset_name or Path(request.folder).resolve().name
         documents = None
         eval_session = session
@@ -147,7 +150,7 @@ def run_evaluation(
             progress=progress,
         )
     run = record_run(
-        session.service.evaluation_runs, kb_service, report, dataset=dataset_name, settings=settings + swept
+        session.operations.evaluation_runs, kb_service, report, dataset=dataset_name, settings=settings + swept
     )
     return EvaluationOutcome(
         report, run, record, kb_service, dataset_name, documents, len(queries), settings + swept, swept,

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from kb_core.errors import KBNotFound
 from kb_core.ingest import pipeline
-from kb_core.ingest.pipeline import FileProgress, ImportProgress
+from kb_core.ingest.pipeline import ChunkBudget, FileProgress, ImportProgress
 from kb_core.safe_files import UnusablePath, open_input_file, path_name_problem, shown_path
 from kb_core.store.removal import remove_tree
 from kb_core.store.sink import ImportSource
@@ -63,9 +63,15 @@ def import_files(
     display_names: Sequence[str] | None = None,
     source: str = "path",
     cancel: threading.Event | None = None,
+    max_file_bytes: int | None = None,
+    chunk_budget: ChunkBudget | None = None,
+    absolute_only: bool = False,
 ) -> list[FileOutcome]:
     """Import ``file_paths`` (validated by the caller) into ``record``; one outcome per path, in order.
-    ``cancel``: set it to stop the import (what was committed stays; the other files fail as cancelled)."""
+    ``cancel``: set it to stop the import (what was committed stays; the other files fail as cancelled).
+    ``max_file_bytes`` (below the parser's own limit) and ``chunk_budget`` (chunks all files may add) are a demo
+    visitor's quotas: a file past either fails alone, the others are imported. With ``absolute_only`` a relative
+    path fails alone (an MCP client's: it would resolve against the server's working folder)."""
     sources: list[ImportSource] = []
     # A path whose text cannot name a file (not UTF-8, too long) fails here, alone; the pipeline never sees it.
     refused = {index: problem for index, raw in enumerate(file_paths) if (problem := path_name_problem(str(raw)))}
@@ -73,12 +79,16 @@ def import_files(
     copied_names: dict[int, set[str]] = {}
     folders: dict[str, Path] = {}
     limit = service.parse_limits.max_file_bytes
+    quota = max_file_bytes is not None and max_file_bytes < limit
+    if max_file_bytes is not None:
+        limit = min(limit, max_file_bytes)
     try:
         for index, raw in enumerate(file_paths):
             if index in refused:
                 continue
             path = Path(str(raw)).expanduser()
-            if not path.is_absolute():
+            relative = not path.is_absolute()
+            if relative:
                 path = Path.cwd() / path
             # A few shared folders (see staging_folder), and a folder of its own only for a name repeated in one:
             # a folder per file cost more than the import of a small file (removing thousands of folders is slow).
@@ -96,9 +106,9 @@ def import_files(
                     source=source,
                     reported_path=str(raw),
                     # the copy is made by the pipeline just before the file is parsed, overlapping the import
-                    stage=functools.partial(
-                        _copy_for_import, path, folder, allowed_dirs, limit, str(raw)
-                    ),
+                    stage=functools.partial(_refuse_relative, str(raw))
+                    if relative and absolute_only
+                    else functools.partial(_copy_for_import, path, folder, allowed_dirs, limit, str(raw), quota),
                 )
             )
         states, committed = ([], [])
@@ -110,7 +120,7 @@ def import_files(
                 if row.get("status") == "ready" and row.get("sha256")
             }
             states, committed = service.importer(record, runner).run(
-                sources, chunk_size, progress, cancel, imported=imported
+                sources, chunk_size, progress, cancel, imported=imported, chunk_budget=chunk_budget
             )
     finally:
         _remove_in_background(copies)
@@ -187,22 +197,43 @@ def staging_folder(index: int) -> int:
     return index // pipeline.FILES_PER_REQUEST % (2 * pipeline.PARSE_WORKERS)
 
 
+def _refuse_relative(raw: str) -> Path:
+    raise UnusablePath(
+        raw,
+        "is a relative path; MCP tools take absolute paths only (a relative path would resolve against the server's "
+        "working folder), e.g. /home/me/docs/report.docx",
+    )
+
+
 def _copy_for_import(
-    path: Path, folder: Path, allowed_dirs: Sequence[Path] | None, limit: int, raw: str | None = None
+    path: Path,
+    folder: Path,
+    allowed_dirs: Sequence[Path] | None,
+    limit: int,
+    raw: str | None = None,
+    quota: bool = False,
 ) -> Path:
     """Open ``path`` (confined to ``allowed_dirs``) and copy it to ``folder/<its name>``; an unusable path raises
-    :class:`UnusablePath` naming it as the user gave it (``raw``)."""
+    :class:`UnusablePath` naming it as the user gave it (``raw``). ``quota``: ``limit`` is a demo's per-file quota,
+    and the refusal says so."""
     try:
-        return _copy_checked(path, folder, allowed_dirs, limit)
+        return _copy_checked(path, folder, allowed_dirs, limit, quota)
     except UnusablePath as exc:
         if raw is None:
             raise
         raise UnusablePath(raw, exc.reason) from None
 
 
-def _copy_checked(path: Path, folder: Path, allowed_dirs: Sequence[Path] | None, limit: int) -> Path:
+def _copy_checked(
+    path: Path, folder: Path, allowed_dirs: Sequence[Path] | None, limit: int, quota: bool = False
+) -> Path:
     with open_input_file(path, allowed_dirs) as opened:
         if opened.stat.st_size > limit:
+            if quota:  # a demo's limit, in the MB of its upload limit (2**20 bytes)
+                raise UnusablePath(
+                    path,
+                    f"is {opened.stat.st_size / 2**20:.1f} MB, over this demo's limit of {limit / 2**20:g} MB per file",
+                )
             raise UnusablePath(
                 path, f"is {opened.stat.st_size / 1e6:.1f} MB, over the import limit of {limit / 1e6:.1f} MB"
             )
@@ -225,14 +256,16 @@ def reimport_document(
     document: dict[str, Any],
     chunk_size: int,
     progress: Callable[[ImportProgress], None] | None = None,
+    chunk_budget: ChunkBudget | None = None,
 ) -> FileProgress | None:
     """Re-chunk the live ``document`` (a documents row) from its kept original, under the same id, replacing it in
-    one commit. None when its original is gone (the document was changed meanwhile)."""
+    one commit. None when its original is gone (the document was changed meanwhile). ``chunk_budget``: the most
+    chunks it may have now (a demo visitor's quota)."""
     importer = service.importer(record)
     with importer.sink.reimport_source(document) as source:
         if source is None:
             return None
-        states, _ = importer.run([source], chunk_size, progress)
+        states, _ = importer.run([source], chunk_size, progress, chunk_budget=chunk_budget)
     return states[0]
 
 

@@ -59,6 +59,23 @@ ParsedFile = tuple[Any, list[Any], PreparedChunks | None]  # a parsed document, 
 
 
 @dataclass
+class ChunkBudget:
+    """How many chunks an import may still add (a public demo's quota per visitor), and how to name that limit in a
+    refusal (``this demo's limit of 1,000 chunks per visitor``). Files are admitted in the order they are parsed;
+    one that would pass the budget fails alone."""
+
+    left: int
+    limit: str
+
+    def admit(self, count: int) -> str | None:
+        """Take ``count`` chunks, or say why a file of that many may not be imported."""
+        if count > self.left:
+            return f"its {count:,} chunks would pass {self.limit} ({self.left:,} left); nothing of it was imported"
+        self.left -= count
+        return None
+
+
+@dataclass
 class FileProgress:
     file_path: str
     status: str = "pending"  # pending → parsing → embedding → ready | failed
@@ -200,16 +217,20 @@ class Importer:
         progress_callback: ProgressCallback | None = None,
         cancel: threading.Event | None = None,
         imported: ImportedDocuments | None = None,
+        *,
+        chunk_budget: ChunkBudget | None = None,
     ) -> tuple[list[FileProgress], list[dict[str, Any]]]:
         """Import ``sources``; return per-file progress and the committed document rows.
 
         ``cancel``, once set, stops the import at the next document: what was committed stays, every other file
         fails with "cancelled", and nothing half-done is left behind (the commit protocol). ``imported``: the KB's
         documents as the import began; a new file of the same name and content as one of them is not embedded nor
-        committed again, and its progress says ``already_imported`` (re-running an import that was killed)."""
+        committed again, and its progress says ``already_imported`` (re-running an import that was killed).
+        ``chunk_budget``: a file that would pass it fails, before it is embedded."""
         self.sources = list(sources)
         self.imported: ImportedDocuments = imported or {}
         self.cancel = cancel
+        self.chunk_budget = chunk_budget
         progress = ImportProgress(files=[FileProgress(file_path=s.reported_path or str(s.path)) for s in sources])
         try:
             job = self.sink.open_job(progress)
@@ -416,9 +437,14 @@ class Importer:
                         progress.files_parsed += 1
                         yield []
                         continue
+                    count = document.chunk_count
+                    refusal = self.chunk_budget.admit(count) if self.chunk_budget is not None else None
+                    if refusal is not None:
+                        progress.files_parsed += 1
+                        yield self._fail(progress, index, refusal, chunk_size)
+                        continue
                     state = progress.files[index]
                     state.status = "embedding"
-                    count = document.chunk_count
                     state.chunks_total = count
                     progress.chunks_total += count
                     embedding.append(document)
@@ -496,6 +522,10 @@ class Importer:
             )
             if self._skip_if_imported(progress, document):
                 yield []
+                continue
+            refusal = self.chunk_budget.admit(len(result.chunks)) if self.chunk_budget is not None else None
+            if refusal is not None:
+                yield self._fail(progress, result.index, refusal, chunk_size)
                 continue
             state = progress.files[result.index]
             state.status, state.chunks_total = "embedding", len(result.chunks)

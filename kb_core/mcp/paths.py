@@ -1,7 +1,9 @@
 """Path confinement over HTTP: paths that tools receive must resolve inside the ``--allow-dir`` folders.
 
-This early check gives one clear refusal for the whole call; the session checks again on the files it opens
-(see :mod:`kb_core.safe_files`), which is what a folder swapped for a symlink after this check meets.
+This early check gives one clear refusal for the whole call (an export, an import-db, a bundle); the session checks
+again on the files it opens (see :mod:`kb_core.safe_files`), which is what a folder swapped for a symlink after this
+check meets. ``import_document``'s files are judged one by one: the session fails each bad path alone, with its
+reason in ``failed_files``, and imports the rest.
 """
 
 from __future__ import annotations
@@ -32,9 +34,13 @@ def relative_path_refusal(raw: Any, field: str) -> Envelope | None:
     return None
 
 
-def confine_paths(file_paths: Any, allowed_dirs: Sequence[Path], verb: str = "read") -> Any:
+def confine_paths(
+    file_paths: Any, allowed_dirs: Sequence[Path], verb: str = "read", *, each_alone: bool = False
+) -> Any:
     """Over HTTP: every path must resolve (symlinks followed) inside an allowed folder. Returns resolved paths.
-    ``verb`` says in the refusal what the server would have done there (read, or write for an export)."""
+    ``verb`` says in the refusal what the server would have done there (read, or write for an export). With
+    ``each_alone`` (import_document) a relative path or one outside is passed on as given, for the session to fail
+    alone (it checks every file it opens), and the others are imported."""
     if isinstance(file_paths, str) or not isinstance(file_paths, list):
         return file_paths  # the service reports the wrong type
     reject_nul(file_paths, "file_paths")
@@ -49,12 +55,18 @@ def confine_paths(file_paths: Any, allowed_dirs: Sequence[Path], verb: str = "re
             return file_paths
         path = Path(raw).expanduser()
         if not path.is_absolute():
+            if each_alone:
+                resolved_paths.append(raw)
+                continue
             raise InvalidArgument(
                 f"{raw!r} is a relative path; MCP tools take absolute paths only, here under: {allowed}.",
                 details={"file_path": raw},
             )
         resolved = Path(os.path.realpath(path))  # unlike Path.resolve, never raises on a symlink loop
         if not any(resolved.is_relative_to(d) for d in allowed_dirs):
+            if each_alone:
+                resolved_paths.append(raw)
+                continue
             raise PermissionDenied(
                 f"{raw!r} resolves to {resolved}, outside the folders this server may {verb} ({allowed}); refused.",
                 details={"file_path": raw},
@@ -85,6 +97,8 @@ def confine_arguments(
             continue
         value = confined[field]
         confined[field] = (
-            confine_paths(value, allowed_dirs) if field == "file_paths" else confine_path(value, allowed_dirs, field)
+            confine_paths(value, allowed_dirs, each_alone=True)
+            if field == "file_paths"
+            else confine_path(value, allowed_dirs, field)
         )
     return confined

@@ -59,10 +59,10 @@ from kb_core.mcp import sdk
 from kb_core.mcp.access import ACCESS, check_token
 from kb_core.mcp.http_security import transport_security, url_host
 from kb_core.mcp.paths import confine_arguments
-from kb_core.mcp.rate_limits import SlidingWindowLimiter
 from kb_core.mcp.results import tool_result
 from kb_core.mcp.screening import screen_request
 from kb_core.mcp.tools import build_tools
+from kb_core.rate_limits import SlidingWindowLimiter
 from kb_core.store.tokens import TokenRecord
 
 if TYPE_CHECKING:
@@ -236,7 +236,9 @@ class KBMCPServer:
             if session is None:
                 scope = caller.token.scope if caller.token else None
                 allowed_dirs = self.allowed_dirs if self.http else None
-                session = self.holder.open().session(scope=scope, allowed_dirs=allowed_dirs)
+                session = self.holder.open().session(
+                    scope=scope, allowed_dirs=allowed_dirs, absolute_paths_only=True
+                )
                 by_token[token_id] = session
             return session
 

@@ -5,7 +5,7 @@ token is stored: a token is 256 random bits, so a fast hash is enough (a slow pa
 only matter for guessable secrets). The token itself is shown once, when it is created.
 
 A token has a scope (every knowledge base, or a fixed set of KB ids resolved from names at creation),
-a capability (``read`` or ``write``) and a rate limit per hour (enforced by :mod:`kb_core.mcp.rate_limits`).
+a capability (``read`` or ``write``) and a rate limit per hour (enforced by :mod:`kb_core.rate_limits`).
 The PostgreSQL store keeps the same records in its database (:mod:`kb_core.store.postgres.store`).
 """
 

@@ -294,9 +294,14 @@ HIDDEN_SOURCE = "(not shown to a session limited to some knowledge bases)"
 
 
 def export_database(
-    session: Scope, export_path: str | os.PathLike[str], kb_names: Sequence[str] | None = None
+    session: Scope,
+    export_path: str | os.PathLike[str],
+    kb_names: Sequence[str] | None = None,
+    *,
+    overwrite: bool = False,
 ) -> ExportSummary:
-    """Write every KB the session can see (or only ``kb_names``) to one portable file at ``export_path``.
+    """Write every KB the session can see (or only ``kb_names``) to one portable file at ``export_path``. A file
+    already there is refused (FILE_EXISTS, left as it is) unless ``overwrite``.
 
     Raises KBError for what stops it. API keys are never exported.
     """
@@ -304,10 +309,14 @@ def export_database(
     # The folder is opened once; the file is created in it and renamed into place relative to that open
     # folder, so swapping a folder on the way for a symlink cannot redirect the write.
     with open_output_folder(target, "export_path", getattr(session, "allowed_dirs", None)) as folder:
-        return _export_into(session, folder, target, kb_names)
+        if not overwrite and folder.target_exists():  # said before the work; the final link decides
+            raise folder.exists_error("export_path", str(target))
+        return _export_into(session, folder, target, kb_names, overwrite)
 
 
-def _export_into(session: Scope, folder: OutputFolder, target: Path, kb_names: Sequence[str] | None) -> ExportSummary:
+def _export_into(
+    session: Scope, folder: OutputFolder, target: Path, kb_names: Sequence[str] | None, overwrite: bool
+) -> ExportSummary:
     service = session.service
     home_root: Path = service.home.root
     if (folder.real_path.resolve() / folder.name).is_relative_to(home_root.resolve() / "kbs"):
@@ -340,7 +349,10 @@ def _export_into(session: Scope, folder: OutputFolder, target: Path, kb_names: S
             handle.flush()
             os.fsync(handle.fileno())
             size = os.fstat(handle.fileno()).st_size
-        folder.replace(temporary)
+        if overwrite:
+            folder.replace(temporary)
+        else:
+            folder.place(temporary, "export_path", str(target))
         temporary = None
     except OSError as exc:
         raise StoreError(f"Cannot write the export file {str(target)!r}: {exc.strerror or exc}") from exc
@@ -359,12 +371,14 @@ def _export_into(session: Scope, folder: OutputFolder, target: Path, kb_names: S
             f", {len(with_graph)} knowledge-bundle graph(s) with {sum(g['nodes'] for g in with_graph)} node(s) and "
             f"{sum(g['edges'] for g in with_graph)} edge(s)"
         )
+    # A public demo's session names no server path: its export is written where the app then reads it for download.
+    shown = target.name if not session.principal.server_paths else str(target)
     message = (
-        f"Exported {len(kbs)} knowledge base(s) ({documents} document(s), {chunks} chunk(s){graph_text}) to {target} "
+        f"Exported {len(kbs)} knowledge base(s) ({documents} document(s), {chunks} chunk(s){graph_text}) to {shown} "
         f"({size} bytes). API keys are never exported."
     )
     logger.info(message)
     source = service.store.display  # the home folder, or the database URL without its password
-    if getattr(session, "scope", None) is not None:  # a token limited to some KBs learns nothing of the server
+    if session.principal.hides_server:  # a token limited to some KBs, a demo's visitor: nothing of the server
         source = HIDDEN_SOURCE
-    return ExportSummary(message, source, str(target))
+    return ExportSummary(message, source, shown)

@@ -17,7 +17,11 @@ from kb_core.operations import Operations
 
 
 async def export_database(
-    export_path: Annotated[str, Field(description="absolute path of the file to write")], ctx: Context
+    export_path: Annotated[str, Field(description="absolute path of the file to write")],
+    ctx: Context,
+    overwrite: Annotated[
+        bool, Field(description="replace a file already at export_path (default false: such a file is refused)")
+    ] = False,
 ) -> Annotated[CallToolResult, ToolEnvelope[Exported]]:
     r"""Export every knowledge base this session can see (documents, chunks, vectors, original files and
     knowledge-bundle graphs) to one portable file at the specified path; import_database reads it. API keys are never
@@ -25,6 +29,8 @@ async def export_database(
 
     Parameters:
     - export_path: Export path (absolute path, required; a relative path is refused), e.g. /backups/kb.kbx
+    - overwrite: Replace a file that already exists at export_path (optional, default false). Without it an existing
+      file is refused with FILE_EXISTS and left unchanged.
 
     data: source_path (the home), export_path.\
     Over HTTP this tool needs a token with the write capability. Over HTTP the path must lie inside the folders the
@@ -35,12 +41,14 @@ async def export_database(
 
     参数说明：
     - export_path：导出路径（绝对路径，必填），例如 /backups/kb.kbx
+    - overwrite：是否覆盖 export_path 上已存在的文件（可选，默认 false）。不传时，已存在的文件会被拒绝（FILE_EXISTS）
+      且保持不变。
 
     返回值 data：source_path（导出来源的主目录）、export_path。通过 HTTP 调用时需要具有写权限的令牌。通过 HTTP 调用时
     ，路径必须位于服务器启动时指定的目录（--allow-dir）之内。
     """
     refusal = relative_path_refusal(export_path, "export_path")
-    return await call(ctx, Operations.export_database, export_path, refusal=refusal)
+    return await call(ctx, Operations.export_database, export_path, overwrite=overwrite, refusal=refusal)
 
 
 async def import_database(

@@ -1,4 +1,5 @@
-"""Per-token rate limits of the MCP server's HTTP transport (tokens: :mod:`kb_core.store.tokens`)."""
+"""Sliding-window rate limits: the MCP server's per-token calls (tokens: :mod:`kb_core.store.tokens`) and a public
+demo's per-visitor imports and searches (:mod:`kb_core.public_demo`)."""
 
 from __future__ import annotations
 
@@ -28,4 +29,10 @@ class SlidingWindowLimiter:
             if len(events) >= limit:
                 return max(1, math.ceil(events[len(events) - limit] + self.window - now))
             events.append(now)
+            if len(self._events) > 4096:  # keys seen once (visitors who left) do not pile up
+                self._forget_idle(now)
             return None
+
+    def _forget_idle(self, now: float) -> None:
+        for key in [k for k, v in self._events.items() if not v or v[-1] <= now - self.window]:
+            del self._events[key]
