@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from kb_core import KBError
 from kb_core.demo import DEMO_EMBEDDING_MODEL, DEMO_KB_NAME, demo_exists, demo_files, ensure_demo_kb
 from pages import _shared as ui
 
@@ -56,22 +57,41 @@ navigation = st.navigation(
 
 
 def build_demo() -> None:
+    # Built by a local session: in a public demo a visitor neither sees the demo KB before it is published nor may
+    # create a shared one.
+    builder = ui.service().session() if ui.public_demo_enabled() else session
     files = demo_files()
-    if not files or demo_exists(session):
+    if not files or demo_exists(builder):
+        publish_demo()
         return
     with ui.demo_lock(str(ui.service().home.root)):
-        if demo_exists(session):
+        if demo_exists(builder):
             return
         with st.status(f"Building the demo knowledge base “{DEMO_KB_NAME}” (first start)…", expanded=True) as status:
             st.write(f"Importing {len(files)} English and Chinese documents with the {DEMO_EMBEDDING_MODEL} model.")
             ui.load_model_with_notice(session, model=DEMO_EMBEDDING_MODEL)
             bars = ui.ImportBars([str(p) for p in files], [p.name for p in files], title="Demo")
-            result = ensure_demo_kb(session, progress=bars, model_progress=st.write)
+            result = ensure_demo_kb(builder, progress=bars, model_progress=st.write)
             if result is not None and not result["success"]:
                 status.update(label="Building the demo knowledge base failed", state="error")
                 ui.show_error(result)
                 return
+            publish_demo()
             status.update(label="Demo knowledge base ready", state="complete", expanded=False)
+
+
+def publish_demo() -> None:
+    """In a public demo the demo KB is shared with every visitor, read-only (the operator may unpublish it)."""
+    demo = ui.public_demo()
+    if demo is None or st.session_state.get("demo_published"):
+        return
+    try:
+        record = ui.service().find_kb(DEMO_KB_NAME)
+    except KBError:
+        return
+    if record.id not in demo.ledger.read().published and not demo.ledger.read().owners.get(record.id):
+        demo.ledger.publish(record.id)
+    st.session_state["demo_published"] = True
 
 
 if ui.demo_enabled() and not st.session_state.get("demo_checked"):
@@ -81,8 +101,11 @@ ui.ensure_selection(session, preferred=DEMO_KB_NAME)
 
 with st.sidebar:
     st.markdown("### :material/hub: KB Workbench")
+ui.demo_banner(session)
 counts = ui.sidebar_kb_picker(session)
+ui.operator_sign_in(session)
 try:
     navigation.run()
 finally:  # also when the page stops early: the counts as the page left them (after an import, a deletion)
     ui.refresh_sidebar_counts(session, counts)
+    ui.set_visitor_cookie()

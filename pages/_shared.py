@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 import threading
 import time
 import unicodedata
@@ -15,17 +16,24 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import streamlit as st
 
-from kb_core import KnowledgeBaseService, Session
+from kb_core import KBError, KnowledgeBaseService, Session
 from kb_core.config import resolve_home
 from kb_core.ingest.pipeline import FileProgress, ImportProgress
 from kb_core.safe_files import path_name_problem, shown_path
 
+if TYPE_CHECKING:
+    from kb_core.public_demo import PublicDemo
+
 SESSION_KEY = "kb_session"
-DEMO_ENVIRONMENT_VARIABLE = "KB_DEMO"  # "0" skips building the demo KB (tests)
+# KB_DEMO: unset, a private workbench that opens on the demo KB; 0, no demo KB (tests); 1, a public demo
+# (kb_core.public_demo: visitors in sandboxes, shared KBs read-only, quotas, an operator).
+DEMO_ENVIRONMENT_VARIABLE = "KB_DEMO"
+VISITOR_COOKIE = "kb_visitor"
+_VISITOR_TOKEN = re.compile(r"^[A-Za-z0-9_-]{24,64}$")
 # Folders whose files the "path on the server" fields may name (separated like PATH); unset: those fields are off.
 ALLOW_DIRS_ENVIRONMENT_VARIABLE = "KB_ALLOW_DIRS"
 
@@ -96,18 +104,130 @@ def remembered(key: str, run: Callable[[], dict[str, Any]]) -> Remembered:
     return _memo_for(str(resolve_home())).get_or_run(key, run)
 
 
+def public_demo_enabled() -> bool:
+    """Whether the app runs as a public demo (``KB_DEMO=1``); a KB_DEMO the app does not understand stops it."""
+    from kb_core.public_demo import demo_setting
+
+    try:
+        return demo_setting() == "public"
+    except KBError as error:
+        st.error(error.message, icon=":material/error:")
+        st.stop()
+        raise
+
+
+@st.cache_resource
+def _demo_for(home: str) -> PublicDemo:
+    from kb_core.public_demo import PublicDemo
+
+    demo = PublicDemo.from_environment(_service_for(home))
+    demo.start_sweeper()  # visitor KBs are deleted at their expiry, whoever is visiting
+    return demo
+
+
+def public_demo() -> PublicDemo | None:
+    """The public demo of this process (None outside one): its ledger, quotas and operator."""
+    return _demo_for(str(resolve_home())) if public_demo_enabled() else None
+
+
+def _visitor_token() -> str:
+    """This browser's visitor token: kept in a cookie, so a reload or a second tab is the same visitor and finds its
+    knowledge bases; a new browser is a new visitor."""
+    token = st.session_state.get("kb_visitor_token")
+    if token is None:
+        cookie = st.context.cookies.get(VISITOR_COOKIE) or ""
+        token = cookie if _VISITOR_TOKEN.match(cookie) else None
+        if token is None:
+            from kb_core.public_demo import PublicDemo
+
+            token = PublicDemo.new_visitor_token()
+        st.session_state["kb_visitor_token"] = token
+        st.session_state["kb_visitor_cookie_due"] = True
+    return str(token)
+
+
+def set_visitor_cookie() -> None:
+    """Write the visitor's cookie once per browser session (after the page's first elements: it is a script
+    element): valid as long as a KB made now lives, renewed on every visit."""
+    demo = public_demo()
+    if demo is None or not st.session_state.pop("kb_visitor_cookie_due", False):
+        return
+    token = st.session_state.get("kb_visitor_token")
+    if token and _VISITOR_TOKEN.match(token):
+        age = int(demo.limits.expiry_seconds)
+        st.html(
+            f"<script>document.cookie = '{VISITOR_COOKIE}={token}; path=/; max-age={age}; SameSite=Lax';</script>",
+            unsafe_allow_javascript=True,
+        )
+
+
 def session() -> Session:
-    """This browser session's own session (its own current KB)."""
+    """This browser session's own session (its own current KB). In a public demo, the visitor's (or, once signed
+    in, the operator's): what it may see and change is decided by the session itself."""
     current = st.session_state.get(SESSION_KEY)
     if current is None or current.service is not service():
-        current = service().session()
+        demo = public_demo()
+        current = service().session() if demo is None else demo.visitor_session(_visitor_token())
         st.session_state[SESSION_KEY] = current
     return current
 
 
+def sign_in_operator(secret: str) -> dict[str, Any] | None:
+    """Replace this browser session's visitor session by the operator's; None, or the refusal's envelope."""
+    demo = public_demo()
+    if demo is None:
+        return None
+    from kb_core.envelope import failure
+
+    try:
+        st.session_state[SESSION_KEY] = demo.operator_session(secret)
+    except KBError as error:
+        return failure(error)
+    return None
+
+
+def sign_out_operator() -> None:
+    demo = public_demo()
+    if demo is not None:
+        st.session_state[SESSION_KEY] = demo.visitor_session(_visitor_token())
+
+
+def operator_sign_in(sess: Session) -> None:
+    """The sidebar's operator sign-in (a public demo with KB_DEMO_OPERATOR_TOKEN set), or sign-out once signed in."""
+    demo = public_demo()
+    if demo is None or not demo.operator_enabled:
+        return
+    with st.sidebar:
+        if sess.principal.kind == "operator":
+            if st.button("Sign out (operator)", key="operator_sign_out"):
+                sign_out_operator()
+                st.rerun()
+            return
+        with (
+            st.expander("Operator", icon=":material/admin_panel_settings:"),
+            st.form("operator_sign_in", border=False),
+        ):
+            secret = st.text_input("Operator token", type="password", key="operator_token")
+            if st.form_submit_button("Sign in"):
+                refused = sign_in_operator(secret)
+                if refused is None:
+                    st.rerun()
+                show_error(refused)
+
+
+def scratch_dir(prefix: str, sess: Session | None = None) -> Path:
+    """A new private folder for files the app hands the session (uploads, exports to download): where the session
+    may open them (a public demo's sessions open no other path)."""
+    root = (sess or session()).scratch_root
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=str(root) if root is not None else None))
+
+
 def server_folders() -> tuple[list[Path], list[str]]:
-    """The folders of ``$KB_ALLOW_DIRS`` that exist, and the entries that name no folder."""
+    """The folders of ``$KB_ALLOW_DIRS`` that exist, and the entries that name no folder; none in a public demo, which
+    has no server folders at all."""
     found: list[Path] = []
+    if public_demo_enabled():
+        return found, []
     missing: list[str] = []
     for entry in os.environ.get(ALLOW_DIRS_ENVIRONMENT_VARIABLE, "").split(os.pathsep):
         if entry.strip():
@@ -125,6 +245,9 @@ def server_folders() -> tuple[list[Path], list[str]]:
 def server_path_session(sess: Session) -> Session | None:
     """``sess`` confined to ``$KB_ALLOW_DIRS`` (never the home), for paths typed into the app; None, after saying
     so, when no folder is configured: whoever reaches the app must not read or write any file the server can."""
+    if public_demo_enabled():
+        st.info("Files on the server are off in this public demo; upload files instead.", icon=":material/lock:")
+        return None
     folders, missing = server_folders()
     if missing:
         st.warning(f"{ALLOW_DIRS_ENVIRONMENT_VARIABLE} names folders that do not exist: {', '.join(missing)}.")
@@ -141,7 +264,61 @@ def server_path_session(sess: Session) -> Session | None:
 
 
 def demo_enabled() -> bool:
-    return os.environ.get(DEMO_ENVIRONMENT_VARIABLE, "1").strip().lower() not in ("0", "false", "no", "off")
+    """Whether the app builds and opens on the demo KB: always but with ``KB_DEMO=0``."""
+    from kb_core.public_demo import demo_setting
+
+    try:
+        return demo_setting() != "off"
+    except KBError:
+        return False
+
+
+def demo_banner(sess: Session) -> None:
+    """A public demo's banner: what this is, what a visitor may do, and when the visitor's KBs are deleted."""
+    if not public_demo_enabled():
+        return
+    status = sess.demo_status()
+    if not status["success"]:
+        return
+    data = status["data"]
+    limits = data.get("limits") or {}
+    from kb_core.public_demo import format_duration
+
+    if data.get("kind") == "operator":
+        st.warning(
+            "**Public demo, signed in as the operator.** You see and change every knowledge base, publish one to "
+            "all visitors, and see each visitor's usage (Knowledge bases page).",
+            icon=":material/admin_panel_settings:",
+        )
+        return
+    expiry = format_duration(float(limits.get("expiry_seconds", 0)))
+    text = (
+        "**Public demo.** The shared knowledge bases are read-only. Knowledge bases you create are yours alone "
+        f"(their names end in your tag [{data.get('tag')}]) and are deleted {expiry} after you create them."
+    )
+    mine = data.get("knowledge_bases") or []
+    if mine:
+        first = min(mine, key=lambda kb: kb["expires_at"])
+        when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(first["expires_at"]))
+        text += f" Next: **{first['name']}** on {when}."
+    st.info(text, icon=":material/science:")
+
+
+def demo_limits_caption(sess: Session) -> None:
+    """A visitor's quotas, where they are met (the Import page)."""
+    if not public_demo_enabled():
+        return
+    status = sess.demo_status()
+    data = status["data"] if status["success"] else {}
+    if data.get("kind") != "visitor":
+        return
+    limits = data["limits"]
+    st.caption(
+        f"Demo limits per visitor: files up to {limits['max_file_mb']:g} MB, {limits['files_per_import']} files per "
+        f"import, {limits['chunks_per_visitor']:,} chunks in all your knowledge bases (used: "
+        f"{data['chunks_used']:,}), {limits['kbs_per_visitor']} knowledge bases, {limits['imports_per_minute']} "
+        f"imports and {limits['searches_per_minute']} searches per minute."
+    )
 
 
 def show_error(envelope: dict[str, Any], prefix: str = "") -> None:

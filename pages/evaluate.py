@@ -59,8 +59,11 @@ st.caption(
     "this home, so runs can be compared query by query below (and with `kb eval-compare`)."
 )
 
-sources = ([DEMO] if demo_folder is not None else []) + [FOLDER, UPLOAD]
-default_source = DEMO if demo_folder is not None and kb_name == DEMO_KB_NAME else FOLDER
+# a public demo has no server folders (the session refuses them too)
+sources = ([DEMO] if demo_folder is not None else []) + ([] if ui.public_demo_enabled() else [FOLDER]) + [UPLOAD]
+default_source = (
+    DEMO if demo_folder is not None and kb_name == DEMO_KB_NAME else FOLDER if FOLDER in sources else UPLOAD
+)
 source = st.radio("Judgments from", sources, index=sources.index(default_source), horizontal=True,
                   key="eval_source")
 folder: Path | None = None
@@ -154,7 +157,7 @@ if st.button("Run evaluation", type="primary", disabled=not ready, key="eval_run
                      f"(setting {len(seen)} of {len(everything)})")
 
     try:
-        with tempfile.TemporaryDirectory(prefix="kb-eval-upload-") as scratch:
+        with tempfile.TemporaryDirectory(prefix="kb-eval-upload-", dir=session.scratch_root) as scratch:
             if uploaded:
                 for name, content in uploaded.items():
                     (Path(scratch) / name).write_bytes(content)

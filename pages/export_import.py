@@ -43,12 +43,12 @@ def export_name(chosen: list[str]) -> str:
 
 def prepare_download(chosen: list[str]) -> None:
     """Export into a temp folder, keep the bytes for the download button, remove the file."""
-    folder = Path(tempfile.mkdtemp(prefix="kb-export-"))
+    folder = ui.scratch_dir("kb-export-", session)
     name = export_name(chosen)
     try:
         with st.spinner("Writing the export file…"):
             envelope = session.export_database(str(folder / name), kb_names=chosen or None)
-        data = Path(envelope["data"]["export_path"]).read_bytes() if envelope["success"] else None
+        data = (folder / name).read_bytes() if envelope["success"] else None
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     st.session_state["export_result"] = {"envelope": envelope, "name": name, "bytes": data}
@@ -140,7 +140,7 @@ with import_col:
         upload = st.file_uploader(f"Export file ({EXPORT_SUFFIX} or .zip)", type=["kbx", "zip"],
                                   key=f"import_db_upload_{round_}")
         if st.button("Import uploaded file", type="primary", disabled=upload is None, key="import_db_upload_go"):
-            handle, path = tempfile.mkstemp(prefix="kb-import-", suffix=EXPORT_SUFFIX)
+            handle, path = tempfile.mkstemp(prefix="kb-import-", suffix=EXPORT_SUFFIX, dir=session.scratch_root)
             try:
                 with os.fdopen(handle, "wb") as out:
                     out.write(upload.getvalue())  # type: ignore[union-attr]

@@ -4,7 +4,6 @@ it); per-file and overall progress; results table."""
 from __future__ import annotations
 
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -90,13 +89,14 @@ if st.session_state.get("cancel_import"):
         icon=":material/cancel:",
     )
 
+ui.demo_limits_caption(session)
 upload_tab, path_tab = st.tabs(["Upload files", "Paths on the server"])
 with upload_tab:
     uploads = st.file_uploader(
         "Files", type=UPLOAD_TYPES, accept_multiple_files=True, key=f"uploads_{st.session_state.get('upload_round', 0)}"
     )
     if st.button("Import uploaded files", type="primary", disabled=not uploads, key="import_uploads"):
-        folder = Path(tempfile.mkdtemp(prefix="kb-upload-"))
+        folder = ui.scratch_dir("kb-upload-", session)
         try:
             paths, names = [], []
             for index, upload in enumerate(uploads or []):

@@ -21,7 +21,11 @@ session = ui.session()
 listed_models = session.embedding_models()
 MODELS = {m["name"]: m for m in (listed_models["data"]["models"] if listed_models["success"] else [])}
 MODELS["hashing"] = HASHING
+demo = ui.public_demo()
+if demo is not None:  # a public demo offers its models only (the session refuses others too)
+    MODELS = {name: m for name, m in MODELS.items() if name in demo.models}
 DEFAULT_MODEL = listed_models["data"]["default"] if listed_models["success"] else next(iter(MODELS))
+DEFAULT_MODEL = DEFAULT_MODEL if DEFAULT_MODEL in MODELS else next(iter(MODELS))
 st.title("Knowledge bases")
 device = session.device_info()
 st.caption(
@@ -69,7 +73,9 @@ with left:
             if data:
                 st.session_state["kb_flash"] = f"Selected knowledge base '{data['kb_name']}'."
                 st.rerun()
-        if delete_col.button("Delete…", width="stretch", key="kb_delete"):
+        read_only = session.change_refusal(target)
+        if delete_col.button("Delete…", width="stretch", key="kb_delete", disabled=read_only is not None,
+                             help=read_only):
             if target == current:
                 # The service refuses and explains why; show its message rather than a dialog.
                 ui.show_error(session.delete_knowledge_base(target))
@@ -117,9 +123,11 @@ with right:
         st.caption(
             " · ".join(f"**{name}**: {m['speed']}" for name, m in MODELS.items() if name != "hashing"),
         )
-        with st.expander("Embedding endpoint (optional)"):
-            endpoint = st.text_input("Endpoint URL", placeholder="http://127.0.0.1:8000/v1", key="create_endpoint")
-            api_key = st.text_input("API key", type="password", key="create_api_key")
+        endpoint = api_key = ""
+        if demo is None or demo.allowed_endpoints:  # a public demo: only the endpoints its operator lists
+            with st.expander("Embedding endpoint (optional)"):
+                endpoint = st.text_input("Endpoint URL", placeholder="http://127.0.0.1:8000/v1", key="create_endpoint")
+                api_key = st.text_input("API key", type="password", key="create_api_key")
         select_after = st.checkbox("Select it after creating", value=True, key="create_select")
         submitted = st.form_submit_button("Create", type="primary")
     if submitted:
@@ -148,3 +156,64 @@ with right:
             st.rerun()
         field = ((created.get("error") or {}).get("details") or {}).get("field")
         ui.show_error(created, prefix=f"{field.replace('_', ' ').capitalize()}: " if field else "")
+
+if session.principal.kind == "operator":
+    st.divider()
+    st.subheader("Demo management")
+    status = ui.data_or_error(session.demo_status()) or {}
+    owners = status.get("visitor_kbs", {})
+    published = set(status.get("published", []))
+    st.caption("Published knowledge bases are shared read-only with every visitor; a visitor's own expire.")
+    if kbs:
+        st.dataframe(
+            pd.DataFrame(
+                {
+                    "Name": names,
+                    "Owner": [owners.get(kb["id"], "operator") for kb in kbs],
+                    "Shared with visitors": ["yes" if kb["id"] in published else "" for kb in kbs],
+                    "Chunks": [kb["chunk_count"] for kb in kbs],
+                }
+            ),
+            hide_index=True, width="stretch",
+        )
+        share_pick, share_on, share_off = st.columns([3, 1, 1], vertical_alignment="bottom")
+        shared = share_pick.selectbox("Knowledge base", names, key="demo_publish_target")
+        if share_on.button("Publish", key="demo_publish", width="stretch"):
+            result = session.publish_knowledge_base(shared, True)
+            if result["success"]:
+                st.session_state["kb_flash"] = result["message"]
+                st.rerun()
+            ui.show_error(result)
+        if share_off.button("Unpublish", key="demo_unpublish", width="stretch"):
+            result = session.publish_knowledge_base(shared, False)
+            if result["success"]:
+                st.session_state["kb_flash"] = result["message"]
+                st.rerun()
+            ui.show_error(result)
+    usage = status.get("usage") or []
+    st.markdown("**Visitors' usage** (imports, searches and refusals since the app started)")
+    if usage:
+        st.dataframe(
+            pd.DataFrame(
+                {
+                    "Visitor": [u["visitor"] for u in usage],
+                    "Knowledge bases": [", ".join(u["knowledge_bases"]) for u in usage],
+                    "Chunks": [u["chunks"] for u in usage],
+                    "Imports": [u["imports"] for u in usage],
+                    "Searches": [u["searches"] for u in usage],
+                    "Refused": [u["refused"] for u in usage],
+                    "Last seen (UTC)": [
+                        "" if u["last_seen"] is None else pd.Timestamp(u["last_seen"], unit="s").strftime("%H:%M:%S")
+                        for u in usage
+                    ],
+                    "First expiry (UTC)": [
+                        "" if u["next_expiry"] is None
+                        else pd.Timestamp(u["next_expiry"], unit="s").strftime("%Y-%m-%d %H:%M")
+                        for u in usage
+                    ],
+                }
+            ),
+            hide_index=True, width="stretch",
+        )
+    else:
+        st.caption("No visitor yet.")

@@ -51,7 +51,7 @@ def show_multiline_error(envelope: dict[str, Any]) -> None:
 
 
 def write_temp_yaml(text: str | bytes) -> str:
-    handle, path = tempfile.mkstemp(prefix="kb-bundle-", suffix=".yaml")
+    handle, path = tempfile.mkstemp(prefix="kb-bundle-", suffix=".yaml", dir=session.scratch_root)
     with os.fdopen(handle, "wb") as out:
         out.write(text.encode("utf-8") if isinstance(text, str) else text)
     return path
