@@ -4,7 +4,7 @@
     python benchmarks/bench_app.py --root /work/wt/old --root .     # another checkout first, as the reference
 
 For each ``--root`` the app is served as ``streamlit run ROOT/app.py`` on a free loopback port over a new home with
-the demo KB (``KB_DEMO=1``: the first page visit builds it with the real all-MiniLM-L6-v2 model; that first start
+the demo KB (``KB_DEMO`` unset: the first page visit builds it with the real all-MiniLM-L6-v2 model; that first start
 is timed too) and driven in Debian's Chromium by Playwright at 1280 × 900 px:
 
 * **click**: type a query (English and Chinese, each new to the app process) and click **Search**;

@@ -406,12 +406,12 @@ class Operations:
     ) -> KBCreated:
         """``progress`` hears about the one-time build of a built-in model on this machine (multilingual-e5-small:
         about 10-20 s), which happens before the KB is created."""
-        if self.allowed_dirs is not None and not embedding_endpoint:
-            self._confine_model_path(embedding_model, self.allowed_dirs)
-        self.principal.check_create(
+        self.principal.check_create(  # first: a demo's refusal names its models, not the session's folders
             embedding_model if isinstance(embedding_model, str) else None,
             embedding_endpoint if isinstance(embedding_endpoint, str) else None,
         )
+        if self.allowed_dirs is not None and not embedding_endpoint:
+            self._confine_model_path(embedding_model, self.allowed_dirs)
         name = self.principal.name_for(validate_kb_name(kb_name))
         record = self.service.create_kb(
             name, chunk_size, embedding_model, embedding_endpoint, embedding_api_key, progress=progress
@@ -522,6 +522,11 @@ class Operations:
                 absolute_only=self.absolute_paths_only,
             )
         results = [o.to_json() for o in outcomes]
+        if self.principal.hides_server:  # a refusal names the file, not the folder the app staged it in
+            shown = list(display_names) if display_names is not None else [self._source(str(p)) for p in file_paths]
+            for row, name in zip(results, shown, strict=True):
+                if "error" in row:
+                    row["error"] = str(row["error"]).replace(str(row["file_path"]), str(name))
         succeeded = [r for r in results if "error" not in r]
         if succeeded:
             self._measure_floors(record)
@@ -623,8 +628,13 @@ class Operations:
         return path.replace("\\", "/").rsplit("/", 1)[-1]
 
     def _shown_source(self, row: dict[str, Any]) -> dict[str, Any]:
+        if not self.principal.hides_server:
+            return row
         if "file_path" in row:
             row["file_path"] = self._source(row["file_path"])
+        label = row.get("source_label")
+        if isinstance(label, str) and label.startswith("Local file: "):
+            row["source_label"] = "Local file: " + str(self._source(label.removeprefix("Local file: ")))
         return row
 
     def list_chunks(self, doc_name: str, kb_name: str | None = None) -> ChunkList:

@@ -201,7 +201,9 @@ def main() -> int:
          "--server.address", "127.0.0.1", "--server.headless", "true", "--browser.gatherUsageStats", "false",
          "--server.fileWatcherType", "none", "--client.toolbarMode", "viewer"],
         cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-        env={**os.environ, "KB_HOME": str(home), "KB_DEMO": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
+        # KB_DEMO unset: the private workbench on the demo KB (1 would be a public demo)
+        env={**{k: v for k, v in os.environ.items() if k != "KB_DEMO"}, "KB_HOME": str(home), "HF_HUB_OFFLINE": "1",
+             "TRANSFORMERS_OFFLINE": "1"},
     )
     try:
         deadline = time.monotonic() + 60

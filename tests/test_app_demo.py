@@ -109,7 +109,7 @@ def test_first_start_builds_the_demo_with_the_real_model_and_selects_it(
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
     monkeypatch.setenv("KB_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("KB_DEMO", "1")
+    monkeypatch.delenv("KB_DEMO", raising=False)  # unset: the private workbench that opens on the demo KB
     started = time.perf_counter()
     test = AppTest.from_file(str(REPO / "app.py"), default_timeout=120)
     test.run()

@@ -34,7 +34,9 @@ def free_port() -> int:
 
 
 class RunningApp:
-    """``streamlit run ROOT/app.py`` over ``home`` (``root``: this checkout, or another one a benchmark compares)."""
+    """``streamlit run ROOT/app.py`` over ``home`` (``root``: this checkout, or another one a benchmark compares).
+    With ``public`` (environment variables such as ``KB_DEMO_OPERATOR_TOKEN``) the app is a public demo started as the
+    README starts one: ``scripts/run.sh --demo``."""
 
     def __init__(
         self,
@@ -44,6 +46,7 @@ class RunningApp:
         log: Path | None = None,
         root: Path = REPO,
         allow_dirs: tuple[Path, ...] = (),
+        public: dict[str, str] | None = None,
     ) -> None:
         self.home = home
         self.port = free_port()
@@ -51,15 +54,26 @@ class RunningApp:
         environment = {
             **os.environ,
             "KB_HOME": str(home),
-            "KB_DEMO": "1" if demo else "0",
             "PYTHONPATH": str(root),
             "HF_HUB_OFFLINE": "1",
             "TRANSFORMERS_OFFLINE": "1",
         }
         if allow_dirs:  # files on the server, as `KB_ALLOW_DIRS=… bash scripts/run.sh` allows them
             environment["KB_ALLOW_DIRS"] = os.pathsep.join(str(d) for d in allow_dirs)
+        if demo:  # unset: the private workbench, which builds the demo KB (KB_DEMO=1 is a public demo)
+            environment.pop("KB_DEMO", None)
+        else:
+            environment["KB_DEMO"] = "0"
         self.log_path = log or home.parent / f"streamlit-{self.port}.log"
         self.log = open(self.log_path, "w", encoding="utf-8")  # noqa: SIM115 - closed in stop()
+        if public is not None:
+            environment.pop("KB_DEMO", None)  # run.sh --demo sets it
+            environment.update(public, PORT=str(self.port), ADDRESS="127.0.0.1")
+            self.process = subprocess.Popen(
+                ["bash", str(root / "scripts" / "run.sh"), "--demo"],
+                cwd=root, env=environment, stdout=self.log, stderr=subprocess.STDOUT,
+            )
+            return
         self.process = subprocess.Popen(
             [
                 sys.executable, "-m", "streamlit", "run", str(root / "app.py"),
