@@ -136,9 +136,12 @@ with import_col:
         show_import_result(stored)
     upload_tab, path_tab = st.tabs(["Upload a file", "Path on the server"])
     with upload_tab:
+        if session.principal.kind == "visitor":  # the session refuses it too
+            st.info("Merging an export file is off for visitors of this public demo; create a knowledge base and "
+                    "import documents instead.", icon=":material/lock:")
         round_ = st.session_state.get("import_db_round", 0)
         upload = st.file_uploader(f"Export file ({EXPORT_SUFFIX} or .zip)", type=["kbx", "zip"],
-                                  key=f"import_db_upload_{round_}")
+                                  key=f"import_db_upload_{round_}", disabled=session.principal.kind == "visitor")
         if st.button("Import uploaded file", type="primary", disabled=upload is None, key="import_db_upload_go"):
             handle, path = tempfile.mkstemp(prefix="kb-import-", suffix=EXPORT_SUFFIX, dir=session.scratch_root)
             try:
