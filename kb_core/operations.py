@@ -243,7 +243,7 @@ class Operations:
         return twin
 
     def visible_kbs(self) -> list[KnowledgeBaseRecord]:
-        return [r for r in self.service.store.knowledge_bases() if self.principal.sees(r)]
+        return self.principal.visible(self.service.store.knowledge_bases())
 
     def find_kb(self, kb_name: str) -> KnowledgeBaseRecord:
         return self.service.find_kb(kb_name, self.visible_kbs())

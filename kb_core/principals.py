@@ -47,6 +47,10 @@ class Principal:
     def sees(self, record: KnowledgeBaseRecord) -> bool:
         return True
 
+    def visible(self, records: list[KnowledgeBaseRecord]) -> list[KnowledgeBaseRecord]:
+        """Those of ``records`` this principal sees, in order."""
+        return [r for r in records if self.sees(r)]
+
     def change_refusal(self, record: KnowledgeBaseRecord, action: str) -> str | None:
         """Why this principal may not ``action`` (``delete``, ``import documents into`` …) ``record``; None: it may."""
         return None

@@ -459,9 +459,12 @@ class Visitor(_DemoPrincipal):
         return claim is not None and claim.visitor == self.id
 
     def sees(self, record: KnowledgeBaseRecord) -> bool:
-        ledger = self.demo.ledger.read()
-        claim = ledger.owners.get(record.id)
-        return record.id in ledger.published or (claim is not None and claim.visitor == self.id)
+        return bool(self.visible([record]))
+
+    def visible(self, records: list[KnowledgeBaseRecord]) -> list[KnowledgeBaseRecord]:
+        ledger = self.demo.ledger.read()  # once for the whole list
+        mine = set(ledger.owned_by(self.id))
+        return [r for r in records if r.id in ledger.published or r.id in mine]
 
     def change_refusal(self, record: KnowledgeBaseRecord, action: str) -> str | None:
         if self._owns(record):

@@ -172,17 +172,15 @@ def session() -> Session:
     return current
 
 
-def sign_in_operator(secret: str) -> dict[str, Any] | None:
-    """Replace this browser session's visitor session by the operator's; None, or the refusal's envelope."""
+def sign_in_operator(secret: str) -> KBError | None:
+    """Replace this browser session's visitor session by the operator's; None, or the refusal."""
     demo = public_demo()
     if demo is None:
         return None
-    from kb_core.envelope import failure
-
     try:
         st.session_state[SESSION_KEY] = demo.operator_session(secret)
     except KBError as error:
-        return failure(error)
+        return error
     return None
 
 
@@ -212,7 +210,8 @@ def operator_sign_in(sess: Session) -> None:
                 refused = sign_in_operator(secret)
                 if refused is None:
                     st.rerun()
-                show_error(refused)
+                else:
+                    st.error(f"{refused.message}  \n`{refused.code}`", icon=":material/error:")
 
 
 def scratch_dir(prefix: str, sess: Session | None = None) -> Path:

@@ -178,6 +178,28 @@ def test_visitor_quotas_refuse_with_the_limit_named(tmp_path: Path) -> None:
     assert other.search("hybrid", kb_names=["quota"])["error"]["code"] == "KB_NOT_FOUND"  # each visitor's own window
 
 
+def test_a_visitors_evaluation_runs_are_its_own(site: tuple[KnowledgeBaseService, PublicDemo, Clock]) -> None:
+    from kb_core.evaluation import EvaluationRequest, run_evaluation
+
+    _, demo, _ = site
+    a, b = demo.visitor_session("a" * 32), demo.visitor_session("b" * 32)
+    judgments = demo_judgments_folder()
+    assert judgments is not None
+    request = EvaluationRequest(folder=judgments, build_corpus=False, kb_name="shared", modes=("keyword",),
+                                max_queries=3)
+    outcome = run_evaluation(a, request)
+    assert outcome.queries == 3
+    assert [r["id"] for r in a.list_evaluation_runs()["data"]["runs"]] == [outcome.run.id]
+    assert b.list_evaluation_runs()["data"]["runs"] == []  # B does not see A's judged queries
+    assert code(b.compare_evaluation_runs(outcome.run.id, outcome.run.id)) == "RUN_NOT_FOUND"
+    from kb_core.errors import KBError
+
+    with pytest.raises(KBError, match="at most 2 judged queries"):
+        small = PublicDemo(demo.service, DemoLimits(evaluation_queries=2), models=("hashing",),
+                           exchange_root=demo.exchange_root)
+        run_evaluation(small.visitor_session("c" * 32), request)
+
+
 def test_visitor_kbs_expire_and_the_sweep_deletes_them(site: tuple[KnowledgeBaseService, PublicDemo, Clock]) -> None:
     service, demo, clock = site
     visitor = demo.visitor_session("e" * 32)
