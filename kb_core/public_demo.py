@@ -240,8 +240,16 @@ class PublicDemo:
             raise PermissionDenied("That is not the operator's token.")
         return self._session(Operator(self))
 
+    def readable_folders(self) -> list[Path]:
+        """The only folders a demo session opens files in by path: its exchange folder (what the app wrote for it)
+        and the demo's judgments (data shipped with the app, for the Evaluate page)."""
+        from kb_core.demo import demo_judgments_folder
+
+        judgments = demo_judgments_folder()
+        return [self.exchange_root] + ([Path(os.path.realpath(judgments))] if judgments is not None else [])
+
     def _session(self, principal: Principal) -> Session:
-        return self.service.session(principal=principal, allowed_dirs=[self.exchange_root])
+        return self.service.session(principal=principal, allowed_dirs=self.readable_folders())
 
     # -- usage ---------------------------------------------------------------------------------------------------
     def _note(self, visitor: str, what: str) -> None:
@@ -431,12 +439,8 @@ class _DemoPrincipal(Principal):
         return self.demo.exchange_root
 
     def _check_folder(self, folder: Path) -> None:
-        from kb_core.demo import demo_judgments_folder
-
         real = Path(os.path.realpath(folder))
-        judgments = demo_judgments_folder()
-        allowed = [self.demo.exchange_root] + ([Path(os.path.realpath(judgments))] if judgments is not None else [])
-        if not any(real == a or real.is_relative_to(a) for a in allowed):
+        if not any(real == a or real.is_relative_to(a) for a in self.demo.readable_folders()):
             raise PermissionDenied(
                 "This demo evaluates the demo judgments or uploaded judgments only; folders on the server are off."
             )
