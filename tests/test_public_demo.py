@@ -108,6 +108,9 @@ def test_visitors_own_sandboxes_and_read_only_shared_kbs(site: tuple[KnowledgeBa
         "delete documents of": b.delete_document(document),
         "re-chunk documents of": b.update_document(document, 128),
         "compact": b.compact(),
+        "import a bundle into": b.import_knowledge_bundle(
+            upload(b, "bundle.yaml", '- type: Document\n  doc_uri: "x"\n  content: "delete me"\n'), delete_file=False
+        ),
     }
     for action, refused in refusals.items():
         assert code(refused) == "PERMISSION_DENIED", (action, refused)

@@ -143,6 +143,23 @@ def test_two_visitors_and_the_operator(demo_app: RunningApp, pages, tmp_path: Pa
         b.get_by_role("button", name="Import uploaded files").click()
         # (the page loads the KB's model before it imports: the refusal follows the load)
         alert(b, "Error", "This demo imports at most 2 files at a time; 3 were given").wait_for(timeout=300_000)
+        # an import within the limits; no page shows where the server kept the upload
+        upload.set_input_files([str(small[0])])
+        wait_idle(b)
+        b.get_by_role("button", name="Import uploaded files").click()
+        alert(b, "Success", f"Imported 1 of 1 file(s) into '{beta}'").wait_for(timeout=300_000)
+        shown = [b.content()]
+        go_to(b, "Documents")
+        b.get_by_text("small-0.txt").first.wait_for()
+        shown.append(b.content())
+        go_to(b, "Search lab")
+        b.get_by_label("Query", exact=True).fill("hybrid search notes")
+        b.get_by_role("button", name="Search", exact=True).click()
+        wait_idle(b)
+        b.get_by_text(re.compile(r"small-0\.txt")).first.wait_for()
+        shown.append(b.content())
+        for html in shown:
+            assert "kb-upload-" not in html and "kb-demo-files-" not in html and str(tmp_path) not in html
 
         # the operator: signs in, sees every KB and the visitors' usage, deletes A's KB
         open_app(operator, demo_app.url)
