@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
+import math
 import os
 import re
 import secrets
@@ -89,15 +90,17 @@ def format_duration(seconds: float) -> str:
 
 @dataclass(frozen=True)
 class DemoLimits:
-    """A public demo's quotas, per visitor. The defaults suit a 2-core, 4 GB host: at the built-in models' speed on
-    two cores (all-MiniLM-L6-v2 about 60 chunks/s, multilingual-e5-small about half) a visitor's whole allowance of
-    chunks takes 15-35 s of both cores to embed, and a file of the largest size about 1,200 chunks."""
+    """A public demo's quotas, per visitor (and how many imports run at once for all of them). The defaults suit a
+    2-core, 4 GB host (README: Deployment, with the measurements): one import at a time, since one import of a few
+    hundred chunks of 512 tokens took the app from 0.6 to 1.3 GB and both cores for minutes; a visitor's whole
+    allowance of chunks is about 400 pages of text."""
 
     expiry_seconds: float = 24 * 3600  # a visitor's KB is deleted this long after it was created
-    max_file_mb: float = 2.0  # per uploaded file
+    max_file_mb: float = 1.0  # per uploaded file
     files_per_import: int = 5
-    chunks_per_visitor: int = 1000  # in all the visitor's KBs
+    chunks_per_visitor: int = 500  # in all the visitor's KBs
     kbs_per_visitor: int = 3
+    imports_at_once: int = 1  # for all visitors together
     imports_per_minute: int = 2
     searches_per_minute: int = 60  # an evaluation counts as one
     evaluation_queries: int = 100  # judged queries one evaluation may run
@@ -105,6 +108,11 @@ class DemoLimits:
     @property
     def max_file_bytes(self) -> int:
         return int(self.max_file_mb * MEGABYTE)
+
+    @property
+    def upload_limit_mb(self) -> int:
+        """Streamlit's ``server.maxUploadSize`` for this limit (whole MB): the browser refuses a larger file."""
+        return max(1, math.ceil(self.max_file_mb))
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> DemoLimits:
@@ -140,6 +148,7 @@ LIMIT_VARIABLES = {
     "files_per_import": "KB_DEMO_FILES_PER_IMPORT",
     "chunks_per_visitor": "KB_DEMO_CHUNKS_PER_VISITOR",
     "kbs_per_visitor": "KB_DEMO_KBS_PER_VISITOR",
+    "imports_at_once": "KB_DEMO_IMPORTS_AT_ONCE",
     "imports_per_minute": "KB_DEMO_IMPORTS_PER_MINUTE",
     "searches_per_minute": "KB_DEMO_SEARCHES_PER_MINUTE",
     "evaluation_queries": "KB_DEMO_EVALUATION_QUERIES",
@@ -329,6 +338,15 @@ class PublicDemo:
             if visitor in self._importing:
                 raise self.refuse(
                     visitor, QuotaExceeded("An import of yours is still running; this demo runs one at a time.")
+                )
+            if len(self._importing) >= self.limits.imports_at_once:
+                raise self.refuse(
+                    visitor,
+                    QuotaExceeded(
+                        f"This demo imports for {self.limits.imports_at_once} visitor(s) at a time and is busy with "
+                        "another visitor's files; try again in a minute.",
+                        details={"limit": self.limits.imports_at_once},
+                    ),
                 )
             self.rate(visitor, "imports")
             self._importing.add(visitor)

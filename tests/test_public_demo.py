@@ -180,6 +180,15 @@ def test_visitor_quotas_refuse_with_the_limit_named(tmp_path: Path) -> None:
     other = demo.visitor_session("s" * 32)
     assert other.search("hybrid", kb_names=["quota"])["error"]["code"] == "KB_NOT_FOUND"  # each visitor's own window
 
+    # one import at a time for all visitors (the default, for 2 cores): another visitor's waits its turn
+    own = other.create_knowledge_base("other", 32, "hashing")["data"]["kb_name"]
+    third = demo.visitor_session("t" * 32)
+    theirs = third.create_knowledge_base("third", 32, "hashing")["data"]["kb_name"]
+    with third.importing(third.find_kb(theirs), 1):  # a third visitor's import is running
+        busy = other.import_document([upload(other, "wait.txt", TEXT)], kb_name=own)
+        assert code(busy) == "QUOTA_EXCEEDED" and "busy with another visitor's files" in busy["message"]
+    assert other.import_document([upload(other, "now.txt", TEXT)], kb_name=own)["success"]
+
 
 def test_a_visitors_evaluation_runs_are_its_own(site: tuple[KnowledgeBaseService, PublicDemo, Clock]) -> None:
     from kb_core.evaluation import EvaluationRequest, run_evaluation
@@ -249,7 +258,7 @@ def test_a_visitor_reads_no_server_path(site: tuple[KnowledgeBaseService, Public
     assert outside["data"]["success_count"] == 0  # the session opens files in its own folder only
     big = upload(visitor, "big.txt", "x" * (3 * 1024 * 1024))
     refused = visitor.import_document([big], kb_name=kb)
-    assert "big.txt is 3.0 MB, over this demo's limit of 2 MB per file" in refused["message"]
+    assert "big.txt is 3.0 MB, over this demo's limit of 1 MB per file" in refused["message"]
     assert str(demo.exchange_root) not in refused["message"] + refused["data"]["failed_files"][0]["error"]
     assert code(visitor.export_database(str(tmp_path / "out.kbx"))) == "PERMISSION_DENIED"
     with pytest.raises(Exception, match="Files on the server are off"):
