@@ -49,6 +49,7 @@ logger = logging.getLogger(__name__)
 DEMO_ENVIRONMENT_VARIABLE = "KB_DEMO"
 OPERATOR_ENVIRONMENT_VARIABLE = "KB_DEMO_OPERATOR_TOKEN"
 MEGABYTE = 1024 * 1024  # the MB of Streamlit's upload limit (server.maxUploadSize), which run.sh --demo sets to ours
+EXCHANGE_LEFTOVER_SECONDS = 6 * 3600
 
 
 def demo_setting(environ: Mapping[str, str] | None = None) -> str:
@@ -394,15 +395,32 @@ class PublicDemo:
             gone.append(kb_id)
         self.ledger.forget(gone)
         self._remove_idle_visitor_folders(now)
+        self._remove_stale_exchange(now)
         return deleted
 
+    def _remove_stale_exchange(self, now: float) -> None:
+        """Files the app left in the exchange folder (a process stopped during an upload's import): each import
+        removes its own, so anything older than a few hours is left over."""
+        for entry in self.exchange_root.iterdir():
+            try:
+                stale = now - entry.stat().st_mtime > EXCHANGE_LEFTOVER_SECONDS
+            except OSError:
+                continue
+            if stale:
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry, ignore_errors=True)
+                else:
+                    entry.unlink(missing_ok=True)
+
     def _remove_idle_visitor_folders(self, now: float) -> None:
-        folder = self.ledger.folder / "visitors"
-        if not folder.is_dir():
-            return
         owners = {c.visitor for c in self.ledger.read().owners.values()}
         with self._usage_lock:
             recent = {k for k, v in self._usage.items() if v.last_seen > now - self.limits.expiry_seconds}
+            for visitor in set(self._usage) - recent - owners:  # gone, with nothing left: not kept forever
+                del self._usage[visitor]
+        folder = self.ledger.folder / "visitors"
+        if not folder.is_dir():
+            return
         for entry in folder.iterdir():
             if entry.name in owners or entry.name in recent:
                 continue

@@ -7,6 +7,7 @@ Real store, real files, the hashing embedder (what a visitor may do does not dep
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ TEXT = "Hybrid search mixes keyword and vector scores. 混合检索结合关键�
 
 class Clock:
     def __init__(self) -> None:
-        self.now = 1_800_000_000.0
+        self.now = time.time()
 
     def __call__(self) -> float:
         return self.now
@@ -213,9 +214,17 @@ def test_a_visitors_evaluation_runs_are_its_own(site: tuple[KnowledgeBaseService
 
 
 def test_visitor_kbs_expire_and_the_sweep_deletes_them(site: tuple[KnowledgeBaseService, PublicDemo, Clock]) -> None:
+    from kb_core.evaluation import EvaluationRequest, run_evaluation
+
     service, demo, clock = site
     visitor = demo.visitor_session("e" * 32)
     kb = visitor.create_knowledge_base("short-lived", 64, "hashing")["data"]["kb_name"]
+    judgments = demo_judgments_folder()
+    assert judgments is not None
+    run_evaluation(visitor, EvaluationRequest(folder=judgments, build_corpus=False, kb_name="shared",
+                                              modes=("keyword",), max_queries=2))
+    runs = demo.ledger.folder / "visitors" / demo.visitor_id("e" * 32)
+    assert runs.is_dir()
     expires = visitor.demo_status()["data"]["knowledge_bases"][0]["expires_at"]
     assert expires == clock.now + 24 * 3600  # the default: 24 h after creation
     clock.now += 24 * 3600 - 1
@@ -225,6 +234,7 @@ def test_visitor_kbs_expire_and_the_sweep_deletes_them(site: tuple[KnowledgeBase
     assert kb not in names(visitor) and kb not in [r.name for r in service.store.knowledge_bases()]
     assert "shared" in names(visitor)  # shared KBs never expire
     assert visitor.demo_status()["data"]["knowledge_bases"] == []
+    assert not runs.exists()  # nor does a visitor gone past the expiry keep its evaluation runs
 
 
 def test_a_visitor_reads_no_server_path(site: tuple[KnowledgeBaseService, PublicDemo, Clock], tmp_path: Path) -> None:
