@@ -38,7 +38,9 @@ async def import_document(
     success is true if any file was imported. data: total, success_count, failed_count, success_files (file_path,
     doc_name, chunk_count, and already_imported: true for a skipped file already there), failed_files (file_path,
     error), and warnings when there are any (said once: documents in a language the knowledge base's embedding model
-    does not read, and the built-in model that reads it).\
+    does not read, and the built-in model that reads it). Each path is judged alone: a relative path, one outside
+    the allowed folders or one that cannot be read is listed in failed_files with its reason, and the other files are
+    imported.\
     Over HTTP this tool needs a token with the write capability. Over HTTP the paths must lie inside the folders the
     server was started with (--allow-dir).
 
@@ -53,7 +55,8 @@ async def import_document(
     只要有文件导入成功，success 即为 true。返回值 data：total、success_count、failed_count、success_files（file_path、
     doc_name、chunk_count；已存在而被跳过的文件另有 already_imported: true）、failed_files（file_path、error），
     有提示时还有 warnings（只提示一次：文档的语言是知识库的
-    向量模型读不懂的，并给出能读懂它的内置模型）。通过 HTTP 调用时需要具有写权限的令牌。
+    向量模型读不懂的，并给出能读懂它的内置模型）。每个路径单独判断：相对路径、不在允许目录内或无法读取的文件会连同原因列
+    在 failed_files 中，其余文件照常导入。通过 HTTP 调用时需要具有写权限的令牌。
     通过 HTTP 调用时，路径必须位于服务器启动时指定的目录（--allow-dir）之内。
     """
     report = progress_reporter(ctx)

@@ -201,7 +201,8 @@ async def rag_search(
 whose meaning clears the model's semantic floor, are returned: fewer than top_k when fewer match. Degrades instead of
 failing: after the timeout, or when the search fails (e.g. the
     embedding endpoint is down or refuses the API key), it returns no chunks, degraded=true and the reason in
-    degraded_reason and the message.
+    degraded_reason and the message: what the embedding endpoint did (its HTTP status, e.g. "answered HTTP 500
+    (Internal Server Error)", or that the connection could not be made), or that the timeout passed.
 
     Parameters:
     - keywords: list of keywords (required, at least one), e.g. ['青龙', '坎宫', '用神']
@@ -214,7 +215,8 @@ failing: after the timeout, or when the search fails (e.g. the
 
     在当前选中的知识库中按多个关键词检索相关片段，与所有关键词都相关的片段排在最前。只返回至少包含一个关键词（的、"the"
     等停用词除外）或语义相似度高于模型语义下限的片段：匹配的片段不足 top_k 时返回的更少。超时或检索失败（例如向量化服务
-    不可用或拒绝了 API Key）时自动降级而不报错：返回空结果和 degraded=true，并在 degraded_reason 和 message 中说明原因，
+    不可用或拒绝了 API Key）时自动降级而不报错：返回空结果和 degraded=true，并在 degraded_reason 和 message 中说明原因
+    （向量化服务返回的 HTTP 状态码，例如 "answered HTTP 500 (Internal Server Error)"，或无法建立连接，或已超时），
     不影响主流程。
 
     参数说明：
