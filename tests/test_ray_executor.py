@@ -98,9 +98,11 @@ def test_ray_import_matches_the_local_executor_and_both_nodes_work(cluster: Any,
     summary = data["executor"]
     assert summary["nodes"] == 2 and summary["embedding_actors"] == 2
     assert sum(summary["files_parsed_per_node"].values()) == len(DEMO_FILES)
-    # Each node embedded a share (an actor per node), and the chunks are all accounted for.
+    # Both nodes did work, only the cluster's nodes did any, and the chunks are all accounted for. Which node embeds
+    # which batch is Ray's choice (a free actor takes the next batch), so a short import may embed on one node only.
     nodes = {node["NodeID"] for node in cluster_nodes()}
-    assert set(summary["chunks_embedded_per_node"]) == nodes, summary
+    parsed, embedded = set(summary["files_parsed_per_node"]), set(summary["chunks_embedded_per_node"])
+    assert parsed | embedded == nodes and embedded <= nodes, summary
     assert all(count > 0 for count in summary["chunks_embedded_per_node"].values()), summary
     chunks = sum(count for _, _, count, _, _ in contents(service, "local")[0])
     assert sum(summary["chunks_embedded_per_node"].values()) == chunks
