@@ -1,15 +1,16 @@
-"""KB Workbench: the Streamlit app.   streamlit run app.py   (scripts/run.sh)
+"""KB Workbench: the Streamlit app's pages.   scripts/run.sh (which serves it through serve.py)
 
-Opens the service once per process, gives each browser session its own current knowledge base,
-builds the demo KB from data/demo on the first start (with a progress bar) and routes to the pages.
+Opens the service once per process, gives each browser session its own current knowledge base, builds the demo KB
+from data/demo on the first start (an import job of the service, with its progress), shows the session's running
+imports in the sidebar on every page, and routes to the pages.
 """
 
 from __future__ import annotations
 
 import streamlit as st
 
-from kb_core import KBError
-from kb_core.demo import DEMO_EMBEDDING_MODEL, DEMO_KB_NAME, demo_exists, demo_files, ensure_demo_kb
+from kb_core import KBError, Session
+from kb_core.demo import DEMO_EMBEDDING_MODEL, DEMO_KB_NAME, demo_exists, demo_files, start_demo_build
 from pages import _shared as ui
 
 st.set_page_config(page_title="KB Workbench", page_icon=":material/hub:", layout="wide")
@@ -54,30 +55,77 @@ navigation = st.navigation(
         st.Page("pages/export_import.py", title="Backup & transfer", icon=":material/swap_horiz:"),
     ]
 )
+ui.attach_jobs_from_url(session)
+RUNNING = ("running", "cancelling")
 
 
-def build_demo() -> None:
-    # Built by a local session: in a public demo a visitor neither sees the demo KB before it is published nor may
-    # create a shared one.
-    builder = ui.service().session() if ui.public_demo_enabled() else session
-    files = demo_files()
-    if not files or demo_exists(builder):
-        publish_demo()
-        return
-    with ui.demo_lock(str(ui.service().home.root)):
-        if demo_exists(builder):
-            return
-        with st.status(f"Building the demo knowledge base “{DEMO_KB_NAME}” (first start)…", expanded=True) as status:
-            st.write(f"Importing {len(files)} English and Chinese documents with the {DEMO_EMBEDDING_MODEL} model.")
-            ui.load_model_with_notice(session, model=DEMO_EMBEDDING_MODEL)
-            bars = ui.ImportBars([str(p) for p in files], [p.name for p in files], title="Demo")
-            result = ensure_demo_kb(builder, progress=bars, model_progress=st.write)
-            if result is not None and not result["success"]:
-                status.update(label="Building the demo knowledge base failed", state="error")
-                ui.show_error(result)
-                return
+def demo_builder() -> Session:
+    """The session the demo KB is built and watched by: this one, or in a public demo a local session of the server
+    (a visitor neither sees the demo KB before it is published nor may create a shared one)."""
+    if not ui.public_demo_enabled():
+        return session
+    if "demo_builder" not in st.session_state:
+        st.session_state["demo_builder"] = ui.service().session()
+    return st.session_state["demo_builder"]  # type: ignore[no-any-return]
+
+
+def demo_progress(job_id: str) -> None:
+    """The demo build's progress, polled; once the job ends, the whole app runs again (the pages may show)."""
+    status = demo_builder().import_job(job_id)
+    if not status["success"] or status["data"]["state"] not in RUNNING:
+        st.rerun()
+    ui.job_progress(status["data"], title="Demo")
+
+
+def demo_gate() -> None:
+    """On a first start the demo KB is built by an import job of the service (it goes on whatever the browser does);
+    every session that arrives meanwhile waits for it, watching its progress, and the pages show once it is ready."""
+    builder = demo_builder()
+    home = str(ui.service().home.root)
+    holder = ui.demo_build(home)
+    waited = st.session_state.get("demo_waited")
+    if waited is not None:  # this session watched the build: say how it ended, once
+        st.session_state.pop("demo_waited")
+        ended = builder.import_job(waited)
+        builder.dismiss_import_job(waited)  # not one of this visitor's own imports
+        if ended["success"] and ended["data"]["state"] == "finished":
             publish_demo()
-            status.update(label="Demo knowledge base ready", state="complete", expanded=False)
+            with st.status("Demo knowledge base ready", state="complete", expanded=False):
+                st.write(f"{ended['data']['message']} ({ended['data']['elapsed_seconds']:.0f} s)")
+        elif ended["success"]:
+            with st.status("Building the demo knowledge base failed", state="error", expanded=True):
+                ui.job_outcome(builder, ended["data"])
+    if st.session_state.get("demo_checked") and holder.get("job_id") is None:
+        return
+    files = demo_files()
+    with ui.demo_lock(home):
+        job_id = holder.get("job_id")
+        status = builder.import_job(job_id) if job_id else None
+        if status is None or not status["success"] or status["data"]["state"] not in RUNNING:
+            holder["job_id"] = job_id = None
+            st.session_state["demo_checked"] = True
+            if not files or demo_exists(builder):
+                publish_demo()
+                return
+            creating = st.empty()  # says so while a built-in model's folder is built (once per machine)
+            with creating.container(border=True):
+                st.markdown(f"**Building the demo knowledge base “{DEMO_KB_NAME}” (first start)…**")
+                started = start_demo_build(builder, model_progress=st.write)
+            creating.empty()
+            if started is None:
+                return
+            if not started["success"]:
+                ui.show_error(started, prefix="Building the demo knowledge base failed: ")
+                return
+            holder["job_id"] = job_id = started["data"]["job_id"]
+    builder.import_job(job_id, watch=True)
+    st.session_state["demo_waited"] = job_id
+    with st.container(border=True):
+        st.markdown(f"**Building the demo knowledge base “{DEMO_KB_NAME}” (first start)…**")
+        st.write(f"Importing {len(files)} English and Chinese documents with the {DEMO_EMBEDDING_MODEL} model. The "
+                 "build goes on if you close this tab; the pages open once it is done.")
+        st.fragment(demo_progress, run_every=ui.JOB_POLL_SECONDS)(job_id)
+    st.stop()
 
 
 def publish_demo() -> None:
@@ -94,9 +142,8 @@ def publish_demo() -> None:
     st.session_state["demo_published"] = True
 
 
-if ui.demo_enabled() and not st.session_state.get("demo_checked"):
-    build_demo()
-    st.session_state["demo_checked"] = True
+if ui.demo_enabled():
+    demo_gate()
 ui.ensure_selection(session, preferred=DEMO_KB_NAME)
 
 with st.sidebar:
@@ -104,8 +151,10 @@ with st.sidebar:
 ui.demo_banner(session)
 counts = ui.sidebar_kb_picker(session)
 ui.operator_sign_in(session)
+ui.sidebar_jobs(session)
 try:
     navigation.run()
 finally:  # also when the page stops early: the counts as the page left them (after an import, a deletion)
     ui.refresh_sidebar_counts(session, counts)
     ui.set_visitor_cookie()
+    ui.sync_job_url(session)

@@ -3,9 +3,11 @@
     python benchmarks/bench_app.py                                  # this checkout
     python benchmarks/bench_app.py --root /work/wt/old --root .     # another checkout first, as the reference
 
-For each ``--root`` the app is served as ``streamlit run ROOT/app.py`` on a free loopback port over a new home with
-the demo KB (``KB_DEMO`` unset: the first page visit builds it with the real all-MiniLM-L6-v2 model; that first start
-is timed too) and driven in Debian's Chromium by Playwright at 1280 × 900 px:
+For each ``--root`` the app is served exactly as that checkout's ``scripts/run.sh`` serves it (``scripts/serve.sh``, the
+one definition the browser tests use too; a checkout older than it as its run.sh did, Streamlit's file watcher on) on
+a free loopback port over a new home with the demo KB (``KB_DEMO`` unset: the first page visit builds it with the real
+multilingual-e5-small model; that first start is timed too) and driven in Debian's Chromium by Playwright at
+1280 × 900 px:
 
 * **click**: type a query (English and Chinese, each new to the app process) and click **Search**;
 * **notch**: press the arrow key once on the focused vector-weight slider (0.05), ``--notches`` times down from

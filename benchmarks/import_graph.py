@@ -54,6 +54,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "base",
         (
             "kb_core.errors",
+            "kb_core.cancellation",  # the cancel event a thread's work sees (an import's threads and parser waits)
             "kb_core.config",
             "kb_core.validation",
             "kb_core.safe_files",
@@ -119,7 +120,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # service that opens the store and makes sessions (the composition root) and the evaluation home, a service of
     # its own that features reach through seams.Resources.evaluation_service.
     # public_demo.py: a public demo's visitors and operator (principals a session acts for) and its expiry.
-    ("session", ("kb_core.operations", "kb_core.session", "kb_core.service", "kb_core.public_demo")),
+    # jobs.py: the imports the service runs on its own threads, started, polled and cancelled through the sessions.
+    ("session", ("kb_core.operations", "kb_core.session", "kb_core.service", "kb_core.public_demo", "kb_core.jobs")),
     # The edges: CLI, MCP server, Streamlit app and pages, the package's public facade, and envelope.py, where the
     # front ends take the envelope from.
     ("edges", ("kb_core.cli", "kb_core.mcp", "kb_core.envelope", "pages", "app")),

@@ -65,6 +65,42 @@ def demo_exists(session: SessionAPI, kb_name: str = DEMO_KB_NAME) -> bool:
     return found is not None and int(found.get("document_count") or 0) > 0
 
 
+def start_demo_build(
+    session: SessionAPI,
+    *,
+    folder: str | Path | None = None,
+    kb_name: str = DEMO_KB_NAME,
+    embedding_model: str | None = DEMO_EMBEDDING_MODEL,
+    chunk_size: int = DEMO_CHUNK_SIZE,
+    model_progress: Callable[[str], None] | None = None,
+) -> dict[str, Any] | None:
+    """:func:`ensure_demo_kb` as an import job the service runs (#34): the KB is created here (a built-in model's
+    folder is built first where this machine has none: ``model_progress`` hears about it), its documents are imported
+    by the job; returns the job's start envelope (``data.job_id``), a failed creation's envelope, or None when there
+    is nothing to build."""
+    files = demo_files(folder)
+    if not files:
+        logger.warning("No demo documents found in %s", folder or DEMO_FOLDER)
+        return None
+    with _build_lock:
+        if demo_exists(session, kb_name):
+            return None
+        interrupted = _demo_listing(session, kb_name)
+        if interrupted is None:
+            created = session.create_knowledge_base(
+                kb_name, chunk_size, embedding_model=embedding_model, progress=model_progress
+            )
+            if not created["success"]:
+                return created
+            name = created["data"]["kb_name"]
+        else:
+            name = interrupted["name"]
+            logger.warning("The demo knowledge base %r is empty (a first build was cut off): filling it", name)
+        logger.info("Building the demo knowledge base from %d files", len(files))
+        started: dict[str, Any] = session.start_import([str(p) for p in files], kb_name=name)
+        return started
+
+
 def ensure_demo_kb(
     session: SessionAPI,
     *,

@@ -101,3 +101,15 @@ class ImportFormatError(KBError):
     """An export file or bundle is malformed, hostile or of an unknown version."""
 
     code = "INVALID_IMPORT_FILE"
+
+
+class Cancelled(KBError):
+    """Work stopped because someone cancelled it (an import's Cancel, a server shutting down)."""
+
+    code = "IMPORT_CANCELLED"
+
+
+class JobNotFound(KBError):
+    """No import job has this id (or not one this session may see)."""
+
+    code = "JOB_NOT_FOUND"

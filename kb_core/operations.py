@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import TimeoutError as FuturesTimeout
 from contextlib import contextmanager
@@ -27,16 +29,19 @@ from typing import TYPE_CHECKING, Any
 
 from kb_core.documents import chunk_json, document_info, document_info_text, document_row, find_item
 from kb_core.errors import (
+    Cancelled,
     DocumentNotFound,
     EmbeddingError,
     InvalidArgument,
     ItemNotFound,
+    JobNotFound,
     KBError,
     KBIsCurrent,
     KBNotFound,
     NoCurrentKB,
     PermissionDenied,
 )
+from kb_core.jobs import KEEP_FINISHED, ImportJob
 from kb_core.principals import ImportAllowance, Principal, TokenScope
 from kb_core.redaction import shown_endpoint
 from kb_core.results import (
@@ -54,9 +59,12 @@ from kb_core.results import (
     Explanation,
     ExportSummary,
     GraphView,
+    ImportJobList,
+    ImportJobStatus,
     ImportReport,
     ImportSummary,
     Item,
+    JobDismissed,
     KBCreated,
     KBDeleted,
     KBList,
@@ -193,6 +201,20 @@ def _budget(allowance: ImportAllowance, replaced: int = 0) -> ChunkBudget | None
     return ChunkBudget(allowance.chunk_budget + replaced, allowance.chunk_limit)
 
 
+def _both(
+    first: Callable[[ImportProgress], None] | None, second: Callable[[ImportProgress], None]
+) -> Callable[[ImportProgress], None]:
+    """A progress callback that calls ``first`` (when given), then ``second``."""
+    if first is None:
+        return second
+
+    def both(progress: ImportProgress) -> None:
+        first(progress)
+        second(progress)
+
+    return both
+
+
 class Operations:
     """The per-user view of the service: which KB is current, plus every operation, typed."""
 
@@ -224,6 +246,8 @@ class Operations:
             None if allowed_dirs is None else AllowedFolders(allowed_dirs, denied=(service.home.root,))
         )
         self._current_kb_id: str | None = None
+        # Whose import jobs these are (the session's listing): the persistent name, else one per session.
+        self.owner = persistent_name or f"session-{uuid.uuid4().hex}"
 
     def confined(self, allowed_dirs: Sequence[Path]) -> Operations:
         """This session (same scope, same current KB) reading and writing by path only inside ``allowed_dirs`` and
@@ -240,6 +264,7 @@ class Operations:
             absolute_paths_only=self.absolute_paths_only,
         )
         twin._current_kb_id = self._current_kb_id
+        twin.owner = self.owner
         return twin
 
     def visible_kbs(self) -> list[KnowledgeBaseRecord]:
@@ -442,7 +467,7 @@ class Operations:
         current = self.current_kb_id
         rows = []
         for record in self.visible_kbs():
-            documents, chunks = self.service.kb_counts(record)
+            documents, chunks, failed = self.service.kb_counts(record)
             rows.append(
                 {
                     "id": record.id,
@@ -452,8 +477,9 @@ class Operations:
                     "embedding_endpoint": shown_endpoint(record.embedding_endpoint),
                     "created_at": record.created_at,
                     "is_current": record.id == current,
-                    "document_count": documents,
+                    "document_count": documents,  # imported: a file whose import failed is no document
                     "chunk_count": chunks,
+                    "failed_document_count": failed,  # failed imports, kept with their reason (list_documents)
                 }
             )
         current_id = current if any(r["id"] == current for r in rows) else None
@@ -462,7 +488,7 @@ class Operations:
     def select_knowledge_base(self, kb_name: str) -> KBSelected:
         record = self.find_kb(kb_name)
         self._set_current(record.id)
-        documents, _ = self.service.kb_counts(record)
+        documents, _, _ = self.service.kb_counts(record)
         return KBSelected(f"Selected knowledge base '{record.name}'.", record.id, record.name, documents)
 
     def delete_knowledge_base(self, kb_name: str) -> KBDeleted:
@@ -492,10 +518,52 @@ class Operations:
         executor_address: str | None = None,
         cancel: threading.Event | None = None,
     ) -> ImportReport:
-        """Import files into the current KB. ``display_names`` name uploads (the app passes the browser's names).
-        ``executor``: ``local`` (this process) or ``ray`` (Ray Data on the cluster at ``executor_address``).
-        ``cancel``: set it to stop the import (what was committed stays; the other files fail as cancelled)."""
+        """Import files into the current KB, on this thread. ``display_names`` name uploads (the app passes the
+        browser's names). ``executor``: ``local`` (this process) or ``ray`` (Ray Data on the cluster at
+        ``executor_address``). ``cancel``: set it to stop the import (what was committed stays; the other files fail
+        as cancelled). The import is a job of the service's registry while it runs, so a server that stops cancels
+        it (:meth:`start_import` runs one on the service's threads instead)."""
         record = self.writable_kb(kb_name, "import documents into")
+        listed = isinstance(file_paths, Sequence) and not isinstance(file_paths, str)
+        # the names the pipeline reports its files by: an upload's own name, else the path as given
+        shown = display_names if source == "upload" and display_names is not None else file_paths
+        names = [str(n) for n in shown] if listed else []  # checked in _import_into
+        job = self.service.jobs.add(ImportJob(record.id, record.name, names, None, cancel=cancel, background=False))
+        report: ImportReport | None = None
+        error: KBError | None = None
+        try:
+            report = self._import_into(
+                record, file_paths, chunk_size, progress=_both(progress, job.on_progress), display_names=display_names,
+                source=source, executor=executor, executor_address=executor_address, cancel=job.cancel_event,
+                allowed_dirs=self.allowed_dirs, phase=job.set_phase,
+            )
+        except KBError as exc:
+            error = exc
+            raise
+        finally:  # whatever ended it: a server that waits for its jobs to stop is not kept waiting
+            if report is None and error is None:
+                error = KBError("The import stopped unexpectedly; see the log.", code="INTERNAL_ERROR")
+            job.finish(report, error)
+            self.service.jobs.forget(job)
+        return report
+
+    def _import_into(
+        self,
+        record: KnowledgeBaseRecord,
+        file_paths: Sequence[str],
+        chunk_size: int | None,
+        *,
+        progress: Callable[[ImportProgress], None] | None,
+        display_names: Sequence[str] | None,
+        source: str,
+        executor: str,
+        executor_address: str | None,
+        cancel: threading.Event | None,
+        allowed_dirs: AllowedFolders | None,
+        phase: Callable[..., None] | None = None,
+    ) -> ImportReport:
+        """The import of :meth:`import_document` into ``record`` (``phase`` hears what it does after the files are
+        committed: the KB's compaction, the model's semantic floor)."""
         if isinstance(file_paths, str) or not isinstance(file_paths, Sequence) or not file_paths:
             raise InvalidArgument("file_paths must be a non-empty list of file paths.", details={"field": "file_paths"})
         if display_names is not None and len(display_names) != len(file_paths):
@@ -511,7 +579,7 @@ class Operations:
                 record,
                 file_paths,
                 size,
-                allowed_dirs=self.allowed_dirs,
+                allowed_dirs=allowed_dirs,
                 runner=runner,
                 progress=progress,
                 display_names=display_names,
@@ -520,6 +588,7 @@ class Operations:
                 max_file_bytes=allowance.max_file_bytes,
                 chunk_budget=_budget(allowance),
                 absolute_only=self.absolute_paths_only,
+                phase=phase,
             )
         results = [o.to_json() for o in outcomes]
         if self.principal.hides_server:  # a refusal names the file, not the folder the app staged it in
@@ -528,24 +597,33 @@ class Operations:
                 if "error" in row:
                     row["error"] = str(row["error"]).replace(str(row["file_path"]), str(name))
         succeeded = [r for r in results if "error" not in r]
-        if succeeded:
+        if succeeded and not (cancel is not None and cancel.is_set()):
+            if phase is not None:
+                phase("calibrating", model=record.embedding_model)
             self._measure_floors(record)
         failed = [r for r in results if "error" in r]
         notice = self._language_notice(record, [o for o in outcomes if o.error is None])
-        message = f"Imported {len(succeeded)} of {len(file_paths)} file(s) into '{record.name}'"
+        cancelled = cancel is not None and cancel.is_set()
         already = sum(1 for o in outcomes if o.already_imported)
-        if already:
-            message += (
-                f" ({already} already there with the same name and content: skipped"
-                f"{', not imported twice' if already == len(succeeded) else ''})"
+        if cancelled:
+            message = (
+                f"Import into '{record.name}' cancelled: {len(succeeded)} of {len(file_paths)} file(s) were imported "
+                "before the cancel and stay; the others were not imported."
             )
-        message += f"; {len(failed)} failed." if failed else "."
+        else:
+            message = f"Imported {len(succeeded)} of {len(file_paths)} file(s) into '{record.name}'"
+            if already:
+                message += (
+                    f" ({already} already there with the same name and content: skipped"
+                    f"{', not imported twice' if already == len(succeeded) else ''})"
+                )
+            message += f"; {len(failed)} failed." if failed else "."
         # each failure's reason in the message too: many MCP clients show only the text, not structured content
         shown = 5
-        for failure_row in failed[:shown]:
+        for failure_row in [] if cancelled else failed[:shown]:
             message += f" {Path(str(failure_row['file_path'])).name}: {failure_row['error']}"
             message += "" if str(failure_row["error"]).endswith(".") else "."
-        if len(failed) > shown:
+        if len(failed) > shown and not cancelled:
             message += f" And {len(failed) - shown} more failure(s): see failed_files."
         if notice:
             message += f" Note: {notice}"
@@ -558,8 +636,174 @@ class Operations:
             failed_files=failed,
             warnings=[notice] if notice else None,
             executor=None if runner is None else runner.summary(),  # what ran where (files and chunks per node)
-            error=None if succeeded else KBError(message, code="IMPORT_FAILED"),
+            error=None if succeeded else Cancelled(message) if cancelled else KBError(message, code="IMPORT_FAILED"),
         )
+
+    # -- import jobs (#34): imports on the service's threads, polled and cancelled by id -------------------------------
+    def start_import(
+        self,
+        file_paths: Sequence[str] | None = None,
+        chunk_size: int | None = None,
+        *,
+        uploads: Sequence[tuple[str, bytes]] | None = None,
+        kb_name: str | None = None,
+        executor: str = "local",
+        executor_address: str | None = None,
+    ) -> ImportJobStatus:
+        """Start importing ``file_paths`` (paths on this machine, as :meth:`import_document` takes them) or
+        ``uploads`` (``(file name, content)`` pairs: files a user sent, known by their names) into the KB (default:
+        the current one) as a job the service runs on a thread of its own; returns at once with the job's status
+        (``data.job_id``). Poll it with :meth:`import_job`, stop it with :meth:`cancel_import`; the session lists its
+        jobs (:meth:`import_jobs`). Arguments are checked now; the files when the job reads them."""
+        record = self.writable_kb(kb_name, "import documents into")
+        self.service.import_executor(record, executor, executor_address)  # an unusable executor is refused now
+        if chunk_size is not None:
+            validate_chunk_size(chunk_size)
+        folder: Path | None = None
+        if uploads is not None:
+            if file_paths is not None:
+                raise InvalidArgument("Give file_paths or uploads, not both.", details={"field": "uploads"})
+            paths, names, folder = self._save_uploads(record, uploads)
+            display_names: list[str] | None = names
+            source, allowed = "upload", None  # files this service wrote: no user path to confine
+        else:
+            if isinstance(file_paths, str) or not isinstance(file_paths, Sequence) or not file_paths:
+                raise InvalidArgument(
+                    "file_paths must be a non-empty list of file paths.", details={"field": "file_paths"}
+                )
+            reject_nul(list(file_paths), "file_paths")
+            paths, names, display_names = [str(p) for p in file_paths], [str(p) for p in file_paths], None
+            source, allowed = "path", self.allowed_dirs
+        job = ImportJob(record.id, record.name, names, self.owner)
+        if folder is not None:
+            job.cleanup.append(folder)
+
+        def work(job: ImportJob) -> None:
+            try:
+                if executor == "local":  # a Ray cluster loads the model on its own nodes
+                    self._load_model_for(job, record)
+                report = self._import_into(
+                    record, paths, chunk_size, progress=job.on_progress, display_names=display_names, source=source,
+                    executor=executor, executor_address=executor_address, cancel=job.cancel_event,
+                    allowed_dirs=allowed, phase=job.set_phase,
+                )
+            except KBError as exc:
+                job.finish(None, exc)
+                return
+            job.finish(report, None)
+
+        try:
+            self.service.jobs.start(job, work)
+        except KBError:
+            if folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)
+            raise
+        return ImportJobStatus(
+            f"Started importing {len(names)} file(s) into '{record.name}' (job {job.id}).", job.status()
+        )
+
+    def _save_uploads(
+        self, record: KnowledgeBaseRecord, uploads: Sequence[tuple[str, bytes]]
+    ) -> tuple[list[str], list[str], Path]:
+        """Write uploaded files into a private folder of the KB's staging area (removed when their job ends, and by
+        the next open of the KB should this process die first); their paths and names."""
+        from kb_core.ingest.files import safe_document_name
+
+        if isinstance(uploads, str | bytes) or not isinstance(uploads, Sequence) or not uploads:
+            raise InvalidArgument("uploads must be a non-empty list of (file name, content).",
+                                  details={"field": "uploads"})
+        for entry in uploads:
+            if not (isinstance(entry, tuple | list) and len(entry) == 2 and isinstance(entry[0], str)
+                    and isinstance(entry[1], bytes | bytearray | memoryview)):
+                raise InvalidArgument("each upload must be a (file name, content bytes) pair.",
+                                      details={"field": "uploads"})
+        folder = self.service.import_staging(record)
+        try:
+            folder.parent.mkdir(exist_ok=True)
+            folder.mkdir()
+        except FileNotFoundError:
+            raise KBNotFound(f"Knowledge base '{record.name}' was deleted meanwhile.") from None
+        paths, names = [], []
+        try:
+            for index, (name, content) in enumerate(uploads):
+                # A folder per file keeps the user's file name (and its suffix, which the parser reads).
+                target = folder / str(index) / safe_document_name(name)
+                target.parent.mkdir()
+                target.write_bytes(bytes(content))
+                paths.append(str(target))
+                names.append(name)
+        except OSError as exc:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise KBError(f"The uploaded files could not be saved for the import: {exc.strerror or exc}.",
+                          code="STORE_ERROR") from None
+        return paths, names, folder
+
+    def _load_model_for(self, job: ImportJob, record: KnowledgeBaseRecord) -> None:
+        """Load the KB's embedding model before the import, saying so in the job's phase (seconds the first time)."""
+        state = self.service.model_load_state(record)
+        if not state["loaded"]:
+            job.set_phase("loading_model", model=state["model"], seconds=state["expected_seconds"])
+            self.service.load_model(record)
+        if job.cancel_event.is_set():
+            raise Cancelled("cancelled: the import was stopped before it began")
+
+    def _job(self, job_id: str) -> ImportJob:
+        """The job ``job_id`` if this session may see it (a job of a KB outside its scope answers as unknown)."""
+        job = self.service.jobs.get(job_id) if isinstance(job_id, str) else None
+        if job is None or not job.background or (self.scope is not None and job.kb_id not in self.scope):
+            raise JobNotFound(
+                f"No import job {job_id!r} (finished jobs are kept until dismissed, the {KEEP_FINISHED} newest at "
+                "most, while this server runs).",
+                details={"job_id": job_id},
+            )
+        return job
+
+    def import_job(self, job_id: str, watch: bool = False) -> ImportJobStatus:
+        """The status of import job ``job_id``: state, phase, counts, per-file rows, and once it ended its report.
+        ``watch``: this session lists it from now on (a browser that reloaded finds its jobs again)."""
+        job = self._job(job_id)
+        if watch:
+            job.watchers.add(self.owner)
+        data = job.status()
+        return ImportJobStatus(f"Import job {job.id} into '{job.kb_name}': {data['state']}; {data['summary']}.", data)
+
+    def import_jobs(self, running_only: bool = False) -> ImportJobList:
+        """The import jobs this session started or watches, oldest first (``running_only``: those still running)."""
+        jobs = [job for job in self.service.jobs.all() if self.owner in job.watchers]
+        if self.scope is not None:
+            jobs = [job for job in jobs if job.kb_id in self.scope]
+        if running_only:
+            jobs = [job for job in jobs if job.running]
+        running = sum(1 for job in jobs if job.running)
+        return ImportJobList(
+            f"{len(jobs)} import job(s), {running} running.", [job.status() for job in jobs], len(jobs)
+        )
+
+    def cancel_import(self, job_id: str) -> ImportJobStatus:
+        """Cancel import job ``job_id``: its parser processes and embedding stop within seconds; what it committed
+        stays, the other files fail as cancelled. A job that ended already is left as it is."""
+        job = self._job(job_id)
+        stopping = job.request_cancel()
+        data = job.status()
+        said = "cancelling" if stopping else f"already {data['state']}"
+        return ImportJobStatus(f"Import job {job.id} into '{job.kb_name}': {said}.", data)
+
+    def dismiss_import_job(self, job_id: str) -> JobDismissed:
+        """This session no longer lists import job ``job_id`` (a running job goes on)."""
+        job = self._job(job_id)
+        self.service.jobs.dismiss(job, self.owner)
+        return JobDismissed(f"Import job {job.id} is no longer listed in this session.", job.id)
+
+    def import_job_result(self, job_id: str) -> ImportReport:
+        """The report of a finished import job, as :meth:`import_document` would have returned it (its error raised
+        when the import failed as a whole)."""
+        job = self._job(job_id)
+        if job.running:
+            raise InvalidArgument(f"Import job {job.id} is still running.", details={"job_id": job.id})
+        if job.error is not None:
+            raise job.error
+        assert job.report is not None
+        return job.report
 
     def _language_notice(self, record: KnowledgeBaseRecord, imported: Sequence[FileOutcome]) -> str | None:
         """The one notice when the KB's model does not read some of the imported documents (their languages as
@@ -1022,13 +1266,16 @@ class Operations:
 
         return export_database(self, export_path, kb_names, overwrite=overwrite)
 
-    def import_database(self, source_db_path: str, *, limits: TransferLimits | None = None) -> ImportSummary:
+    def import_database(
+        self, source_db_path: str, *, limits: TransferLimits | None = None, display_name: str | None = None
+    ) -> ImportSummary:
         """Validate an export file completely, then merge its KBs into the home (all or nothing). Data:
-        ``{source_path, imported_kb_count, imported_doc_count, knowledge_bases, renamed_knowledge_bases}``."""
+        ``{source_path, imported_kb_count, imported_doc_count, knowledge_bases, renamed_knowledge_bases}``.
+        ``display_name``: what messages call the file (an uploaded export's own name, not its temporary path)."""
         from kb_core.transfer.restore import import_database
 
         self.principal.check_import_database()
-        return import_database(self, source_db_path, limits=limits)
+        return import_database(self, source_db_path, limits=limits, display_name=display_name)
 
     # -- knowledge bundles (typed nodes and edges; see kb_core.bundles) -------------------------
     def get_knowledge_schema(self, kb_name: str | None = None) -> KnowledgeSchema:

@@ -184,6 +184,26 @@ class ImportReport(Result):
 
 
 @dataclass
+class ImportJobStatus(JSONResult):
+    """One import job as :meth:`kb_core.jobs.ImportJob.status` describes it (``data``)."""
+
+
+@dataclass
+class ImportJobList(Result):
+    """Import jobs (their status, newest last)."""
+
+    message: str
+    jobs: list[dict[str, Any]]
+    count: int
+
+
+@dataclass
+class JobDismissed(Result):
+    message: str
+    job_id: str
+
+
+@dataclass
 class DocumentList(Result):
     message: str
     documents: list[dict[str, Any]]

@@ -109,6 +109,9 @@ class SessionResources(Resources, Protocol):
     @property
     def evaluation_runs(self) -> Any: ...  # kb_core.evaluation.EvaluationRunStore, a feature built on these seams
 
+    @property
+    def jobs(self) -> Any: ...  # kb_core.jobs.JobRegistry: the session layer's own, typed there
+
     def create_kb(
         self,
         kb_name: str,
@@ -125,7 +128,7 @@ class SessionResources(Resources, Protocol):
 
     def has_chunk(self, record: KnowledgeBaseRecord, chunk_id: str) -> bool: ...
 
-    def kb_counts(self, record: KnowledgeBaseRecord) -> tuple[int, int]: ...
+    def kb_counts(self, record: KnowledgeBaseRecord) -> tuple[int, int, int]: ...
 
     def kb_version(self, record: KnowledgeBaseRecord) -> int: ...
 
@@ -241,6 +244,10 @@ class SessionAPI(Scope, Protocol):
         progress: Callable[[ImportProgress], None] | None = None,
         display_names: Sequence[str] | None = None,
         kb_name: str | None = None,
+    ) -> Envelope: ...
+
+    def start_import(
+        self, file_paths: Sequence[str] | None = None, chunk_size: int | None = None, *, kb_name: str | None = None
     ) -> Envelope: ...
 
     def search_chunks(self, request: SearchRequest) -> SearchResult: ...

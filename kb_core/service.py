@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from kb_core.evaluation import EvaluationRunStore
     from kb_core.ingest.executors import DocumentExecutor
     from kb_core.ingest.pipeline import Importer
+    from kb_core.jobs import JobRegistry
     from kb_core.principals import Principal
     from kb_core.retrieval.analysis import Analyzer
     from kb_core.retrieval.search import RankedHits, SearchFilters, SearchSettings
@@ -156,8 +157,21 @@ class KnowledgeBaseService:
         store, the KBs)."""
         return self.store.home
 
-    def close(self) -> None:
-        """Close the database connections (a folder store holds none)."""
+    def close(self, timeout: float = 8.0) -> None:
+        """Cancel the running imports (waiting up to ``timeout`` seconds for them to stop: what they committed stays,
+        their staging copies and uploads are removed), then close the database connections (a folder store holds
+        none). For a server that stops."""
+        started = time.monotonic()
+        if "jobs" in self.__dict__:  # a registry was made: imports may run
+            self.jobs.shutdown(timeout)
+            from kb_core.ingest.files import wait_for_staging_removals
+
+            # their staging copies are removed on threads of their own: a process that stops next must not cut them
+            wait_for_staging_removals()
+        with self._evaluation_lock:
+            evaluation = self._evaluation_service
+        if evaluation is not None:  # its imports (evaluation KBs built from a corpus) too
+            evaluation.close(max(0.5, timeout - (time.monotonic() - started)))
         self.store.close()
 
     # -- sessions ------------------------------------------------------------------------------
@@ -499,6 +513,14 @@ class KnowledgeBaseService:
         return self.store.tokens
 
     @cached_property
+    def jobs(self) -> JobRegistry:
+        """The imports of this process, as jobs (:mod:`kb_core.jobs`): started, polled and cancelled through the
+        sessions; :meth:`close` cancels the running ones."""
+        from kb_core.jobs import JobRegistry
+
+        return JobRegistry()
+
+    @cached_property
     def analyzer(self) -> Analyzer:
         from kb_core.retrieval.analysis import default_analyzer
 
@@ -578,7 +600,8 @@ class KnowledgeBaseService:
         KB deleted meanwhile), or in the home on PostgreSQL."""
         return self.store.kb(record).import_staging()
 
-    def kb_counts(self, record: KnowledgeBaseRecord) -> tuple[int, int]:
+    def kb_counts(self, record: KnowledgeBaseRecord) -> tuple[int, int, int]:
+        """(documents imported, live chunks, failed imports)."""
         return self.store.kb(record).counts()
 
 

@@ -251,6 +251,41 @@ class Session:
             cancel=cancel,
         )
 
+    def start_import(
+        self,
+        file_paths: Sequence[str] | None = None,
+        chunk_size: int | None = None,
+        *,
+        uploads: Sequence[tuple[str, bytes]] | None = None,
+        kb_name: str | None = None,
+        executor: str = "local",
+        executor_address: str | None = None,
+    ) -> Envelope:
+        return envelope_of(
+            self.operations.start_import,
+            file_paths,
+            chunk_size,
+            uploads=uploads,
+            kb_name=kb_name,
+            executor=executor,
+            executor_address=executor_address,
+        )
+
+    def import_job(self, job_id: str, watch: bool = False) -> Envelope:
+        return envelope_of(self.operations.import_job, job_id, watch)
+
+    def import_jobs(self, running_only: bool = False) -> Envelope:
+        return envelope_of(self.operations.import_jobs, running_only)
+
+    def cancel_import(self, job_id: str) -> Envelope:
+        return envelope_of(self.operations.cancel_import, job_id)
+
+    def dismiss_import_job(self, job_id: str) -> Envelope:
+        return envelope_of(self.operations.dismiss_import_job, job_id)
+
+    def import_job_result(self, job_id: str) -> Envelope:
+        return envelope_of(self.operations.import_job_result, job_id)
+
     def list_documents(self, kb_name: str | None = None) -> Envelope:
         return envelope_of(self.operations.list_documents, kb_name)
 
@@ -362,8 +397,10 @@ class Session:
     ) -> Envelope:
         return envelope_of(self.operations.export_database, export_path, kb_names, overwrite)
 
-    def import_database(self, source_db_path: str, *, limits: TransferLimits | None = None) -> Envelope:
-        return envelope_of(self.operations.import_database, source_db_path, limits=limits)
+    def import_database(
+        self, source_db_path: str, *, limits: TransferLimits | None = None, display_name: str | None = None
+    ) -> Envelope:
+        return envelope_of(self.operations.import_database, source_db_path, limits=limits, display_name=display_name)
 
     # -- knowledge bundles ---------------------------------------------------------------------------------------
     def get_knowledge_schema(self, kb_name: str | None = None) -> Envelope:

@@ -6,6 +6,7 @@ about retrieval; it only turns envelopes into Streamlit elements.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import tempfile
@@ -38,20 +39,60 @@ _VISITOR_TOKEN = re.compile(r"^[A-Za-z0-9_-]{24,64}$")
 ALLOW_DIRS_ENVIRONMENT_VARIABLE = "KB_ALLOW_DIRS"
 
 
+# The services this process opened (one per home), for close_services when the server stops.
+_OPENED: list[KnowledgeBaseService] = []
+_OPENED_LOCK = threading.Lock()
+
+
 @st.cache_resource(show_spinner="Opening the knowledge-base service…")
 def _service_for(home: str) -> KnowledgeBaseService:
     # One service per process and home: it holds the loaded models, readers and index caches.
     opened = KnowledgeBaseService(home)
-    # The Chinese word dictionary loads on the first Chinese text a process analyses (~0.5 s of CPU); loaded now, in
-    # the background, a user's first Chinese query does not wait for it.
-    threading.Thread(target=opened.analyzer.query_terms, args=("中文",), name="kb-jieba-warm", daemon=True).start()
+    with _OPENED_LOCK:
+        _OPENED.append(opened)
+    # The Chinese word dictionary loads on the first Chinese text a process analyses (~0.5 s of CPU), and a KB's query
+    # embedder on its first search (multilingual-e5-small's 250,000-word tokenizer and query weights: 3-5 s on busy
+    # cores, a third of a profiled session's server time, #34); loaded now, in the background, a user's first search
+    # waits for neither.
+    threading.Thread(target=_warm_up, args=(opened,), name="kb-search-warm", daemon=True).start()
     return opened
+
+
+def _warm_up(opened: KnowledgeBaseService) -> None:
+    opened.analyzer.query_terms("中文")
+    try:
+        records = opened.store.knowledge_bases()
+    except Exception:  # a store that cannot be read says so on the pages
+        return
+    for record in records:
+        if record.embedding_endpoint:  # an endpoint is asked at the first search, not at start
+            continue
+        try:
+            opened.embedder(record).embed_query("warm up 预热")
+        except Exception:  # the first search reports what is wrong
+            logging.getLogger(__name__).info("could not warm the query embedder of %s", record.name, exc_info=True)
+
+
+def close_services(timeout: float = 8.0) -> None:
+    """Cancel the running imports of every service this process opened and wait for them (``timeout`` seconds in
+    all): the server is stopping (serve.py's lifespan)."""
+    with _OPENED_LOCK:
+        opened = list(_OPENED)
+    deadline = time.monotonic() + timeout
+    for each in opened:
+        each.close(max(0.5, deadline - time.monotonic()))
 
 
 @st.cache_resource
 def demo_lock(home: str) -> threading.Lock:
     """One lock per home for this app process: the demo KB is built once, however many sessions ask at once."""
     return threading.Lock()
+
+
+@st.cache_resource
+def demo_build(home: str) -> dict[str, str | None]:
+    """The demo build's job id while it runs (``job_id``), shared by every session of this app process."""
+    return {"job_id": None}
 
 
 def service() -> KnowledgeBaseService:
@@ -335,6 +376,11 @@ def data_or_error(envelope: dict[str, Any], prefix: str = "") -> Any:
     return None
 
 
+# The name of the KB this browser session last used, so that a KB deleted meanwhile (by another session) is named
+# when the page says it is gone.
+LAST_KB_KEY = "kb_last_used"
+
+
 def current_kb_name(sess: Session) -> str | None:
     listing = sess.list_knowledge_bases()
     if not listing["success"]:
@@ -342,22 +388,42 @@ def current_kb_name(sess: Session) -> str | None:
     current = listing["data"]["current_kb_id"]
     for kb in listing["data"]["knowledge_bases"]:
         if kb["id"] == current:
+            st.session_state[LAST_KB_KEY] = str(kb["name"])
             return str(kb["name"])
     return None
 
 
+def kb_disappeared(sess: Session) -> str | None:
+    """The name of the KB this session was using if it no longer exists (deleted meanwhile, by another browser
+    session or process), else None: the pages then say so and ask for a choice, and never go on with another KB."""
+    if sess.current_kb_id is None or current_kb_name(sess) is not None:
+        return None
+    return str(st.session_state.get(LAST_KB_KEY) or "the selected knowledge base")
+
+
 def require_current_kb(sess: Session) -> str:
-    """The current KB's name; otherwise a hint and the page stops."""
+    """The current KB's name; otherwise a hint (or, for a KB deleted meanwhile, that it is gone) and the page stops."""
     name = current_kb_name(sess)
     if name is None:
-        st.info("No knowledge base is selected. Pick one in the sidebar or create one on the **Knowledge bases** page.")
+        gone = kb_disappeared(sess)
+        if gone is not None:
+            st.warning(
+                f"The knowledge base **{gone}** this page was using no longer exists: it was deleted, perhaps in "
+                "another browser session. Choose a knowledge base in the sidebar (or create one on the **Knowledge "
+                "bases** page) to go on.",
+                icon=":material/warning:",
+            )
+        else:
+            st.info("No knowledge base is selected. Pick one in the sidebar or create one on the **Knowledge bases** "
+                    "page.")
         st.stop()
     return name  # type: ignore[return-value]
 
 
 def ensure_selection(sess: Session, preferred: str | None = None) -> None:
-    """A new browser session starts on the demo KB (or the first one) so every page has something to show."""
-    if current_kb_name(sess) is not None:
+    """A new browser session starts on the demo KB (or the first one) so every page has something to show. A session
+    whose KB was deleted meanwhile keeps no selection: it is asked to choose (:func:`kb_disappeared`)."""
+    if sess.current_kb_id is not None or current_kb_name(sess) is not None:
         return
     listing = sess.list_knowledge_bases()
     kbs = listing["data"]["knowledge_bases"] if listing["success"] else []
@@ -378,6 +444,7 @@ def sidebar_kb_picker(sess: Session) -> Any:
     kbs = listing["data"]["knowledge_bases"]
     names = [kb["name"] for kb in kbs]
     current = current_kb_name(sess)
+    gone = kb_disappeared(sess) if current is None else None
     with st.sidebar:
         if not names:
             st.caption("No knowledge bases yet.")
@@ -387,10 +454,12 @@ def sidebar_kb_picker(sess: Session) -> Any:
             "Current knowledge base",
             names,
             index=index,
-            key=f"sidebar_kb_{current}",  # re-created when another page changes the selection
+            key=f"sidebar_kb_{current}_{gone}",  # re-created when another page changes the selection
             placeholder="Choose a knowledge base",
             help="Each browser session has its own current knowledge base.",
         )
+        if gone is not None:
+            st.caption(f":orange[**{gone}** no longer exists (deleted elsewhere): choose another.]")
         if choice is not None and choice != current:
             data_or_error(sess.select_knowledge_base(choice))
             st.rerun()
@@ -401,9 +470,11 @@ def sidebar_kb_picker(sess: Session) -> Any:
 
 
 def kb_counts_line(kb: dict[str, Any]) -> str:
+    failed = int(kb.get("failed_document_count") or 0)
     return (
-        f"{kb['document_count']} documents · {kb['chunk_count']} chunks · {kb['embedding_model']} · "
-        f"chunk size {kb['chunk_size']}"
+        f"{kb['document_count']} documents · {kb['chunk_count']} chunks"
+        + (f" · {failed} failed import{'s' if failed != 1 else ''}" if failed else "")
+        + f" · {kb['embedding_model']} · chunk size {kb['chunk_size']}"
     )
 
 
@@ -444,24 +515,6 @@ def overall_fraction(progress: ImportProgress) -> float:
     return sum(file_fraction(f) for f in progress.files) / len(progress.files)
 
 
-def load_model_with_notice(sess: Session, kb_name: str | None = None, model: str | None = None) -> None:
-    """Say that the embedding model is loading (and about how long that takes), load it, then say how long it took.
-    Without this an import sits at "0 chunks embedded" while the model loads (seconds, the first time)."""
-    status = sess.embedding_model_status(kb_name, model)
-    if not status["success"] or status["data"]["loaded"]:
-        return
-    name, seconds = status["data"]["model"], status["data"]["expected_seconds"]
-    note = st.empty()
-    note.info(f"Loading the embedding model {name} (first time: ~{seconds:.0f} s); then the chunks are embedded…",
-              icon=":material/hourglass_top:")
-    loaded = sess.load_embedding_model(kb_name, model)
-    if loaded["success"]:
-        note.caption(f"Loaded the embedding model {name} in {loaded['data']['seconds']:.1f} s.")
-    else:
-        note.empty()
-        show_error(loaded)
-
-
 class ImportBars:
     """An overall bar plus one bar per file, fed by the importer's progress callback (call the object).
 
@@ -495,6 +548,189 @@ class ImportBars:
             bar = self.bars.get(failure["file_path"])
             if bar is not None:
                 bar.progress(1.0, text=f"{self.labels[failure['file_path']]}: failed: {failure['error']}")
+
+
+# -- import jobs (#34): imports run by the service; pages start them, poll them and show them -----------------------
+# The URL of a page lists the ids of this browser session's import jobs (?job=…&job=…): a reload makes a new session,
+# which finds its jobs again by them.
+JOB_QUERY_PARAM = "job"
+JOB_POLL_SECONDS = 1.0
+JOB_FILES_SHOWN = 25  # progress bars of one job; the rest are counted
+JOB_STATE_ICONS = {
+    "running": ":material/progress_activity:",
+    "cancelling": ":material/hourglass_top:",
+    "finished": ":material/check_circle:",
+    "cancelled": ":material/cancel:",
+    "failed": ":material/error:",
+}
+
+
+def job_file_fraction(row: dict[str, Any]) -> float:
+    if row["status"] in ("ready", "failed"):
+        return 1.0
+    if row["status"] == "embedding":
+        total = row["chunks_total"]
+        return 0.2 + 0.8 * (row["chunks_embedded"] / total if total else 0.0)
+    return 0.1 if row["status"] == "parsing" else 0.0
+
+
+def job_fraction(status: dict[str, Any]) -> float:
+    files = status["files"]
+    if status["state"] not in ("running", "cancelling"):
+        return 1.0
+    return min(1.0, sum(job_file_fraction(f) for f in files) / len(files)) if files else 0.0
+
+
+def attach_jobs_from_url(sess: Session) -> None:
+    """Once per browser session: list the import jobs named in the URL (a reload's new session finds its jobs)."""
+    if st.session_state.get("jobs_attached"):
+        return
+    st.session_state["jobs_attached"] = True
+    for job_id in st.query_params.get_all(JOB_QUERY_PARAM):
+        sess.import_job(job_id, watch=True)  # an id the service no longer knows is left out
+
+
+def sync_job_url(sess: Session) -> None:
+    """Write this session's import jobs into the URL (or remove them), for a reload to find."""
+    listing = sess.import_jobs()
+    ids = [job["job_id"] for job in listing["data"]["jobs"]] if listing["success"] else []
+    if ids != st.query_params.get_all(JOB_QUERY_PARAM):
+        if ids:
+            st.query_params[JOB_QUERY_PARAM] = ids
+        else:
+            del st.query_params[JOB_QUERY_PARAM]
+
+
+def job_progress(status: dict[str, Any], title: str = "Overall") -> None:
+    """A running job: what it is doing now, an overall bar and a bar per file (the first ``JOB_FILES_SHOWN``)."""
+    state = status["state"]
+    st.caption(f"{JOB_STATE_ICONS.get(state, '')} Now: {status['phase_text']}.")
+    line = status["summary"] if status["chunks_total"] else f"{status['files_done']}/{status['files_total']} files"
+    st.progress(job_fraction(status), text=f"{title}: {line}")
+    for row in status["files"][:JOB_FILES_SHOWN]:
+        label = STATUS_LABELS.get(row["status"], row["status"])
+        if row["status"] == "embedding" and row["chunks_total"] and row["chunks_embedded"] >= row["chunks_total"]:
+            label = "saving"  # embedded, waiting for its segment's write and commit
+        detail = f" ({row['chunks_embedded']}/{row['chunks_total']} chunks)" if row["chunks_total"] else ""
+        if row["status"] == "failed" and row["error"]:
+            detail = f": {row['error']}"
+        st.progress(job_file_fraction(row), text=f"{row['name']}: {label}{detail}")
+    if len(status["files"]) > JOB_FILES_SHOWN:
+        st.caption(f"… and {len(status['files']) - JOB_FILES_SHOWN} more files.")
+
+
+def job_results_table(status: dict[str, Any]) -> Any:
+    import pandas as pd
+
+    rows = [
+        {
+            "File": row["name"],
+            "Document name": row["doc_name"] if row["status"] == "ready" else "",
+            "Status": "cancelled" if (row["error"] or "").startswith("cancelled")
+            else "already imported (skipped)" if row.get("already_imported")
+            else {"ready": "imported"}.get(row["status"], row["status"]),
+            "Chunks": row["chunks_total"] if row["status"] == "ready" else 0,
+            "Reason": row["error"] or "",
+        }
+        for row in status["files"]
+    ]
+    return pd.DataFrame(rows, columns=["File", "Document name", "Status", "Chunks", "Reason"])
+
+
+def job_outcome(sess: Session, status: dict[str, Any]) -> None:
+    """A finished job: its message, warnings and a row per file (failures with their reasons), and a button that
+    stops listing it."""
+    state, message = status["state"], (status["message"] or "").split(" Note: ", 1)[0]
+    if state == "finished" and not (status["report"] or {}).get("failed_count"):
+        st.success(message, icon=JOB_STATE_ICONS["finished"])
+    elif state == "cancelled":
+        st.warning(message or "The import was cancelled.", icon=JOB_STATE_ICONS["cancelled"])
+    elif status["report"] is not None and status["report"].get("success_count"):
+        st.warning(message, icon=":material/warning:")
+    else:
+        code = (status["error"] or {}).get("code")
+        st.error(f"{message}  \n`{code}`" if code else message, icon=JOB_STATE_ICONS["failed"])
+    for warning in (status["report"] or {}).get("warnings") or []:
+        st.warning(warning, icon=":material/translate:")
+    if status["report"] is not None or status["files"]:
+        st.dataframe(job_results_table(status), hide_index=True, width="stretch",
+                     column_config={"Reason": st.column_config.TextColumn(width="large")})
+    if st.button("Dismiss", key=f"dismiss_{status['job_id']}", icon=":material/close:",
+                 help="Stop listing this import here (its documents stay)."):
+        sess.dismiss_import_job(status["job_id"])
+        st.rerun()
+
+
+def _job_heading(status: dict[str, Any]) -> str:
+    return (f"Import of {status['files_total']} file(s) into **{status['kb_name']}** · started "
+            f"{status['created_at'][11:19]} UTC · {status['state']}")
+
+
+def _running_jobs_body(sess: Session, watched: tuple[str, ...]) -> None:
+    listing = sess.import_jobs()
+    jobs = {job["job_id"]: job for job in (listing["data"]["jobs"] if listing["success"] else [])}
+    if any(jobs.get(job_id, {}).get("state") not in ("running", "cancelling") for job_id in watched):
+        st.rerun()  # one ended: the whole page again (its results, the sidebar's counts)
+    for job_id in watched:
+        status = jobs[job_id]
+        with st.container(border=True):
+            st.markdown(_job_heading(status))
+            job_progress(status)
+            if status["state"] == "running" and st.button(
+                "Cancel import", key=f"cancel_{job_id}", icon=":material/cancel:",
+                help="Stops the parsing and the embedding within seconds; documents committed before stay.",
+            ):
+                sess.cancel_import(job_id)
+                st.rerun(scope="fragment")
+
+
+def import_jobs_panel(sess: Session) -> None:
+    """The Import page's list of this session's import jobs: the running ones live (polled every
+    ``JOB_POLL_SECONDS``), the finished ones with their results until dismissed; newest first."""
+    listing = sess.import_jobs()
+    jobs = listing["data"]["jobs"] if listing["success"] else []
+    running = tuple(job["job_id"] for job in reversed(jobs) if job["state"] in ("running", "cancelling"))
+    if running:
+        st.subheader("Running")
+        st.fragment(_running_jobs_body, run_every=JOB_POLL_SECONDS)(sess, running)
+    finished = [job for job in reversed(jobs) if job["state"] not in ("running", "cancelling")]
+    if finished:
+        st.subheader("Results")
+        for status in finished:
+            with st.container(border=True):
+                st.markdown(_job_heading(status))
+                job_outcome(sess, status)
+
+
+def _sidebar_jobs_body(sess: Session, watched: tuple[str, ...]) -> None:
+    listing = sess.import_jobs()
+    jobs = {job["job_id"]: job for job in (listing["data"]["jobs"] if listing["success"] else [])}
+    if any(jobs.get(job_id, {}).get("state") not in ("running", "cancelling") for job_id in watched):
+        st.rerun()
+    for job_id in watched:
+        status = jobs[job_id]
+        st.progress(job_fraction(status), text=f"Importing into {status['kb_name']}: {status['files_done']}/"
+                    f"{status['files_total']} files · {status['chunks_embedded']}/{status['chunks_total']} chunks")
+        st.caption(status["phase_text"])
+
+
+def sidebar_jobs(sess: Session) -> None:
+    """Every page's sidebar: this session's running imports with their progress (polled), and a line per import
+    that ended and was not dismissed, with a link to the Import page."""
+    listing = sess.import_jobs()
+    jobs = listing["data"]["jobs"] if listing["success"] else []
+    if not jobs:
+        return
+    running = tuple(job["job_id"] for job in jobs if job["state"] in ("running", "cancelling"))
+    ended = [job for job in jobs if job["state"] not in ("running", "cancelling")]
+    with st.sidebar:
+        if running:
+            st.fragment(_sidebar_jobs_body, run_every=JOB_POLL_SECONDS)(sess, running)
+        for job in ended[-3:]:
+            imported = (job["report"] or {}).get("success_count", 0)
+            st.caption(f"{JOB_STATE_ICONS.get(job['state'], '')} Import into {job['kb_name']} {job['state']}: "
+                       f"{imported} of {job['files_total']} files imported.")
+        st.page_link("pages/import_files.py", label="Imports and results", icon=":material/upload_file:")
 
 
 # -- search results ------------------------------------------------------------------------------

@@ -31,10 +31,13 @@ def text_or_blank(value: Any) -> str:
     return "" if value is None or (isinstance(value, float) and value != value) else str(value)
 
 
+# Source and Error come right after the status, so they stay in view at 1280 px (#34); the dates go last.
 frame = pd.DataFrame(
     {
         "Name": [d["name"] for d in documents],
         "Status": [d["status"] for d in documents],
+        "Source": [text_or_blank(d.get("source")) for d in documents],
+        "Error": [text_or_blank(d.get("error")) for d in documents],
         "Type": [d["file_type"] for d in documents],
         "Size": [human_size(d["size_bytes"]) if d["size_bytes"] is not None else "" for d in documents],
         "Bytes": [d["size_bytes"] for d in documents],
@@ -45,8 +48,6 @@ frame = pd.DataFrame(
                      for d in documents],
         "Created": [text_or_blank(d["created_at"])[:19].replace("T", " ") for d in documents],
         "Updated": [text_or_blank(d["updated_at"])[:19].replace("T", " ") for d in documents],
-        "Source": [text_or_blank(d.get("source")) for d in documents],
-        "Error": [text_or_blank(d.get("error")) for d in documents],
     }
 )
 
@@ -67,8 +68,22 @@ if statuses:
 if types:
     shown = shown[shown["Type"].isin(types)]
 shown = shown.sort_values(sort_by, ascending=not descending, kind="stable")
-st.dataframe(shown.drop(columns=["Bytes"]), hide_index=True, width="stretch")
-st.caption(f"{len(shown)} of {len(frame)} documents shown.")
+st.dataframe(shown.drop(columns=["Bytes"]), hide_index=True, width="stretch", column_config={
+    "Status": st.column_config.TextColumn(width=80),
+    "Source": st.column_config.TextColumn(width=64),
+    "Error": st.column_config.TextColumn(width=200),
+    "Type": st.column_config.TextColumn(width=48),
+    "Chunks": st.column_config.NumberColumn(width=60),
+})
+kinds = frame["Status"].value_counts()
+flying = int(len(frame) - kinds.get("ready", 0) - kinds.get("failed", 0))
+st.caption(
+    f"{len(shown)} of {len(frame)} rows shown: {int(kinds.get('ready', 0))} documents"
+    + (f", {int(kinds['failed'])} failed import{'s' if kinds['failed'] != 1 else ''} (no documents; see Error)"
+       if kinds.get("failed", 0) else "")
+    + (f", {flying} being imported now" if flying else "")
+    + "."
+)
 
 ready = [d for d in documents if d["status"] == "ready" and d["id"]]
 if not ready:

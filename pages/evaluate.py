@@ -195,12 +195,13 @@ def sweep_figure(swept: pd.DataFrame, best: dict[str, Any]) -> go.Figure:
     )
     low = float(swept[["ndcg@10", "mrr@10"]].min().min())
     figure.update_layout(
-        title=f"Weight sweep: best nDCG@10 {best['ndcg@10']:.4f} at vector {best['vector_weight']:.2f} / "
-        f"keyword {best['keyword_weight']:.2f}",
+        # two lines: in half of a 1280 px page one line was cut (#34)
+        title=f"Weight sweep<br><sub>best nDCG@10 {best['ndcg@10']:.4f} at vector {best['vector_weight']:.2f} / "
+        f"keyword {best['keyword_weight']:.2f}</sub>",
         xaxis={"title": "vector weight (keyword weight = 1 − it)", "tickvals": list(swept["vector_weight"]),
                "tickformat": ".2f"},
         yaxis={"range": [max(0.0, low - 0.1), 1.02], "title": "metric"}, height=360,
-        margin={"l": 10, "r": 10, "t": 50, "b": 10},
+        margin={"l": 10, "r": 10, "t": 64, "b": 10},
         legend={"orientation": "h", "yanchor": "bottom", "y": -0.45, "x": 0},
     )
     return figure

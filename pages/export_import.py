@@ -54,9 +54,10 @@ def prepare_download(chosen: list[str]) -> None:
     st.session_state["export_result"] = {"envelope": envelope, "name": name, "bytes": data}
 
 
-def run_import(path: str, label: str, via: Session | None = None) -> None:
+def run_import(path: str, label: str, via: Session | None = None, uploaded: bool = False) -> None:
     with st.spinner(f"Validating and importing {label}…"):
-        envelope = (via or session).import_database(path)
+        # an upload is saved under a temporary name: the messages name the user's file instead
+        envelope = (via or session).import_database(path, display_name=label if uploaded else None)
     st.session_state["import_db_result"] = {"envelope": envelope, "label": label}
 
 
@@ -147,7 +148,7 @@ with import_col:
             try:
                 with os.fdopen(handle, "wb") as out:
                     out.write(upload.getvalue())  # type: ignore[union-attr]
-                run_import(path, upload.name)  # type: ignore[union-attr]
+                run_import(path, upload.name, uploaded=True)  # type: ignore[union-attr]
             finally:
                 os.unlink(path)
             st.session_state["import_db_round"] = round_ + 1

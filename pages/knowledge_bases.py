@@ -46,22 +46,34 @@ kbs = kbs["knowledge_bases"] if kbs else []
 names = [kb["name"] for kb in kbs]
 current = next((kb["name"] for kb in kbs if kb["is_current"]), None)
 
+# The table takes the page's width: beside the create form, at 1280 px it hid the chunk size and creation time (#34).
+st.subheader("All knowledge bases")
+if kbs:
+    table = pd.DataFrame(
+        {
+            "Current": ["●" if kb["is_current"] else "" for kb in kbs],
+            "Name": names,
+            "Documents": [kb["document_count"] for kb in kbs],
+            "Failed imports": [kb.get("failed_document_count", 0) for kb in kbs],
+            "Chunks": [kb["chunk_count"] for kb in kbs],
+            "Embedding model": [kb["embedding_endpoint"] or kb["embedding_model"] for kb in kbs],
+            "Chunk size": [kb["chunk_size"] for kb in kbs],
+            "Created": [str(kb["created_at"])[:16].replace("T", " ") for kb in kbs],
+        }
+    )
+    st.dataframe(table, hide_index=True, width="stretch", column_config={
+        "Current": st.column_config.TextColumn("", width=24, help="the current knowledge base"),
+        "Documents": st.column_config.NumberColumn(help="documents imported"),
+        "Failed imports": st.column_config.NumberColumn(help="files whose import failed (the Documents page lists "
+                                                        "them with their reasons); they are no documents"),
+        "Chunk size": st.column_config.NumberColumn(help="tokens per chunk at most"),
+        "Created": st.column_config.TextColumn("Created (UTC)"),
+    })
+
 left, right = st.columns([3, 2], gap="large")
 with left:
-    st.subheader("All knowledge bases")
     if kbs:
-        table = pd.DataFrame(
-            {
-                "Current": ["●" if kb["is_current"] else "" for kb in kbs],
-                "Name": names,
-                "Documents": [kb["document_count"] for kb in kbs],
-                "Chunks": [kb["chunk_count"] for kb in kbs],
-                "Embedding model": [kb["embedding_endpoint"] or kb["embedding_model"] for kb in kbs],
-                "Chunk size": [kb["chunk_size"] for kb in kbs],
-                "Created": [str(kb["created_at"])[:19].replace("T", " ") for kb in kbs],
-            }
-        )
-        st.dataframe(table, hide_index=True, width="stretch")
+        st.subheader("Select or delete")
         st.caption(f"Current knowledge base in this browser session: **{current or 'none'}**")
 
         pick_col, select_col, delete_col = st.columns([3, 1, 1], vertical_alignment="bottom")

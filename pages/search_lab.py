@@ -358,8 +358,8 @@ def ab_comparison(query: str, params: dict[str, Any], main: dict[str, Any], chun
     m1.metric("Shared chunks", f"{len(shared)} of {max(len(a_ids), len(b_ids))}")
     m2.metric("Overlap (Jaccard)", f"{len(shared) / len(union):.2f}" if union else "–")
     m3.metric("Only in A / only in B", f"{len(set(a_ids) - shared)} / {len(set(b_ids) - shared)}")
-    col_a, col_b = st.columns(2)
-    for column, label, side, found in ((col_a, "A", main, chunks), (col_b, "B", other, b_chunks)):
+    # A above B, each the page's width: side by side, at 1280 px the chunk column showed 4-5 characters (#34).
+    for column, label, side, found in ((st.container(), "A", main, chunks), (st.container(), "B", other, b_chunks)):
         with column:
             side_settings = {**side["data"]["settings"]}
             used = (side["data"].get("weights") or {}).get("used")
@@ -367,8 +367,7 @@ def ab_comparison(query: str, params: dict[str, Any], main: dict[str, Any], chun
             if used is not None:
                 line += f" · weights used {ui.weight_pair(used)}"
             st.markdown(f"**{label}**")
-            # The score comes right after the rank, so it stays in view however narrow the column; the settings
-            # go under the table, so A's and B's tables start level.
+            # The score comes right after the rank, so it stays in view however narrow the window.
             st.dataframe(
                 pd.DataFrame({
                     "#": range(1, len(found) + 1),

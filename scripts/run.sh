@@ -12,12 +12,7 @@ elif [ -n "${1:-}" ]; then
   exit 2
 fi
 bash scripts/install.sh
-export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-extra=()
 if [ "$demo" = 1 ]; then
   export KB_DEMO=1
-  # Streamlit refuses a larger upload in the browser, before it reaches the server (whose memory holds uploads).
-  extra+=(--server.maxUploadSize "$(.venv/bin/python -c 'from kb_core.public_demo import DemoLimits as D; print(D.from_environment().upload_limit_mb)')")
 fi
-exec .venv/bin/streamlit run app.py --server.port "${PORT:-8501}" --server.address "${ADDRESS:-127.0.0.1}" \
-  --server.headless true --browser.gatherUsageStats false --client.toolbarMode viewer ${extra[@]+"${extra[@]}"}
+exec bash scripts/serve.sh

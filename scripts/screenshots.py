@@ -2,8 +2,8 @@
 
     .venv/bin/python scripts/screenshots.py [--out docs/screenshots] [--home DIR] [--only search-lab ...]
 
-Serves app.py with `streamlit run` on a free loopback port over a fresh home (the first start builds the
-demo KB with the real all-MiniLM-L6-v2 model), then drives Debian's Chromium with Playwright
+Serves the app as scripts/run.sh does (scripts/serve.sh) on a free loopback port over a fresh home (the first start
+builds the demo KB with the real multilingual-e5-small model), then drives Debian's Chromium with Playwright
 (scripts/install.sh --browser installs it) at 1280 px wide. ``--only`` takes the first start (always) and the named
 groups of pages: import, documents, search-lab, evaluate, graph, transfer.
 """
@@ -12,16 +12,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-import httpx
-
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from tests.browser.conftest import RunningApp  # noqa: E402  (the one way the app is served)
+
 CHROMIUM = os.environ.get("KB_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update"]
@@ -103,12 +101,6 @@ BROKEN_BUNDLE = """\
 
 
 GROUPS = ("import", "documents", "search-lab", "evaluate", "graph", "transfer")
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def wait_idle(page, settle: int = 400) -> None:  # type: ignore[no-untyped-def]
@@ -193,29 +185,11 @@ def main() -> int:
 
     scratch = Path(tempfile.mkdtemp(prefix="kb-screens-"))
     home = args.home or scratch / "home"
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    log = open(scratch / "streamlit.log", "w", encoding="utf-8")  # noqa: SIM115 - closed below
-    server = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", str(REPO / "app.py"), "--server.port", str(port),
-         "--server.address", "127.0.0.1", "--server.headless", "true", "--browser.gatherUsageStats", "false",
-         "--server.fileWatcherType", "none", "--client.toolbarMode", "viewer"],
-        cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-        # KB_DEMO unset: the private workbench on the demo KB (1 would be a public demo)
-        env={**{k: v for k, v in os.environ.items() if k != "KB_DEMO"}, "KB_HOME": str(home), "HF_HUB_OFFLINE": "1",
-             "TRANSFORMERS_OFFLINE": "1"},
-    )
+    # served as scripts/run.sh serves it (scripts/serve.sh), by the browser tests' helper
+    server = RunningApp(home, demo=True, log=scratch / "streamlit.log")
+    url = server.url
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{url}/_stcore/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline or server.poll() is not None:
-                raise RuntimeError("the app did not start; see " + str(scratch / "streamlit.log"))
-            time.sleep(0.3)
+        server.wait()
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             context = browser.new_context(viewport={"width": 1280, "height": 1000}, device_scale_factor=1)
@@ -339,9 +313,7 @@ def main() -> int:
                 shoot(page, args.out, "14-export-import")
             browser.close()
     finally:
-        server.terminate()
-        server.wait(timeout=20)
-        log.close()
+        server.stop()
     return 0
 
 

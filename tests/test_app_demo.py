@@ -113,13 +113,23 @@ def test_first_start_builds_the_demo_with_the_real_model_and_selects_it(
     started = time.perf_counter()
     test = AppTest.from_file(str(REPO / "app.py"), default_timeout=120)
     test.run()
-    seconds = time.perf_counter() - started
     assert not test.exception, test.exception
+    # The demo is built by an import job of the service (#34): the first run shows its progress and stops there.
+    assert any("Building the demo knowledge base" in m.value for m in test.markdown)
+    assert test.get("progress") and not test.title  # no page before the demo is ready
+    session = test.session_state["kb_session"]
+    jobs = session.service.jobs.all()
+    assert len(jobs) == 1 and jobs[0].kb_name == DEMO_KB_NAME
+    assert jobs[0].done.wait(300)
+    seconds = time.perf_counter() - started
     # Measured 44 s with a load average of 11 on a shared machine, most of it loading torch and the model.
-    assert seconds < 120, f"the first start took {seconds:.0f} s"
-    labels = [s.label for s in test.status]
-    assert any("Demo knowledge base ready" in label for label in labels), labels
-    assert next(p.value for p in test.get("progress")) == 100
+    assert seconds < 300, f"the first start took {seconds:.0f} s"
+    # a session arriving once it is ready gets the pages at once, on the demo (the browser tests watch one session
+    # through the build to "Demo knowledge base ready")
+    test = AppTest.from_file(str(REPO / "app.py"), default_timeout=120)
+    test.run()
+    assert not test.exception, test.exception
+    assert [t.value for t in test.title] == ["Knowledge bases"]
     session = test.session_state["kb_session"]
     assert session.current_kb().name == DEMO_KB_NAME
     # the demo is bilingual: built with the model that reads Chinese too, so Chinese queries are not guarded

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -402,6 +404,33 @@ def test_notebook_runs_on_a_small_dataset(tmp_path: Path, beir: Path, monkeypatc
 
     runs = KnowledgeBaseService(tmp_path / "nb-home").session().list_evaluation_runs()["data"]["runs"]
     assert len(runs) == 1 and f"kept as run {runs[0]['id']}" in text
+
+
+def test_notebook_runs_on_a_fresh_clone_without_shared_on_the_demo_judgments(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A clone has no ../shared: the notebook says so and evaluates the demo documents with data/demo/eval (#34)."""
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    clone = tmp_path / "clone" / "notebooks"  # ../../shared from here does not exist
+    clone.mkdir(parents=True)
+    shutil.copy(REPO_ROOT / "notebooks" / "retrieval_evaluation.ipynb", clone)
+    assert not (clone / "../../shared").exists()
+    monkeypatch.delenv("KB_EVAL_DATASET", raising=False)
+    monkeypatch.setenv("KB_EVAL_MODEL", "hashing")  # the fallback's own model is the demo's; hashing keeps CI quick
+    monkeypatch.setenv("KB_EVAL_HOME", str(tmp_path / "nb-home"))
+    monkeypatch.setenv("KB_EVAL_SWEEP_STEPS", "2")
+    notebook = nbformat.read(clone / "retrieval_evaluation.ipynb", as_version=4)
+    nbclient.NotebookClient(
+        notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(clone)}}
+    ).execute()
+    outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.get("outputs", [])]
+    assert not [o for o in outputs if o.get("output_type") == "error"]
+    text = json.dumps(outputs, ensure_ascii=False)
+    assert "is not here" in text and "data/demo/eval" in text  # it says what it evaluates instead
+    assert "demo: 10 documents, 24 judged queries" in text
+    assert "ndcg@10" in text and "application/vnd.plotly.v1+json" in text
+    assert re.search(r"(en|zh)\d\d", text)  # the worst-queries table lists the demo's questions
 
 
 # -- the real model ----------------------------------------------------------------------------------

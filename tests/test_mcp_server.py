@@ -51,6 +51,9 @@ ALL_TOOLS = {
     "import_database",
     "get_knowledge_schema",
     "import_knowledge_bundle",
+    "start_import",
+    "get_import_job",
+    "cancel_import",
 }
 ENGLISH = (
     "Bearer tokens carry a folder scope: the whole library or a specific list of folders. "
@@ -629,6 +632,51 @@ def test_http_import_fails_each_bad_path_alone_and_export_keeps_an_existing_file
         await ok(s, "delete_knowledge_base", kb_name="partial")
 
     http.run(http.state["admin"], scenario)
+def test_http_an_import_job_is_started_polled_and_cancelled_by_id_within_the_token_scope(http: HttpServer) -> None:
+    """start_import returns at once; get_import_job shows its progress, then import_document's report; the job is
+    seen by id by any session whose token reaches its KB, never by others; reading it needs no write token (#34)."""
+    files = [make_docx(http.allowed / f"job-{i}.docx", ENGLISH, CHINESE) for i in range(3)]
+    found: dict[str, Any] = {}
+
+    async def start(s: ClientSession) -> None:
+        await ok(s, "select_knowledge_base", kb_name="alpha")
+        started = (await ok(s, "start_import", file_paths=[str(f) for f in files]))["data"]
+        assert started["state"] == "running" and started["files_total"] == 3 and started["kb_name"] == "alpha"
+
+        async def ended(job_id: str) -> dict[str, Any]:
+            deadline = time.monotonic() + 120
+            while True:
+                job = (await ok(s, "get_import_job", job_id=job_id))["data"]
+                if job["state"] not in ("running", "cancelling") or time.monotonic() > deadline:
+                    return job
+                await anyio.sleep(0.2)
+
+        job = await ended(started["job_id"])
+        assert job["state"] == "finished", job
+        # a path outside --allow-dir fails alone, as in import_document (#36)
+        outside = (await ok(s, "start_import", file_paths=[str(http.outside / "x.docx")]))["data"]
+        refused = await ended(outside["job_id"])
+        assert refused["state"] == "failed" and str(http.allowed) in refused["files"][0]["error"]
+        assert job["report"]["success_count"] == 3 and job["files_done"] == 3
+        assert [f["name"] for f in job["files"]] == [f.name for f in files]
+        assert all(f["status"] == "ready" and f["chunks_embedded"] == f["chunks_total"] > 0 for f in job["files"])
+        again = await ok(s, "cancel_import", job_id=started["job_id"])  # a job that ended is left as it is
+        assert again["data"]["state"] == "finished" and "already finished" in again["message"]
+        found["id"] = started["job_id"]
+
+    http.run(http.state["admin"], start)
+
+    async def reader(s: ClientSession) -> None:  # another session, a read token of the job's KB
+        assert (await ok(s, "get_import_job", job_id=found["id"]))["data"]["state"] == "finished"
+        await tool_error(s, "cancel_import", "PERMISSION_DENIED", job_id=found["id"])
+
+    async def outsider(s: ClientSession) -> None:  # a token of another KB: as if there were no such job
+        unknown = await tool_error(s, "get_import_job", "JOB_NOT_FOUND", job_id=found["id"])
+        missing = await tool_error(s, "get_import_job", "JOB_NOT_FOUND", job_id="job_" + "0" * 32)
+        assert unknown.content[0].text == missing.content[0].text.replace("job_" + "0" * 32, found["id"])
+
+    http.run(http.token([http.state["alpha"]], "read"), reader)
+    http.run(http.token([http.state["beta"]], "write"), outsider)
 
 
 def test_http_rate_limit_answers_32605_with_retry_after(http: HttpServer) -> None:

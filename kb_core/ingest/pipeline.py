@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kb_core.cancellation import cancel_scope, in_scope
 from kb_core.embedding.base import embed_with_token_ids
 from kb_core.errors import KBError, KBNotFound, ParseError
 from kb_core.ingest.executors import DocumentExecutor, ImportCancelled
@@ -222,11 +223,24 @@ class Importer:
     ) -> tuple[list[FileProgress], list[dict[str, Any]]]:
         """Import ``sources``; return per-file progress and the committed document rows.
 
-        ``cancel``, once set, stops the import at the next document: what was committed stays, every other file
-        fails with "cancelled", and nothing half-done is left behind (the commit protocol). ``imported``: the KB's
-        documents as the import began; a new file of the same name and content as one of them is not embedded nor
-        committed again, and its progress says ``already_imported`` (re-running an import that was killed).
-        ``chunk_budget``: a file that would pass it fails, before it is embedded."""
+        ``cancel``, once set, stops the import: the parser processes working for it are killed and its embedding
+        stops before the model's next layer (:mod:`kb_core.cancellation`); what was committed (or handed to a segment
+        writer) stays, every other file fails with "cancelled", and nothing half-done is left behind (the commit
+        protocol). ``imported``: the KB's documents as the import began; a new file of the same name and content as
+        one of them is not embedded nor committed again, and its progress says ``already_imported`` (re-running an
+        import that was killed). ``chunk_budget``: a file that would pass it fails, before it is embedded."""
+        with cancel_scope(cancel):
+            return self._run(sources, chunk_size, progress_callback, cancel, imported, chunk_budget)
+
+    def _run(
+        self,
+        sources: Sequence[ImportSource],
+        chunk_size: int,
+        progress_callback: ProgressCallback | None,
+        cancel: threading.Event | None,
+        imported: ImportedDocuments | None,
+        chunk_budget: ChunkBudget | None,
+    ) -> tuple[list[FileProgress], list[dict[str, Any]]]:
         self.sources = list(sources)
         self.imported: ImportedDocuments = imported or {}
         self.cancel = cancel
@@ -247,7 +261,7 @@ class Importer:
         finished = (
             self._executed_documents(self.executor, chunk_size, progress, notify)
             if self.executor is not None
-            else self._local_documents(chunk_size, progress, notify)
+            else self._local_documents(chunk_size, progress, notify, cancel)
         )
         try:
             committer = _Committer(self, progress, job)
@@ -272,9 +286,13 @@ class Importer:
             # the reason.
             finished.close()  # stops the parse pool (or the executor) before the files it reads are removed
             committer.close()
+            reason = exc.message
+            if cancel is not None and cancel.is_set():  # however far each file got: one reason a person reads
+                reason = "cancelled: the import was stopped before this file was committed"
             for state in progress.files:
-                if state.status not in ("ready", "failed"):
-                    state.status, state.error = "failed", exc.message
+                stopped = state.status == "failed" and (state.error or "").startswith("cancelled")
+                if state.status not in ("ready", "failed") or stopped:
+                    state.status, state.error = "failed", reason
             notify()
             if isinstance(exc, KBNotFound):  # deleted meanwhile: what was committed went with it
                 raise self._deleted_meanwhile() from exc
@@ -285,7 +303,11 @@ class Importer:
         return progress.files, committer.committed
 
     def _local_documents(
-        self, chunk_size: int, progress: ImportProgress, notify: Callable[[], None]
+        self,
+        chunk_size: int,
+        progress: ImportProgress,
+        notify: Callable[[], None],
+        cancel: threading.Event | None = None,
     ) -> Generator[list[IncomingDocument], None, None]:
         """Documents as they become ready to commit (embedded, or failed), in this process.
 
@@ -398,7 +420,9 @@ class Importer:
         smallest_call = min(call_size, EMBED_BATCH)
         # On a device two calls run at once: one's CPU work (cache look-ups, windows, input) beside the other's
         # forward pass; on a CPU the model's own threads use every core, so one.
-        calls = _EmbeddingCalls(self.embedder, progress, notify, depth=2 if call_size > EMBED_BATCH else 1)
+        calls = _EmbeddingCalls(
+            self.embedder, progress, notify, depth=2 if call_size > EMBED_BATCH else 1, cancel=cancel
+        )
 
         def take(size: int) -> list[tuple[IncomingDocument, int]]:
             chunks, queue[:size] = queue[:size], []
@@ -420,7 +444,8 @@ class Importer:
         futures: list[Future[list[IncomingDocument | BaseException]]] = []
         try:
             requests = _requests(sources)
-            futures = [pool.submit(prepare, request) for request in requests]
+            # The parser threads see the import's cancel: a cancelled import's parser processes are killed.
+            futures = [pool.submit(in_scope(cancel, prepare), request) for request in requests]
             for request, future in zip(requests, futures, strict=True):
                 while len(queue) >= smallest_call and not future.done():  # the model waits for no parsed chunk
                     yield embed(take(call_size))
@@ -601,8 +626,18 @@ class _EmbeddingCalls:
 
     POLL_SECONDS = 0.2
 
-    def __init__(self, embedder: Any, progress: ImportProgress, notify: Callable[[], None], *, depth: int) -> None:
+    def __init__(
+        self,
+        embedder: Any,
+        progress: ImportProgress,
+        notify: Callable[[], None],
+        *,
+        depth: int,
+        cancel: threading.Event | None = None,
+    ) -> None:
+        """``cancel``: the import's; a call stops before the model's next layer once it is set."""
         self.embedder, self.progress, self.notify, self.depth = embedder, progress, notify, depth
+        self.cancel = cancel
         self.threads = ThreadPoolExecutor(max_workers=depth, thread_name_prefix="kb-embed")
         self.calls: deque[tuple[list[tuple[IncomingDocument, int]], Future[Any], list[int]]] = deque()
 
@@ -621,7 +656,7 @@ class _EmbeddingCalls:
             embedded[0] += done
 
         def run() -> Any:
-            with self.progress.stages.stage("embed"):
+            with cancel_scope(self.cancel), self.progress.stages.stage("embed"):
                 return embed_with_token_ids(self.embedder, texts, token_ids, step)
 
         self.calls.append((batch, self.threads.submit(run), embedded))
@@ -635,15 +670,22 @@ class _EmbeddingCalls:
             # import, not read as "still running".
             while not wait([future], timeout=self.POLL_SECONDS).done:
                 if embedded[0] > reported:
-                    self.progress.chunks_embedded += embedded[0] - reported
-                    reported = embedded[0]
+                    reported = self._advance(batch, reported, min(embedded[0], len(batch)))
                     self.notify()
             vectors = future.result()
             for (doc, i), vector in zip(batch, vectors, strict=True):
                 doc.vectors[i] = vector
-                self.progress.files[doc.index].chunks_embedded += 1
-            self.progress.chunks_embedded += len(batch) - reported
+            self._advance(batch, reported, len(batch))
             self.notify()
+
+    def _advance(self, batch: list[tuple[IncomingDocument, int]], reported: int, upto: int) -> int:
+        """Count the call's chunks ``reported:upto`` as embedded; returns ``upto``. The model says how many of a call's
+        chunks are back, not which (it embeds the longest first): the files' counts take them in the call's order, so
+        each file's bar moves as the call goes instead of jumping at its end (#34)."""
+        for doc, _ in batch[reported:upto]:
+            self.progress.files[doc.index].chunks_embedded += 1
+        self.progress.chunks_embedded += upto - reported
+        return upto
 
     def close(self) -> None:
         """Drop the calls not started; wait for the ones running (their vectors are not used)."""

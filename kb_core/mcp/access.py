@@ -51,6 +51,9 @@ ACCESS: dict[str, Access] = {
     "import_database": Access(WRITES, adds_knowledge_bases="import new ones", paths=("source_db_path",)),
     "get_knowledge_schema": Access(READS),
     "import_knowledge_bundle": Access(WRITES, paths=("temp_file_path",)),
+    "start_import": Access(WRITES, paths=("file_paths",)),
+    "get_import_job": Access(READS),
+    "cancel_import": Access(WRITES),
 }
 WRITE_TOOLS = frozenset(name for name, access in ACCESS.items() if access.writes)
 

@@ -31,6 +31,7 @@ import logging
 import resource
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -273,9 +274,28 @@ def quiet_accept_failures(loop: asyncio.AbstractEventLoop, guard: ConnectionGuar
     loop.set_exception_handler(handle)
 
 
-def serve(app: Any, sock: Any) -> None:
-    """Serve the ASGI ``app`` on the bound socket ``sock`` with uvicorn under these limits, until stopped."""
+def serve(
+    app: Any,
+    sock: Any,
+    *,
+    stopping: Callable[[], None] | None = None,
+    stopped: Callable[[], None] | None = None,
+) -> None:
+    """Serve the ASGI ``app`` on the bound socket ``sock`` with uvicorn under these limits, until stopped.
+    ``stopping`` is called as soon as the server is told to stop (SIGTERM, Ctrl-C), ``stopped`` (on a thread) once
+    its connections are closed, before uvicorn ends the process with the signal it got."""
     import uvicorn
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            if stopping is not None:
+                stopping()
+            super().handle_exit(sig, frame)
+
+        async def shutdown(self, sockets: Any = None) -> None:
+            await super().shutdown(sockets)
+            if stopped is not None:
+                await asyncio.to_thread(stopped)
 
     guard = ConnectionGuard(connection_limit(raise_open_files_limit()))
     config = uvicorn.Config(
@@ -287,7 +307,7 @@ def serve(app: Any, sock: Any) -> None:
         h11_max_incomplete_event_size=MAX_HEADER_BYTES,
         backlog=ACCEPT_BACKLOG,
     )
-    server = uvicorn.Server(config)
+    server = Server(config)
 
     async def run() -> None:
         quiet_accept_failures(asyncio.get_running_loop(), guard)

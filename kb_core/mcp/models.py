@@ -64,6 +64,7 @@ class KBInfo(BaseModel):
     is_current: bool
     document_count: int
     chunk_count: int
+    failed_document_count: int = 0  # files whose import failed (kept with their reason; no documents)
 
 
 KBList = data_model(results.KBList, "KBList", knowledge_bases=(list[KBInfo], ...), current_kb_id=(str | None, None))
@@ -93,6 +94,49 @@ ImportResult = data_model(
     warnings=(list[str], Field(default_factory=list, description=UNREAD_LANGUAGE)),
     executor=None,  # kb import --executor ray only
 )
+
+
+class JobFile(BaseModel):
+    name: str = Field(description="the file's name")
+    file: str = Field(description="the path as given")
+    status: Literal["pending", "parsing", "embedding", "ready", "failed"]
+    chunks_total: int
+    chunks_embedded: int
+    error: str | None = None
+    doc_name: str | None = None
+    already_imported: bool = Field(default=False, description="the KB held this name and content: skipped")
+
+
+class JobError(BaseModel):
+    code: str
+    message: str
+
+
+class ImportJob(BaseModel):
+    """An import job (kb_core.jobs.ImportJob.status)."""
+
+    job_id: str
+    kind: Literal["import"]
+    kb_name: str
+    state: Literal["running", "cancelling", "finished", "cancelled", "failed"]
+    phase: str = Field(description="what it does now: queued, loading_model, importing, compacting, calibrating, "
+                       "cancelling, done")
+    phase_text: str
+    created_at: str
+    finished_at: str | None = None
+    elapsed_seconds: float
+    files_total: int
+    files_done: int
+    chunks_total: int
+    chunks_embedded: int
+    chunks_expected: int
+    chunks_per_second: float | None = None
+    seconds_left: float | None = None
+    summary: str
+    files: list[JobFile]
+    message: str | None = None
+    report: ImportResult | None = Field(default=None, description="import_document's data, once the job ended")
+    error: JobError | None = None
 
 
 # Optional in the published schema though a SearchHit always has them: the tools have always published them so.

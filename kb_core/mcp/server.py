@@ -99,6 +99,16 @@ class ServiceHolder:
                     ).start()
             return self._service
 
+    def cancel_imports(self) -> None:
+        """Cancel the running imports at once, without waiting (the server was told to stop)."""
+        if self._service is not None:
+            self._service.jobs.cancel_all()
+
+    def close(self, timeout: float = 8.0) -> None:
+        """Cancel the running imports and wait for them (``timeout`` seconds at most), then close the service."""
+        if self._service is not None:
+            self._service.close(timeout)
+
     @staticmethod
     def _warm_up(service: KnowledgeBaseService) -> None:
         # A first query embedding loads torch and the local model (about 10 s on two cores): done before the

@@ -6,6 +6,7 @@ import errno
 import ipaddress
 import logging
 import os
+import signal
 import socket
 import sys
 from collections.abc import Sequence
@@ -31,7 +32,22 @@ def serve_stdio(home: str | Path | None = None) -> None:
     sys.stdout = sys.stderr
     server = KBMCPServer(home)
     server.holder.open(warm_up_first=True)
-    anyio.run(server.run_stdio, protocol_out)
+
+    def stop(signum: int, frame: object) -> None:
+        # SIGTERM or Ctrl-C (#34): cancel the running imports and wait for them (nothing half-committed, no staging
+        # copy or upload left), then end the process here. Unwinding the event loop instead would wait for the
+        # protocol's reader thread, blocked on standard input for as long as the client keeps it open.
+        logger.warning("stopping: cancelling the running imports")
+        server.holder.close()
+        logging.shutdown()
+        os._exit(128 + signum)
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, stop)
+    try:
+        anyio.run(server.run_stdio, protocol_out)
+    finally:
+        server.holder.close()  # the client closed the stream: imports still running are cancelled
 
 
 def listening_socket(host: str, port: int, allow_remote: bool = False) -> socket.socket:
@@ -107,12 +123,41 @@ def serve_http(
         if not Path(folder).expanduser().is_dir():
             raise KBError(f"--allow-dir {folder!r} is not a folder.", code="INVALID_ARGUMENT")
     sock = listening_socket(host, port, allow_remote)
+    server: KBMCPServer | None = None
     try:
         bound = url_host(str(sock.getsockname()[0]))
         names = [*allowed_hosts, host]  # the name given to --host is one clients use too
         server = KBMCPServer(home, http=True, host=bound, port=port, allowed_dirs=allowed_dirs, allowed_hosts=names)
         server.holder.open(warm_up_first=True)
         logger.warning("MCP server listening on http://%s:%d/mcp", bound, port)
-        http_limits.serve(server.http_app(), sock)  # header and idle timeouts, connection caps (#37)
+        quiet_client_disconnects()
+        # SIGTERM or Ctrl-C cancels the running imports at once (an import tool call in flight returns within
+        # seconds instead of holding the graceful shutdown), and the shutdown waits for them to stop (#34).
+        http_limits.serve(  # header and idle timeouts, connection caps (#37)
+            server.http_app(), sock, stopping=server.holder.cancel_imports, stopped=server.holder.close
+        )
     finally:
         sock.close()
+        if server is not None:
+            server.holder.close()  # running imports cancelled and waited for: nothing half-committed, no staging left
+
+
+class _ClientGone(logging.Filter):
+    """Drops the MCP SDK's "Error in standalone SSE writer" traceback when its stream was closed because the client
+    went away (a session ended, a connection dropped): that is how a client disconnects, not an error (#34). Other
+    errors of that writer are kept."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.getMessage() != "Error in standalone SSE writer" or record.exc_info is None:
+            return True
+        if isinstance(record.exc_info[1], anyio.ClosedResourceError | anyio.BrokenResourceError):
+            logger.debug("an MCP client's event stream closed (the client disconnected)")
+            return False
+        return True
+
+
+def quiet_client_disconnects() -> None:
+    """Install :class:`_ClientGone` on the SDK's streamable HTTP logger (once)."""
+    target = logging.getLogger("mcp.server.streamable_http")
+    if not any(isinstance(f, _ClientGone) for f in target.filters):
+        target.addFilter(_ClientGone())

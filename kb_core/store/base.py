@@ -135,8 +135,9 @@ class KBStorage(Protocol):
 
     record: KnowledgeBaseRecord
 
-    def counts(self) -> tuple[int, int]:
-        """(documents, live chunks); (0, 0) for a KB deleted meanwhile."""
+    def counts(self) -> tuple[int, int, int]:
+        """(documents imported, live chunks, files whose import failed); (0, 0, 0) for a KB deleted meanwhile. A
+        failed import is kept as a row with its reason (the Documents page lists it) but is no document (#34)."""
         ...
 
     def version(self) -> int:

@@ -198,12 +198,15 @@ class FolderKB:
     def reader(self) -> KBReader:
         return self.folder_store.reader(self.record.id)
 
-    def counts(self) -> tuple[int, int]:
+    def counts(self) -> tuple[int, int, int]:
         try:
             manifest = self.store.manifest()
+            # The manifest counts documents, not their status: the failed ones are read from the snapshot (loaded
+            # once per version, as a search loads it).
+            failed = self.reader.snapshot().failed_count() if manifest.document_count else 0
         except KBNotFound:
-            return 0, 0
-        return manifest.document_count, manifest.chunk_count
+            return 0, 0, 0
+        return manifest.document_count - failed, manifest.chunk_count, failed
 
     def version(self) -> int:
         return self.store.latest_version()

@@ -160,6 +160,13 @@ class Snapshot:
             rows.extend(keys if not deleted else (d for d in keys if d["doc_id"] not in deleted))
         return rows
 
+    def failed_count(self) -> int:
+        """Live documents whose import failed (rows kept with their reason; they hold no chunk)."""
+        if "failed" not in self.cache:
+            keys = self.live_document_keys(("doc_id", "status"))
+            self.cache["failed"] = sum(1 for d in keys if d["status"] == "failed")
+        return int(self.cache["failed"])
+
     def documents(self) -> pd.DataFrame:
         """Live documents of every segment, with a ``segment_id`` column."""
         if "documents" not in self.cache:

@@ -12,7 +12,7 @@ import shutil
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any
 
 from kb_core.bundles.graph import GraphState, GraphStore, write_shadow
@@ -451,12 +451,30 @@ def _commit(home: Any, plans: Sequence[KBPlan], now: datetime) -> list[tuple[str
 
 
 def import_database(
-    session: Scope, source_db_path: str | os.PathLike[str], *, limits: TransferLimits | None = None
+    session: Scope,
+    source_db_path: str | os.PathLike[str],
+    *,
+    limits: TransferLimits | None = None,
+    display_name: str | None = None,
 ) -> ImportSummary:
-    """Merge every KB of an export file into the home, all or nothing.
+    """Merge every KB of an export file into the home, all or nothing. ``display_name`` names the file in messages
+    and the result instead of its path (an upload saved under a temporary name is known by the user's file name).
 
     Hostile or damaged files are refused with INVALID_IMPORT_FILE (a KBError) before anything in the home changes.
     """
+    if display_name is None:
+        return _import_database(session, source_db_path, limits, None)
+    try:
+        return _import_database(session, source_db_path, limits, display_name)
+    except KBError as exc:
+        given = str(source_db_path)
+        message = exc.message.replace(given, display_name).replace(PurePath(given).name, display_name)
+        raise KBError(message, code=exc.code, details={**exc.details, "source_db_path": display_name}) from None
+
+
+def _import_database(
+    session: Scope, source_db_path: str | os.PathLike[str], limits: TransferLimits | None, display_name: str | None
+) -> ImportSummary:
     source = resolve_path(source_db_path, "source_db_path")
     service = session.service
     home = service.home
@@ -492,7 +510,8 @@ def import_database(
     finally:
         staging.close()
     documents = sum(p.document_count for p in plans)
-    message = f"Imported {len(plans)} knowledge base(s) with {documents} document(s) from {source.name}."
+    shown = display_name or source.name
+    message = f"Imported {len(plans)} knowledge base(s) with {documents} document(s) from {shown}."
     if renamed:
         message += " Renamed because the name existed: " + ", ".join(f"{a!r} → {b!r}" for a, b in renamed) + "."
     renamed_docs = [r for p in plans for r in p.renamed_documents]
@@ -520,4 +539,4 @@ def import_database(
     else:
         message += "."
     logger.info(message)
-    return ImportSummary(message, str(source), [p.record.name for p in plans], documents, renamed)
+    return ImportSummary(message, display_name or str(source), [p.record.name for p in plans], documents, renamed)

@@ -1,5 +1,6 @@
-"""Fixtures for browser tests: the app served by `streamlit run` on a free loopback port, and Debian's Chromium
-driven by Playwright (never a downloaded browser). A failing test leaves a screenshot under test-artifacts/."""
+"""Fixtures for browser tests: the app served as scripts/run.sh serves it (scripts/serve.sh) on a free loopback port,
+and Debian's Chromium driven by Playwright (never a downloaded browser). A failing test leaves a screenshot under
+test-artifacts/."""
 
 from __future__ import annotations
 
@@ -34,9 +35,11 @@ def free_port() -> int:
 
 
 class RunningApp:
-    """``streamlit run ROOT/app.py`` over ``home`` (``root``: this checkout, or another one a benchmark compares).
-    With ``public`` (environment variables such as ``KB_DEMO_OPERATOR_TOKEN``) the app is a public demo started as the
-    README starts one: ``scripts/run.sh --demo``."""
+    """The app over ``home``, served the one way it is served (``scripts/serve.sh``: what ``scripts/run.sh`` runs after
+    installing; ``root``: this checkout, or another one a benchmark compares). A checkout older than serve.sh is
+    served as its run.sh served it (Streamlit's file watcher on: what its users got). With ``public`` (environment
+    variables such as ``KB_DEMO_OPERATOR_TOKEN``) the app is a public demo started as the README starts one:
+    ``scripts/run.sh --demo``."""
 
     def __init__(
         self,
@@ -47,41 +50,46 @@ class RunningApp:
         root: Path = REPO,
         allow_dirs: tuple[Path, ...] = (),
         public: dict[str, str] | None = None,
+        environment: dict[str, str] | None = None,
     ) -> None:
         self.home = home
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        environment = {
+        self.environment = {
             **os.environ,
             "KB_HOME": str(home),
             "PYTHONPATH": str(root),
             "HF_HUB_OFFLINE": "1",
             "TRANSFORMERS_OFFLINE": "1",
+            "PORT": str(self.port),
+            "ADDRESS": "127.0.0.1",
+            "PYTHON": sys.executable,
+            **(environment or {}),
         }
         if allow_dirs:  # files on the server, as `KB_ALLOW_DIRS=… bash scripts/run.sh` allows them
-            environment["KB_ALLOW_DIRS"] = os.pathsep.join(str(d) for d in allow_dirs)
+            self.environment["KB_ALLOW_DIRS"] = os.pathsep.join(str(d) for d in allow_dirs)
         if demo:  # unset: the private workbench, which builds the demo KB (KB_DEMO=1 is a public demo)
-            environment.pop("KB_DEMO", None)
+            self.environment.pop("KB_DEMO", None)
         else:
-            environment["KB_DEMO"] = "0"
+            self.environment["KB_DEMO"] = "0"
+        serve = root / "scripts" / "serve.sh"
+        if public is not None:
+            self.environment.pop("KB_DEMO", None)  # run.sh --demo sets it
+            self.environment.update(public)
+            command = ["bash", str(root / "scripts" / "run.sh"), "--demo"]
+        elif serve.exists():
+            command = ["bash", str(serve)]
+        else:
+            command = [
+                sys.executable, "-m", "streamlit", "run", str(root / "app.py"), "--server.port", str(self.port),
+                "--server.address", "127.0.0.1", "--server.headless", "true", "--browser.gatherUsageStats", "false",
+                "--client.toolbarMode", "viewer",
+            ]
         self.log_path = log or home.parent / f"streamlit-{self.port}.log"
         self.log = open(self.log_path, "w", encoding="utf-8")  # noqa: SIM115 - closed in stop()
-        if public is not None:
-            environment.pop("KB_DEMO", None)  # run.sh --demo sets it
-            environment.update(public, PORT=str(self.port), ADDRESS="127.0.0.1")
-            self.process = subprocess.Popen(
-                ["bash", str(root / "scripts" / "run.sh"), "--demo"],
-                cwd=root, env=environment, stdout=self.log, stderr=subprocess.STDOUT,
-            )
-            return
-        self.process = subprocess.Popen(
-            [
-                sys.executable, "-m", "streamlit", "run", str(root / "app.py"),
-                "--server.port", str(self.port), "--server.address", "127.0.0.1", "--server.headless", "true",
-                "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
-            ],
-            cwd=root, env=environment, stdout=self.log, stderr=subprocess.STDOUT,
-        )
+        # serve.sh (and run.sh) exec the server: this process is the server, and a signal sent to it reaches the server
+        self.process = subprocess.Popen(command, cwd=root, env=self.environment, stdout=self.log,
+                                        stderr=subprocess.STDOUT)
 
     def wait(self, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
@@ -96,14 +104,19 @@ class RunningApp:
             time.sleep(0.3)
         raise TimeoutError(f"the app did not answer on {self.url} within {timeout:.0f} s")
 
-    def stop(self) -> None:
+    def stop(self) -> float | None:
+        """SIGTERM, as a service manager stops it; the seconds it took to exit (None: killed after 20 s)."""
+        started = time.monotonic()
         self.process.terminate()
         try:
-            self.process.wait(timeout=10)
+            self.process.wait(timeout=20)
+            took: float | None = time.monotonic() - started
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+            took = None
         self.log.close()
+        return took
 
 
 # Module scope, not session: Playwright's sync API keeps an asyncio loop running in the main thread while

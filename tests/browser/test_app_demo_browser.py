@@ -177,7 +177,7 @@ def test_evaluate_demo_sweep_then_save_best_as_default_for_the_cli(demo_served, 
         f"Best sweep point: vector {best['vector_weight']:.2f} / keyword {best['keyword_weight']:.2f} · "
         f"nDCG@10 {best['ndcg@10']:.4f}"
     ).wait_for()
-    page.get_by_text("Weight sweep: best nDCG@10").wait_for()
+    page.get_by_text("best nDCG@10").first.wait_for()
 
     page.get_by_role("button", name="Save best as KB default").click()
     page.get_by_text(f"Saved search defaults for '{DEMO_KB_NAME}'").wait_for()

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from kb_core.errors import KBError
+from kb_core.errors import Cancelled
 
 if TYPE_CHECKING:
     from kb_core.ingest.chunking import Chunk
@@ -36,7 +36,7 @@ class ExecutedDocument:
     error: str | None = None
 
 
-class ImportCancelled(KBError):
+class ImportCancelled(Cancelled):
     """The user stopped the import (``cancel`` was set): what was committed stays, the rest fails with this."""
 
     def __init__(self, message: str = "cancelled: the import was stopped before this file was committed") -> None:

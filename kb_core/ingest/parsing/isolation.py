@@ -36,7 +36,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from kb_core.errors import KBError, ParseError
+from kb_core.cancellation import cancel_requested
+from kb_core.errors import Cancelled, KBError, ParseError
 from kb_core.ingest.parsing.base import (
     CORRUPT_DOCUMENT,
     FILE_TOO_LARGE,
@@ -58,6 +59,9 @@ Job = TypeVar("Job")
 Written = TypeVar("Written")
 
 _START_TIMEOUT = 60.0
+# How often a wait for a parser process's answer looks whether its import was cancelled (kb_core.cancellation): a
+# cancelled import's parser process is killed within this.
+_CANCEL_POLL = 0.25
 _PREPARE_TIMEOUT = 60.0
 _WRITE_TIMEOUT = 600.0
 
@@ -344,6 +348,20 @@ class _Worker:
         self._close_pipes()
 
 
+def _answered(conn: PipeConnection, timeout: float) -> bool:
+    """Whether ``conn`` has an answer within ``timeout`` seconds; raises :class:`Cancelled` as soon as the work of this
+    thread is cancelled (the caller kills the worker)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        if conn.poll(min(left, _CANCEL_POLL)):
+            return True
+        if cancel_requested():
+            raise Cancelled("cancelled: the import was stopped")
+
+
 class ParserPool:
     """A few reusable parse workers; thread-safe (each call borrows a worker)."""
 
@@ -390,7 +408,7 @@ class ParserPool:
 
     def parse(self, path: Path, limits: ParseLimits) -> ParsedDocument:
         outcome = self.parse_many([path], limits, None)[0]
-        if isinstance(outcome, ParseError):
+        if isinstance(outcome, KBError):
             raise outcome
         return outcome[0]
 
@@ -410,9 +428,16 @@ class ParserPool:
         :class:`KBError` it raises fails that file).
 
         Each file keeps its own time limit: a file that runs past ``limits.timeout_seconds`` (or crashes the
-        worker) is the one that fails, its worker is killed, and the files after it go to a fresh worker."""
+        worker) is the one that fails, its worker is killed, and the files after it go to a fresh worker. When the
+        work of this thread is cancelled (:mod:`kb_core.cancellation`) the worker is killed at once and every file
+        not answered yet fails with :class:`~kb_core.errors.Cancelled`."""
         outcomes: list[Any] = []
         while len(outcomes) < len(paths):
+            if cancel_requested():
+                outcomes += [Cancelled("cancelled: the import was stopped before this file was parsed")] * (
+                    len(paths) - len(outcomes)
+                )
+                break
             first = len(outcomes)
             worker = self._borrow()
             rest = None if stages is None else list(stages[first:])
@@ -445,7 +470,10 @@ class ParserPool:
         for path in paths:
             started = time.monotonic()
             try:
-                reply = worker.conn.recv() if worker.conn.poll(limits.timeout_seconds) else None
+                reply = worker.conn.recv() if _answered(worker.conn, limits.timeout_seconds) else None
+            except Cancelled:
+                outcomes.append(Cancelled("cancelled: the import was stopped while this file was parsed"))
+                return False
             except (EOFError, OSError):
                 outcomes.append(parse_error(CORRUPT_DOCUMENT, path, "the parser process crashed on this file"))
                 return False
@@ -472,8 +500,9 @@ class ParserPool:
         # It runs our own code on chunks already made, not a parser on hostile bytes: its limit is generous (it
         # may load a dictionary, such as jieba's, the first time).
         try:
-            reply = worker.conn.recv() if worker.conn.poll(max(limits.timeout_seconds, _PREPARE_TIMEOUT)) else None
-        except (EOFError, OSError):
+            waited = max(limits.timeout_seconds, _PREPARE_TIMEOUT)
+            reply = worker.conn.recv() if _answered(worker.conn, waited) else None
+        except (EOFError, OSError, Cancelled):
             return False
         if reply is None:
             return False

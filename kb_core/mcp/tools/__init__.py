@@ -24,6 +24,7 @@ from kb_core.mcp.tools.documents import (
     list_documents,
     update_document,
 )
+from kb_core.mcp.tools.jobs import cancel_import, get_import_job, start_import
 from kb_core.mcp.tools.knowledge_bases import (
     create_knowledge_base,
     delete_knowledge_base,
@@ -53,6 +54,9 @@ TOOL_FUNCTIONS: tuple[Callable[..., Any], ...] = (
     import_database,
     get_knowledge_schema,
     import_knowledge_bundle,
+    start_import,
+    get_import_job,
+    cancel_import,
 )
 
 

@@ -102,15 +102,16 @@ async def list_knowledge_bases(ctx: Context) -> Annotated[CallToolResult, ToolEn
 
     Parameters: none
 
-    data: knowledge_bases (each: id, name, chunk_size, embedding_model, created_at, is_current, document_count,
-    chunk_count), count, current_kb_id.
+    data: knowledge_bases (each: id, name, chunk_size, embedding_model, created_at, is_current, document_count
+    (documents imported), chunk_count, failed_document_count (files whose import failed)), count, current_kb_id.
 
     列出所有可用的知识库。返回所有知识库的详细信息，包括当前选中的知识库。
 
     参数说明：无参数
 
     返回值 data：knowledge_bases（每个知识库包含 id、name、chunk_size、embedding_model、created_at、is_current、
-    document_count、chunk_count）、count（知识库数量）、current_kb_id（当前选中的知识库 ID）。
+    document_count（已导入的文档数）、chunk_count、failed_document_count（导入失败的文件数））、count（知识库数量）、
+    current_kb_id（当前选中的知识库 ID）。
     """
     return await call(ctx, Operations.list_knowledge_bases)
 

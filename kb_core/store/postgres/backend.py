@@ -133,12 +133,14 @@ class PostgresKB:
         self.database = backend.database
         self.record = record
 
-    def counts(self) -> tuple[int, int]:
+    def counts(self) -> tuple[int, int, int]:
         try:
             with self.database.snapshot(self.record.id) as snapshot:
-                return len(snapshot.documents()), snapshot.statistics.live_rows
+                documents = snapshot.documents()
+                failed = sum(1 for d in documents if d.status == "failed")
+                return len(documents) - failed, snapshot.statistics.live_rows, failed
         except KBNotFound:
-            return 0, 0
+            return 0, 0, 0
 
     def version(self) -> int:
         with self.database.snapshot(self.record.id) as snapshot:
