@@ -12,6 +12,7 @@ import streamlit as st
 from kb_core import KBError, Session
 from kb_core.demo import DEMO_EMBEDDING_MODEL, DEMO_KB_NAME, demo_exists, demo_files, start_demo_build
 from pages import _shared as ui
+from pages._i18n import language_switch, t
 
 st.set_page_config(page_title="KB Workbench", page_icon=":material/hub:", layout="wide")
 st.markdown(
@@ -46,13 +47,13 @@ session = ui.session()
 st.set_option("client.showSidebarNavigation", True)
 navigation = st.navigation(
     [
-        st.Page("pages/knowledge_bases.py", title="Knowledge bases", icon=":material/database:", default=True),
-        st.Page("pages/import_files.py", title="Import", icon=":material/upload_file:"),
-        st.Page("pages/documents.py", title="Documents", icon=":material/description:"),
-        st.Page("pages/search_lab.py", title="Search lab", icon=":material/manage_search:"),
-        st.Page("pages/evaluate.py", title="Evaluate", icon=":material/monitoring:"),
-        st.Page("pages/knowledge_graph.py", title="Knowledge graph", icon=":material/account_tree:"),
-        st.Page("pages/export_import.py", title="Backup & transfer", icon=":material/swap_horiz:"),
+        st.Page("pages/knowledge_bases.py", title=t("Knowledge bases"), icon=":material/database:", default=True),
+        st.Page("pages/import_files.py", title=t("Import"), icon=":material/upload_file:"),
+        st.Page("pages/documents.py", title=t("Documents"), icon=":material/description:"),
+        st.Page("pages/search_lab.py", title=t("Search lab"), icon=":material/manage_search:"),
+        st.Page("pages/evaluate.py", title=t("Evaluate"), icon=":material/monitoring:"),
+        st.Page("pages/knowledge_graph.py", title=t("Knowledge graph"), icon=":material/account_tree:"),
+        st.Page("pages/export_import.py", title=t("Backup & transfer"), icon=":material/swap_horiz:"),
     ]
 )
 ui.attach_jobs_from_url(session)
@@ -148,6 +149,7 @@ ui.ensure_selection(session, preferred=DEMO_KB_NAME)
 
 with st.sidebar:
     st.markdown("### :material/hub: KB Workbench")
+language_switch()
 ui.demo_banner(session)
 counts = ui.sidebar_kb_picker(session)
 ui.operator_sign_in(session)

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from urllib.parse import urlparse
 
 from kb_core.errors import InvalidArgument
+from kb_core.i18n import msg
 from kb_core.redaction import redact_url
 
 KB_NAME_MAX_LENGTH = 64
@@ -46,13 +47,18 @@ def name_key(name: str) -> str:
 
 def validate_kb_name(name: object) -> str:
     if not isinstance(name, str):
-        raise InvalidArgument(f"kb_name must be a string, got {type(name).__name__}.", details={"field": "kb_name"})
+        raise InvalidArgument(
+            msg("kb_name must be a string, got {kind}.", kind=type(name).__name__), details={"field": "kb_name"}
+        )
     value = normalize_name(name)
     if not value:
-        raise InvalidArgument("kb_name must not be empty: give 1 to 64 characters.", details={"field": "kb_name"})
+        raise InvalidArgument(msg("kb_name must not be empty: give 1 to 64 characters."), details={"field": "kb_name"})
     if len(value) > KB_NAME_MAX_LENGTH:
         raise InvalidArgument(
-            f"kb_name '{value[:20]}…' has {len(value)} characters; at most {KB_NAME_MAX_LENGTH} are allowed.",
+            msg(
+                "kb_name '{start}…' has {length} characters; at most {most} are allowed.",
+                start=value[:20], length=len(value), most=KB_NAME_MAX_LENGTH,
+            ),
             details={"field": "kb_name"},
         )
     reject_undecodable(value, "kb_name")
@@ -60,18 +66,26 @@ def validate_kb_name(name: object) -> str:
     if bad:
         shown = ", ".join(repr(c) for c in bad)
         raise InvalidArgument(
-            f"kb_name {value!r} contains {shown}; path separators and control characters are not allowed.",
+            msg(
+                "kb_name {value!r} contains {shown}; path separators and control characters are not allowed.",
+                value=value, shown=shown,
+            ),
             details={"field": "kb_name"},
         )
     if value in (".", ".."):
-        raise InvalidArgument(f"kb_name {value!r} is reserved; choose another name.", details={"field": "kb_name"})
+        raise InvalidArgument(
+            msg("kb_name {value!r} is reserved; choose another name.", value=value), details={"field": "kb_name"}
+        )
     return value
 
 
 def validate_chunk_size(chunk_size: object, field: str = "chunk_size") -> int:
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int | float | str):
         raise InvalidArgument(
-            f"{field} must be a whole number of tokens from {CHUNK_SIZE_MIN} to {CHUNK_SIZE_MAX}, got {chunk_size!r}.",
+            msg(
+                "{field} must be a whole number of tokens from {low} to {high}, got {value!r}.",
+                field=field, low=CHUNK_SIZE_MIN, high=CHUNK_SIZE_MAX, value=chunk_size,
+            ),
             details={"field": field},
         )
     try:
@@ -80,7 +94,10 @@ def validate_chunk_size(chunk_size: object, field: str = "chunk_size") -> int:
         value = math.nan
     if not math.isfinite(value) or value != int(value) or not CHUNK_SIZE_MIN <= value <= CHUNK_SIZE_MAX:
         raise InvalidArgument(
-            f"{field} must be a whole number of tokens from {CHUNK_SIZE_MIN} to {CHUNK_SIZE_MAX}, got {chunk_size!r}.",
+            msg(
+                "{field} must be a whole number of tokens from {low} to {high}, got {value!r}.",
+                field=field, low=CHUNK_SIZE_MIN, high=CHUNK_SIZE_MAX, value=chunk_size,
+            ),
             details={"field": field},
         )
     return int(value)

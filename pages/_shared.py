@@ -25,6 +25,7 @@ from kb_core import KBError, KnowledgeBaseService, Session
 from kb_core.config import resolve_home
 from kb_core.ingest.pipeline import FileProgress, ImportProgress
 from kb_core.safe_files import path_name_problem, shown_path
+from pages._i18n import say, t
 
 if TYPE_CHECKING:
     from kb_core.public_demo import PublicDemo
@@ -362,9 +363,9 @@ def demo_limits_caption(sess: Session) -> None:
 
 
 def show_error(envelope: dict[str, Any], prefix: str = "") -> None:
-    """An envelope's readable message (never a stack trace) with its error code."""
+    """An envelope's readable message (never a stack trace), in the session's language, with its error code."""
     code = (envelope.get("error") or {}).get("code")
-    text = f"{prefix}{envelope.get('message') or 'The operation failed.'}"
+    text = f"{prefix}{say(envelope.get('message')) or t('The operation failed.')}"
     st.error(f"{text}  \n`{code}`" if code else text, icon=":material/error:")
 
 
