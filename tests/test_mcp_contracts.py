@@ -171,7 +171,7 @@ def test_rag_search_degrades_when_the_endpoint_refuses_the_key(tmp_path: Path, n
 def test_rag_search_right_after_start_does_not_degrade_while_the_model_loads(tmp_path: Path) -> None:
     home = tmp_path / "home"
     session = KnowledgeBaseService(home).session()
-    assert session.create_knowledge_base("real", 128)["success"]
+    assert session.create_knowledge_base("real", 128, "all-MiniLM-L6-v2")["success"]
     docx_path = make_docx(tmp_path / "tokens.docx", ENGLISH, CHINESE)
     assert session.import_document([str(docx_path)], kb_name="real")["success"]
 

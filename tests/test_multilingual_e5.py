@@ -220,18 +220,39 @@ def test_the_app_create_form_offers_each_model_with_what_it_reads(
     test = AppTest.from_file(str(repo / "app.py"), default_timeout=60)
     test.run()
     assert not test.exception, test.exception
-    select = test.selectbox(key="create_model")
-    options = {option.split(" — ")[0].split(" (")[0]: option for option in select.options}  # "name — it reads"
-    assert {builtin.E5_SMALL, builtin.MINILM, "hashing"} == set(options)
-    described = " ".join(select.options) + " " + " ".join(str(c.value) for c in test.caption)
-    assert "reads Chinese, English and about 100 other languages" in described
-    assert "reads English only" in described and "chunks/s" in described
+    select = test.radio(key="create_model")
+    # the default first and preselected; never the test embedder (#35)
+    assert select.options == [builtin.E5_SMALL, builtin.MINILM] and select.value == builtin.E5_SMALL
+    described = " ".join(str(c) for c in select.proto.options) + " ".join(select.proto.captions)
+    assert "Reads Chinese, English and about 100 other languages" in described
+    assert "Reads English only" in described and "chunks/s" in described
+    # a Chinese name with the English-only model: the form says so before anything is created
     test.text_input(key="create_name").input("中文资料")
-    select.set_value(builtin.E5_SMALL)
-    test.button(key="FormSubmitter:create_kb-Create").click().run()
+    select.set_value(builtin.MINILM).run()
+    assert any("does not read Chinese" in str(w.value) and builtin.E5_SMALL in str(w.value) for w in test.warning)
+    test.radio(key="create_model").set_value(builtin.E5_SMALL).run()
+    assert not any("does not read Chinese" in str(w.value) for w in test.warning)
+    test.button(key="create_submit").click().run()
     assert not test.exception, test.exception
     table = test.dataframe[0].value
     assert table[table["Name"] == "中文资料"].iloc[0]["Embedding model"] == builtin.E5_SMALL
+
+
+def test_kb_create_without_a_model_gives_the_model_that_reads_chinese(
+    e5_folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from kb_core.cli.main import main
+
+    home = str(tmp_path / "home")
+    assert main(["--home", home, "create", "x", "--chunk-size", "128"]) == 0  # #35: no model given
+    capsys.readouterr()
+    assert main(["--home", home, "--json", "list"]) == 0
+    listed = json.loads(capsys.readouterr().out)["data"]["knowledge_bases"]
+    assert [kb["embedding_model"] for kb in listed] == [builtin.E5_SMALL]
+    assert main(["--home", home, "create", "--help"]) == 0
+    assert "multilingual-e5-small (the default" in " ".join(capsys.readouterr().out.split())
 
 
 def test_mcp_creates_a_knowledge_base_with_the_model_by_name(e5_folder: Path, tmp_path: Path) -> None:
@@ -243,9 +264,11 @@ def test_mcp_creates_a_knowledge_base_with_the_model_by_name(e5_folder: Path, tm
         tools = {t.name: t for t in (await s.list_tools()).tools}
         described = tools["create_knowledge_base"].inputSchema["properties"]["embedding_model"]["description"]
         assert "multilingual-e5-small" in described and "Chinese" in described
-        await ok(s, "create_knowledge_base", kb_name="中文", chunk_size=128, embedding_model="multilingual-e5-small")
-        kbs = (await ok(s, "list_knowledge_bases"))["data"]["knowledge_bases"]
-        assert kbs[0]["embedding_model"] == "multilingual-e5-small"
+        await ok(s, "create_knowledge_base", kb_name="中文", chunk_size=128)  # no model given: the default (#35)
+        await ok(s, "create_knowledge_base", kb_name="english", chunk_size=128, embedding_model="all-MiniLM-L6-v2")
+        kbs = {kb["name"]: kb for kb in (await ok(s, "list_knowledge_bases"))["data"]["knowledge_bases"]}
+        assert kbs["中文"]["embedding_model"] == "multilingual-e5-small"
+        assert kbs["english"]["embedding_model"] == "all-MiniLM-L6-v2"
 
     run_stdio(tmp_path / "home", scenario, tmp_path / "stderr.log")
 
