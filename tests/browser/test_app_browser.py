@@ -29,12 +29,6 @@ def go_to(page, title: str) -> None:  # type: ignore[no-untyped-def]
     wait_idle(page)
 
 
-def choose(page, label: str, option: str) -> None:  # type: ignore[no-untyped-def]
-    page.get_by_label(label, exact=True).click()
-    page.get_by_role("option", name=option).first.click()
-    wait_idle(page)
-
-
 def write_docx(path: Path) -> Path:
     document = Document()
     document.add_heading("Reciprocal rank fusion", level=1)
@@ -63,8 +57,11 @@ def test_create_upload_search_breakdown_and_evaluate(served, pages, tmp_path: Pa
 
     # create a KB (the fast hashing embedder keeps the test quick; the real model is tested elsewhere)
     page.get_by_label("Name", exact=True).fill("Browser KB · 浏览器")
-    choose(page, "Embedding model", "hashing (fast deterministic test embedder, no semantics)")
-    page.get_by_role("button", name="Create").click()
+    page.get_by_text("Another model or an embedding endpoint (optional)").click()
+    page.get_by_label("Model", exact=True).fill("hashing")
+    page.get_by_label("Model", exact=True).press("Enter")
+    wait_idle(page)
+    page.get_by_role("button", name="Create", exact=True).click()
     page.get_by_text("Created and selected knowledge base 'Browser KB · 浏览器'").wait_for()
     wait_idle(page)
 
