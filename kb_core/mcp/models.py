@@ -382,9 +382,11 @@ class DocumentInfo(BaseModel):
     size_bytes: int | None = None
     size_human: str | None = Field(default=None, description="1024-based, e.g. 1.5 KB")
     source: str | None = Field(default=None, description="upload, path or bundle")
-    source_label: str | None = Field(default=None, description="readable source, e.g. 'Local file: /data/a.docx'")
+    source_label: str | None = Field(
+        default=None, description="readable source, e.g. '本地文件: /data/a.docx', '文件上传'"
+    )
     parse_status: str
-    status_text: str | None = Field(default=None, description="readable status, e.g. '✅ Completed'")
+    status_text: str | None = Field(default=None, description="readable status, e.g. '✅ 已完成', '❌ 失败: reason'")
     parse_error: str | None = None
     error: str | None = None
     chunk_count: int
