@@ -77,6 +77,7 @@ def reembed_offer(kb_name: str) -> None:
         if result["success"]:
             ui.data_or_error(session.select_knowledge_base(result["data"]["kb_name"]))
             st.session_state["kb_flash"] = result["message"]
+            st.session_state.pop("kb_target", None)  # the picker shows the new, current KB
             st.rerun()
         ui.show_error(result)
 

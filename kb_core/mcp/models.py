@@ -152,11 +152,25 @@ def _search_chunk_fields() -> dict[str, Any]:
             list[str],
             Field(
                 default_factory=list,
-                description="Chinese bigrams reaching into a query stop word that this chunk holds: they add to its "
-                "BM25 beside matched_terms",
+                description="Chinese character pairs of the query that are no word of it (across two words, or into "
+                "a stop word) that this chunk holds: they add to its BM25 beside matched_terms",
             ),
         ),
         "breakdown": (dict[str, Any], Field(default_factory=dict, description="how the score was computed")),
+        "snippet": (
+            str,
+            Field(
+                default="",
+                description="the passage around the chunk's best-matching words, '…' where it cuts the content",
+            ),
+        ),
+        "passage": (
+            dict[str, Any] | None,
+            Field(
+                default=None,
+                description="the snippet's place in content (start, end) and the matched words' spans (marks)",
+            ),
+        ),
     }
     chunk_fields: dict[str, Any] = {}
     for hit_field in fields(SearchHit):
@@ -191,8 +205,9 @@ class SearchResult(BaseModel):
     warnings: list[str] = Field(default_factory=list)
     query_terms: dict[str, Any] | None = Field(
         default=None,
-        description="the keyword terms searched with, the stop words left out, fallback, and support (Chinese "
-        "bigrams reaching into a stop word: they add to the BM25 of chunks holding a term, never find one)",
+        description="the keyword terms searched with, the query's words, the stop words left out, only_stop_words, "
+        "and support (Chinese character pairs that are no word of the query: they add to the BM25 of chunks holding "
+        "a word, never find one)",
     )
     semantic_floor: float | None = Field(
         default=None, description="the cosine a chunk must exceed to count as semantic evidence for this model"
