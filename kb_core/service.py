@@ -357,9 +357,10 @@ class KnowledgeBaseService:
 
     def semantic_scale(self, record: KnowledgeBaseRecord, query: str) -> SemanticScale:
         """The scale the cosines of ``record``'s model are read on for ``query`` (:mod:`kb_core.embedding.calibration`):
-        its floor (a chunk must exceed it for semantic evidence: what unrelated text in the query's script scores) and
-        its top (what a near-identical text scores), measured once per process and kept in the home. If the model
-        cannot embed the calibration texts (an endpoint down) the scale is the unmeasured one this time, logged."""
+        its zero (what unrelated text in the query's script scores on average), its floor (a chunk must exceed it for
+        semantic evidence) and its top (what a near-identical text scores), measured once and kept in the home. If the
+        model cannot embed the calibration texts (an endpoint down) the scale is the unmeasured one this time, logged.
+        """
         from kb_core.embedding.calibration import CALIBRATION_VERSION, SemanticScale, measure_scale
         from kb_core.retrieval.search import detect_language
 
@@ -617,10 +618,12 @@ def _kept_scale(value: Any) -> SemanticScale | None:
     if len(numbers) != 2 or not 0.0 <= float(floor) < float(top) <= 1.0:  # type: ignore[arg-type]
         return None
     mean, std, pairs = value.get("mean"), value.get("std"), value.get("pairs")
+    if not isinstance(mean, int | float) or isinstance(mean, bool) or not -1.0 <= float(mean) <= float(floor):
+        return None  # the scale's zero
     return SemanticScale(
         float(floor),  # type: ignore[arg-type]
         float(top),  # type: ignore[arg-type]
-        float(mean) if isinstance(mean, int | float) else 0.0,
+        float(mean),
         float(std) if isinstance(std, int | float) else 0.0,
         int(pairs) if isinstance(pairs, int) else 0,
     )

@@ -162,7 +162,8 @@ def breakdown_table(b: dict[str, Any]) -> pd.DataFrame:
     rows = [
         ("raw cosine (semantic)", number(b.get("vector_score"))),
         ("this model's scale: unrelated text → 0 / near-identical → 1",
-         f"{number(b.get('semantic_floor'))} / {number(b.get('semantic_top'))}"),
+         f"{number(b.get('semantic_zero'))} / {number(b.get('semantic_top'))}"),
+        ("the model's floor: a cosine must exceed it to count", number(b.get("semantic_floor"))),
         ("semantic, 0–1" + (" (from its rank)" if rank_based else ": the cosine on that scale, clipped to 0–1"),
          number(b["vector_normalized"])),
         ("raw BM25 (keyword)", number(b.get("keyword_score"))),

@@ -70,25 +70,34 @@ def test_a_question_a_document_answers_gets_it_first_with_a_score_of_at_least_on
 def test_off_topic_and_function_word_queries_get_no_hit_scoring_three_tenths(sessions, model: str) -> None:
     session = sessions[model]
     for query in UNANSWERED:
-        for mode in ("hybrid", "semantic", "keyword"):
+        for mode in ("hybrid", "keyword"):
             hits = session.search(query, mode=mode, top_k=5)["data"]["chunks"]
             assert all(hit["score"] < SEPARATING for hit in hits), (query, mode, hits)
             assert session.search(query, mode=mode, top_k=5, min_score=SEPARATING)["data"]["chunks"] == []
+    # semantic mode scores the semantic part alone: a chunk just above the floor (the tail of unrelated text, a hit
+    # there by #25's rule) scores less than any answer does
+    answers = [session.search(query, mode="semantic", top_k=10)["data"]["chunks"] for query in ANSWERED]
+    weakest = min(next(h["score"] for h in hits if h["doc_name"] == answer)
+                  for hits, answer in zip(answers, ANSWERED.values(), strict=True))
+    for query in UNANSWERED:
+        hits = session.search(query, mode="semantic", top_k=5)["data"]["chunks"]
+        assert all(hit["score"] < weakest for hit in hits), (query, weakest, hits)
 
 
 def test_the_scale_is_measured_per_model_and_stated_in_every_breakdown(sessions) -> None:
-    """Raw cosines differ by model (e5 gives unrelated text ~0.8); on the scale, unrelated text is 0 for both and the
-    breakdown says how the cosine was read: 'cosine 0.9063 → 0.4566 on this model's scale'."""
+    """Raw cosines differ by model (e5 gives unrelated text ~0.8); on the scale, what unrelated text scores is 0 for
+    both and the breakdown says how the cosine was read: 'cosine 0.9063 → 0.5606 on this model's scale'."""
     scales = {}
     for model, session in sessions.items():
         data = session.search("保险理赔需要哪些材料？", top_k=1)["data"]
         b = data["chunks"][0]["breakdown"]
-        floor, top = b["semantic_floor"], b["semantic_top"]
-        assert data["semantic_scale"] == {"floor": floor, "top": top, "measured": True}
-        expected = min(1.0, max(0.0, (b["vector_score"] - floor) / (top - floor)))
+        zero, top, floor = b["semantic_zero"], b["semantic_top"], b["semantic_floor"]
+        assert data["semantic_scale"] == {"zero": zero, "floor": floor, "top": top, "measured": True}
+        assert zero < floor < top <= 1.0
+        expected = min(1.0, max(0.0, (b["vector_score"] - zero) / (top - zero)))
         assert b["vector_normalized"] == pytest.approx(expected)
         explained = session.explain_search("保险理赔需要哪些材料？", data["chunks"][0]["id"])["data"]["explanation"]
         assert any(f"cosine {b['vector_score']:.4f} → {expected:.4f} on this model's scale" in line
                    for line in explained), explained
-        scales[model] = (floor, top)
-    assert scales["multilingual-e5-small"][0] > 0.8 and scales["all-MiniLM-L6-v2"][1] == pytest.approx(1.0)
+        scales[model] = (zero, top)
+    assert scales["multilingual-e5-small"][0] > 0.7 and scales["all-MiniLM-L6-v2"][1] == pytest.approx(1.0)

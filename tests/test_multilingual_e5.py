@@ -127,9 +127,9 @@ def test_every_calibration_question_clears_the_semantic_floor_on_its_own_topic(e
         own = [float(np.dot(e5.embed_query(q), documents[i])) for i, q in enumerate(CALIBRATION_QUERIES[script])]
         assert min(own) > scale.floor + scale.std, (script, scale, own)
         # #35: e5's prompts differ for queries and documents, so a near-identical text scores below 1; on the scale
-        # a question and the sentence that answers it score about 0.6, as on all-MiniLM-L6-v2 (README)
-        assert scale.floor < scale.top < 1.0
-        assert 0.45 < float(np.mean([scale.normalized(c) for c in own])) < 0.75, (script, scale)
+        # a question and the sentence that answers it score about 0.7, as on all-MiniLM-L6-v2 (README)
+        assert scale.mean < scale.floor < scale.top < 1.0
+        assert 0.55 < float(np.mean([scale.normalized(c) for c in own])) < 0.85, (script, scale)
     assert measure_scale(e5, "cjk").floor < 0.85
 
 

@@ -214,8 +214,8 @@ class SearchResult(BaseModel):
     )
     semantic_scale: dict[str, Any] | None = Field(
         default=None,
-        description="the model's semantic scale for this query: floor (what unrelated text scores: 0 on the scale), "
-        "top (what a near-identical text scores: 1), measured",
+        description="the model's semantic scale for this query: zero (what unrelated text scores on average: 0 on the "
+        "scale), top (what a near-identical text scores: 1), floor (the cosine a chunk must exceed to count), measured",
     )
     min_score: float = Field(default=0.0, description="hits below this final score are not shown")
     below_min_score: int = Field(default=0, description="hits not shown because they scored below min_score")

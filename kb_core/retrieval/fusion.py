@@ -4,15 +4,17 @@ Every score a person or agent reads lies in [0, 1], higher is better, and means 
 mode and on every embedding model, so a threshold set once works across the queries of a KB and across KBs. Each
 signal is put on an absolute [0, 1] scale that does not depend on the other candidates of the query:
 
-    vector_normalized  = clip((cosine − floor) / (top − floor), 0, 1)   the cosine on the model's semantic scale
+    vector_normalized  = clip((cosine − zero) / (top − zero), 0, 1)     the cosine on the model's semantic scale
     keyword_normalized = 1 − exp(−BM25 / keyword_reference)           saturating share of keyword evidence
     keyword_reference  = Σ idf(t) over the query's terms that occur in the KB (its support terms left out)
 
-``floor`` and ``top`` are the model's semantic scale for the query's script (:mod:`kb_core.embedding.calibration`):
-what unrelated text scores (→ 0) and what a near-identical text scores (→ 1). Cosines themselves are not comparable
-across models (multilingual-e5-small gives unrelated text 0.74–0.81, all-MiniLM-L6-v2 0.04), so a raw cosine of 0.6
-meant "relevant" on one model and "anything" on the other; on the scale, the question a calibration sentence answers
-scores about 0.6 on both. Both anchors are reported in every breakdown (``semantic_floor``, ``semantic_top``).
+``zero`` and ``top`` are the model's semantic scale for the query's script (:mod:`kb_core.embedding.calibration`):
+what unrelated text scores on average (→ 0) and what a near-identical text scores (→ 1). Cosines themselves are not
+comparable across models (multilingual-e5-small gives unrelated text 0.74–0.81, all-MiniLM-L6-v2 0.04), so a raw
+cosine of 0.6 meant "relevant" on one model and "anything" on the other; on the scale, the question a calibration
+sentence answers scores about 0.7 on both. Every breakdown reports the anchors (``semantic_zero``,
+``semantic_top``) and the model's floor (``semantic_floor``: the cosine a chunk must exceed to count as semantic
+evidence).
 
 ``keyword_reference`` is the BM25 of a *reference match*: a chunk of average length holding each query term once
 (each term then contributes exactly its idf). So a keyword score of 0.63 (1 − 1/e) means as much keyword evidence
@@ -105,9 +107,10 @@ class Candidate:
 class ScoreBreakdown:
     """Everything needed to recompute ``final_score`` by hand (formula in the module docstring).
 
-    ``vector_score`` is the raw cosine, ``semantic_floor`` and ``semantic_top`` the model's semantic scale it is read
-    on, ``keyword_score`` the raw BM25, ``keyword_reference`` the BM25 of the query's reference match;
-    ``normalization`` names how the normalised values were made from them.
+    ``vector_score`` is the raw cosine, ``semantic_zero`` and ``semantic_top`` the model's semantic scale it is read
+    on (``semantic_floor``: the cosine it must exceed to count as semantic evidence), ``keyword_score`` the raw
+    BM25, ``keyword_reference`` the BM25 of the query's reference match; ``normalization`` names how the normalised
+    values were made from them.
     """
 
     vector_score: float | None
@@ -129,8 +132,9 @@ class ScoreBreakdown:
     final_score: float
     fusion_method: str
     keyword_reference: float = 0.0
-    semantic_floor: float = 0.0
+    semantic_zero: float = 0.0
     semantic_top: float = 1.0
+    semantic_floor: float = 0.0
     normalization: str = "calibrated"
     weighting: str = "fixed"
     notes: tuple[str, ...] = ()
@@ -329,8 +333,9 @@ class FusedRanking:
             final_score=float(self.final_score[position]),
             fusion_method=self.fusion_method,
             keyword_reference=self.keyword_reference,
-            semantic_floor=self.semantic_scale.floor,
+            semantic_zero=self.semantic_scale.mean,
             semantic_top=self.semantic_scale.top,
+            semantic_floor=self.semantic_scale.floor,
             normalization=self.normalization,
             weighting=self.weighting,
             notes=self.notes,
@@ -364,8 +369,9 @@ class FusedRanking:
             "jaccard_weight": self.jaccard_weight,
             "fusion_method": self.fusion_method,
             "keyword_reference": self.keyword_reference,
-            "semantic_floor": self.semantic_scale.floor,
+            "semantic_zero": self.semantic_scale.mean,
             "semantic_top": self.semantic_scale.top,
+            "semantic_floor": self.semantic_scale.floor,
             "normalization": self.normalization,
             "weighting": self.weighting,
         }

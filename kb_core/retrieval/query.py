@@ -85,15 +85,15 @@ def _jaccard_sum(b: Mapping[str, Any]) -> str:
 
 
 def semantic_mapping(b: Mapping[str, Any], digits: int = 4) -> str:
-    """``cosine 0.8710 → 0.1800 on this model's scale (unrelated text 0.8448 → 0, near-identical 0.9798 → 1)``: how
+    """``cosine 0.8710 → 0.3510 on this model's scale (unrelated text 0.8116 → 0, near-identical 0.9798 → 1)``: how
     a breakdown's cosine became its semantic part (:mod:`kb_core.embedding.calibration`)."""
     cosine = b.get("vector_score")
     if cosine is None:
         return "no cosine → 0"
-    floor, top = float(b.get("semantic_floor", 0.0)), float(b.get("semantic_top", 1.0))
+    zero, top = float(b.get("semantic_zero", 0.0)), float(b.get("semantic_top", 1.0))
     return (
         f"cosine {cosine:.{digits}f} → {float(b['vector_normalized']):.{digits}f} on this model's scale (unrelated "
-        f"text {floor:.{digits}f} → 0, near-identical {top:.{digits}f} → 1)"
+        f"text {zero:.{digits}f} → 0, near-identical {top:.{digits}f} → 1)"
     )
 
 
@@ -144,8 +144,8 @@ def formula_line(b: Mapping[str, Any]) -> str:
     if b.get("normalization") == "reciprocal rank":
         v_how, k_how = f"rank {b['vector_rank'] or '-'}", f"rank {b['keyword_rank'] or '-'}"
     else:
-        floor, top = float(b.get("semantic_floor", 0.0)), float(b.get("semantic_top", 1.0))
-        v_how = f"cosine {cosine}; this model's scale: {floor:.3f} → 0, {top:.3f} → 1"
+        zero, top = float(b.get("semantic_zero", 0.0)), float(b.get("semantic_top", 1.0))
+        v_how = f"cosine {cosine}; this model's scale: {zero:.3f} → 0, {top:.3f} → 1"
         k_how = f"BM25 {bm25}, reference {b.get('keyword_reference', 0):.3f}"
     line = (
         f"{b['vector_weight']:.2f} × {b['vector_normalized']:.3f} ({v_how}) + "

@@ -32,20 +32,22 @@ def test_the_create_form_shows_each_models_whole_description_at_1280_px(served, 
     page.goto(served.url)
     page.get_by_role("heading", name="Knowledge bases", exact=True).wait_for()
     wait_idle(page)
-    group = page.get_by_role("radiogroup")
-    options = group.get_by_role("radio")
+    group = page.get_by_role("radiogroup", name="Embedding model")
+    options = group.locator('[data-testid="stRadioOption"]')
     assert options.count() == 2  # the built-in models; never the test embedder
-    text = group.inner_text()
-    assert text.index("multilingual-e5-small") < text.index("all-MiniLM-L6-v2")  # the default first
-    assert "hashing" not in text
-    for line in ("Reads Chinese, English and about 100 other languages", "Reads English only"):
-        shown = group.get_by_text(line, exact=False)
-        assert shown.is_visible(), line
-        # wrapped, not cut: the element is as wide as its text and inside the window
-        box = shown.bounding_box()
+    assert options.nth(0).inner_text().strip() == "multilingual-e5-small"  # the default first, and chosen
+    assert options.nth(0).get_attribute("data-selected") == "true"
+    assert options.nth(1).inner_text().strip() == "all-MiniLM-L6-v2"
+    assert "hashing" not in group.inner_text()
+    captions = group.locator('[data-testid="stRadioCaption"]')
+    for index, line in enumerate(("Reads Chinese, English and about 100 other languages", "Reads English only")):
+        caption = captions.nth(index)
+        assert caption.is_visible() and line in caption.inner_text(), line
+        # wrapped, not cut: the whole description fits its box, and the box fits the window
+        box = caption.bounding_box()
         assert box is not None and box["x"] + box["width"] <= 1280
-        assert shown.evaluate("e => e.scrollWidth <= e.clientWidth + 1"), line
-    assert options.first.is_checked()
+        assert caption.evaluate("e => e.scrollWidth <= e.clientWidth + 1 && e.scrollHeight <= e.clientHeight + 1")
+        assert caption.inner_text().rstrip().endswith("."), caption.inner_text()  # the description's last words
 
 
 def test_a_card_shows_the_passage_with_the_answer_and_all_of_the_chunk_on_demand(  # type: ignore[no-untyped-def]
