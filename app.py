@@ -18,11 +18,11 @@ st.set_page_config(page_title="KB Workbench", page_icon=":material/hub:", layout
 st.markdown(
     "<style>mark{background:#ffe58a;padding:0 1px;border-radius:2px}"
     ".block-container{padding-top:2.2rem}"
-    # result cards: the chunk clamped to its first lines, "show all" unfolds it (pages/_shared.py: clamped)
+    # result cards: the hit's passage, "show all" swaps it for the whole text (pages/_shared.py: passage_card)
     ".kb-chunk-text{line-height:1.55}details.kb-chunk>summary{list-style:none;cursor:pointer;display:block}"
     "details.kb-chunk>summary::-webkit-details-marker{display:none}"
-    "details.kb-chunk:not([open]) .kb-clamp{display:-webkit-box;-webkit-line-clamp:6;-webkit-box-orient:vertical;"
-    "overflow:hidden}.kb-more{color:#1c6dd0;font-size:.85rem}"
+    "details.kb-chunk:not([open]) .kb-full{display:none}details.kb-chunk[open] .kb-passage{display:none}"
+    ".kb-more{color:#1c6dd0;font-size:.85rem}"
     "details.kb-chunk:not([open]) .kb-more::before{content:'show all ▾'}"
     "details.kb-chunk[open] .kb-more::before{content:'show less ▴'}"
     # score bars: a hit's stacked parts on the 0–1 scale, final score marked (pages/_shared.py: score_bars)

@@ -530,7 +530,7 @@ def cli_session(i: Inputs, work: Path) -> Generator[list[str] | tuple[list[str],
     yield ["create", "English", "--chunk-size", "64", "--embedding-model", "hashing"]
     yield ["--json", "create", "中文库", "--chunk-size", "64", "--embedding-model", "hashing"]
     yield ["--json", "create", "bundles", "--chunk-size", "128", "--embedding-model", "hashing"]
-    yield ["--json", "create", "MiniLM", "--chunk-size", "128"]  # the default model, all-MiniLM-L6-v2
+    yield ["--json", "create", "MiniLM", "--chunk-size", "128", "--embedding-model", "all-MiniLM-L6-v2"]
     yield ["create", "english", "--chunk-size", "64"]  # names ignore case
     yield ["--json", "create", "tiny", "--chunk-size", "5"]
     yield ["--json", "create", "keyless", "--chunk-size", "64", "--embedding-api-key", "secret-key"]

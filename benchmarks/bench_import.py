@@ -391,7 +391,7 @@ def _measure_floors(service: KnowledgeBaseService) -> float:
     started = time.perf_counter()
     try:
         for query in ("floor", "下限"):
-            service.semantic_floor(record, query)
+            service.semantic_scale(record, query)
     except Exception as exc:  # best effort, as after an import (which then tries again, timed)
         print(f"semantic floors not measured before the import: {type(exc).__name__}: {exc}", file=sys.stderr)
         return float("nan")

@@ -122,22 +122,22 @@ def original_file_name(document: dict[str, Any]) -> str | None:
 
 
 def source_label(source: str, file_path: str | None) -> str:
-    """A readable source, as the seed's formatSource gives it."""
+    """A readable source, worded as the specification's formatSource gives it (文件上传, 本地文件: …, 知识包: …)."""
     if source == "upload":
-        return "File upload"
+        return "文件上传"
     if source == "bundle":
         where = (file_path or "").removeprefix("bundle:")
-        return f"Knowledge bundle: {where}" if where else "Knowledge bundle"
-    return f"Local file: {file_path}"
+        return f"知识包: {where}" if where else "知识包"
+    return f"本地文件: {file_path}"
 
 
 def status_text(status: str, error: str | None) -> str:
-    """A readable parse status, as the seed's formatParseStatus gives it."""
+    """A readable parse status, worded as the specification's formatParseStatus gives it (✅ 已完成, ❌ 失败)."""
     if status == "ready":
-        return "✅ Completed"
+        return "✅ 已完成"
     if status == "failed":
-        return f"❌ Failed: {error}" if error else "❌ Failed"
-    return f"⏳ In progress ({status})"
+        return f"❌ 失败: {error}" if error else "❌ 失败"
+    return f"⏳ 处理中 ({status})"
 
 
 def chunk_json(row: dict[str, Any]) -> dict[str, Any]:

@@ -131,6 +131,23 @@ class KBCreated(Result):
 
 
 @dataclass
+class KBReembedded(Result):
+    """A KB's documents imported again into a new KB made with another embedding model (the old KB unchanged)."""
+
+    message: str
+    kb_id: str
+    kb_name: str
+    source_kb_name: str
+    embedding_model: str
+    success_files: list[dict[str, Any]]
+    failed_files: list[dict[str, Any]]
+    error: KBError | None = field(default=None, metadata=HIDDEN)
+
+    def failure(self) -> KBError | None:
+        return self.error
+
+
+@dataclass
 class KBList(Result):
     message: str
     knowledge_bases: list[dict[str, Any]]
@@ -247,6 +264,7 @@ class SearchReport(Result):
     warnings: list[str]
     query_terms: dict[str, Any] | None
     semantic_floor: float | None
+    semantic_scale: dict[str, Any] | None
     min_score: float
     below_min_score: int
     without_evidence: int

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from contextlib import AbstractContextManager
 
     from kb_core.embedding.base import Embedder
+    from kb_core.embedding.calibration import SemanticScale
     from kb_core.embedding.device import DeviceChoice
     from kb_core.ingest.executors import DocumentExecutor
     from kb_core.ingest.parsing import ParseLimits
@@ -143,7 +144,7 @@ class SessionResources(Resources, Protocol):
         explain_chunk_ids: Sequence[str] = (),
     ) -> RankedHits: ...
 
-    def semantic_floor(self, record: KnowledgeBaseRecord, query: str) -> float: ...
+    def semantic_scale(self, record: KnowledgeBaseRecord, query: str) -> SemanticScale: ...
 
     def device(self) -> DeviceChoice: ...
 

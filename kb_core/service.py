@@ -38,6 +38,7 @@ from kb_core.validation import (
 
 if TYPE_CHECKING:
     from kb_core.embedding.base import Embedder
+    from kb_core.embedding.calibration import SemanticScale
     from kb_core.evaluation import EvaluationRunStore
     from kb_core.ingest.executors import DocumentExecutor
     from kb_core.ingest.pipeline import Importer
@@ -145,7 +146,7 @@ class KnowledgeBaseService:
         self._embedder_factory = embedder_factory
         self._lock = threading.RLock()
         self._embedders: dict[str, Any] = {}
-        self._floors: dict[tuple[str, str], float] = {}
+        self._floors: dict[tuple[str, str], SemanticScale] = {}
         self._parse_limits = parse_limits
         self.counters = ServiceCounters()
         self._evaluation_lock = threading.Lock()
@@ -354,19 +355,21 @@ class KnowledgeBaseService:
         logger.info("loaded the embedding model %s in %.1f s", embedder.model_key, seconds)
         return seconds
 
-    def semantic_floor(self, record: KnowledgeBaseRecord, query: str) -> float:
-        """The cosine a chunk of ``record`` must exceed for semantic evidence on ``query``: what unrelated text in the
-        query's script scores for the KB's model (:mod:`kb_core.embedding.calibration`), measured once per process.
-        If the model cannot embed the calibration texts (an endpoint down) the floor is 0 this time, logged."""
-        from kb_core.embedding.calibration import CALIBRATION_VERSION, measure_floor
+    def semantic_scale(self, record: KnowledgeBaseRecord, query: str) -> SemanticScale:
+        """The scale the cosines of ``record``'s model are read on for ``query`` (:mod:`kb_core.embedding.calibration`):
+        its zero (what unrelated text in the query's script scores on average), its floor (a chunk must exceed it for
+        semantic evidence) and its top (what a near-identical text scores), measured once and kept in the home. If the
+        model cannot embed the calibration texts (an endpoint down) the scale is the unmeasured one this time, logged.
+        """
+        from kb_core.embedding.calibration import CALIBRATION_VERSION, SemanticScale, measure_scale
         from kb_core.retrieval.search import detect_language
 
         embedder = self.embedder(record)
         key = (str(getattr(embedder, "model_key", record.embedding_model)), detect_language(query))
         with self._lock:
-            floor = self._floors.get(key)
-        if floor is not None:
-            return floor
+            scale = self._floors.get(key)
+        if scale is not None:
+            return scale
         # kept in the home too (per model, script and calibration version), so each process need not measure again
         path = self.home.embedding_cache_path.with_name("semantic_floors.json")
         name = f"{key[0]}|{key[1]}|{CALIBRATION_VERSION}"
@@ -376,24 +379,23 @@ class KnowledgeBaseService:
             kept = {}
         if not isinstance(kept, dict):
             kept = {}
-        value = kept.get(name)
-        if isinstance(value, int | float) and 0.0 <= value <= 1.0:
-            floor = float(value)
-        else:
+        scale = _kept_scale(kept.get(name))
+        if scale is None:
             try:
-                floor = measure_floor(embedder, key[1]).value
+                scale = measure_scale(embedder, key[1])
             except KBError as exc:
-                logger.warning("semantic floor of %s not measured (%s); using 0 for this search", key[0], exc.message)
-                return 0.0
+                logger.warning("semantic scale of %s not measured (%s); raw cosines this time", key[0], exc.message)
+                return SemanticScale.unmeasured()
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
-                kept[name] = floor
+                kept[name] = {"floor": scale.floor, "top": scale.top, "mean": scale.mean, "std": scale.std,
+                              "pairs": scale.pairs}
                 write_json_atomically(path, kept)
             except OSError:
-                logger.warning("could not keep the semantic floor in %s", path, exc_info=True)
+                logger.warning("could not keep the semantic scale in %s", path, exc_info=True)
         with self._lock:
-            self._floors[key] = floor
-        return floor
+            self._floors[key] = scale
+        return scale
 
     @property
     def device_request(self) -> DeviceRequest:
@@ -545,19 +547,19 @@ class KnowledgeBaseService:
         self.counters.add("searches")
         storage = self.store.kb(record)
 
-        def query_vector() -> tuple[Any, float]:
+        def query_vector() -> tuple[Any, SemanticScale | None]:
             if settings.mode == "keyword":
-                return None, 0.0
-            return self.embedder(record).embed_query(query), self.semantic_floor(record, query)
+                return None, None
+            return self.embedder(record).embed_query(query), self.semantic_scale(record, query)
 
         embedded = query_vector() if storage.embed_before_search else None
         with storage.searcher(self.analyzer) as searcher:
             if searcher.empty:
                 return RankedHits([], [f"Knowledge base '{record.name}' has no documents yet."])
-            vector, floor = embedded if embedded is not None else query_vector()
+            vector, scale = embedded if embedded is not None else query_vector()
             located = {chunk_id: searcher.locate(chunk_id) for chunk_id in explain_chunk_ids}
             keys = [key for key in located.values() if key is not None]
-            ranked = rank(searcher, query, vector, settings, filters, record.name, keys, floor)
+            ranked = rank(searcher, query, vector, settings, filters, record.name, keys, scale)
             cut = self._query_cut(record, query) if vector is not None else None
             if cut is not None:
                 ranked.warnings.append(
@@ -603,6 +605,28 @@ class KnowledgeBaseService:
     def kb_counts(self, record: KnowledgeBaseRecord) -> tuple[int, int, int]:
         """(documents imported, live chunks, failed imports)."""
         return self.store.kb(record).counts()
+
+
+def _kept_scale(value: Any) -> SemanticScale | None:
+    """A scale kept in ``semantic_floors.json``, or None when the entry is missing or malformed."""
+    from kb_core.embedding.calibration import SemanticScale
+
+    if not isinstance(value, dict):
+        return None
+    floor, top = value.get("floor"), value.get("top")
+    numbers = [v for v in (floor, top) if isinstance(v, int | float) and not isinstance(v, bool)]
+    if len(numbers) != 2 or not 0.0 <= float(floor) < float(top) <= 1.0:  # type: ignore[arg-type]
+        return None
+    mean, std, pairs = value.get("mean"), value.get("std"), value.get("pairs")
+    if not isinstance(mean, int | float) or isinstance(mean, bool) or not -1.0 <= float(mean) <= float(floor):
+        return None  # the scale's zero
+    return SemanticScale(
+        float(floor),  # type: ignore[arg-type]
+        float(top),  # type: ignore[arg-type]
+        float(mean),
+        float(std) if isinstance(std, int | float) else 0.0,
+        int(pairs) if isinstance(pairs, int) else 0,
+    )
 
 
 def prepare_embedding_model(model: str, progress: Callable[[str], None] | None = None) -> str:

@@ -209,6 +209,26 @@ class Session:
             progress=progress,
         )
 
+    def reembed_knowledge_base(
+        self,
+        kb_name: str | None = None,
+        embedding_model: str | None = None,
+        new_name: str | None = None,
+        *,
+        progress: Callable[[ImportProgress], None] | None = None,
+        model_progress: Callable[[str], None] | None = None,
+        cancel: threading.Event | None = None,
+    ) -> Envelope:
+        return envelope_of(
+            self.operations.reembed_knowledge_base,
+            kb_name,
+            embedding_model,
+            new_name,
+            progress=progress,
+            model_progress=model_progress,
+            cancel=cancel,
+        )
+
     def list_knowledge_bases(self) -> Envelope:
         return envelope_of(self.operations.list_knowledge_bases)
 

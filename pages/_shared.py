@@ -12,7 +12,6 @@ import re
 import tempfile
 import threading
 import time
-import unicodedata
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -735,26 +734,35 @@ def sidebar_jobs(sess: Session) -> None:
 
 
 # -- search results ------------------------------------------------------------------------------
-def highlight(text: str, terms: Sequence[str]) -> str:
-    """HTML of ``text`` with the matched terms marked where the analyzer finds them: whole Latin words whose stem is a
-    term (``configur`` marks configure and configuring, never the inside of another word), Chinese words and bigrams
-    as the analyzer cut them; never stop words or one-letter terms (:mod:`kb_core.retrieval.highlight`). Safe in
+def highlight(text: str, words: Sequence[str]) -> str:
+    """HTML of ``text`` with the query's ``words`` marked as whole words where the analyzer finds them: Latin words by
+    stem (``configuring`` marks configure and configuration, never the inside of another word), Chinese words where
+    jieba cuts them from the text; never stop words or one-letter words (:mod:`kb_core.retrieval.highlight`). Safe in
     ``st.markdown(..., unsafe_allow_html=True)``: the text can neither inject HTML nor be read as Markdown."""
     from kb_core.retrieval.highlight import highlight_spans
 
+    return _marked(text, highlight_spans(text, words, service().analyzer))
+
+
+def _marked(text: str, marks: Sequence[Sequence[int]], start: int = 0, end: int | None = None) -> str:
+    """HTML of ``text[start:end]`` with the character spans ``marks`` (of the whole text) marked."""
+    end = len(text) if end is None else end
     out: list[str] = []
-    position = 0
-    for start, end in highlight_spans(text, terms, service().analyzer):
-        out.append(_inert(text[position:start]))
-        out.append(f"<mark>{_inert(text[start:end])}</mark>")
-        position = end
-    out.append(_inert(text[position:]))
+    position = start
+    for a, b in marks:
+        a, b = max(int(a), start), min(int(b), end)
+        if b <= a:
+            continue
+        out.append(_inert(text[position:a]))
+        out.append(f"<mark>{_inert(text[a:b])}</mark>")
+        position = b
+    out.append(_inert(text[position:end]))
     return "".join(out)
 
 
 def query_terms(text: str) -> list[str]:
-    """The analysed terms a query is searched with (stop words left out), e.g. to highlight rag_search's keywords."""
-    return list(service().analyzer.query_terms(text).terms)
+    """The words a query is searched with (stop words left out), e.g. to highlight rag_search's keywords."""
+    return list(service().analyzer.query_terms(text).shown_words)
 
 
 # Characters HTML or Markdown (with GitHub's autolinks) give meaning to: written as character references they are
@@ -780,20 +788,21 @@ def inert(text: str) -> str:
 _inert = inert
 
 
-CLAMP_LINES = 6
-_CLAMP_UNITS = 640  # about six lines of a result card at 1280 px, a CJK character counting as two Latin ones
-
-
-def clamped(marked_html: str, text: str) -> str:
-    """A result card's text (``marked_html``: ``text`` with its highlights) clamped to its first lines, with "show
-    all" / "show less" to unfold it in the browser (an HTML ``details`` element: no rerun). Short texts are not
-    clamped."""
-    units = sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
-    if units <= _CLAMP_UNITS and text.count("\n") < CLAMP_LINES:
-        return f"<div class='kb-chunk-text'>{marked_html}</div>"
+def passage_card(text: str, passage: dict[str, Any] | None) -> str:
+    """A result card's text: the hit's passage (the window around its best-matching words that the search chose,
+    ``{start, end, marks}``) with its words marked, and "show all" / "show less" to unfold the whole text in the
+    browser (an HTML ``details`` element: no rerun; search_lab.py styles it). A text that fits is shown whole."""
+    if passage is None:
+        return f"<div class='kb-chunk-text'>{_inert(text)}</div>"
+    marks = passage.get("marks") or []
+    start, end = int(passage["start"]), int(passage["end"])
+    if start <= 0 and end >= len(text):
+        return f"<div class='kb-chunk-text'>{_marked(text, marks)}</div>"
+    window = ("… " if start > 0 else "") + _marked(text, marks, start, end) + (" …" if end < len(text) else "")
     return (
-        "<details class='kb-chunk'><summary><div class='kb-chunk-text kb-clamp'>"
-        f"{marked_html}</div><span class='kb-more'></span></summary></details>"
+        "<details class='kb-chunk'><summary><div class='kb-chunk-text'>"
+        f"<span class='kb-passage'>{window}</span><span class='kb-full'>{_marked(text, marks)}</span></div>"
+        "<span class='kb-more'></span></summary></details>"
     )
 
 
@@ -844,9 +853,10 @@ def score_bars(chunks: Sequence[dict[str, Any]]) -> str:
 def score_scale(settings: dict[str, Any]) -> str:
     """One sentence on what a result's score means for these settings (see kb_core.retrieval.fusion)."""
     mode = settings.get("mode")
+    semantic = ("the cosine similarity of the query and the chunk on this model's measured scale: what unrelated "
+                "text scores is 0, a near-identical text 1, so a score means the same on every model")
     if mode == "semantic":
-        return ("Scores lie on a 0–1 scale: the cosine similarity of the query and the chunk embeddings "
-                "(a negative cosine counts as 0).")
+        return f"Scores lie on a 0–1 scale: {semantic}."
     if mode == "keyword":
         return ("Scores lie on a 0–1 scale: 1 − exp(−BM25 / reference), where the reference is the BM25 of a chunk "
                 "of average length holding each query term once; 0.63 is as much keyword evidence as that "
@@ -855,9 +865,9 @@ def score_scale(settings: dict[str, Any]) -> str:
         return ("Scores lie on a 0–1 scale but come from ranks (reciprocal rank fusion): each signal gives "
                 "61 / (60 + rank), 1 for its first place. They order this query's hits; they do not say how well "
                 "a chunk matches.")
-    return ("Scores lie on a 0–1 scale: vector weight × max(0, cosine) + keyword weight × (1 − exp(−BM25 / "
-            "reference)), where the reference is the BM25 of a chunk of average length holding each query term "
-            "once. The same score means the same evidence in every query.")
+    return (f"Scores lie on a 0–1 scale: vector weight × semantic + keyword weight × (1 − exp(−BM25 / reference)); "
+            f"semantic is {semantic}; the reference is the BM25 of a chunk of average length holding each query "
+            "term once. The same score means the same evidence in every query.")
 
 
 def weight_pair(weights: dict[str, Any] | None) -> str:

@@ -1,31 +1,32 @@
-"""Knowledge bases: create (with the service's validation messages inline), list, select, delete."""
+"""Knowledge bases: create (with the service's validation messages inline), list, select, delete; a KB whose
+documents its model cannot read offers to embed them again with a model that can."""
 
 from __future__ import annotations
 
+import re
 from contextlib import nullcontext
 
 import pandas as pd
 import streamlit as st
 
+from kb_core.embedding.builtin import covers_script, reader_of, unread_documents
+from kb_core.text_language import language_name
 from pages import _shared as ui
-
-HASHING = {
-    "name": "hashing",
-    "label": "hashing (fast deterministic test embedder, no semantics)",
-    "reads": "no meaning (a deterministic test embedder)",
-    "speed": "instant",
-    "built": True,
-}
 
 session = ui.session()
 listed_models = session.embedding_models()
-MODELS = {m["name"]: m for m in (listed_models["data"]["models"] if listed_models["success"] else [])}
-MODELS["hashing"] = HASHING
+DEFAULT_MODEL = listed_models["data"]["default"] if listed_models["success"] else None
+# The built-in models, the default first; other models (a local folder, an endpoint's) are typed in.
+MODELS = {
+    m["name"]: m
+    for m in sorted(listed_models["data"]["models"] if listed_models["success"] else [],
+                    key=lambda m: m["name"] != DEFAULT_MODEL)
+}
 demo = ui.public_demo()
 if demo is not None:  # a public demo offers its models only (the session refuses others too)
     MODELS = {name: m for name, m in MODELS.items() if name in demo.models}
-DEFAULT_MODEL = listed_models["data"]["default"] if listed_models["success"] else next(iter(MODELS))
-DEFAULT_MODEL = DEFAULT_MODEL if DEFAULT_MODEL in MODELS else next(iter(MODELS))
+DEFAULT_MODEL = DEFAULT_MODEL if DEFAULT_MODEL in MODELS else next(iter(MODELS), None)
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
 st.title("Knowledge bases")
 device = session.device_info()
 st.caption(
@@ -45,6 +46,41 @@ kbs = ui.data_or_error(listing)
 kbs = kbs["knowledge_bases"] if kbs else []
 names = [kb["name"] for kb in kbs]
 current = next((kb["name"] for kb in kbs if kb["is_current"]), None)
+
+def reembed_offer(kb_name: str) -> None:
+    """When some documents of ``kb_name`` are in a language its model does not read: say so, and offer to embed them
+    again with a model that reads them, into a new KB (the service's reembed_knowledge_base says why a new one)."""
+    kb = next((k for k in kbs if k["name"] == kb_name), None)
+    if kb is None or not kb["document_count"] or kb["embedding_endpoint"]:
+        return
+    listed = session.list_documents(kb_name=kb_name)
+    languages = {d["name"]: d.get("language") for d in listed["data"]["documents"]} if listed["success"] else {}
+    unread = unread_documents(kb["embedding_model"], languages)
+    reader = reader_of(set(unread.values()))
+    if not unread or reader is None:
+        return
+    names = " and ".join(sorted({language_name(lang) for lang in unread.values()}))
+    st.warning(
+        f"{len(unread)} of the {len(languages)} documents of **{kb_name}** are in {names}, which its model "
+        f"{kb['embedding_model']} does not read: search cannot find them by meaning.",
+        icon=":material/translate:",
+    )
+    if st.button(f"Embed them again with {reader}", key="kb_reembed",
+                 help="Makes a new knowledge base with the same documents, chunk size and search settings; this "
+                 "one stays unchanged until you delete it."):
+        bar = st.progress(0.0, text=f"Importing the documents of {kb_name} with {reader}…")
+
+        def progress(state) -> None:  # type: ignore[no-untyped-def]
+            bar.progress(min(1.0, ui.overall_fraction(state)), text=f"{state.files_done} of {state.files_total} files")
+
+        result = session.reembed_knowledge_base(kb_name, reader, progress=progress)
+        if result["success"]:
+            ui.data_or_error(session.select_knowledge_base(result["data"]["kb_name"]))
+            st.session_state["kb_flash"] = result["message"]
+            st.session_state.pop("kb_target", None)  # the picker shows the new, current KB
+            st.rerun()
+        ui.show_error(result)
+
 
 # The table takes the page's width: beside the create form, at 1280 px it hid the chunk size and creation time (#34).
 st.subheader("All knowledge bases")
@@ -112,41 +148,54 @@ with left:
                 if no.button("Cancel", key="kb_cancel_delete", width="stretch"):
                     st.session_state.pop("kb_pending_delete", None)
                     st.rerun()
+        reembed_offer(target)
     else:
         st.info("There are no knowledge bases yet. Create the first one with the form.")
 
 with right:
     st.subheader("Create a knowledge base")
-    with st.form("create_kb", border=True):
+    with st.container(border=True):
         name = st.text_input("Name", placeholder="e.g. Product manuals · 产品手册", key="create_name")
         chunk_size = st.number_input(
             "Chunk size (tokens)", min_value=1, max_value=100_000, value=512, step=64, key="create_chunk_size",
             help="32 to 8192 tokens per chunk, counted with the embedding model's tokenizer.",
         )
-        model = st.selectbox(
+        # A radio, not a select box: each model's whole description stays readable, wrapped, at any width.
+        model = st.radio(
             "Embedding model",
             list(MODELS),
-            index=list(MODELS).index(DEFAULT_MODEL),
-            format_func=lambda m: MODELS[m].get("label") or f"{m} — reads {MODELS[m]['reads']}",
+            index=list(MODELS).index(DEFAULT_MODEL) if DEFAULT_MODEL in MODELS else 0,
+            captions=[
+                f"{'The default. ' if n == DEFAULT_MODEL else ''}Reads {m['reads']}; {m['speed']}."
+                for n, m in MODELS.items()
+            ],
             key="create_model",
-            help="Local models run offline from installed packages. "
-            + " ".join(f"{name}: reads {m['reads']}; imports {m['speed']}." for name, m in MODELS.items()),
+            help="Local models run offline from installed packages.",
         )
-        st.caption(
-            " · ".join(f"**{name}**: {m['speed']}" for name, m in MODELS.items() if name != "hashing"),
-        )
-        endpoint = api_key = ""
+        other = endpoint = api_key = ""
         if demo is None or demo.allowed_endpoints:  # a public demo: only the endpoints its operator lists
-            with st.expander("Embedding endpoint (optional)"):
+            with st.expander("Another model or an embedding endpoint (optional)"):
+                other = st.text_input(
+                    "Model", key="create_other_model", placeholder="a local sentence-transformers folder, or the "
+                    "model an endpoint serves", help="Used instead of the choice above when given.",
+                )
                 endpoint = st.text_input("Endpoint URL", placeholder="http://127.0.0.1:8000/v1", key="create_endpoint")
                 api_key = st.text_input("API key", type="password", key="create_api_key")
+        chosen = other.strip() or model
+        if _CJK.search(name or "") and chosen and not covers_script(chosen, "cjk"):
+            reader = reader_of(["zh"])
+            st.warning(
+                f"The name is Chinese, and {chosen} does not read Chinese"
+                + (f": choose {reader} to search Chinese documents by meaning." if reader else "."),
+                icon=":material/translate:",
+            )
         select_after = st.checkbox("Select it after creating", value=True, key="create_select")
-        submitted = st.form_submit_button("Create", type="primary")
+        submitted = st.button("Create", type="primary", key="create_submit")
     if submitted:
         # Validation is the service's: its message names the bad value and what is accepted.
-        first_build = not endpoint and not MODELS.get(model, HASHING).get("built", True)
+        first_build = not endpoint and not MODELS.get(chosen, {}).get("built", True)
         preparing = (
-            st.status(f"Preparing {model} on this machine (once, about 10-20 s)…", expanded=True)
+            st.status(f"Preparing {chosen} on this machine (once, about 10-20 s)…", expanded=True)
             if first_build
             else nullcontext()
         )
@@ -154,7 +203,7 @@ with right:
             created = session.create_knowledge_base(
                 name,
                 int(chunk_size),
-                embedding_model=model,
+                embedding_model=chosen,
                 embedding_endpoint=endpoint or None,
                 embedding_api_key=api_key or None,
                 progress=st.write if first_build else None,

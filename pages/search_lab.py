@@ -161,7 +161,11 @@ def breakdown_table(b: dict[str, Any]) -> pd.DataFrame:
     rank_based = b.get("normalization") == "reciprocal rank"
     rows = [
         ("raw cosine (semantic)", number(b.get("vector_score"))),
-        ("semantic, 0–1" + (" (from its rank)" if rank_based else ": max(0, cosine)"), number(b["vector_normalized"])),
+        ("this model's scale: unrelated text → 0 / near-identical → 1",
+         f"{number(b.get('semantic_zero'))} / {number(b.get('semantic_top'))}"),
+        ("the model's floor: a cosine must exceed it to count", number(b.get("semantic_floor"))),
+        ("semantic, 0–1" + (" (from its rank)" if rank_based else ": the cosine on that scale, clipped to 0–1"),
+         number(b["vector_normalized"])),
         ("raw BM25 (keyword)", number(b.get("keyword_score"))),
         ("keyword reference: BM25 of a reference match", number(b.get("keyword_reference"))),
         ("keyword, 0–1" + (" (from its rank)" if rank_based else ": 1 − exp(−BM25 / reference)"),
@@ -201,15 +205,10 @@ def chunk_cards(chunks: list[dict[str, Any]], query: str, params: dict[str, Any]
                 f"**#{rank}** · {place(chunk)}<span class='kb-card-score'>score **{chunk['score']:.3f}** on a 0–1 "
                 "scale</span>", unsafe_allow_html=True,
             )
-            st.markdown(
-                ui.clamped(ui.highlight(chunk["content"], chunk.get("matched_terms") or []), chunk["content"]),
-                unsafe_allow_html=True,
-            )
+            st.markdown(ui.passage_card(chunk["content"], chunk.get("passage")), unsafe_allow_html=True)
             terms = chunk.get("matched_terms") or []
-            support = chunk.get("support_terms") or []
             st.caption(
                 ("Matched terms: " + ", ".join(f"`{t}`" for t in terms) + " · " if terms else "No query term · ")
-                + ("also counted: " + ", ".join(f"`{t}`" for t in support) + " · " if support else "")
                 + f"chunk `{chunk['id']}`"
             )
             breakdown = chunk.get("breakdown")
@@ -431,11 +430,8 @@ def lab_view() -> None:
     if facts.get("below_min_score"):
         st.caption(f"{facts['below_min_score']} hit(s) below {float(facts['min_score']):.2f} not shown.")
     terms = facts.get("query_terms") or {}
-    if terms.get("stop_words"):
-        st.caption(("The query holds only stop words, so all of them were searched: " if terms.get("fallback")
-                    else "Stop words left out of the keyword query: ") + ", ".join(terms["stop_words"])
-                   + (f"; {', '.join(terms['support'])} only add to chunks holding a query term"
-                      if terms.get("support") else ""))
+    if terms.get("stop_words") and not terms.get("only_stop_words"):  # only stop words: a warning above says so
+        st.caption("Stop words left out of the keyword query: " + ", ".join(terms["stop_words"]))
     if facts.get("without_evidence") and facts["count"] + facts.get("below_min_score", 0) < params["top_k"]:
         floor = facts.get("semantic_floor")
         st.caption(f"{facts['without_evidence']} candidate(s) had no evidence and are not shown: no query term"

@@ -68,7 +68,7 @@ def main() -> None:
         records = service.home.knowledge_bases()
         action = rng.random()
         if action < 0.25 or not records:
-            session.create_knowledge_base(f"kb-{seed}-{step}-知识", 256)
+            session.create_knowledge_base(f"kb-{seed}-{step}-知识", 256, "hashing")
         elif action < 0.35:
             session.delete_knowledge_base(rng.choice(records).name)
         else:

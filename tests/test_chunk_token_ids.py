@@ -189,7 +189,7 @@ def test_an_import_tokenises_each_chunk_only_in_the_chunker(
     service: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk_size: int
 ) -> None:
     session = service.session()
-    assert session.create_knowledge_base("docs", chunk_size)["success"]  # the default model
+    assert session.create_knowledge_base("docs", chunk_size, "all-MiniLM-L6-v2")["success"]
     session.select_knowledge_base("docs")
     record = service.find_kb("docs")
     cached = service.embedder(record)

@@ -76,7 +76,7 @@ def test_commands_that_need_no_model_import_neither_torch_nor_transformers(tmp_p
 def test_a_cold_kb_search_embeds_its_query_without_torch_and_ranks_as_the_service_does(tmp_path: Path) -> None:
     home = tmp_path / "home"
     session = KnowledgeBaseService(home).session("cli")
-    session.create_knowledge_base("minilm", 64)
+    session.create_knowledge_base("minilm", 64, "all-MiniLM-L6-v2")
     session.select_knowledge_base("minilm")
     texts = {
         "fusion.txt": "Hybrid search adds a weighted BM25 keyword score to the cosine similarity of the vectors.",

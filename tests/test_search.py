@@ -117,19 +117,22 @@ def test_every_breakdown_recomputes_its_final_score(kb) -> None:
 
 
 def test_jaccard_and_matched_terms_agree_with_the_chunk_text(kb, service) -> None:
-    # Both come from the keyword index's postings, not from re-analysing the text: check them against the text.
+    # Both come from the keyword index's postings, not from re-analysing the text: check them against the text. The
+    # matched terms are the query's words as written (``dense``, not the stem ``dens``) whose terms the chunk holds.
     kb.delete_document("doc2.txt")
     analyzer = service.analyzer
     for mode in ("hybrid", "semantic", "keyword"):
         for query in ("dense vector search", "知识库 向量 检索", "documents and chunks on disk"):
             hits = kb.search(query, mode=mode, top_k=8, jaccard_weight=0.2)["data"]["chunks"]
             assert hits, (mode, query)
-            query_terms = set(analyzer.tokens(query))
+            words = analyzer.query_terms(query)
+            query_terms = set(words.terms)  # the terms searched: stop words and bigrams that are no word left out
             for hit in hits:
                 chunk_terms = set(analyzer.tokens(hit["content"]))
                 expected = len(query_terms & chunk_terms) / len(query_terms | chunk_terms)
                 assert hit["breakdown"]["jaccard"] == pytest.approx(expected)
-                assert hit["matched_terms"] == sorted(query_terms & chunk_terms)
+                assert hit["matched_terms"] == words.words_held(sorted(set(words.terms) & chunk_terms))
+                assert all(word in query for word in hit["matched_terms"])
 
 
 def test_chunk_rows_are_memory_mapped_not_loaded(kb, service) -> None:
@@ -294,7 +297,7 @@ def test_get_document_info(kb) -> None:
 
 @pytest.mark.model
 def test_real_model_semantic_search_and_language_warning(session, tmp_path: Path) -> None:
-    session.create_knowledge_base("real", 128)
+    session.create_knowledge_base("real", 128, "all-MiniLM-L6-v2")
     session.select_knowledge_base("real")
     for i, text in enumerate(ENGLISH + CHINESE):
         path = tmp_path / f"r{i}.txt"
@@ -413,7 +416,7 @@ def test_a_repeated_query_costs_no_model_call_on_any_search_path(kb, service, mo
     calls: list[str] = []
     original = inner.embed_query
     query = "keyword search 向量"
-    service.semantic_floor(record, query)  # measured once per process and model (calibration texts), not per query
+    service.semantic_scale(record, query)  # measured once per process and model (calibration texts), not per query
     monkeypatch.setattr(inner, "embed_query", lambda text: calls.append(text) or original(text))
     first = kb.search(query, top_k=5)["data"]["chunks"]
     assert calls == [query]

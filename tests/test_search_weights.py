@@ -94,7 +94,7 @@ def model_kb(tmp_path_factory: pytest.TempPathFactory):
 
     root = tmp_path_factory.mktemp("weights-model")
     session = KnowledgeBaseService(root / "home").session()
-    session.create_knowledge_base("real", 256)
+    session.create_knowledge_base("real", 256, "all-MiniLM-L6-v2")
     session.select_knowledge_base("real")
     assert session.import_document([str(p) for p in demo_files()])["data"]["failed_count"] == 0
     fill(session, root / "files", ENGLISH, "real")

@@ -663,7 +663,7 @@ def test_failure_at_the_commit_leaves_the_home_unchanged(
 @pytest.mark.model
 def test_round_trip_with_the_real_model(tmp_path: Path) -> None:
     session = fresh_session(tmp_path / "home")
-    assert session.create_knowledge_base("model", 128)["success"]
+    assert session.create_knowledge_base("model", 128, "all-MiniLM-L6-v2")["success"]
     (tmp_path / "en.txt").write_text(ENGLISH + ENGLISH_2, encoding="utf-8")
     (tmp_path / "zh.txt").write_text(CHINESE + CHINESE_2, encoding="utf-8")
     imported = session.import_document([str(tmp_path / "en.txt"), str(tmp_path / "zh.txt")], kb_name="model")

@@ -87,9 +87,9 @@ SUPPORT_TEXTS = {
 def test_bigrams_reaching_into_a_stop_word_support_a_match_but_never_make_one(tmp_path: Path) -> None:
     """``的水`` in a query is not searched alone (#25), but a chunk holding a query term and ``的水`` says it as the
     query does, so it ranks above a shorter chunk with the same query words; a chunk holding only ``的水`` is never a
-    hit; the explanation names those bigrams; the keyword reference (the scale of keyword scores) leaves them out, so
-    adding stop words to a query never lowers a chunk's keyword score; a bigram made only of stop words' characters
-    (么是 in 什么是) carries no content and is no support term."""
+    hit; the explanation counts those bigrams without showing them (a reader sees words, #35); the keyword reference
+    (the scale of keyword scores) leaves them out, so adding stop words to a query never lowers a chunk's keyword
+    score; a bigram made only of stop words' characters (么是 in 什么是) carries no content and is no support term."""
     analyzer = default_analyzer()
     tea = analyzer.query_terms(TEA_QUERY)
     assert {"的水", "度的"} <= set(tea.support) and not set(tea.support) & (set(tea.terms) | CHINESE_STOP_WORDS)
@@ -112,7 +112,8 @@ def test_bigrams_reaching_into_a_stop_word_support_a_match_but_never_make_one(tm
     best = session.search(TEA_QUERY, mode="keyword", top_k=1)["data"]["chunks"][0]
     explained = session.explain_search(TEA_QUERY, best["id"], mode="keyword")["data"]
     assert explained["support_terms"] == ["度的", "的水"]
-    assert "的水" in " ".join(explained["explanation"])
+    words = " ".join(explained["explanation"])
+    assert "2 Chinese character pairs" in words and "的水" not in words and "度的" not in words
     # the reference match holds each query term once: Σ idf over the query's terms in the KB, support terms left out
     rows = [set(analyzer.tokens(text)) for text in SUPPORT_TEXTS.values()]
     dfs = [sum(term in row for row in rows) for term in tea.terms]
@@ -134,12 +135,19 @@ def test_index_terms_are_unchanged_so_existing_indexes_keep_working() -> None:
     assert "的" in analyzer.tokens("水温的控制")
 
 
-def test_a_query_of_only_stop_words_falls_back_to_all_its_terms() -> None:
+def test_a_query_of_only_stop_words_has_no_keyword_term_and_says_so(hashing_session) -> None:
+    """#35: 的 是 什么 (or "how do I") is no keyword evidence: searching with its stop words, as #25 did, scored chunks
+    that hold 的 and 是 as strong matches. It now searches no term, says so, and finds nothing by keywords."""
     analyzer = default_analyzer()
-    chinese = analyzer.query_terms("什么是")
-    assert chinese.fallback and {"什么", "是"} <= set(chinese.terms)
-    english = analyzer.query_terms("how do I")
-    assert english.fallback and set(english.terms) == {"how", "do", "i"}
+    for query, stop in (("的 是 什么", ["的", "是", "什么"]), ("how do I", ["how", "do", "I"])):
+        terms = analyzer.query_terms(query)
+        assert terms.only_stop_words and terms.terms == () and terms.support == () and list(terms.stop_words) == stop
+    for mode in ("keyword", "hybrid"):
+        result = hashing_session.search("how do I", mode=mode, top_k=5)
+        assert result["data"]["query_terms"]["only_stop_words"], mode
+        assert "holds only stop words (how, do, I)" in result["message"], mode
+        assert all(not hit["matched_terms"] for hit in result["data"]["chunks"]), mode
+    assert hashing_session.search("how do I", mode="keyword", top_k=5)["data"]["chunks"] == []
 
 
 def test_the_shipped_chinese_list_is_the_documented_rule_applied_to_its_source() -> None:
@@ -285,7 +293,7 @@ def model_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A KB with the real model: a tea document, an unrelated Chinese notice, a blog/INI page, mail notes."""
     root = tmp_path_factory.mktemp("trusted")
     session = KnowledgeBaseService(root / "home").session()
-    assert session.create_knowledge_base("real", 256)["success"]
+    assert session.create_knowledge_base("real", 256, "all-MiniLM-L6-v2")["success"]
     session.select_knowledge_base("real")
     assert session.import_document(write_files(root / "files"))["data"]["failed_count"] == 0
     return root / "home"
@@ -347,15 +355,16 @@ def test_zero_score_filler_and_rag_padding_are_gone(model_session) -> None:
 @pytest.mark.model
 def test_semantic_floor_is_measured_per_model_and_script(model_session) -> None:
     from kb_core.embedding import get_embedder
-    from kb_core.embedding.calibration import measure_floor
+    from kb_core.embedding.calibration import measure_scale
 
     model = get_embedder("all-MiniLM-L6-v2")
-    english, chinese = measure_floor(model, "latin"), measure_floor(model, "cjk")
-    hashing = measure_floor(get_embedder("hashing"), "latin")
-    assert 0 < english.value < 0.5 < chinese.value  # an English-only model scores unrelated Chinese text high
-    assert hashing.value != pytest.approx(english.value)
+    english, chinese = measure_scale(model, "latin"), measure_scale(model, "cjk")
+    hashing = measure_scale(get_embedder("hashing"), "latin")
+    assert 0 < english.floor < 0.5 < chinese.floor  # an English-only model scores unrelated Chinese text high
+    assert english.top == pytest.approx(1.0) == chinese.top  # no prompts: a text as query and as document is one vector
+    assert hashing.floor != pytest.approx(english.floor)
     blog = model_session.search(BLOG_QUERY, mode="semantic", top_k=1)["data"]["chunks"][0]
-    assert blog["breakdown"]["vector_score"] > english.value
+    assert blog["breakdown"]["vector_score"] > english.floor
 
 
 @pytest.mark.model

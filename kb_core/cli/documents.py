@@ -179,8 +179,9 @@ def _render_search(envelope: Envelope) -> str:
     for rank, hit in enumerate(data["chunks"], start=1):
         where = " · ".join(str(x) for x in (hit["doc_name"], hit["chapter"], hit["page"] and f"p. {hit['page']}") if x)
         lines.append(f"{rank}. ({hit['score']:.4f}) {where}  [{hit['id']}]")
-        snippet = " ".join(hit["content"].split())
-        lines.append(textwrap.indent(textwrap.shorten(snippet, 300, placeholder=" …"), "   "))
+        # the passage around the matched words (search adds it; a hit added by graph expansion has none)
+        snippet = hit.get("snippet") or textwrap.shorten(" ".join(hit["content"].split()), 300, placeholder=" …")
+        lines.append(f"   {snippet}")
         breakdown = hit.get("breakdown")
         if breakdown:
             lines.append(f"   {formula_line(breakdown)}")

@@ -236,7 +236,7 @@ def register(commands: Commands) -> None:
         "--chunk-size", type=int, default=512, help="chunk size of the evaluation KB (default 512)"
     )
     parser.add_argument(
-        "--model", help="embedding model of the evaluation KB, e.g. multilingual-e5-small (default all-MiniLM-L6-v2)"
+        "--model", help="embedding model of the evaluation KB, e.g. all-MiniLM-L6-v2 (default multilingual-e5-small)"
     )
     parser.set_defaults(handler=eval_handler, renderer=render_eval)
 

@@ -74,8 +74,8 @@ def register(commands: Commands) -> None:
     create.add_argument("--chunk-size", type=int, required=True, help="chunk size in tokens (32-8192)")
     create.add_argument(
         "--embedding-model",
-        help="all-MiniLM-L6-v2 (the default; English only, fast), multilingual-e5-small (Chinese, English and ~100 "
-        "languages; about 2x slower to import on a CPU), a local sentence-transformers folder, or with "
+        help="multilingual-e5-small (the default; Chinese, English and ~100 languages), all-MiniLM-L6-v2 (English "
+        "only; about 2x faster to import on a CPU), a local sentence-transformers folder, or with "
         "--embedding-endpoint the model it serves (kb info lists the built-in ones)",
     )
     create.add_argument("--embedding-endpoint", help="OpenAI-compatible endpoint URL, e.g. http://127.0.0.1:8000/v1")

@@ -36,7 +36,8 @@ if TYPE_CHECKING:
     from kb_core.embedding.cache import CachedEmbedder, EmbeddingCache
     from kb_core.embedding.hashing import HashingEmbedder, HashingTokenizer
 
-DEFAULT_EMBEDDING_MODEL = "all-MiniLM-L6-v2"
+# The model new KBs get when none is named (#35): it reads Chinese and English (README, "Which model, and why").
+DEFAULT_EMBEDDING_MODEL = "multilingual-e5-small"
 
 __all__ = [
     "DEFAULT_EMBEDDING_MODEL",
@@ -154,7 +155,7 @@ def create_embedder(
     batch_size: int = 64,
     device: DeviceRequest | None = None,
 ) -> Embedder:
-    """A new embedder for ``model`` (default all-MiniLM-L6-v2), served locally or by ``endpoint``.
+    """A new embedder for ``model`` (default :data:`DEFAULT_EMBEDDING_MODEL`), served locally or by ``endpoint``.
 
     Raises :class:`~kb_core.errors.EmbeddingError` (code ``MODEL_NOT_FOUND``) when a local model is missing and
     :class:`~kb_core.errors.InvalidArgument` for a malformed request.

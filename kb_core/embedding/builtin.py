@@ -34,7 +34,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -165,14 +165,30 @@ def covers_script(model_name: str, script: str) -> bool:
     return script == "latin" or _base_name(model_name) not in ENGLISH_ONLY_MODELS
 
 
+def unread_documents(model_name: str | None, languages: Mapping[str, str | None]) -> dict[str, str]:
+    """The documents of ``languages`` (``{name: detected language}``, :mod:`kb_core.text_language`) written in a
+    language ``model_name`` does not read, with that language; empty when it reads them all (or is not known to miss
+    any)."""
+    if not model_name:
+        return {}
+    read = {lang: covers_script(model_name, language_script(lang)) for lang in set(languages.values()) if lang}
+    return {doc: lang for doc, lang in languages.items() if lang and not read[lang]}
+
+
+def reader_of(languages: Iterable[str]) -> str | None:
+    """The first built-in model (the default first) that reads every one of ``languages``, else None."""
+    from kb_core.embedding import DEFAULT_EMBEDDING_MODEL
+
+    wanted = {language_script(lang) for lang in languages}
+    ordered = sorted(BUILTIN_MODELS.values(), key=lambda m: m.name != DEFAULT_EMBEDDING_MODEL)
+    return next((m.name for m in ordered if wanted <= set(m.scripts)), None)
+
+
 def unread_language_notice(model_name: str | None, languages: Mapping[str, str | None]) -> str | None:
     """One sentence for an import's result when some of its documents (``{name: detected language}``,
     :mod:`kb_core.text_language`) are in a language ``model_name`` does not read, naming a built-in model that
     reads them; None when the model reads them all (or is not known to miss any)."""
-    if not model_name:
-        return None
-    read = {lang: covers_script(model_name, language_script(lang)) for lang in set(languages.values()) if lang}
-    unread = {doc: lang for doc, lang in languages.items() if lang and not read[lang]}
+    unread = unread_documents(model_name, languages)
     if not unread:
         return None
     found = sorted(Counter(unread.values()).items(), key=lambda item: -item[1])
@@ -185,10 +201,10 @@ def unread_language_notice(model_name: str | None, languages: Mapping[str, str |
         f"find {'it' if count == 1 else 'them'} by meaning, and hybrid search ranks queries in that language by "
         "keywords alone (the language guard)."
     )
-    readers = [m.name for m in BUILTIN_MODELS.values() if all(language_script(lang) in m.scripts for lang, _ in found)]
-    if readers:
+    reader = reader_of(lang for lang, _ in found)
+    if reader:
         which = "it" if count == 1 else "them"
-        text += f" {readers[0]} reads {names}: import {which} into a knowledge base made with it."
+        text += f" {reader} reads {names}: import {which} into a knowledge base made with it."
     return text
 
 

@@ -1,8 +1,9 @@
-"""What unrelated text scores for a model: the semantic floor below which a cosine is no evidence (issue #25).
+"""A model's semantic scale: what unrelated text scores (the floor, issue #25) and what a near-identical text scores
+(the top), so that a cosine means the same evidence on every model (issue #35).
 
 Cosines are not comparable across models: all-MiniLM-L6-v2 gives unrelated English sentences about 0.0–0.2, while
 e5 models give any two texts 0.7 or more, and an English-only model gives unrelated *Chinese* texts 0.3–0.6 (it
-cannot read them). So the floor is measured, per model and per script of the query, never fixed:
+cannot read them). So the scale is measured, per model and per script of the query, never fixed:
 
 * a small built-in set of sentences on mutually unrelated topics (cooking, tax law, volcanoes, chess …; one set in
   English, one in Chinese, written for this purpose, not taken from any evaluation set) is embedded once per
@@ -11,20 +12,36 @@ cannot read them). So the floor is measured, per model and per script of the que
   what people type, questions more than statements: with the sentences themselves as queries, multilingual-e5-small
   scored two unrelated Chinese statements 0.833 ± 0.017 on average against 0.812 ± 0.017 for a question and an
   unrelated statement, a floor 0.02 higher that cut real answers (a KB's relevant chunks start around 0.85);
-* ``floor = mean + 2 · standard deviation`` of those cosines: a chunk must score above what all but about 2.5 % of
-  unrelated texts reach (the conventional one-sided 97.5 % level). Three standard deviations would drop real
-  paraphrases: with all-MiniLM-L6-v2 a question that shares almost no word with its answer ("which credential may
-  only read?" against a paragraph on read and write tokens) scores 0.26–0.29, while unrelated English text scores
-  0.04 ± 0.08, so 3σ (0.28) sits on top of them and 2σ (0.20) below.
+* the **floor** is ``mean + 2 · standard deviation`` of those cosines: a chunk must score above what all but about
+  2.5 % of unrelated texts reach (the conventional one-sided 97.5 % level). Three standard deviations would drop
+  real paraphrases: with all-MiniLM-L6-v2 a question that shares almost no word with its answer ("which credential
+  may only read?" against a paragraph on read and write tokens) scores 0.26–0.29, while unrelated English text
+  scores 0.04 ± 0.08, so 3σ (0.28) sits on top of them and 2σ (0.20) below;
+* the **top** is the mean cosine of each sentence embedded as a query against itself embedded as a document: what a
+  near-identical text scores in a search. It is 1 for a model without prompts and below 1 for one whose query and
+  document prompts differ (multilingual-e5-small: about 0.94 for English, 0.98 for Chinese).
 
-A search keeps a candidate on semantic evidence only when its cosine exceeds the floor (see
-:func:`kb_core.retrieval.search.rank`). The rule needs nothing from a model but its embeddings, so it holds for any
-model a knowledge base uses (local, endpoint, multilingual); the floor of each is reported with every search.
+The semantic part of a score is the cosine on that scale, ``clip((cosine − mean) / (top − mean), 0, 1)``: what
+unrelated text scores (its mean) 0, a near-identical text 1. Measured on the calibration set itself, the question that
+a sentence answers then scores about 0.7 on every model that reads the script (all-MiniLM-L6-v2 0.68 on English;
+multilingual-e5-small 0.71 on English, 0.68 on Chinese; all-MiniLM-L6-v2 0.37 on Chinese, which it cannot read:
+its answers there are hardly above its floor), where raw cosines were 0.69, 0.88 and 0.93: a 0.7 is the same
+evidence whichever model a KB uses, and ``min_score`` keeps its meaning.
+
+Why the mean and not the floor as the zero (issue #35 asked for "floor → 0"): the scale's unit, ``top − zero``,
+sets how much a cosine difference weighs against the keyword part at the fixed default weights 0.7/0.3. With the
+floor as the zero the unit shrank (all-MiniLM-L6-v2: 0.81 instead of 0.97; e5: 0.15 instead of 0.20), which moved
+the balance towards the vector signal and cost English hybrid search 0.004 nDCG@10 on SciFact's *train* split with
+both models (the split used for such choices; README, Quality and performance); with the mean both stayed within
+0.001. The floor keeps its meaning as the evidence threshold: a chunk whose cosine is not above it is never a hit on
+semantic evidence alone, and the semantic part of such a chunk (a hit by its keywords) is small (at most
+``2σ / (top − mean)``: 0.16 for all-MiniLM-L6-v2 on English, 0.26 and 0.20 for e5).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,7 +50,7 @@ from kb_core.embedding.base import Embedder
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CALIBRATION_QUERIES", "CALIBRATION_TEXTS", "CALIBRATION_VERSION", "SemanticFloor", "measure_floor"]
+__all__ = ["CALIBRATION_QUERIES", "CALIBRATION_TEXTS", "CALIBRATION_VERSION", "SemanticScale", "measure_scale"]
 
 # One sentence per topic; no two share a subject. "latin" and "cjk" are the scripts search.detect_language tells.
 CALIBRATION_TEXTS: dict[str, tuple[str, ...]] = {
@@ -119,7 +136,8 @@ SIGMAS = 2.0
 def _version() -> str:
     import hashlib
 
-    payload = repr((sorted(CALIBRATION_TEXTS.items()), sorted(CALIBRATION_QUERIES.items()), SIGMAS)).encode("utf-8")
+    rule = (SIGMAS, "zero: the unrelated mean; top: each sentence as a query against itself as a document")
+    payload = repr((sorted(CALIBRATION_TEXTS.items()), sorted(CALIBRATION_QUERIES.items()), rule)).encode("utf-8")
     return hashlib.sha256(payload).hexdigest()[:12]
 
 
@@ -128,33 +146,66 @@ CALIBRATION_VERSION = _version()
 
 
 @dataclass(frozen=True)
-class SemanticFloor:
-    """A model's semantic floor for one script: ``value`` and the unrelated-pair statistics it came from."""
+class SemanticScale:
+    """A model's semantic scale for one script of query (module docstring): ``mean`` (what unrelated text scores on
+    average) maps to 0 and ``top`` (a near-identical text) to 1; a cosine must exceed ``floor`` (mean + 2 standard
+    deviations, ``std``, over ``pairs`` unrelated pairs) to count as evidence. ``measured`` is False for the stand-in
+    used when a model could not embed the calibration texts (an endpoint down): mean and floor 0, top 1, the cosine
+    itself."""
 
-    value: float
-    mean: float
-    std: float
-    pairs: int
+    floor: float
+    top: float
+    mean: float = 0.0
+    std: float = 0.0
+    pairs: int = 0
+    measured: bool = True
+
+    @classmethod
+    def unmeasured(cls) -> SemanticScale:
+        return cls(0.0, 1.0, measured=False)
+
+    def normalized(self, cosine: float | None) -> float:
+        """``cosine`` on this scale, in [0, 1] (None, no cosine, gives 0)."""
+        if cosine is None or not math.isfinite(cosine):
+            return 0.0
+        return min(1.0, max(0.0, (float(cosine) - self.mean) / (self.top - self.mean)))
+
+    def normalized_array(self, cosines: np.ndarray) -> np.ndarray:
+        """:meth:`normalized` of each value (NaN, a missing cosine, gives 0), with the same float64 operations."""
+        values = (np.asarray(cosines, dtype=np.float64) - self.mean) / (self.top - self.mean)
+        return np.nan_to_num(np.minimum(1.0, np.maximum(0.0, values)), nan=0.0)
+
+    def to_json(self) -> dict[str, float | bool]:
+        return {"zero": self.mean, "floor": self.floor, "top": self.top, "measured": self.measured}
 
 
-def measure_floor(embedder: Embedder, language: str) -> SemanticFloor:
-    """The floor of ``embedder`` for queries in ``language`` (``"latin"`` or ``"cjk"``); module docstring."""
+# The top must stand this far above the floor for the scale to be usable; a model whose near-identical texts score
+# no better than unrelated ones (none known) gets the raw cosine above its floor instead.
+MIN_SPAN = 0.01
+
+
+def measure_scale(embedder: Embedder, language: str) -> SemanticScale:
+    """The scale of ``embedder`` for queries in ``language`` (``"latin"`` or ``"cjk"``); module docstring."""
     texts = CALIBRATION_TEXTS.get(language)
     if texts is None:
         raise ValueError(f"no calibration texts for language {language!r}; known: {', '.join(CALIBRATION_TEXTS)}")
-    questions = list(CALIBRATION_QUERIES[language])
+    questions = list(CALIBRATION_QUERIES[language]) + list(texts)
     documents = np.asarray(embedder.embed_documents(list(texts)), dtype=np.float64)
-    batch = getattr(embedder, "embed_queries", None)  # one request for an endpoint instead of sixteen
+    batch = getattr(embedder, "embed_queries", None)  # one request for an endpoint instead of thirty-two
     if batch is not None:
-        queries = np.asarray(batch(questions), dtype=np.float64)
+        embedded = np.asarray(batch(questions), dtype=np.float64)
     else:
-        queries = np.stack([np.asarray(embedder.embed_query(t), dtype=np.float64) for t in questions])
+        embedded = np.stack([np.asarray(embedder.embed_query(t), dtype=np.float64) for t in questions])
+    queries, statements = embedded[: len(texts)], embedded[len(texts) :]
     cosines = queries @ documents.T
     unrelated = cosines[~np.eye(len(texts), dtype=bool)]
     mean, std = float(unrelated.mean()), float(unrelated.std())
-    value = min(1.0, max(0.0, mean + SIGMAS * std))
+    floor = min(1.0, max(0.0, mean + SIGMAS * std))
+    top = float(np.mean(np.sum(statements * documents, axis=1)))
+    top = min(1.0, max(top, floor + MIN_SPAN))
+    floor = min(floor, top - MIN_SPAN)
     logger.info(
-        "semantic floor of %s for %s queries: %.4f (unrelated cosines %.4f ± %.4f over %d pairs)",
-        getattr(embedder, "model_key", type(embedder).__name__), language, value, mean, std, len(unrelated),
+        "semantic scale of %s for %s queries: floor %.4f (unrelated cosines %.4f ± %.4f over %d pairs), top %.4f",
+        getattr(embedder, "model_key", type(embedder).__name__), language, floor, mean, std, len(unrelated), top,
     )
-    return SemanticFloor(value, mean, std, len(unrelated))
+    return SemanticScale(floor, top, mean, std, len(unrelated))

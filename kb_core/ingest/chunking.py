@@ -8,7 +8,9 @@ How chunks are cut, in order of preference:
 3. A single sentence too long for one chunk is cut between tokens, at a word start where there is one.
 
 A chunk never spans a chapter change (its ``chapter`` is that of its blocks; its ``page`` is the page of the
-block it starts in). Consecutive chunks of one chapter share about ``overlap_tokens`` tokens: the next chunk
+block it starts in), except that headings with no text of their own under them (a document's title, a heading
+followed at once by its first sub-heading) go with the text that follows them, in that text's chapter: a title is
+context, not a chunk. Consecutive chunks of one chapter share about ``overlap_tokens`` tokens: the next chunk
 starts that far back, at a sentence start when one is close enough, else at a word start. The overlap is
 shrunk rather than letting a chunk grow past ``chunk_size``.
 
@@ -278,17 +280,22 @@ def chunk_document(
     sentences = np.unique(np.concatenate([sentence_tokens, first, [n_tokens]]))
     cutter = _Cutter(text, starts, ends, sentences, max_chunk_chars(chunk_size))
 
-    # Runs of consecutive blocks with one chapter, in token index space.
+    # Runs of consecutive blocks with one chapter, in token index space, and whether a run holds headings only.
     runs: list[tuple[int, int, str | None]] = []
+    headings_only: list[bool] = []
     for i, block in enumerate(blocks):
         lo = int(first[i])
         hi = int(first[i + 1]) if i + 1 < len(blocks) else n_tokens
         if hi <= lo:
             continue
+        heading = bool(getattr(block, "heading", False))
         if runs and runs[-1][2] == block.chapter and runs[-1][1] == lo:
             runs[-1] = (runs[-1][0], hi, block.chapter)
+            headings_only[-1] = headings_only[-1] and heading
         else:
             runs.append((lo, hi, block.chapter))
+            headings_only.append(heading)
+    runs = _headings_joined(runs, headings_only)
 
     ranges: list[tuple[int, int, str | None]] = []
     for run_start, run_end, chapter in runs:
@@ -305,6 +312,26 @@ def chunk_document(
 
     ids = (ids_all, tokenizer.fingerprint) if ids_all is not None and isinstance(tokenizer, IdTokenizer) else None
     return _finish(ranges, cutter, tokenizer, chunk_size, blocks, first, ids)
+
+
+def _headings_joined(
+    runs: list[tuple[int, int, str | None]], headings_only: list[bool]
+) -> list[tuple[int, int, str | None]]:
+    """Runs with each run of headings only (a title, a heading followed at once by a sub-heading) joined to the run
+    after it, whose chapter the joined run takes: a title is context for the text under it, not a chunk of its own
+    (a 6-token chunk "保险理赔指南" matches a query's words and holds none of the answer)."""
+    joined: list[tuple[int, int, str | None]] = []
+    start: int | None = None
+    for (lo, hi, chapter), heading in zip(runs, headings_only, strict=True):
+        if start is None:
+            start = lo
+        if heading:
+            continue
+        joined.append((start, hi, chapter))
+        start = None
+    if start is not None:  # headings at the very end: nothing follows them
+        joined.append((start, runs[-1][1], runs[-1][2]))
+    return joined
 
 
 def _span(cutter: _Cutter, a: int, b: int) -> tuple[int, int]:

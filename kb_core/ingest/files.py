@@ -9,7 +9,9 @@ session builds the envelope.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import shutil
 import threading
 import unicodedata
 import uuid
@@ -18,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kb_core.errors import KBNotFound
+from kb_core.errors import KBError, KBNotFound
 from kb_core.ingest import pipeline
 from kb_core.ingest.pipeline import ChunkBudget, FileProgress, ImportProgress
 from kb_core.safe_files import UnusablePath, open_input_file, path_name_problem, shown_path
@@ -277,6 +279,58 @@ def reimport_document(
             return None
         states, _ = importer.run([source], chunk_size, progress, chunk_budget=chunk_budget)
     return states[0]
+
+
+def copy_documents(
+    service: ImportResources,
+    source_record: KnowledgeBaseRecord,
+    documents: Sequence[dict[str, Any]],
+    target: KnowledgeBaseRecord,
+    progress: Callable[[ImportProgress], None] | None = None,
+    cancel: threading.Event | None = None,
+) -> list[FileOutcome]:
+    """Import the kept originals of ``source_record``'s live ``documents`` (documents rows) into ``target`` as new
+    documents, each under its name and file name and at its own chunk size (#35: re-embedding a KB's files with
+    another model). One outcome per document, in order; a document whose original is gone fails, the rest go on."""
+    outcomes: dict[int, FileOutcome] = {}
+    copies = service.import_staging(target)
+    groups: dict[int, list[tuple[int, ImportSource]]] = {}
+    try:
+        sink = service.importer(source_record).sink
+        for index, document in enumerate(documents):
+            name = str(document["name"])
+            try:
+                with sink.reimport_source(document) as kept:
+                    if kept is None:
+                        raise KBNotFound("its original is gone (the document was changed meanwhile)")
+                    folder = copies / str(index)
+                    folder.mkdir(parents=True)
+                    copy = folder / (safe_document_name(str(document.get("file_name") or name)))
+                    shutil.copyfile(kept.path, copy)
+            except (KBError, OSError) as exc:
+                reason = exc.message if isinstance(exc, KBError) else f"its original could not be read ({exc})"
+                outcomes[index] = FileOutcome(str(document["file_path"]), error=f"{name}: {reason}")
+                continue
+            source = ImportSource(copy, name, str(document["source"]), str(document["file_path"]))
+            groups.setdefault(int(document["chunk_size"]), []).append((index, source))
+        languages: dict[str, str | None] = {}
+        for size, members in groups.items():
+            states, committed = service.importer(target).run([m[1] for m in members], size, progress, cancel)
+            languages.update({row["name"]: row.get("language") for row in committed})
+            for (index, _), state in zip(members, states, strict=True):
+                outcomes[index] = (
+                    FileOutcome(state.file_path, state.doc_name, state.chunks_total)
+                    if state.status == "ready"
+                    else FileOutcome(state.file_path, error=state.error or "import failed")
+                )
+    finally:
+        _remove_in_background(copies)
+    if groups:
+        service.compact_quietly(target)
+    return [
+        dataclasses.replace(outcome, language=languages.get(str(outcome.doc_name)))
+        for outcome in (outcomes[i] for i in range(len(documents)))
+    ]
 
 
 def safe_document_name(name: str) -> str:

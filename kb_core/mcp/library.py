@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from kb_core.errors import EmbeddingError, KBError
-from kb_core.mcp.results import snippet
 from kb_core.results import HitList, SearchHit, SearchRequest
 
 if TYPE_CHECKING:
@@ -63,7 +62,7 @@ def search_knowledge_base(
             ) from exc
     elif not isinstance(query, str) or not query.strip():
         session.search_chunks(SearchRequest(query))  # raises the session's INVALID_ARGUMENT
-    found = [hit.to_json(False) for hit in hits[:limit]]
+    found = [hit.with_passage(session.service.analyzer).to_json(False) for hit in hits[:limit]]
     if expand_graph and found:
         found = session.expand_hits(found)
     rows = [
@@ -74,7 +73,7 @@ def search_knowledge_base(
             "title": hit.get("doc_name") or hit["doc_id"],
             "kb_name": hit.get("kb_name"),
             "score": round(float(hit["score"]), 4),
-            "snippet": snippet(hit["content"], hit.get("matched_terms") or ()),
+            "snippet": hit["snippet"],
             "chapter": hit.get("chapter"),
             "page": hit.get("page"),
             "file_type": hit.get("file_type"),

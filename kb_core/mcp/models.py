@@ -152,11 +152,25 @@ def _search_chunk_fields() -> dict[str, Any]:
             list[str],
             Field(
                 default_factory=list,
-                description="Chinese bigrams reaching into a query stop word that this chunk holds: they add to its "
-                "BM25 beside matched_terms",
+                description="Chinese character pairs of the query that are no word of it (across two words, or into "
+                "a stop word) that this chunk holds: they add to its BM25 beside matched_terms",
             ),
         ),
         "breakdown": (dict[str, Any], Field(default_factory=dict, description="how the score was computed")),
+        "snippet": (
+            str,
+            Field(
+                default="",
+                description="the passage around the chunk's best-matching words, '…' where it cuts the content",
+            ),
+        ),
+        "passage": (
+            dict[str, Any] | None,
+            Field(
+                default=None,
+                description="the snippet's place in content (start, end) and the matched words' spans (marks)",
+            ),
+        ),
     }
     chunk_fields: dict[str, Any] = {}
     for hit_field in fields(SearchHit):
@@ -191,11 +205,17 @@ class SearchResult(BaseModel):
     warnings: list[str] = Field(default_factory=list)
     query_terms: dict[str, Any] | None = Field(
         default=None,
-        description="the keyword terms searched with, the stop words left out, fallback, and support (Chinese "
-        "bigrams reaching into a stop word: they add to the BM25 of chunks holding a term, never find one)",
+        description="the keyword terms searched with, the query's words, the stop words left out, only_stop_words, "
+        "and support (Chinese character pairs that are no word of the query: they add to the BM25 of chunks holding "
+        "a word, never find one)",
     )
     semantic_floor: float | None = Field(
         default=None, description="the cosine a chunk must exceed to count as semantic evidence for this model"
+    )
+    semantic_scale: dict[str, Any] | None = Field(
+        default=None,
+        description="the model's semantic scale for this query: zero (what unrelated text scores on average: 0 on the "
+        "scale), top (what a near-identical text scores: 1), floor (the cosine a chunk must exceed to count), measured",
     )
     min_score: float = Field(default=0.0, description="hits below this final score are not shown")
     below_min_score: int = Field(default=0, description="hits not shown because they scored below min_score")
@@ -377,9 +397,11 @@ class DocumentInfo(BaseModel):
     size_bytes: int | None = None
     size_human: str | None = Field(default=None, description="1024-based, e.g. 1.5 KB")
     source: str | None = Field(default=None, description="upload, path or bundle")
-    source_label: str | None = Field(default=None, description="readable source, e.g. 'Local file: /data/a.docx'")
+    source_label: str | None = Field(
+        default=None, description="readable source, e.g. '本地文件: /data/a.docx', '文件上传'"
+    )
     parse_status: str
-    status_text: str | None = Field(default=None, description="readable status, e.g. '✅ Completed'")
+    status_text: str | None = Field(default=None, description="readable status, e.g. '✅ 已完成', '❌ 失败: reason'")
     parse_error: str | None = None
     error: str | None = None
     chunk_count: int

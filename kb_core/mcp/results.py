@@ -23,8 +23,6 @@ from mcp.types import INTERNAL_ERROR, INVALID_PARAMS, CallToolResult, ErrorData,
 
 from kb_core.envelope import Envelope
 
-SNIPPET_CHARS = 220
-
 
 def tool_result(envelope: Envelope, text: Callable[[Envelope], str] | None = None) -> CallToolResult:
     """The CallToolResult of an envelope, or a JSON-RPC error for INVALID_ARGUMENT / INTERNAL_ERROR."""
@@ -86,18 +84,6 @@ def plain(value: Any) -> Any:
     if hasattr(value, "item"):
         return plain(value.item())
     return str(value)
-
-
-def snippet(content: str, terms: Sequence[str]) -> str:
-    text = " ".join(content.split())
-    if len(text) <= SNIPPET_CHARS:
-        return text
-    folded = text.casefold()
-    positions = [folded.find(t.casefold()) for t in terms if t and folded.find(t.casefold()) >= 0]
-    start = max(0, min(positions) - 60) if positions else 0
-    start = min(start, len(text) - SNIPPET_CHARS)
-    piece = text[start : start + SNIPPET_CHARS].strip()
-    return ("..." if start > 0 else "") + piece + ("..." if start + SNIPPET_CHARS < len(text) else "")
 
 
 def format_hits(hits: Sequence[dict[str, Any]]) -> str:

@@ -127,7 +127,7 @@ class ServiceHolder:
                 if not record.embedding_endpoint:
                     service.embedder(record).embed_query("warm up")
                     for query in ("warm up", "预热"):  # the model's semantic floors, measured once (kept in the home)
-                        service.semantic_floor(record, query)
+                        service.semantic_scale(record, query)
             except Exception:
                 logger.warning("Could not preload knowledge base %r; it loads on first use", record.name, exc_info=True)
         elapsed = time.monotonic() - started

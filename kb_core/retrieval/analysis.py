@@ -14,17 +14,21 @@ The analyzer turns text into index terms the same way at index time and at query
    kana and Hangul runs always use bigrams (jieba's dictionary is Chinese).
 
 Queries leave out stop words (:meth:`Analyzer.query_terms`): the English list applies to the terms of word runs,
-the Chinese list to those of Han runs (both in :mod:`kb_core.retrieval.stopwords`), and a Han bigram that reaches
-into a stop word (``的水`` in ``…度的水…``) goes with it, as Lucene's shingle filter leaves no shingle across a removed
-stop word. When its other character is a content character, such a bigram is kept as a *support* term
-(:attr:`QueryTerms.support`): it adds its BM25 to a row that holds one of the query's terms (a chunk that says
-``度的水`` as the query does outranks one that only holds ``水``) but never finds a row alone, is never a matched term,
-never highlighted, and stays out of the keyword reference (adding stop words to a query never lowers a chunk's
-keyword score). Lucene's and Elasticsearch's CJK bigram analysers keep every bigram, which would let ``么是`` (from
-``什么是``, both characters in stop words) find unrelated chunks; such a bigram is no support term either. The index
-keeps those terms (only the classic 33-word Lucene list is removed at index time, as before), so a query made only
-of stop words falls back to all its terms and still finds the chunks that hold them, and the query lists can change
-without rebuilding any index.
+the Chinese list to those of Han runs (both in :mod:`kb_core.retrieval.stopwords`). A query is searched with its
+*words*: Latin words (as stems), the words jieba cuts from its Han runs (search mode, so ``知识库`` gives ``知识`` and
+``知识库``), and the bigrams of kana and Hangul runs. The Han bigrams the index also keeps are an index detail:
+one that is not itself a word of the query (``险理`` straddling 保险|理赔, ``识库`` inside 知识库, ``的水`` reaching
+into the stop word 的) is a *support* term (:attr:`QueryTerms.support`): it adds its BM25 to a row that holds one of the
+query's words (a chunk that says ``保险理赔`` or ``度的水`` as the query does outranks one that holds the words apart)
+but never finds a row alone, is never a matched term or a highlight, and stays out of the keyword reference (so
+adding stop words to a query never lowers a chunk's keyword score). Lucene's shingle filter likewise leaves no
+shingle across a removed stop word; Lucene's and Elasticsearch's CJK bigram analysers keep every bigram, which would
+let ``么是`` (from ``什么是``, both characters in stop words) find unrelated chunks: such a bigram is no support term
+either. What people read (matched terms, highlights, notes) is the query's words (:attr:`QueryTerms.words`), never
+a bigram that straddles two of them. A query made only of stop words (``的 是 什么``, ``how do I``) has no keyword
+term at all: it says so (:attr:`QueryTerms.only_stop_words`) and finds chunks by meaning alone, since a chunk that
+holds 的 and 是 is no evidence. The index keeps every term (only the classic 33-word Lucene list is removed at index
+time), so the query lists can change without rebuilding any index.
 
 Library choices: PyStemmer is the C Snowball implementation Lucene's stemmers are ported from;
 jieba is the most widely used Chinese segmenter and ships its dictionary inside the wheel. Both
@@ -42,7 +46,7 @@ import re
 import threading
 import unicodedata
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -140,21 +144,37 @@ class TermSpan:
     stop: bool
     stop_word: bool = False  # the term is itself a stop word (not a bigram that only reaches into one)
     inside_stop: bool = False  # a Han bigram both of whose characters belong to stop words (么是 in 什么是)
+    pair: bool = False  # a Han bigram beside jieba's words (an index detail, not a word a reader sees)
 
 
 @dataclass(frozen=True)
 class QueryTerms:
     """The terms a query is searched with (distinct, in order of first appearance), the stop words left out, and
-    whether the query held only stop words (then ``terms`` are all of them: ``fallback``)."""
+    whether the query held only stop words (then no term at all: ``only_stop_words``)."""
 
     terms: tuple[str, ...]
     stop_words: tuple[str, ...] = ()  # the query's stop words as written (``How``, ``的``)
-    fallback: bool = False
-    dropped: tuple[str, ...] = ()  # the analysed terms left out: stop words and Han bigrams reaching into one
-    # Han bigrams that reach into a stop word with one character and hold a content character with the other
-    # (``的水``): they add to the BM25 of rows that hold one of ``terms`` but never find a row on their own, and
-    # are never matched terms or highlights.
+    only_stop_words: bool = False
+    dropped: tuple[str, ...] = ()  # the analysed terms left out: stop words and Han bigrams that are no word
+    # Han bigrams that are not words of the query (``险理`` across 保险|理赔, ``的水`` reaching into a stop word)
+    # but hold a content character: they add to the BM25 of rows that hold one of ``terms`` but never find a row
+    # on their own, and are never matched terms or highlights.
     support: tuple[str, ...] = ()
+    # The query's words as a reader sees them, each with the term it is searched as: (``Configuring``, ``configur``),
+    # (``理赔``, ``理赔``). What matched terms and highlights are made of.
+    words: tuple[tuple[str, str], ...] = ()
+
+    def words_held(self, held: Sequence[str]) -> list[str]:
+        """The query's words whose term is among ``held`` (a row's matched terms), in query order; a Chinese word
+        inside a longer one that is held too (知识 beside 知识库) is left out."""
+        present = set(held)
+        found = [word for word, term in self.words if term in present]
+        return [w for w in found if not (_CJK_RE.match(w) and any(w != o and w in o for o in found))]
+
+    @property
+    def shown_words(self) -> tuple[str, ...]:
+        """The words the query is searched with, as written."""
+        return tuple(word for word, _ in self.words)
 
 
 def _bigrams(run: str) -> list[str]:
@@ -246,11 +266,13 @@ class Analyzer:
             word_positions.append(len(out))
             out.append(word)
 
-    def term_spans(self, text: str) -> list[TermSpan]:
+    def term_spans(self, text: str, runs: Callable[[str, str], bool] | None = None) -> list[TermSpan]:
         """The index terms of ``text`` with their places in ``text`` and whether each is a query stop word.
 
         The same terms as :meth:`tokens` (each word and Han run is normalised and analysed as there), for the
-        query side and for highlighting; slower than :meth:`tokens`, so not used to index."""
+        query side and for highlighting; slower than :meth:`tokens`, so not used to index. ``runs(kind, run)``, when
+        given, says which runs to analyse (``kind``: "word", "han" or "cjk"): highlighting skips the Han runs that
+        hold none of its words, since segmenting them is most of the cost."""
         if not text:
             return []
         # same-length replacements, so offsets stay those of ``text``
@@ -259,6 +281,8 @@ class Analyzer:
         out: list[TermSpan] = []
         for match in _TOKEN_RE.finditer(prepared):
             run, start = match.group(), match.start()
+            if runs is not None and not runs(match.lastgroup or "", run):
+                continue
             if match.lastgroup == "word":
                 words: list[str] = []
                 self._word(unicodedata.normalize("NFKC", run).casefold(), index_stop, words, [])
@@ -276,8 +300,8 @@ class Analyzer:
         return out
 
     def query_terms(self, text: str) -> QueryTerms:
-        """The terms ``text`` is searched with: its distinct index terms less the query stop words, or all of them
-        when nothing else is left (a query made only of stop words still matches the chunks that hold them)."""
+        """The terms ``text`` is searched with: its words less the query stop words, the Han bigrams that are no word
+        of it as support terms (module docstring); no term at all when it holds only stop words."""
         return _query_terms(self, text)
 
     def _query_terms(self, text: str) -> QueryTerms:
@@ -285,30 +309,33 @@ class Analyzer:
         if not terms:
             return QueryTerms(())
         spans = self.term_spans(text)
-        kept = {s.term for s in spans if not s.stop}
-        stop = [t for t in dict.fromkeys(s.term for s in spans if s.stop) if t not in kept]
-        if not stop:
-            return QueryTerms(tuple(terms))
-        written = tuple(
-            dict.fromkeys(
-                text[s.start : s.end]
-                for s in spans
-                if s.stop_word and s.term not in kept
-            )
-        )
-        dropped = set(stop)
-        used = [t for t in terms if t not in dropped]
+        words: dict[str, str] = {}  # term -> the word as written, first seen
+        for s in spans:
+            if not s.pair and not s.stop:
+                words.setdefault(s.term, s.term if _CJK_RE.match(s.term) else text[s.start : s.end])
+        written = tuple(dict.fromkeys(text[s.start : s.end] for s in spans if s.stop_word and s.term not in words))
+        used = [t for t in terms if t in words]
+        dropped = tuple(t for t in terms if t not in words)
         if not used:
-            return QueryTerms(tuple(terms), written, fallback=True, dropped=tuple(stop))
+            return QueryTerms((), written, only_stop_words=True, dropped=dropped)
         listed = {s.term for s in spans if s.stop_word}
-        content = {s.term for s in spans if s.stop and not s.stop_word and not s.inside_stop}
-        support = tuple(t for t in stop if t in content and t not in listed)
-        return QueryTerms(tuple(used), written, dropped=tuple(stop), support=support)
+        content = {s.term for s in spans if s.pair and not s.inside_stop} | {
+            s.term for s in spans if s.stop and not s.stop_word and not s.inside_stop
+        }
+        support = tuple(t for t in dropped if t in content and t not in listed)
+        shown = tuple((word, term) for term, word in words.items())
+        return QueryTerms(tuple(used), written, dropped=dropped, support=support, words=shown)
 
     def _han_spans(self, run: str, offset: int) -> list[TermSpan]:
         norm = unicodedata.normalize("NFKC", run)
+        pair = self.cjk == "jieba+bigram"  # bigrams beside jieba's words are index details; alone they are the words
         if len(norm) != len(run):  # compatibility characters that expand: the whole run is the place of its terms
-            return [TermSpan(t, offset, offset + len(run), False) for t in self._han(norm)]
+            end = offset + len(run)
+            words = [TermSpan(t, offset, end, False) for t in self._han(norm) if self.cjk == "bigram" or len(t) != 2]
+            if self.cjk != "bigram":
+                words = [TermSpan(w, offset, end, False) for w in _jieba().cut_for_search(norm) if w.strip()]
+            pairs = [TermSpan(b, offset, end, False, pair=pair) for b in _bigrams(norm)] if self.cjk != "jieba" else []
+            return words + ([] if self.cjk == "bigram" else pairs)
         tokenizer = _jieba()
         stop_chars = np.zeros(len(norm), dtype=bool)
         for word, start, end in tokenizer.tokenize(norm):
@@ -329,7 +356,7 @@ class Analyzer:
             listed = bigram in stopwords.CHINESE_STOP_WORDS
             reaches = bool(stop_chars[i] or stop_chars[i + 1])
             inside = bool(stop_chars[i] and stop_chars[i + 1])
-            out.append(TermSpan(bigram, offset + i, offset + i + 2, reaches or listed, listed, inside))
+            out.append(TermSpan(bigram, offset + i, offset + i + 2, reaches or listed, listed, inside, pair))
         return out
 
     def _han(self, run: str) -> list[str]:

@@ -1,12 +1,20 @@
 """Fusion of keyword (BM25) and vector (cosine) candidate lists, with a score breakdown per hit.
 
 Every score a person or agent reads lies in [0, 1], higher is better, and means the same kind of thing in every
-mode, so a threshold set once works across the queries of a KB. Each signal is put on an absolute [0, 1] scale
-that does not depend on the other candidates of the query:
+mode and on every embedding model, so a threshold set once works across the queries of a KB and across KBs. Each
+signal is put on an absolute [0, 1] scale that does not depend on the other candidates of the query:
 
-    vector_normalized  = max(0, cosine)                         cosine of the query and chunk embeddings
-    keyword_normalized = 1 − exp(−BM25 / keyword_reference)     saturating share of keyword evidence
+    vector_normalized  = clip((cosine − zero) / (top − zero), 0, 1)     the cosine on the model's semantic scale
+    keyword_normalized = 1 − exp(−BM25 / keyword_reference)           saturating share of keyword evidence
     keyword_reference  = Σ idf(t) over the query's terms that occur in the KB (its support terms left out)
+
+``zero`` and ``top`` are the model's semantic scale for the query's script (:mod:`kb_core.embedding.calibration`):
+what unrelated text scores on average (→ 0) and what a near-identical text scores (→ 1). Cosines themselves are not
+comparable across models (multilingual-e5-small gives unrelated text 0.74–0.81, all-MiniLM-L6-v2 0.04), so a raw
+cosine of 0.6 meant "relevant" on one model and "anything" on the other; on the scale, the question a calibration
+sentence answers scores about 0.7 on both. Every breakdown reports the anchors (``semantic_zero``,
+``semantic_top``) and the model's floor (``semantic_floor``: the cosine a chunk must exceed to count as semantic
+evidence).
 
 ``keyword_reference`` is the BM25 of a *reference match*: a chunk of average length holding each query term once
 (each term then contributes exactly its idf). So a keyword score of 0.63 (1 − 1/e) means as much keyword evidence
@@ -55,6 +63,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kb_core.config import DEFAULT_KEYWORD_WEIGHT, DEFAULT_VECTOR_WEIGHT, FUSION_METHODS, RRF_K, WEIGHTINGS
+from kb_core.embedding.calibration import SemanticScale
 from kb_core.errors import InvalidArgument
 from kb_core.retrieval.weights import FusionWeights, guarded_weights, weights_from_ranked_lists
 
@@ -98,8 +107,10 @@ class Candidate:
 class ScoreBreakdown:
     """Everything needed to recompute ``final_score`` by hand (formula in the module docstring).
 
-    ``vector_score`` is the raw cosine, ``keyword_score`` the raw BM25, ``keyword_reference`` the BM25 of the
-    query's reference match; ``normalization`` names how the normalised values were made from them.
+    ``vector_score`` is the raw cosine, ``semantic_zero`` and ``semantic_top`` the model's semantic scale it is read
+    on (``semantic_floor``: the cosine it must exceed to count as semantic evidence), ``keyword_score`` the raw
+    BM25, ``keyword_reference`` the BM25 of the query's reference match; ``normalization`` names how the normalised
+    values were made from them.
     """
 
     vector_score: float | None
@@ -121,14 +132,21 @@ class ScoreBreakdown:
     final_score: float
     fusion_method: str
     keyword_reference: float = 0.0
-    normalization: str = "absolute"
+    semantic_zero: float = 0.0
+    semantic_top: float = 1.0
+    semantic_floor: float = 0.0
+    normalization: str = "calibrated"
     weighting: str = "fixed"
     notes: tuple[str, ...] = ()
 
 
-def vector_normalized(cosine: float | None) -> float:
-    """A cosine on the [0, 1] score scale: negative cosines (unrelated or opposed) count as 0."""
-    return 0.0 if cosine is None else min(1.0, max(0.0, float(cosine)))
+# No measured scale (a caller without one): the cosine itself, negative cosines counting as 0.
+UNCALIBRATED = SemanticScale.unmeasured()
+
+
+def vector_normalized(cosine: float | None, scale: SemanticScale = UNCALIBRATED) -> float:
+    """A cosine on the [0, 1] score scale of ``scale`` (module docstring)."""
+    return scale.normalized(cosine)
 
 
 def keyword_normalized(bm25: float | None, reference: float) -> float:
@@ -278,6 +296,7 @@ class FusedRanking:
     normalization: str
     weighting: str
     notes: tuple[str, ...]
+    semantic_scale: SemanticScale = UNCALIBRATED
 
     def __len__(self) -> int:
         return len(self.order)
@@ -314,6 +333,9 @@ class FusedRanking:
             final_score=float(self.final_score[position]),
             fusion_method=self.fusion_method,
             keyword_reference=self.keyword_reference,
+            semantic_zero=self.semantic_scale.mean,
+            semantic_top=self.semantic_scale.top,
+            semantic_floor=self.semantic_scale.floor,
             normalization=self.normalization,
             weighting=self.weighting,
             notes=self.notes,
@@ -347,6 +369,9 @@ class FusedRanking:
             "jaccard_weight": self.jaccard_weight,
             "fusion_method": self.fusion_method,
             "keyword_reference": self.keyword_reference,
+            "semantic_zero": self.semantic_scale.mean,
+            "semantic_top": self.semantic_scale.top,
+            "semantic_floor": self.semantic_scale.floor,
             "normalization": self.normalization,
             "weighting": self.weighting,
         }
@@ -365,9 +390,9 @@ _FIELD_ORDER = tuple(f.name for f in dataclasses.fields(ScoreBreakdown) if f.nam
 _FIELD_ORDER_WITH_NOTES = (*_FIELD_ORDER, "notes")
 
 
-def vector_normalized_array(cosines: np.ndarray) -> np.ndarray:
+def vector_normalized_array(cosines: np.ndarray, scale: SemanticScale = UNCALIBRATED) -> np.ndarray:
     """:func:`vector_normalized` of each value (NaN, a missing score, gives 0)."""
-    return np.nan_to_num(np.minimum(1.0, np.maximum(0.0, cosines)), nan=0.0)
+    return scale.normalized_array(cosines)
 
 
 def keyword_normalized_array(bm25: np.ndarray, reference: float) -> np.ndarray:
@@ -391,14 +416,21 @@ def _ranking(
     reference: float,
     normalization: str,
     weighting: str,
+    scale: SemanticScale,
+    cosine_ties: bool,
 ) -> FusedRanking:
     v_contribution, k_contribution = weights.vector * vn, weights.keyword * kn
     fused = v_contribution + k_contribution
     jaccard = arrays.jaccard if jaccard_weight > 0 else np.zeros(len(arrays), dtype=np.float64)
     final = (1.0 - jaccard_weight) * fused + jaccard_weight * jaccard
+    if cosine_ties:
+        # Equal scores (cosines above the scale's top all read 1) go to the higher raw cosine.
+        order = np.lexsort((-np.nan_to_num(arrays.vector_score, nan=-np.inf), -final))
+    else:
+        order = np.argsort(-final, kind="stable")
     return FusedRanking(
         candidates=arrays,
-        order=np.argsort(-final, kind="stable"),
+        order=order,
         vector_normalized=vn,
         keyword_normalized=kn,
         vector_contribution=v_contribution,
@@ -415,6 +447,7 @@ def _ranking(
         normalization=normalization,
         weighting=weighting,
         notes=weights.notes,
+        semantic_scale=scale,
     )
 
 
@@ -430,11 +463,13 @@ def fuse(
     weighting: str = "fixed",
     vector_prior: float = 1.0,
     keyword_reference: float | None = None,
+    semantic_scale: SemanticScale = UNCALIBRATED,
 ) -> list[tuple[Candidate, ScoreBreakdown]]:
     """Fuse the candidates of both signals; best first (ties keep input order).
 
     ``keyword_reference`` is the BM25 of the query's reference match (module docstring); the search passes it.
     Without it the best keyword score among the candidates stands in, and a note says the scale is relative.
+    ``semantic_scale`` is the model's (the search passes it); without it the cosine itself is the semantic part.
     """
     pool = list(candidates)
     ranking = fuse_arrays(
@@ -447,6 +482,7 @@ def fuse(
         weighting=weighting,
         vector_prior=vector_prior,
         keyword_reference=keyword_reference,
+        semantic_scale=semantic_scale,
     )
     return [(pool[p], ranking.breakdown(p)) for p in ranking.order.tolist()]
 
@@ -462,6 +498,7 @@ def fuse_arrays(
     weighting: str = "fixed",
     vector_prior: float = 1.0,
     keyword_reference: float | None = None,
+    semantic_scale: SemanticScale = UNCALIBRATED,
 ) -> FusedRanking:
     """:func:`fuse` on columnar candidates, every candidate at once with numpy; breakdowns on demand."""
     requested_v = _check_weight("vector_weight", vector_weight)
@@ -500,7 +537,7 @@ def fuse_arrays(
         vn = np.where(arrays.vector_rank > 0, (rrf_k + 1) / (rrf_k + v_rank), 0.0)
         kn = np.where(arrays.keyword_rank > 0, (rrf_k + 1) / (rrf_k + k_rank), 0.0)
     else:
-        vn = vector_normalized_array(arrays.vector_score)
+        vn = vector_normalized_array(arrays.vector_score, semantic_scale)
         kn = keyword_normalized_array(arrays.keyword_score, reference or 0.0)
     return _ranking(
         arrays,
@@ -511,17 +548,23 @@ def fuse_arrays(
         jaccard_weight,
         method,
         float(reference or 0.0),
-        "reciprocal rank" if method == "rrf" else "absolute",
+        "reciprocal rank" if method == "rrf" else "calibrated",
         weighting,
+        semantic_scale,
+        method == "weighted",
     )
 
 
 def single_signal_ranking(
-    arrays: CandidateArrays, signal: str, jaccard_weight: float, keyword_reference: float
+    arrays: CandidateArrays,
+    signal: str,
+    jaccard_weight: float,
+    keyword_reference: float,
+    semantic_scale: SemanticScale = UNCALIBRATED,
 ) -> FusedRanking:
     """Ranking by one signal (semantic or keyword search): weight 1 on it, the same normalised values as fusion."""
     is_vector = signal == "vector"
-    vn = vector_normalized_array(arrays.vector_score)
+    vn = vector_normalized_array(arrays.vector_score, semantic_scale)
     kn = keyword_normalized_array(arrays.keyword_score, keyword_reference)
     ranking = _ranking(
         arrays,
@@ -532,8 +575,10 @@ def single_signal_ranking(
         jaccard_weight,
         "semantic only" if is_vector else "keyword only",
         keyword_reference,
-        "absolute",
+        "calibrated",
         "fixed",
+        semantic_scale,
+        is_vector,
     )
     # Only the ranked signal contributes (its weight is 1); the other's contribution is 0, not 0 × value.
     zero = np.zeros(len(arrays), dtype=np.float64)

@@ -326,8 +326,8 @@ class KeywordSearcher:
         self._cache_lock = threading.Lock()
 
     def query_terms(self, query: str) -> list[str]:
-        """The distinct analysed terms ``query`` is searched with, in order of first appearance: stop words left out
-        unless the query has nothing else (:meth:`kb_core.retrieval.analysis.Analyzer.query_terms`)."""
+        """The distinct analysed terms ``query`` is searched with, in order of first appearance: its words, stop words
+        left out (:meth:`kb_core.retrieval.analysis.Analyzer.query_terms`)."""
         return list(self.analyzer.query_terms(query).terms)
 
     def _postings(self, term: str) -> _TermPostings:

@@ -84,13 +84,25 @@ def _jaccard_sum(b: Mapping[str, Any]) -> str:
     )
 
 
+def semantic_mapping(b: Mapping[str, Any], digits: int = 4) -> str:
+    """``cosine 0.8710 → 0.3510 on this model's scale (unrelated text 0.8116 → 0, near-identical 0.9798 → 1)``: how
+    a breakdown's cosine became its semantic part (:mod:`kb_core.embedding.calibration`)."""
+    cosine = b.get("vector_score")
+    if cosine is None:
+        return "no cosine → 0"
+    zero, top = float(b.get("semantic_zero", 0.0)), float(b.get("semantic_top", 1.0))
+    return (
+        f"cosine {cosine:.{digits}f} → {float(b['vector_normalized']):.{digits}f} on this model's scale (unrelated "
+        f"text {zero:.{digits}f} → 0, near-identical {top:.{digits}f} → 1)"
+    )
+
+
 def explanation_steps(
     mode: str, b: Mapping[str, Any], matched_terms: Sequence[str], support_terms: Sequence[str] = ()
 ) -> list[str]:
     """The steps of a score in words, for a breakdown as hits carry it (``ScoreBreakdown`` as a dict); every figure
     is in the breakdown. The one explanation of a score: explain_search and the search lab show it."""
     lines = [f"Score {b['final_score']:.4f} on a 0–1 scale ({mode} search, {b['fusion_method']} fusion)."]
-    cosine = "none" if b["vector_score"] is None else f"{b['vector_score']:.4f}"
     bm25 = "none" if b["keyword_score"] is None else f"{b['keyword_score']:.3f}"
     vn, kn, reference = b["vector_normalized"], b["keyword_normalized"], b["keyword_reference"]
     if b["normalization"] == "reciprocal rank":
@@ -98,17 +110,18 @@ def explanation_steps(
         lines.append(f"Keyword: rank {b['keyword_rank'] or '-'} → {kn:.4f}.")
     else:
         lines.append(
-            f"Vector: cosine {cosine} → {vn:.4f} (negative cosines count as 0); "
-            f"rank {b['vector_rank'] or 'not retrieved'} in the vector list."
+            f"Vector: {semantic_mapping(b)}; rank {b['vector_rank'] or 'not retrieved'} in the vector list."
         )
+        pairs = len(support_terms)
         lines.append(
             f"Keyword: BM25 {bm25}; the reference match for this query (each term once, average length) scores "
             f"{reference:.3f}, so 1 − exp(−{bm25}/{reference:.3f}) = {kn:.4f}; "
-            f"rank {b['keyword_rank'] or 'not retrieved'} in the keyword list; matched terms: "
+            f"rank {b['keyword_rank'] or 'not retrieved'} in the keyword list; matched words: "
             f"{', '.join(matched_terms) or 'none'}"
             + (
-                f"; the BM25 also counts {', '.join(support_terms)}: Chinese bigrams that reach into a stop word, "
-                "which add to a chunk that holds a matched term but never find or mark one on their own."
+                f"; the BM25 also counts {pairs} Chinese character pair{'s' if pairs != 1 else ''} of the query that "
+                "join two of its words or reach into a stop word, which add to a chunk that holds a query word but "
+                "never find or mark one on their own."
                 if support_terms
                 else "."
             )
@@ -131,7 +144,8 @@ def formula_line(b: Mapping[str, Any]) -> str:
     if b.get("normalization") == "reciprocal rank":
         v_how, k_how = f"rank {b['vector_rank'] or '-'}", f"rank {b['keyword_rank'] or '-'}"
     else:
-        v_how = f"cosine {cosine}"
+        zero, top = float(b.get("semantic_zero", 0.0)), float(b.get("semantic_top", 1.0))
+        v_how = f"cosine {cosine}; this model's scale: {zero:.3f} → 0, {top:.3f} → 1"
         k_how = f"BM25 {bm25}, reference {b.get('keyword_reference', 0):.3f}"
     line = (
         f"{b['vector_weight']:.2f} × {b['vector_normalized']:.3f} ({v_how}) + "
@@ -154,10 +168,9 @@ def arithmetic_steps(b: Mapping[str, Any]) -> list[str]:
             if b.get("keyword_rank") else "keyword: not ranked by the keyword search → 0",
         ]
     else:
-        cosine, bm25, reference = b.get("vector_score"), b.get("keyword_score"), b.get("keyword_reference")
+        bm25, reference = b.get("keyword_score"), b.get("keyword_reference")
         steps = [
-            f"semantic: cosine {cosine:.4f} → max(0, {cosine:.4f}) = {vn:.4f}"
-            if cosine is not None else "semantic: no cosine → 0",
+            f"semantic: {semantic_mapping(b)}",
             f"keyword: BM25 {bm25:.3f}, reference {reference:.3f} → 1 − exp(−{bm25:.3f} / {reference:.3f}) = {kn:.4f}"
             if bm25 and reference else "keyword: no query term in the chunk (BM25 0) → 0",
         ]

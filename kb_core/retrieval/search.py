@@ -5,9 +5,9 @@ Pipeline for ``mode="hybrid"``:
 1. over-fetch ``candidates`` rows from the keyword index (BM25) and from the vector index (cosine);
 2. score every candidate exactly on *both* signals (a keyword-only hit gets its real cosine and vice
    versa), so each breakdown shows raw cosine and raw BM25;
-3. fuse (:func:`kb_core.retrieval.fusion.fuse`: cosine and BM25 on absolute [0, 1] scales, the requested weights —
-   or, as options, signal-quality weights or RRF — and a Jaccard rerank term); the breakdown's formula is in
-   :mod:`kb_core.retrieval.fusion`;
+3. fuse (:func:`kb_core.retrieval.fusion.fuse`: the cosine on the model's measured semantic scale and BM25 on an
+   absolute [0, 1] scale, the requested weights — or, as options, signal-quality weights or RRF — and a Jaccard
+   rerank term); the breakdown's formula is in :mod:`kb_core.retrieval.fusion`;
 4. keep only candidates with evidence in the active mode: a keyword score > 0 (a query term, stop words left out)
    with a keyword weight > 0, or a cosine above the model's semantic floor (what unrelated text scores for it,
    :mod:`kb_core.embedding.calibration`) with a vector weight > 0; fewer hits than ``top_k`` is a correct answer;
@@ -33,8 +33,9 @@ import numpy as np
 
 from kb_core.config import DEFAULT_KEYWORD_WEIGHT, DEFAULT_VECTOR_WEIGHT, SEARCH_MODES
 from kb_core.embedding.builtin import covers_script
+from kb_core.embedding.calibration import SemanticScale
 from kb_core.errors import InvalidArgument
-from kb_core.retrieval.analysis import QueryTerms
+from kb_core.retrieval.analysis import Analyzer, QueryTerms
 from kb_core.retrieval.fusion import (
     DEFAULT_JACCARD_WEIGHT,
     FUSION_METHODS,
@@ -164,11 +165,26 @@ class SearchHit:
     file_type: str
     kb_id: str
     kb_name: str
-    matched_terms: list[str]
+    matched_terms: list[str]  # the query's words this chunk holds, as the query writes them
     breakdown: dict[str, Any] = field(default_factory=dict)
     location: tuple[int, int] = (0, 0)  # (segment index, row) inside its snapshot
-    # Han bigrams reaching into a query stop word that this chunk holds: they add to its BM25 beside matched_terms
+    # Han bigrams of the query that are no word of it (across two words, or into a stop word) that this chunk holds:
+    # they add to its BM25 beside matched_terms
     support_terms: list[str] = field(default_factory=list)
+    # The passage around its best-matching words (:func:`kb_core.retrieval.highlight.passage`), set by the
+    # operations that show hits (search, search_knowledge_base): the snippet as text, and its place with the marks.
+    snippet: str = ""
+    passage: dict[str, Any] | None = None
+
+    def with_passage(self, analyzer: Analyzer) -> SearchHit:
+        """This hit with its ``snippet`` and ``passage`` (``start``, ``end``, ``marks``: character spans of
+        ``content``)."""
+        from kb_core.retrieval.highlight import passage, snippet_text
+
+        window = passage(self.content, self.matched_terms, analyzer)
+        self.snippet = snippet_text(self.content, window)
+        self.passage = {"start": window.start, "end": window.end, "marks": [list(m) for m in window.marks]}
+        return self
 
     def to_json(self, explain: bool = True) -> dict[str, Any]:
         value = self.__dict__.copy()  # the fields in declaration order (a dataclass sets exactly these)
@@ -176,6 +192,8 @@ class SearchHit:
         breakdown = value.pop("breakdown")
         value["matched_terms"] = list(self.matched_terms)
         value["support_terms"] = list(self.support_terms)
+        if self.passage is not None:
+            value["passage"] = {**self.passage, "marks": [list(m) for m in self.passage["marks"]]}
         if explain:
             breakdown = breakdown.copy()
             for name in [name for name, item in breakdown.items() if type(item) is list]:
@@ -195,9 +213,14 @@ class RankedHits:
     keyword_reference: float = 0.0
     explained: dict[tuple[int, int], ExplainedRow] = field(default_factory=dict)
     explained_by_id: dict[str, ExplainedRow] = field(default_factory=dict)
-    semantic_floor: float | None = None  # the cosine a chunk must exceed for semantic evidence (None: not used)
+    semantic_scale: SemanticScale | None = None  # the model's scale for this query (None: keyword mode, not used)
     without_evidence: int = 0  # scored candidates left out because no signal of the active mode supports them
     query_terms: QueryTerms | None = None  # the keyword terms searched with and the stop words left out
+
+    @property
+    def semantic_floor(self) -> float | None:
+        """The cosine a chunk must exceed for semantic evidence (None: not used)."""
+        return None if self.semantic_scale is None else self.semantic_scale.floor
 
 
 @dataclass(frozen=True)
@@ -255,10 +278,15 @@ class SearchOutcome:
     settings: SearchSettings
     weights_used: FusionWeights | None = None
     auto_weights: FusionWeights | None = None
-    semantic_floor: float | None = None
+    semantic_scale: SemanticScale | None = None
     below_min_score: int = 0  # hits that would have been shown but scored below settings.min_score
     without_evidence: int = 0  # scored candidates no signal of the active mode supports (never hits)
     query_terms: QueryTerms | None = None
+
+    @property
+    def semantic_floor(self) -> float | None:
+        """The cosine a chunk had to exceed for semantic evidence (None: not used)."""
+        return None if self.semantic_scale is None else self.semantic_scale.floor
 
     def weights_json(self) -> dict[str, Any] | None:
         if self.settings.mode != "hybrid":
@@ -289,22 +317,30 @@ def rank(
     filters: SearchFilters,
     kb_name: str,
     explain_keys: Sequence[RowKey] = (),
-    semantic_floor: float = 0.0,
+    semantic_scale: SemanticScale | None = None,
 ) -> RankedHits:
     """The ranked hits of one KB snapshot, warnings for the user, and the weights used.
 
+    Cosines are read on ``semantic_scale``, the model's for the query's script (None: the cosine itself, floor 0).
     Only candidates with evidence in the active mode become hits (module docstring, step 4): a keyword score > 0,
-    or a cosine above ``semantic_floor``, for a signal whose weight is > 0. For each of ``explain_keys`` (rows whose
+    or a cosine above the scale's floor, for a signal whose weight is > 0. For each of ``explain_keys`` (rows whose
     rank someone asks about) ``RankedHits.explained`` holds its position among all scored candidates before
     near-duplicate removal, its breakdown, its matched terms and whether it has evidence, whether or not it made
     the hits."""
     warnings: list[str] = []
     analysed = searcher.analyzer.query_terms(query)
-    floor = None if settings.mode == "keyword" else float(semantic_floor)
+    if analysed.only_stop_words and settings.mode != "semantic":
+        warnings.append(
+            f"The query holds only stop words ({', '.join(analysed.stop_words)}), which are no keyword evidence: "
+            + ("nothing is found by keywords." if settings.mode == "keyword" else "only chunks close in meaning "
+               "(a cosine above what unrelated text scores) are hits.")
+        )
+    scale = None if settings.mode == "keyword" else (semantic_scale or SemanticScale.unmeasured())
+    floor = 0.0 if scale is None else scale.floor
     request = candidate_request(query, query_vector, settings, filters, explain_keys)
     candidates, row_terms = searcher.candidates(request)
     if not len(candidates):
-        return RankedHits([], warnings, semantic_floor=floor, query_terms=analysed)
+        return RankedHits([], warnings, semantic_scale=scale, query_terms=analysed)
     source = np.arange(len(candidates))  # each candidate's position in ``row_terms``
     if filters.active:
         allowed = np.array(
@@ -317,6 +353,11 @@ def rank(
         source = np.flatnonzero(allowed)
         candidates = candidates.take(source)
     keyword_reference = searcher.keyword_reference(row_terms.terms)
+    if semantic_scale is not None and not semantic_scale.measured and settings.mode != "keyword":
+        warnings.append(
+            f"The semantic scale of {searcher.embedding_model} could not be measured this time (it did not embed its "
+            "calibration texts), so semantic scores are raw cosines and no floor applies."
+        )
     covered = model_covers(searcher.embedding_model, detect_language(query))
     guarded = settings.language_guard and not covered
     if not covered and settings.mode == "hybrid" and settings.vector_weight > 0:
@@ -349,14 +390,17 @@ def rank(
             weighting=settings.weighting,
             vector_prior=vector_prior,
             keyword_reference=keyword_reference,
+            semantic_scale=scale or SemanticScale.unmeasured(),
         )
         if len(ranking):
             weights_used = FusionWeights(ranking.weights.vector, ranking.weights.keyword, ranking.notes)
         suggested = auto_weights(candidates, settings.vector_weight, settings.keyword_weight, vector_prior)
     else:
         signal = "vector" if settings.mode == "semantic" else "keyword"
-        ranking = single_signal_ranking(candidates, signal, settings.jaccard_weight, keyword_reference)
-    evidence = _evidence(ranking, settings.mode, floor or 0.0)
+        ranking = single_signal_ranking(
+            candidates, signal, settings.jaccard_weight, keyword_reference, scale or SemanticScale.unmeasured()
+        )
+    evidence = _evidence(ranking, settings.mode, floor)
     explained: dict[tuple[int, int], ExplainedRow] = {}
     if explain_keys and len(ranking):
         wanted = set(explain_keys)
@@ -367,7 +411,7 @@ def rank(
                     int(ranks[position]),
                     len(ranking),
                     ranking.breakdown(position),
-                    row_terms.matched(int(source[position])),
+                    analysed.words_held(row_terms.matched(int(source[position]))),
                     bool(evidence[position]),
                     row_terms.supported(int(source[position])),
                 )
@@ -377,7 +421,7 @@ def rank(
     if not window:
         return RankedHits(
             [], warnings, weights_used, suggested, keyword_reference, explained,
-            semantic_floor=floor, without_evidence=len(ranking), query_terms=analysed,
+            semantic_scale=scale, without_evidence=len(ranking), query_terms=analysed,
         )
     window_keys = cast("list[RowKey]", candidates.keys_of(window))
     records, signatures = searcher.rows_with_signatures(window_keys)
@@ -388,7 +432,7 @@ def rank(
     chosen = chosen[: settings.top_k]
     breakdowns = ranking.breakdown_dicts([position for position, _, _ in chosen])
     chosen_rows = source[[position for position, _, _ in chosen]]
-    matched = row_terms.matched_many(chosen_rows)
+    matched = [analysed.words_held(terms) for terms in row_terms.matched_many(chosen_rows)]
     support_held = row_terms.supported_many(chosen_rows)
     hits: list[SearchHit] = []
     for (_, key, row), breakdown, terms, support in zip(chosen, breakdowns, matched, support_held, strict=True):
@@ -416,7 +460,7 @@ def rank(
     without = int(len(ranking) - len(supported))
     return RankedHits(
         hits, warnings, weights_used, suggested, keyword_reference, explained,
-        semantic_floor=floor, without_evidence=without, query_terms=analysed,
+        semantic_scale=scale, without_evidence=without, query_terms=analysed,
     )
 
 

@@ -13,7 +13,7 @@ import pytest
 from kb_core import KnowledgeBaseService
 from kb_core.store.postgres.embedded import LocalPostgres
 from tests.browser.conftest import RunningApp, browser, pages, pytest_runtest_makereport  # noqa: F401 (fixtures)
-from tests.browser.test_app_browser import choose, go_to, wait_idle, write_docx
+from tests.browser.test_app_browser import create_in_form, go_to, wait_idle, write_docx
 from tests.postgres.conftest import new_database
 
 pytestmark = pytest.mark.browser
@@ -41,9 +41,7 @@ def test_import_in_one_app_and_search_in_another_on_one_url(  # type: ignore[no-
             wait_idle(page)
 
         page = importer  # host A: create the KB and upload two files
-        page.get_by_label("Name", exact=True).fill(KB)
-        choose(page, "Embedding model", "hashing (fast deterministic test embedder, no semantics)")
-        page.get_by_role("button", name="Create").click()
+        create_in_form(page, KB)
         page.get_by_text(f"Created and selected knowledge base '{KB}'").wait_for()
         wait_idle(page)
         go_to(page, "Import")

@@ -26,11 +26,14 @@ class TextBlock:
 
     ``chapter`` is the heading path ("Intro > Scope"), None before any heading.
     ``page`` is 1-based where the file records page breaks, else None.
+    ``heading``: the block is a heading or a title (DOCX Heading n, Title and Subtitle styles), context for the text
+    that follows it rather than text of its own (the chunker keeps it with that text).
     """
 
     text: str
     chapter: str | None = None
     page: int | None = None
+    heading: bool = False
 
 
 @dataclass(frozen=True)

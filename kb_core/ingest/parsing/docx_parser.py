@@ -62,6 +62,8 @@ _HEADING_ID = re.compile(
     re.IGNORECASE,
 )
 _WS = re.compile(r"\s+")
+# The built-in Title and Subtitle styles (English names and ids; Word's Chinese names 标题 / 副标题, without a level)
+_TITLE = re.compile(r"^\s*(?:title|subtitle|标题|副标题|標題|副標題)\s*$", re.IGNORECASE)
 
 
 def _split_tag(el: etree._Element) -> tuple[str, str]:
@@ -230,11 +232,11 @@ class _Walker:
         self._inline(p, parts)
 
     # ---- block content --------------------------------------------------
-    def _emit(self, text: str, chapter: str | None) -> None:
+    def _emit(self, text: str, chapter: str | None, heading: bool = False) -> None:
         text = _clean(text)
         if text:
             page = (self._first_page or self.page) if self.track_pages else None
-            self.blocks.append(TextBlock(text=text, chapter=chapter, page=page))
+            self.blocks.append(TextBlock(text=text, chapter=chapter, page=page, heading=heading))
 
     def _chapter(self) -> str | None:
         return " > ".join(title for _, title in self.chapters) or None
@@ -266,7 +268,17 @@ class _Walker:
             while self.chapters and self.chapters[-1][0] >= level:
                 self.chapters.pop()
             self.chapters.append((level, title))
-        self._emit(text, self._chapter())
+        self._emit(text, self._chapter(), level is not None or (self.headings and self._is_title(p)))
+
+    def _is_title(self, p: etree._Element) -> bool:
+        """A paragraph in the document's Title or Subtitle style (by style name, or by the built-in style id)."""
+        ppr = _w_child(p, "pPr")
+        pstyle = _w_child(ppr, "pStyle") if ppr is not None else None
+        style_id = _w_attr(pstyle, "val") if pstyle is not None else None
+        if not style_id:
+            return False
+        name = self.styles.names.get(style_id, style_id)
+        return _TITLE.match(name) is not None
 
     def _cell_text(self, tc: etree._Element) -> str:
         parts: list[str] = []

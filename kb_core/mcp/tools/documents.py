@@ -162,16 +162,17 @@ async def get_document_info(
     ctx: Context,
 ) -> Annotated[CallToolResult, ToolEnvelope[DocumentInfoResult]]:
     r"""Metadata of up to 10 documents by id, looked up concurrently: name, original file name (file_name), file type,
-    size in bytes and human-readable (1024-based), source (upload, path, bundle) with a readable source_label, parse
-    status with a readable status_text (e.g. '✅ Completed', '❌ Failed: reason'), chunk count, created and updated
-    times. Ids that cannot be found are listed in errors; success is true when any id was found.
+    size in bytes and human-readable (1024-based), source (upload, path, bundle) with a readable source_label (e.g.
+    '文件上传'), parse status with a readable status_text (e.g. '✅ 已完成', '❌ 失败: reason'; labels as the tool's
+    specification words them), chunk count, created and updated times. Ids that cannot be found are listed in errors;
+    success is true when any id was found.
 
     Parameters:
     - knowledge_ids: list of 1-10 document ids (doc_...), e.g. the doc_id of search hits.
 
     按 id 批量获取最多 10 个文档的元数据（并发查询）：名称、原始文件名（file_name）、文件类型、文件大小（字节数
     及 1024 进制的可读格式）、来源（source：upload、path、bundle）及可读的来源说明（source_label）、解析状态（
-    parse_status）及可读的状态说明（status_text，例如 '✅ Completed'、'❌ Failed: 原因'）、chunk 数量、创建和更新时间
+    parse_status）及可读的状态说明（status_text，例如 '✅ 已完成'、'❌ 失败: 原因'）、chunk 数量、创建和更新时间
     。找不到的 id 列在 errors 中；只要有一个 id 找到，success 即为 true。
 
     参数说明：

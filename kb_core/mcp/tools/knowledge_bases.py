@@ -20,8 +20,9 @@ async def create_knowledge_base(
     embedding_model: Annotated[
         str | None,
         Field(
-            description="local model: all-MiniLM-L6-v2 (default; English) or multilingual-e5-small (Chinese, English "
-            "and ~100 languages), or a local model folder; with embedding_endpoint, the model the endpoint serves"
+            description="local model: multilingual-e5-small (default; Chinese, English and ~100 languages) or "
+            "all-MiniLM-L6-v2 (English only), or a local model folder; with embedding_endpoint, the model the endpoint "
+            "serves"
         ),
     ] = None,
     embedding_endpoint: Annotated[str | None, Field(description="OpenAI-compatible endpoint URL")] = None,
@@ -34,9 +35,9 @@ async def create_knowledge_base(
     Parameters:
     - kb_name: Knowledge base name (required, must be unique, 1-64 characters, case-insensitive)
     - chunk_size: Chunk size in tokens (required, 32-8192, e.g. 512, 1024)
-    - embedding_model: Embedding model name (optional). Built-in local models, offline: all-MiniLM-L6-v2 (the
-      default; reads English only) and multilingual-e5-small (reads Chinese, English and about 100 other languages;
-      imports about 2x slower on a CPU). A local model folder works too; with embedding_endpoint, the model name
+    - embedding_model: Embedding model name (optional). Built-in local models, offline: multilingual-e5-small (the
+      default; reads Chinese, English and about 100 other languages) and all-MiniLM-L6-v2 (reads English only;
+      imports about 2x faster on a CPU). A local model folder works too; with embedding_endpoint, the model name
       the endpoint serves. Without an endpoint
       the model must be available offline, else the call fails with INVALID_ARGUMENT, whose message lists the
       models available offline.
@@ -53,8 +54,8 @@ async def create_knowledge_base(
     参数说明：
     - kb_name：知识库名称（必填，必须唯一，1-64 个字符，不区分大小写）
     - chunk_size：chunk 大小，单位 token（必填，32-8192，例如 512、1024）
-    - embedding_model：向量化模型名称（可选）。内置本地模型，无需联网：all-MiniLM-L6-v2（默认；只读英文）和
-      multilingual-e5-small（读中文、英文及约 100 种其他语言；在 CPU 上导入约慢 2 倍）。也可以是本地模型目录；
+    - embedding_model：向量化模型名称（可选）。内置本地模型，无需联网：multilingual-e5-small（默认；读中文、英文及约
+      100 种其他语言）和 all-MiniLM-L6-v2（只读英文；在 CPU 上导入约快 2 倍）。也可以是本地模型目录；
       与 embedding_endpoint 一起使用时，为该端点提供的模型名称。不使用 endpoint 时，模型必须可离线
       使用，否则返回 INVALID_ARGUMENT 并列出可离线使用的模型。
     - embedding_endpoint：OpenAI 兼容的向量化服务端点 URL（可选）

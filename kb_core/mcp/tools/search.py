@@ -64,8 +64,9 @@ async def search(
     term-overlap rerank has weight 0 unless jaccard_weight (or the knowledge base's default) sets one. Only chunks
     that some signal supports are returned — a query term (stop words such as "the", "how", 的, 了 are left out of
     the keyword query) or a cosine above the model's semantic floor (what unrelated text scores for that model) — so
-    there may be fewer than top_k. Every score lies in [0, 1], higher is better, in every mode: vector part = max(0,
-    cosine); keyword part = 1 − exp(−BM25 / BM25 of a chunk holding each query term once); hybrid = the weighted sum.
+    there may be fewer than top_k. Every score lies in [0, 1], higher is better, in every mode and on every model:
+    vector part = the cosine on the model's measured scale (what unrelated text scores → 0, a near-identical text → 1);
+    keyword part = 1 − exp(−BM25 / BM25 of a chunk holding each query term once); hybrid = the weighted sum.
 
     Parameters:
     - query: Query text (required)
@@ -83,18 +84,20 @@ async def search(
     by the first chunk of every document related to it by an edge, marked expanded=true with
     breakdown.graph_expansion.
 
-    data: chunks (each: id, doc_id, content, tokens, chunk_index, doc_name, score, and a score breakdown that
+    data: chunks (each: id, doc_id, content, tokens, chunk_index, doc_name, score, matched_terms: the query's words it
+    holds, snippet: the passage around them, passage: its place and the words' spans, and a score breakdown that
     recomputes it), count, settings, weights (requested, used, and what auto weighting would use), warnings,
-    query_terms (terms searched, stop words left out, support: Chinese bigrams reaching into a stop word, which add
-    to a chunk holding a term and find none alone; a hit's support_terms are those it holds), semantic_floor,
-    below_min_score, without_evidence.
+    query_terms (terms searched, the query's words, stop words left out, only_stop_words, support: Chinese character
+    pairs that are no word of the query, which add to a chunk holding a word and find none alone; a hit's
+    support_terms are those it holds), semantic_floor, semantic_scale, below_min_score, without_evidence.
 
     在当前选中的知识库中进行混合检索。结合关键词检索（BM25）和向量检索，按加权和合并结果（向量权重 0.7，关键词权重 0.3，
     除非知识库保存了其他默认值；给定的权重就是实际使用的权重），返回最多 top_k 个结果。默认不重排序：Jaccard 词重叠重排
     的权重为 0，除非 jaccard_weight（或知识库默认值）设置了权重。只返回有信号支持的片段——包含查询词（"the"、"how"、
     的、了 等停用词不参与关键词检索），或余弦相似度高于该模型的语义下限（无关文本在该模型下的得分水平）——因此结果可能少
-    于 top_k。所有模式下分数都在 [0, 1] 之间，越高越好：向量部分 = max(0, 余弦相似度)；关键词部分 = 1 − exp(−BM25 / 每个
-    查询词各出现一次的 chunk 的 BM25)；混合分数为二者的加权和。
+    于 top_k。所有模式、所有模型下分数都在 [0, 1] 之间，越高越好：向量部分 = 余弦相似度在该模型实测尺度上的
+    位置（无关文本为 0，几乎相同的文本为 1）；关键词部分 = 1 − exp(−BM25 / 每个查询词各出现一次的 chunk 的
+    BM25)；混合分数为二者的加权和。
 
     参数说明：
     - query：查询文本（必填）
@@ -110,10 +113,11 @@ async def search(
     - expand_graph：沿知识包的边扩展（可选，默认 false）：每个命中知识包文档的结果之后，附上通过边与之相关的每个文档的
     第一个 chunk，标记为 expanded=true，并在 breakdown.graph_expansion 中说明。
 
-    返回值 data：chunks（每个包含 id、doc_id、content、tokens、chunk_index、doc_name、score 以及可复算分数的分数明细）
-    、count、settings、weights（请求的权重、实际使用的权重以及 auto 会使用的权重）、warnings、query_terms（检索用的词
-    、去掉的停用词，以及 support：与停用词相连的中文二元词，只为已包含检索词的片段加分，不单独召回；每个结果的
-    support_terms 是它包含的这类词）、semantic_floor、below_min_score、without_evidence。
+    返回值 data：chunks（每个包含 id、doc_id、content、tokens、chunk_index、doc_name、score、matched_terms：片段包含的
+    查询词、snippet：这些词周围的段落、passage：段落位置及词的位置，以及可复算分数的分数明细）、count、settings、
+    weights（请求的权重、实际使用的权重以及 auto 会使用的权重）、warnings、query_terms（检索用的词、查询的词语、去掉的
+    停用词、only_stop_words，以及 support：不构成查询词语的中文字对，只为已包含查询词的片段加分，不单独召回；每个结果的
+    support_terms 是它包含的这类字对）、semantic_floor、semantic_scale、below_min_score、without_evidence。
     """
     return await call(
         ctx,
@@ -154,9 +158,9 @@ async def explain_search(
     - chunk_id: a chunk id (chk_...) from a search hit (required)
     - mode, vector_weight, keyword_weight, weighting, language_guard, fusion: as in search (optional)
 
-    data: rank, hits, candidate_position, candidates, score, matched_terms, support_terms (Chinese bigrams reaching
-    into a stop word that add to its BM25), breakdown, above, settings, explanation (the steps as sentences; also
-    the text content).
+    data: rank, hits, candidate_position, candidates, score, matched_terms, support_terms (Chinese character pairs
+    that are no word of the query and add to its BM25), breakdown, above, settings, explanation (the steps as
+    sentences; also the text content).
 
     解释某个 chunk 在某个查询下为什么排在这个位置：它在命中结果中的排名（按知识库的设置或给定的设置，最多检索 1000 条
     ）、它在 0-1 分数尺度上的得分及每一步计算（原始余弦相似度、原始 BM25 及该查询的参考 BM25、各自的归一化值、实际使用
@@ -168,7 +172,7 @@ async def explain_search(
     - chunk_id：检索结果中的 chunk id（chk_...，必填）
     - mode、vector_weight、keyword_weight、weighting、language_guard、fusion：与 search 相同（可选）
 
-    返回值 data：rank、hits、candidate_position、candidates、score、matched_terms、support_terms（与停用词相连、为其
+    返回值 data：rank、hits、candidate_position、candidates、score、matched_terms、support_terms（不构成查询词语、为其
     BM25 加分的中文二元词）、breakdown、above、settings、explanation（逐句说明，也是文本内容）。
     """
     return await call(
