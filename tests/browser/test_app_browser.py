@@ -40,6 +40,12 @@ def create_in_form(page, name: str, model: str = "hashing") -> None:  # type: ig
     page.get_by_role("button", name="Create", exact=True).click()
 
 
+def choose(page, label: str, option: str) -> None:  # type: ignore[no-untyped-def]
+    page.get_by_label(label, exact=True).click()
+    page.get_by_role("option", name=option).first.click()
+    wait_idle(page)
+
+
 def write_docx(path: Path) -> Path:
     document = Document()
     document.add_heading("Reciprocal rank fusion", level=1)

@@ -20,7 +20,8 @@ GUIDE = FILLER + CLAIM + "其他说明：请妥善保管原件。" * 20
 
 @pytest.fixture
 def page_1280(browser: object) -> Iterator[object]:
-    context = browser.new_context(viewport={"width": 1280, "height": 900}, locale="zh-CN")  # type: ignore[attr-defined]
+    # English interface (the Chinese one has its own test, test_i18n_browser.py); the documents are Chinese.
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, locale="en-US")  # type: ignore[attr-defined]
     page = context.new_page()
     page.set_default_timeout(30_000)
     yield page
@@ -34,6 +35,7 @@ def test_the_create_form_shows_each_models_whole_description_at_1280_px(served, 
     wait_idle(page)
     group = page.get_by_role("radiogroup", name="Embedding model")
     options = group.locator('[data-testid="stRadioOption"]')
+    options.first.wait_for()
     assert options.count() == 2  # the built-in models; never the test embedder
     assert options.nth(0).inner_text().strip() == "multilingual-e5-small"  # the default first, and chosen
     assert options.nth(0).get_attribute("data-selected") == "true"
