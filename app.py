@@ -23,8 +23,7 @@ st.markdown(
     "details.kb-chunk>summary::-webkit-details-marker{display:none}"
     "details.kb-chunk:not([open]) .kb-full{display:none}details.kb-chunk[open] .kb-passage{display:none}"
     ".kb-more{color:#1c6dd0;font-size:.85rem}"
-    "details.kb-chunk:not([open]) .kb-more::before{content:'show all ▾'}"
-    "details.kb-chunk[open] .kb-more::before{content:'show less ▴'}"
+    "details.kb-chunk:not([open]) .kb-show-less,details.kb-chunk[open] .kb-show-all{display:none}"
     # score bars: a hit's stacked parts on the 0–1 scale, final score marked (pages/_shared.py: score_bars)
     ".kb-bars{font-size:.8rem;margin:.2rem 0 .8rem}.kb-bars-legend{display:flex;gap:1rem;margin:0 0 .3rem 14rem}"
     ".kb-bars-legend i{display:inline-block;width:.75rem;height:.75rem;margin-right:.3rem;border-radius:2px;"

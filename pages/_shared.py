@@ -802,7 +802,8 @@ def passage_card(text: str, passage: dict[str, Any] | None) -> str:
     return (
         "<details class='kb-chunk'><summary><div class='kb-chunk-text'>"
         f"<span class='kb-passage'>{window}</span><span class='kb-full'>{_marked(text, marks)}</span></div>"
-        "<span class='kb-more'></span></summary></details>"
+        f"<span class='kb-more'><span class='kb-show-all'>{t('show all ▾')}</span>"
+        f"<span class='kb-show-less'>{t('show less ▴')}</span></span></summary></details>"
     )
 
 
@@ -819,13 +820,19 @@ def contribution_parts(breakdown: dict[str, Any]) -> dict[str, float]:
 PART_COLOURS = {"semantic": "#4C78A8", "keyword": "#F58518", "Jaccard": "#54A24B"}
 
 
+def part_names() -> dict[str, str]:
+    """The stacked parts' names as a person reads them, by part (the keys of :func:`contribution_parts`)."""
+    return {"semantic": t("semantic"), "keyword": t("keyword"), "Jaccard": t("Jaccard")}
+
+
 def score_bars(chunks: Sequence[dict[str, Any]]) -> str:
     """HTML of one stacked bar per hit on the whole 0–1 score scale (semantic + keyword + Jaccard = final), with a
     legend and an axis; each part's value shows on hover. Drawn as plain HTML, not a chart: the search lab redraws it
     on every slider notch, and a plotly chart cost the browser ~0.1 s of CPU each time (app.py styles it)."""
+    names = part_names()
     legend = "".join(
-        f"<span><i style='background:{colour}'></i>{part}</span>" for part, colour in PART_COLOURS.items()
-    ) + "<span><i class='kb-bars-final'></i>final score</span>"
+        f"<span><i style='background:{colour}'></i>{names[part]}</span>" for part, colour in PART_COLOURS.items()
+    ) + f"<span><i class='kb-bars-final'></i>{t('final score')}</span>"
     rows = []
     for i, chunk in enumerate(chunks):
         breakdown = chunk.get("breakdown") or {}
@@ -834,40 +841,48 @@ def score_bars(chunks: Sequence[dict[str, Any]]) -> str:
         label = _inert(f"#{i + 1} {chunk['doc_name']}"[:48])
         segments = "".join(
             f"<i style='width:{100 * max(0.0, min(1.0, value)):.2f}%;background:{PART_COLOURS[part]}' "
-            f"title='{part}: {value:.4f}'></i>"
+            f"title='{names[part]}: {value:.4f}'></i>"
             for part, value in parts.items() if value > 0
         )
-        summary = " + ".join(f"{part} {value:.4f}" for part, value in parts.items()) + f" = final {final:.4f}"
+        summary = parts_sum(parts, final)
+        final_title = t("final score {value}", value=f"{final:.4f}")
         rows.append(
             f"<div class='kb-bars-row' role='img' aria-label='{label}: {summary}'>"
             f"<span class='kb-bars-label' title='{label}'>{label}</span><span class='kb-bars-track'>{segments}"
-            f"<b style='left:{100 * max(0.0, min(1.0, final)):.2f}%' title='final score {final:.4f}'>"
+            f"<b style='left:{100 * max(0.0, min(1.0, final)):.2f}%' title='{final_title}'>"
             f"{final:.3f}</b></span></div>"
         )
     ticks = "".join(f"<span style='left:{100 * t / 5:.0f}%'>{t / 5:.1f}</span>" for t in range(6))
     axis = (f"<div class='kb-bars-row'><span class='kb-bars-label'></span><span class='kb-bars-axis'>{ticks}</span>"
-            "</div><div class='kb-bars-title'>score (0–1 scale)</div>")
+            f"</div><div class='kb-bars-title'>{t('score (0–1 scale)')}</div>")
     return f"<div class='kb-bars'><div class='kb-bars-legend'>{legend}</div>{''.join(rows)}{axis}</div>"
+
+
+def parts_sum(parts: dict[str, float], final: float) -> str:
+    """``semantic 0.4123 + keyword 0.2000 + Jaccard 0.0000 = final 0.6123``, in the session's language."""
+    names = part_names()
+    return t("{parts} = final {final}", parts=" + ".join(f"{names[part]} {value:.4f}" for part, value in parts.items()),
+             final=f"{final:.4f}")
 
 
 def score_scale(settings: dict[str, Any]) -> str:
     """One sentence on what a result's score means for these settings (see kb_core.retrieval.fusion)."""
     mode = settings.get("mode")
-    semantic = ("the cosine similarity of the query and the chunk on this model's measured scale: what unrelated "
-                "text scores is 0, a near-identical text 1, so a score means the same on every model")
+    semantic = t("the cosine similarity of the query and the chunk on this model's measured scale: what unrelated "
+                 "text scores is 0, a near-identical text 1, so a score means the same on every model")
     if mode == "semantic":
-        return f"Scores lie on a 0–1 scale: {semantic}."
+        return t("Scores lie on a 0–1 scale: {semantic}.", semantic=semantic)
     if mode == "keyword":
-        return ("Scores lie on a 0–1 scale: 1 − exp(−BM25 / reference), where the reference is the BM25 of a chunk "
-                "of average length holding each query term once; 0.63 is as much keyword evidence as that "
-                "reference match, 0.86 twice as much.")
+        return t("Scores lie on a 0–1 scale: 1 − exp(−BM25 / reference), where the reference is the BM25 of a chunk "
+                 "of average length holding each query term once; 0.63 is as much keyword evidence as that "
+                 "reference match, 0.86 twice as much.")
     if settings.get("fusion") == "rrf":
-        return ("Scores lie on a 0–1 scale but come from ranks (reciprocal rank fusion): each signal gives "
-                "61 / (60 + rank), 1 for its first place. They order this query's hits; they do not say how well "
-                "a chunk matches.")
-    return (f"Scores lie on a 0–1 scale: vector weight × semantic + keyword weight × (1 − exp(−BM25 / reference)); "
-            f"semantic is {semantic}; the reference is the BM25 of a chunk of average length holding each query "
-            "term once. The same score means the same evidence in every query.")
+        return t("Scores lie on a 0–1 scale but come from ranks (reciprocal rank fusion): each signal gives "
+                 "61 / (60 + rank), 1 for its first place. They order this query's hits; they do not say how well "
+                 "a chunk matches.")
+    return t("Scores lie on a 0–1 scale: vector weight × semantic + keyword weight × (1 − exp(−BM25 / reference)); "
+             "semantic is {semantic}; the reference is the BM25 of a chunk of average length holding each query "
+             "term once. The same score means the same evidence in every query.", semantic=semantic)
 
 
 def weight_pair(weights: dict[str, Any] | None) -> str:
