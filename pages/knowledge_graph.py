@@ -16,6 +16,7 @@ import yaml
 
 from kb_core.bundles.loading import load_bundle_text
 from pages import _shared as ui
+from pages._i18n import say, t
 
 GRAPH_LIMIT = 500  # nodes drawn at most
 LABELS_UP_TO = 60  # nodes get a text label when there are at most this many
@@ -26,7 +27,7 @@ session = ui.session()
 kb_name = ui.require_current_kb(session)
 state_key = session.current_kb_id or kb_name  # results and edit rounds belong to one KB
 
-st.title("Knowledge graph")
+st.title(t("Knowledge graph"))
 header = st.empty()  # filled at the end, after any change this run made
 
 
@@ -47,7 +48,7 @@ def identity_text(identity: dict[str, Any]) -> str:
 
 
 def show_multiline_error(envelope: dict[str, Any]) -> None:
-    ui.show_error({**envelope, "message": str(envelope.get("message") or "").replace("\n", "  \n")})
+    ui.show_error({**envelope, "message": say(envelope.get("message") or "").replace("\n", "  \n")})
 
 
 def write_temp_yaml(text: str | bytes) -> str:
@@ -61,7 +62,7 @@ def import_bundle(text: str | bytes, source: str) -> None:
     """The bundle goes to a temp file the service deletes after success; after a refusal we delete it."""
     path = write_temp_yaml(text)
     try:
-        with st.spinner("Validating the bundle and indexing its documents…"):
+        with st.spinner(t("Validating the bundle and indexing its documents…")):
             envelope = session.import_knowledge_bundle(path, delete_file=True)
     finally:
         if os.path.exists(path):
@@ -89,8 +90,8 @@ def offending_items(text: str, indexes: list[int]) -> dict[int, Any]:
 def show_refusal(envelope: dict[str, Any], text: str) -> None:
     errors = ((envelope.get("error") or {}).get("details") or {}).get("errors") or []
     st.error(
-        f"The bundle was refused and nothing was changed: {len(errors)} error(s). Fix them and import it again.  \n"
-        "`BUNDLE_INVALID`",
+        t("The bundle was refused and nothing was changed: {n} error(s). Fix them and import it again.", n=len(errors))
+        + "  \n`BUNDLE_INVALID`",
         icon=":material/error:",
     )
     table = pd.DataFrame(
@@ -98,42 +99,43 @@ def show_refusal(envelope: dict[str, Any], text: str) -> None:
             "Item": [e.get("index") for e in errors],
             "Path": [e.get("path", "") for e in errors],
             "Kind": [e.get("kind", "") for e in errors],
-            "Message": [e.get("message", "") for e in errors],
+            "Message": [say(e.get("message", "")) for e in errors],
         }
     )
     st.dataframe(
         table, hide_index=True, width="stretch",
         column_config={
-            "Item": st.column_config.NumberColumn("Item", format="%d", help="0-based, as in the path", width="small"),
-            "Path": st.column_config.TextColumn("Path", width="medium"),
-            "Kind": st.column_config.TextColumn("Kind", width="small"),
-            "Message": st.column_config.TextColumn("Message", width="large"),
+            "Item": st.column_config.NumberColumn(t("Item"), format="%d", help=t("0-based, as in the path"),
+                                                  width="small"),
+            "Path": st.column_config.TextColumn(t("Path"), width="medium"),
+            "Kind": st.column_config.TextColumn(t("Kind"), width="small"),
+            "Message": st.column_config.TextColumn(t("Message"), width="large"),
         },
     )
     indexes = sorted({int(e["index"]) for e in errors if isinstance(e.get("index"), int)})
     items = offending_items(text, indexes[:20])
     if items:
-        with st.expander(f"Offending items ({len(items)})", expanded=len(items) <= 3):
+        with st.expander(t("Offending items ({n})", n=len(items)), expanded=len(items) <= 3):
             for index, item in items.items():
-                messages = [e["message"] for e in errors if e.get("index") == index]
-                st.markdown(f"**Item [{index}]** — " + "; ".join(messages))
+                messages = [say(e["message"]) for e in errors if e.get("index") == index]
+                st.markdown(t("**Item [{index}]** — {messages}", index=index, messages="; ".join(messages)))
                 st.code(to_yaml(item), language="yaml", wrap_lines=True)
 
 
 def show_success(envelope: dict[str, Any]) -> None:
     stats = envelope["data"]["stats"]
-    st.success(envelope["message"], icon=":material/check_circle:")
+    st.success(say(envelope["message"]), icon=":material/check_circle:")
     cols = st.columns(5)
-    cols[0].metric("Nodes upserted", stats.get("nodes_upserted", 0))
-    cols[1].metric("Nodes deleted", stats.get("nodes_deleted", 0))
-    cols[2].metric("Edges upserted", stats.get("edges_upserted", 0))
-    cols[3].metric("Edges deleted", stats.get("edges_deleted", 0) + stats.get("edges_cascaded", 0),
-                   help="Including edges removed with their deleted nodes.")
-    cols[4].metric("Chunks indexed", stats.get("chunks_indexed", 0))
+    cols[0].metric(t("Nodes upserted"), stats.get("nodes_upserted", 0))
+    cols[1].metric(t("Nodes deleted"), stats.get("nodes_deleted", 0))
+    cols[2].metric(t("Edges upserted"), stats.get("edges_upserted", 0))
+    cols[3].metric(t("Edges deleted"), stats.get("edges_deleted", 0) + stats.get("edges_cascaded", 0),
+                   help=t("Including edges removed with their deleted nodes."))
+    cols[4].metric(t("Chunks indexed"), stats.get("chunks_indexed", 0))
 
 
 # -- layout --------------------------------------------------------------------------------------------
-@st.cache_data(max_entries=32, show_spinner="Laying out the graph…")
+@st.cache_data(max_entries=32, show_spinner=False)  # the page shows its own spinner, in the session's language
 def layout(ids: tuple[str, ...], links: tuple[tuple[str, str], ...]) -> dict[str, tuple[float, float]]:
     """A spring layout (networkx, seeded so the picture is stable), else a circle; cached per graph."""
     try:
@@ -174,7 +176,7 @@ def graph_figure(nodes: list[dict[str, Any]], edges: list[dict[str, Any]]) -> go
                          + (f"<br>{props}" if props else ""))
         colour = "#8a8f98" if number == 0 else TYPE_COLOURS[(number + 3) % len(TYPE_COLOURS)]
         figure.add_scatter(x=xs, y=ys, mode="lines", line={"width": 1.2, "color": colour}, hoverinfo="skip",
-                           name=f"{edge_type} (edge)", legendgroup=edge_type)
+                           name=t("{type} (edge)", type=edge_type), legendgroup=edge_type)
         if len(edges) <= ARROWS_UP_TO:  # arrowheads show direction; hundreds of annotations get slow
             for edge in (e for e in edges if e["type"] == edge_type):
                 (x0, y0), (x1, y1) = where[edge["source"]], where[edge["target"]]
@@ -216,28 +218,31 @@ def graph_figure(nodes: list[dict[str, Any]], edges: list[dict[str, Any]]) -> go
     return figure
 
 
-graph_tab, bundle_tab, ontology_tab, schema_tab = st.tabs(["Graph", "Import bundle", "Ontology", "Schema"])
+graph_tab, bundle_tab, ontology_tab, schema_tab = st.tabs(
+    [t("Graph"), t("Import bundle"), t("Ontology"), t("Schema")]
+)
 
 # -- schema (read first: the bundle tab offers its example) -----------------------------------------------
 with schema_tab:
     schema = ui.data_or_error(session.get_knowledge_schema())
     if schema is not None:
         st.session_state["bundle_example"] = schema["example_yaml"]
-        st.caption(
+        st.caption(t(
             "A bundle is a YAML list of items; each item is one node or edge of a type below. This JSON Schema "
             "(draft-07) is generated from the ontology; a delete needs only the identity fields."
-        )
+        ))
         left, right = st.columns(2, gap="large")
         with left:
-            st.markdown("**Example bundle**")
+            st.markdown(t("**Example bundle**"))
             st.code(schema["example_yaml"], language="yaml", wrap_lines=True)
-            st.download_button("Download example.yaml", schema["example_yaml"], file_name="example.yaml",
-                               mime="application/yaml", key="schema_download_example", icon=":material/download:")
+            st.download_button(t("Download {file}", file="example.yaml"), schema["example_yaml"],
+                               file_name="example.yaml", mime="application/yaml", key="schema_download_example",
+                               icon=":material/download:")
         with right:
-            st.markdown("**Full bundle schema**")
+            st.markdown(t("**Full bundle schema**"))
             st.json(schema["full_bundle_schema"], expanded=3)
             st.download_button(
-                "Download bundle-schema.json",
+                t("Download {file}", file="bundle-schema.json"),
                 json.dumps(schema["full_bundle_schema"], indent=2, ensure_ascii=False),
                 file_name="bundle-schema.json", mime="application/json", key="schema_download_json",
                 icon=":material/download:",
@@ -245,11 +250,11 @@ with schema_tab:
 
 # -- bundle import -------------------------------------------------------------------------------------------
 with bundle_tab:
-    st.caption(
-        f"Import typed nodes and edges into **{kb_name}**. The whole bundle is validated first and applied as one "
+    st.caption(t(
+        "Import typed nodes and edges into **{name}**. The whole bundle is validated first and applied as one "
         "unit; a refusal changes nothing and lists every error against its item. Indexed fields (e.g. "
-        "`Document.content`) become searchable documents."
-    )
+        "`Document.content`) become searchable documents.", name=kb_name
+    ))
     stored = st.session_state.get(f"bundle_result_{state_key}")
     if stored:
         if stored["envelope"]["success"]:
@@ -258,20 +263,20 @@ with bundle_tab:
             show_refusal(stored["envelope"], stored["text"])
         else:
             show_multiline_error(stored["envelope"])
-    paste_tab, upload_tab = st.tabs(["Paste YAML", "Upload a file"])
+    paste_tab, upload_tab = st.tabs([t("Paste YAML"), t("Upload a file")])
     with paste_tab:
-        st.button("Paste the example bundle", key="bundle_use_example", on_click=paste_example,
+        st.button(t("Paste the example bundle"), key="bundle_use_example", on_click=paste_example,
                   icon=":material/content_paste:")
-        text = st.text_area("Bundle (YAML)", height=260, key="bundle_text",
+        text = st.text_area(t("Bundle (YAML)"), height=260, key="bundle_text",
                             placeholder="- type: Document\n  doc_uri: doc-001\n  content: …")
-        if st.button("Import pasted bundle", type="primary", key="bundle_import_text"):
+        if st.button(t("Import pasted bundle"), type="primary", key="bundle_import_text"):
             if text.strip():
                 import_bundle(text, "pasted")
             else:
-                st.warning("Paste a YAML bundle first.")
+                st.warning(t("Paste a YAML bundle first."))
     with upload_tab:
-        upload = st.file_uploader("Bundle file", type=["yaml", "yml", "json"], key="bundle_upload")
-        if st.button("Import uploaded bundle", type="primary", disabled=upload is None, key="bundle_import_file"):
+        upload = st.file_uploader(t("Bundle file"), type=["yaml", "yml", "json"], key="bundle_upload")
+        if st.button(t("Import uploaded bundle"), type="primary", disabled=upload is None, key="bundle_import_file"):
             import_bundle(upload.getvalue(), upload.name)  # type: ignore[union-attr]
 
 # -- ontology ------------------------------------------------------------------------------------------------
@@ -281,19 +286,19 @@ with ontology_tab:
         ontology = current["ontology"]
         flash = st.session_state.pop(f"ontology_flash_{state_key}", None)
         if flash:
-            st.success(flash, icon=":material/check_circle:")
+            st.success(say(flash), icon=":material/check_circle:")
         node_rows = [
-            {"Node type": name, "Identity": ", ".join(spec.get("identity", [])),
-             "Indexed": ", ".join(spec.get("indexed", [])),
-             "Properties": ", ".join((spec.get("json_schema") or {}).get("properties", {})),
-             "Required": ", ".join((spec.get("json_schema") or {}).get("required", [])),
-             "Description": spec.get("description", "")}
+            {t("Node type"): name, t("Identity"): ", ".join(spec.get("identity", [])),
+             t("Indexed"): ", ".join(spec.get("indexed", [])),
+             t("Properties"): ", ".join((spec.get("json_schema") or {}).get("properties", {})),
+             t("Required"): ", ".join((spec.get("json_schema") or {}).get("required", [])),
+             t("Description"): spec.get("description", "")}
             for name, spec in ontology.get("nodes", {}).items()
         ]
         edge_rows = [
-            {"Edge type": name, "From": spec.get("from"), "To": spec.get("to"),
-             "Properties": ", ".join((spec.get("json_schema") or {}).get("properties", {})),
-             "Description": spec.get("description", "")}
+            {t("Edge type"): name, t("From"): spec.get("from"), t("To"): spec.get("to"),
+             t("Properties"): ", ".join((spec.get("json_schema") or {}).get("properties", {})),
+             t("Description"): spec.get("description", "")}
             for name, spec in ontology.get("edges", {}).items()
         ]
         st.dataframe(pd.DataFrame(node_rows), hide_index=True, width="stretch")
@@ -301,13 +306,13 @@ with ontology_tab:
             st.dataframe(pd.DataFrame(edge_rows), hide_index=True, width="stretch")
         round_ = st.session_state.get(f"ontology_round_{state_key}", 0)
         edited = st.text_area(
-            "Ontology (YAML or JSON) — edit and save to replace it",
+            t("Ontology (YAML or JSON) — edit and save to replace it"),
             value=to_yaml(ontology),
             height=360,
             key=f"ontology_text_{state_key}_{round_}",  # a new key after a save shows the saved ontology
-            help="Refused, with nothing changed, if it is invalid or existing nodes and edges would not fit it.",
+            help=t("Refused, with nothing changed, if it is invalid or existing nodes and edges would not fit it."),
         )
-        if st.button("Validate & save", type="primary", key="ontology_save"):
+        if st.button(t("Validate & save"), type="primary", key="ontology_save"):
             # A one-line text would be read as a file path by set_ontology; a newline keeps it text.
             result = session.set_ontology(edited if "\n" in edited else edited + "\n")
             if result["success"]:
@@ -322,46 +327,50 @@ with graph_tab:
     if view is not None:
         nodes, edges = view["nodes"], view["edges"]
         if not nodes:
-            st.info("This knowledge base has no nodes yet. Import a YAML bundle on the **Import bundle** tab "
-                    "(**Paste the example bundle** is a quick start).")
+            st.info(t("This knowledge base has no nodes yet. Import a YAML bundle on the **{tab}** tab "
+                      "(**{button}** is a quick start).", tab=t("Import bundle"), button=t("Paste the example bundle")))
         else:
             if view["truncated"]:
-                st.caption(f"Showing {len(nodes)} of {view['node_total']} nodes and the edges between them.")
-            st.plotly_chart(graph_figure(nodes, edges), key="graph_chart", width="stretch")
-            st.caption("Hover a node for its type, identity and properties; hover the diamond halfway along an "
-                       "edge for its type and properties; arrows point from source to target. Drag to pan, scroll "
-                       "to zoom.")
+                st.caption(t("Showing {shown} of {total} nodes and the edges between them.", shown=len(nodes),
+                             total=view["node_total"]))
+            with st.spinner(t("Laying out the graph…")):
+                figure = graph_figure(nodes, edges)
+            st.plotly_chart(figure, key="graph_chart", width="stretch")
+            st.caption(t("Hover a node for its type, identity and properties; hover the diamond halfway along an "
+                         "edge for its type and properties; arrows point from source to target. Drag to pan, scroll "
+                         "to zoom."))
             labels = {n["id"]: f"{n['type']}: {identity_text(n['identity'])}" for n in nodes}
-            choice = st.selectbox("Inspect a node", list(labels), format_func=labels.__getitem__, index=None,
-                                  placeholder="Choose a node to see its properties and neighbours",
+            choice = st.selectbox(t("Inspect a node"), list(labels), format_func=labels.__getitem__, index=None,
+                                  placeholder=t("Choose a node to see its properties and neighbours"),
                                   key="graph_node")
             if choice is not None:
                 item = ui.data_or_error(session.get_item(choice))
                 if item is not None:
                     left, right = st.columns(2, gap="large")
                     with left:
-                        st.markdown("**Properties**")
+                        st.markdown(t("**Properties**"))
                         st.code(to_yaml({"identity": item["identity"], **item["properties"]}), language="yaml",
                                 wrap_lines=True)
                         if item.get("doc_name"):
-                            st.caption(f"Indexed as document **{item['doc_name']}**.")
+                            st.caption(t("Indexed as document **{name}**.", name=item["doc_name"]))
                     with right:
-                        st.markdown(f"**Neighbours** ({len(item['neighbours'])})")
+                        st.markdown(t("**Neighbours** ({n})", n=len(item["neighbours"])))
                         st.dataframe(
                             pd.DataFrame(
                                 {
-                                    "Direction": ["→ out" if n["direction"] == "out" else "← in"
-                                                  for n in item["neighbours"]],
-                                    "Edge": [n["edge_type"] for n in item["neighbours"]],
-                                    "Node": [f"{n['node']['type']}: {identity_text(n['node']['identity'])}"
-                                             for n in item["neighbours"]],
-                                    "Edge properties": [short(n["properties"]) if n["properties"] else ""
-                                                        for n in item["neighbours"]],
+                                    t("Direction"): [t("→ out") if n["direction"] == "out" else t("← in")
+                                                     for n in item["neighbours"]],
+                                    t("Edge"): [n["edge_type"] for n in item["neighbours"]],
+                                    t("Node"): [f"{n['node']['type']}: {identity_text(n['node']['identity'])}"
+                                                for n in item["neighbours"]],
+                                    t("Edge properties"): [short(n["properties"]) if n["properties"] else ""
+                                                           for n in item["neighbours"]],
                                 }
                             ),
                             hide_index=True, width="stretch",
                         )
-        header.caption(
-            f"Knowledge base **{kb_name}** · {view['node_total']} node(s) · {view['edge_total']} edge(s). "
-            "Nodes and edges come from YAML knowledge bundles; their indexed text fields are searchable documents."
-        )
+        header.caption(t(
+            "Knowledge base **{name}** · {nodes} node(s) · {edges} edge(s). Nodes and edges come from YAML knowledge "
+            "bundles; their indexed text fields are searchable documents.", name=kb_name, nodes=view["node_total"],
+            edges=view["edge_total"],
+        ))
