@@ -40,13 +40,19 @@ if evaluation is None:
     st.stop()
 
 
-def source_label(source: str) -> str:
-    """Where judgments come from (an option value) as a person reads it."""
-    return {DEMO: t("Demo judgments"), FOLDER: t("Folder on the server"), UPLOAD: t("Upload files")}[source]
+# Option labels are looked up in dicts made as the page runs: a widget's format_func may also be called outside the
+# script run (AppTest does), where the session's language cannot be read.
+def source_labels() -> dict[str, str]:
+    """Where judgments come from (the option values) as a person reads it."""
+    return {DEMO: t("Demo judgments"), FOLDER: t("Folder on the server"), UPLOAD: t("Upload files")}
+
+
+def mode_labels() -> dict[str, str]:
+    return {"hybrid": t("hybrid"), "semantic": t("semantic"), "keyword": t("keyword")}
 
 
 def mode_label(mode: str) -> str:
-    return {"hybrid": t("hybrid"), "semantic": t("semantic"), "keyword": t("keyword")}.get(mode, mode)
+    return mode_labels().get(mode, mode)
 
 
 def table_columns() -> dict[str, Any]:
@@ -89,7 +95,7 @@ default_source = (
     DEMO if demo_folder is not None and kb_name == DEMO_KB_NAME else FOLDER if FOLDER in sources else UPLOAD
 )
 source = st.radio(t("Judgments from"), sources, index=sources.index(default_source), horizontal=True,
-                  key="eval_source", format_func=source_label)
+                  key="eval_source", format_func=source_labels().__getitem__)
 folder: Path | None = None
 reader = session  # the session the judgments are read through: confined to KB_ALLOW_DIRS for a server folder
 build_corpus = False
@@ -143,7 +149,8 @@ else:
 with st.expander(t("Settings"), expanded=True):
     s1, s2, s3 = st.columns([1.8, 1.2, 1.3])
     modes = s1.multiselect(t("Modes"), list(evaluation.MODES), default=list(evaluation.MODES), key="eval_modes",
-                           format_func=mode_label, help=t("Each mode with the KB's saved settings (its defaults)."))
+                           format_func=mode_labels().get,
+                           help=t("Each mode with the KB's saved settings (its defaults)."))
     compare_fusion = s2.toggle(
         t("Compare fusion"), value=True, key="eval_compare_fusion",
         help=t("Also hybrid with auto weighting and hybrid with reciprocal rank fusion (RRF)."),
@@ -383,9 +390,10 @@ def compare_section() -> None:
     ids = list(runs)  # newest first
     # Keyed by the newest run: a new run starts the comparison over as B against the run before it. Full width, so a
     # run's label (id · judgments · knowledge base · queries) is read whole.
-    run_a = st.selectbox(t("Run A"), ids, index=min(1, len(ids) - 1), format_func=lambda r: run_label(runs[r]),
+    shown = {r: run_label(runs[r]) for r in ids}
+    run_a = st.selectbox(t("Run A"), ids, index=min(1, len(ids) - 1), format_func=shown.__getitem__,
                          key=f"cmp_run_a_{ids[0]}")
-    run_b = st.selectbox(t("Run B"), ids, index=0, format_func=lambda r: run_label(runs[r]),
+    run_b = st.selectbox(t("Run B"), ids, index=0, format_func=shown.__getitem__,
                          key=f"cmp_run_b_{ids[0]}")
     col_a, col_b = st.columns(2)
     settings_a = list(runs[run_a]["settings"])

@@ -53,17 +53,31 @@ def vector_share(settings: dict[str, Any]) -> float:
     return round(round(share / 0.05) * 0.05, 2)
 
 
+# Option labels are looked up in dicts made as the page runs: a widget's format_func may also be called outside the
+# script run (AppTest does), where the session's language cannot be read.
+def mode_labels() -> dict[str, str]:
+    """The search modes (option values) as a person reads them."""
+    return {"hybrid": t("hybrid"), "semantic": t("semantic"), "keyword": t("keyword")}
+
+
 def mode_label(mode: str) -> str:
-    """A search mode (an option value) as a person reads it."""
-    return {"hybrid": t("hybrid"), "semantic": t("semantic"), "keyword": t("keyword")}.get(mode, mode)
+    return mode_labels().get(mode, mode)
+
+
+def weighting_labels() -> dict[str, str]:
+    return {"fixed": t("fixed"), "auto": t("auto")}
 
 
 def weighting_label(weighting: str) -> str:
-    return {"fixed": t("fixed"), "auto": t("auto")}.get(weighting, weighting)
+    return weighting_labels().get(weighting, weighting)
+
+
+def fusion_labels() -> dict[str, str]:
+    return {"weighted": t("weighted sum"), "rrf": "RRF"}
 
 
 def fusion_label(fusion: str) -> str:
-    return t("weighted sum") if fusion == "weighted" else "RRF"
+    return fusion_labels().get(fusion, fusion)
 
 
 def joined(parts: list[str]) -> str:
@@ -121,7 +135,7 @@ def settings_controls(prefix: str, initial: dict[str, Any]) -> dict[str, Any]:
     weight, shown beside its slider."""
     top = st.columns(CONTROL_COLUMNS, vertical_alignment="bottom")
     mode = top[0].selectbox(t("Mode"), MODES, index=MODES.index(initial["mode"]), key=f"{prefix}_mode",
-                            format_func=mode_label)
+                            format_func=mode_labels().__getitem__)
     hybrid = mode == "hybrid"
     top_k = top[1].slider(t("top_k"), 1, 50, int(initial["top_k"]), key=f"{prefix}_top_k",
                           help=t("How many hits to show at most."))
@@ -134,13 +148,13 @@ def settings_controls(prefix: str, initial: dict[str, Any]) -> dict[str, Any]:
     bottom = st.columns(CONTROL_COLUMNS, vertical_alignment="bottom")
     weighting = bottom[0].radio(
         t("Weighting"), list(WEIGHTINGS), index=WEIGHTINGS.index(initial["weighting"]), key=f"{prefix}_weighting",
-        horizontal=True, disabled=not hybrid, format_func=weighting_label,
+        horizontal=True, disabled=not hybrid, format_func=weighting_labels().__getitem__,
         help=t("fixed: exactly the weights above. auto: each weight scaled, per query, by how clearly its signal's "
                "top candidates stand out from the rest; the weights used are shown with the results."),
     )
     fusion = bottom[1].radio(
         t("Fusion"), list(FUSION_METHODS), index=FUSION_METHODS.index(initial["fusion"]), key=f"{prefix}_fusion",
-        horizontal=True, disabled=not hybrid, format_func=fusion_label,
+        horizontal=True, disabled=not hybrid, format_func=fusion_labels().__getitem__,
         help=t("weighted sum: the weights times each signal's 0–1 score. RRF: reciprocal rank fusion, the weights "
                "times {top} / ({k} + rank) of each signal.", top=RRF_K + 1, k=RRF_K),
     )
@@ -283,9 +297,8 @@ def weights_panel(data: dict[str, Any], params: dict[str, Any]) -> None:
         st.caption(t("Auto weighting: {notes}", notes=notes))
 
 
-kind = st.radio(t("Search type"), ["single query", MULTI], horizontal=True, key="lab_kind",
-                format_func=lambda k: t("Query (hybrid / semantic / keyword)") if k == "single query"
-                else t("Multi-keyword (rag_search)"))
+kinds = {"single query": t("Query (hybrid / semantic / keyword)"), MULTI: t("Multi-keyword (rag_search)")}
+kind = st.radio(t("Search type"), list(kinds), horizontal=True, key="lab_kind", format_func=kinds.__getitem__)
 
 if kind == MULTI:
     with st.form("lab_multi"):
