@@ -852,7 +852,7 @@ def score_bars(chunks: Sequence[dict[str, Any]]) -> str:
             f"<b style='left:{100 * max(0.0, min(1.0, final)):.2f}%' title='{final_title}'>"
             f"{final:.3f}</b></span></div>"
         )
-    ticks = "".join(f"<span style='left:{100 * t / 5:.0f}%'>{t / 5:.1f}</span>" for t in range(6))
+    ticks = "".join(f"<span style='left:{100 * step / 5:.0f}%'>{step / 5:.1f}</span>" for step in range(6))
     axis = (f"<div class='kb-bars-row'><span class='kb-bars-label'></span><span class='kb-bars-axis'>{ticks}</span>"
             f"</div><div class='kb-bars-title'>{t('score (0–1 scale)')}</div>")
     return f"<div class='kb-bars'><div class='kb-bars-legend'>{legend}</div>{''.join(rows)}{axis}</div>"

@@ -79,6 +79,36 @@ def test_a_card_shows_the_passage_with_the_answer_and_all_of_the_chunk_on_demand
     assert CLAIM in passage.inner_text() and not passage.inner_text().startswith(FILLER[:20])
     matched = page.get_by_text("Matched terms:", exact=False).first.inner_text()
     assert "险理" not in matched and "赔需" not in matched
+    assert card.locator(".kb-more").inner_text().strip() == "show all ▾"
     card.locator("summary").click()
     assert card.locator(".kb-full").is_visible() and not passage.is_visible()
     assert card.locator(".kb-full").inner_text().startswith(FILLER[:20])
+    assert card.locator(".kb-more").inner_text().strip() == "show less ▴"
+
+
+def test_the_card_unfolds_in_chinese(served, browser, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """With a Chinese browser the card's "show all" / "show less" are Chinese text (once CSS content, which no
+    catalogue reaches), and the search lab's labels are Chinese."""
+    (tmp_path / "理赔指南.txt").write_text(GUIDE, encoding="utf-8")
+    session = KnowledgeBaseService(served.home).session()
+    assert session.create_knowledge_base("保险", 1024, "hashing")["success"]  # the only KB: a new session's current one
+    assert session.import_document([str(tmp_path / "理赔指南.txt")], kb_name="保险")["success"]
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, locale="zh-CN")
+    try:
+        page = context.new_page()
+        page.set_default_timeout(30_000)
+        page.goto(served.url)
+        page.get_by_role("heading", level=1).first.wait_for()
+        wait_idle(page)
+        go_to(page, "检索实验室")
+        page.get_by_label("查询", exact=True).fill("保险理赔需要哪些材料？")
+        page.get_by_test_id("stBaseButton-primaryFormSubmit").filter(has_text="检索").click()
+        card = page.locator("details.kb-chunk").first
+        card.wait_for()
+        more = card.locator(".kb-more")
+        assert more.inner_text().strip() == "展开全文 ▾" and not card.locator(".kb-full").is_visible()
+        page.get_by_text("匹配词：", exact=False).first.wait_for()
+        card.locator("summary").click()
+        assert card.locator(".kb-full").is_visible() and more.inner_text().strip() == "收起 ▴"
+    finally:
+        context.close()
