@@ -261,9 +261,11 @@ def save_best(outcome: Outcome, best: dict[str, Any]) -> None:
     guard = t("language guard on") if current["language_guard"] else t("language guard off")
     st.caption(t("Default of **{name}** now: {settings}, {guard} (the sweep ran with it; saving keeps it).",
                  name=outcome.kb_name, settings=settings, guard=guard))
-    if st.button(t("Save best as KB default"), key="eval_save_best", type="primary",
-                 help=t("Hybrid search with these weights (fixed, weighted fusion) becomes the KB's default: the "
-                        "Search lab, the CLI and MCP searches that give no settings use it.")):
+    refusal = session.change_refusal(outcome.kb_name)  # a shared KB of a public demo: read-only to its visitors
+    if st.button(t("Save best as KB default"), key="eval_save_best", type="primary", disabled=refusal is not None,
+                 help=say(refusal) if refusal else
+                 t("Hybrid search with these weights (fixed, weighted fusion) becomes the KB's default: the "
+                   "Search lab, the CLI and MCP searches that give no settings use it.")):
         result = envelope_of(evaluation.save_best, session, outcome.kb_name, best)
         if result["success"]:
             st.session_state["eval_saved"] = t(

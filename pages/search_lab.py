@@ -468,8 +468,10 @@ def lab_view() -> None:
     weights_panel(main["data"], params)
 
     save_col, info_col = st.columns([1, 4], vertical_alignment="center")
-    if save_col.button(t("Save as KB default"), key="lab_save",
-                       help=t("Searches that give no settings (CLI, MCP, this app's next visit) use these.")):
+    refusal = session.change_refusal()  # a shared KB of a public demo: read-only to its visitors
+    if save_col.button(t("Save as KB default"), key="lab_save", disabled=refusal is not None,
+                       help=say(refusal) if refusal else
+                       t("Searches that give no settings (CLI, MCP, this app's next visit) use these.")):
         result = session.save_search_settings(**params)
         if result["success"]:
             st.session_state["lab_flash"] = result["message"]
