@@ -232,6 +232,10 @@ def main() -> int:
             if "search-lab" in wanted:
                 go_to(page, "Search lab")
                 search(page, "How does hybrid search combine the vector and keyword scores?")
+                # the README's picture: the query, the weights and the score bars, at the top of the page
+                page.set_viewport_size({"width": 1280, "height": 1450})
+                shoot(page, args.out, "readme-search-lab", full=False)
+                page.set_viewport_size({"width": 1280, "height": 1000})
                 page.locator('[data-testid="stExpander"] summary').filter(has_text="Score breakdown").first.click()
                 wait_idle(page)
                 page.get_by_text("Explain this rank").first.click()
