@@ -62,6 +62,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "kb_core.redaction",  # secrets in URLs: the one redaction of PostgreSQL and endpoint URLs
             "kb_core.json_text",  # strict JSON out and budgeted JSON in; store.atomic (base) writes with it
             "kb_core.rate_limits",  # sliding windows: the MCP server's per-token and a public demo's per-visitor limits
+            "kb_core.i18n",  # the message catalogues: every layer marks its sentences (msg), the edges say them
             "kb_core.store.atomic",
             "kb_core.store.locking",
             "kb_core.store.removal",  # the one deletion: never through a link, never outside its folder

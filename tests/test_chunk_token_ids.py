@@ -89,7 +89,7 @@ def test_a_chunk_cut_inside_a_word_gets_no_ids_and_is_still_embedded_right() -> 
     chunks = chunk_document(doc, tok, 32)
     without = [c for c in chunks if c.token_ids is None]
     assert without and len(without) < len(chunks)
-    emb = get_embedder()
+    emb = get_embedder("all-MiniLM-L6-v2")
     assert isinstance(emb, SentenceTransformerEmbedder)
     texts = [c.content for c in chunks]
     with_ids = emb.embed_documents(texts, token_ids=[c.token_ids for c in chunks])
@@ -110,7 +110,7 @@ def test_chunks_pickle_with_their_ids_and_serialise_without() -> None:
 
 
 def test_ids_from_another_tokenizer_are_not_used() -> None:
-    emb = get_embedder()
+    emb = get_embedder("all-MiniLM-L6-v2")
     assert isinstance(emb, SentenceTransformerEmbedder)
     texts = ["The cat sat on the mat.", "猫坐在垫子上。"]
     made = emb.tokenizer.ids_offsets_batch(texts)
@@ -198,7 +198,7 @@ def test_an_import_tokenises_each_chunk_only_in_the_chunker(
     assert isinstance(model, SentenceTransformerEmbedder)
     model.dimension  # noqa: B018 - the model loads before the counting starts
     for script in ("floor", "下限"):  # an import's first in a home measures the semantic floors (#25): done before
-        service.semantic_floor(record, script)
+        service.semantic_scale(record, script)
     files = {"english.txt": ENGLISH, "chinese.txt": CHINESE, "long.txt": f"{LONG}\n\n{ENGLISH}"}
     paths = []
     for name, text in files.items():

@@ -62,7 +62,7 @@ def test_an_import_fed_like_a_device_stores_the_librarys_vectors(tmp_path: Path)
     assert isinstance(cached, CachedEmbedder) and isinstance(cached.inner, SentenceTransformerEmbedder)
     model = cached.inner
     for script in ("floor", "下限"):  # measured after an import's first in a home (#25), which embeds again: now
-        service.semantic_floor(record, script)
+        service.semantic_scale(record, script)
     model.device_batch_tokens = 512  # the GPU's feeding, on this CPU
     files = []
     for i in range(4):

@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 from kb_core.embedding import (
-    DEFAULT_EMBEDDING_MODEL,
     CachedEmbedder,
     Embedder,
     EmbeddingCache,
@@ -141,8 +140,9 @@ def test_get_embedder_shares_one_instance_across_threads() -> None:
 def test_importing_and_creating_the_default_embedder_does_not_load_torch() -> None:
     code = (
         "import sys, kb_core.embedding, kb_core.ingest.chunking\n"
-        "e = kb_core.embedding.create_embedder()\n"
-        "assert e.max_input_tokens == 256 and e.tokenizer.count('hello world') == 2\n"
+        "e = kb_core.embedding.create_embedder()\n"  # the default, multilingual-e5-small (#35)
+        "assert e.name == 'multilingual-e5-small' and e.max_input_tokens == 512\n"
+        "assert e.tokenizer.count('hello world') in (2, 3)\n"
         "print(sorted(m for m in ('torch', 'sentence_transformers', 'transformers') if m in sys.modules))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
@@ -234,14 +234,14 @@ def test_cache_is_shared_safely_by_processes(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def minilm():
-    emb = get_embedder()
+    emb = get_embedder("all-MiniLM-L6-v2")
     emb.dimension  # noqa: B018 - loads the model once for the module
     return emb
 
 
 @pytest.mark.model
 def test_minilm_vectors_are_384_d_normalised(minilm) -> None:
-    assert minilm.model_key == f"local:{DEFAULT_EMBEDDING_MODEL}"
+    assert minilm.model_key == "local:all-MiniLM-L6-v2"
     assert get_embedder("sentence-transformers/all-MiniLM-L6-v2") is minilm
     assert minilm.max_input_tokens == 256
     progress: list[int] = []

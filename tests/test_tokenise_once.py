@@ -39,7 +39,7 @@ LONG = {
 
 @pytest.fixture(scope="module")
 def minilm() -> SentenceTransformerEmbedder:
-    emb = get_embedder()
+    emb = get_embedder("all-MiniLM-L6-v2")
     assert isinstance(emb, SentenceTransformerEmbedder)
     emb.dimension  # noqa: B018 - loads the model once for the module
     return emb
@@ -89,7 +89,7 @@ def test_the_fallback_path_gives_the_same_vectors() -> None:
     plain = SentenceTransformerEmbedder(from_token_ids=False)
     texts = [*SHORT.values(), *LONG.values()]
     fallback = plain.embed_documents(texts)
-    ours = get_embedder().embed_documents(texts)
+    ours = get_embedder("all-MiniLM-L6-v2").embed_documents(texts)
     assert np.all(_cosines(fallback, ours) >= 0.99999)
 
 

@@ -36,8 +36,8 @@ if TYPE_CHECKING:
     from kb_core.embedding.cache import CachedEmbedder, EmbeddingCache
     from kb_core.embedding.hashing import HashingEmbedder, HashingTokenizer
 
-# The model new KBs get when none is named (#35): it reads Chinese and English (README, "Which model, and why").
-DEFAULT_EMBEDDING_MODEL = "multilingual-e5-small"
+# The model new KBs get when none is named (#35), declared with the built-in models.
+from kb_core.embedding.builtin import DEFAULT_EMBEDDING_MODEL
 
 __all__ = [
     "DEFAULT_EMBEDDING_MODEL",
@@ -197,8 +197,8 @@ def get_embedder(
     """Like :func:`create_embedder`, but returns one shared instance per (model, endpoint, device) in this
     process (``device`` defaults to ``$KB_DEVICE``, read now)."""
     name = (model or ("" if endpoint else DEFAULT_EMBEDDING_MODEL)).strip()
-    if name == "sentence-transformers/all-MiniLM-L6-v2":
-        name = DEFAULT_EMBEDDING_MODEL
+    if name == "sentence-transformers/all-MiniLM-L6-v2":  # the hub's name of the built-in model: one instance
+        name = "all-MiniLM-L6-v2"
     # The key is part of the identity (a different key may see a different deployment) but is never stored as-is.
     key_id = None
     if api_key:

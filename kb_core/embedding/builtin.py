@@ -55,6 +55,8 @@ CHECKED = "kb-model.checked.json"
 BUILD_EXPANSION = 9  # a build writes float32 weights from 4-bit ones: about 8 times its source file, with room
 
 MINILM = "all-MiniLM-L6-v2"
+# The model new KBs get when none is named (#35): it reads Chinese and English (docs/embedding-models.md).
+DEFAULT_EMBEDDING_MODEL = "multilingual-e5-small"
 E5_SMALL = "multilingual-e5-small"
 
 # XLM-R's 100 training languages (CC-100; Conneau et al. 2020), which multilingual-e5-small inherits.
@@ -177,8 +179,6 @@ def unread_documents(model_name: str | None, languages: Mapping[str, str | None]
 
 def reader_of(languages: Iterable[str]) -> str | None:
     """The first built-in model (the default first) that reads every one of ``languages``, else None."""
-    from kb_core.embedding import DEFAULT_EMBEDDING_MODEL
-
     wanted = {language_script(lang) for lang in languages}
     ordered = sorted(BUILTIN_MODELS.values(), key=lambda m: m.name != DEFAULT_EMBEDDING_MODEL)
     return next((m.name for m in ordered if wanted <= set(m.scripts)), None)
