@@ -345,7 +345,7 @@ def demo_banner(sess: Session) -> None:
             icon=":material/admin_panel_settings:",
         )
         return
-    expiry = format_duration(float(limits.get("expiry_seconds", 0)))
+    expiry = say(format_duration(float(limits.get("expiry_seconds", 0))))
     text = t(
         "**Public demo.** The shared knowledge bases are read-only. Knowledge bases you create are yours alone "
         "(their names end in your tag [{tag}]) and are deleted {expiry} after you create them.",
@@ -495,9 +495,9 @@ def sidebar_kb_picker(sess: Session) -> Any:
 
 def kb_counts_line(kb: dict[str, Any]) -> str:
     failed = int(kb.get("failed_document_count") or 0)
-    parts = [t("documents: {n}", n=kb["document_count"]), t("chunks: {n}", n=kb["chunk_count"])]
+    parts = [t("{documents} documents · {chunks} chunks", documents=kb["document_count"], chunks=kb["chunk_count"])]
     if failed:
-        parts.append(t("failed imports: {n}", n=failed))
+        parts.append(t("{n} failed import", n=failed) if failed == 1 else t("{n} failed imports", n=failed))
     parts += [str(kb["embedding_model"]), t("chunk size {size}", size=kb["chunk_size"])]
     return " · ".join(parts)
 

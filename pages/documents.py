@@ -108,12 +108,14 @@ st.dataframe(shown_table, hide_index=True, width="stretch", column_config={
 })
 kinds = frame["Status"].value_counts()
 flying = int(len(frame) - kinds.get("ready", 0) - kinds.get("failed", 0))
-counted = [t("{shown} of {total} rows shown: documents: {ready}", shown=len(shown), total=len(frame),
+counted = [t("{shown} of {total} rows shown: {ready} documents", shown=len(shown), total=len(frame),
              ready=int(kinds.get("ready", 0)))]
-if kinds.get("failed", 0):
-    counted.append(t("failed imports: {n} (no documents; see Error)", n=int(kinds["failed"])))
+failed = int(kinds.get("failed", 0))
+if failed:
+    counted.append(t("{n} failed import (no documents; see Error)", n=failed) if failed == 1
+                   else t("{n} failed imports (no documents; see Error)", n=failed))
 if flying:
-    counted.append(t("being imported now: {n}", n=flying))
+    counted.append(t("{n} being imported now", n=flying))
 st.caption(t(", ").join(counted) + t("."))
 
 ready = [d for d in documents if d["status"] == "ready" and d["id"]]

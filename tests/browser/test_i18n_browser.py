@@ -112,7 +112,7 @@ def test_a_chinese_browser_gets_the_chinese_interface(open_app) -> None:  # type
         assert page.get_by_role("button", name=button, exact=True).is_visible(), button
     assert page.get_by_role("button", name="Create", exact=True).count() == 0
     sidebar = page.locator('[data-testid="stSidebar"]')
-    assert "当前知识库" in sidebar.inner_text() and "文档：0" in sidebar.inner_text()
+    assert "当前知识库" in sidebar.inner_text() and "0 篇文档 · 0 个文本块" in sidebar.inner_text()
 
     # the service's validation error, said in Chinese (the bad name as typed, quoted)
     error = create_error(page, "名称", "创建", "测试/斜杠")
@@ -139,6 +139,7 @@ def test_an_english_browser_gets_the_english_interface(open_app) -> None:  # typ
         assert texts and not any(CJK.search(text) for text in texts), (selector, texts)
     for button in ("Create", "Select", "Delete…"):
         assert page.get_by_role("button", name=button, exact=True).is_visible(), button
+    assert "0 documents · 0 chunks" in page.locator('[data-testid="stSidebar"]').inner_text()
     error = create_error(page, "Name", "Create", "测试/斜杠")
     assert "contains '/'; path separators and control characters are not allowed" in error, error
     assert not CJK.search(error.replace("测试/斜杠", "")), error
