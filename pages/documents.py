@@ -82,8 +82,8 @@ frame = pd.DataFrame(
 filter_col, status_col, type_col, sort_col, order_col = st.columns([3, 2, 2, 2, 1], vertical_alignment="bottom")
 needle = filter_col.text_input(t("Filter by name"), key="doc_filter", placeholder=t("part of a name"))
 statuses = status_col.multiselect(t("Status"), sorted(frame["Status"].unique()), key="doc_status",
-                                  format_func=status_label)
-types = type_col.multiselect(t("Type"), sorted(frame["Type"].unique()), key="doc_type")
+                                  format_func=status_label, placeholder=t("All"))
+types = type_col.multiselect(t("Type"), sorted(frame["Type"].unique()), key="doc_type", placeholder=t("All"))
 sort_by = sort_col.selectbox(
     t("Sort by"), ["Updated", "Name", "Chunks", "Bytes", "Created", "Status", "Type", "Language"], key="doc_sort",
     format_func=HEADERS.__getitem__,
