@@ -12,7 +12,7 @@ import streamlit as st
 from kb_core import KBError, Session
 from kb_core.demo import DEMO_EMBEDDING_MODEL, DEMO_KB_NAME, demo_exists, demo_files, start_demo_build
 from pages import _shared as ui
-from pages._i18n import language_switch, t
+from pages._i18n import language_switch, say, t
 
 st.set_page_config(page_title="KB Workbench", page_icon=":material/hub:", layout="wide")
 st.markdown(
@@ -74,7 +74,7 @@ def demo_progress(job_id: str) -> None:
     status = demo_builder().import_job(job_id)
     if not status["success"] or status["data"]["state"] not in RUNNING:
         st.rerun()
-    ui.job_progress(status["data"], title="Demo")
+    ui.job_progress(status["data"], title=t("Demo"))
 
 
 def demo_gate() -> None:
@@ -90,10 +90,10 @@ def demo_gate() -> None:
         builder.dismiss_import_job(waited)  # not one of this visitor's own imports
         if ended["success"] and ended["data"]["state"] == "finished":
             publish_demo()
-            with st.status("Demo knowledge base ready", state="complete", expanded=False):
-                st.write(f"{ended['data']['message']} ({ended['data']['elapsed_seconds']:.0f} s)")
+            with st.status(t("Demo knowledge base ready"), state="complete", expanded=False):
+                st.write(f"{say(ended['data']['message'])} ({ended['data']['elapsed_seconds']:.0f} s)")
         elif ended["success"]:
-            with st.status("Building the demo knowledge base failed", state="error", expanded=True):
+            with st.status(t("Building the demo knowledge base failed"), state="error", expanded=True):
                 ui.job_outcome(builder, ended["data"])
     if st.session_state.get("demo_checked") and holder.get("job_id") is None:
         return
@@ -109,21 +109,21 @@ def demo_gate() -> None:
                 return
             creating = st.empty()  # says so while a built-in model's folder is built (once per machine)
             with creating.container(border=True):
-                st.markdown(f"**Building the demo knowledge base “{DEMO_KB_NAME}” (first start)…**")
-                started = start_demo_build(builder, model_progress=st.write)
+                st.markdown(t("**Building the demo knowledge base “{name}” (first start)…**", name=DEMO_KB_NAME))
+                started = start_demo_build(builder, model_progress=lambda line: st.write(say(line)))
             creating.empty()
             if started is None:
                 return
             if not started["success"]:
-                ui.show_error(started, prefix="Building the demo knowledge base failed: ")
+                ui.show_error(started, prefix=t("Building the demo knowledge base failed: "))
                 return
             holder["job_id"] = job_id = started["data"]["job_id"]
     builder.import_job(job_id, watch=True)
     st.session_state["demo_waited"] = job_id
     with st.container(border=True):
-        st.markdown(f"**Building the demo knowledge base “{DEMO_KB_NAME}” (first start)…**")
-        st.write(f"Importing {len(files)} English and Chinese documents with the {DEMO_EMBEDDING_MODEL} model. The "
-                 "build goes on if you close this tab; the pages open once it is done.")
+        st.markdown(t("**Building the demo knowledge base “{name}” (first start)…**", name=DEMO_KB_NAME))
+        st.write(t("Importing {n} English and Chinese documents with the {model} model. The build goes on if you "
+                   "close this tab; the pages open once it is done.", n=len(files), model=DEMO_EMBEDDING_MODEL))
         st.fragment(demo_progress, run_every=ui.JOB_POLL_SECONDS)(job_id)
     st.stop()
 

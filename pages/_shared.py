@@ -41,15 +41,17 @@ ALLOW_DIRS_ENVIRONMENT_VARIABLE = "KB_ALLOW_DIRS"
 
 # The services this process opened (one per home), for close_services when the server stops.
 _OPENED: list[KnowledgeBaseService] = []
+_OPENED_HOMES: set[str] = set()
 _OPENED_LOCK = threading.Lock()
 
 
-@st.cache_resource(show_spinner="Opening the knowledge-base service…")
+@st.cache_resource(show_spinner=False)  # service() says so, in the session's language
 def _service_for(home: str) -> KnowledgeBaseService:
     # One service per process and home: it holds the loaded models, readers and index caches.
     opened = KnowledgeBaseService(home)
     with _OPENED_LOCK:
         _OPENED.append(opened)
+        _OPENED_HOMES.add(home)
     # The Chinese word dictionary loads on the first Chinese text a process analyses (~0.5 s of CPU), and a KB's query
     # embedder on its first search (multilingual-e5-small's 250,000-word tokenizer and query weights: 3-5 s on busy
     # cores, a third of a profiled session's server time, #34); loaded now, in the background, a user's first search
@@ -96,7 +98,13 @@ def demo_build(home: str) -> dict[str, str | None]:
 
 
 def service() -> KnowledgeBaseService:
-    return _service_for(str(resolve_home()))
+    home = str(resolve_home())
+    with _OPENED_LOCK:
+        opened = home in _OPENED_HOMES
+    if opened:
+        return _service_for(home)
+    with st.spinner(t("Opening the knowledge-base service…")):
+        return _service_for(home)
 
 
 @dataclass(frozen=True)
@@ -152,7 +160,7 @@ def public_demo_enabled() -> bool:
     try:
         return demo_setting() == "public"
     except KBError as error:
-        st.error(error.message, icon=":material/error:")
+        st.error(say(error.message), icon=":material/error:")
         st.stop()
         raise
 
@@ -238,21 +246,21 @@ def operator_sign_in(sess: Session) -> None:
         return
     with st.sidebar:
         if sess.principal.kind == "operator":
-            if st.button("Sign out (operator)", key="operator_sign_out"):
+            if st.button(t("Sign out (operator)"), key="operator_sign_out"):
                 sign_out_operator()
                 st.rerun()
             return
         with (
-            st.expander("Operator", icon=":material/admin_panel_settings:"),
+            st.expander(t("Operator"), icon=":material/admin_panel_settings:"),
             st.form("operator_sign_in", border=False),
         ):
-            secret = st.text_input("Operator token", type="password", key="operator_token")
-            if st.form_submit_button("Sign in"):
+            secret = st.text_input(t("Operator token"), type="password", key="operator_token")
+            if st.form_submit_button(t("Sign in")):
                 refused = sign_in_operator(secret)
                 if refused is None:
                     st.rerun()
                 else:
-                    st.error(f"{refused.message}  \n`{refused.code}`", icon=":material/error:")
+                    st.error(f"{say(refused.message)}  \n`{refused.code}`", icon=":material/error:")
 
 
 def scratch_dir(prefix: str, sess: Session | None = None) -> Path:
@@ -286,20 +294,24 @@ def server_path_session(sess: Session) -> Session | None:
     """``sess`` confined to ``$KB_ALLOW_DIRS`` (never the home), for paths typed into the app; None, after saying
     so, when no folder is configured: whoever reaches the app must not read or write any file the server can."""
     if public_demo_enabled():
-        st.info("Files on the server are off in this public demo; upload files instead.", icon=":material/lock:")
+        st.info(t("Files on the server are off in this public demo; upload files instead."), icon=":material/lock:")
         return None
     folders, missing = server_folders()
     if missing:
-        st.warning(f"{ALLOW_DIRS_ENVIRONMENT_VARIABLE} names folders that do not exist: {', '.join(missing)}.")
+        st.warning(t("{variable} names folders that do not exist: {folders}.", variable=ALLOW_DIRS_ENVIRONMENT_VARIABLE,
+                     folders=", ".join(missing)))
     if not folders:
         st.info(
-            "Files on the server can be used only inside folders the server allows. Start the app with "
-            f"{ALLOW_DIRS_ENVIRONMENT_VARIABLE}=/data/docs (several folders separated by '{os.pathsep}') to allow "
-            "them; the knowledge-base home is never one of them.",
+            t(
+                "Files on the server can be used only inside folders the server allows. Start the app with "
+                "{variable}=/data/docs (several folders separated by '{separator}') to allow them; the knowledge-base "
+                "home is never one of them.",
+                variable=ALLOW_DIRS_ENVIRONMENT_VARIABLE, separator=os.pathsep,
+            ),
             icon=":material/lock:",
         )
         return None
-    st.caption("Allowed folders on the server: " + ", ".join(f"`{f}`" for f in folders))
+    st.caption(t("Allowed folders on the server: {folders}", folders=", ".join(f"`{f}`" for f in folders)))
     return sess.confined(folders)
 
 
@@ -326,21 +338,24 @@ def demo_banner(sess: Session) -> None:
 
     if data.get("kind") == "operator":
         st.warning(
-            "**Public demo, signed in as the operator.** You see and change every knowledge base, publish one to "
-            "all visitors, and see each visitor's usage (Knowledge bases page).",
+            t(
+                "**Public demo, signed in as the operator.** You see and change every knowledge base, publish one to "
+                "all visitors, and see each visitor's usage (Knowledge bases page)."
+            ),
             icon=":material/admin_panel_settings:",
         )
         return
-    expiry = format_duration(float(limits.get("expiry_seconds", 0)))
-    text = (
+    expiry = say(format_duration(float(limits.get("expiry_seconds", 0))))
+    text = t(
         "**Public demo.** The shared knowledge bases are read-only. Knowledge bases you create are yours alone "
-        f"(their names end in your tag [{data.get('tag')}]) and are deleted {expiry} after you create them."
+        "(their names end in your tag [{tag}]) and are deleted {expiry} after you create them.",
+        tag=data.get("tag"), expiry=expiry,
     )
     mine = data.get("knowledge_bases") or []
     if mine:
         first = min(mine, key=lambda kb: kb["expires_at"])
         when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(first["expires_at"]))
-        text += f" Next: **{first['name']}** on {when}."
+        text += " " + t("Next: **{name}** on {when}.", name=first["name"], when=when)
     st.info(text, icon=":material/science:")
 
 
@@ -354,10 +369,15 @@ def demo_limits_caption(sess: Session) -> None:
         return
     limits = data["limits"]
     st.caption(
-        f"Demo limits per visitor: files up to {limits['max_file_mb']:g} MB, {limits['files_per_import']} files per "
-        f"import, {limits['chunks_per_visitor']:,} chunks in all your knowledge bases (used: "
-        f"{data['chunks_used']:,}), {limits['kbs_per_visitor']} knowledge bases, {limits['imports_per_minute']} "
-        f"imports and {limits['searches_per_minute']} searches per minute."
+        t(
+            "Demo limits per visitor: files up to {file_mb} MB, {files} files per import, {chunks} chunks in all your "
+            "knowledge bases (used: {used}), {kbs} knowledge bases, {imports} imports and {searches} searches per "
+            "minute.",
+            file_mb=f"{limits['max_file_mb']:g}", files=limits["files_per_import"],
+            chunks=f"{limits['chunks_per_visitor']:,}", used=f"{data['chunks_used']:,}",
+            kbs=limits["kbs_per_visitor"], imports=limits["imports_per_minute"],
+            searches=limits["searches_per_minute"],
+        )
     )
 
 
@@ -398,7 +418,7 @@ def kb_disappeared(sess: Session) -> str | None:
     session or process), else None: the pages then say so and ask for a choice, and never go on with another KB."""
     if sess.current_kb_id is None or current_kb_name(sess) is not None:
         return None
-    return str(st.session_state.get(LAST_KB_KEY) or "the selected knowledge base")
+    return str(st.session_state.get(LAST_KB_KEY) or t("the selected knowledge base"))
 
 
 def require_current_kb(sess: Session) -> str:
@@ -408,14 +428,17 @@ def require_current_kb(sess: Session) -> str:
         gone = kb_disappeared(sess)
         if gone is not None:
             st.warning(
-                f"The knowledge base **{gone}** this page was using no longer exists: it was deleted, perhaps in "
-                "another browser session. Choose a knowledge base in the sidebar (or create one on the **Knowledge "
-                "bases** page) to go on.",
+                t(
+                    "The knowledge base **{name}** this page was using no longer exists: it was deleted, perhaps in "
+                    "another browser session. Choose a knowledge base in the sidebar (or create one on the "
+                    "**Knowledge bases** page) to go on.",
+                    name=gone,
+                ),
                 icon=":material/warning:",
             )
         else:
-            st.info("No knowledge base is selected. Pick one in the sidebar or create one on the **Knowledge bases** "
-                    "page.")
+            st.info(t("No knowledge base is selected. Pick one in the sidebar or create one on the **Knowledge "
+                      "bases** page."))
         st.stop()
     return name  # type: ignore[return-value]
 
@@ -447,19 +470,20 @@ def sidebar_kb_picker(sess: Session) -> Any:
     gone = kb_disappeared(sess) if current is None else None
     with st.sidebar:
         if not names:
-            st.caption("No knowledge bases yet.")
+            st.caption(t("No knowledge bases yet."))
             return None
         index = names.index(current) if current in names else None
         choice = st.selectbox(
-            "Current knowledge base",
+            t("Current knowledge base"),
             names,
             index=index,
             key=f"sidebar_kb_{current}_{gone}",  # re-created when another page changes the selection
-            placeholder="Choose a knowledge base",
-            help="Each browser session has its own current knowledge base.",
+            placeholder=t("Choose a knowledge base"),
+            help=t("Each browser session has its own current knowledge base."),
         )
         if gone is not None:
-            st.caption(f":orange[**{gone}** no longer exists (deleted elsewhere): choose another.]")
+            st.caption(":orange[" + t("**{name}** no longer exists (deleted elsewhere): choose another.", name=gone)
+                       + "]")
         if choice is not None and choice != current:
             data_or_error(sess.select_knowledge_base(choice))
             st.rerun()
@@ -471,11 +495,11 @@ def sidebar_kb_picker(sess: Session) -> Any:
 
 def kb_counts_line(kb: dict[str, Any]) -> str:
     failed = int(kb.get("failed_document_count") or 0)
-    return (
-        f"{kb['document_count']} documents · {kb['chunk_count']} chunks"
-        + (f" · {failed} failed import{'s' if failed != 1 else ''}" if failed else "")
-        + f" · {kb['embedding_model']} · chunk size {kb['chunk_size']}"
-    )
+    parts = [t("{documents} documents · {chunks} chunks", documents=kb["document_count"], chunks=kb["chunk_count"])]
+    if failed:
+        parts.append(t("{n} failed import", n=failed) if failed == 1 else t("{n} failed imports", n=failed))
+    parts += [str(kb["embedding_model"]), t("chunk size {size}", size=kb["chunk_size"])]
+    return " · ".join(parts)
 
 
 def refresh_sidebar_counts(sess: Session, counts: Any) -> None:
@@ -492,13 +516,17 @@ def refresh_sidebar_counts(sess: Session, counts: Any) -> None:
 
 
 # -- progress ------------------------------------------------------------------------------------
-STATUS_LABELS = {
-    "pending": "waiting",
-    "parsing": "parsing",
-    "embedding": "embedding",
-    "ready": "done",
-    "failed": "failed",
-}
+def status_label(status: str) -> str:
+    """A file's import status as a person reads it, in the session's language."""
+    labels = {
+        "pending": t("waiting"),
+        "parsing": t("parsing"),
+        "embedding": t("embedding"),
+        "saving": t("saving"),
+        "ready": t("done"),
+        "failed": t("failed"),
+    }
+    return labels.get(status, status)
 
 
 def file_fraction(file: FileProgress) -> float:
@@ -522,32 +550,46 @@ class ImportBars:
     marks them from the result envelope.
     """
 
-    def __init__(self, paths: Sequence[str], labels: Sequence[str], title: str = "Overall") -> None:
-        self.title = title
+    def __init__(self, paths: Sequence[str], labels: Sequence[str], title: str | None = None) -> None:
+        self.title = title or t("Overall")
         self.labels = dict(zip(paths, labels, strict=True))
-        self.overall = st.progress(0.0, text=f"{title}: 0 of {len(labels)} files")
-        self.bars = {path: st.progress(0.0, text=f"{label}: waiting") for path, label in self.labels.items()}
+        self.overall = st.progress(0.0, text=t("{title}: 0 of {total} files", title=self.title, total=len(labels)))
+        self.bars = {
+            path: st.progress(0.0, text=t("{file}: {state}", file=label, state=status_label("pending")))
+            for path, label in self.labels.items()
+        }
 
     def __call__(self, progress: ImportProgress) -> None:
-        self.overall.progress(min(1.0, overall_fraction(progress)), text=f"{self.title}: {progress.summary()}")
+        self.overall.progress(min(1.0, overall_fraction(progress)),
+                              text=t("{title}: {summary}", title=self.title, summary=say(progress.summary())))
         for file in progress.files:
             bar = self.bars.get(file.file_path)
             if bar is None:
                 continue
-            state = STATUS_LABELS.get(file.status, file.status)
-            detail = f" ({file.chunks_embedded}/{file.chunks_total} chunks)" if file.chunks_total else ""
-            if file.status == "failed" and file.error:
-                detail = f": {file.error}"
-            bar.progress(min(1.0, file_fraction(file)), text=f"{self.labels[file.file_path]}: {state}{detail}")
+            bar.progress(min(1.0, file_fraction(file)), text=file_line(
+                self.labels[file.file_path], file.status, file.chunks_embedded, file.chunks_total, file.error
+            ))
 
     def finish(self, envelope: dict[str, Any]) -> None:
         data = envelope.get("data") or {}
         done = len(data.get("success_files", [])) + len(data.get("failed_files", []))
-        self.overall.progress(1.0, text=f"{self.title}: {done} of {len(self.labels)} files · finished")
+        self.overall.progress(1.0, text=t("{title}: {done} of {total} files · finished", title=self.title, done=done,
+                                          total=len(self.labels)))
         for failure in data.get("failed_files", []):
             bar = self.bars.get(failure["file_path"])
             if bar is not None:
-                bar.progress(1.0, text=f"{self.labels[failure['file_path']]}: failed: {failure['error']}")
+                bar.progress(1.0, text=t("{file}: failed: {error}", file=self.labels[failure["file_path"]],
+                                         error=say(failure["error"])))
+
+
+def file_line(name: str, status: str, embedded: int, total: int, error: Any) -> str:
+    """One file's progress line: its state, with its chunks while it embeds, or why it failed."""
+    if status == "failed" and error:
+        return t("{file}: failed: {error}", file=name, error=say(error))
+    if total:
+        return t("{file}: {state} ({embedded}/{total} chunks)", file=name, state=status_label(status),
+                 embedded=embedded, total=total)
+    return t("{file}: {state}", file=name, state=status_label(status))
 
 
 # -- import jobs (#34): imports run by the service; pages start them, poll them and show them -----------------------
@@ -601,69 +643,88 @@ def sync_job_url(sess: Session) -> None:
             del st.query_params[JOB_QUERY_PARAM]
 
 
-def job_progress(status: dict[str, Any], title: str = "Overall") -> None:
+def job_progress(status: dict[str, Any], title: str | None = None) -> None:
     """A running job: what it is doing now, an overall bar and a bar per file (the first ``JOB_FILES_SHOWN``)."""
     state = status["state"]
-    st.caption(f"{JOB_STATE_ICONS.get(state, '')} Now: {status['phase_text']}.")
-    line = status["summary"] if status["chunks_total"] else f"{status['files_done']}/{status['files_total']} files"
-    st.progress(job_fraction(status), text=f"{title}: {line}")
+    st.caption(f"{JOB_STATE_ICONS.get(state, '')} " + t("Now: {phase}.", phase=say(status["phase_text"])))
+    line = (say(status["summary"]) if status["chunks_total"]
+            else t("{done}/{total} files", done=status["files_done"], total=status["files_total"]))
+    st.progress(job_fraction(status), text=t("{title}: {summary}", title=title or t("Overall"), summary=line))
     for row in status["files"][:JOB_FILES_SHOWN]:
-        label = STATUS_LABELS.get(row["status"], row["status"])
+        shown = row["status"]
         if row["status"] == "embedding" and row["chunks_total"] and row["chunks_embedded"] >= row["chunks_total"]:
-            label = "saving"  # embedded, waiting for its segment's write and commit
-        detail = f" ({row['chunks_embedded']}/{row['chunks_total']} chunks)" if row["chunks_total"] else ""
-        if row["status"] == "failed" and row["error"]:
-            detail = f": {row['error']}"
-        st.progress(job_file_fraction(row), text=f"{row['name']}: {label}{detail}")
+            shown = "saving"  # embedded, waiting for its segment's write and commit
+        st.progress(job_file_fraction(row), text=file_line(row["name"], shown, row["chunks_embedded"],
+                                                           row["chunks_total"], row["error"]))
     if len(status["files"]) > JOB_FILES_SHOWN:
-        st.caption(f"… and {len(status['files']) - JOB_FILES_SHOWN} more files.")
+        st.caption(t("… and {n} more files.", n=len(status["files"]) - JOB_FILES_SHOWN))
 
 
 def job_results_table(status: dict[str, Any]) -> Any:
+    """A row per file of an ended job, its columns and values in the session's language."""
     import pandas as pd
 
+    def outcome(row: dict[str, Any]) -> str:
+        if (row["error"] or "").startswith("cancelled"):
+            return t("cancelled")
+        if row.get("already_imported"):
+            return t("already imported (skipped)")
+        return t("imported") if row["status"] == "ready" else status_label(row["status"])
+
+    columns = [t("File"), t("Document name"), t("Status"), t("Chunks"), t("Reason")]
     rows = [
-        {
-            "File": row["name"],
-            "Document name": row["doc_name"] if row["status"] == "ready" else "",
-            "Status": "cancelled" if (row["error"] or "").startswith("cancelled")
-            else "already imported (skipped)" if row.get("already_imported")
-            else {"ready": "imported"}.get(row["status"], row["status"]),
-            "Chunks": row["chunks_total"] if row["status"] == "ready" else 0,
-            "Reason": row["error"] or "",
-        }
+        (
+            row["name"],
+            row["doc_name"] if row["status"] == "ready" else "",
+            outcome(row),
+            row["chunks_total"] if row["status"] == "ready" else 0,
+            say(row["error"] or ""),
+        )
         for row in status["files"]
     ]
-    return pd.DataFrame(rows, columns=["File", "Document name", "Status", "Chunks", "Reason"])
+    return pd.DataFrame(rows, columns=columns)
 
 
 def job_outcome(sess: Session, status: dict[str, Any]) -> None:
     """A finished job: its message, warnings and a row per file (failures with their reasons), and a button that
     stops listing it."""
-    state, message = status["state"], (status["message"] or "").split(" Note: ", 1)[0]
+    # The note on the documents' language is shown apart, as a warning (the report's warnings).
+    state, message = status["state"], say(status["message"] or "").split(" Note: ", 1)[0]
     if state == "finished" and not (status["report"] or {}).get("failed_count"):
         st.success(message, icon=JOB_STATE_ICONS["finished"])
     elif state == "cancelled":
-        st.warning(message or "The import was cancelled.", icon=JOB_STATE_ICONS["cancelled"])
+        st.warning(message or t("The import was cancelled."), icon=JOB_STATE_ICONS["cancelled"])
     elif status["report"] is not None and status["report"].get("success_count"):
         st.warning(message, icon=":material/warning:")
     else:
         code = (status["error"] or {}).get("code")
         st.error(f"{message}  \n`{code}`" if code else message, icon=JOB_STATE_ICONS["failed"])
     for warning in (status["report"] or {}).get("warnings") or []:
-        st.warning(warning, icon=":material/translate:")
+        st.warning(say(warning), icon=":material/translate:")
     if status["report"] is not None or status["files"]:
         st.dataframe(job_results_table(status), hide_index=True, width="stretch",
-                     column_config={"Reason": st.column_config.TextColumn(width="large")})
-    if st.button("Dismiss", key=f"dismiss_{status['job_id']}", icon=":material/close:",
-                 help="Stop listing this import here (its documents stay)."):
+                     column_config={t("Reason"): st.column_config.TextColumn(width="large")})
+    if st.button(t("Dismiss"), key=f"dismiss_{status['job_id']}", icon=":material/close:",
+                 help=t("Stop listing this import here (its documents stay).")):
         sess.dismiss_import_job(status["job_id"])
         st.rerun()
 
 
+def job_state_label(state: str) -> str:
+    """An import job's state as a person reads it, in the session's language."""
+    labels = {
+        "running": t("running"),
+        "cancelling": t("cancelling"),
+        "finished": t("finished"),
+        "cancelled": t("cancelled"),
+        "failed": t("failed"),
+    }
+    return labels.get(state, state)
+
+
 def _job_heading(status: dict[str, Any]) -> str:
-    return (f"Import of {status['files_total']} file(s) into **{status['kb_name']}** · started "
-            f"{status['created_at'][11:19]} UTC · {status['state']}")
+    return t("Import of {n} file(s) into **{kb}** · started {time} UTC · {state}", n=status["files_total"],
+             kb=status["kb_name"], time=status["created_at"][11:19], state=job_state_label(status["state"]))
 
 
 def _running_jobs_body(sess: Session, watched: tuple[str, ...]) -> None:
@@ -677,8 +738,8 @@ def _running_jobs_body(sess: Session, watched: tuple[str, ...]) -> None:
             st.markdown(_job_heading(status))
             job_progress(status)
             if status["state"] == "running" and st.button(
-                "Cancel import", key=f"cancel_{job_id}", icon=":material/cancel:",
-                help="Stops the parsing and the embedding within seconds; documents committed before stay.",
+                t("Cancel import"), key=f"cancel_{job_id}", icon=":material/cancel:",
+                help=t("Stops the parsing and the embedding within seconds; documents committed before stay."),
             ):
                 sess.cancel_import(job_id)
                 st.rerun(scope="fragment")
@@ -691,11 +752,11 @@ def import_jobs_panel(sess: Session) -> None:
     jobs = listing["data"]["jobs"] if listing["success"] else []
     running = tuple(job["job_id"] for job in reversed(jobs) if job["state"] in ("running", "cancelling"))
     if running:
-        st.subheader("Running")
+        st.subheader(t("Running"))
         st.fragment(_running_jobs_body, run_every=JOB_POLL_SECONDS)(sess, running)
     finished = [job for job in reversed(jobs) if job["state"] not in ("running", "cancelling")]
     if finished:
-        st.subheader("Results")
+        st.subheader(t("Results"))
         for status in finished:
             with st.container(border=True):
                 st.markdown(_job_heading(status))
@@ -709,9 +770,12 @@ def _sidebar_jobs_body(sess: Session, watched: tuple[str, ...]) -> None:
         st.rerun()
     for job_id in watched:
         status = jobs[job_id]
-        st.progress(job_fraction(status), text=f"Importing into {status['kb_name']}: {status['files_done']}/"
-                    f"{status['files_total']} files · {status['chunks_embedded']}/{status['chunks_total']} chunks")
-        st.caption(status["phase_text"])
+        st.progress(job_fraction(status), text=t(
+            "Importing into {kb}: {done}/{total} files · {embedded}/{chunks} chunks", kb=status["kb_name"],
+            done=status["files_done"], total=status["files_total"], embedded=status["chunks_embedded"],
+            chunks=status["chunks_total"],
+        ))
+        st.caption(say(status["phase_text"]))
 
 
 def sidebar_jobs(sess: Session) -> None:
@@ -728,9 +792,11 @@ def sidebar_jobs(sess: Session) -> None:
             st.fragment(_sidebar_jobs_body, run_every=JOB_POLL_SECONDS)(sess, running)
         for job in ended[-3:]:
             imported = (job["report"] or {}).get("success_count", 0)
-            st.caption(f"{JOB_STATE_ICONS.get(job['state'], '')} Import into {job['kb_name']} {job['state']}: "
-                       f"{imported} of {job['files_total']} files imported.")
-        st.page_link("pages/import_files.py", label="Imports and results", icon=":material/upload_file:")
+            st.caption(f"{JOB_STATE_ICONS.get(job['state'], '')} " + t(
+                "Import into {kb} {state}: {imported} of {total} files imported.", kb=job["kb_name"],
+                state=job_state_label(job["state"]), imported=imported, total=job["files_total"],
+            ))
+        st.page_link("pages/import_files.py", label=t("Imports and results"), icon=":material/upload_file:")
 
 
 # -- search results ------------------------------------------------------------------------------

@@ -17,17 +17,18 @@ import streamlit as st
 from kb_core import Session
 from kb_core.documents import human_size
 from pages import _shared as ui
+from pages._i18n import say, t
 
 EXPORT_SUFFIX = ".kbx"
 
 session = ui.session()
-st.title("Export / import knowledge bases")
-st.caption(
+st.title(t("Export / import knowledge bases"))
+st.caption(t(
     "One portable file (a ZIP with a manifest and checksums) holds knowledge bases with their settings, documents "
     "and original files, chunks, vectors and knowledge-bundle graphs. API keys are never exported. Importing "
     "validates the whole file first and changes nothing if any part is refused; names that already exist get a "
     "timestamp suffix."
-)
+))
 
 listing = ui.data_or_error(session.list_knowledge_bases())
 kbs = listing["knowledge_bases"] if listing else []
@@ -46,7 +47,7 @@ def prepare_download(chosen: list[str]) -> None:
     folder = ui.scratch_dir("kb-export-", session)
     name = export_name(chosen)
     try:
-        with st.spinner("Writing the export file…"):
+        with st.spinner(t("Writing the export file…")):
             envelope = session.export_database(str(folder / name), kb_names=chosen or None)
         data = (folder / name).read_bytes() if envelope["success"] else None
     finally:
@@ -55,7 +56,7 @@ def prepare_download(chosen: list[str]) -> None:
 
 
 def run_import(path: str, label: str, via: Session | None = None, uploaded: bool = False) -> None:
-    with st.spinner(f"Validating and importing {label}…"):
+    with st.spinner(t("Validating and importing {file}…", file=label)):
         # an upload is saved under a temporary name: the messages name the user's file instead
         envelope = (via or session).import_database(path, display_name=label if uploaded else None)
     st.session_state["import_db_result"] = {"envelope": envelope, "label": label}
@@ -67,43 +68,45 @@ def show_import_result(stored: dict[str, Any]) -> None:
         ui.show_error(envelope)  # the service names the file
         return
     data = envelope["data"]
-    st.success(envelope["message"], icon=":material/check_circle:")
+    st.success(say(envelope["message"]), icon=":material/check_circle:")
     left, right = st.columns(2)
-    left.metric("Knowledge bases imported", data["imported_kb_count"])
-    right.metric("Documents imported", data["imported_doc_count"])
+    left.metric(t("Knowledge bases imported"), data["imported_kb_count"])
+    right.metric(t("Documents imported"), data["imported_doc_count"])
     renamed = {r["to"]: r["from"] for r in data.get("renamed_knowledge_bases", [])}
     if data.get("knowledge_bases"):
         st.dataframe(
             pd.DataFrame(
                 {
-                    "Imported as": data["knowledge_bases"],
-                    "Renamed from": [renamed.get(n, "") for n in data["knowledge_bases"]],
+                    t("Imported as"): data["knowledge_bases"],
+                    t("Renamed from"): [renamed.get(n, "") for n in data["knowledge_bases"]],
                 }
             ),
             hide_index=True, width="stretch",
         )
         if renamed:
-            st.caption("Renamed knowledge bases had a name that already exists here; nothing was overwritten.")
+            st.caption(t("Renamed knowledge bases had a name that already exists here; nothing was overwritten."))
 
 
 export_col, import_col = st.columns(2, gap="large")
 
 with export_col:
-    st.subheader("Export")
-    chosen = st.multiselect("Knowledge bases (none chosen: all)", names, key="export_kbs",
-                            placeholder="All knowledge bases")
-    download_tab, server_tab = st.tabs(["Download", "Path on the server"])
+    st.subheader(t("Export"))
+    chosen = st.multiselect(t("Knowledge bases (none chosen: all)"), names, key="export_kbs",
+                            placeholder=t("All knowledge bases"))
+    download_tab, server_tab = st.tabs([t("Download"), t("Path on the server")])
     with download_tab:
-        if st.button("Prepare export file", type="primary", key="export_prepare", disabled=not names,
+        if st.button(t("Prepare export file"), type="primary", key="export_prepare", disabled=not names,
                      icon=":material/inventory_2:"):
             prepare_download(chosen)
         stored = st.session_state.get("export_result")
         if stored:
             if stored["envelope"]["success"] and stored["bytes"] is not None:
-                st.success(stored["envelope"]["message"].replace(stored["envelope"]["data"]["export_path"],
-                                                                 stored["name"]), icon=":material/check_circle:")
+                # the file was written to a scratch folder: the message names the download instead
+                said = say(stored["envelope"]["message"])
+                st.success(said.replace(stored["envelope"]["data"]["export_path"], stored["name"]),
+                           icon=":material/check_circle:")
                 st.download_button(
-                    f"Download {stored['name']} ({human_size(len(stored['bytes']))})",
+                    t("Download {file} ({size})", file=stored["name"], size=human_size(len(stored["bytes"]))),
                     stored["bytes"],
                     file_name=stored["name"],
                     mime="application/zip",
@@ -115,35 +118,35 @@ with export_col:
     with server_tab:
         confined = ui.server_path_session(session)
         if confined is not None:
-            target = st.text_input("Export file path (on the machine that runs the app)", key="export_path",
+            target = st.text_input(t("Export file path (on the machine that runs the app)"), key="export_path",
                                    placeholder=f"/backups/knowledge-bases{EXPORT_SUFFIX}")
-            if st.button("Export to this path", key="export_to_path", disabled=not names):
+            if st.button(t("Export to this path"), key="export_to_path", disabled=not names):
                 if not target.strip():
-                    st.warning("Give the path of the file to write.")
+                    st.warning(t("Give the path of the file to write."))
                 else:
-                    with st.spinner("Writing the export file…"):
+                    with st.spinner(t("Writing the export file…")):
                         result = confined.export_database(target.strip(), kb_names=chosen or None)
                     if result["success"]:
-                        st.success(result["message"], icon=":material/check_circle:")
+                        st.success(say(result["message"]), icon=":material/check_circle:")
                     else:
                         ui.show_error(result)
     if not names:
-        st.info("There are no knowledge bases to export yet.")
+        st.info(t("There are no knowledge bases to export yet."))
 
 with import_col:
-    st.subheader("Import")
+    st.subheader(t("Import"))
     stored = st.session_state.get("import_db_result")
     if stored:
         show_import_result(stored)
-    upload_tab, path_tab = st.tabs(["Upload a file", "Path on the server"])
+    upload_tab, path_tab = st.tabs([t("Upload a file"), t("Path on the server")])
     with upload_tab:
         if session.principal.kind == "visitor":  # the session refuses it too
-            st.info("Merging an export file is off for visitors of this public demo; create a knowledge base and "
-                    "import documents instead.", icon=":material/lock:")
+            st.info(t("Merging an export file is off for visitors of this public demo; create a knowledge base and "
+                      "import documents instead."), icon=":material/lock:")
         round_ = st.session_state.get("import_db_round", 0)
-        upload = st.file_uploader(f"Export file ({EXPORT_SUFFIX} or .zip)", type=["kbx", "zip"],
+        upload = st.file_uploader(t("Export file ({suffix} or .zip)", suffix=EXPORT_SUFFIX), type=["kbx", "zip"],
                                   key=f"import_db_upload_{round_}", disabled=session.principal.kind == "visitor")
-        if st.button("Import uploaded file", type="primary", disabled=upload is None, key="import_db_upload_go"):
+        if st.button(t("Import uploaded file"), type="primary", disabled=upload is None, key="import_db_upload_go"):
             handle, path = tempfile.mkstemp(prefix="kb-import-", suffix=EXPORT_SUFFIX, dir=session.scratch_root)
             try:
                 with os.fdopen(handle, "wb") as out:
@@ -156,11 +159,11 @@ with import_col:
     with path_tab:
         confined = ui.server_path_session(session)
         if confined is not None:
-            source = st.text_input("Export file path (on the machine that runs the app)", key="import_db_path",
+            source = st.text_input(t("Export file path (on the machine that runs the app)"), key="import_db_path",
                                    placeholder=f"/backups/knowledge-bases{EXPORT_SUFFIX}")
-            if st.button("Import this file", type="primary", key="import_db_path_go"):
+            if st.button(t("Import this file"), type="primary", key="import_db_path_go"):
                 if not source.strip():
-                    st.warning("Give the path of an export file.")
+                    st.warning(t("Give the path of an export file."))
                 else:
                     run_import(source.strip(), Path(source.strip()).name, confined)
                     st.rerun()

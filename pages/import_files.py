@@ -11,13 +11,14 @@ import streamlit as st
 
 from kb_core import Session
 from pages import _shared as ui
+from pages._i18n import say, t
 
 UPLOAD_TYPES = ["txt", "md", "text", "docx", "doc", "csv", "tsv", "log", "rst"]
 
 session = ui.session()
 kb_name = ui.require_current_kb(session)
-st.title("Import documents")
-st.caption(f"Into knowledge base **{kb_name}**. TXT (any common encoding), DOCX and DOC files.")
+st.title(t("Import documents"))
+st.caption(t("Into knowledge base **{kb}**. TXT (any common encoding), DOCX and DOC files.", kb=kb_name))
 
 
 def start(started: dict[str, Any]) -> None:
@@ -29,35 +30,37 @@ def start(started: dict[str, Any]) -> None:
     st.rerun()
 
 
-with st.expander("Options"):
-    override = st.checkbox("Use a different chunk size for this import", key="import_override")
+with st.expander(t("Options")):
+    override = st.checkbox(t("Use a different chunk size for this import"), key="import_override")
     chunk_size = st.number_input(
-        "Chunk size (tokens)", min_value=32, max_value=8192, value=512, step=64, disabled=not override,
+        t("Chunk size (tokens)"), min_value=32, max_value=8192, value=512, step=64, disabled=not override,
         key="import_chunk_size",
     )
     executors = session.import_executors()["data"]["executors"]
     usable = [name for name, reason in executors.items() if reason is None]
     executor = st.radio(
-        "Executor", usable, horizontal=True, key="import_executor",
-        help="local: this machine's cores; ray: Ray Data on a Ray cluster (parsing, chunking and embedding there)",
+        t("Executor"), usable, horizontal=True, key="import_executor",
+        help=t("local: this machine's cores; ray: Ray Data on a Ray cluster (parsing, chunking and embedding there)"),
     )
     for name, reason in executors.items():
         if reason is not None:
-            st.caption(f"{name}: not available here: {reason}")
+            st.caption(t("{executor}: not available here: {reason}", executor=name, reason=say(reason)))
     address = st.text_input(
-        "Ray cluster address (empty: the cluster this app is connected to, else a new local one)",
-        key="import_ray_address", disabled=executor != "ray", placeholder="10.0.0.5:6379 or ray://host:10001",
+        t("Ray cluster address (empty: the cluster this app is connected to, else a new local one)"),
+        key="import_ray_address", disabled=executor != "ray",
+        placeholder=t("10.0.0.5:6379 or ray://host:10001"),
     )
 size = int(chunk_size) if override else None
 how: dict[str, Any] = {"executor": executor, "executor_address": address or None}
 
 ui.demo_limits_caption(session)
-upload_tab, path_tab = st.tabs(["Upload files", "Paths on the server"])
+upload_tab, path_tab = st.tabs([t("Upload files"), t("Paths on the server")])
 with upload_tab:
     uploads = st.file_uploader(
-        "Files", type=UPLOAD_TYPES, accept_multiple_files=True, key=f"uploads_{st.session_state.get('upload_round', 0)}"
+        t("Files"), type=UPLOAD_TYPES, accept_multiple_files=True,
+        key=f"uploads_{st.session_state.get('upload_round', 0)}",
     )
-    if st.button("Import uploaded files", type="primary", disabled=not uploads, key="import_uploads"):
+    if st.button(t("Import uploaded files"), type="primary", disabled=not uploads, key="import_uploads"):
         # The service keeps the files (known by their names) for the job, and removes them when it ends.
         start(session.start_import(uploads=[(u.name, u.getvalue()) for u in uploads or []], chunk_size=size, **how))
 
@@ -65,14 +68,14 @@ with path_tab:
     confined: Session | None = ui.server_path_session(session)
     if confined is not None:
         text = st.text_area(
-            "One file path per line (files on the machine that runs the app, inside the allowed folders)",
+            t("One file path per line (files on the machine that runs the app, inside the allowed folders)"),
             height=120, key="import_paths", placeholder="/data/manuals/guide.docx\n/data/manuals/说明.txt",
         )
         path_list = [line.strip() for line in text.splitlines() if line.strip()]
-        if st.button("Import these files", type="primary", key="import_server_paths"):
+        if st.button(t("Import these files"), type="primary", key="import_server_paths"):
             if path_list:
                 start(confined.start_import([str(Path(p)) for p in path_list], chunk_size=size, **how))
             else:
-                st.warning("Give at least one file path.")
+                st.warning(t("Give at least one file path."))
 
 ui.import_jobs_panel(session)
