@@ -41,6 +41,7 @@ from kb_core.errors import (
     NoCurrentKB,
     PermissionDenied,
 )
+from kb_core.i18n import Text, msg
 from kb_core.jobs import KEEP_FINISHED, ImportJob
 from kb_core.principals import ImportAllowance, Principal, TokenScope
 from kb_core.redaction import shown_endpoint
@@ -145,30 +146,101 @@ def search_notes(outcome: SearchResult) -> list[str]:
     """Sentences for the message: hits hidden by min_score, copies dropped, stop words left out."""
     notes: list[str] = []
     if outcome.below_min_score:
-        notes.append(f"{outcome.below_min_score} hit(s) below {outcome.settings.min_score:.2f} not shown.")
+        notes.append(
+            msg(
+                "{count} hit(s) below {min_score:.2f} not shown.",
+                count=outcome.below_min_score, min_score=outcome.settings.min_score,
+            )
+        )
     if outcome.duplicates_dropped:
         notes.append(
-            f"{outcome.duplicates_dropped} hit(s) with the same text as a better hit from another knowledge base "
-            "dropped."
+            msg(
+                "{count} hit(s) with the same text as a better hit from another knowledge base dropped.",
+                count=outcome.duplicates_dropped,
+            )
         )
     if outcome.without_evidence and len(outcome.hits) + outcome.below_min_score < outcome.settings.top_k:
-        floor = outcome.semantic_floor
-        signals = {
-            "keyword": "held no query term",
-            "semantic": f"scored a cosine at or below the model's semantic floor {floor or 0:.3f}",
-        }.get(
-            outcome.settings.mode,
-            "held no query term"
-            if outcome.weights_used is not None and outcome.weights_used.vector == 0
-            else "held no query term and scored a cosine at or below the model's semantic floor "
-            f"{floor or 0:.3f} (what unrelated text scores)",
-        )
-        notes.append(f"{outcome.without_evidence} candidate(s) left out: they {signals}.")
+        facts = {"count": outcome.without_evidence, "floor": outcome.semantic_floor or 0}
+        mode = outcome.settings.mode
+        if mode == "keyword" or (
+            mode != "semantic" and outcome.weights_used is not None and outcome.weights_used.vector == 0
+        ):
+            notes.append(msg("{count} candidate(s) left out: they held no query term.", **facts))
+        elif mode == "semantic":
+            notes.append(
+                msg(
+                    "{count} candidate(s) left out: they scored a cosine at or below the model's semantic floor "
+                    "{floor:.3f}.",
+                    **facts,
+                )
+            )
+        else:
+            notes.append(
+                msg(
+                    "{count} candidate(s) left out: they held no query term and scored a cosine at or below the "
+                    "model's semantic floor {floor:.3f} (what unrelated text scores).",
+                    **facts,
+                )
+            )
     terms = outcome.query_terms
     shown = terms is not None and terms.stop_words and not terms.only_stop_words  # only stop words: a warning says so
     if terms is not None and shown and outcome.settings.mode != "semantic":
-        notes.append(f"Stop words left out of the keyword query: {', '.join(terms.stop_words)}.")
+        notes.append(msg("Stop words left out of the keyword query: {words}.", words=", ".join(terms.stop_words)))
     return notes
+
+
+def joined(sentences: Sequence[str]) -> str:
+    """Whole sentences one after the other, as one Text (said sentence by sentence in the reader's language)."""
+    said = sentences[0]
+    for sentence in sentences[1:]:
+        said = msg("{first} {then}", first=said, then=sentence)
+    return said
+
+
+def _replaced(text: object, old: str, new: str) -> object:
+    """``text`` with ``old`` replaced by ``new``, in its parameters too when it is a :class:`Text` (so it can still
+    be said in another language)."""
+    if isinstance(text, Text):
+        return Text(text.template, {key: _replaced(value, old, new) for key, value in text.params.items()})
+    return text if isinstance(text, int | float) else str(text).replace(old, new)
+
+
+def _import_summary(name: str, total: int, imported: int, failed: int, already: int, cancelled: bool) -> Text:
+    """The first sentence of an import's message: how many files were imported (skipped, failed) or cancelled."""
+    facts = {"name": name, "total": total, "imported": imported, "failed": failed, "already": already}
+    if cancelled:
+        return msg(
+            "Import into '{name}' cancelled: {imported} of {total} file(s) were imported before the cancel and stay; "
+            "the others were not imported.",
+            **facts,
+        )
+    if not already:
+        if failed:
+            return msg("Imported {imported} of {total} file(s) into '{name}'; {failed} failed.", **facts)
+        return msg("Imported {imported} of {total} file(s) into '{name}'.", **facts)
+    if already == imported:
+        if failed:
+            return msg(
+                "Imported {imported} of {total} file(s) into '{name}' ({already} already there with the same name and "
+                "content: skipped, not imported twice); {failed} failed.",
+                **facts,
+            )
+        return msg(
+            "Imported {imported} of {total} file(s) into '{name}' ({already} already there with the same name and "
+            "content: skipped, not imported twice).",
+            **facts,
+        )
+    if failed:
+        return msg(
+            "Imported {imported} of {total} file(s) into '{name}' ({already} already there with the same name and "
+            "content: skipped); {failed} failed.",
+            **facts,
+        )
+    return msg(
+        "Imported {imported} of {total} file(s) into '{name}' ({already} already there with the same name and "
+        "content: skipped).",
+        **facts,
+    )
 
 
 def _drop_cross_kb_copies(hits: list[SearchHit]) -> tuple[list[SearchHit], int]:
@@ -248,7 +320,7 @@ class Operations:
         """This session (same scope, same current KB) reading and writing by path only inside ``allowed_dirs`` and
         never inside the home: for paths typed by someone who may not reach every file of this machine."""
         if not self.principal.server_paths:
-            raise PermissionDenied("Files on the server are off in this demo; upload files instead.")
+            raise PermissionDenied(msg("Files on the server are off in this demo; upload files instead."))
         twin = Operations(
             self.service,
             self.persistent_name,
@@ -282,7 +354,7 @@ class Operations:
             record = self.resolve_kb(kb_name)
         except KBError:
             return None
-        return self.principal.change_refusal(record, "change")
+        return self.principal.change_refusal(record, msg("change"))
 
     @contextmanager
     def importing(self, record: KnowledgeBaseRecord, files: int) -> Iterator[ImportAllowance]:
@@ -318,19 +390,22 @@ class Operations:
         """What a public demo tells this session about itself (its kind, tag, limits, KBs and when they expire; the
         operator: every visitor's usage); ``{kind: "local"}`` outside a demo."""
         status = self.principal.status()
-        return DemoStatus(f"This session acts as a {status['kind']} user.", status)
+        return DemoStatus(msg("This session acts as a {kind} user.", kind=status["kind"]), status)
 
     def publish_knowledge_base(self, kb_name: str, published: bool = True) -> KBPublished:
         """Share the KB with every visitor of a public demo, read-only (or stop sharing it): the operator's."""
         record = self.find_kb(kb_name)
         self.principal.publish(record, published)
-        verb = "Published" if published else "Unpublished"
-        reach = "every visitor may now read it" if published else "visitors no longer see it"
-        return KBPublished(f"{verb} '{record.name}': {reach}.", record.name, published)
+        said = (
+            msg("Published '{name}': every visitor may now read it.", name=record.name)
+            if published
+            else msg("Unpublished '{name}': visitors no longer see it.", name=record.name)
+        )
+        return KBPublished(said, record.name, published)
 
     def _administration(self, what: str) -> None:
         if self.principal.hides_server and self.principal.kind != "token":
-            raise PermissionDenied(f"{what} is not offered in a public demo.")
+            raise PermissionDenied(msg("{what} is not offered in a public demo.", what=what))
 
     # -- current KB ----------------------------------------------------------------------------
     @property
@@ -348,7 +423,9 @@ class Operations:
     def current_kb(self) -> KnowledgeBaseRecord:
         kb_id = self.current_kb_id
         if kb_id is None:
-            raise NoCurrentKB(f"No knowledge base is selected; select one first with {self.select_hint}.")
+            raise NoCurrentKB(
+                msg("No knowledge base is selected; select one first with {hint}.", hint=self.select_hint)
+            )
         try:
             record = self.service.store.get(kb_id)
             if not self.principal.sees(record):
@@ -356,7 +433,7 @@ class Operations:
             return record
         except KBNotFound as exc:
             raise NoCurrentKB(
-                "The selected knowledge base no longer exists (deleted elsewhere); select another one."
+                msg("The selected knowledge base no longer exists (deleted elsewhere); select another one.")
             ) from exc
 
     def resolve_kb(self, kb_name: str | None) -> KnowledgeBaseRecord:
@@ -388,8 +465,15 @@ class Operations:
         ``measured``, else an estimate)."""
         record = None if model is not None and kb_name is None else self.resolve_kb(kb_name)
         state = self.service.model_load_state(record, model)
-        loaded = "is loaded" if state["loaded"] else f"is not loaded yet (about {state['expected_seconds']:.0f} s)"
-        return ModelState(f"The embedding model {state['model']} {loaded}.", state)
+        said = (
+            msg("The embedding model {model} is loaded.", model=state["model"])
+            if state["loaded"]
+            else msg(
+                "The embedding model {model} is not loaded yet (about {seconds:.0f} s).",
+                model=state["model"], seconds=state["expected_seconds"],
+            )
+        )
+        return ModelState(said, state)
 
     def load_embedding_model(self, kb_name: str | None = None, model: str | None = None) -> ModelLoaded:
         """Load the embedding model of the KB (or the local ``model``) now: ``{model, seconds}`` (0 when it was
@@ -397,7 +481,9 @@ class Operations:
         record = None if model is not None and kb_name is None else self.resolve_kb(kb_name)
         seconds = self.service.load_model(record, model)
         name = record.embedding_model if record is not None else model
-        return ModelLoaded(f"Loaded the embedding model {name} in {seconds:.1f} s.", name, seconds)
+        return ModelLoaded(
+            msg("Loaded the embedding model {model} in {seconds:.1f} s.", model=name, seconds=seconds), name, seconds
+        )
 
     def embedding_models(self) -> ModelList:
         """The built-in local models: what each reads, how fast it imports, and whether it is ready offline here
@@ -408,7 +494,10 @@ class Operations:
         models = [{**model_status(name), "default": name == DEFAULT_EMBEDDING_MODEL} for name in BUILTIN_MODELS]
         usable = [m["name"] for m in models if m["available"]]
         return ModelList(
-            f"Local models available offline: {', '.join(usable) or 'none'} (default {DEFAULT_EMBEDDING_MODEL}).",
+            msg(
+                "Local models available offline: {models} (default {default}).",
+                models=", ".join(usable) or msg("none"), default=DEFAULT_EMBEDDING_MODEL,
+            ),
             models,
             DEFAULT_EMBEDDING_MODEL,
         )
@@ -438,7 +527,10 @@ class Operations:
         )
         self.principal.created(record)
         return KBCreated(
-            f"Created knowledge base '{record.name}'. Select it with {self.select_hint} to use it.",
+            msg(
+                "Created knowledge base '{name}'. Select it with {hint} to use it.",
+                name=record.name, hint=self.select_hint,
+            ),
             record.id,
             record.name,
             record.chunk_size,
@@ -468,11 +560,12 @@ class Operations:
         model = (embedding_model or "").strip() or DEFAULT_EMBEDDING_MODEL
         if record.embedding_endpoint is None and model == record.embedding_model:
             raise InvalidArgument(
-                f"Knowledge base '{record.name}' already uses {model}.", details={"field": "embedding_model"}
+                msg("Knowledge base '{name}' already uses {model}.", name=record.name, model=model),
+                details={"field": "embedding_model"},
             )
         documents = [d for d in self.service.documents(record) if d["status"] == "ready"]
         if not documents:
-            raise InvalidArgument(f"Knowledge base '{record.name}' has no documents to embed again.")
+            raise InvalidArgument(msg("Knowledge base '{name}' has no documents to embed again.", name=record.name))
         name = new_name or f"{record.name} ({model})"[:64]
         created = self.service.create_kb(name, record.chunk_size, model, None, None, progress=model_progress)
         if record.search_settings:
@@ -483,11 +576,22 @@ class Operations:
         failed = [o.to_json() for o in outcomes if o.error is not None]
         if succeeded:
             self._measure_floors(created)
+        facts = {
+            "name": created.name, "model": model, "imported": len(succeeded), "total": len(documents),
+            "source": record.name, "failed": len(failed),
+        }
         message = (
-            f"Created knowledge base '{created.name}' with {model} and imported {len(succeeded)} of "
-            f"{len(documents)} document(s) of '{record.name}' into it"
-            + (f"; {len(failed)} failed." if failed else ".")
-            + f" '{record.name}' is unchanged: delete it once '{created.name}' serves you."
+            msg(
+                "Created knowledge base '{name}' with {model} and imported {imported} of {total} document(s) of "
+                "'{source}' into it; {failed} failed. '{source}' is unchanged: delete it once '{name}' serves you.",
+                **facts,
+            )
+            if failed
+            else msg(
+                "Created knowledge base '{name}' with {model} and imported {imported} of {total} document(s) of "
+                "'{source}' into it. '{source}' is unchanged: delete it once '{name}' serves you.",
+                **facts,
+            )
         )
         return KBReembedded(
             message, created.id, created.name, record.name, model, succeeded, failed,
@@ -528,26 +632,29 @@ class Operations:
                 }
             )
         current_id = current if any(r["id"] == current for r in rows) else None
-        return KBList(f"{len(rows)} knowledge base(s).", rows, len(rows), current_id)
+        return KBList(msg("{count} knowledge base(s).", count=len(rows)), rows, len(rows), current_id)
 
     def select_knowledge_base(self, kb_name: str) -> KBSelected:
         record = self.find_kb(kb_name)
         self._set_current(record.id)
         documents, _, _ = self.service.kb_counts(record)
-        return KBSelected(f"Selected knowledge base '{record.name}'.", record.id, record.name, documents)
+        return KBSelected(msg("Selected knowledge base '{name}'.", name=record.name), record.id, record.name, documents)
 
     def delete_knowledge_base(self, kb_name: str) -> KBDeleted:
         record = self.find_kb(kb_name)
-        self.principal.check_change(record, "delete")
+        self.principal.check_change(record, msg("delete"))
         if record.id == self.current_kb_id:
             raise KBIsCurrent(
-                f"Knowledge base '{record.name}' is the current one and cannot be deleted; "
-                "select another knowledge base first.",
+                msg(
+                    "Knowledge base '{name}' is the current one and cannot be deleted; "
+                    "select another knowledge base first.",
+                    name=record.name,
+                ),
                 details={"kb_name": record.name},
             )
         self.service.delete_kb(record)
         self.principal.deleted(record)
-        return KBDeleted(f"Deleted knowledge base '{record.name}' with all its documents.", record.name)
+        return KBDeleted(msg("Deleted knowledge base '{name}' with all its documents.", name=record.name), record.name)
 
     # -- documents -----------------------------------------------------------------------------
     def import_document(
@@ -568,7 +675,7 @@ class Operations:
         ``executor_address``). ``cancel``: set it to stop the import (what was committed stays; the other files fail
         as cancelled). The import is a job of the service's registry while it runs, so a server that stops cancels
         it (:meth:`start_import` runs one on the service's threads instead)."""
-        record = self.writable_kb(kb_name, "import documents into")
+        record = self.writable_kb(kb_name, msg("import documents into"))
         listed = isinstance(file_paths, Sequence) and not isinstance(file_paths, str)
         # the names the pipeline reports its files by: an upload's own name, else the path as given
         shown = display_names if source == "upload" and display_names is not None else file_paths
@@ -587,7 +694,7 @@ class Operations:
             raise
         finally:  # whatever ended it: a server that waits for its jobs to stop is not kept waiting
             if report is None and error is None:
-                error = KBError("The import stopped unexpectedly; see the log.", code="INTERNAL_ERROR")
+                error = KBError(msg("The import stopped unexpectedly; see the log."), code="INTERNAL_ERROR")
             job.finish(report, error)
             self.service.jobs.forget(job)
         return report
@@ -610,9 +717,11 @@ class Operations:
         """The import of :meth:`import_document` into ``record`` (``phase`` hears what it does after the files are
         committed: the KB's compaction, the model's semantic floor)."""
         if isinstance(file_paths, str) or not isinstance(file_paths, Sequence) or not file_paths:
-            raise InvalidArgument("file_paths must be a non-empty list of file paths.", details={"field": "file_paths"})
+            raise InvalidArgument(
+                msg("file_paths must be a non-empty list of file paths."), details={"field": "file_paths"}
+            )
         if display_names is not None and len(display_names) != len(file_paths):
-            raise InvalidArgument("display_names must name each file in file_paths.")
+            raise InvalidArgument(msg("display_names must name each file in file_paths."))
         reject_nul(list(file_paths), "file_paths")
         size = record.chunk_size if chunk_size is None else validate_chunk_size(chunk_size)
         runner = self.service.import_executor(record, executor, executor_address)
@@ -640,7 +749,7 @@ class Operations:
             shown = list(display_names) if display_names is not None else [self._source(str(p)) for p in file_paths]
             for row, name in zip(results, shown, strict=True):
                 if "error" in row:
-                    row["error"] = str(row["error"]).replace(str(row["file_path"]), str(name))
+                    row["error"] = _replaced(row["error"], str(row["file_path"]), str(name))
         succeeded = [r for r in results if "error" not in r]
         if succeeded and not (cancel is not None and cancel.is_set()):
             if phase is not None:
@@ -650,28 +759,21 @@ class Operations:
         notice = self._language_notice(record, [o for o in outcomes if o.error is None])
         cancelled = cancel is not None and cancel.is_set()
         already = sum(1 for o in outcomes if o.already_imported)
-        if cancelled:
-            message = (
-                f"Import into '{record.name}' cancelled: {len(succeeded)} of {len(file_paths)} file(s) were imported "
-                "before the cancel and stay; the others were not imported."
-            )
-        else:
-            message = f"Imported {len(succeeded)} of {len(file_paths)} file(s) into '{record.name}'"
-            if already:
-                message += (
-                    f" ({already} already there with the same name and content: skipped"
-                    f"{', not imported twice' if already == len(succeeded) else ''})"
-                )
-            message += f"; {len(failed)} failed." if failed else "."
+        sentences = [_import_summary(record.name, len(file_paths), len(succeeded), len(failed), already, cancelled)]
         # each failure's reason in the message too: many MCP clients show only the text, not structured content
         shown = 5
         for failure_row in [] if cancelled else failed[:shown]:
-            message += f" {Path(str(failure_row['file_path'])).name}: {failure_row['error']}"
-            message += "" if str(failure_row["error"]).endswith(".") else "."
+            file, reason = Path(str(failure_row["file_path"])).name, failure_row["error"]
+            sentences.append(
+                msg("{file}: {reason}", file=file, reason=reason)
+                if str(reason).endswith(".")
+                else msg("{file}: {reason}.", file=file, reason=reason)
+            )
         if len(failed) > shown and not cancelled:
-            message += f" And {len(failed) - shown} more failure(s): see failed_files."
+            sentences.append(msg("And {count} more failure(s): see failed_files.", count=len(failed) - shown))
         if notice:
-            message += f" Note: {notice}"
+            sentences.append(msg("Note: {notice}", notice=notice))
+        message = joined(sentences)
         return ImportReport(
             message,
             total=len(file_paths),
@@ -700,21 +802,21 @@ class Operations:
         the current one) as a job the service runs on a thread of its own; returns at once with the job's status
         (``data.job_id``). Poll it with :meth:`import_job`, stop it with :meth:`cancel_import`; the session lists its
         jobs (:meth:`import_jobs`). Arguments are checked now; the files when the job reads them."""
-        record = self.writable_kb(kb_name, "import documents into")
+        record = self.writable_kb(kb_name, msg("import documents into"))
         self.service.import_executor(record, executor, executor_address)  # an unusable executor is refused now
         if chunk_size is not None:
             validate_chunk_size(chunk_size)
         folder: Path | None = None
         if uploads is not None:
             if file_paths is not None:
-                raise InvalidArgument("Give file_paths or uploads, not both.", details={"field": "uploads"})
+                raise InvalidArgument(msg("Give file_paths or uploads, not both."), details={"field": "uploads"})
             paths, names, folder = self._save_uploads(record, uploads)
             display_names: list[str] | None = names
             source, allowed = "upload", None  # files this service wrote: no user path to confine
         else:
             if isinstance(file_paths, str) or not isinstance(file_paths, Sequence) or not file_paths:
                 raise InvalidArgument(
-                    "file_paths must be a non-empty list of file paths.", details={"field": "file_paths"}
+                    msg("file_paths must be a non-empty list of file paths."), details={"field": "file_paths"}
                 )
             reject_nul(list(file_paths), "file_paths")
             paths, names, display_names = [str(p) for p in file_paths], [str(p) for p in file_paths], None
@@ -744,7 +846,11 @@ class Operations:
                 shutil.rmtree(folder, ignore_errors=True)
             raise
         return ImportJobStatus(
-            f"Started importing {len(names)} file(s) into '{record.name}' (job {job.id}).", job.status()
+            msg(
+                "Started importing {count} file(s) into '{name}' (job {job}).",
+                count=len(names), name=record.name, job=job.id,
+            ),
+            job.status(),
         )
 
     def _save_uploads(
@@ -755,19 +861,19 @@ class Operations:
         from kb_core.ingest.files import safe_document_name
 
         if isinstance(uploads, str | bytes) or not isinstance(uploads, Sequence) or not uploads:
-            raise InvalidArgument("uploads must be a non-empty list of (file name, content).",
+            raise InvalidArgument(msg("uploads must be a non-empty list of (file name, content)."),
                                   details={"field": "uploads"})
         for entry in uploads:
             if not (isinstance(entry, tuple | list) and len(entry) == 2 and isinstance(entry[0], str)
                     and isinstance(entry[1], bytes | bytearray | memoryview)):
-                raise InvalidArgument("each upload must be a (file name, content bytes) pair.",
+                raise InvalidArgument(msg("each upload must be a (file name, content bytes) pair."),
                                       details={"field": "uploads"})
         folder = self.service.import_staging(record)
         try:
             folder.parent.mkdir(exist_ok=True)
             folder.mkdir()
         except FileNotFoundError:
-            raise KBNotFound(f"Knowledge base '{record.name}' was deleted meanwhile.") from None
+            raise KBNotFound(msg("Knowledge base '{name}' was deleted meanwhile.", name=record.name)) from None
         paths, names = [], []
         try:
             for index, (name, content) in enumerate(uploads):
@@ -779,8 +885,10 @@ class Operations:
                 names.append(name)
         except OSError as exc:
             shutil.rmtree(folder, ignore_errors=True)
-            raise KBError(f"The uploaded files could not be saved for the import: {exc.strerror or exc}.",
-                          code="STORE_ERROR") from None
+            raise KBError(
+                msg("The uploaded files could not be saved for the import: {problem}.", problem=exc.strerror or exc),
+                code="STORE_ERROR",
+            ) from None
         return paths, names, folder
 
     def _load_model_for(self, job: ImportJob, record: KnowledgeBaseRecord) -> None:
@@ -790,15 +898,18 @@ class Operations:
             job.set_phase("loading_model", model=state["model"], seconds=state["expected_seconds"])
             self.service.load_model(record)
         if job.cancel_event.is_set():
-            raise Cancelled("cancelled: the import was stopped before it began")
+            raise Cancelled(msg("cancelled: the import was stopped before it began"))
 
     def _job(self, job_id: str) -> ImportJob:
         """The job ``job_id`` if this session may see it (a job of a KB outside its scope answers as unknown)."""
         job = self.service.jobs.get(job_id) if isinstance(job_id, str) else None
         if job is None or not job.background or (self.scope is not None and job.kb_id not in self.scope):
             raise JobNotFound(
-                f"No import job {job_id!r} (finished jobs are kept until dismissed, the {KEEP_FINISHED} newest at "
-                "most, while this server runs).",
+                msg(
+                    "No import job {job_id!r} (finished jobs are kept until dismissed, the {kept} newest at "
+                    "most, while this server runs).",
+                    job_id=job_id, kept=KEEP_FINISHED,
+                ),
                 details={"job_id": job_id},
             )
         return job
@@ -810,7 +921,13 @@ class Operations:
         if watch:
             job.watchers.add(self.owner)
         data = job.status()
-        return ImportJobStatus(f"Import job {job.id} into '{job.kb_name}': {data['state']}; {data['summary']}.", data)
+        return ImportJobStatus(
+            msg(
+                "Import job {job} into '{name}': {state}; {summary}.",
+                job=job.id, name=job.kb_name, state=data["state"], summary=data["summary"],
+            ),
+            data,
+        )
 
     def import_jobs(self, running_only: bool = False) -> ImportJobList:
         """The import jobs this session started or watches, oldest first (``running_only``: those still running)."""
@@ -821,7 +938,9 @@ class Operations:
             jobs = [job for job in jobs if job.running]
         running = sum(1 for job in jobs if job.running)
         return ImportJobList(
-            f"{len(jobs)} import job(s), {running} running.", [job.status() for job in jobs], len(jobs)
+            msg("{count} import job(s), {running} running.", count=len(jobs), running=running),
+            [job.status() for job in jobs],
+            len(jobs),
         )
 
     def cancel_import(self, job_id: str) -> ImportJobStatus:
@@ -830,21 +949,26 @@ class Operations:
         job = self._job(job_id)
         stopping = job.request_cancel()
         data = job.status()
-        said = "cancelling" if stopping else f"already {data['state']}"
-        return ImportJobStatus(f"Import job {job.id} into '{job.kb_name}': {said}.", data)
+        said = (
+            msg("Import job {job} into '{name}': cancelling.", job=job.id, name=job.kb_name)
+            if stopping
+            else msg("Import job {job} into '{name}': already {state}.", job=job.id, name=job.kb_name,
+                     state=data["state"])
+        )
+        return ImportJobStatus(said, data)
 
     def dismiss_import_job(self, job_id: str) -> JobDismissed:
         """This session no longer lists import job ``job_id`` (a running job goes on)."""
         job = self._job(job_id)
         self.service.jobs.dismiss(job, self.owner)
-        return JobDismissed(f"Import job {job.id} is no longer listed in this session.", job.id)
+        return JobDismissed(msg("Import job {job} is no longer listed in this session.", job=job.id), job.id)
 
     def import_job_result(self, job_id: str) -> ImportReport:
         """The report of a finished import job, as :meth:`import_document` would have returned it (its error raised
         when the import failed as a whole)."""
         job = self._job(job_id)
         if job.running:
-            raise InvalidArgument(f"Import job {job.id} is still running.", details={"job_id": job.id})
+            raise InvalidArgument(msg("Import job {job} is still running.", job=job.id), details={"job_id": job.id})
         if job.error is not None:
             raise job.error
         assert job.report is not None
@@ -873,7 +997,7 @@ class Operations:
 
     def _live_document(self, record: KnowledgeBaseRecord, doc_name: str) -> dict[str, Any]:
         if not isinstance(doc_name, str) or not doc_name.strip():
-            raise InvalidArgument("doc_name must be a non-empty string.", details={"field": "doc_name"})
+            raise InvalidArgument(msg("doc_name must be a non-empty string."), details={"field": "doc_name"})
         documents = self.service.documents(record)
         key = doc_name.strip().casefold()
         matches = [d for d in documents if str(d["name"]).casefold() == key]
@@ -881,7 +1005,10 @@ class Operations:
             names = [d["name"] for d in documents]
             shown = ", ".join(repr(n) for n in names[:10]) + (" …" if len(names) > 10 else "")
             raise DocumentNotFound(
-                f"Document {doc_name!r} is not in knowledge base '{record.name}'. Documents: {shown or 'none'}.",
+                msg(
+                    "Document {doc_name!r} is not in knowledge base '{name}'. Documents: {shown}.",
+                    doc_name=doc_name, name=record.name, shown=shown or msg("none"),
+                ),
                 details={"doc_name": doc_name},
             )
         return matches[0]
@@ -907,7 +1034,7 @@ class Operations:
                     "language": None,
                 }
             )
-        return DocumentList(f"{len(rows)} document(s) in '{record.name}'.", rows, len(rows))
+        return DocumentList(msg("{count} document(s) in '{name}'.", count=len(rows), name=record.name), rows, len(rows))
 
     def _source(self, path: Any) -> Any:
         """A document's source as this session may read it: for a session that learns nothing of the server (a demo
@@ -932,19 +1059,23 @@ class Operations:
         document = self._live_document(record, doc_name)
         rows = [chunk_json(r) for r in self.service.store.kb(record).document_chunks(document)]
         return ChunkList(
-            f"{len(rows)} chunk(s) in '{document['name']}'.", document["doc_id"], document["name"], rows, len(rows)
+            msg("{count} chunk(s) in '{name}'.", count=len(rows), name=document["name"]),
+            document["doc_id"],
+            document["name"],
+            rows,
+            len(rows),
         )
 
     def delete_document(self, doc_name: str, kb_name: str | None = None) -> DocDeleted:
-        record = self.writable_kb(kb_name, "delete documents of")
+        record = self.writable_kb(kb_name, msg("delete documents of"))
         document = self._live_document(record, doc_name)
         try:
             self.service.store.kb(record).delete_document(document)
         except DocumentNotFound:  # deleted by another process since it was looked up
             raise DocumentNotFound(
-                f"Document {doc_name!r} was already deleted.", details={"doc_name": doc_name}
+                msg("Document {doc_name!r} was already deleted.", doc_name=doc_name), details={"doc_name": doc_name}
             ) from None
-        return DocDeleted(f"Deleted document '{document['name']}' and its chunks.", document["name"])
+        return DocDeleted(msg("Deleted document '{name}' and its chunks.", name=document["name"]), document["name"])
 
     def update_document(
         self,
@@ -953,22 +1084,30 @@ class Operations:
         kb_name: str | None = None,
         progress: Callable[[ImportProgress], None] | None = None,
     ) -> DocUpdated:
-        record = self.writable_kb(kb_name, "re-chunk documents of")
+        record = self.writable_kb(kb_name, msg("re-chunk documents of"))
         size = validate_chunk_size(chunk_size)
         document = self._live_document(record, doc_name)
         if document["status"] != "ready":
-            raise InvalidArgument(f"Document {doc_name!r} failed to import; import it again instead of updating.")
+            raise InvalidArgument(
+                msg("Document {doc_name!r} failed to import; import it again instead of updating.", doc_name=doc_name)
+            )
         from kb_core.ingest.files import reimport_document
 
         with self.importing(record, 1) as allowance:
             budget = _budget(allowance, int(document.get("chunk_count") or 0))  # the document's own are replaced
             state = reimport_document(self.service, record, document, size, progress, chunk_budget=budget)
         if state is None:
-            raise DocumentNotFound(f"Document {doc_name!r} was changed meanwhile; try again.")
+            raise DocumentNotFound(msg("Document {doc_name!r} was changed meanwhile; try again.", doc_name=doc_name))
         if state.status != "ready":
-            raise KBError(f"Updating {doc_name!r} failed: {state.error}", code="UPDATE_FAILED")
+            raise KBError(
+                msg("Updating {doc_name!r} failed: {reason}", doc_name=doc_name, reason=state.error),
+                code="UPDATE_FAILED",
+            )
         return DocUpdated(
-            f"Re-chunked '{document['name']}' into {state.chunks_total} chunk(s) of at most {size} tokens.",
+            msg(
+                "Re-chunked '{name}' into {count} chunk(s) of at most {size} tokens.",
+                name=document["name"], count=state.chunks_total, size=size,
+            ),
             document["doc_id"],
             document["name"],
             state.chunks_total,
@@ -1009,7 +1148,10 @@ class Operations:
                     raise
                 failures.append(exc)
                 skipped.append({"kb_name": record.name, "code": exc.code, "message": exc.message})
-                note = f"Knowledge base '{record.name}' was not searched: {exc.message} ({exc.code})."
+                note = msg(
+                    "Knowledge base '{name}' was not searched: {reason} ({code}).",
+                    name=record.name, reason=exc.message, code=exc.code,
+                )
                 ranked = RankedHits([], [note])
             if outcome is None or (outcome.weights_used is None and ranked.weights_used is not None):
                 first_settings = settings
@@ -1093,18 +1235,19 @@ class Operations:
         chunks = [hit.with_passage(analyzer).to_json(explain) for hit in outcome.hits]
         if expand_graph:
             chunks = self.expand_hits(chunks)
-        message = f"Found {len(chunks)} chunk(s) ({settings.mode} search"
-        if settings.mode == "hybrid" and outcome.weights_used is not None:
-            message += (
-                f", weights used: vector {outcome.weights_used.vector:.2f} / keyword "
-                f"{outcome.weights_used.keyword:.2f}"
+        found: str = (
+            msg(
+                "Found {count} chunk(s) (hybrid search, weights used: vector {vector:.2f} / keyword {keyword:.2f}).",
+                count=len(chunks), vector=outcome.weights_used.vector, keyword=outcome.weights_used.keyword,
             )
-        message += ")."
-        notes = search_notes(outcome)
-        if notes:
-            message += " " + " ".join(notes)
-        if outcome.warnings:
-            message += " " + " ".join(outcome.warnings)
+            if settings.mode == "hybrid" and outcome.weights_used is not None
+            else {
+                "keyword": msg("Found {count} chunk(s) (keyword search).", count=len(chunks)),
+                "semantic": msg("Found {count} chunk(s) (semantic search).", count=len(chunks)),
+                "hybrid": msg("Found {count} chunk(s) (hybrid search).", count=len(chunks)),
+            }.get(settings.mode, msg("Found {count} chunk(s) ({mode} search).", count=len(chunks), mode=settings.mode))
+        )
+        message = joined([found, *search_notes(outcome), *outcome.warnings])
         return SearchReport(
             message,
             chunks,
@@ -1132,13 +1275,17 @@ class Operations:
         and each step in words. A chunk that is not among the hits (too low, or dropped as a near-duplicate of a
         better-ranked chunk) is explained from its exact scores."""
         if not isinstance(chunk_id, str) or not chunk_id.strip():
-            raise InvalidArgument("chunk_id must be a non-empty chunk id (chk_...).", details={"field": "chunk_id"})
+            raise InvalidArgument(
+                msg("chunk_id must be a non-empty chunk id (chk_...)."), details={"field": "chunk_id"}
+            )
         validate_query(query)
         self.principal.check_search()
         chunk_id = chunk_id.strip()
         record = next((r for r in self.visible_kbs() if self.service.has_chunk(r, chunk_id)), None)
         if record is None:
-            raise ItemNotFound(f"No live chunk with id {chunk_id!r} exists.", details={"id": chunk_id})
+            raise ItemNotFound(
+                msg("No live chunk with id {chunk_id!r} exists.", chunk_id=chunk_id), details={"id": chunk_id}
+            )
         overrides = {
             "mode": mode,
             "vector_weight": vector_weight,
@@ -1154,17 +1301,20 @@ class Operations:
 
     def save_search_settings(self, kb_name: str | None = None, **settings: Any) -> SavedSettings:
         """Persist search defaults for the KB; searches without explicit settings use them."""
-        record = self.writable_kb(kb_name, "save search defaults for")
+        record = self.writable_kb(kb_name, msg("save search defaults for"))
         unknown = set(settings) - set(SearchSettings.SAVED_FIELDS)
         if unknown:
             raise InvalidArgument(
-                f"Unknown search setting(s) {sorted(unknown)}; allowed: {', '.join(SearchSettings.SAVED_FIELDS)}."
+                msg(
+                    "Unknown search setting(s) {unknown}; allowed: {allowed}.",
+                    unknown=sorted(unknown), allowed=", ".join(SearchSettings.SAVED_FIELDS),
+                )
             )
         merged = {**record.search_settings, **{k: v for k, v in settings.items() if v is not None}}
         validated = SearchSettings(**merged).validated()
         saved = {k: getattr(validated, k) for k in SearchSettings.SAVED_FIELDS if k in merged}
         self.service.store.update_search_settings(record.id, saved)
-        return SavedSettings(f"Saved search defaults for '{record.name}'.", record.name, saved)
+        return SavedSettings(msg("Saved search defaults for '{name}'.", name=record.name), record.name, saved)
 
     def rag_search(
         self, keywords: Sequence[str], top_k: int = 5, timeout: float = 3.0, min_score: float | None = None
@@ -1196,7 +1346,7 @@ class Operations:
             logger.exception("rag_search failed unexpectedly")
             reason = "the search failed because of an internal error (see the server log)"
         else:
-            return RagResult(f"Found {len(chunks)} chunk(s).", chunks, len(chunks), degraded=False)
+            return RagResult(msg("Found {count} chunk(s).", count=len(chunks)), chunks, len(chunks), degraded=False)
         # The contract: a slow or failing search never fails the caller; it returns no chunks, marked degraded.
         logger.warning("rag_search degraded to no results: %s", reason)
         return RagResult(f"Returned no results (degraded): {reason}.", [], 0, degraded=True, degraded_reason=reason)
@@ -1217,28 +1367,30 @@ class Operations:
     def get_item(self, item_id: str, neighbours: int = 1, kb_names: Sequence[str] | None = None) -> Item:
         """A document's full parsed text (``doc_…`` id) or a chunk with its neighbours (``chk_…`` id)."""
         if not isinstance(item_id, str) or not item_id.strip():
-            raise InvalidArgument("id must be a non-empty string.", details={"field": "id"})
+            raise InvalidArgument(msg("id must be a non-empty string."), details={"field": "id"})
         if item_id.strip().startswith("node_"):
             from kb_core.bundles import api
 
             return api.get_node(self, item_id.strip(), kb_names)
         records = [self.find_kb(n) for n in kb_names] if kb_names else self.visible_kbs()
         item = find_item(self.service, item_id.strip(), records, neighbours)
-        return Item(f"Found {item['type']} {item_id}.", self._shown_source(item))
+        return Item(msg("Found {kind} {id}.", kind=item["type"], id=item_id), self._shown_source(item))
 
     def get_document_info(
         self, knowledge_ids: Sequence[str], kb_names: Sequence[str] | None = None
     ) -> DocumentInfos:
         """Metadata of 1-10 documents by id, looked up concurrently; per-id failures in ``errors``."""
         if isinstance(knowledge_ids, str) or not isinstance(knowledge_ids, Sequence):
-            raise InvalidArgument("knowledge_ids must be a list of document ids.", details={"field": "knowledge_ids"})
+            raise InvalidArgument(
+                msg("knowledge_ids must be a list of document ids."), details={"field": "knowledge_ids"}
+            )
         if len(knowledge_ids) == 0:
             raise InvalidArgument(
                 "knowledge_ids is empty: give at least one document id.", details={"field": "knowledge_ids"}
             )
         if len(knowledge_ids) > 10:
             raise InvalidArgument(
-                f"knowledge_ids has {len(knowledge_ids)} ids; at most 10 are allowed per call.",
+                msg("knowledge_ids has {count} ids; at most 10 are allowed per call.", count=len(knowledge_ids)),
                 details={"field": "knowledge_ids"},
             )
         records = [self.find_kb(n) for n in kb_names] if kb_names else self.visible_kbs()
@@ -1260,10 +1412,10 @@ class Operations:
     def create_token(self, scope: str, capability: str, rate_per_hour: int) -> TokenCreated:
         """A new bearer token for the MCP HTTP server; ``scope``: 'all' or comma-separated KB names. The token is
         in this envelope only (the home or the database keeps its SHA-256)."""
-        self._administration("Creating an MCP token")
+        self._administration(msg("Creating an MCP token"))
         raw_scope = (scope or "").strip()
         if not raw_scope:
-            raise InvalidArgument("--scope must be 'all' or a comma-separated list of knowledge base names.")
+            raise InvalidArgument(msg("--scope must be 'all' or a comma-separated list of knowledge base names."))
         if raw_scope.lower() == "all":
             kb_ids = None
         else:
@@ -1272,21 +1424,24 @@ class Operations:
         token, record = self.service.token_store.create(kb_ids, capability, rate_per_hour)
         row = self._token_row(record)
         return TokenCreated(
-            f"Created token {record.id} ({record.capability}, scope {row['scope']}, {record.rate_per_hour}/hour). "
-            f"It is shown only now; keep it secret:\n{token}",
+            msg(
+                "Created token {id} ({capability}, scope {scope}, {rate}/hour). It is shown only now; keep it "
+                "secret:\n{token}",
+                id=record.id, capability=record.capability, scope=row["scope"], rate=record.rate_per_hour, token=token,
+            ),
             **row,
             token=token,
         )
 
     def list_tokens(self) -> TokenList:
-        self._administration("Listing MCP tokens")
+        self._administration(msg("Listing MCP tokens"))
         rows = [self._token_row(r) for r in self.service.token_store.list()]
-        return TokenList(f"{len(rows)} token(s).", rows, len(rows))
+        return TokenList(msg("{count} token(s).", count=len(rows)), rows, len(rows))
 
     def revoke_token(self, token_id: str) -> TokenRevoked:
-        self._administration("Revoking an MCP token")
+        self._administration(msg("Revoking an MCP token"))
         record = self.service.token_store.revoke(token_id)
-        return TokenRevoked(f"Revoked token {record.id}.", record.id)
+        return TokenRevoked(msg("Revoked token {token}.", token=record.id), record.id)
 
     def _token_row(self, record: TokenRecord) -> dict[str, Any]:
         if record.scope is None:
@@ -1363,7 +1518,7 @@ class Operations:
     def list_evaluation_runs(self) -> EvaluationRuns:
         """The evaluation runs kept in this home, newest first (see :mod:`kb_core.evaluation.runs`)."""
         runs = self.evaluation_runs.list()
-        return EvaluationRuns(f"{len(runs)} evaluation run(s) kept.", runs, len(runs))
+        return EvaluationRuns(msg("{count} evaluation run(s) kept.", count=len(runs)), runs, len(runs))
 
     def compare_evaluation_runs(
         self,
@@ -1382,26 +1537,30 @@ class Operations:
             store.load(run_a), store.load(run_b), setting_a=setting_a, setting_b=setting_b, metric=metric
         )
         data = comparison.to_json(validate_int_range(top, "top", 1, 1000))
-        message = (
-            f"{comparison.setting_b} ({comparison.run_b}) against {comparison.setting_a} ({comparison.run_a}) on "
-            f"{len(comparison.per_query)} queries: {comparison.wins} wins, {comparison.losses} losses, "
-            f"{comparison.ties} ties; mean {metric} {comparison.mean_a:.4f} → {comparison.mean_b:.4f} "
-            f"({comparison.mean_delta:+.4f})."
+        compared = msg(
+            "{setting_b} ({run_b}) against {setting_a} ({run_a}) on {queries} queries: {wins} wins, {losses} losses, "
+            "{ties} ties; mean {metric} {mean_a:.4f} → {mean_b:.4f} ({delta:+.4f}).",
+            setting_b=comparison.setting_b, run_b=comparison.run_b, setting_a=comparison.setting_a,
+            run_a=comparison.run_a, queries=len(comparison.per_query), wins=comparison.wins, losses=comparison.losses,
+            ties=comparison.ties, metric=metric, mean_a=comparison.mean_a, mean_b=comparison.mean_b,
+            delta=comparison.mean_delta,
         )
-        if comparison.warnings:
-            message += " " + " ".join(comparison.warnings)
+        message = joined([compared, *comparison.warnings])
         return RunComparison(message, data)
 
     def delete_evaluation_run(self, run_id: str) -> RunDeleted:
         self.evaluation_runs.delete(run_id)
-        return RunDeleted(f"Deleted evaluation run {run_id}.", run_id)
+        return RunDeleted(msg("Deleted evaluation run {run}.", run=run_id), run_id)
 
     # -- maintenance ---------------------------------------------------------------------------
     def compact(self, kb_name: str | None = None) -> Compacted:
         """Merge the KB's segments into one and drop the rows of deleted documents."""
-        record = self.writable_kb(kb_name, "compact")
+        record = self.writable_kb(kb_name, msg("compact"))
         stats = self.service.compact(record, everything=True)
-        return Compacted(f"Compacted '{record.name}': merged {stats['segments_merged']} segment(s).", stats)
+        return Compacted(
+            msg("Compacted '{name}': merged {count} segment(s).", name=record.name, count=stats["segments_merged"]),
+            stats,
+        )
 
     def _model_folder_problems(self, repair: bool, repaired: list[str]) -> list[str]:
         """The built model folders the home's KBs use, each checked against its recorded checksums (a damaged one is
@@ -1441,7 +1600,7 @@ class Operations:
         """
         from kb_core.bundles.indexing import bundle_index_problem
 
-        self._administration("Verifying the home")
+        self._administration(msg("Verifying the home"))
         store = self.service.store
         repaired: list[str] = []
         if repair:
@@ -1468,9 +1627,11 @@ class Operations:
                 repaired.append(f"removed {folder.name}, the staging folder of an import-db that did not finish")
         problems = store.verify(kb_checks=(bundle_index_problem,))
         problems += self._model_folder_problems(repair, repaired)
-        message = f"Repaired {len(repaired)} problem(s). " if repaired else ""
+        found: list[str] = [msg("Repaired {count} problem(s).", count=len(repaired))] if repaired else []
         if problems:
-            message += f"{len(problems)} problem(s) found:\n" + "\n".join(f"- {p}" for p in problems)
+            listed = "\n".join(f"- {p}" for p in problems)
+            found.append(msg("{count} problem(s) found:\n{problems}", count=len(problems), problems=listed))
         else:
-            message += f"The {store.subject} is consistent."
+            found.append(msg("The {store} is consistent.", store=store.subject))
+        message = joined(found)
         return Verification(message, problems, repaired)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kb_core.errors import PermissionDenied
+from kb_core.i18n import msg
 
 if TYPE_CHECKING:
     from kb_core.store import KnowledgeBaseRecord
@@ -100,7 +101,7 @@ class Principal:
         return None
 
     def publish(self, record: KnowledgeBaseRecord, published: bool) -> None:
-        raise PermissionDenied("Publishing a knowledge base is for the operator of a public demo (KB_DEMO=1).")
+        raise PermissionDenied(msg("Publishing a knowledge base is for the operator of a public demo (KB_DEMO=1)."))
 
     def status(self) -> dict[str, Any]:
         """What a front end tells this principal about itself (a demo's banner); empty for a local user."""

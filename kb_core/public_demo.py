@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kb_core.errors import InvalidArgument, KBError, KBNotFound, PermissionDenied, QuotaExceeded, RateLimited
+from kb_core.i18n import msg
 from kb_core.principals import ImportAllowance, Principal
 from kb_core.rate_limits import SlidingWindowLimiter
 from kb_core.store.sandboxes import SandboxLedger
@@ -244,10 +245,10 @@ class PublicDemo:
             )
         wait = self._sign_ins.acquire("operator", 10)
         if wait is not None:
-            raise RateLimited(f"Too many operator sign-in attempts; try again in {wait} s.")
+            raise RateLimited(msg("Too many operator sign-in attempts; try again in {wait} s.", wait=wait))
         if not hmac.compare_digest(secret.strip().encode("utf-8"), self._operator_secret.encode("utf-8")):
             logger.warning("A wrong operator secret was given")
-            raise PermissionDenied("That is not the operator's token.")
+            raise PermissionDenied(msg("That is not the operator's token."))
         return self._session(Operator(self))
 
     def readable_folders(self) -> list[Path]:
@@ -323,11 +324,19 @@ class PublicDemo:
         limiter = self._searches if kind == "searches" else self._imports
         wait = limiter.acquire(visitor, limit)
         if wait is not None:
-            noun = "searches (an evaluation counts as one)" if kind == "searches" else "imports"
             raise self.refuse(
                 visitor,
                 RateLimited(
-                    f"This demo allows {limit} {noun} per minute per visitor; try again in {wait} s.",
+                    msg(
+                        "This demo allows {limit} searches (an evaluation counts as one) per minute per visitor; "
+                        "try again in {wait} s.",
+                        limit=limit, wait=wait,
+                    )
+                    if kind == "searches"
+                    else msg(
+                        "This demo allows {limit} imports per minute per visitor; try again in {wait} s.",
+                        limit=limit, wait=wait,
+                    ),
                     details={"limit_per_minute": limit, "retry_after_sec": wait},
                 ),
             )
@@ -338,14 +347,17 @@ class PublicDemo:
         with self._importing_lock:
             if visitor in self._importing:
                 raise self.refuse(
-                    visitor, QuotaExceeded("An import of yours is still running; this demo runs one at a time.")
+                    visitor, QuotaExceeded(msg("An import of yours is still running; this demo runs one at a time."))
                 )
             if len(self._importing) >= self.limits.imports_at_once:
                 raise self.refuse(
                     visitor,
                     QuotaExceeded(
-                        f"This demo imports for {self.limits.imports_at_once} visitor(s) at a time and is busy with "
-                        "another visitor's files; try again in a minute.",
+                        msg(
+                            "This demo imports for {limit} visitor(s) at a time and is busy with another visitor's "
+                            "files; try again in a minute.",
+                            limit=self.limits.imports_at_once,
+                        ),
                         details={"limit": self.limits.imports_at_once},
                     ),
                 )
@@ -364,7 +376,7 @@ class PublicDemo:
         reason = endpoint_refusal(endpoint, self.allowed_endpoints, loopback=False)
         if reason is None:
             return None
-        return (
+        return msg(
             "Custom embedding endpoints are off in this demo (only the built-in models and the endpoints the operator "
             "lists); nothing was sent to that address."
         )
@@ -478,7 +490,7 @@ class _DemoPrincipal(Principal):
         real = Path(os.path.realpath(folder))
         if not any(real == a or real.is_relative_to(a) for a in self.demo.readable_folders()):
             raise PermissionDenied(
-                "This demo evaluates the demo judgments or uploaded judgments only; folders on the server are off."
+                msg("This demo evaluates the demo judgments or uploaded judgments only; folders on the server are off.")
             )
 
 
@@ -509,9 +521,10 @@ class Visitor(_DemoPrincipal):
     def change_refusal(self, record: KnowledgeBaseRecord, action: str) -> str | None:
         if self._owns(record):
             return None
-        return (
-            f"'{record.name}' is shared in this demo and read-only: you may search, inspect, evaluate and export it, "
-            f"not {action} it. Create a knowledge base of your own to do that."
+        return msg(
+            "'{name}' is shared in this demo and read-only: you may search, inspect, evaluate and export it, "
+            "not {action} it. Create a knowledge base of your own to do that.",
+            name=record.name, action=action,
         )
 
     def name_for(self, kb_name: str) -> str:
@@ -521,8 +534,11 @@ class Visitor(_DemoPrincipal):
             return name
         if len(name) + len(suffix) > KB_NAME_MAX_LENGTH:
             raise InvalidArgument(
-                f"In this demo a knowledge-base name may have at most {KB_NAME_MAX_LENGTH - len(suffix)} characters "
-                f"(your tag{suffix} is added to it); '{name}' has {len(name)}.",
+                msg(
+                    "In this demo a knowledge-base name may have at most {most} characters "
+                    "(your tag{suffix} is added to it); '{name}' has {length}.",
+                    most=KB_NAME_MAX_LENGTH - len(suffix), suffix=suffix, name=name, length=len(name),
+                ),
                 details={"field": "kb_name"},
             )
         return name + suffix
@@ -534,7 +550,10 @@ class Visitor(_DemoPrincipal):
             raise self.demo.refuse(
                 self.id,
                 InvalidArgument(
-                    f"This demo offers these models only: {', '.join(self.demo.models)}; {model!r} is not one.",
+                    msg(
+                        "This demo offers these models only: {models}; {model!r} is not one.",
+                        models=", ".join(self.demo.models), model=model,
+                    ),
                     details={"field": "embedding_model"},
                 ),
             )
@@ -543,7 +562,10 @@ class Visitor(_DemoPrincipal):
             raise self.demo.refuse(
                 self.id,
                 QuotaExceeded(
-                    f"This demo keeps at most {limit} knowledge bases per visitor; delete one of yours first.",
+                    msg(
+                        "This demo keeps at most {limit} knowledge bases per visitor; delete one of yours first.",
+                        limit=limit,
+                    ),
                     details={"limit": limit},
                 ),
             )
@@ -561,7 +583,10 @@ class Visitor(_DemoPrincipal):
             raise self.demo.refuse(
                 self.id,
                 QuotaExceeded(
-                    f"This demo imports at most {limits.files_per_import} files at a time; {files} were given.",
+                    msg(
+                        "This demo imports at most {limit} files at a time; {files} were given.",
+                        limit=limits.files_per_import, files=files,
+                    ),
                     details={"limit": limits.files_per_import},
                 ),
             )
@@ -570,8 +595,11 @@ class Visitor(_DemoPrincipal):
             raise self.demo.refuse(
                 self.id,
                 QuotaExceeded(
-                    f"Your knowledge bases hold {used:,} chunks, this demo's limit per visitor "
-                    f"({limits.chunks_per_visitor:,}); delete documents or a knowledge base to import more.",
+                    msg(
+                        "Your knowledge bases hold {used:,} chunks, this demo's limit per visitor ({limit:,}); delete "
+                        "documents or a knowledge base to import more.",
+                        used=used, limit=limits.chunks_per_visitor,
+                    ),
                     details={"limit": limits.chunks_per_visitor, "used": used},
                 ),
             )
@@ -579,7 +607,7 @@ class Visitor(_DemoPrincipal):
         return ImportAllowance(
             limits.max_file_bytes,
             limits.chunks_per_visitor - used,
-            f"this demo's limit of {limits.chunks_per_visitor:,} chunks per visitor",
+            msg("this demo's limit of {limit:,} chunks per visitor", limit=limits.chunks_per_visitor),
         )
 
     def import_finished(self) -> None:
@@ -591,7 +619,7 @@ class Visitor(_DemoPrincipal):
     def check_evaluation(self, folder: Path, queries: int | None, builds_corpus: bool) -> None:
         if builds_corpus:
             raise self.demo.refuse(
-                self.id, PermissionDenied("Building a knowledge base from a corpus is off in this demo.")
+                self.id, PermissionDenied(msg("Building a knowledge base from a corpus is off in this demo."))
             )
         self._check_folder(folder)
         if queries is None:  # the folder is not read yet
@@ -601,8 +629,11 @@ class Visitor(_DemoPrincipal):
             raise self.demo.refuse(
                 self.id,
                 QuotaExceeded(
-                    f"This demo evaluates at most {limit} judged queries at a time; these judgments hold {queries}. "
-                    "Set Max queries, or upload fewer.",
+                    msg(
+                        "This demo evaluates at most {limit} judged queries at a time; these judgments hold {queries}. "
+                        "Set Max queries, or upload fewer.",
+                        limit=limit, queries=queries,
+                    ),
                     details={"limit": limit},
                 ),
             )
@@ -612,8 +643,10 @@ class Visitor(_DemoPrincipal):
         raise self.demo.refuse(
             self.id,
             PermissionDenied(
-                "Merging an export file is off for visitors of this demo; create a knowledge base and import documents "
-                "instead."
+                msg(
+                    "Merging an export file is off for visitors of this demo; create a knowledge base and import "
+                    "documents instead."
+                )
             ),
         )
 
@@ -645,7 +678,7 @@ class Operator(_DemoPrincipal):
 
     def check_evaluation(self, folder: Path, queries: int | None, builds_corpus: bool) -> None:
         if builds_corpus:
-            raise PermissionDenied("Building a knowledge base from a corpus is off in this demo.")
+            raise PermissionDenied(msg("Building a knowledge base from a corpus is off in this demo."))
         self._check_folder(folder)
 
     def publish(self, record: KnowledgeBaseRecord, published: bool) -> None:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from kb_core.errors import InvalidArgument, KBError, PermissionDenied
+from kb_core.i18n import msg
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | _CLOEXEC
@@ -42,7 +43,7 @@ class UnusablePath(KBError):
     code = "FILE_NOT_FOUND"
 
     def __init__(self, path: Path | str, reason: str) -> None:
-        super().__init__(f"{path} {reason}.", details={"path": str(path)})
+        super().__init__(msg("{path} {reason}.", path=str(path), reason=reason), details={"path": str(path)})
         self.path = str(path)
         self.reason = reason
 
@@ -68,23 +69,26 @@ def path_name_problem(raw: str) -> str | None:
     is not UTF-8 (a Latin-1 ``café.txt`` from an old archive reaches Python as lone surrogates) or that no file
     system allows (a name over 255 bytes, a path over 4,096) fails that one file, never the whole import."""
     if not isinstance(raw, str) or not raw:
-        return "is not a file path"
+        return msg("is not a file path")
     try:
         encoded = raw.encode("utf-8")
     except UnicodeEncodeError as exc:
         bad = raw[exc.start].encode("utf-8", "surrogateescape")
-        return (
-            f"has a name that is not UTF-8 text (byte 0x{bad.hex().upper()} at character {exc.start + 1}), perhaps "
-            "from an older encoding such as Latin-1: rename the file to UTF-8 (e.g. convmv -f latin1 -t utf8 --notest)"
+        return msg(
+            "has a name that is not UTF-8 text (byte 0x{byte} at character {position}), perhaps from an older "
+            "encoding such as Latin-1: rename the file to UTF-8 (e.g. convmv -f latin1 -t utf8 --notest)",
+            byte=bad.hex().upper(), position=exc.start + 1,
         )
     if len(encoded) > PATH_MAX_BYTES:
-        return f"is {len(encoded):,} bytes long; a path may have at most {PATH_MAX_BYTES:,}"
+        return msg(
+            "is {size:,} bytes long; a path may have at most {most:,}", size=len(encoded), most=PATH_MAX_BYTES
+        )
     for part in raw.split("/"):
         size = len(part.encode("utf-8"))
         if size > NAME_MAX_BYTES:
-            return (
-                f"has a name of {size:,} bytes ({part[:24]}…); a file or folder name may have at most "
-                f"{NAME_MAX_BYTES} bytes"
+            return msg(
+                "has a name of {size:,} bytes ({start}…); a file or folder name may have at most {most} bytes",
+                size=size, start=part[:24], most=NAME_MAX_BYTES,
             )
     return None
 
@@ -97,16 +101,16 @@ def shown_path(raw: str) -> str:
 def kind_of(mode: int) -> str:
     """What a non-regular file is, as the end of a sentence: ``is a FIFO (named pipe), not a regular file``."""
     if stat.S_ISDIR(mode):
-        return "is a folder, not a file"
+        return msg("is a folder, not a file")
     if stat.S_ISFIFO(mode):
-        return "is a FIFO (named pipe), not a regular file"
+        return msg("is a FIFO (named pipe), not a regular file")
     if stat.S_ISCHR(mode):
-        return "is a character device, not a regular file"
+        return msg("is a character device, not a regular file")
     if stat.S_ISBLK(mode):
-        return "is a block device, not a regular file"
+        return msg("is a block device, not a regular file")
     if stat.S_ISSOCK(mode):
-        return "is a socket, not a regular file"
-    return "is not a regular file"
+        return msg("is a socket, not a regular file")
+    return msg("is not a regular file")
 
 
 def _through_link(path: Path, reason: str) -> str:
@@ -115,21 +119,21 @@ def _through_link(path: Path, reason: str) -> str:
         target = os.readlink(path)
     except (OSError, ValueError):
         return reason
-    return f"is a symbolic link to {target!r}, which {reason}"
+    return msg("is a symbolic link to {target!r}, which {reason}", target=target, reason=reason)
 
 
 def _access_failure(path: Path, exc: OSError) -> str:
     if exc.errno == errno.ENOENT:
-        return _through_link(path, "does not exist")
+        return _through_link(path, msg("does not exist"))
     if exc.errno == errno.ELOOP:
-        return "is a symbolic link that loops (or passes through too many links)"
+        return msg("is a symbolic link that loops (or passes through too many links)")
     if exc.errno == errno.ENOTDIR:
-        return "does not exist (a part of the path is not a folder)"
+        return msg("does not exist (a part of the path is not a folder)")
     if exc.errno in (errno.EACCES, errno.EPERM):
-        return "cannot be read (permission denied)"
+        return msg("cannot be read (permission denied)")
     if exc.errno == errno.ENAMETOOLONG:
-        return "is too long to be a file path"
-    return f"cannot be opened ({exc.strerror or exc})"
+        return msg("is too long to be a file path")
+    return msg("cannot be opened ({problem})", problem=exc.strerror or str(exc))
 
 
 def _not_regular(path: Path, mode: int) -> str:
@@ -260,13 +264,17 @@ class OpenedFile:
                     return copied
                 copied += sent
                 if max_bytes is not None and copied > max_bytes:
-                    raise UnusablePath(self.path, f"grew past {max_bytes} bytes while it was being read")
+                    raise UnusablePath(
+                        self.path, msg("grew past {most} bytes while it was being read", most=max_bytes)
+                    )
             with self.reader() as source:
                 source.seek(copied)
                 while block := source.read(_COPY_BLOCK):
                     copied += len(block)
                     if max_bytes is not None and copied > max_bytes:
-                        raise UnusablePath(self.path, f"grew past {max_bytes} bytes while it was being read")
+                        raise UnusablePath(
+                            self.path, msg("grew past {most} bytes while it was being read", most=max_bytes)
+                        )
                     sink.write(block)
         return copied
 

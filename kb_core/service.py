@@ -21,6 +21,7 @@ from kb_core.config import ALLOW_ENDPOINTS_ENVIRONMENT_VARIABLE, allowed_endpoin
 from kb_core.embedding import DEFAULT_EMBEDDING_MODEL
 from kb_core.embedding.device import DeviceChoice, DeviceRequest, device_request
 from kb_core.errors import InvalidArgument, KBError, KBNotFound, PermissionDenied
+from kb_core.i18n import msg
 from kb_core.redaction import shown_endpoint
 from kb_core.store import Home, KBStore, KnowledgeBaseRecord
 from kb_core.store.atomic import read_json, write_json_atomically
@@ -68,7 +69,10 @@ def check_endpoint_allowed(endpoint: str) -> None:
     reason = endpoint_refusal(endpoint, allowed_endpoints(), loopback=True)
     if reason is not None:
         raise PermissionDenied(
-            f"{reason} To allow it, start with {ALLOW_ENDPOINTS_ENVIRONMENT_VARIABLE}={endpoint_origin(endpoint)}.",
+            msg(
+                "{reason} To allow it, start with {variable}={origin}.",
+                reason=reason, variable=ALLOW_ENDPOINTS_ENVIRONMENT_VARIABLE, origin=endpoint_origin(endpoint),
+            ),
             details={"field": "embedding_endpoint"},
         )
 
@@ -210,15 +214,16 @@ class KnowledgeBaseService:
     def find_kb(self, kb_name: str, among: Sequence[KnowledgeBaseRecord] | None = None) -> KnowledgeBaseRecord:
         """The KB named ``kb_name`` (ignoring case), among ``among`` (default: all KBs of the home)."""
         if not isinstance(kb_name, str) or not kb_name.strip():
-            raise InvalidArgument("kb_name must be a non-empty string.", details={"field": "kb_name"})
+            raise InvalidArgument(msg("kb_name must be a non-empty string."), details={"field": "kb_name"})
         records = self.store.knowledge_bases() if among is None else list(among)
         key = name_key(kb_name)
         for record in records:
             if name_key(record.name) == key:
                 return record
-        listed = ", ".join(repr(r.name) for r in records[:20]) if records else "none yet"
+        listed = ", ".join(repr(r.name) for r in records[:20]) if records else msg("none yet")
         raise KBNotFound(
-            f"Knowledge base {kb_name!r} does not exist. Existing knowledge bases: {listed}.",
+            msg("Knowledge base {kb_name!r} does not exist. Existing knowledge bases: {listed}.", kb_name=kb_name,
+                listed=listed),
             details={"kb_name": kb_name},
         )
 
@@ -248,11 +253,11 @@ class KnowledgeBaseService:
 
             check_model_available(model)  # refused now, not 14 s later at the first import
         if embedding_api_key is not None and not isinstance(embedding_api_key, str):
-            raise InvalidArgument("embedding_api_key must be a string.", details={"field": "embedding_api_key"})
+            raise InvalidArgument(msg("embedding_api_key must be a string."), details={"field": "embedding_api_key"})
         api_key = (embedding_api_key or "").strip() or None
         if endpoint is None and api_key is not None:
             raise InvalidArgument(
-                "embedding_api_key was given without embedding_endpoint; a key is only used with an endpoint.",
+                msg("embedding_api_key was given without embedding_endpoint; a key is only used with an endpoint."),
                 details={"field": "embedding_api_key"},
             )
         if endpoint is None:
@@ -430,11 +435,12 @@ class KnowledgeBaseService:
 
         if executor not in EXECUTORS:
             raise InvalidArgument(
-                f"unknown executor {executor!r}: use one of {', '.join(EXECUTORS)}", details={"field": "executor"}
+                msg("unknown executor {executor!r}: use one of {names}", executor=executor, names=", ".join(EXECUTORS)),
+                details={"field": "executor"},
             )
         if executor == "local":
             if address:
-                raise InvalidArgument("an address is for the ray executor only", details={"field": "address"})
+                raise InvalidArgument(msg("an address is for the ray executor only"), details={"field": "address"})
             return None
         from kb_core.embedding import is_hashing_model
         from kb_core.ingest.executors.ray_data import ray_executor_for
@@ -555,7 +561,7 @@ class KnowledgeBaseService:
         embedded = query_vector() if storage.embed_before_search else None
         with storage.searcher(self.analyzer) as searcher:
             if searcher.empty:
-                return RankedHits([], [f"Knowledge base '{record.name}' has no documents yet."])
+                return RankedHits([], [msg("Knowledge base '{name}' has no documents yet.", name=record.name)])
             vector, scale = embedded if embedded is not None else query_vector()
             located = {chunk_id: searcher.locate(chunk_id) for chunk_id in explain_chunk_ids}
             keys = [key for key in located.values() if key is not None]
@@ -563,8 +569,11 @@ class KnowledgeBaseService:
             cut = self._query_cut(record, query) if vector is not None else None
             if cut is not None:
                 ranked.warnings.append(
-                    f"The query is {cut[1]:,} tokens long; its vector (semantic score) is computed from its first "
-                    f"{cut[0]:,}, which bounds the cost of a long query; keyword scores read all of it."
+                    msg(
+                        "The query is {length:,} tokens long; its vector (semantic score) is computed from its first "
+                        "{used:,}, which bounds the cost of a long query; keyword scores read all of it.",
+                        length=cut[1], used=cut[0],
+                    )
                 )
             for warning in searcher.warnings:
                 if warning not in ranked.warnings:

@@ -107,11 +107,14 @@ def validate_endpoint(endpoint: object) -> str | None:
     if endpoint is None or endpoint == "":
         return None
     if not isinstance(endpoint, str):
-        raise InvalidArgument("embedding_endpoint must be a URL string.", details={"field": "embedding_endpoint"})
+        raise InvalidArgument(msg("embedding_endpoint must be a URL string."), details={"field": "embedding_endpoint"})
     parsed = urlparse(endpoint.strip())
     if parsed.scheme not in ("http", "https") or not parsed.netloc:
         raise InvalidArgument(
-            f"embedding_endpoint {redact_url(endpoint)!r} is not an http(s) URL; give e.g. http://127.0.0.1:8000/v1.",
+            msg(
+                "embedding_endpoint {endpoint!r} is not an http(s) URL; give e.g. http://127.0.0.1:8000/v1.",
+                endpoint=redact_url(endpoint),
+            ),
             details={"field": "embedding_endpoint"},
         )
     return endpoint.strip().rstrip("/")
@@ -153,8 +156,11 @@ def parse_endpoint_allow_list(entries: Sequence[str], source: str = "KB_ALLOW_EN
             continue
         if _endpoint_parts(entry) is None:
             raise InvalidArgument(
-                f"{source} entry {entry!r} is not an http(s) URL; give URL prefixes separated by spaces or commas, "
-                "e.g. https://api.example.com/v1."
+                msg(
+                    "{source} entry {entry!r} is not an http(s) URL; give URL prefixes separated by spaces or commas, "
+                    "e.g. https://api.example.com/v1.",
+                    source=source, entry=entry,
+                )
             )
         kept.append(entry.rstrip("/"))
     return tuple(kept)
@@ -175,7 +181,7 @@ def endpoint_refusal(endpoint: str, allowed: Sequence[str], *, loopback: bool) -
     port; the path on a ``/`` boundary). Decided from the URL alone, before any connection or name look-up."""
     parts = _endpoint_parts(endpoint)
     if parts is None:
-        return f"embedding_endpoint {endpoint!r} is not an http(s) URL."
+        return msg("embedding_endpoint {endpoint!r} is not an http(s) URL.", endpoint=endpoint)
     scheme, host, port, path = parts
     if loopback and is_loopback_host(host):
         return None
@@ -185,36 +191,52 @@ def endpoint_refusal(endpoint: str, allowed: Sequence[str], *, loopback: bool) -
             continue
         if path == listed[3] or path.startswith(listed[3] + "/"):
             return None
-    where = "not on this machine (loopback) and " if loopback else ""
-    return (
-        f"The embedding endpoint {scheme}://{host}:{port} is {where}not in the operator's list of allowed endpoints "
-        "(KB_ALLOW_ENDPOINTS); no request was sent to it."
+    if loopback:
+        return msg(
+            "The embedding endpoint {origin} is not on this machine (loopback) and not in the operator's list of "
+            "allowed endpoints (KB_ALLOW_ENDPOINTS); no request was sent to it.",
+            origin=f"{scheme}://{host}:{port}",
+        )
+    return msg(
+        "The embedding endpoint {origin} is not in the operator's list of allowed endpoints (KB_ALLOW_ENDPOINTS); "
+        "no request was sent to it.",
+        origin=f"{scheme}://{host}:{port}",
     )
 
 
 def validate_nonempty_text(value: object, field: str) -> str:
     if not isinstance(value, str) or not value.strip():
-        raise InvalidArgument(f"{field} must be a non-empty string.", details={"field": field})
+        raise InvalidArgument(msg("{field} must be a non-empty string.", field=field), details={"field": field})
     return value
 
 
 def validate_int_range(value: object, field: str, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidArgument(
-            f"{field} must be an integer from {low} to {high}, got {value!r}.", details={"field": field}
+            msg("{field} must be an integer from {low} to {high}, got {value!r}.", field=field, low=low, high=high,
+                value=value),
+            details={"field": field},
         )
     if not low <= value <= high:
-        raise InvalidArgument(f"{field} must be from {low} to {high}, got {value}.", details={"field": field})
+        raise InvalidArgument(
+            msg("{field} must be from {low} to {high}, got {value}.", field=field, low=low, high=high, value=value),
+            details={"field": field},
+        )
     return value
 
 
 def validate_float_range(value: object, field: str, low: float, high: float) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(float(value)):
         raise InvalidArgument(
-            f"{field} must be a number from {low} to {high}, got {value!r}.", details={"field": field}
+            msg("{field} must be a number from {low} to {high}, got {value!r}.", field=field, low=low, high=high,
+                value=value),
+            details={"field": field},
         )
     if not low <= float(value) <= high:
-        raise InvalidArgument(f"{field} must be from {low} to {high}, got {value}.", details={"field": field})
+        raise InvalidArgument(
+            msg("{field} must be from {low} to {high}, got {value}.", field=field, low=low, high=high, value=value),
+            details={"field": field},
+        )
     return float(value)
 
 
@@ -227,10 +249,17 @@ def reject_undecodable(text: str, field: str) -> str:
     except UnicodeEncodeError as exc:
         code = ord(text[exc.start])
         # a byte Python's surrogateescape kept (U+DC80-U+DCFF), or a surrogate from elsewhere (a broken escape)
-        what = f"the byte 0x{code - 0xDC00:02X}" if 0xDC80 <= code <= 0xDCFF else f"a lone surrogate U+{code:04X}"
+        what = (
+            msg("the byte 0x{byte:02X}", byte=code - 0xDC00)
+            if 0xDC80 <= code <= 0xDCFF
+            else msg("a lone surrogate U+{code:04X}", code=code)
+        )
         raise InvalidArgument(
-            f"{field} is not valid UTF-8 text: {what} at character {exc.start + 1} (from a terminal or a script in "
-            "another encoding, such as Latin-1?); send it as UTF-8.",
+            msg(
+                "{field} is not valid UTF-8 text: {what} at character {position} (from a terminal or a script in "
+                "another encoding, such as Latin-1?); send it as UTF-8.",
+                field=field, what=what, position=exc.start + 1,
+            ),
             details={"field": field},
         ) from None
     return text
@@ -239,12 +268,15 @@ def reject_undecodable(text: str, field: str) -> str:
 def validate_query(query: object, field: str = "query") -> str:
     """A search query: a non-empty string of at most :data:`QUERY_MAX_CHARS` characters, valid UTF-8 text."""
     if not isinstance(query, str) or not query.strip():
-        raise InvalidArgument(f"{field} must be a non-empty string.", details={"field": field})
+        raise InvalidArgument(msg("{field} must be a non-empty string.", field=field), details={"field": field})
     reject_undecodable(query[: QUERY_MAX_CHARS + 1], field)
     if len(query) > QUERY_MAX_CHARS:
         raise InvalidArgument(
-            f"{field} has {len(query):,} characters; at most {QUERY_MAX_CHARS:,} are accepted (about two pages). "
-            "Shorten the query.",
+            msg(
+                "{field} has {length:,} characters; at most {most:,} are accepted (about two pages). "
+                "Shorten the query.",
+                field=field, length=len(query), most=QUERY_MAX_CHARS,
+            ),
             details={"field": field, "max_chars": QUERY_MAX_CHARS},
         )
     return query
@@ -254,22 +286,28 @@ def validate_keywords(keywords: object) -> list[str]:
     """rag_search keywords: 1 to :data:`RAG_MAX_KEYWORDS` non-empty strings of at most :data:`RAG_KEYWORD_MAX_CHARS`
     characters each; returns them stripped."""
     if isinstance(keywords, str) or not isinstance(keywords, Sequence) or not keywords:
-        raise InvalidArgument("keywords must be a list of at least one keyword.", details={"field": "keywords"})
+        raise InvalidArgument(msg("keywords must be a list of at least one keyword."), details={"field": "keywords"})
     if len(keywords) > RAG_MAX_KEYWORDS:
         raise InvalidArgument(
-            f"keywords has {len(keywords)} keywords; at most {RAG_MAX_KEYWORDS} are accepted.",
+            msg(
+                "keywords has {count} keywords; at most {most} are accepted.",
+                count=len(keywords), most=RAG_MAX_KEYWORDS,
+            ),
             details={"field": "keywords", "max_keywords": RAG_MAX_KEYWORDS},
         )
     cleaned = [k.strip() for k in keywords if isinstance(k, str) and k.strip()]
     if len(cleaned) != len(keywords):
-        raise InvalidArgument("Every keyword must be a non-empty string.", details={"field": "keywords"})
+        raise InvalidArgument(msg("Every keyword must be a non-empty string."), details={"field": "keywords"})
     for keyword in cleaned:
         reject_undecodable(keyword[: RAG_KEYWORD_MAX_CHARS + 1], "keywords")
     longest = max(cleaned, key=len)
     if len(longest) > RAG_KEYWORD_MAX_CHARS:
         raise InvalidArgument(
-            f"A keyword has {len(longest):,} characters; at most {RAG_KEYWORD_MAX_CHARS} per keyword are accepted "
-            "(a keyword is a word or a short phrase; search a longer text with search).",
+            msg(
+                "A keyword has {length:,} characters; at most {most} per keyword are accepted "
+                "(a keyword is a word or a short phrase; search a longer text with search).",
+                length=len(longest), most=RAG_KEYWORD_MAX_CHARS,
+            ),
             details={"field": "keywords", "max_chars": RAG_KEYWORD_MAX_CHARS},
         )
     return cleaned

@@ -45,6 +45,7 @@ from kb_core.bundles.validation import (
     node_id,
 )
 from kb_core.errors import ImportFormatError, InvalidArgument, ItemNotFound, PermissionDenied, QuotaExceeded
+from kb_core.i18n import msg
 from kb_core.results import (
     BundleImported,
     GraphView,
@@ -128,7 +129,7 @@ def set_ontology(session: Scope, source: str | Path | Mapping[str, Any], kb_name
     Refused, with nothing changed, if the ontology is invalid or an existing node or edge would not
     conform to it. Changed indexed fields re-index the affected nodes.
     """
-    record = session.writable_kb(kb_name, "change the ontology of")
+    record = session.writable_kb(kb_name, msg("change the ontology of"))
     ontology = parse_ontology(_read_ontology_source(session, source))
     store = graph_store(session, record)
     with store.lock():
@@ -314,7 +315,7 @@ def _import_opened_bundle(
     session: Scope, opened: OpenedFile, kb_name: str | None, delete_file: bool
 ) -> BundleImported:
     path = opened.path
-    record = session.writable_kb(kb_name, "import a bundle into")
+    record = session.writable_kb(kb_name, msg("import a bundle into"))
     with session.importing(record, 1) as allowance:
         if allowance.max_file_bytes is not None and opened.stat.st_size > allowance.max_file_bytes:
             raise QuotaExceeded(
@@ -364,7 +365,7 @@ def _apply_bundle(
 
 def repair_index(session: Scope, kb_name: str | None = None) -> IndexRepaired:
     """Re-sync the search indexes with the graph (after a crash between the two commits)."""
-    record = session.writable_kb(kb_name, "repair the bundle index of")
+    record = session.writable_kb(kb_name, msg("repair the bundle index of"))
     store = graph_store(session, record)
     with store.lock():
         state = store.load()
@@ -394,7 +395,7 @@ def rebuild_from_shadow(session: Scope, shadow_dir: str | Path, kb_name: str | N
 
     if not session.principal.server_paths:
         raise PermissionDenied("Rebuilding from a shadow export on the server is off in this demo.")
-    record = session.writable_kb(kb_name, "rebuild the graph of")
+    record = session.writable_kb(kb_name, msg("rebuild the graph of"))
     ontology, items = read_shadow(Path(shadow_dir))
     set_ontology(session, ontology, kb_name=record.name)
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False, encoding="utf-8") as handle:

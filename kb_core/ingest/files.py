@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kb_core.errors import KBError, KBNotFound
+from kb_core.i18n import msg
 from kb_core.ingest import pipeline
 from kb_core.ingest.pipeline import ChunkBudget, FileProgress, ImportProgress
 from kb_core.safe_files import UnusablePath, open_input_file, path_name_problem, shown_path
@@ -152,7 +153,9 @@ def import_files(
         for state in states
     )
     return [
-        FileOutcome(shown_path(str(raw)), error=f"{shown_path(str(raw))} {refused[index]}.")
+        FileOutcome(
+            shown_path(str(raw)), error=msg("{path} {reason}.", path=shown_path(str(raw)), reason=refused[index])
+        )
         if index in refused
         else next(outcomes)
         for index, raw in enumerate(file_paths)
@@ -212,8 +215,10 @@ def staging_folder(index: int) -> int:
 def _refuse_relative(raw: str) -> Path:
     raise UnusablePath(
         raw,
-        "is a relative path; MCP tools take absolute paths only (a relative path would resolve against the server's "
-        "working folder), e.g. /home/me/docs/report.docx",
+        msg(
+            "is a relative path; MCP tools take absolute paths only (a relative path would resolve against the "
+            "server's working folder), e.g. /home/me/docs/report.docx"
+        ),
     )
 
 
@@ -244,21 +249,30 @@ def _copy_checked(
             if quota:  # a demo's limit, in the MB of its upload limit (2**20 bytes)
                 raise UnusablePath(
                     path,
-                    f"is {opened.stat.st_size / 2**20:.1f} MB, over this demo's limit of {limit / 2**20:g} MB per file",
+                    msg(
+                        "is {size:.1f} MB, over this demo's limit of {limit:g} MB per file",
+                        size=opened.stat.st_size / 2**20, limit=limit / 2**20,
+                    ),
                 )
             raise UnusablePath(
-                path, f"is {opened.stat.st_size / 1e6:.1f} MB, over the import limit of {limit / 1e6:.1f} MB"
+                path,
+                msg(
+                    "is {size:.1f} MB, over the import limit of {limit:.1f} MB",
+                    size=opened.stat.st_size / 1e6, limit=limit / 1e6,
+                ),
             )
         try:  # inside the KB's staging/, which is never recreated for a KB deleted meanwhile
             folder.parent.mkdir(exist_ok=True)
             folder.mkdir(exist_ok=True)
         except FileNotFoundError:
-            raise KBNotFound("The knowledge base was deleted during the import.") from None
+            raise KBNotFound(msg("The knowledge base was deleted during the import.")) from None
         copy = folder / path.name
         try:
             opened.copy_to(copy, limit)
         except OSError as exc:
-            raise UnusablePath(path, f"could not be read and copied for the import ({exc.strerror or exc})") from None
+            raise UnusablePath(
+                path, msg("could not be read and copied for the import ({problem})", problem=exc.strerror or str(exc))
+            ) from None
     return copy
 
 
@@ -302,14 +316,20 @@ def copy_documents(
             try:
                 with sink.reimport_source(document) as kept:
                     if kept is None:
-                        raise KBNotFound("its original is gone (the document was changed meanwhile)")
+                        raise KBNotFound(msg("its original is gone (the document was changed meanwhile)"))
                     folder = copies / str(index)
                     folder.mkdir(parents=True)
                     copy = folder / (safe_document_name(str(document.get("file_name") or name)))
                     shutil.copyfile(kept.path, copy)
             except (KBError, OSError) as exc:
-                reason = exc.message if isinstance(exc, KBError) else f"its original could not be read ({exc})"
-                outcomes[index] = FileOutcome(str(document["file_path"]), error=f"{name}: {reason}")
+                reason = (
+                    exc.message
+                    if isinstance(exc, KBError)
+                    else msg("its original could not be read ({problem})", problem=str(exc))
+                )
+                outcomes[index] = FileOutcome(
+                    str(document["file_path"]), error=msg("{file}: {reason}", file=name, reason=reason)
+                )
                 continue
             source = ImportSource(copy, name, str(document["source"]), str(document["file_path"]))
             groups.setdefault(int(document["chunk_size"]), []).append((index, source))

@@ -37,6 +37,7 @@ from typing import Any
 from kb_core.cancellation import cancel_scope, in_scope
 from kb_core.embedding.base import embed_with_token_ids
 from kb_core.errors import KBError, KBNotFound, ParseError
+from kb_core.i18n import msg
 from kb_core.ingest.executors import DocumentExecutor, ImportCancelled
 from kb_core.ingest.parsing.isolation import PARSER_PROCESSES, WRITER_PROCESSES
 from kb_core.ingest.payloads import FilePayload
@@ -288,7 +289,7 @@ class Importer:
             committer.close()
             reason = exc.message
             if cancel is not None and cancel.is_set():  # however far each file got: one reason a person reads
-                reason = "cancelled: the import was stopped before this file was committed"
+                reason = msg("cancelled: the import was stopped before this file was committed")
             for state in progress.files:
                 stopped = state.status == "failed" and (state.error or "").startswith("cancelled")
                 if state.status not in ("ready", "failed") or stopped:
@@ -321,7 +322,10 @@ class Importer:
         def from_payload(index: int, payload: FilePayload) -> IncomingDocument:
             source = sources[index]
             if not payload.chunk_count:
-                raise ParseError(f"{source.display_name}: the document has no text to index.", code="EMPTY_DOCUMENT")
+                raise ParseError(
+                    msg("{file}: the document has no text to index.", file=source.display_name),
+                    code="EMPTY_DOCUMENT",
+                )
             return IncomingDocument(
                 index=index,
                 source=source,
@@ -340,7 +344,10 @@ class Importer:
         def pending(index: int, parsed: Any, chunks: list[Any], prepared: PreparedChunks | None) -> IncomingDocument:
             source = sources[index]
             if not chunks:
-                raise ParseError(f"{source.display_name}: the document has no text to index.", code="EMPTY_DOCUMENT")
+                raise ParseError(
+                    msg("{file}: the document has no text to index.", file=source.display_name),
+                    code="EMPTY_DOCUMENT",
+                )
             if prepared is not None and len(prepared) != len(chunks):
                 prepared = None
             vectors = None if prepared is None else prepared.vectors  # embedded where it was parsed
@@ -577,7 +584,10 @@ class Importer:
 
     def _deleted_meanwhile(self) -> KBNotFound:
         return KBNotFound(
-            f"Knowledge base '{self.kb_name}' was deleted while the import ran; nothing of the import remains.",
+            msg(
+                "Knowledge base '{name}' was deleted while the import ran; nothing of the import remains.",
+                name=self.kb_name,
+            ),
             details={"kb_name": self.kb_name},
         )
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from kb_core.errors import DocumentNotFound, KBError, KBExists, KBNotFound
+from kb_core.i18n import msg
 from kb_core.retrieval.fusion import CandidateArrays
 from kb_core.retrieval.near_duplicates import TextSignatures
 from kb_core.store.kb_store import Change, KBStore
@@ -96,7 +97,10 @@ class FolderStore:
             for record in self.home.knowledge_bases():
                 if name_key(record.name) == key:
                     raise KBExists(
-                        f"A knowledge base named {record.name!r} already exists (names ignore case); choose another.",
+                        msg(
+                            "A knowledge base named {name!r} already exists (names ignore case); choose another.",
+                            name=record.name,
+                        ),
                         details={"kb_name": name},
                     )
             record = KnowledgeBaseRecord(

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kb_core.errors import InvalidArgument, ParseError
+from kb_core.i18n import msg
 
 SUPPORTED_TYPES: tuple[str, ...] = ("txt", "docx", "doc")
 
@@ -82,12 +83,16 @@ class ParseLimits:
 
 def parse_error(code: str, path: Path, reason: str) -> ParseError:
     """A ParseError whose message names the file and the reason."""
-    return ParseError(f"Cannot import '{path.name}': {reason}", code=code, details={"path": str(path)})
+    return ParseError(
+        msg("Cannot import '{file}': {reason}", file=path.name, reason=reason), code=code, details={"path": str(path)}
+    )
 
 
 def too_much_text(path: Path, chars: int, limit: int) -> ParseError:
     return parse_error(
-        FILE_TOO_LARGE, path, f"its text is {chars:,} characters long, over the limit of {limit:,} characters"
+        FILE_TOO_LARGE,
+        path,
+        msg("its text is {chars:,} characters long, over the limit of {limit:,} characters", chars=chars, limit=limit),
     )
 
 
@@ -95,5 +100,5 @@ def make_document(path: Path, file_type: str, blocks: list[TextBlock], metadata:
     """Drop blank blocks and refuse documents without any text."""
     kept = tuple(b for b in blocks if b.text.strip())
     if not kept:
-        raise parse_error(EMPTY_DOCUMENT, path, "the document contains no text")
+        raise parse_error(EMPTY_DOCUMENT, path, msg("the document contains no text"))
     return ParsedDocument(file_type=file_type, blocks=kept, metadata=dict(metadata))

@@ -5,6 +5,8 @@ from __future__ import annotations
 import zipfile
 from pathlib import Path
 
+from kb_core.i18n import msg
+
 OLE2_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
 ZIP_MAGICS = (b"PK\x03\x04", b"PK\x05\x06")
 TEXT_SUFFIXES = frozenset({"", ".txt", ".text", ".md", ".markdown", ".rst", ".log", ".csv", ".tsv"})
@@ -38,18 +40,18 @@ def sniff(path: Path, head: bytes) -> tuple[str, str]:
             # A damaged zip named like a Word file is reported as a damaged Word file.
             if suffix in WORD_SUFFIXES:
                 return "docx", "damaged zip"
-            return UNKNOWN, "a damaged zip archive"
+            return UNKNOWN, msg("a damaged zip archive")
         if "word/document.xml" in names or any(n.startswith("word/") and n.endswith(".xml") for n in names):
             return "docx", "zip with word/document.xml"
-        return UNKNOWN, "a zip archive that is not a Word document (no word/document.xml)"
+        return UNKNOWN, msg("a zip archive that is not a Word document (no word/document.xml)")
     for magic, name in _OTHER_MAGICS:
         if head.startswith(magic) and suffix not in TEXT_SUFFIXES:
-            return UNKNOWN, f"a {name} file"
+            return UNKNOWN, msg("a {name} file", name=name)
     if suffix in WORD_SUFFIXES:
         return WORD_SUFFIXES[suffix], "suffix only"
     if suffix in TEXT_SUFFIXES:
         return "txt", "text suffix"
-    return UNKNOWN, f"a file ending in '{suffix}'"
+    return UNKNOWN, msg("a file ending in '{suffix}'", suffix=suffix)
 
 
 def detect_file_type(path: Path, head: bytes) -> str:

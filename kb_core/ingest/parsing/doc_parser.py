@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 import olefile
 
+from kb_core.i18n import msg
 from kb_core.ingest.parsing.base import (
     CORRUPT_DOCUMENT,
     ENCRYPTED_DOCUMENT,
@@ -64,7 +65,7 @@ _LID_CODEPAGES = {
     0x1F: "cp1254", 0x0D: "cp1255", 0x01: "cp1256", 0x25: "cp1257", 0x26: "cp1257", 0x27: "cp1257",
     0x1E: "cp874", 0x2A: "cp1258",
 }  # fmt: skip
-_ENCRYPTED = "the document is password-protected (encrypted); remove the password in Word and import it again"
+_ENCRYPTED = msg("the document is password-protected (encrypted); remove the password in Word and import it again")
 # cp1252 leaves 0x81 0x8D 0x8F 0x90 0x9D undefined; [MS-DOC] keeps them as the same code points.
 _CP1252 = {b: bytes([b]).decode("cp1252", errors="replace") for b in range(0x80, 0xA0)}
 _CP1252_FIX = str.maketrans({chr(b): (ch if ch != "\ufffd" else chr(b)) for b, ch in _CP1252.items()})
@@ -460,14 +461,20 @@ def parse_doc(path: Path, limits: ParseLimits | None = None) -> ParsedDocument:
     try:
         ole = olefile.OleFileIO(str(path))
     except Exception as exc:  # olefile raises OSError, struct.error, IndexError ... on damaged files
-        raise parse_error(CORRUPT_DOCUMENT, path, f"the OLE2 compound file is damaged ({exc})") from None
+        raise parse_error(
+            CORRUPT_DOCUMENT,
+            path,
+            msg("the OLE2 compound file is damaged ({problem})", problem=str(exc)),
+        ) from None
     try:
         if ole.exists("EncryptedPackage") or ole.exists("EncryptionInfo"):
             raise parse_error(ENCRYPTED_DOCUMENT, path, _ENCRYPTED)
         if not ole.exists("WordDocument"):
             streams = ", ".join("/".join(e) for e in ole.listdir()[:8])
             raise parse_error(
-                UNSUPPORTED_FORMAT, path, f"it is an OLE2 file but not a Word document (streams: {streams})"
+                UNSUPPORTED_FORMAT,
+                path,
+                msg("it is an OLE2 file but not a Word document (streams: {streams})", streams=streams),
             )
         try:
             wd = ole.openstream("WordDocument").read()
@@ -483,15 +490,25 @@ def parse_doc(path: Path, limits: ParseLimits | None = None) -> ParsedDocument:
                 main, footnotes, endnotes, textboxes, encoding = _read_word97(ole, wd, flags, max_chars)
                 version = "word97-2003"
         except _Corrupt as exc:
-            raise parse_error(CORRUPT_DOCUMENT, path, f"it is a damaged Word 97-2003 file: {exc}") from None
+            raise parse_error(
+                CORRUPT_DOCUMENT,
+                path,
+                msg("it is a damaged Word 97-2003 file: {problem}", problem=str(exc)),
+            ) from None
         except _TooMuchText as exc:
             raise too_much_text(path, exc.chars, max_chars) from None
         except OSError as exc:
-            raise parse_error(CORRUPT_DOCUMENT, path, f"a stream of the OLE2 file cannot be read ({exc})") from None
+            raise parse_error(
+                CORRUPT_DOCUMENT,
+                path,
+                msg("a stream of the OLE2 file cannot be read ({problem})", problem=str(exc)),
+            ) from None
         garbage = _garbage_ratio(main)
         if garbage > _MAX_GARBAGE:
             raise parse_error(
-                CORRUPT_DOCUMENT, path, f"it is damaged: {garbage:.0%} of its text is unreadable binary data"
+                CORRUPT_DOCUMENT,
+                path,
+                msg("it is damaged: {share:.0%} of its text is unreadable binary data", share=garbage),
             )
         track_pages = "\x0c" in main
         blocks = text_to_blocks(main, track_pages=track_pages)

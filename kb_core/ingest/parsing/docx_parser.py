@@ -18,6 +18,7 @@ from pathlib import Path
 
 from lxml import etree
 
+from kb_core.i18n import msg
 from kb_core.ingest.parsing.base import (
     CORRUPT_DOCUMENT,
     FILE_TOO_LARGE,
@@ -362,7 +363,11 @@ class _Package:
         try:
             self.handle = open(path, "rb")  # noqa: SIM115 - closed by close()
         except OSError as exc:
-            raise parse_error(CORRUPT_DOCUMENT, path, f"it cannot be read ({exc.strerror or exc})") from None
+            raise parse_error(
+                CORRUPT_DOCUMENT,
+                path,
+                msg("it cannot be read ({problem})", problem=exc.strerror or str(exc)),
+            ) from None
         try:
             declared = central_directory(self.handle)
             if declared is not None and (declared.members > MAX_PARTS or declared.size > _MAX_DIRECTORY_BYTES):
@@ -379,7 +384,9 @@ class _Package:
         except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError, EOFError, NotImplementedError) as exc:
             self.handle.close()
             raise parse_error(
-                CORRUPT_DOCUMENT, path, f"it is not a valid DOCX (damaged or truncated zip: {exc})"
+                CORRUPT_DOCUMENT,
+                path,
+                msg("it is not a valid DOCX (damaged or truncated zip: {problem})", problem=str(exc)),
             ) from None
         self.budget = limits.max_decompressed_bytes  # bytes all members may still inflate to
         total = sum(i.file_size for i in infos)
@@ -388,8 +395,11 @@ class _Package:
             raise parse_error(
                 FILE_TOO_LARGE,
                 path,
-                f"it would expand to {total / 1e6:.1f} MB when unpacked, over the limit of "
-                f"{limits.max_decompressed_bytes / 1e6:.1f} MB (possible zip bomb)",
+                msg(
+                    "it would expand to {size:.1f} MB when unpacked, over the limit of {limit:.1f} MB (possible zip "
+                    "bomb)",
+                    size=total / 1e6, limit=limits.max_decompressed_bytes / 1e6,
+                ),
             )
         self.members = {i.filename: i for i in infos}
         self.parser = etree.XMLParser(
@@ -499,7 +509,11 @@ def parse_docx(path: Path, limits: ParseLimits) -> ParsedDocument:
         members = set(pkg.members)
         main = main_part_name(members, pkg.relationships("_rels/.rels") if "_rels/.rels" in members else [])
         if main is None:
-            raise parse_error(CORRUPT_DOCUMENT, path, "the zip has no word/document.xml, so it is not a Word document")
+            raise parse_error(
+                CORRUPT_DOCUMENT,
+                path,
+                msg("the zip has no word/document.xml, so it is not a Word document"),
+            )
         root = pkg.xml(main)
         if root is None:
             raise parse_error(CORRUPT_DOCUMENT, path, f"{main} is missing")

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from kb_core.errors import ParseError
+from kb_core.i18n import msg
 from kb_core.ingest.parsing.base import (
     CORRUPT_DOCUMENT,
     FILE_NOT_FOUND,
@@ -22,7 +23,6 @@ from kb_core.ingest.parsing.detect import sniff
 
 logger = logging.getLogger(__name__)
 _HEAD_BYTES = 4096
-_SUPPORTED = "text files (.txt, .md, .csv and the like), .docx and .doc (Word)"
 
 
 def check_file(path: Path, limits: ParseLimits) -> int:
@@ -30,16 +30,23 @@ def check_file(path: Path, limits: ParseLimits) -> int:
     try:
         stat = path.stat()
     except FileNotFoundError:
-        raise parse_error(FILE_NOT_FOUND, path, f"the file {path} does not exist") from None
+        raise parse_error(FILE_NOT_FOUND, path, msg("the file {path} does not exist", path=str(path))) from None
     except OSError as exc:
-        raise parse_error(FILE_NOT_FOUND, path, f"the file {path} cannot be accessed ({exc.strerror})") from None
+        raise parse_error(
+            FILE_NOT_FOUND,
+            path,
+            msg("the file {path} cannot be accessed ({problem})", path=str(path), problem=exc.strerror),
+        ) from None
     if not path.is_file():
-        raise parse_error(FILE_NOT_FOUND, path, f"{path} is not a regular file")
+        raise parse_error(FILE_NOT_FOUND, path, msg("{path} is not a regular file", path=str(path)))
     if stat.st_size > limits.max_file_bytes:
         raise parse_error(
             FILE_TOO_LARGE,
             path,
-            f"it is {stat.st_size / 1e6:.1f} MB, over the limit of {limits.max_file_bytes / 1e6:.1f} MB",
+            msg(
+                "it is {size:.1f} MB, over the limit of {limit:.1f} MB",
+                size=stat.st_size / 1e6, limit=limits.max_file_bytes / 1e6,
+            ),
         )
     return stat.st_size
 
@@ -52,9 +59,13 @@ def _read(path: Path, limit: int) -> bytes:
             while len(data) <= limit and (more := fh.read(min(2**20, limit + 1 - len(data)))):  # it grew
                 data += more
     except OSError as exc:
-        raise parse_error(FILE_NOT_FOUND, path, f"the file cannot be read ({exc.strerror})") from None
+        raise parse_error(
+            FILE_NOT_FOUND,
+            path,
+            msg("the file cannot be read ({problem})", problem=exc.strerror),
+        ) from None
     if len(data) > limit:  # grew after the stat
-        raise parse_error(FILE_TOO_LARGE, path, f"it is over the limit of {limit / 1e6:.1f} MB")
+        raise parse_error(FILE_TOO_LARGE, path, msg("it is over the limit of {limit:.1f} MB", limit=limit / 1e6))
     return data
 
 
@@ -66,10 +77,21 @@ def parse_file_inprocess(path: Path, limits: ParseLimits = ParseLimits()) -> Par
         with path.open("rb") as fh:
             head = fh.read(_HEAD_BYTES)
     except OSError as exc:
-        raise parse_error(FILE_NOT_FOUND, path, f"the file cannot be read ({exc.strerror})") from None
+        raise parse_error(
+            FILE_NOT_FOUND,
+            path,
+            msg("the file cannot be read ({problem})", problem=exc.strerror),
+        ) from None
     file_type, reason = sniff(path, head)
     if file_type not in SUPPORTED_TYPES:
-        raise parse_error(UNSUPPORTED_FORMAT, path, f"it is {reason}; supported are {_SUPPORTED}")
+        raise parse_error(
+            UNSUPPORTED_FORMAT,
+            path,
+            msg(
+                "it is {what}; supported are text files (.txt, .md, .csv and the like), .docx and .doc (Word)",
+                what=reason,
+            ),
+        )
     logger.debug("parsing %s as %s (%s)", path, file_type, reason)
     document = _parse(path, file_type, head, limits)
     chars = sum(len(block.text) for block in document.blocks)
@@ -91,7 +113,11 @@ def _parse(path: Path, file_type: str, head: bytes, limits: ParseLimits) -> Pars
         from kb_core.ingest.parsing.doc_parser import parse_doc
 
         if not head.startswith(b"\xd0\xcf\x11\xe0"):
-            raise parse_error(CORRUPT_DOCUMENT, path, "it is named like a Word file but is not one (no OLE2 header)")
+            raise parse_error(
+                CORRUPT_DOCUMENT,
+                path,
+                msg("it is named like a Word file but is not one (no OLE2 header)"),
+            )
         return parse_doc(path, limits)
     except ParseError:
         raise
@@ -99,10 +125,17 @@ def _parse(path: Path, file_type: str, head: bytes, limits: ParseLimits) -> Pars
         raise parse_error(
             FILE_TOO_LARGE,
             path,
-            f"parsing it needs more memory than a parser may use ({limits.max_memory_bytes / 2**30:.1f} GiB)",
+            msg(
+                "parsing it needs more memory than a parser may use ({limit:.1f} GiB)",
+                limit=limits.max_memory_bytes / 2**30,
+            ),
         ) from None
     except RecursionError:
-        raise parse_error(CORRUPT_DOCUMENT, path, "the document is nested too deeply to parse") from None
+        raise parse_error(CORRUPT_DOCUMENT, path, msg("the document is nested too deeply to parse")) from None
     except Exception as exc:  # a parser bug or a malformed file we did not foresee: never leak other exception types
         logger.warning("unexpected %s while parsing %s", type(exc).__name__, path, exc_info=True)
-        raise parse_error(CORRUPT_DOCUMENT, path, f"the file is malformed ({type(exc).__name__}: {exc})") from None
+        raise parse_error(
+            CORRUPT_DOCUMENT,
+            path,
+            msg("the file is malformed ({problem})", problem=f"{type(exc).__name__}: {exc}"),
+        ) from None

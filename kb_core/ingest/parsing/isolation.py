@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from kb_core.cancellation import cancel_requested
 from kb_core.errors import Cancelled, KBError, ParseError
+from kb_core.i18n import msg
 from kb_core.ingest.parsing.base import (
     CORRUPT_DOCUMENT,
     FILE_TOO_LARGE,
@@ -172,7 +173,9 @@ def serve_stdio() -> None:
             except KBError as exc:  # the staging copy refused the file (or the KB is gone)
                 reply = ("error", exc.code, exc.message, exc.details, False)
             except BaseException as exc:  # the worker must answer, whatever happened
-                message = f"Cannot import '{Path(path).name}': {type(exc).__name__}: {exc}"
+                message = msg(
+                    "Cannot import '{file}': {reason}", file=Path(path).name, reason=f"{type(exc).__name__}: {exc}"
+                )
                 reply = ("error", CORRUPT_DOCUMENT, message, {}, True)
             chunked.append(chunks)
             try:
@@ -317,7 +320,7 @@ class _Worker:
     def wait_ready(self) -> None:
         if not self.conn.poll(_START_TIMEOUT):
             self.kill()
-            raise ParseError("The document parser process did not start", code=PARSE_TIMEOUT)
+            raise ParseError(msg("The document parser process did not start"), code=PARSE_TIMEOUT)
         self.conn.recv()
 
     def alive(self) -> bool:
@@ -465,22 +468,24 @@ class ParserPool:
             request = (list(paths), limits, work) if stages is None else (list(paths), limits, work, list(stages))
             worker.conn.send(request)
         except (EOFError, OSError):
-            outcomes.append(parse_error(CORRUPT_DOCUMENT, paths[0], "the parser process crashed on this file"))
+            outcomes.append(parse_error(CORRUPT_DOCUMENT, paths[0], msg("the parser process crashed on this file")))
             return False
         for path in paths:
             started = time.monotonic()
             try:
                 reply = worker.conn.recv() if _answered(worker.conn, limits.timeout_seconds) else None
             except Cancelled:
-                outcomes.append(Cancelled("cancelled: the import was stopped while this file was parsed"))
+                outcomes.append(Cancelled(msg("cancelled: the import was stopped while this file was parsed")))
                 return False
             except (EOFError, OSError):
-                outcomes.append(parse_error(CORRUPT_DOCUMENT, path, "the parser process crashed on this file"))
+                outcomes.append(parse_error(CORRUPT_DOCUMENT, path, msg("the parser process crashed on this file")))
                 return False
             if reply is None:
                 outcomes.append(
                     parse_error(
-                        PARSE_TIMEOUT, path, f"parsing took longer than {limits.timeout_seconds:g} s and was stopped"
+                        PARSE_TIMEOUT,
+                        path,
+                        msg("parsing took longer than {seconds:g} s and was stopped", seconds=limits.timeout_seconds),
                     )
                 )
                 return False

@@ -13,6 +13,7 @@ import logging
 import re
 from pathlib import Path
 
+from kb_core.i18n import msg
 from kb_core.ingest.parsing.base import BINARY_FILE, ParsedDocument, TextBlock, make_document, parse_error
 
 logger = logging.getLogger(__name__)
@@ -159,5 +160,9 @@ def parse_txt(path: Path, data: bytes) -> ParsedDocument:
     try:
         text, encoding = decode_text(data)
     except ValueError as exc:
-        raise parse_error(BINARY_FILE, path, f"it looks like a binary file, not text ({exc})") from None
+        raise parse_error(
+            BINARY_FILE,
+            path,
+            msg("it looks like a binary file, not text ({problem})", problem=str(exc)),
+        ) from None
     return make_document(path, "txt", split_paragraphs(text), {"encoding": encoding})

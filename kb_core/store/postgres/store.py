@@ -33,6 +33,7 @@ import psycopg.errors
 from psycopg import sql
 
 from kb_core.errors import InvalidArgument, KBError, KBExists, KBNotFound, StoreError
+from kb_core.i18n import msg
 from kb_core.json_text import json_text
 from kb_core.retrieval.keyword_index import BM25Parameters
 from kb_core.store.postgres import schema
@@ -243,8 +244,11 @@ class PostgresStore(CommitWriting):
             if not isinstance(exc.__cause__, psycopg.errors.UniqueViolation):
                 raise
             raise KBExists(  # the unique name_key, checked by the server: two hosts cannot both create one name
-                f"A knowledge base named '{name}' already exists (names are compared ignoring case); "
-                "choose another name.",
+                msg(
+                    "A knowledge base named '{name}' already exists (names are compared ignoring case); "
+                    "choose another name.",
+                    name=name,
+                ),
                 details={"kb_name": name},
             ) from exc
         logger.info("created knowledge base %s (%s) in %s", record.id, record.name, self.display)
