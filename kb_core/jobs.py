@@ -30,6 +30,7 @@ from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any
 
 from kb_core.errors import Cancelled, KBError
+from kb_core.i18n import Text, msg
 
 if TYPE_CHECKING:
     from kb_core.ingest.pipeline import ImportProgress
@@ -42,21 +43,23 @@ KEEP_FINISHED = 64
 
 # What a job is doing, for a person (front ends show the text; the key is stable for programs). The texts are the
 # job's user-facing words, kept here together.
-PHASES: dict[str, str] = {
-    "queued": "starting",
-    "loading_model": "loading the embedding model {model} (first time in this process: about {seconds:.0f} s)",
-    "importing": "parsing, chunking and embedding the files",
-    "compacting": "merging the knowledge base's segments",
-    "calibrating": "measuring what unrelated text scores for {model}, once per model in this home (its semantic floor)",
-    "cancelling": "cancelling: stopping the parser processes and the embedding",
-    "done": "finished",
+PHASES: dict[str, Text] = {
+    "queued": msg("starting"),
+    "loading_model": msg("loading the embedding model {model} (first time in this process: about {seconds:.0f} s)"),
+    "importing": msg("parsing, chunking and embedding the files"),
+    "compacting": msg("merging the knowledge base's segments"),
+    "calibrating": msg(
+        "measuring what unrelated text scores for {model}, once per model in this home (its semantic floor)"
+    ),
+    "cancelling": msg("cancelling: stopping the parser processes and the embedding"),
+    "done": msg("finished"),
 }
-STATE_TEXT: dict[str, str] = {
-    "running": "running",
-    "cancelling": "cancelling",
-    "finished": "finished",
-    "cancelled": "cancelled",
-    "failed": "failed",
+STATE_TEXT: dict[str, Text] = {
+    "running": msg("running"),
+    "cancelling": msg("cancelling"),
+    "finished": msg("finished"),
+    "cancelled": msg("cancelled"),
+    "failed": msg("failed"),
 }
 RUNNING_STATES = frozenset({"running", "cancelling"})
 
@@ -145,9 +148,11 @@ class ImportJob:
         return self.state in RUNNING_STATES
 
     def phase_text(self) -> str:
-        template = PHASES.get(self.phase, self.phase)
+        template = PHASES.get(self.phase)
+        if template is None:
+            return self.phase
         try:
-            return template.format(**self.phase_detail)
+            return Text(template.template, self.phase_detail)
         except (KeyError, ValueError, IndexError):
             return template
 
@@ -215,7 +220,7 @@ class ImportJob:
             "chunks_expected": progress.chunks_expected if progress is not None else 0,
             "chunks_per_second": round(rate, 1) if rate is not None else None,
             "seconds_left": round(left, 1) if left is not None else None,
-            "summary": progress.summary() if progress is not None else f"0/{len(self.names)} files",
+            "summary": progress.summary() if progress is not None else msg("0/{total} files", total=len(self.names)),
             "files": files if files_limit is None else files[:files_limit],
             "message": (report.message if report is not None else error.message if error is not None else None),
             "report": report.to_json() if report is not None else None,

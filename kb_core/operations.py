@@ -42,7 +42,7 @@ from kb_core.errors import (
     PermissionDenied,
 )
 from kb_core.i18n import Text, msg
-from kb_core.jobs import KEEP_FINISHED, ImportJob
+from kb_core.jobs import KEEP_FINISHED, STATE_TEXT, ImportJob
 from kb_core.principals import ImportAllowance, Principal, TokenScope
 from kb_core.redaction import shown_endpoint
 from kb_core.results import (
@@ -924,7 +924,8 @@ class Operations:
         return ImportJobStatus(
             msg(
                 "Import job {job} into '{name}': {state}; {summary}.",
-                job=job.id, name=job.kb_name, state=data["state"], summary=data["summary"],
+                job=job.id, name=job.kb_name, state=STATE_TEXT.get(data["state"], data["state"]),
+                summary=data["summary"],
             ),
             data,
         )
@@ -953,7 +954,7 @@ class Operations:
             msg("Import job {job} into '{name}': cancelling.", job=job.id, name=job.kb_name)
             if stopping
             else msg("Import job {job} into '{name}': already {state}.", job=job.id, name=job.kb_name,
-                     state=data["state"])
+                     state=STATE_TEXT.get(data["state"], data["state"]))
         )
         return ImportJobStatus(said, data)
 

@@ -1,4 +1,6 @@
-"""What every ``kb`` command group shares: the handler and renderer types, the usage error, the table helper."""
+"""What every ``kb`` command group shares: the handler and renderer types, the usage error, the table helper, and
+the language the command speaks (``--lang``, else the locale): :func:`t` for the CLI's own text, :func:`say` for the
+library's messages."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from kb_core.envelope import Envelope
+from kb_core.i18n import DEFAULT_LANGUAGE, localize, translate
 
 if TYPE_CHECKING:
     from kb_core.session import Session
@@ -33,14 +36,40 @@ Renderer = Callable[[Envelope], str]
 Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
+_language = DEFAULT_LANGUAGE
+
+
+def set_language(language: str) -> None:
+    """Speak ``language`` (``en`` or ``zh``) from now on: what ``--lang`` or the locale chose."""
+    global _language
+    _language = language
+
+
+def language() -> str:
+    return _language
+
+
+def t(template: str, /, **params: Any) -> str:
+    """The CLI's own text (headers, summary and progress lines) in the command's language; ``template`` is a literal
+    English template, the catalogue's key."""
+    return translate(_language, template, **params)
+
+
+def say(text: Any) -> str:
+    """A message of the library (a :class:`kb_core.i18n.Text`, or a plain string kept as it is) in the command's
+    language."""
+    return str(localize(text, _language))
+
+
 class UsageError(Exception):
     """A command line that cannot be run as given (exit status 2)."""
 
 
 def table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]]) -> str:
-    """Rows as a plain-text table: ``columns`` are (key, header) pairs; ``(none)`` when there are no rows."""
+    """Rows as a plain-text table: ``columns`` are (key, header) pairs, the headers already in the command's
+    language; ``(none)`` when there are no rows."""
     if not rows:
-        return "(none)"
+        return t("(none)")
     from tabulate import tabulate  # imported when a table is printed: 30 ms that `kb --help` need not pay
 
     return tabulate([[row.get(key, "") for key, _ in columns] for row in rows], headers=[h for _, h in columns])

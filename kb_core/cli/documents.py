@@ -10,7 +10,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from kb_core.cli.common import Commands, table
+from kb_core.cli.common import Commands, say, t, table
 from kb_core.config import DEFAULT_KEYWORD_WEIGHT, DEFAULT_VECTOR_WEIGHT, FUSION_METHODS, SEARCH_MODES, WEIGHTINGS
 from kb_core.envelope import Envelope
 
@@ -43,7 +43,7 @@ def _import(session: Session, args: argparse.Namespace) -> Envelope:
         if not cancelled_at:
             cancelled_at.append(time.monotonic())
             session.cancel_import(job_id)
-            print("cancelling the import (Ctrl-C again to abort)…", file=sys.stderr)
+            print(t("cancelling the import (Ctrl-C again to abort)…"), file=sys.stderr)
 
     in_main_thread = threading.current_thread() is threading.main_thread()  # only it may set signal handlers
     previous = (
@@ -56,13 +56,20 @@ def _import(session: Session, args: argparse.Namespace) -> Envelope:
                 bar.total = max(status["chunks_expected"], 1)
                 bar.n = status["chunks_embedded"]
                 what = status["summary"] if status["phase"] == "importing" else status["phase_text"]
-                bar.set_description_str(what + (" · cancelling" if cancelled_at else ""), refresh=False)
+                bar.set_description_str(
+                    t("{progress} · cancelling", progress=say(what)) if cancelled_at else say(what), refresh=False
+                )
                 bar.refresh()
             if status["state"] not in ("running", "cancelling"):
                 break
             if cancelled_at and time.monotonic() - cancelled_at[0] > CANCEL_WAIT_SECONDS:
-                print(f"the import did not stop within {CANCEL_WAIT_SECONDS:.0f} s; leaving it (nothing half-done "
-                      "is committed)", file=sys.stderr)
+                print(
+                    t(
+                        "the import did not stop within {seconds:.0f} s; leaving it (nothing half-done is committed)",
+                        seconds=CANCEL_WAIT_SECONDS,
+                    ),
+                    file=sys.stderr,
+                )
                 break
             time.sleep(POLL_SECONDS)
     finally:
@@ -86,35 +93,48 @@ def _render_import(envelope: Envelope) -> str:
             "file": r["file_path"],
             "document": r["doc_name"],
             "chunks": r["chunk_count"],
-            "result": "already imported (skipped)" if r.get("already_imported") else "ok",
+            "result": t("already imported (skipped)") if r.get("already_imported") else t("ok"),
         }
         for r in data["success_files"]
     ]
-    rows += [{"file": r["file_path"], "document": "", "chunks": "", "result": r["error"]} for r in data["failed_files"]]
+    rows += [
+        {"file": r["file_path"], "document": "", "chunks": "", "result": say(r["error"])} for r in data["failed_files"]
+    ]
+    columns = [("file", t("file")), ("document", t("document")), ("chunks", t("chunks")), ("result", t("result"))]
     ran = data.get("executor")
     if ran:  # where a cluster ran the work: chunks embedded per node
         nodes = ", ".join(f"{node[:8]} {chunks}" for node, chunks in ran["chunks_embedded_per_node"].items())
-        return (
-            f"executor ray: {ran['nodes']} node(s), {ran['embedding_actors']} embedding actor(s); chunks embedded "
-            f"per node: {nodes or 'none'}; {ran['chunks_from_cache']} from the embedding cache\n"
-            + table(rows, [("file", "file"), ("document", "document"), ("chunks", "chunks"), ("result", "result")])
+        summary = t(
+            "executor ray: {nodes} node(s), {actors} embedding actor(s); chunks embedded per node: {per_node}; "
+            "{cached} from the embedding cache",
+            nodes=ran["nodes"], actors=ran["embedding_actors"], per_node=nodes or t("none"),
+            cached=ran["chunks_from_cache"],
         )
-    return table(rows, [("file", "file"), ("document", "document"), ("chunks", "chunks"), ("result", "result")])
+        return summary + "\n" + table(rows, columns)
+    return table(rows, columns)
 
 
 def _render_docs(envelope: Envelope) -> str:
-    rows = [{**d, "updated_at": (d["updated_at"] or "")[:19].replace("T", " ")} for d in envelope["data"]["documents"]]
+    statuses = {"ready": t("ready"), "failed": t("failed")}
+    rows = [
+        {
+            **d,
+            "status": statuses.get(d["status"], d["status"]),
+            "updated_at": (d["updated_at"] or "")[:19].replace("T", " "),
+        }
+        for d in envelope["data"]["documents"]
+    ]
     return table(
         rows,
         [
-            ("name", "name"),
-            ("status", "status"),
-            ("file_type", "type"),
-            ("size_bytes", "bytes"),
-            ("chunk_count", "chunks"),
-            ("chunk_size", "chunk size"),
-            ("language", "language"),
-            ("updated_at", "updated (UTC)"),
+            ("name", t("name")),
+            ("status", t("status")),
+            ("file_type", t("type")),
+            ("size_bytes", t("bytes")),
+            ("chunk_count", t("chunks")),
+            ("chunk_size", t("chunk size")),
+            ("language", t("language")),
+            ("updated_at", t("updated (UTC)")),
         ],
     )
 
@@ -143,15 +163,21 @@ def _weights_line(weights: dict[str, Any] | None) -> str | None:
     if not weights or weights.get("used") is None:
         return None
     used, auto = weights["used"], weights.get("auto")
-    line = f"weights used: vector {used['vector']:.2f} / keyword {used['keyword']:.2f} ({weights['weighting']}"
     requested = weights["requested"]
+    weighting = str(weights["weighting"])
+    details = [{"fixed": t("fixed"), "auto": t("auto")}.get(weighting, weighting)]
     if abs(used["vector"] - requested["vector"]) > 1e-9:
-        line += f"; asked {requested['vector']:.2f} / {requested['keyword']:.2f}"
+        details.append(
+            t("asked {vector:.2f} / {keyword:.2f}", vector=requested["vector"], keyword=requested["keyword"])
+        )
     if auto is not None and weights["weighting"] != "auto":
-        line += f"; auto would use {auto['vector']:.2f} / {auto['keyword']:.2f}"
+        details.append(t("auto would use {vector:.2f} / {keyword:.2f}", vector=auto["vector"], keyword=auto["keyword"]))
     if not weights.get("language_guard", True):
-        line += "; language guard off"
-    return line + ")"
+        details.append(t("language guard off"))
+    return t(
+        "weights used: vector {vector:.2f} / keyword {keyword:.2f} ({details})",
+        vector=used["vector"], keyword=used["keyword"], details=t("; ").join(details),
+    )
 
 
 def _render_search(envelope: Envelope) -> str:
@@ -162,22 +188,26 @@ def _render_search(envelope: Envelope) -> str:
     header = _weights_line(data.get("weights"))
     if header:
         lines.append(header)
-    lines += [f"warning: {w}" for w in data.get("warnings", [])]
+    lines += [t("warning: {warning}", warning=say(w)) for w in data.get("warnings", [])]
     terms = data.get("query_terms")
     if terms and any(hit.get("breakdown") for hit in data["chunks"]):
         floor = data.get("semantic_floor")
-        lines.append(
-            f"keyword terms: {', '.join(terms['terms']) or 'none'}"
-            + (f" (stop words left out: {', '.join(terms['stop_words'])})" if terms["stop_words"] else "")
-            + (
-                f"; only adding to chunks that hold one: {', '.join(terms['support'])}"
-                if terms.get("support")
-                else ""
-            )
-            + ("" if floor is None else f"; semantic floor {floor:.3f} (a cosine must exceed it to count)")
-        )
+        parts = [t("keyword terms: {terms}", terms=", ".join(terms["terms"]) or t("none"))]
+        if terms["stop_words"]:
+            parts = [
+                t(
+                    "keyword terms: {terms} (stop words left out: {stop_words})",
+                    terms=", ".join(terms["terms"]) or t("none"), stop_words=", ".join(terms["stop_words"]),
+                )
+            ]
+        if terms.get("support"):
+            parts.append(t("only adding to chunks that hold one: {words}", words=", ".join(terms["support"])))
+        if floor is not None:
+            parts.append(t("semantic floor {floor:.3f} (a cosine must exceed it to count)", floor=floor))
+        lines.append(t("; ").join(parts))
     for rank, hit in enumerate(data["chunks"], start=1):
-        where = " · ".join(str(x) for x in (hit["doc_name"], hit["chapter"], hit["page"] and f"p. {hit['page']}") if x)
+        page = hit["page"] and t("p. {page}", page=hit["page"])
+        where = " · ".join(str(x) for x in (hit["doc_name"], hit["chapter"], page) if x)
         lines.append(f"{rank}. ({hit['score']:.4f}) {where}  [{hit['id']}]")
         # the passage around the matched words (search adds it; a hit added by graph expansion has none)
         snippet = hit.get("snippet") or textwrap.shorten(" ".join(hit["content"].split()), 300, placeholder=" …")
@@ -186,8 +216,8 @@ def _render_search(envelope: Envelope) -> str:
         if breakdown:
             lines.append(f"   {formula_line(breakdown)}")
             for note in breakdown["notes"]:
-                lines.append(f"   note: {note}")
-    return "\n".join(lines) or "(no results)"
+                lines.append("   " + t("note: {note}", note=say(note)))
+    return "\n".join(lines) or t("(no results)")
 
 
 def _save_settings(session: Session, args: argparse.Namespace) -> Envelope:

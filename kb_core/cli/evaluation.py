@@ -10,9 +10,10 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kb_core.cli.common import Commands
+from kb_core.cli.common import Commands, say, t
 from kb_core.config import DEFAULT_VECTOR_WEIGHT, FUSION_METHODS, SEARCH_MODES, WEIGHTINGS
 from kb_core.envelope import Envelope, envelope_of
+from kb_core.i18n import msg
 from kb_core.results import JSONResult
 
 if TYPE_CHECKING:
@@ -52,10 +53,12 @@ def run_eval(session: Session, args: argparse.Namespace) -> JSONResult:
     for name in ("vector_weight", "keyword_weight"):
         value = getattr(args, name)
         if value is not None and not 0 <= value <= 1:
-            raise InvalidArgument(f"--{name.replace('_', '-')} must be from 0 to 1, got {value!r}.")
+            raise InvalidArgument(
+                msg("{option} must be from 0 to 1, got {value!r}.", option="--" + name.replace("_", "-"), value=value)
+            )
     if args.save_best and not args.kb:
         raise InvalidArgument(
-            "--save-best needs --kb NAME: the sweep must run on the knowledge base whose default it sets."
+            msg("--save-best needs --kb NAME: the sweep must run on the knowledge base whose default it sets.")
         )
     if args.mode:
         modes: tuple[str, ...] = (args.mode,)
@@ -96,18 +99,22 @@ def run_eval(session: Session, args: argparse.Namespace) -> JSONResult:
         **report.to_json(),
     }
     best = report.metrics.sort_values("ndcg@10", ascending=False).iloc[0]
-    message = (
-        f"Evaluated {len(outcome.settings)} setting(s) on {outcome.dataset_name} ({outcome.queries} judged queries) "
-        f"against '{record.name}'; best nDCG@10 {best['ndcg@10']:.4f} ({best['setting']}). Kept as run {run.id}."
+    message: str = msg(
+        "Evaluated {settings} setting(s) on {dataset} ({queries} judged queries) against '{name}'; best nDCG@10 "
+        "{ndcg:.4f} ({setting}). Kept as run {run}.",
+        settings=len(outcome.settings), dataset=outcome.dataset_name, queries=outcome.queries, name=record.name,
+        ndcg=best["ndcg@10"], setting=best["setting"], run=run.id,
     )
     if args.save_best:
         chosen = best_sweep_setting(report)
         save_best(session, record.name, chosen, mode=None)  # the CLI keeps the KB's saved mode
         data["saved_default"] = chosen
-        message += (
-            f" Saved vector {chosen['vector_weight']:.2f} / keyword {chosen['keyword_weight']:.2f} "
-            f"(sweep best, nDCG@10 {chosen['ndcg@10']:.4f}) as the default of '{record.name}'."
+        saved = msg(
+            "Saved vector {vector:.2f} / keyword {keyword:.2f} (sweep best, nDCG@10 {ndcg:.4f}) as the default of "
+            "'{name}'.",
+            vector=chosen["vector_weight"], keyword=chosen["keyword_weight"], ndcg=chosen["ndcg@10"], name=record.name,
         )
+        message = msg("{first} {then}", first=message, then=saved)
     return JSONResult(message, data)
 
 
@@ -129,18 +136,29 @@ def render_eval(envelope: Envelope) -> str:
         for m in data["metrics"]
     ]
     table = tabulate(
-        rows, headers=["setting", "vector w", "keyword w", "nDCG@10", "Recall@100", "MRR@10", "queries", "seconds"]
+        rows,
+        headers=[
+            t("setting"), t("vector w"), t("keyword w"), "nDCG@10", "Recall@100", "MRR@10", t("queries"), t("seconds")
+        ],
     )
-    lines = [f"KB {data['kb_name']} (chunk size {data['chunk_size']}, model {data['embedding_model']})"]
+    lines = [
+        t(
+            "KB {name} (chunk size {chunk_size}, model {model})",
+            name=data["kb_name"], chunk_size=data["chunk_size"], model=data["embedding_model"],
+        )
+    ]
     if data.get("embedding_device"):
-        lines.append(f"embedding device: {data['embedding_device']}")
+        lines.append(t("embedding device: {device}", device=data["embedding_device"]))
     lines.append(table)
-    lines += [f"note: {w}" for w in data["warnings"]]
-    lines.append(f"kept as run {data['run_id']} (compare runs with: kb eval-compare RUN_A RUN_B)")
+    lines += [t("note: {note}", note=say(w)) for w in data["warnings"]]
+    lines.append(t("kept as run {run} (compare runs with: kb eval-compare RUN_A RUN_B)", run=data["run_id"]))
     if data.get("saved_default"):
         chosen = data["saved_default"]
         lines.append(
-            f"saved as the KB default: vector {chosen['vector_weight']:.2f} / keyword {chosen['keyword_weight']:.2f}"
+            t(
+                "saved as the KB default: vector {vector:.2f} / keyword {keyword:.2f}",
+                vector=chosen["vector_weight"], keyword=chosen["keyword_weight"],
+            )
         )
     return "\n".join(lines)
 
@@ -160,20 +178,20 @@ def render_runs(envelope: Envelope) -> str:
         ]
         for r in envelope["data"]["runs"]
     ]
-    headers = ["run", "created (UTC)", "dataset", "KB", "fingerprint", "queries", "best nDCG@10"]
-    return tabulate(rows, headers=headers) if rows else "(no evaluation runs kept yet)"
+    headers = [t("run"), t("created (UTC)"), t("dataset"), "KB", t("fingerprint"), t("queries"), t("best nDCG@10")]
+    return tabulate(rows, headers=headers) if rows else t("(no evaluation runs kept yet)")
 
 
 def render_comparison(envelope: Envelope) -> str:
     from tabulate import tabulate
 
     data = envelope["data"]
-    lines = [envelope["message"], "", f"queries that moved most ({data['metric']}):"]
+    lines = [say(envelope["message"]), "", t("queries that moved most ({metric}):", metric=data["metric"])]
     rows = [
         [m["query_id"], textwrap_short(m["query"]), f"{m['a']:.4f}", f"{m['b']:.4f}", f"{m['delta']:+.4f}"]
         for m in data["moved_most"]
     ]
-    lines.append(tabulate(rows, headers=["query", "text", "A", "B", "B − A"]))
+    lines.append(tabulate(rows, headers=[t("query"), t("text"), "A", "B", "B − A"]))
     return "\n".join(lines)
 
 

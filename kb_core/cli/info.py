@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from kb_core.cli.common import Commands
+from kb_core.cli.common import Commands, t
 from kb_core.envelope import Envelope
 
 if TYPE_CHECKING:
@@ -25,13 +25,13 @@ def _info(session: Session, args: argparse.Namespace) -> Envelope:
 
 def _model_line(model: dict[str, Any]) -> str:
     if not model["available"]:
-        state = f"not available ({model.get('note')})"
+        state = t("not available ({note})", note=model.get("note"))
     elif model["built"]:
-        state = f"ready offline at {model['path']}"
+        state = t("ready offline at {path}", path=model["path"])
     else:
-        state = f"available offline; {model.get('note')} at {model['path']}"
-    default = " (default)" if model.get("default") else ""
-    return f"  {model['name']}{default}: {model['reads']}; {model['speed']}; {state}"
+        state = t("available offline; {note} at {path}", note=model.get("note"), path=model["path"])
+    name = t("{model} (default)", model=model["name"]) if model.get("default") else model["name"]
+    return f"  {name}: {model['reads']}; {model['speed']}; {state}"
 
 
 def _render_info(envelope: Envelope) -> str:
@@ -39,14 +39,24 @@ def _render_info(envelope: Envelope) -> str:
     device = data["device"]
     return "\n".join(
         [
-            f"home: {data['home']}",
-            f"store: {data['store']}",
-            f"document embedding: {device['device']} ({device['label']}, {device['precision']})",
-            f"CPU threads: {device['threads']}",
-            f"device {'chosen automatically' if device['source'] == 'default' else 'asked for by ' + device['source']}"
-            f" (asked: {device['requested']}); available: {', '.join(device['available'])}",
-            f"query embedding: {data['query_device']}",
-            "local embedding models (package -> model folder; never downloaded):",
+            t("home: {home}", home=data["home"]),
+            t("store: {store}", store=data["store"]),
+            t(
+                "document embedding: {device} ({label}, {precision})",
+                device=device["device"], label=device["label"], precision=device["precision"],
+            ),
+            t("CPU threads: {threads}", threads=device["threads"]),
+            t(
+                "device chosen automatically (asked: {requested}); available: {available}",
+                requested=device["requested"], available=", ".join(device["available"]),
+            )
+            if device["source"] == "default"
+            else t(
+                "device asked for by {source} (asked: {requested}); available: {available}",
+                source=device["source"], requested=device["requested"], available=", ".join(device["available"]),
+            ),
+            t("query embedding: {device}", device=data["query_device"]),
+            t("local embedding models (package -> model folder; never downloaded):"),
             *(_model_line(m) for m in data.get("models", [])),
         ]
     )

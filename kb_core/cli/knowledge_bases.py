@@ -7,7 +7,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from kb_core.cli.common import Commands, UsageError, table
+from kb_core.cli.common import Commands, UsageError, t, table
 from kb_core.envelope import Envelope
 
 if TYPE_CHECKING:
@@ -21,20 +21,23 @@ def _api_key(args: argparse.Namespace) -> str | None:
     stdin), --embedding-api-key, or $KB_EMBEDDING_API_KEY when an endpoint is given."""
     if args.embedding_api_key_stdin:
         if args.embedding_api_key is not None:
-            raise UsageError("give the API key once: --embedding-api-key or --embedding-api-key-stdin, not both")
+            raise UsageError(t("give the API key once: --embedding-api-key or --embedding-api-key-stdin, not both"))
         if sys.stdin.isatty():
             import getpass
 
-            key = getpass.getpass("Embedding API key (not shown): ")
+            key = getpass.getpass(t("Embedding API key (not shown): "))
         else:
             key = sys.stdin.readline().rstrip("\r\n")
         if not key.strip():
-            raise UsageError("--embedding-api-key-stdin read no API key from standard input")
+            raise UsageError(t("--embedding-api-key-stdin read no API key from standard input"))
         return key
     if args.embedding_api_key is not None:
         print(
-            f"note: a key on the command line is visible to other users (ps) and kept in shell history; "
-            f"prefer ${API_KEY_VARIABLE} or --embedding-api-key-stdin.",
+            t(
+                "note: a key on the command line is visible to other users (ps) and kept in shell history; "
+                "prefer ${variable} or --embedding-api-key-stdin.",
+                variable=API_KEY_VARIABLE,
+            ),
             file=sys.stderr,
         )
         return args.embedding_api_key
@@ -58,12 +61,12 @@ def _render_list(envelope: Envelope) -> str:
         rows,
         [
             ("current", ""),
-            ("name", "name"),
-            ("document_count", "documents"),
-            ("chunk_count", "chunks"),
-            ("chunk_size", "chunk size"),
-            ("embedding_model", "model"),
-            ("created_at", "created (UTC)"),
+            ("name", t("name")),
+            ("document_count", t("documents")),
+            ("chunk_count", t("chunks")),
+            ("chunk_size", t("chunk size")),
+            ("embedding_model", t("model")),
+            ("created_at", t("created (UTC)")),
         ],
     )
 

@@ -1,6 +1,8 @@
 """The ``kb`` command line: a thin front end over the session API of :mod:`kb_core.service`.
 
-With ``--json`` it prints exactly the service envelope. Exit status: 0 on success, 1 on a
+With ``--json`` it prints exactly the service envelope (English, for programs). Otherwise it speaks ``--lang``
+(``en`` or ``zh``), else the language of the locale (LANGUAGE, LC_ALL, LC_MESSAGES, LANG): its own lines and the
+library's messages; argparse's help stays English. Exit status: 0 on success, 1 on a
 reported failure, 2 on a usage error, 3 when some items failed (files of an import), 141 when the reader of the
 output went away (a closed pipe, quietly). Each command group lives in its own module of this package
 and is listed once in :data:`COMMAND_GROUPS`.
@@ -17,8 +19,9 @@ import sys
 from collections.abc import Callable, Sequence
 
 from kb_core.cli import bundles, documents, evaluation, info, knowledge_bases, mcp, transfer
-from kb_core.cli.common import EXIT_CLOSED_PIPE, Commands, UsageError, exit_status
+from kb_core.cli.common import EXIT_CLOSED_PIPE, Commands, UsageError, exit_status, say, set_language, t
 from kb_core.envelope import Envelope, failure
+from kb_core.i18n import LANGUAGES, language_from_environment
 
 HTTP_CLIENT_LOGGERS = ("httpx", "httpcore", "urllib3", "h11", "hpack")
 
@@ -43,7 +46,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="a postgresql://USER@HOST:PORT/DATABASE store shared by several hosts, or 'folder' (default: "
         "$KB_STORE, else the folder store in the home)",
     )
-    parser.add_argument("--json", action="store_true", help="print the result envelope as JSON")
+    parser.add_argument("--json", action="store_true", help="print the result envelope as JSON (English)")
+    parser.add_argument(
+        "--lang",
+        choices=sorted(LANGUAGES),
+        help="language of the output: en (English) or zh (简体中文) (default: the locale's, e.g. LANG=zh_CN.UTF-8)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
     parser.add_argument(
         "--device",
@@ -79,6 +87,7 @@ def _discard_stdout() -> None:
 def _run(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    set_language(args.lang or language_from_environment())
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         stream=sys.stderr,
@@ -109,12 +118,13 @@ def _run(argv: Sequence[str] | None) -> int:
         try:
             envelope = args.handler(service.session(CLI_SESSION, select_hint="`kb select NAME`"), args)
         except UsageError as exc:
-            parser.error(str(exc))
+            parser.error(say(exc.args[0]) if exc.args else str(exc))
     if args.json:
         print(json.dumps(envelope, ensure_ascii=False, indent=2, default=str))
     else:
         stream = sys.stdout if envelope["success"] else sys.stderr
-        print(envelope["message"] if envelope["success"] else f"error: {envelope['message']}", file=stream)
+        message = say(envelope["message"])
+        print(message if envelope["success"] else t("error: {message}", message=message), file=stream)
         # A failure with data (an import where every file failed, kb verify's problems) shows it too.
         if args.renderer is not None and (envelope["success"] or envelope.get("data") is not None):
             print(args.renderer(envelope), file=stream)

@@ -7,9 +7,10 @@ import logging
 import sys
 from typing import TYPE_CHECKING
 
-from kb_core.cli.common import Commands, table
+from kb_core.cli.common import Commands, say, t, table
 from kb_core.config import DEFAULT_HTTP_PORT, DEFAULT_RATE_PER_HOUR
 from kb_core.envelope import Envelope
+from kb_core.i18n import msg
 
 if TYPE_CHECKING:
     from kb_core.session import Session
@@ -34,11 +35,12 @@ def _serve(args: argparse.Namespace) -> int:
         else:
             if args.allow_dir or args.allow_remote or args.allowed_host:
                 raise KBError(
-                    "--allow-dir, --allow-remote and --allowed-host apply to --http only.", code="INVALID_ARGUMENT"
+                    msg("--allow-dir, --allow-remote and --allowed-host apply to --http only."),
+                    code="INVALID_ARGUMENT",
                 )
             serve_stdio(args.home)
     except KBError as exc:
-        print(f"error: {exc.message}", file=sys.stderr)
+        print(t("error: {message}", message=say(exc.message)), file=sys.stderr)
         return 2 if exc.code in ("INVALID_ARGUMENT", "PERMISSION_DENIED") else 1
     except KeyboardInterrupt:
         return 0
@@ -63,10 +65,10 @@ def _render_tokens(envelope: Envelope) -> str:
         envelope["data"]["tokens"],
         [
             ("id", "id"),
-            ("capability", "capability"),
-            ("scope", "scope"),
-            ("rate_per_hour", "per hour"),
-            ("created_at", "created (UTC)"),
+            ("capability", t("capability")),
+            ("scope", t("scope")),
+            ("rate_per_hour", t("per hour")),
+            ("created_at", t("created (UTC)")),
         ],
     )
 

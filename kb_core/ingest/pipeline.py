@@ -141,15 +141,27 @@ class ImportProgress:
 
     def summary(self) -> str:
         """One line for a person: files, chunks, rate and time left."""
-        line = (
-            f"{self.files_done}/{self.files_total} files · {self.chunks_embedded}/{self.chunks_total} chunks embedded"
-        )
+        facts = {
+            "done": self.files_done, "total": self.files_total, "embedded": self.chunks_embedded,
+            "chunks": self.chunks_total,
+        }
         rate, left = self.chunks_per_second, self.seconds_left
-        if rate is not None:
-            line += f" · {rate:,.0f} chunks/s"
         if left is not None and self.files_done < self.files_total:
-            line += f" · about {format_duration(left)} left"
-        return line
+            left_text = format_duration(left)
+            if rate is not None:
+                return msg(
+                    "{done}/{total} files · {embedded}/{chunks} chunks embedded · {rate:,.0f} chunks/s · about {left} "
+                    "left",
+                    rate=rate, left=left_text, **facts,
+                )
+            return msg(
+                "{done}/{total} files · {embedded}/{chunks} chunks embedded · about {left} left",
+                left=left_text, **facts,
+            )
+        if rate is not None:
+            return msg("{done}/{total} files · {embedded}/{chunks} chunks embedded · {rate:,.0f} chunks/s", rate=rate,
+                       **facts)
+        return msg("{done}/{total} files · {embedded}/{chunks} chunks embedded", **facts)
 
 
 def format_duration(seconds: float) -> str:
