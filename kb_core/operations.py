@@ -1387,7 +1387,7 @@ class Operations:
             )
         if len(knowledge_ids) == 0:
             raise InvalidArgument(
-                "knowledge_ids is empty: give at least one document id.", details={"field": "knowledge_ids"}
+                msg("knowledge_ids is empty: give at least one document id."), details={"field": "knowledge_ids"}
             )
         if len(knowledge_ids) > 10:
             raise InvalidArgument(

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from kb_core.i18n import Text, msg
+
 SAMPLE_CHARS = 4_000
 MIN_LETTERS = 20
 CJK_SHARE = 0.3
@@ -58,18 +60,18 @@ _ENGLISH_FUNCTION_WORDS = frozenset(
 ENGLISH_SHARE = 0.1
 _PUNCTUATION = ".,;:!?()[]{}\"'“”‘’«»-"
 
-NAMES = {
-    "zh": "Chinese",
-    "ja": "Japanese",
-    "ko": "Korean",
-    "en": "English",
-    "latin": "a Latin-script language other than English",
-    "cyrillic": "a Cyrillic-script language",
-    "greek": "Greek",
-    "arabic": "an Arabic-script language",
-    "hebrew": "Hebrew",
-    "devanagari": "a Devanagari-script language",
-    "thai": "Thai",
+NAMES: dict[str, Text] = {
+    "zh": msg("Chinese"),
+    "ja": msg("Japanese"),
+    "ko": msg("Korean"),
+    "en": msg("English"),
+    "latin": msg("a Latin-script language other than English"),
+    "cyrillic": msg("a Cyrillic-script language"),
+    "greek": msg("Greek"),
+    "arabic": msg("an Arabic-script language"),
+    "hebrew": msg("Hebrew"),
+    "devanagari": msg("a Devanagari-script language"),
+    "thai": msg("Thai"),
 }
 # The writing system each detected language is written in (what models are known to read).
 SCRIPT_OF = {"zh": "cjk", "ja": "cjk", "ko": "cjk", "en": "latin", "latin": "latin"}
@@ -118,5 +120,5 @@ def language_script(language: str) -> str:
 def language_name(language: str | None) -> str:
     """The language for people: "Chinese", "English", ... ("unknown" for None)."""
     if not language:
-        return "unknown"
+        return msg("unknown")
     return NAMES.get(language, language)

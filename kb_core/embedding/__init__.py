@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from kb_core.embedding.device import DeviceRequest, device_request
 from kb_core.errors import InvalidArgument
+from kb_core.i18n import msg
 
 if TYPE_CHECKING:
     from kb_core.embedding.base import Embedder, ProgressCallback, Tokenizer, l2_normalize
@@ -140,9 +141,12 @@ def check_model_available(model: str) -> None:
         return
     listed = ", ".join(available_models())
     raise InvalidArgument(
-        f"embedding model {name!r} is neither installed nor in the local model cache, and models are never "
-        f"downloaded. Available offline: {listed}; or give a local model folder, or an --embedding-endpoint that "
-        "serves the model.",
+        msg(
+            "embedding model {name!r} is neither installed nor in the local model cache, and models are never "
+            "downloaded. Available offline: {listed}; or give a local model folder, or an --embedding-endpoint that "
+            "serves the model.",
+            name=name, listed=listed,
+        ),
         details={"field": "embedding_model", "available": available_models()},
     )
 

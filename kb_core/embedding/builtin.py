@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from kb_core.errors import EmbeddingError
+from kb_core.i18n import msg
 from kb_core.safe_files import path_name_problem, shown_path
 from kb_core.store.removal import remove_tree
 from kb_core.text_language import language_name, language_script
@@ -192,19 +193,38 @@ def unread_language_notice(model_name: str | None, languages: Mapping[str, str |
     if not unread:
         return None
     found = sorted(Counter(unread.values()).items(), key=lambda item: -item[1])
-    names = " and ".join(language_name(lang) for lang, _ in found)
+    names: str = language_name(found[0][0])
+    for lang, _ in found[1:]:
+        names = msg("{first} and {then}", first=names, then=language_name(lang))
     count = len(unread)
-    shown = ", ".join(sorted(unread)[:3]) + (" …" if count > 3 else "")
+    facts = {
+        "count": count, "total": len(languages), "shown": ", ".join(sorted(unread)[:3]) + (" …" if count > 3 else ""),
+        "names": names, "model": model_name,
+    }
     text = (
-        f"{count} of the {len(languages)} imported documents ({shown}) {'is' if count == 1 else 'are'} mostly in "
-        f"{names}, which this knowledge base's embedding model {model_name} does not read: semantic search cannot "
-        f"find {'it' if count == 1 else 'them'} by meaning, and hybrid search ranks queries in that language by "
-        "keywords alone (the language guard)."
+        msg(
+            "{count} of the {total} imported documents ({shown}) is mostly in {names}, which this knowledge base's "
+            "embedding model {model} does not read: semantic search cannot find it by meaning, and hybrid search "
+            "ranks queries in that language by keywords alone (the language guard).",
+            **facts,
+        )
+        if count == 1
+        else msg(
+            "{count} of the {total} imported documents ({shown}) are mostly in {names}, which this knowledge base's "
+            "embedding model {model} does not read: semantic search cannot find them by meaning, and hybrid search "
+            "ranks queries in that language by keywords alone (the language guard).",
+            **facts,
+        )
     )
     reader = reader_of(lang for lang, _ in found)
     if reader:
-        which = "it" if count == 1 else "them"
-        text += f" {reader} reads {names}: import {which} into a knowledge base made with it."
+        advice = (
+            msg("{reader} reads {names}: import it into a knowledge base made with it.", reader=reader, names=names)
+            if count == 1
+            else msg("{reader} reads {names}: import them into a knowledge base made with it.", reader=reader,
+                     names=names)
+        )
+        text = msg("{first} {then}", first=text, then=advice)
     return text
 
 

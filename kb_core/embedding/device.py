@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kb_core.errors import InvalidArgument
+from kb_core.i18n import msg
 
 log = logging.getLogger(__name__)
 
@@ -92,16 +93,22 @@ def device_request(spec: str | None = None, *, source: str = "argument") -> Devi
         spec, source = (env, DEVICE_VARIABLE) if env else ("auto", "default")
     value = str(spec).strip().lower()
     if not _SPEC_RE.match(value):
-        where = f" (from {source})" if source != "default" else ""
+        choices = ", ".join(DEVICE_CHOICES)
         raise InvalidArgument(
-            f"unknown device {spec!r}{where}: use one of {', '.join(DEVICE_CHOICES)}",
+            msg("unknown device {spec!r} (from {source}): use one of {choices}", spec=spec, source=source,
+                choices=choices)
+            if source != "default"
+            else msg("unknown device {spec!r}: use one of {choices}", spec=spec, choices=choices),
             details={"field": "device", "accepted": list(DEVICE_CHOICES)},
         )
     raw_precision = os.environ.get(PRECISION_VARIABLE, "").strip().lower() or "auto"
     precision = _PRECISIONS.get(raw_precision)
     if precision is None:
         raise InvalidArgument(
-            f"unknown precision {raw_precision!r} (from {PRECISION_VARIABLE}): use auto, float32 or float16",
+            msg(
+                "unknown precision {precision!r} (from {variable}): use auto, float32 or float16",
+                precision=raw_precision, variable=PRECISION_VARIABLE,
+            ),
             details={"field": "precision"},
         )
     return DeviceRequest(value, precision, source)

@@ -35,6 +35,7 @@ from kb_core.config import DEFAULT_KEYWORD_WEIGHT, DEFAULT_VECTOR_WEIGHT, SEARCH
 from kb_core.embedding.builtin import covers_script
 from kb_core.embedding.calibration import SemanticScale
 from kb_core.errors import InvalidArgument
+from kb_core.i18n import msg
 from kb_core.retrieval.analysis import Analyzer, QueryTerms
 from kb_core.retrieval.fusion import (
     DEFAULT_JACCARD_WEIGHT,
@@ -94,31 +95,42 @@ class SearchSettings:
     def validated(self) -> SearchSettings:
         if self.mode not in MODES:
             raise InvalidArgument(
-                f"mode {self.mode!r} is not supported; use one of {', '.join(MODES)}.", details={"field": "mode"}
+                msg("mode {mode!r} is not supported; use one of {choices}.", mode=self.mode, choices=", ".join(MODES)),
+                details={"field": "mode"},
             )
         if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or not 1 <= self.top_k <= 1000:
             raise InvalidArgument(
-                f"top_k must be an integer from 1 to 1000, got {self.top_k!r}.", details={"field": "top_k"}
+                msg("top_k must be an integer from 1 to 1000, got {value!r}.", value=self.top_k),
+                details={"field": "top_k"},
             )
         for name in ("vector_weight", "keyword_weight", "jaccard_weight", "min_score"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
-                raise InvalidArgument(f"{name} must be a number from 0 to 1, got {value!r}.", details={"field": name})
+                raise InvalidArgument(
+                    msg("{field} must be a number from 0 to 1, got {value!r}.", field=name, value=value),
+                    details={"field": name},
+                )
         if self.mode == "hybrid" and self.vector_weight + self.keyword_weight <= 0:
-            raise InvalidArgument("vector_weight and keyword_weight are both 0; at least one must be positive.")
+            raise InvalidArgument(msg("vector_weight and keyword_weight are both 0; at least one must be positive."))
         if self.fusion not in FUSION_METHODS:
             raise InvalidArgument(
-                f"fusion {self.fusion!r} is not supported; use one of {', '.join(FUSION_METHODS)}.",
+                msg(
+                    "fusion {fusion!r} is not supported; use one of {choices}.",
+                    fusion=self.fusion, choices=", ".join(FUSION_METHODS),
+                ),
                 details={"field": "fusion"},
             )
         if self.weighting not in WEIGHTINGS:
             raise InvalidArgument(
-                f"weighting {self.weighting!r} is not supported; use one of {', '.join(WEIGHTINGS)}.",
+                msg(
+                    "weighting {weighting!r} is not supported; use one of {choices}.",
+                    weighting=self.weighting, choices=", ".join(WEIGHTINGS),
+                ),
                 details={"field": "weighting"},
             )
         if not isinstance(self.language_guard, bool):
             raise InvalidArgument(
-                f"language_guard must be true or false, got {self.language_guard!r}.",
+                msg("language_guard must be true or false, got {value!r}.", value=self.language_guard),
                 details={"field": "language_guard"},
             )
         return self
@@ -330,10 +342,19 @@ def rank(
     warnings: list[str] = []
     analysed = searcher.analyzer.query_terms(query)
     if analysed.only_stop_words and settings.mode != "semantic":
+        stop_words = ", ".join(analysed.stop_words)
         warnings.append(
-            f"The query holds only stop words ({', '.join(analysed.stop_words)}), which are no keyword evidence: "
-            + ("nothing is found by keywords." if settings.mode == "keyword" else "only chunks close in meaning "
-               "(a cosine above what unrelated text scores) are hits.")
+            msg(
+                "The query holds only stop words ({words}), which are no keyword evidence: nothing is found by "
+                "keywords.",
+                words=stop_words,
+            )
+            if settings.mode == "keyword"
+            else msg(
+                "The query holds only stop words ({words}), which are no keyword evidence: only chunks close in "
+                "meaning (a cosine above what unrelated text scores) are hits.",
+                words=stop_words,
+            )
         )
     scale = None if settings.mode == "keyword" else (semantic_scale or SemanticScale.unmeasured())
     floor = 0.0 if scale is None else scale.floor
@@ -355,27 +376,39 @@ def rank(
     keyword_reference = searcher.keyword_reference(row_terms.terms)
     if semantic_scale is not None and not semantic_scale.measured and settings.mode != "keyword":
         warnings.append(
-            f"The semantic scale of {searcher.embedding_model} could not be measured this time (it did not embed its "
-            "calibration texts), so semantic scores are raw cosines and no floor applies."
+            msg(
+                "The semantic scale of {model} could not be measured this time (it did not embed its calibration "
+                "texts), so semantic scores are raw cosines and no floor applies.",
+                model=searcher.embedding_model,
+            )
         )
     covered = model_covers(searcher.embedding_model, detect_language(query))
     guarded = settings.language_guard and not covered
     if not covered and settings.mode == "hybrid" and settings.vector_weight > 0:
         if guarded and settings.keyword_weight > 0:
             warnings.append(
-                f"The embedding model {searcher.embedding_model} does not cover this query's language, so the "
-                "language guard gave the vector signal weight 0 and hybrid search ranks by keywords. "
-                "Switch the language guard off to use the requested weights."
+                msg(
+                    "The embedding model {model} does not cover this query's language, so the language guard gave "
+                    "the vector signal weight 0 and hybrid search ranks by keywords. Switch the language guard off "
+                    "to use the requested weights.",
+                    model=searcher.embedding_model,
+                )
             )
         else:
             warnings.append(
-                f"The embedding model {searcher.embedding_model} does not cover this query's language; its "
-                "semantic scores carry little meaning here, and the requested weights are used."
+                msg(
+                    "The embedding model {model} does not cover this query's language; its semantic scores carry "
+                    "little meaning here, and the requested weights are used.",
+                    model=searcher.embedding_model,
+                )
             )
     elif not covered and settings.mode == "semantic":
         warnings.append(
-            f"The embedding model {searcher.embedding_model} does not cover this query's language; "
-            "semantic scores carry little meaning here."
+            msg(
+                "The embedding model {model} does not cover this query's language; semantic scores carry little "
+                "meaning here.",
+                model=searcher.embedding_model,
+            )
         )
     weights_used: FusionWeights | None = None
     suggested: FusionWeights | None = None
