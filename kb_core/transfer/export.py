@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 
 from kb_core.bundles.graph import GraphState, GraphStore
 from kb_core.errors import InvalidArgument, KBNotFound, StoreError
+from kb_core.i18n import msg
 from kb_core.json_text import json_text
 from kb_core.redaction import shown_endpoint
 from kb_core.results import ExportSummary
@@ -365,17 +366,23 @@ def _export_into(
     documents = sum(kb["document_count"] for kb in kbs)
     chunks = sum(kb["chunk_count"] for kb in kbs)
     with_graph = [kb["graph"] for kb in kbs if "graph" in kb]
-    graph_text = ""
-    if with_graph:
-        graph_text = (
-            f", {len(with_graph)} knowledge-bundle graph(s) with {sum(g['nodes'] for g in with_graph)} node(s) and "
-            f"{sum(g['edges'] for g in with_graph)} edge(s)"
-        )
     # A public demo's session names no server path: its export is written where the app then reads it for download.
     shown = target.name if not session.principal.server_paths else str(target)
+    facts = {"kbs": len(kbs), "documents": documents, "chunks": chunks, "target": shown, "size": size}
     message = (
-        f"Exported {len(kbs)} knowledge base(s) ({documents} document(s), {chunks} chunk(s){graph_text}) to {shown} "
-        f"({size} bytes). API keys are never exported."
+        msg(
+            "Exported {kbs} knowledge base(s) ({documents} document(s), {chunks} chunk(s), {graphs} knowledge-bundle "
+            "graph(s) with {nodes} node(s) and {edges} edge(s)) to {target} ({size} bytes). API keys are never "
+            "exported.",
+            graphs=len(with_graph), nodes=sum(g["nodes"] for g in with_graph),
+            edges=sum(g["edges"] for g in with_graph), **facts,
+        )
+        if with_graph
+        else msg(
+            "Exported {kbs} knowledge base(s) ({documents} document(s), {chunks} chunk(s)) to {target} ({size} "
+            "bytes). API keys are never exported.",
+            **facts,
+        )
     )
     logger.info(message)
     source = service.store.display  # the home folder, or the database URL without its password

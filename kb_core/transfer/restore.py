@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from kb_core.bundles.graph import GraphState, GraphStore, write_shadow
 from kb_core.errors import ImportFormatError, InvalidArgument, KBError
+from kb_core.i18n import msg
 from kb_core.json_text import JSONLimitExceeded, parse_json_within
 from kb_core.results import ImportSummary
 from kb_core.seams import Scope
@@ -511,32 +512,53 @@ def _import_database(
         staging.close()
     documents = sum(p.document_count for p in plans)
     shown = display_name or source.name
-    message = f"Imported {len(plans)} knowledge base(s) with {documents} document(s) from {shown}."
+    said: list[str] = [
+        msg(
+            "Imported {kbs} knowledge base(s) with {documents} document(s) from {source}.",
+            kbs=len(plans), documents=documents, source=shown,
+        )
+    ]
     if renamed:
-        message += " Renamed because the name existed: " + ", ".join(f"{a!r} → {b!r}" for a, b in renamed) + "."
+        said.append(
+            msg(
+                "Renamed because the name existed: {renamed}.",
+                renamed=", ".join(f"{a!r} → {b!r}" for a, b in renamed),
+            )
+        )
     renamed_docs = [r for p in plans for r in p.renamed_documents]
     if renamed_docs:
-        message += f" Renamed {len(renamed_docs)} clashing document name(s)."
+        said.append(msg("Renamed {count} clashing document name(s).", count=len(renamed_docs)))
     graphs = [p.graph for p in plans if p.graph is not None]
     if graphs:
-        message += (
-            f" Restored {len(graphs)} knowledge-bundle graph(s) with {sum(len(g.nodes) for g in graphs)} node(s) and "
-            f"{sum(len(g.edges) for g in graphs)} edge(s)."
+        said.append(
+            msg(
+                "Restored {graphs} knowledge-bundle graph(s) with {nodes} node(s) and {edges} edge(s).",
+                graphs=len(graphs), nodes=sum(len(g.nodes) for g in graphs), edges=sum(len(g.edges) for g in graphs),
+            )
         )
     for plan in plans:
         if plan.graph_unlinked:
-            message += (
-                f" {plan.graph_unlinked} node(s) of {plan.record.name!r} had no indexed document in the file; "
-                "the next bundle import into it re-indexes them."
+            said.append(
+                msg(
+                    "{count} node(s) of {name!r} had no indexed document in the file; the next bundle import into it "
+                    "re-indexes them.",
+                    count=plan.graph_unlinked, name=plan.record.name,
+                )
             )
-    message += " API keys are never part of an export file: the imported knowledge bases have no API key"
     keyed = [p.record.name for p in plans if p.had_api_key or p.record.embedding_endpoint]
     if keyed:
-        message += (
-            f"; {', '.join(repr(n) for n in keyed)} use an embedding endpoint and need their key (and any password "
-            "in the endpoint's URL, shown as ***) set again."
+        said.append(
+            msg(
+                "API keys are never part of an export file: the imported knowledge bases have no API key; {names} "
+                "use an embedding endpoint and need their key (and any password in the endpoint's URL, shown as ***) "
+                "set again.",
+                names=", ".join(repr(n) for n in keyed),
+            )
         )
     else:
-        message += "."
+        said.append(msg("API keys are never part of an export file: the imported knowledge bases have no API key."))
+    message = said[0]
+    for sentence in said[1:]:
+        message = msg("{first} {then}", first=message, then=sentence)
     logger.info(message)
     return ImportSummary(message, display_name or str(source), [p.record.name for p in plans], documents, renamed)
