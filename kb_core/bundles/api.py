@@ -87,8 +87,10 @@ def get_knowledge_schema(session: Scope, kb_name: str | None = None) -> Knowledg
     record = session.resolve_kb(kb_name)
     ontology = graph_store(session, record).load().ontology
     return KnowledgeSchema(
-        f"Knowledge bundle schema of '{record.name}': {len(ontology.nodes)} node type(s), "
-        f"{len(ontology.edges)} edge type(s).",
+        msg(
+            "Knowledge bundle schema of '{name}': {nodes} node type(s), {edges} edge type(s).",
+            name=record.name, nodes=len(ontology.nodes), edges=len(ontology.edges),
+        ),
         bundle_schema(ontology),
         example_yaml(ontology),
     )
@@ -98,8 +100,12 @@ def get_ontology(session: Scope, kb_name: str | None = None) -> OntologyInfo:
     record = session.resolve_kb(kb_name)
     state = graph_store(session, record).load()
     return OntologyInfo(
-        f"Ontology of '{record.name}': node types {', '.join(state.ontology.nodes)}; "
-        f"edge types {', '.join(state.ontology.edges) or 'none'}.",
+        msg(
+            "Ontology of '{name}': node types {nodes}; edge types {edges}.",
+            name=record.name,
+            nodes=", ".join(state.ontology.nodes),
+            edges=", ".join(state.ontology.edges) or msg("none"),
+        ),
         record.name,
         state.ontology.to_json(),
         len(state.nodes),
@@ -113,13 +119,17 @@ def _read_ontology_source(session: Scope, source: str | Path | Mapping[str, Any]
     if isinstance(source, str) and "\n" in source:
         return load_bundle_text(source)  # YAML or JSON text pasted in the app
     if not session.principal.server_paths:
-        raise PermissionDenied("Files on the server are off in this demo; paste the ontology as YAML or JSON text.")
+        raise PermissionDenied(
+            msg("Files on the server are off in this demo; paste the ontology as YAML or JSON text.")
+        )
     path = Path(str(source)).expanduser()
     allowed = getattr(session, "allowed_dirs", None)
     if allowed is not None:  # a confined session reads only inside its folders, and says nothing of other paths
         require_inside(str(source), Path(os.path.realpath(path)), allowed)
     if not path.is_file():
-        raise InvalidArgument(f"Ontology file {str(source)!r} does not exist.", details={"path": str(source)})
+        raise InvalidArgument(
+            msg("Ontology file {path!r} does not exist.", path=str(source)), details={"path": str(source)}
+        )
     return load_bundle_file(path)
 
 
@@ -137,15 +147,17 @@ def set_ontology(session: Scope, source: str | Path | Mapping[str, Any], kb_name
         errors = _conformance_errors(state, ontology)
         if errors:
             raise InvalidArgument(
-                f"The new ontology does not fit {len(errors)} existing node(s)/edge(s); nothing was changed:\n"
-                + "\n".join(errors[:20]),
+                msg(
+                    "The new ontology does not fit {count} existing node(s)/edge(s); nothing was changed:\n{errors}",
+                    count=len(errors), errors="\n".join(errors[:20]),
+                ),
                 details={"errors": errors[:50]},
             )
         new = GraphState(state.version, ontology, {k: dict(v) for k, v in state.nodes.items()}, dict(state.edges))
         index_stats = sync_index(session.service, record, new)
         committed = _commit_graph(session, record, store, state, new)
     return OntologySet(
-        f"Set the ontology of '{record.name}'.",
+        msg("Set the ontology of '{name}'.", name=record.name),
         {"kb_name": record.name, "ontology": ontology.to_json(), "graph_version": committed.version, **index_stats},
     )
 
@@ -199,10 +211,19 @@ def _commit_graph(
 # -- import ---------------------------------------------------------------------------------------------
 def _refusal(errors: list[BundleError], path: Path, total_items: int | None) -> ImportFormatError:
     lines = "\n".join(e.text for e in errors)
-    more = " (showing the first ones)" if len(errors) >= BundleLimits().max_errors else ""
+    facts = {"count": len(errors), "path": path, "errors": lines}
     return ImportFormatError(
-        f"The bundle was refused and nothing was changed; {len(errors)} error(s){more}. "
-        f"Fix them in {path} and import it again:\n{lines}",
+        msg(
+            "The bundle was refused and nothing was changed; {count} error(s) (showing the first ones). Fix them in "
+            "{path} and import it again:\n{errors}",
+            **facts,
+        )
+        if len(errors) >= BundleLimits().max_errors
+        else msg(
+            "The bundle was refused and nothing was changed; {count} error(s). Fix them in {path} and import it "
+            "again:\n{errors}",
+            **facts,
+        ),
         code=BUNDLE_INVALID,
         details={"errors": [e.to_json() for e in errors], "temp_file_path": str(path), "items": total_items},
     )
@@ -303,7 +324,7 @@ def import_knowledge_bundle(
         opened = open_input_file(path, getattr(session, "allowed_dirs", None), keep_folder=delete_file)
     except UnusablePath as exc:
         raise InvalidArgument(
-            f"Bundle file {str(temp_file_path)!r} {exc.reason}.",
+            msg("Bundle file {path!r} {reason}.", path=str(temp_file_path), reason=exc.reason),
             details={"field": "temp_file_path", "path": str(temp_file_path)},
             code="FILE_NOT_FOUND",
         ) from None
@@ -319,8 +340,10 @@ def _import_opened_bundle(
     with session.importing(record, 1) as allowance:
         if allowance.max_file_bytes is not None and opened.stat.st_size > allowance.max_file_bytes:
             raise QuotaExceeded(
-                f"The bundle file is {opened.stat.st_size / 2**20:.1f} MB, over this demo's limit of "
-                f"{allowance.max_file_bytes / 2**20:g} MB per file.",
+                msg(
+                    "The bundle file is {size:.1f} MB, over this demo's limit of {limit:g} MB per file.",
+                    size=opened.stat.st_size / 2**20, limit=allowance.max_file_bytes / 2**20,
+                ),
                 details={"limit_bytes": allowance.max_file_bytes},
             )
         try:
@@ -331,8 +354,11 @@ def _import_opened_bundle(
         items = len(data) if isinstance(data, list) else 0
         if allowance.chunk_budget is not None and items > allowance.chunk_budget:
             raise QuotaExceeded(
-                f"The bundle has {items:,} items; with at least one chunk each they would pass {allowance.chunk_limit} "
-                f"({allowance.chunk_budget:,} left). Nothing was imported.",
+                msg(
+                    "The bundle has {items:,} items; with at least one chunk each they would pass {limit} ({left:,} "
+                    "left). Nothing was imported.",
+                    items=items, limit=allowance.chunk_limit, left=allowance.chunk_budget,
+                ),
                 details={"items": items, "left": allowance.chunk_budget},
             )
         return _apply_bundle(session, opened, record, data, delete_file)
@@ -354,9 +380,13 @@ def _apply_bundle(
     if delete_file and not opened.remove():
         logger.warning("Kept the bundle file %s: it was replaced during the import, so it is not the one read", path)
     return BundleImported(
-        f"Imported the bundle into '{record.name}': {stats['nodes_upserted']} node(s) upserted, "
-        f"{stats['nodes_deleted']} deleted; {stats['edges_upserted']} edge(s) upserted, "
-        f"{stats['edges_deleted'] + stats['edges_cascaded']} deleted; {stats['chunks_indexed']} chunk(s) indexed.",
+        msg(
+            "Imported the bundle into '{name}': {nodes} node(s) upserted, {nodes_deleted} deleted; {edges} edge(s) "
+            "upserted, {edges_deleted} deleted; {chunks} chunk(s) indexed.",
+            name=record.name, nodes=stats["nodes_upserted"], nodes_deleted=stats["nodes_deleted"],
+            edges=stats["edges_upserted"], edges_deleted=stats["edges_deleted"] + stats["edges_cascaded"],
+            chunks=stats["chunks_indexed"],
+        ),
         "success",
         stats,
         committed.version,
@@ -372,19 +402,21 @@ def repair_index(session: Scope, kb_name: str | None = None) -> IndexRepaired:
         stats = sync_index(session.service, record, state)
         if stats["documents_indexed"] or stats["documents_removed"]:
             state = _commit_graph(session, record, store, state, state)
-    return IndexRepaired(f"Re-synced the bundle documents of '{record.name}'.", stats)
+    return IndexRepaired(msg("Re-synced the bundle documents of '{name}'.", name=record.name), stats)
 
 
 # -- shadow export ----------------------------------------------------------------------------------------
 def export_shadow(session: Scope, target: str | Path | None = None, kb_name: str | None = None) -> ShadowExported:
     """(Re)write the shadow export, by default to ``graph/shadow`` of the KB."""
     if not session.principal.server_paths:
-        raise PermissionDenied("Writing a shadow export on the server is off in this demo.")
+        raise PermissionDenied(msg("Writing a shadow export on the server is off in this demo."))
     record = session.resolve_kb(kb_name)
     store = graph_store(session, record)
     state = store.load()
     folder = store.export_shadow(state, Path(target) if target is not None else None)
-    return ShadowExported(f"Wrote the shadow export of '{record.name}' to {folder}.", str(folder))
+    return ShadowExported(
+        msg("Wrote the shadow export of '{name}' to {folder}.", name=record.name, folder=str(folder)), str(folder)
+    )
 
 
 def rebuild_from_shadow(session: Scope, shadow_dir: str | Path, kb_name: str | None = None) -> BundleImported:
@@ -437,14 +469,14 @@ def node_view(state: GraphState, node: dict[str, Any], limit: int = MAX_NEIGHBOU
 def get_node(session: Scope, node_id_: str, kb_names: Sequence[str] | None = None) -> Item:
     """A node (``node_…`` id) with its properties and neighbours via edges."""
     if not isinstance(node_id_, str) or not node_id_.strip().startswith("node_"):
-        raise InvalidArgument("A node id starts with 'node_'.", details={"field": "id"})
+        raise InvalidArgument(msg("A node id starts with 'node_'."), details={"field": "id"})
     records = [session.find_kb(n) for n in kb_names] if kb_names else session.visible_kbs()
     for record in records:
         state = graph_store(session, record).load()
         node = state.nodes.get(node_id_.strip())
         if node is not None:
-            return Item(f"Found node {node_id_}.", {"kb_name": record.name, **node_view(state, node)})
-    raise ItemNotFound(f"No node with id {node_id_!r} exists.", details={"id": node_id_})
+            return Item(msg("Found node {id}.", id=node_id_), {"kb_name": record.name, **node_view(state, node)})
+    raise ItemNotFound(msg("No node with id {id!r} exists.", id=node_id_), details={"id": node_id_})
 
 
 def graph_view(session: Scope, kb_name: str | None = None, limit: int = 500) -> GraphView:
@@ -456,7 +488,10 @@ def graph_view(session: Scope, kb_name: str | None = None, limit: int = 500) -> 
     nodes = [_brief(state.nodes[n]) | {"properties": state.nodes[n]["properties"]} for n in chosen]
     edges = [e for e in sorted(state.edges.values(), key=lambda e: e["id"]) if {e["source"], e["target"]} <= kept]
     return GraphView(
-        f"{len(state.nodes)} node(s), {len(state.edges)} edge(s) in '{record.name}'.",
+        msg(
+            "{nodes} node(s), {edges} edge(s) in '{name}'.",
+            nodes=len(state.nodes), edges=len(state.edges), name=record.name,
+        ),
         nodes,
         edges,
         len(state.nodes),
