@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from kb_core.errors import InvalidArgument, PermissionDenied
+from kb_core.i18n import msg
 from kb_core.json_text import JSONLimitExceeded, parse_json_within
 from kb_core.safe_files import UnusablePath, open_input_file
 from kb_core.validation import has_lone_surrogate
@@ -54,7 +55,10 @@ def confine_folder(folder: str | Path, allowed_dirs: Sequence[Path] | None) -> P
     if not inside or any(resolved == d or resolved.is_relative_to(d) for d in getattr(allowed_dirs, "denied", ())):
         shown = ", ".join(str(d) for d in allowed_dirs) or "none"
         raise PermissionDenied(
-            f"{str(folder)!r} is not inside the folders this server may read ({shown}); refused.",
+            msg(
+                "{folder!r} is not inside the folders this server may read ({allowed}); refused.",
+                folder=str(folder), allowed=shown,
+            ),
             details={"field": "folder"},
         )
     return path
@@ -64,8 +68,11 @@ def _require_folder(folder: str | Path, allowed_dirs: Sequence[Path] | None = No
     path = confine_folder(folder, allowed_dirs)
     if not path.is_dir():
         raise InvalidArgument(
-            f"{str(folder)!r} is not a folder; give a BEIR dataset folder holding corpus.jsonl, queries.jsonl "
-            "and qrels.tsv (or qrels/test.tsv).",
+            msg(
+                "{folder!r} is not a folder; give a BEIR dataset folder holding corpus.jsonl, queries.jsonl and "
+                "qrels.tsv (or qrels/test.tsv).",
+                folder=str(folder),
+            ),
             details={"field": "folder", "folder": str(folder)},
         )
     return path
@@ -77,7 +84,7 @@ def _qrels_path(folder: Path, split: str | None) -> Path:
         if (folder / name).is_file():
             return folder / name
     raise InvalidArgument(
-        f"{folder} has no relevance judgments: looked for {' or '.join(names)}.",
+        msg("{folder} has no relevance judgments: looked for {names}.", folder=str(folder), names=" or ".join(names)),
         details={"field": "folder", "folder": str(folder)},
     )
 
@@ -87,14 +94,16 @@ def _queries_path(folder: Path, split: str | None, queries_file: str | Path | No
         path = Path(queries_file)
         path = path if path.is_absolute() else folder / path
         if not path.is_file():
-            raise InvalidArgument(f"Queries file {str(path)!r} does not exist.", details={"field": "queries_file"})
+            raise InvalidArgument(
+                msg("Queries file {path!r} does not exist.", path=str(path)), details={"field": "queries_file"}
+            )
         return path
     names = ["queries.jsonl", f"queries.{split or 'test'}.jsonl"]
     for name in names:
         if (folder / name).is_file():
             return folder / name
     raise InvalidArgument(
-        f"{folder} has no queries: looked for {' or '.join(names)}.",
+        msg("{folder} has no queries: looked for {names}.", folder=str(folder), names=" or ".join(names)),
         details={"field": "folder", "folder": str(folder)},
     )
 
@@ -121,7 +130,9 @@ def _opened(path: Path, allowed_dirs: Sequence[Path] | None) -> Iterator[IO[byte
         with open_input_file(path, allowed_dirs) as opened:
             handle = opened.reader()
     except UnusablePath as exc:
-        raise InvalidArgument(f"{path} {exc.reason}.", details={"file": str(path)}) from None
+        raise InvalidArgument(
+            msg("{path} {reason}.", path=str(path), reason=exc.reason), details={"file": str(path)}
+        ) from None
     with handle:
         yield handle
 
