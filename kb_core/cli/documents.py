@@ -214,7 +214,7 @@ def _render_search(envelope: Envelope) -> str:
         lines.append(f"   {snippet}")
         breakdown = hit.get("breakdown")
         if breakdown:
-            lines.append(f"   {formula_line(breakdown)}")
+            lines.append("   " + say(formula_line(breakdown)))
             for note in breakdown["notes"]:
                 lines.append("   " + t("note: {note}", note=say(note)))
     return "\n".join(lines) or t("(no results)")

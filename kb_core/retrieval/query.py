@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from kb_core.config import RRF_K
 from kb_core.errors import ItemNotFound
+from kb_core.i18n import msg
 from kb_core.retrieval.search import SearchFilters, SearchHit, SearchSettings
 from kb_core.store.registry import KnowledgeBaseRecord
 
@@ -142,18 +143,31 @@ def formula_line(b: Mapping[str, Any]) -> str:
     cosine = "-" if b["vector_score"] is None else f"{b['vector_score']:.4f}"
     bm25 = "-" if b["keyword_score"] is None else f"{b['keyword_score']:.3f}"
     if b.get("normalization") == "reciprocal rank":
-        v_how, k_how = f"rank {b['vector_rank'] or '-'}", f"rank {b['keyword_rank'] or '-'}"
+        v_how = msg("rank {rank}", rank=b["vector_rank"] or "-")
+        k_how = msg("rank {rank}", rank=b["keyword_rank"] or "-")
     else:
         zero, top = float(b.get("semantic_zero", 0.0)), float(b.get("semantic_top", 1.0))
-        v_how = f"cosine {cosine}; this model's scale: {zero:.3f} → 0, {top:.3f} → 1"
-        k_how = f"BM25 {bm25}, reference {b.get('keyword_reference', 0):.3f}"
-    line = (
-        f"{b['vector_weight']:.2f} × {b['vector_normalized']:.3f} ({v_how}) + "
-        f"{b['keyword_weight']:.2f} × {b['keyword_normalized']:.3f} ({k_how}) = {b['fused_score']:.4f}"
-    )
+        v_how = msg(
+            "cosine {cosine}; this model's scale: {zero:.3f} → 0, {top:.3f} → 1", cosine=cosine, zero=zero, top=top
+        )
+        k_how = msg(
+            "BM25 {bm25}, reference {reference:.3f}", bm25=bm25, reference=float(b.get("keyword_reference", 0))
+        )
+    terms = {
+        "vector_weight": b["vector_weight"], "vector": b["vector_normalized"], "v_how": v_how,
+        "keyword_weight": b["keyword_weight"], "keyword": b["keyword_normalized"], "k_how": k_how,
+        "fused": b["fused_score"],
+    }
     if b["jaccard_weight"]:
-        line += f"; with Jaccard {b['jaccard']:.3f} × {b['jaccard_weight']:.2f}: {b['final_score']:.4f}"
-    return line
+        return msg(
+            "{vector_weight:.2f} × {vector:.3f} ({v_how}) + {keyword_weight:.2f} × {keyword:.3f} ({k_how}) = "
+            "{fused:.4f}; with Jaccard {jaccard:.3f} × {jaccard_weight:.2f}: {final:.4f}",
+            jaccard=b["jaccard"], jaccard_weight=b["jaccard_weight"], final=b["final_score"], **terms,
+        )
+    return msg(
+        "{vector_weight:.2f} × {vector:.3f} ({v_how}) + {keyword_weight:.2f} × {keyword:.3f} ({k_how}) = {fused:.4f}",
+        **terms,
+    )
 
 
 def arithmetic_steps(b: Mapping[str, Any]) -> list[str]:
