@@ -65,6 +65,7 @@ import numpy as np
 from kb_core.config import DEFAULT_KEYWORD_WEIGHT, DEFAULT_VECTOR_WEIGHT, FUSION_METHODS, RRF_K, WEIGHTINGS
 from kb_core.embedding.calibration import SemanticScale
 from kb_core.errors import InvalidArgument
+from kb_core.i18n import msg
 from kb_core.retrieval.weights import FusionWeights, guarded_weights, weights_from_ranked_lists
 
 __all__ = [
@@ -530,7 +531,7 @@ def fuse_arrays(
         known = arrays.keyword_score[~np.isnan(arrays.keyword_score)]
         reference = float(known.max()) if len(known) else 0.0
         if len(arrays):
-            notes.append("keyword reference unknown: BM25 measured against the best candidate's score")
+            notes.append(msg("keyword reference unknown: BM25 measured against the best candidate's score"))
     if method == "rrf":
         v_rank = arrays.vector_rank.astype(np.float64)
         k_rank = arrays.keyword_rank.astype(np.float64)

@@ -12,6 +12,8 @@ from statistics import NormalDist
 
 import numpy as np
 
+from kb_core.i18n import msg
+
 __all__ = [
     "SCORE_EPSILON",
     "FusionWeights",
@@ -138,28 +140,43 @@ def weights_from_ranked_lists(
         if usable_v + usable_k > 0:
             weight_v, weight_k = usable_v / (usable_v + usable_k), usable_k / (usable_v + usable_k)
         if base_v > 0 and base_k > 0 and usable_v > 0 and usable_k > 0:
-            notes.append("auto weights: neither signal stands out from chance for this query; requested weights kept")
+            notes.append(
+                msg("auto weights: neither signal stands out from chance for this query; requested weights kept")
+            )
+    vector, keyword = msg("vector"), msg("keyword")
     for name, other, base, weight, quality, z, chance, size in (
-        ("vector", "keyword", base_v, weight_v, quality_v, z_v, chance_v, v_list.size),
-        ("keyword", "vector", base_k, weight_k, quality_k, z_k, chance_k, k_list.size),
+        (vector, keyword, base_v, weight_v, quality_v, z_v, chance_v, v_list.size),
+        (keyword, vector, base_k, weight_k, quality_k, z_k, chance_k, k_list.size),
     ):
         if base <= 0 or abs(weight - base) < 0.005:
             continue
         if size == 0:
-            notes.append(f"auto weights: {name} search returned no candidates; weight moved to {other}")
+            notes.append(
+                msg("auto weights: {name} search returned no candidates; weight moved to {other}", name=name,
+                    other=other)
+            )
         elif weight == 0 and name == "vector" and vector_prior == 0:
             notes.append(
-                "auto weights: the embedding model does not cover this query's language; "
-                f"vector weight moved to {other}"
+                msg(
+                    "auto weights: the embedding model does not cover this query's language; vector weight moved to "
+                    "{other}",
+                    other=other,
+                )
             )
         elif weight == 0:
             notes.append(
-                f"auto weights: {name} signal carries no information for this query "
-                f"(top z {z:.2f} ≤ chance {chance:.2f}); weight moved to {other}"
+                msg(
+                    "auto weights: {name} signal carries no information for this query (top z {z:.2f} ≤ chance "
+                    "{chance:.2f}); weight moved to {other}",
+                    name=name, z=z, chance=chance, other=other,
+                )
             )
         elif weight < base:
             notes.append(
-                f"auto weights: {name} signal weakly separated (top z {z:.2f}, chance {chance:.2f}, "
-                f"quality {quality:.2f}); weight {base:.2f} → {weight:.2f}"
+                msg(
+                    "auto weights: {name} signal weakly separated (top z {z:.2f}, chance {chance:.2f}, quality "
+                    "{quality:.2f}); weight {base:.2f} → {weight:.2f}",
+                    name=name, z=z, chance=chance, quality=quality, base=base, weight=weight,
+                )
             )
     return FusionWeights(weight_v, weight_k, tuple(notes))
