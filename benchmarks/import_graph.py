@@ -54,7 +54,6 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "base",
         (
             "kb_core.errors",
-            "kb_core.i18n",  # the message catalogues: every layer marks what it says to people (msg) (#35)
             "kb_core.cancellation",  # the cancel event a thread's work sees (an import's threads and parser waits)
             "kb_core.config",
             "kb_core.validation",
