@@ -80,7 +80,7 @@ def test_an_operations_success_messages_and_tables_are_chinese(home: Path, tmp_p
     created = kb(home, "create", "笔记", "--chunk-size", "64", "--embedding-model", "hashing", lang="zh_CN.UTF-8")
     assert created.returncode == 0, created.stderr
     assert created.stdout.strip() == "已创建知识库“笔记”。用 `kb select NAME` 选中它后即可使用。"
-    assert kb(home, "select", "笔记", lang="zh_CN.UTF-8").stdout.strip() == "已选择知识库“笔记”。"
+    assert kb(home, "select", "笔记", lang="zh_CN.UTF-8").stdout.strip() == "已选中知识库“笔记”。"
     listed = kb(home, "list", lang="zh_CN.UTF-8").stdout
     assert listed.splitlines()[0] == "共 1 个知识库。"
     assert "名称" in listed and "分块大小" in listed and "chunk size" not in listed
