@@ -27,7 +27,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kb_core.documents import chunk_json, document_info, document_info_text, document_row, find_item
+from kb_core.documents import chunk_json, document_info, document_info_text, document_row, find_item, source_label
 from kb_core.errors import (
     Cancelled,
     DocumentNotFound,
@@ -1049,9 +1049,8 @@ class Operations:
             return row
         if "file_path" in row:
             row["file_path"] = self._source(row["file_path"])
-        label = row.get("source_label")
-        if isinstance(label, str) and label.startswith("Local file: "):
-            row["source_label"] = "Local file: " + str(self._source(label.removeprefix("Local file: ")))
+        if row.get("source") == "path" and "source_label" in row:  # 本地文件: PATH, worded by kb_core.documents
+            row["source_label"] = source_label("path", self._source(row.get("file_path")))
         return row
 
     def list_chunks(self, doc_name: str, kb_name: str | None = None) -> ChunkList:

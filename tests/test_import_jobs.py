@@ -113,7 +113,7 @@ def test_uploads_are_known_by_their_names_and_their_files_are_removed(session: A
                                                                       ("报告.txt", "报告.txt")]
     info = session.get_document_info([d["id"] for d in documents])["data"]["documents"]
     assert {d["file_name"] for d in info} == {"报告.txt", "notes.txt"}
-    assert all(d["source_label"] == "File upload" for d in info)
+    assert all(d["source_label"] == "文件上传" for d in info)  # as the tool specification words it
     item = session.get_item(documents[0]["id"])["data"]
     assert "kb-upload" not in str(item) and "staging" not in str(item)
     from kb_core.ingest.files import wait_for_staging_removals

@@ -103,9 +103,13 @@ def model_kb(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.mark.model
 def test_moving_the_vector_weight_from_07_to_02_changes_the_ranking_and_breakdown(model_kb) -> None:
-    query = "hybrid search weights"
+    # A query whose two signals disagree on some pair of hits (checked below): only then can a weight reorder them.
+    # (Where they agree, as for "hybrid search weights" on the calibrated scale, every weight gives one ranking.)
+    query = "how are scores explained"
     at_07 = model_kb.search(query, top_k=5, vector_weight=0.7)["data"]["chunks"]
     at_02 = model_kb.search(query, top_k=5, vector_weight=0.2)["data"]["chunks"]
+    parts = [(h["breakdown"]["vector_normalized"], h["breakdown"]["keyword_normalized"]) for h in at_07]
+    assert any(a[0] > b[0] and a[1] < b[1] for a in parts for b in parts), parts
     assert [h["id"] for h in at_07] != [h["id"] for h in at_02]
     for weight, hits in ((0.7, at_07), (0.2, at_02)):
         for hit in hits:
@@ -137,7 +141,9 @@ def test_the_language_guard_is_visible_and_can_be_switched_off(model_kb) -> None
     assert guarded["weights"]["used"] == pytest.approx({"vector": 0.0, "keyword": 1.0})
     assert guarded["weights"]["requested"] == pytest.approx({"vector": 0.7, "keyword": 0.3})
     assert any("language guard" in w and "Switch the language guard off" in w for w in guarded["warnings"])
-    assert guarded["chunks"][0]["doc_name"] == "混合检索.docx"  # the demo's document on hybrid search
+    # the demo's document on hybrid search among the first hits (keyword only: BM25 over the query's words 混合, 检索
+    # may put another document that uses both words more densely first)
+    assert "混合检索.docx" in [c["doc_name"] for c in guarded["chunks"][:3]]
     assert any("language guard" in n for n in guarded["chunks"][0]["breakdown"]["notes"])
     off = model_kb.search("混合检索", top_k=3, language_guard=False)["data"]
     assert off["weights"]["used"] == pytest.approx({"vector": 0.7, "keyword": 0.3})

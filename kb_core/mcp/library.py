@@ -73,7 +73,7 @@ def search_knowledge_base(
             "title": hit.get("doc_name") or hit["doc_id"],
             "kb_name": hit.get("kb_name"),
             "score": round(float(hit["score"]), 4),
-            "snippet": hit["snippet"],
+            "snippet": hit.get("snippet") or _expanded_snippet(hit, session),
             "chapter": hit.get("chapter"),
             "page": hit.get("page"),
             "file_type": hit.get("file_type"),
@@ -93,6 +93,14 @@ def search_knowledge_base(
     if warnings:
         message += " " + " ".join(warnings)
     return HitList(message, rows, len(rows), mode, limit, warnings, skipped, floor, below, copies)
+
+
+def _expanded_snippet(hit: dict[str, Any], session: Any) -> str:
+    """A chunk added by graph expansion matched no query word: its passage is where the chunk begins."""
+    from kb_core.retrieval.highlight import passage, snippet_text
+
+    content = str(hit.get("content") or "")
+    return snippet_text(content, passage(content, (), session.service.analyzer))
 
 
 def _via(hit: dict[str, Any]) -> str | None:
