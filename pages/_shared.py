@@ -495,7 +495,11 @@ def sidebar_kb_picker(sess: Session) -> Any:
 
 def kb_counts_line(kb: dict[str, Any]) -> str:
     failed = int(kb.get("failed_document_count") or 0)
-    parts = [t("{documents} documents · {chunks} chunks", documents=kb["document_count"], chunks=kb["chunk_count"])]
+    documents, chunks = kb["document_count"], kb["chunk_count"]
+    parts = [
+        t("{n} document", n=documents) if documents == 1 else t("{n} documents", n=documents),
+        t("{n} chunk", n=chunks) if chunks == 1 else t("{n} chunks", n=chunks),
+    ]
     if failed:
         parts.append(t("{n} failed import", n=failed) if failed == 1 else t("{n} failed imports", n=failed))
     parts += [str(kb["embedding_model"]), t("chunk size {size}", size=kb["chunk_size"])]
@@ -628,8 +632,15 @@ def attach_jobs_from_url(sess: Session) -> None:
     if st.session_state.get("jobs_attached"):
         return
     st.session_state["jobs_attached"] = True
+    attached = []
     for job_id in st.query_params.get_all(JOB_QUERY_PARAM):
-        sess.import_job(job_id, watch=True)  # an id the service no longer knows is left out
+        found = sess.import_job(job_id, watch=True)  # an id the service no longer knows is left out
+        if found["success"]:
+            attached.append(found["data"])
+    # The reloaded page goes on with the KB its import goes into, not the default one (the next import would go there).
+    running = [job for job in attached if job["state"] in ("running", "cancelling")]
+    if running and sess.current_kb_id is None:
+        sess.select_knowledge_base(running[-1]["kb_name"])
 
 
 def sync_job_url(sess: Session) -> None:
@@ -792,7 +803,10 @@ def sidebar_jobs(sess: Session) -> None:
             st.fragment(_sidebar_jobs_body, run_every=JOB_POLL_SECONDS)(sess, running)
         for job in ended[-3:]:
             imported = (job["report"] or {}).get("success_count", 0)
-            st.caption(f"{JOB_STATE_ICONS.get(job['state'], '')} " + t(
+            # a finished import where some files failed is no success: it gets the warning's icon, as on its page
+            partial = job["state"] == "finished" and imported < job["files_total"]
+            icon = ":material/warning:" if partial else JOB_STATE_ICONS.get(job["state"], "")
+            st.caption(f"{icon} " + t(
                 "Import into {kb} {state}: {imported} of {total} files imported.", kb=job["kb_name"],
                 state=job_state_label(job["state"]), imported=imported, total=job["files_total"],
             ))

@@ -293,7 +293,9 @@ def weights_panel(data: dict[str, Any], params: dict[str, Any]) -> None:
     for note in weights.get("notes") or []:
         st.caption(t("Why the weights used differ from the weights asked: {note}", note=say(note)))
     if params["weighting"] == "fixed" and weights.get("auto_notes"):
-        notes = " ".join(say(n).removeprefix("auto weights: ") for n in weights["auto_notes"])
+        # each note starts "auto weights: " (自动权重：), which the caption says once for all of them
+        said = [say(n).removeprefix("auto weights: ").removeprefix("自动权重：") for n in weights["auto_notes"]]
+        notes = " ".join(said)
         st.caption(t("Auto weighting: {notes}", notes=notes))
 
 
