@@ -5,8 +5,9 @@ Text is written in English, in the code, as a ``str.format`` template: front end
 returns a :class:`Text` — a ``str`` holding the English sentence (so logs, JSON envelopes and MCP results read as
 before) that also remembers its template and parameters, so an edge can say it in the user's language with
 :func:`localize`. The English template is the key (gettext's msgid); ``locales/kb_workbench.pot`` lists every key the
-code uses and ``locales/zh/LC_MESSAGES/kb_workbench.po`` gives each its Chinese. ``scripts/i18n.sh`` extracts the
-keys with Babel (``t`` and ``msg`` calls) and updates the Chinese catalogue; ``tests/test_i18n.py`` holds that both
+code uses and ``locales/zh/LC_MESSAGES/kb_workbench.po`` gives each its Chinese. ``python -m kb_core.i18n.keys``
+(:mod:`kb_core.i18n.keys`) reads the keys from the code (``t`` and ``msg`` calls) and updates both catalogues with
+Babel; ``tests/test_i18n.py`` holds that both
 catalogues have the same keys, every key is translated and keeps its placeholders, and every call passes a literal.
 
 Babel reads the ``.po`` file directly (no compiled ``.mo`` to keep in step): it is the well-kept Python i18n library
