@@ -294,6 +294,8 @@ class JobRegistry:
             running = [job for job in self._jobs.values() if job.running]
         for job in running:
             job.request_cancel()
+        if running:  # said here: a shutdown that comes after this finds them already ended
+            logger.warning("cancelled %d running import(s) on shutdown", len(running))
         return running
 
     def shutdown(self, timeout: float = 8.0) -> bool:
@@ -307,6 +309,4 @@ class JobRegistry:
             if not job.done.wait(max(0.0, deadline - time.monotonic())):
                 logger.warning("import job %s did not stop within %.0f s", job.id, timeout)
                 return False
-        if running:
-            logger.warning("cancelled %d running import(s) on shutdown", len(running))
         return True
