@@ -28,6 +28,7 @@ import shutil
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -196,6 +197,8 @@ class PublicDemo:
         # opens by path. Outside the home (a session never reads inside it by path).
         self.exchange_root = Path(os.path.realpath(exchange_root or tempfile.mkdtemp(prefix="kb-demo-files-")))
         self.exchange_root.mkdir(parents=True, exist_ok=True)
+        if exchange_root is None:  # a folder of our own: gone with this demo, or when the process exits
+            weakref.finalize(self, shutil.rmtree, str(self.exchange_root), ignore_errors=True)
         self._searches = SlidingWindowLimiter(60.0)
         self._imports = SlidingWindowLimiter(60.0)
         self._sign_ins = SlidingWindowLimiter(60.0)

@@ -284,3 +284,21 @@ def test_a_visitor_reads_no_server_path(site: tuple[KnowledgeBaseService, Public
             refusals.append(error.message)
     assert refusals[0] is not None and refusals[0] == refusals[1]  # an existing and a missing folder read the same
     assert refusals[2] is None  # the demo's own judgments are allowed
+
+
+def test_a_demo_removes_the_exchange_folder_it_made(tmp_path: Path) -> None:
+    # an app started and stopped again left an empty kb-demo-files-* folder in the temporary folder each time
+    import gc
+
+    demo = PublicDemo(KnowledgeBaseService(tmp_path / "home"), DemoLimits(), models=("hashing",))
+    folder = demo.exchange_root
+    (folder / "upload.txt").write_text("x", encoding="utf-8")
+    assert folder.is_dir()
+    del demo
+    gc.collect()
+    assert not folder.exists()
+    given = tmp_path / "given"
+    kept = PublicDemo(KnowledgeBaseService(tmp_path / "home"), DemoLimits(), models=("hashing",), exchange_root=given)
+    del kept
+    gc.collect()
+    assert given.is_dir()  # a folder the caller gave is the caller's
