@@ -65,6 +65,37 @@ def demo_exists(session: SessionAPI, kb_name: str = DEMO_KB_NAME) -> bool:
     return found is not None and int(found.get("document_count") or 0) > 0
 
 
+def _demo_target(
+    session: SessionAPI,
+    files: list[Path],
+    folder: str | Path | None,
+    kb_name: str,
+    embedding_model: str | None,
+    chunk_size: int,
+    model_progress: Callable[[str], None] | None,
+) -> str | dict[str, Any] | None:
+    """The demo KB's name to import ``files`` into (created here, or an empty one a cut-off build left); None when
+    there is nothing to build, a failed creation's envelope. Called under ``_build_lock``."""
+    if not files:
+        logger.warning("No demo documents found in %s", folder or DEMO_FOLDER)
+        return None
+    if demo_exists(session, kb_name):
+        return None
+    interrupted = _demo_listing(session, kb_name)
+    if interrupted is None:
+        created = session.create_knowledge_base(
+            kb_name, chunk_size, embedding_model=embedding_model, progress=model_progress
+        )
+        if not created["success"]:
+            return created
+        name: str = created["data"]["kb_name"]
+    else:
+        name = interrupted["name"]
+        logger.warning("The demo knowledge base %r is empty (a first build was cut off): filling it", name)
+    logger.info("Building the demo knowledge base from %d files", len(files))
+    return name
+
+
 def start_demo_build(
     session: SessionAPI,
     *,
@@ -79,25 +110,11 @@ def start_demo_build(
     by the job; returns the job's start envelope (``data.job_id``), a failed creation's envelope, or None when there
     is nothing to build."""
     files = demo_files(folder)
-    if not files:
-        logger.warning("No demo documents found in %s", folder or DEMO_FOLDER)
-        return None
     with _build_lock:
-        if demo_exists(session, kb_name):
-            return None
-        interrupted = _demo_listing(session, kb_name)
-        if interrupted is None:
-            created = session.create_knowledge_base(
-                kb_name, chunk_size, embedding_model=embedding_model, progress=model_progress
-            )
-            if not created["success"]:
-                return created
-            name = created["data"]["kb_name"]
-        else:
-            name = interrupted["name"]
-            logger.warning("The demo knowledge base %r is empty (a first build was cut off): filling it", name)
-        logger.info("Building the demo knowledge base from %d files", len(files))
-        started: dict[str, Any] = session.start_import([str(p) for p in files], kb_name=name)
+        target = _demo_target(session, files, folder, kb_name, embedding_model, chunk_size, model_progress)
+        if not isinstance(target, str):
+            return target
+        started: dict[str, Any] = session.start_import([str(p) for p in files], kb_name=target)
         return started
 
 
@@ -118,22 +135,8 @@ def ensure_demo_kb(
     ``model_progress`` hears about the one-time build of the model's folder on a machine that has none.
     """
     files = demo_files(folder)
-    if not files:
-        logger.warning("No demo documents found in %s", folder or DEMO_FOLDER)
-        return None
     with _build_lock:
-        if demo_exists(session, kb_name):
-            return None
-        interrupted = _demo_listing(session, kb_name)
-        if interrupted is None:
-            created = session.create_knowledge_base(
-                kb_name, chunk_size, embedding_model=embedding_model, progress=model_progress
-            )
-            if not created["success"]:
-                return created
-            name = created["data"]["kb_name"]
-        else:
-            name = interrupted["name"]
-            logger.warning("The demo knowledge base %r is empty (a first build was cut off): filling it", name)
-        logger.info("Building the demo knowledge base from %d files", len(files))
-        return session.import_document([str(p) for p in files], progress=progress, kb_name=name)
+        target = _demo_target(session, files, folder, kb_name, embedding_model, chunk_size, model_progress)
+        if not isinstance(target, str):
+            return target
+        return session.import_document([str(p) for p in files], progress=progress, kb_name=target)
