@@ -105,8 +105,8 @@ BUILTIN_MODELS: dict[str, BuiltinModel] = {
         max_tokens=256,
         languages=frozenset({"en"}),
         scripts=("latin",),
-        reads="English only (Chinese text gets vectors without meaning)",
-        speed="the faster import: about 60 chunks/s on 2 idle CPU cores",
+        reads=msg("English only (Chinese text gets vectors without meaning)"),
+        speed=msg("the faster import: about 60 chunks/s on 2 idle CPU cores"),
         built=False,
     ),
     E5_SMALL: BuiltinModel(
@@ -117,8 +117,8 @@ BUILTIN_MODELS: dict[str, BuiltinModel] = {
         max_tokens=512,
         languages=_XLMR_LANGUAGES,
         scripts=("latin", "cjk", "cyrillic", "greek", "arabic", "hebrew", "devanagari", "thai"),
-        reads="Chinese, English and about 100 other languages",
-        speed="imports about 2x slower than all-MiniLM-L6-v2 on a CPU (twice the layers; similar on a GPU)",
+        reads=msg("Chinese, English and about 100 other languages"),
+        speed=msg("imports about 2x slower than all-MiniLM-L6-v2 on a CPU (twice the layers; similar on a GPU)"),
         built=True,
     ),
 }
