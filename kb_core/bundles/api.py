@@ -28,8 +28,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pyarrow.compute as pc
-
 from kb_core.bundles.graph import GraphState, GraphStore, read_shadow
 from kb_core.bundles.indexing import sync_index
 from kb_core.bundles.loading import BundleLimits, load_bundle_file, load_bundle_handle, load_bundle_text
@@ -578,29 +576,14 @@ def node_display(node: Mapping[str, Any]) -> str:
 
 
 def _first_chunk(session: Scope, record: KnowledgeBaseRecord, doc_id: str) -> dict[str, Any] | None:
-    def in_database(database: Database) -> dict[str, Any] | None:
-        from kb_core.bundles.postgres import first_chunk
-
-        return first_chunk(database, record, doc_id)
-
-    return session.service.store.choose(
-        folder=lambda: _first_folder_chunk(session, record, doc_id), postgres=in_database
-    )
-
-
-def _first_folder_chunk(session: Scope, record: KnowledgeBaseRecord, doc_id: str) -> dict[str, Any] | None:
-    snapshot = session.service.reader(record.id).snapshot()
-    documents = snapshot.documents()
-    match = documents[documents["doc_id"] == doc_id]
-    if match.empty:
-        return None
-    segment = snapshot.segment_by_id(match.iloc[0]["segment_id"])
-    if segment is None:
-        return None
-    rows = segment.chunks.filter(pc.equal(segment.chunks.column("doc_id"), doc_id)).to_pylist()
+    """The first chunk of a live document, as graph expansion shows it (None when it is gone): read through the
+    store's one ``document_chunks``, on either store."""
+    storage = session.service.store.kb(record)
+    document = storage.document(doc_id)
+    rows = storage.document_chunks(document) if document is not None else []
     if not rows:
         return None
-    row = min(rows, key=lambda r: r["chunk_index"])
+    row = rows[0]
     return {
         "id": row["chunk_id"],
         "doc_id": doc_id,

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["PostgresGraphStore", "first_chunk", "sync_index"]
+__all__ = ["PostgresGraphStore", "sync_index"]
 
 _GRAPH_LOCK = 0x6B62_6772  # pg_advisory_lock(key, hashtext(kb_id)): one bundle writer per KB, on every host
 _OPEN: ContextVar[PostgresGraphStore | None] = ContextVar("kb_pg_graph_store", default=None)
@@ -171,23 +171,4 @@ def sync_index(
         "documents_indexed": len(new_docs),
         "documents_removed": len(remove),
         "chunks_indexed": sum(len(d.chunks) for d in new_docs),
-    }
-
-
-def first_chunk(store: PostgresStore, record: KnowledgeBaseRecord, doc_id: str) -> dict[str, Any] | None:
-    """The first chunk of a live document, as graph expansion shows it (None when it is gone)."""
-    with store.snapshot(record.id) as snapshot:
-        chunks = snapshot.document_chunks(doc_id)
-    if not chunks:
-        return None
-    row = chunks[0][1]
-    return {
-        "id": row.chunk_id,
-        "doc_id": doc_id,
-        "content": row.content,
-        "tokens": row.tokens,
-        "chunk_index": row.chunk_index,
-        "chapter": row.chapter,
-        "page": row.page,
-        "file_type": "txt",
     }
