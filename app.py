@@ -7,24 +7,38 @@ imports in the sidebar on every page, and routes to the pages.
 
 from __future__ import annotations
 
+from contextlib import suppress
+from typing import Any
+
 import streamlit as st
 
 from kb_core import KBError, Session
 from kb_core.demo import DEMO_EMBEDDING_MODEL, DEMO_KB_NAME, demo_exists, demo_files, start_demo_build
-from pages import _shared as ui
+from pages import _service
+from pages._demo import demo_banner, demo_build, demo_enabled, demo_lock, operator_sign_in, set_visitor_cookie
+from pages._errors import show_error
 from pages._i18n import language_switch, say, t
+from pages._picker import ensure_selection, refresh_sidebar_counts, sidebar_kb_picker
+from pages._progress import (
+    JOB_POLL_SECONDS,
+    attach_jobs_from_url,
+    job_outcome,
+    job_progress,
+    sidebar_jobs,
+    sync_job_url,
+)
 
 st.set_page_config(page_title="KB Workbench", page_icon=":material/hub:", layout="wide")
 st.markdown(
     "<style>mark{background:#ffe58a;padding:0 1px;border-radius:2px}"
     ".block-container{padding-top:2.2rem}"
-    # result cards: the hit's passage, "show all" swaps it for the whole text (pages/_shared.py: passage_card)
+    # result cards: the hit's passage, "show all" swaps it for the whole text (pages/_cards.py: passage_card)
     ".kb-chunk-text{line-height:1.55}details.kb-chunk>summary{list-style:none;cursor:pointer;display:block}"
     "details.kb-chunk>summary::-webkit-details-marker{display:none}"
     "details.kb-chunk:not([open]) .kb-full{display:none}details.kb-chunk[open] .kb-passage{display:none}"
     ".kb-more{color:#1c6dd0;font-size:.85rem}"
     "details.kb-chunk:not([open]) .kb-show-less,details.kb-chunk[open] .kb-show-all{display:none}"
-    # score bars: a hit's stacked parts on the 0–1 scale, final score marked (pages/_shared.py: score_bars)
+    # score bars: a hit's stacked parts on the 0–1 scale, final score marked (pages/_cards.py: score_bars)
     ".kb-bars{font-size:.8rem;margin:.2rem 0 .8rem}.kb-bars-legend{display:flex;gap:1rem;margin:0 0 .3rem 14rem}"
     ".kb-bars-legend i{display:inline-block;width:.75rem;height:.75rem;margin-right:.3rem;border-radius:2px;"
     "vertical-align:-1px}.kb-bars-legend i.kb-bars-final{width:2px;background:currentColor;border-radius:0}"
@@ -40,7 +54,7 @@ st.markdown(
     unsafe_allow_html=True,
 )
 
-session = ui.session()
+session = _service.session()
 # Navigation first, so the sidebar shows the real pages while the demo builds. .streamlit/config.toml hides the
 # sidebar navigation, so Streamlit's raw list of pages/ does not flash while the first run starts; it is on for these.
 st.set_option("client.showSidebarNavigation", True)
@@ -55,53 +69,62 @@ navigation = st.navigation(
         st.Page("pages/export_import.py", title=t("Backup & transfer"), icon=":material/swap_horiz:"),
     ]
 )
-ui.attach_jobs_from_url(session)
+attach_jobs_from_url(session)
 RUNNING = ("running", "cancelling")
 
 
 def demo_builder() -> Session:
     """The session the demo KB is built and watched by: this one, or in a public demo a local session of the server
     (a visitor neither sees the demo KB before it is published nor may create a shared one)."""
-    if not ui.public_demo_enabled():
+    if not _service.public_demo_enabled():
         return session
     if "demo_builder" not in st.session_state:
-        st.session_state["demo_builder"] = ui.service().session()
+        st.session_state["demo_builder"] = _service.service().session()
     return st.session_state["demo_builder"]  # type: ignore[no-any-return]
 
 
 def demo_progress(job_id: str) -> None:
     """The demo build's progress, polled; once the job ends, the whole app runs again (the pages may show)."""
-    status = demo_builder().import_job(job_id)
-    if not status["success"] or status["data"]["state"] not in RUNNING:
+    status = job_status(demo_builder(), job_id)
+    if status is None or status["state"] not in RUNNING:
         st.rerun()
-    ui.job_progress(status["data"], title=t("Demo"))
+    job_progress(status, title=t("Demo"))
+
+
+def job_status(builder: Session, job_id: str, watch: bool = False) -> dict[str, Any] | None:
+    """The import job's status, or None once the service no longer knows it."""
+    try:
+        return builder.operations.import_job(job_id, watch=watch).data
+    except KBError:
+        return None
 
 
 def demo_gate() -> None:
     """On a first start the demo KB is built by an import job of the service (it goes on whatever the browser does);
     every session that arrives meanwhile waits for it, watching its progress, and the pages show once it is ready."""
     builder = demo_builder()
-    home = str(ui.service().home.root)
-    holder = ui.demo_build(home)
+    home = str(_service.service().home.root)
+    holder = demo_build(home)
     waited = st.session_state.get("demo_waited")
     if waited is not None:  # this session watched the build: say how it ended, once
         st.session_state.pop("demo_waited")
-        ended = builder.import_job(waited)
-        builder.dismiss_import_job(waited)  # not one of this visitor's own imports
-        if ended["success"] and ended["data"]["state"] == "finished":
+        ended = job_status(builder, waited)
+        with suppress(KBError):  # gone already: nothing left to list
+            builder.operations.dismiss_import_job(waited)  # not one of this visitor's own imports
+        if ended is not None and ended["state"] == "finished":
             publish_demo()
             with st.status(t("Demo knowledge base ready"), state="complete", expanded=False):
-                st.write(f"{say(ended['data']['message'])} ({ended['data']['elapsed_seconds']:.0f} s)")
-        elif ended["success"]:
+                st.write(f"{say(ended['message'])} ({ended['elapsed_seconds']:.0f} s)")
+        elif ended is not None:
             with st.status(t("Building the demo knowledge base failed"), state="error", expanded=True):
-                ui.job_outcome(builder, ended["data"])
+                job_outcome(builder, ended)
     if st.session_state.get("demo_checked") and holder.get("job_id") is None:
         return
     files = demo_files()
-    with ui.demo_lock(home):
+    with demo_lock(home):
         job_id = holder.get("job_id")
-        status = builder.import_job(job_id) if job_id else None
-        if status is None or not status["success"] or status["data"]["state"] not in RUNNING:
+        status = job_status(builder, job_id) if job_id else None
+        if status is None or status["state"] not in RUNNING:
             holder["job_id"] = job_id = None
             st.session_state["demo_checked"] = True
             if not files or demo_exists(builder):
@@ -114,27 +137,28 @@ def demo_gate() -> None:
             creating.empty()
             if started is None:
                 return
-            if not started["success"]:
-                ui.show_error(started, prefix=t("Building the demo knowledge base failed: "))
+            if not started["success"]:  # kb_core.demo answers the start's envelope (until it answers a typed one)
+                refused = KBError(started["message"], code=(started.get("error") or {}).get("code"))
+                show_error(refused, prefix=t("Building the demo knowledge base failed: "))
                 return
             holder["job_id"] = job_id = started["data"]["job_id"]
-    builder.import_job(job_id, watch=True)
+    job_status(builder, job_id, watch=True)
     st.session_state["demo_waited"] = job_id
     with st.container(border=True):
         st.markdown(t("**Building the demo knowledge base “{name}” (first start)…**", name=DEMO_KB_NAME))
         st.write(t("Importing {n} English and Chinese documents with the {model} model. The build goes on if you "
                    "close this tab; the pages open once it is done.", n=len(files), model=DEMO_EMBEDDING_MODEL))
-        st.fragment(demo_progress, run_every=ui.JOB_POLL_SECONDS)(job_id)
+        st.fragment(demo_progress, run_every=JOB_POLL_SECONDS)(job_id)
     st.stop()
 
 
 def publish_demo() -> None:
     """In a public demo the demo KB is shared with every visitor, read-only (the operator may unpublish it)."""
-    demo = ui.public_demo()
+    demo = _service.public_demo()
     if demo is None or st.session_state.get("demo_published"):
         return
     try:
-        record = ui.service().find_kb(DEMO_KB_NAME)
+        record = _service.service().find_kb(DEMO_KB_NAME)
     except KBError:
         return
     if record.id not in demo.ledger.read().published and not demo.ledger.read().owners.get(record.id):
@@ -142,20 +166,20 @@ def publish_demo() -> None:
     st.session_state["demo_published"] = True
 
 
-if ui.demo_enabled():
+if demo_enabled():
     demo_gate()
-ui.ensure_selection(session, preferred=DEMO_KB_NAME)
+ensure_selection(session, preferred=DEMO_KB_NAME)
 
 with st.sidebar:
     st.markdown("### :material/hub: KB Workbench")
 language_switch()
-ui.demo_banner(session)
-counts = ui.sidebar_kb_picker(session)
-ui.operator_sign_in(session)
-ui.sidebar_jobs(session)
+demo_banner(session)
+counts = sidebar_kb_picker(session)
+operator_sign_in(session)
+sidebar_jobs(session)
 try:
     navigation.run()
 finally:  # also when the page stops early: the counts as the page left them (after an import, a deletion)
-    ui.refresh_sidebar_counts(session, counts)
-    ui.set_visitor_cookie()
-    ui.sync_job_url(session)
+    refresh_sidebar_counts(session, counts)
+    set_visitor_cookie()
+    sync_job_url(session)

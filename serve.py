@@ -17,9 +17,9 @@ import streamlit as st
 @asynccontextmanager
 async def lifespan(app: st.App) -> AsyncIterator[None]:
     yield
-    from pages import _shared
+    from pages import _service
 
-    await anyio.to_thread.run_sync(_shared.close_services)
+    await anyio.to_thread.run_sync(_service.close_services)
 
 
 app = st.App("app.py", lifespan=lifespan)

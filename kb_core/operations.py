@@ -90,6 +90,7 @@ from kb_core.results import (
     TokenRevoked,
     Verification,
 )
+from kb_core.retrieval.narrative import Note, result_notes
 from kb_core.retrieval.query import explain_chunk, rag_rank, search_settings
 from kb_core.retrieval.search import (
     RankedHits,
@@ -142,51 +143,23 @@ def search_facts(outcome: SearchResult) -> dict[str, Any]:
     }
 
 
-def search_notes(outcome: SearchResult) -> list[str]:
-    """Sentences for the message: hits hidden by min_score, copies dropped, stop words left out."""
-    notes: list[str] = []
-    if outcome.below_min_score:
-        notes.append(
-            msg(
-                "{count} hit(s) below {min_score:.2f} not shown.",
-                count=outcome.below_min_score, min_score=outcome.settings.min_score,
-            )
-        )
-    if outcome.duplicates_dropped:
-        notes.append(
-            msg(
-                "{count} hit(s) with the same text as a better hit from another knowledge base dropped.",
-                count=outcome.duplicates_dropped,
-            )
-        )
-    if outcome.without_evidence and len(outcome.hits) + outcome.below_min_score < outcome.settings.top_k:
-        facts = {"count": outcome.without_evidence, "floor": outcome.semantic_floor or 0}
-        mode = outcome.settings.mode
-        if mode == "keyword" or (
-            mode != "semantic" and outcome.weights_used is not None and outcome.weights_used.vector == 0
-        ):
-            notes.append(msg("{count} candidate(s) left out: they held no query term.", **facts))
-        elif mode == "semantic":
-            notes.append(
-                msg(
-                    "{count} candidate(s) left out: they scored a cosine at or below the model's semantic floor "
-                    "{floor:.3f}.",
-                    **facts,
-                )
-            )
-        else:
-            notes.append(
-                msg(
-                    "{count} candidate(s) left out: they held no query term and scored a cosine at or below the "
-                    "model's semantic floor {floor:.3f} (what unrelated text scores).",
-                    **facts,
-                )
-            )
+def result_notes_of(outcome: SearchResult) -> list[Note]:
+    """The narrative's notes on ``outcome`` (:func:`kb_core.retrieval.narrative.result_notes`): hits hidden by
+    min_score, copies dropped, candidates left out, stop words left out."""
     terms = outcome.query_terms
-    shown = terms is not None and terms.stop_words and not terms.only_stop_words  # only stop words: a warning says so
-    if terms is not None and shown and outcome.settings.mode != "semantic":
-        notes.append(msg("Stop words left out of the keyword query: {words}.", words=", ".join(terms.stop_words)))
-    return notes
+    return result_notes(
+        shown=len(outcome.hits),
+        top_k=outcome.settings.top_k,
+        mode=outcome.settings.mode,
+        min_score=outcome.settings.min_score,
+        below_min_score=outcome.below_min_score,
+        duplicates_dropped=outcome.duplicates_dropped,
+        without_evidence=outcome.without_evidence,
+        semantic_floor=outcome.semantic_floor,
+        vector_weight_used=None if outcome.weights_used is None else outcome.weights_used.vector,
+        stop_words=() if terms is None else tuple(terms.stop_words),
+        only_stop_words=terms is not None and terms.only_stop_words,
+    )
 
 
 def joined(sentences: Sequence[str]) -> str:
@@ -1247,7 +1220,8 @@ class Operations:
                 "hybrid": msg("Found {count} chunk(s) (hybrid search).", count=len(chunks)),
             }.get(settings.mode, msg("Found {count} chunk(s) ({mode} search).", count=len(chunks), mode=settings.mode))
         )
-        message = joined([found, *search_notes(outcome), *outcome.warnings])
+        notes = result_notes_of(outcome)
+        message = joined([found, *(note.text for note in notes), *outcome.warnings])
         return SearchReport(
             message,
             chunks,
@@ -1256,6 +1230,7 @@ class Operations:
             outcome.weights_json(),
             outcome.warnings,
             **search_facts(outcome),
+            notes=notes,
         )
 
     def explain_search(

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from kb_core.errors import KBError
+from kb_core.retrieval.narrative import Note
 from kb_core.retrieval.search import SearchFilters, SearchHit, SearchOutcome, SearchSettings
 
 __all__ = ["SearchHit", "SearchRequest", "SearchResult", "SearchSettings"]
@@ -269,6 +270,9 @@ class SearchReport(Result):
     below_min_score: int
     without_evidence: int
     duplicates_dropped: int
+    # The narrative's notes (kb_core.retrieval.narrative.result_notes), as the message says them: for a front end
+    # that says them apart (the search lab); the JSON has the message and the counts.
+    notes: list[Note] = field(default_factory=list, metadata=HIDDEN)
 
 
 @dataclass

@@ -9,11 +9,14 @@ import streamlit as st
 
 from kb_core.documents import human_size
 from kb_core.text_language import language_name
-from pages import _shared as ui
+from pages import _service
+from pages._errors import attempt
 from pages._i18n import say, t
+from pages._picker import require_current_kb
+from pages._progress import ImportBars
 
-session = ui.session()
-kb_name = ui.require_current_kb(session)
+session = _service.session()
+kb_name = require_current_kb(session)
 st.title(t("Documents"))
 st.caption(t("In knowledge base **{kb}**.", kb=kb_name))
 
@@ -21,8 +24,8 @@ flash = st.session_state.pop("doc_flash", None)
 if flash:
     st.success(say(flash), icon=":material/check_circle:")
 
-listing = ui.data_or_error(session.list_documents())
-documents: list[dict[str, Any]] = listing["documents"] if listing else []
+listing = attempt(lambda: session.operations.list_documents())
+documents: list[dict[str, Any]] = listing.documents if listing else []
 if not documents:
     st.info(t("This knowledge base has no documents yet. Add some on the **Import** page."))
     st.stop()
@@ -128,9 +131,10 @@ document = next(d for d in ready if d["name"] == chosen)
 
 preview_tab, rechunk_tab, delete_tab = st.tabs([t("Chunk preview"), t("Re-chunk"), t("Delete")])
 with preview_tab:
-    item = ui.data_or_error(session.get_item(document["id"]))
-    listed = ui.data_or_error(session.list_chunks(document["name"]))
-    chunks: list[dict[str, Any]] = listed["chunks"] if listed else []
+    found = attempt(lambda: session.operations.get_item(document["id"]))
+    item = found.data if found else None
+    listed = attempt(lambda: session.operations.list_chunks(document["name"]))
+    chunks: list[dict[str, Any]] = listed.chunks if listed else []
     if chunks:
         st.caption(t("{n} chunks of at most {size} tokens.", n=len(chunks), size=document["chunk_size"]))
         for chunk in chunks:
@@ -156,21 +160,19 @@ with rechunk_tab:
         key="doc_new_size",
     )
     if st.button(t("Re-chunk"), type="primary", key="doc_rechunk"):
-        bars = ui.ImportBars([document["file_path"]], [document["name"]], title=t("Re-chunking"))
-        result = session.update_document(document["name"], int(new_size), progress=bars)
-        if result["success"]:
-            st.session_state["doc_flash"] = result["message"]
+        bars = ImportBars([document["file_path"]], [document["name"]], title=t("Re-chunking"))
+        updated = attempt(lambda: session.operations.update_document(document["name"], int(new_size), progress=bars))
+        if updated is not None:
+            st.session_state["doc_flash"] = updated.message
             st.rerun()
-        ui.show_error(result)
 
 with delete_tab:
     st.write(t("Delete **{name}** and its {n} chunks from the knowledge base.", name=document["name"],
                n=document["chunk_count"]))
     sure = st.checkbox(t("Yes, delete this document"), key="doc_delete_sure")
     if st.button(t("Delete document"), disabled=not sure, key="doc_delete"):
-        result = session.delete_document(document["name"])
-        if result["success"]:
-            st.session_state["doc_flash"] = result["message"]
+        deleted = attempt(lambda: session.operations.delete_document(document["name"]))
+        if deleted is not None:
+            st.session_state["doc_flash"] = deleted.message
             st.session_state.pop("doc_delete_sure", None)
             st.rerun()
-        ui.show_error(result)

@@ -16,11 +16,15 @@ import streamlit as st
 
 from kb_core import KBError
 from kb_core.beir import confine_folder
-from kb_core.config import DEFAULT_KEYWORD_WEIGHT, DEFAULT_VECTOR_WEIGHT
+from kb_core.config import DEFAULT_VECTOR_WEIGHT, SEARCH_MODES
 from kb_core.demo import DEMO_KB_NAME, demo_judgments_folder
-from kb_core.envelope import envelope_of
-from pages import _shared as ui
+from kb_core.retrieval.search import saved_search_settings
+from pages import _service
+from pages._cards import table_height
+from pages._errors import attempt
 from pages._i18n import say, t
+from pages._paths import server_path_session
+from pages._picker import current_kb_name
 
 try:
     from kb_core import evaluation
@@ -33,7 +37,7 @@ UPLOAD = "Upload files"
 METRIC_NAMES = {"ndcg@10": "nDCG@10", "recall@100": "Recall@100", "mrr@10": "MRR@10"}
 METRIC_COLOURS = {"ndcg@10": "#1f4e9c", "recall@100": "#7fb3e6", "mrr@10": "#e07b39"}
 
-session = ui.session()
+session = _service.session()
 st.title(t("Evaluate retrieval"))
 if evaluation is None:
     st.error(t("The evaluation package (kb_core.evaluation) is not available here."))
@@ -81,7 +85,7 @@ class Outcome:
     sweep_labels: list[str]
 
 
-kb_name = ui.current_kb_name(session)
+kb_name = current_kb_name(session)
 demo_folder = demo_judgments_folder()
 st.caption(
     t("Judgments in BEIR format: `queries.jsonl` ({fields}) and `qrels.tsv` (query-id, corpus-id, score). Against "
@@ -90,7 +94,7 @@ st.caption(
 )
 
 # a public demo has no server folders (the session refuses them too)
-sources = ([DEMO] if demo_folder is not None else []) + ([] if ui.public_demo_enabled() else [FOLDER]) + [UPLOAD]
+sources = ([DEMO] if demo_folder is not None else []) + ([] if _service.public_demo_enabled() else [FOLDER]) + [UPLOAD]
 default_source = (
     DEMO if demo_folder is not None and kb_name == DEMO_KB_NAME else FOLDER if FOLDER in sources else UPLOAD
 )
@@ -114,7 +118,7 @@ if source == DEMO:
 elif source == FOLDER:
     # Inside the KB_ALLOW_DIRS folders only (as Import and Export / import), never the home; nothing is looked at
     # before the check, so a refusal does not say whether a path exists (#37).
-    confined = ui.server_path_session(session)
+    confined = server_path_session(session)
     text = st.text_input(t("BEIR folder"), key="eval_folder", placeholder="/data/beir/scifact",
                          disabled=confined is None)
     if confined is not None and text.strip():
@@ -148,7 +152,7 @@ else:
 
 with st.expander(t("Settings"), expanded=True):
     s1, s2, s3 = st.columns([1.8, 1.2, 1.3])
-    modes = s1.multiselect(t("Modes"), list(evaluation.MODES), default=list(evaluation.MODES), key="eval_modes",
+    modes = s1.multiselect(t("Modes"), list(SEARCH_MODES), default=list(SEARCH_MODES), key="eval_modes",
                            format_func=mode_labels().get,
                            help=t("Each mode with the KB's saved settings (its defaults)."))
     compare_fusion = s2.toggle(
@@ -248,9 +252,7 @@ def save_best(outcome: Outcome, best: dict[str, Any]) -> None:
     """The best sweep point as the evaluated KB's default: hybrid, those weights, fixed weighting, weighted fusion
     (the point's own settings); its other saved settings stay."""
     record = session.find_kb(outcome.kb_name)
-    current = {**{"vector_weight": DEFAULT_VECTOR_WEIGHT, "keyword_weight": DEFAULT_KEYWORD_WEIGHT,
-                  "weighting": "fixed", "fusion": "weighted",
-                  "mode": "hybrid", "language_guard": True}, **record.search_settings}
+    current = saved_search_settings(record.search_settings)
     settings = ", ".join([
         mode_label(str(current["mode"])),
         t("vector {vector} / keyword {keyword}", vector=f"{float(current['vector_weight']):.2f}",
@@ -266,15 +268,14 @@ def save_best(outcome: Outcome, best: dict[str, Any]) -> None:
                  help=say(refusal) if refusal else
                  t("Hybrid search with these weights (fixed, weighted fusion) becomes the KB's default: the "
                    "Search lab, the CLI and MCP searches that give no settings use it.")):
-        result = envelope_of(evaluation.save_best, session, outcome.kb_name, best)
-        if result["success"]:
+        saved = attempt(lambda: evaluation.save_best(session, outcome.kb_name, best))
+        if saved is not None:
             st.session_state["eval_saved"] = t(
                 "{message} Vector {vector} / keyword {keyword}, fixed weighting, weighted fusion.",
-                message=say(result["message"]), vector=f"{best['vector_weight']:.2f}",
+                message=say(saved.message), vector=f"{best['vector_weight']:.2f}",
                 keyword=f"{best['keyword_weight']:.2f}",
             )
             st.rerun()
-        ui.show_error(result)
 
 
 def show_outcome(outcome: Outcome) -> None:
@@ -293,7 +294,7 @@ def show_outcome(outcome: Outcome) -> None:
         **{c: metrics[c].fillna("") for c in ("weighting", "fusion")},
     )
     st.dataframe(shown, hide_index=True, width="stretch", column_config={**table_columns(), **number, **weight},
-                 height=ui.table_height(len(metrics)))
+                 height=table_height(len(metrics)))
 
     swept = metrics[metrics["setting"].isin(outcome.sweep_labels)].sort_values("vector_weight")
     by_mode = metrics[~metrics["setting"].isin(outcome.sweep_labels)]
@@ -380,10 +381,10 @@ def delta_figure(moved: pd.DataFrame, metric: str) -> go.Figure:
 
 def compare_section() -> None:
     st.subheader(t("Compare runs"))
-    listing = ui.data_or_error(session.list_evaluation_runs())
+    listing = attempt(lambda: session.operations.list_evaluation_runs())
     if listing is None:
         return
-    runs = {r["id"]: r for r in listing["runs"]}
+    runs = {r["id"]: r for r in listing.runs}
     if not runs:
         st.caption(t("No runs are kept yet: every evaluation run here or with `kb eval` is kept for comparison."))
         return
@@ -405,11 +406,12 @@ def compare_section() -> None:
     setting_b = col_b.selectbox(t("Setting of B"), settings_b, index=default_b, key=f"cmp_setting_b_{run_b}")
     metric = st.radio(t("Metric"), list(evaluation.METRICS), horizontal=True, format_func=METRIC_NAMES.get,
                       key="cmp_metric")
-    data = ui.data_or_error(session.compare_evaluation_runs(
+    compared = attempt(lambda: session.operations.compare_evaluation_runs(
         run_a, run_b, setting_a=setting_a, setting_b=setting_b, metric=metric, top=1000
     ))
-    if data is None:
+    if compared is None:
         return
+    data = compared.data
     for warning in data["warnings"]:
         st.warning(say(warning), icon=":material/warning:")
     wins, losses, ties, mean = st.columns([1, 1, 1, 2.2])

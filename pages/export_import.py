@@ -14,14 +14,18 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from kb_core import Session
+from kb_core import KBError, Session
 from kb_core.documents import human_size
-from pages import _shared as ui
+from kb_core.results import ExportSummary, ImportSummary
+from pages import _service
+from pages._errors import attempt, show_error
 from pages._i18n import say, t
+from pages._paths import server_path_session
+from pages._picker import kb_listing
 
 EXPORT_SUFFIX = ".kbx"
 
-session = ui.session()
+session = _service.session()
 st.title(t("Export / import knowledge bases"))
 st.caption(t(
     "One portable file (a ZIP with a manifest and checksums) holds knowledge bases with their settings, documents "
@@ -30,8 +34,8 @@ st.caption(t(
     "timestamp suffix."
 ))
 
-listing = ui.data_or_error(session.list_knowledge_bases())
-kbs = listing["knowledge_bases"] if listing else []
+listing = attempt(lambda: kb_listing(session))  # the sidebar's: read once per run
+kbs = listing.knowledge_bases if listing else []
 names = [kb["name"] for kb in kbs]
 
 
@@ -44,41 +48,48 @@ def export_name(chosen: list[str]) -> str:
 
 def prepare_download(chosen: list[str]) -> None:
     """Export into a temp folder, keep the bytes for the download button, remove the file."""
-    folder = ui.scratch_dir("kb-export-", session)
+    folder = _service.scratch_dir("kb-export-", session)
     name = export_name(chosen)
+    written: ExportSummary | KBError
+    data = None
     try:
         with st.spinner(t("Writing the export file…")):
-            envelope = session.export_database(str(folder / name), kb_names=chosen or None)
-        data = (folder / name).read_bytes() if envelope["success"] else None
+            written = session.operations.export_database(str(folder / name), kb_names=chosen or None)
+        data = (folder / name).read_bytes()
+    except KBError as error:
+        written = error
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    st.session_state["export_result"] = {"envelope": envelope, "name": name, "bytes": data}
+    st.session_state["export_result"] = {"result": written, "name": name, "bytes": data}
 
 
 def run_import(path: str, label: str, via: Session | None = None, uploaded: bool = False) -> None:
+    merged: ImportSummary | KBError
     with st.spinner(t("Validating and importing {file}…", file=label)):
         # an upload is saved under a temporary name: the messages name the user's file instead
-        envelope = (via or session).import_database(path, display_name=label if uploaded else None)
-    st.session_state["import_db_result"] = {"envelope": envelope, "label": label}
+        try:
+            merged = (via or session).operations.import_database(path, display_name=label if uploaded else None)
+        except KBError as error:
+            merged = error
+    st.session_state["import_db_result"] = {"result": merged, "label": label}
 
 
 def show_import_result(stored: dict[str, Any]) -> None:
-    envelope = stored["envelope"]
-    if not envelope["success"]:
-        ui.show_error(envelope)  # the service names the file
+    merged = stored["result"]
+    if isinstance(merged, KBError):
+        show_error(merged)  # the service names the file
         return
-    data = envelope["data"]
-    st.success(say(envelope["message"]), icon=":material/check_circle:")
+    st.success(say(merged.message), icon=":material/check_circle:")
     left, right = st.columns(2)
-    left.metric(t("Knowledge bases imported"), data["imported_kb_count"])
-    right.metric(t("Documents imported"), data["imported_doc_count"])
-    renamed = {r["to"]: r["from"] for r in data.get("renamed_knowledge_bases", [])}
-    if data.get("knowledge_bases"):
+    left.metric(t("Knowledge bases imported"), len(merged.knowledge_bases))
+    right.metric(t("Documents imported"), merged.document_count)
+    renamed = {to: was for was, to in merged.renamed_knowledge_bases}
+    if merged.knowledge_bases:
         st.dataframe(
             pd.DataFrame(
                 {
-                    t("Imported as"): data["knowledge_bases"],
-                    t("Renamed from"): [renamed.get(n, "") for n in data["knowledge_bases"]],
+                    t("Imported as"): merged.knowledge_bases,
+                    t("Renamed from"): [renamed.get(n, "") for n in merged.knowledge_bases],
                 }
             ),
             hide_index=True, width="stretch",
@@ -100,10 +111,11 @@ with export_col:
             prepare_download(chosen)
         stored = st.session_state.get("export_result")
         if stored:
-            if stored["envelope"]["success"] and stored["bytes"] is not None:
+            written = stored["result"]
+            if not isinstance(written, KBError) and stored["bytes"] is not None:
                 # the file was written to a scratch folder: the message names the download instead
-                said = say(stored["envelope"]["message"])
-                st.success(said.replace(stored["envelope"]["data"]["export_path"], stored["name"]),
+                said = say(written.message)
+                st.success(said.replace(written.export_path, stored["name"]),
                            icon=":material/check_circle:")
                 st.download_button(
                     t("Download {file} ({size})", file=stored["name"], size=human_size(len(stored["bytes"]))),
@@ -113,10 +125,10 @@ with export_col:
                     key="export_download",
                     icon=":material/download:",
                 )
-            else:
-                ui.show_error(stored["envelope"])
+            elif isinstance(written, KBError):
+                show_error(written)
     with server_tab:
-        confined = ui.server_path_session(session)
+        confined = server_path_session(session)
         if confined is not None:
             target = st.text_input(t("Export file path (on the machine that runs the app)"), key="export_path",
                                    placeholder=f"/backups/knowledge-bases{EXPORT_SUFFIX}")
@@ -125,11 +137,11 @@ with export_col:
                     st.warning(t("Give the path of the file to write."))
                 else:
                     with st.spinner(t("Writing the export file…")):
-                        result = confined.export_database(target.strip(), kb_names=chosen or None)
-                    if result["success"]:
-                        st.success(say(result["message"]), icon=":material/check_circle:")
-                    else:
-                        ui.show_error(result)
+                        exported = attempt(
+                            lambda: confined.operations.export_database(target.strip(), kb_names=chosen or None)
+                        )
+                    if exported is not None:
+                        st.success(say(exported.message), icon=":material/check_circle:")
     if not names:
         st.info(t("There are no knowledge bases to export yet."))
 
@@ -157,7 +169,7 @@ with import_col:
             st.session_state["import_db_round"] = round_ + 1
             st.rerun()  # the sidebar lists the new knowledge bases
     with path_tab:
-        confined = ui.server_path_session(session)
+        confined = server_path_session(session)
         if confined is not None:
             source = st.text_input(t("Export file path (on the machine that runs the app)"), key="import_db_path",
                                    placeholder=f"/backups/knowledge-bases{EXPORT_SUFFIX}")

@@ -4,27 +4,34 @@ progress per file, a Cancel button, and its results (per file, failures with rea
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import streamlit as st
 
 from kb_core import Session
-from pages import _shared as ui
+from kb_core.results import ImportJobStatus
+from pages import _service
+from pages._demo import demo_limits_caption
+from pages._errors import attempt
 from pages._i18n import say, t
+from pages._paths import server_path_session
+from pages._picker import require_current_kb
+from pages._progress import import_jobs_panel
 
 UPLOAD_TYPES = ["txt", "md", "text", "docx", "doc", "csv", "tsv", "log", "rst"]
 
-session = ui.session()
-kb_name = ui.require_current_kb(session)
+session = _service.session()
+kb_name = require_current_kb(session)
 st.title(t("Import documents"))
 st.caption(t("Into knowledge base **{kb}**. TXT (any common encoding), DOCX and DOC files.", kb=kb_name))
 
 
-def start(started: dict[str, Any]) -> None:
-    """After a start: clear the form for the next import (its job is listed below), or show why it did not start."""
-    if not started["success"]:
-        ui.show_error(started)
+def start(begin: Callable[[], ImportJobStatus]) -> None:
+    """Start an import job, then clear the form for the next import (its job is listed below), or show why it did
+    not start."""
+    if attempt(begin) is None:
         return
     st.session_state["upload_round"] = st.session_state.get("upload_round", 0) + 1  # a fresh, empty uploader
     st.rerun()
@@ -36,7 +43,7 @@ with st.expander(t("Options")):
         t("Chunk size (tokens)"), min_value=32, max_value=8192, value=512, step=64, disabled=not override,
         key="import_chunk_size",
     )
-    executors = session.import_executors()["data"]["executors"]
+    executors = session.operations.import_executors().executors
     usable = [name for name, reason in executors.items() if reason is None]
     executor = st.radio(
         t("Executor"), usable, horizontal=True, key="import_executor",
@@ -53,7 +60,7 @@ with st.expander(t("Options")):
 size = int(chunk_size) if override else None
 how: dict[str, Any] = {"executor": executor, "executor_address": address or None}
 
-ui.demo_limits_caption(session)
+demo_limits_caption(session)
 upload_tab, path_tab = st.tabs([t("Upload files"), t("Paths on the server")])
 with upload_tab:
     uploads = st.file_uploader(
@@ -62,10 +69,12 @@ with upload_tab:
     )
     if st.button(t("Import uploaded files"), type="primary", disabled=not uploads, key="import_uploads"):
         # The service keeps the files (known by their names) for the job, and removes them when it ends.
-        start(session.start_import(uploads=[(u.name, u.getvalue()) for u in uploads or []], chunk_size=size, **how))
+        start(lambda: session.operations.start_import(
+            uploads=[(u.name, u.getvalue()) for u in uploads or []], chunk_size=size, **how
+        ))
 
 with path_tab:
-    confined: Session | None = ui.server_path_session(session)
+    confined: Session | None = server_path_session(session)
     if confined is not None:
         text = st.text_area(
             t("One file path per line (files on the machine that runs the app, inside the allowed folders)"),
@@ -74,8 +83,10 @@ with path_tab:
         path_list = [line.strip() for line in text.splitlines() if line.strip()]
         if st.button(t("Import these files"), type="primary", key="import_server_paths"):
             if path_list:
-                start(confined.start_import([str(Path(p)) for p in path_list], chunk_size=size, **how))
+                start(lambda: confined.operations.start_import(
+                    [str(Path(p)) for p in path_list], chunk_size=size, **how
+                ))
             else:
                 st.warning(t("Give at least one file path."))
 
-ui.import_jobs_panel(session)
+import_jobs_panel(session)

@@ -9,31 +9,36 @@ from contextlib import nullcontext
 import pandas as pd
 import streamlit as st
 
+from kb_core import KBError
 from kb_core.embedding.builtin import covers_script, reader_of, unread_documents
 from kb_core.text_language import language_name
-from pages import _shared as ui
+from pages import _service
+from pages._errors import attempt, show_error
 from pages._i18n import say, t
+from pages._picker import kb_listing, select
+from pages._progress import overall_fraction
 
-session = ui.session()
-listed_models = session.embedding_models()
-DEFAULT_MODEL = listed_models["data"]["default"] if listed_models["success"] else None
+session = _service.session()
+listed_models = attempt(lambda: session.operations.embedding_models())
+DEFAULT_MODEL = listed_models.default if listed_models else None
 # The built-in models, the default first; other models (a local folder, an endpoint's) are typed in.
 MODELS = {
     m["name"]: m
-    for m in sorted(listed_models["data"]["models"] if listed_models["success"] else [],
-                    key=lambda m: m["name"] != DEFAULT_MODEL)
+    for m in sorted(listed_models.models if listed_models else [], key=lambda m: m["name"] != DEFAULT_MODEL)
 }
-demo = ui.public_demo()
+demo = _service.public_demo()
 if demo is not None:  # a public demo offers its models only (the session refuses others too)
     MODELS = {name: m for name, m in MODELS.items() if name in demo.models}
 DEFAULT_MODEL = DEFAULT_MODEL if DEFAULT_MODEL in MODELS else next(iter(MODELS), None)
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
 st.title(t("Knowledge bases"))
-device = session.device_info()
+try:
+    device = t("Embedding device: {device}; queries on the CPU.",
+               device=say(session.operations.device_info().device["description"]))
+except KBError as error:
+    device = t("Embedding device: {device}", device=say(error.message))
 st.caption(
-    t("Embedding device: {device}; queries on the CPU.", device=say(device["data"]["device"]["description"]))
-    if device["success"]
-    else t("Embedding device: {device}", device=say(device["message"])),
+    device,
     help=t("Set with KB_DEVICE (auto, cpu, cuda, cuda:N, mps) before starting the app; float16 on CUDA unless "
            "KB_PRECISION=float32."),
 )
@@ -42,9 +47,8 @@ flash = st.session_state.pop("kb_flash", None)
 if flash:  # a service message (said now, in the session's language) or the page's own, already said
     st.success(say(flash), icon=":material/check_circle:")
 
-listing = session.list_knowledge_bases()
-kbs = ui.data_or_error(listing)
-kbs = kbs["knowledge_bases"] if kbs else []
+listing = attempt(lambda: kb_listing(session))  # the sidebar's: read once per run
+kbs = listing.knowledge_bases if listing else []
 names = [kb["name"] for kb in kbs]
 current = next((kb["name"] for kb in kbs if kb["is_current"]), None)
 
@@ -66,8 +70,10 @@ def reembed_offer(kb_name: str) -> None:
     kb = next((k for k in kbs if k["name"] == kb_name), None)
     if kb is None or not kb["document_count"] or kb["embedding_endpoint"]:
         return
-    listed = session.list_documents(kb_name=kb_name)
-    languages = {d["name"]: d.get("language") for d in listed["data"]["documents"]} if listed["success"] else {}
+    try:
+        languages = {d["name"]: d.get("language") for d in session.operations.list_documents(kb_name=kb_name).documents}
+    except KBError:
+        languages = {}
     unread = unread_documents(kb["embedding_model"], languages)
     reader = reader_of(set(unread.values()))
     if not unread or reader is None:
@@ -87,16 +93,15 @@ def reembed_offer(kb_name: str) -> None:
         bar = st.progress(0.0, text=t("Importing the documents of {kb} with {model}…", kb=kb_name, model=reader))
 
         def progress(state) -> None:  # type: ignore[no-untyped-def]
-            bar.progress(min(1.0, ui.overall_fraction(state)),
+            bar.progress(min(1.0, overall_fraction(state)),
                          text=t("{done} of {total} files", done=state.files_done, total=state.files_total))
 
-        result = session.reembed_knowledge_base(kb_name, reader, progress=progress)
-        if result["success"]:
-            ui.data_or_error(session.select_knowledge_base(result["data"]["kb_name"]))
-            st.session_state["kb_flash"] = result["message"]
+        made = attempt(lambda: session.operations.reembed_knowledge_base(kb_name, reader, progress=progress))
+        if made is not None and made.succeeded():
+            select(session, made.kb_name)
+            st.session_state["kb_flash"] = made.message
             st.session_state.pop("kb_target", None)  # the picker shows the new, current KB
             st.rerun()
-        ui.show_error(result)
 
 
 # The table takes the page's width: beside the create form, at 1280 px it hid the chunk size and creation time (#34).
@@ -135,16 +140,16 @@ with left:
             t("Knowledge base"), names, index=names.index(current) if current in names else 0, key="kb_target"
         )
         if select_col.button(t("Select"), width="stretch", type="primary", key="kb_select"):
-            data = ui.data_or_error(session.select_knowledge_base(target))
-            if data:
-                st.session_state["kb_flash"] = t("Selected knowledge base '{name}'.", name=data["kb_name"])
+            selected = attempt(lambda: session.operations.select_knowledge_base(target))
+            if selected is not None:
+                st.session_state["kb_flash"] = t("Selected knowledge base '{name}'.", name=selected.kb_name)
                 st.rerun()
         read_only = session.change_refusal(target)
         if delete_col.button(t("Delete…"), width="stretch", key="kb_delete", disabled=read_only is not None,
                              help=None if read_only is None else say(read_only)):
             if target == current:
                 # The service refuses and explains why; show its message rather than a dialog.
-                ui.show_error(session.delete_knowledge_base(target))
+                attempt(lambda: session.operations.delete_knowledge_base(target))
             else:
                 st.session_state["kb_pending_delete"] = target
 
@@ -159,11 +164,10 @@ with left:
                 yes, no = st.columns(2)
                 if yes.button(t("Yes, delete"), type="primary", key="kb_confirm_delete", width="stretch"):
                     st.session_state.pop("kb_pending_delete", None)
-                    result = session.delete_knowledge_base(pending)
-                    if result["success"]:
-                        st.session_state["kb_flash"] = result["message"]
+                    deleted = attempt(lambda: session.operations.delete_knowledge_base(pending))
+                    if deleted is not None:
+                        st.session_state["kb_flash"] = deleted.message
                         st.rerun()
-                    ui.show_error(result)
                 if no.button(t("Cancel"), key="kb_cancel_delete", width="stretch"):
                     st.session_state.pop("kb_pending_delete", None)
                     st.rerun()
@@ -224,29 +228,35 @@ with right:
             if first_build
             else nullcontext()
         )
+        refused: KBError | None = None
         with preparing:
-            created = session.create_knowledge_base(
-                name,
-                int(chunk_size),
-                embedding_model=chosen,
-                embedding_endpoint=endpoint or None,
-                embedding_api_key=api_key or None,
-                progress=(lambda line: st.write(say(line))) if first_build else None,
-            )
-        if created["success"]:
-            message = created["message"]
+            try:
+                created = session.operations.create_knowledge_base(
+                    name,
+                    int(chunk_size),
+                    embedding_model=chosen,
+                    embedding_endpoint=endpoint or None,
+                    embedding_api_key=api_key or None,
+                    progress=(lambda line: st.write(say(line))) if first_build else None,
+                )
+            except KBError as error:
+                refused = error
+        if refused is None:
+            message = created.message
             if select_after:
-                ui.data_or_error(session.select_knowledge_base(created["data"]["kb_name"]))
-                message = t("Created and selected knowledge base '{name}'.", name=created["data"]["kb_name"])
+                select(session, created.kb_name)
+                message = t("Created and selected knowledge base '{name}'.", name=created.kb_name)
             st.session_state["kb_flash"] = message
             st.rerun()
-        field = ((created.get("error") or {}).get("details") or {}).get("field")
-        ui.show_error(created, prefix=t("{field}: ", field=field_label(field)) if field else "")
+        else:
+            field = (refused.details or {}).get("field")
+            show_error(refused, prefix=t("{field}: ", field=field_label(field)) if field else "")
 
 if session.principal.kind == "operator":
     st.divider()
     st.subheader(t("Demo management"))
-    status = ui.data_or_error(session.demo_status()) or {}
+    found = attempt(lambda: session.operations.demo_status())
+    status = found.data if found else {}
     owners = status.get("visitor_kbs", {})
     published = set(status.get("published", []))
     st.caption(t("Published knowledge bases are shared read-only with every visitor; a visitor's own expire."))
@@ -265,17 +275,15 @@ if session.principal.kind == "operator":
         share_pick, share_on, share_off = st.columns([3, 1, 1], vertical_alignment="bottom")
         shared = share_pick.selectbox(t("Knowledge base"), names, key="demo_publish_target")
         if share_on.button(t("Publish"), key="demo_publish", width="stretch"):
-            result = session.publish_knowledge_base(shared, True)
-            if result["success"]:
-                st.session_state["kb_flash"] = result["message"]
+            done = attempt(lambda: session.operations.publish_knowledge_base(shared, True))
+            if done is not None:
+                st.session_state["kb_flash"] = done.message
                 st.rerun()
-            ui.show_error(result)
         if share_off.button(t("Unpublish"), key="demo_unpublish", width="stretch"):
-            result = session.publish_knowledge_base(shared, False)
-            if result["success"]:
-                st.session_state["kb_flash"] = result["message"]
+            done = attempt(lambda: session.operations.publish_knowledge_base(shared, False))
+            if done is not None:
+                st.session_state["kb_flash"] = done.message
                 st.rerun()
-            ui.show_error(result)
     usage = status.get("usage") or []
     st.markdown(t("**Visitors' usage** (imports, searches and refusals since the app started)"))
     if usage:

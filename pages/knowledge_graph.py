@@ -14,17 +14,21 @@ import plotly.graph_objects as go
 import streamlit as st
 import yaml
 
+from kb_core import KBError
 from kb_core.bundles.loading import load_bundle_text
-from pages import _shared as ui
+from kb_core.results import BundleImported
+from pages import _service
+from pages._errors import attempt, show_error
 from pages._i18n import say, t
+from pages._picker import require_current_kb
 
 GRAPH_LIMIT = 500  # nodes drawn at most
 LABELS_UP_TO = 60  # nodes get a text label when there are at most this many
 ARROWS_UP_TO = 200  # edges get an arrowhead when there are at most this many
 TYPE_COLOURS = ["#4C78A8", "#F58518", "#54A24B", "#E45756", "#72B7B2", "#B279A2", "#FF9DA6", "#9D755D"]
 
-session = ui.session()
-kb_name = ui.require_current_kb(session)
+session = _service.session()
+kb_name = require_current_kb(session)
 state_key = session.current_kb_id or kb_name  # results and edit rounds belong to one KB
 
 st.title(t("Knowledge graph"))
@@ -47,10 +51,6 @@ def identity_text(identity: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in identity.items())
 
 
-def show_multiline_error(envelope: dict[str, Any]) -> None:
-    ui.show_error({**envelope, "message": say(envelope.get("message") or "").replace("\n", "  \n")})
-
-
 def write_temp_yaml(text: str | bytes) -> str:
     handle, path = tempfile.mkstemp(prefix="kb-bundle-", suffix=".yaml", dir=session.scratch_root)
     with os.fdopen(handle, "wb") as out:
@@ -63,12 +63,14 @@ def import_bundle(text: str | bytes, source: str) -> None:
     path = write_temp_yaml(text)
     try:
         with st.spinner(t("Validating the bundle and indexing its documents…")):
-            envelope = session.import_knowledge_bundle(path, delete_file=True)
+            imported: BundleImported | KBError = session.operations.import_knowledge_bundle(path, delete_file=True)
+    except KBError as error:
+        imported = error
     finally:
         if os.path.exists(path):
             os.unlink(path)
     raw = text.decode("utf-8", errors="replace") if isinstance(text, bytes) else text
-    st.session_state[f"bundle_result_{state_key}"] = {"envelope": envelope, "text": raw, "source": source}
+    st.session_state[f"bundle_result_{state_key}"] = {"result": imported, "text": raw, "source": source}
     st.rerun()  # the sidebar counts and the graph show the new state
 
 
@@ -87,8 +89,8 @@ def offending_items(text: str, indexes: list[int]) -> dict[int, Any]:
     return {i: data[i] for i in indexes if 0 <= i < len(data)}
 
 
-def show_refusal(envelope: dict[str, Any], text: str) -> None:
-    errors = ((envelope.get("error") or {}).get("details") or {}).get("errors") or []
+def show_refusal(refusal: KBError, text: str) -> None:
+    errors = (refusal.details or {}).get("errors") or []
     st.error(
         t("The bundle was refused and nothing was changed: {n} error(s). Fix them and import it again.", n=len(errors))
         + "  \n`BUNDLE_INVALID`",
@@ -122,9 +124,9 @@ def show_refusal(envelope: dict[str, Any], text: str) -> None:
                 st.code(to_yaml(item), language="yaml", wrap_lines=True)
 
 
-def show_success(envelope: dict[str, Any]) -> None:
-    stats = envelope["data"]["stats"]
-    st.success(say(envelope["message"]), icon=":material/check_circle:")
+def show_success(imported: BundleImported) -> None:
+    stats = imported.stats
+    st.success(say(imported.message), icon=":material/check_circle:")
     cols = st.columns(5)
     cols[0].metric(t("Nodes upserted"), stats.get("nodes_upserted", 0))
     cols[1].metric(t("Nodes deleted"), stats.get("nodes_deleted", 0))
@@ -224,9 +226,9 @@ graph_tab, bundle_tab, ontology_tab, schema_tab = st.tabs(
 
 # -- schema (read first: the bundle tab offers its example) -----------------------------------------------
 with schema_tab:
-    schema = ui.data_or_error(session.get_knowledge_schema())
+    schema = attempt(lambda: session.operations.get_knowledge_schema())
     if schema is not None:
-        st.session_state["bundle_example"] = schema["example_yaml"]
+        st.session_state["bundle_example"] = schema.example_yaml
         st.caption(t(
             "A bundle is a YAML list of items; each item is one node or edge of a type below. This JSON Schema "
             "(draft-07) is generated from the ontology; a delete needs only the identity fields."
@@ -234,16 +236,16 @@ with schema_tab:
         left, right = st.columns(2, gap="large")
         with left:
             st.markdown(t("**Example bundle**"))
-            st.code(schema["example_yaml"], language="yaml", wrap_lines=True)
-            st.download_button(t("Download {file}", file="example.yaml"), schema["example_yaml"],
+            st.code(schema.example_yaml, language="yaml", wrap_lines=True)
+            st.download_button(t("Download {file}", file="example.yaml"), schema.example_yaml,
                                file_name="example.yaml", mime="application/yaml", key="schema_download_example",
                                icon=":material/download:")
         with right:
             st.markdown(t("**Full bundle schema**"))
-            st.json(schema["full_bundle_schema"], expanded=3)
+            st.json(schema.full_bundle_schema, expanded=3)
             st.download_button(
                 t("Download {file}", file="bundle-schema.json"),
-                json.dumps(schema["full_bundle_schema"], indent=2, ensure_ascii=False),
+                json.dumps(schema.full_bundle_schema, indent=2, ensure_ascii=False),
                 file_name="bundle-schema.json", mime="application/json", key="schema_download_json",
                 icon=":material/download:",
             )
@@ -257,12 +259,13 @@ with bundle_tab:
     ))
     stored = st.session_state.get(f"bundle_result_{state_key}")
     if stored:
-        if stored["envelope"]["success"]:
-            show_success(stored["envelope"])
-        elif (stored["envelope"].get("error") or {}).get("code") == "BUNDLE_INVALID":
-            show_refusal(stored["envelope"], stored["text"])
+        imported = stored["result"]
+        if not isinstance(imported, KBError):
+            show_success(imported)
+        elif imported.code == "BUNDLE_INVALID":
+            show_refusal(imported, stored["text"])
         else:
-            show_multiline_error(stored["envelope"])
+            show_error(imported, multiline=True)
     paste_tab, upload_tab = st.tabs([t("Paste YAML"), t("Upload a file")])
     with paste_tab:
         st.button(t("Paste the example bundle"), key="bundle_use_example", on_click=paste_example,
@@ -281,9 +284,9 @@ with bundle_tab:
 
 # -- ontology ------------------------------------------------------------------------------------------------
 with ontology_tab:
-    current = ui.data_or_error(session.get_ontology())
+    current = attempt(lambda: session.operations.get_ontology())
     if current is not None:
-        ontology = current["ontology"]
+        ontology = current.ontology
         flash = st.session_state.pop(f"ontology_flash_{state_key}", None)
         if flash:
             st.success(say(flash), icon=":material/check_circle:")
@@ -314,25 +317,27 @@ with ontology_tab:
         )
         if st.button(t("Validate & save"), type="primary", key="ontology_save"):
             # A one-line text would be read as a file path by set_ontology; a newline keeps it text.
-            result = session.set_ontology(edited if "\n" in edited else edited + "\n")
-            if result["success"]:
-                st.session_state[f"ontology_flash_{state_key}"] = result["message"]
+            try:
+                saved = session.operations.set_ontology(edited if "\n" in edited else edited + "\n")
+            except KBError as error:
+                show_error(error, multiline=True)
+            else:
+                st.session_state[f"ontology_flash_{state_key}"] = saved.message
                 st.session_state[f"ontology_round_{state_key}"] = round_ + 1
                 st.rerun()
-            show_multiline_error(result)
 
 # -- graph ---------------------------------------------------------------------------------------------------
 with graph_tab:
-    view = ui.data_or_error(session.graph_view(limit=GRAPH_LIMIT))
+    view = attempt(lambda: session.operations.graph_view(limit=GRAPH_LIMIT))
     if view is not None:
-        nodes, edges = view["nodes"], view["edges"]
+        nodes, edges = view.nodes, view.edges
         if not nodes:
             st.info(t("This knowledge base has no nodes yet. Import a YAML bundle on the **{tab}** tab "
                       "(**{button}** is a quick start).", tab=t("Import bundle"), button=t("Paste the example bundle")))
         else:
-            if view["truncated"]:
+            if view.truncated:
                 st.caption(t("Showing {shown} of {total} nodes and the edges between them.", shown=len(nodes),
-                             total=view["node_total"]))
+                             total=view.node_total))
             with st.spinner(t("Laying out the graph…")):
                 figure = graph_figure(nodes, edges)
             st.plotly_chart(figure, key="graph_chart", width="stretch")
@@ -344,8 +349,9 @@ with graph_tab:
                                   placeholder=t("Choose a node to see its properties and neighbours"),
                                   key="graph_node")
             if choice is not None:
-                item = ui.data_or_error(session.get_item(choice))
-                if item is not None:
+                found = attempt(lambda: session.operations.get_item(choice))
+                if found is not None:
+                    item = found.data
                     left, right = st.columns(2, gap="large")
                     with left:
                         st.markdown(t("**Properties**"))
@@ -371,6 +377,6 @@ with graph_tab:
                         )
         header.caption(t(
             "Knowledge base **{name}** · {nodes} node(s) · {edges} edge(s). Nodes and edges come from YAML knowledge "
-            "bundles; their indexed text fields are searchable documents.", name=kb_name, nodes=view["node_total"],
-            edges=view["edge_total"],
+            "bundles; their indexed text fields are searchable documents.", name=kb_name, nodes=view.node_total,
+            edges=view.edge_total,
         ))

@@ -17,31 +17,24 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from kb_core import KBError
-from kb_core.config import (
-    DEFAULT_KEYWORD_WEIGHT,
-    DEFAULT_VECTOR_WEIGHT,
-    FUSION_METHODS,
-    RRF_K,
-    SEARCH_MODES,
-    WEIGHTINGS,
-)
-from kb_core.retrieval.query import arithmetic_steps
-from pages import _shared as ui
+from kb_core.config import DEFAULT_VECTOR_WEIGHT, FUSION_METHODS, RRF_K, SEARCH_MODES, WEIGHTINGS
+from kb_core.results import SearchReport
+from kb_core.retrieval import narrative
+from kb_core.retrieval.search import saved_search_settings
+from pages import _service
+from pages._cards import highlight, inert, passage_card, query_terms, score_bars, weight_pair
+from pages._errors import attempt, show_error
 from pages._i18n import language, say, t
+from pages._memo import Remembered, remembered
+from pages._picker import require_current_kb
 
-MODES = list(SEARCH_MODES)
 MULTI = "multi-keyword"
-DEFAULTS: dict[str, Any] = {
-    "mode": "hybrid", "top_k": 5, "vector_weight": DEFAULT_VECTOR_WEIGHT, "keyword_weight": DEFAULT_KEYWORD_WEIGHT,
-    "jaccard_weight": 0.0,
-    "fusion": "weighted", "weighting": "fixed", "language_guard": True, "min_score": 0.0,
-}
 CONTROL_COLUMNS = [1.1, 1.3, 2.4, 1.3]
 
-session = ui.session()
-kb_name = ui.require_current_kb(session)
+session = _service.session()
+kb_name = require_current_kb(session)
 record = session.current_kb()
-saved = {**DEFAULTS, **{k: v for k, v in record.search_settings.items() if k in DEFAULTS}}
+saved = saved_search_settings(record.search_settings)
 key = f"{record.id}_{st.session_state.get('lab_saved_round', 0)}"  # widgets reset to the KB's defaults
 version = session.kb_version()  # what is remembered for this KB holds while this stays
 
@@ -65,19 +58,11 @@ def mode_label(mode: str) -> str:
 
 
 def weighting_labels() -> dict[str, str]:
-    return {"fixed": t("fixed"), "auto": t("auto")}
-
-
-def weighting_label(weighting: str) -> str:
-    return weighting_labels().get(weighting, weighting)
+    return {weighting: say(narrative.weighting_label(weighting)) for weighting in WEIGHTINGS}
 
 
 def fusion_labels() -> dict[str, str]:
-    return {"weighted": t("weighted sum"), "rrf": "RRF"}
-
-
-def fusion_label(fusion: str) -> str:
-    return fusion_labels().get(fusion, fusion)
+    return {fusion: say(narrative.fusion_label(fusion)) for fusion in FUSION_METHODS}
 
 
 def joined(parts: list[str]) -> str:
@@ -111,12 +96,13 @@ if flash:
 
 
 def memo_key(kind: str, query: str, params: dict[str, Any], *extra: Any) -> str:
-    """Everything a search's envelope depends on: the KB, its version and saved defaults, the query, the settings."""
+    """Everything a search's result depends on: the KB, its version and saved defaults, the query, the settings."""
     return json.dumps([kind, record.id, version, record.search_settings, query, params, *extra], sort_keys=True)
 
 
-def run_search(query: str, params: dict[str, Any]) -> ui.Remembered:
-    return ui.remembered(memo_key("search", query, params), lambda: session.search(
+def run_search(query: str, params: dict[str, Any]) -> Remembered[SearchReport]:
+    """The search's report (remembered); raises the search's KBError."""
+    return remembered(memo_key("search", query, params), lambda: session.operations.search(
         query,
         top_k=int(params["top_k"]),
         mode=params["mode"],
@@ -134,7 +120,7 @@ def settings_controls(prefix: str, initial: dict[str, Any]) -> dict[str, Any]:
     """The search settings as widgets; they apply as soon as they change. The keyword weight is 1 − the vector
     weight, shown beside its slider."""
     top = st.columns(CONTROL_COLUMNS, vertical_alignment="bottom")
-    mode = top[0].selectbox(t("Mode"), MODES, index=MODES.index(initial["mode"]), key=f"{prefix}_mode",
+    mode = top[0].selectbox(t("Mode"), SEARCH_MODES, index=SEARCH_MODES.index(initial["mode"]), key=f"{prefix}_mode",
                             format_func=mode_labels().__getitem__)
     hybrid = mode == "hybrid"
     top_k = top[1].slider(t("top_k"), 1, 50, int(initial["top_k"]), key=f"{prefix}_top_k",
@@ -183,65 +169,29 @@ def settings_controls(prefix: str, initial: dict[str, Any]) -> dict[str, Any]:
 
 def place(chunk: dict[str, Any]) -> str:
     """Where the chunk is from, as Markdown that may hold HTML: the document's own text can start no HTML tag."""
-    parts = [f"**{ui.inert(chunk['doc_name'])}**"]
+    parts = [f"**{inert(chunk['doc_name'])}**"]
     if chunk.get("chapter"):
-        parts.append(t("chapter: {chapter}", chapter=ui.inert(chunk["chapter"])))
+        parts.append(t("chapter: {chapter}", chapter=inert(chunk["chapter"])))
     if chunk.get("page") is not None:
         parts.append(t("page {page}", page=chunk["page"]))
     return " · ".join(parts)
 
 
-def number(value: Any, digits: int = 4) -> str:
-    return "–" if value is None else f"{float(value):.{digits}f}"
-
-
-def normalization_label(normalization: str) -> str:
-    return {
-        "calibrated": t("calibrated normalisation"),
-        "reciprocal rank": t("reciprocal rank normalisation"),
-        "absolute": t("absolute normalisation"),
-    }.get(normalization, t("{name} normalisation", name=normalization))
-
-
 def breakdown_table(b: dict[str, Any]) -> pd.DataFrame:
-    rank_based = b.get("normalization") == "reciprocal rank"
-    rows = [
-        (t("raw cosine (semantic)"), number(b.get("vector_score"))),
-        (t("this model's scale: unrelated text → 0 / near-identical → 1"),
-         f"{number(b.get('semantic_zero'))} / {number(b.get('semantic_top'))}"),
-        (t("the model's floor: a cosine must exceed it to count"), number(b.get("semantic_floor"))),
-        (t("semantic, 0–1 (from its rank)") if rank_based
-         else t("semantic, 0–1: the cosine on that scale, clipped to 0–1"), number(b["vector_normalized"])),
-        (t("raw BM25 (keyword)"), number(b.get("keyword_score"))),
-        (t("keyword reference: BM25 of a reference match"), number(b.get("keyword_reference"))),
-        (t("keyword, 0–1 (from its rank)") if rank_based else t("keyword, 0–1: 1 − exp(−BM25 / reference)"),
-         number(b["keyword_normalized"])),
-        (t("rank in semantic list"), str(b.get("vector_rank") or "–")),
-        (t("rank in keyword list"), str(b.get("keyword_rank") or "–")),
-        (t("weights used (vector / keyword)"), f"{b['vector_weight']:.3f} / {b['keyword_weight']:.3f}"),
-        (t("weights asked (vector / keyword)"),
-         f"{b['requested_vector_weight']:.3f} / {b['requested_keyword_weight']:.3f}"),
-        (t("weighting"), weighting_label(str(b.get("weighting", "fixed")))),
-        (t("semantic contribution"), number(b["vector_contribution"])),
-        (t("keyword contribution"), number(b["keyword_contribution"])),
-        (t("fused score"), number(b["fused_score"])),
-        (t("Jaccard overlap × weight"), f"{b['jaccard']:.4f} × {b['jaccard_weight']:.2f}"),
-        (t("final score (0–1)"), number(b["final_score"])),
-        (t("fusion"), f"{fusion_label(b['fusion_method'])} · "
-         f"{normalization_label(str(b.get('normalization', 'absolute')))}"),
-    ]
-    return pd.DataFrame({t("part"): [r[0] for r in rows], t("value"): [r[1] for r in rows]})
+    rows = narrative.breakdown_rows(b)
+    return pd.DataFrame({t("part"): [say(part) for part, _ in rows], t("value"): [say(value) for _, value in rows]})
 
 
 def explanation(query: str, chunk_id: str, params: dict[str, Any]) -> None:
-    result = ui.remembered(memo_key("explain", query, params, chunk_id), lambda: session.explain_search(
-        query, chunk_id, mode=params["mode"], vector_weight=params["vector_weight"],
-        keyword_weight=params["keyword_weight"], jaccard_weight=params["jaccard_weight"], fusion=params["fusion"],
-        weighting=params["weighting"], language_guard=params["language_guard"],
-    )).value
-    data = ui.data_or_error(result)
-    if data is not None:
-        st.markdown("\n".join(f"- {say(line)}" for line in data["explanation"]))
+    explained = attempt(lambda: remembered(memo_key("explain", query, params, chunk_id), lambda: (
+        session.operations.explain_search(
+            query, chunk_id, mode=params["mode"], vector_weight=params["vector_weight"],
+            keyword_weight=params["keyword_weight"], jaccard_weight=params["jaccard_weight"], fusion=params["fusion"],
+            weighting=params["weighting"], language_guard=params["language_guard"],
+        )
+    )).value)
+    if explained is not None:
+        st.markdown("\n".join(f"- {say(line)}" for line in explained.data["explanation"]))
 
 
 def chunk_cards(chunks: list[dict[str, Any]], query: str, params: dict[str, Any]) -> None:
@@ -251,7 +201,7 @@ def chunk_cards(chunks: list[dict[str, Any]], query: str, params: dict[str, Any]
             score = t("score **{score}** on a 0–1 scale", score=f"{chunk['score']:.3f}")
             st.markdown(f"**#{rank}** · {place(chunk)}<span class='kb-card-score'>{score}</span>",
                         unsafe_allow_html=True)
-            st.markdown(ui.passage_card(chunk["content"], chunk.get("passage")), unsafe_allow_html=True)
+            st.markdown(passage_card(chunk["content"], chunk.get("passage")), unsafe_allow_html=True)
             terms = chunk.get("matched_terms") or []
             found = (t("Matched terms: {terms}", terms=", ".join(f"`{term}`" for term in terms)) if terms
                      else t("No query term"))
@@ -262,11 +212,11 @@ def chunk_cards(chunks: list[dict[str, Any]], query: str, params: dict[str, Any]
                    else None)
             if box is not None and box.open:
                 with box:
-                    parts = ui.contribution_parts(breakdown)
-                    st.markdown(ui.score_bars([chunk]), unsafe_allow_html=True)
-                    st.caption(ui.parts_sum(parts, float(breakdown["final_score"])))
+                    parts = narrative.contribution_parts(breakdown)
+                    st.markdown(score_bars([chunk]), unsafe_allow_html=True)
+                    st.caption(say(narrative.parts_sum(parts, float(breakdown["final_score"]))))
                     # the steps are kb_core's sentences (said in this language once kb_core marks them)
-                    st.markdown("\n".join(f"- {say(step)}" for step in arithmetic_steps(breakdown)))
+                    st.markdown("\n".join(f"- {say(step)}" for step in narrative.arithmetic_steps(breakdown)))
                     table = breakdown_table(breakdown)
                     st.table(table, hide_index=True)  # static HTML: a data grid costs the browser far more
                     for note in breakdown.get("notes") or []:
@@ -277,26 +227,29 @@ def chunk_cards(chunks: list[dict[str, Any]], query: str, params: dict[str, Any]
                 explanation(query, chunk["id"], params)
 
 
-def weights_panel(data: dict[str, Any], params: dict[str, Any]) -> None:
+def score_scale(report: SearchReport) -> str:
+    return say(narrative.score_scale(str(report.settings["mode"]), str(report.settings["fusion"])))
+
+
+def weights_panel(report: SearchReport, params: dict[str, Any]) -> None:
     """The weights hybrid search used, beside the ones asked and what auto weighting would choose."""
-    weights = data.get("weights")
+    weights = report.weights
     if not weights:
-        st.caption(ui.score_scale(data["settings"]))
+        st.caption(score_scale(report))
         return
     used, asked, auto = st.columns(3)
-    used.metric(t("Weights used · vector / keyword"), ui.weight_pair(weights.get("used")),
+    used.metric(t("Weights used · vector / keyword"), weight_pair(weights.get("used")),
                 help=t("The weights the fusion applied to this query's hits."))
-    asked.metric(t("Weights asked"), ui.weight_pair(weights.get("requested")),
+    asked.metric(t("Weights asked"), weight_pair(weights.get("requested")),
                  help=t("The weights set above (or saved as the KB's defaults)."))
-    auto.metric(t("Auto weighting would use"), ui.weight_pair(weights.get("auto")),
+    auto.metric(t("Auto weighting would use"), weight_pair(weights.get("auto")),
                 help=t("What weighting = auto chooses for this query; shown whichever weighting is set."))
     for note in weights.get("notes") or []:
         st.caption(t("Why the weights used differ from the weights asked: {note}", note=say(note)))
     if params["weighting"] == "fixed" and weights.get("auto_notes"):
-        # each note starts "auto weights: " (自动权重：), which the caption says once for all of them
-        said = [say(n).removeprefix("auto weights: ").removeprefix("自动权重：") for n in weights["auto_notes"]]
-        notes = " ".join(said)
-        st.caption(t("Auto weighting: {notes}", notes=notes))
+        # the caption says the notes' common lead-in ("auto weights: ") once for all of them
+        reasons = narrative.auto_weight_reasons(weights["auto_notes"])
+        st.caption(t("Auto weighting: {notes}", notes=" ".join(say(reason) for reason in reasons)))
 
 
 kinds = {"single query": t("Query (hybrid / semantic / keyword)"), MULTI: t("Multi-keyword (rag_search)")}
@@ -313,27 +266,26 @@ if kind == MULTI:
     keywords = [w.strip() for w in words.replace("，", ",").split(",") if w.strip()]
     if go_multi or st.session_state.get("lab_multi_done"):
         st.session_state["lab_multi_done"] = True
-        result = session.rag_search(keywords, top_k=rag_top_k, timeout=timeout)
-        if not result["success"]:
-            ui.show_error(result)
+        found = attempt(lambda: session.operations.rag_search(keywords, top_k=rag_top_k, timeout=timeout))
+        if found is None:
             st.stop()
-        if result["data"]["degraded"]:
-            st.warning(say(result["message"]), icon=":material/timer_off:")
+        if found.degraded:
+            st.warning(say(found.message), icon=":material/timer_off:")
         st.caption(t("{n} chunk(s); chunks related to all keywords rank first. Scores are hybrid scores on the 0–1 "
-                     "scale, with the KB's saved weights.", n=result["data"]["total_results"]))
-        for rank, chunk in enumerate(result["data"]["chunks"], start=1):
+                     "scale, with the KB's saved weights.", n=found.total_results))
+        for rank, chunk in enumerate(found.chunks, start=1):
             meta = chunk["metadata"]
             with st.container(border=True):
                 where = " · ".join(
-                    p for p in (f"**{ui.inert(meta['source'])}**",
-                                t("chapter: {chapter}", chapter=ui.inert(meta["chapter"])) if meta.get("chapter")
+                    p for p in (f"**{inert(meta['source'])}**",
+                                t("chapter: {chapter}", chapter=inert(meta["chapter"])) if meta.get("chapter")
                                 else "",
                                 t("page {page}", page=meta["page"]) if meta.get("page") is not None else "") if p
                 )
                 found = t("{matched} of {total} keywords", matched=chunk["matched_keywords"], total=len(keywords))
                 score = t("score {score}", score=f"{chunk['score']:.3f}")
                 st.markdown(f"**#{rank}** · {where} · {found} · {score}", unsafe_allow_html=True)  # where: inert
-                st.markdown(ui.highlight(chunk["chunk_text"], ui.query_terms(" ".join(keywords))),
+                st.markdown(highlight(chunk["chunk_text"], query_terms(" ".join(keywords))),
                             unsafe_allow_html=True)
     st.stop()
 
@@ -348,17 +300,18 @@ def rank_movement(query: str, params: dict[str, Any], chunks: list[dict[str, Any
     depth = max(int(params["top_k"]), 10)
     ranks: dict[str, dict[str, int]] = {}
     labels: dict[str, str] = {}
-    failures = []
-    for mode in MODES:
-        result = run_search(query, {**params, "mode": mode, "top_k": depth}).value
-        if not result["success"]:
-            failures.append(result)
+    failures: list[KBError] = []
+    for mode in SEARCH_MODES:
+        try:
+            result = run_search(query, {**params, "mode": mode, "top_k": depth}).value
+        except KBError as error:
+            failures.append(error)
             continue
-        for position, chunk in enumerate(result["data"]["chunks"], start=1):
+        for position, chunk in enumerate(result.chunks, start=1):
             ranks.setdefault(chunk["id"], {})[mode] = position
             labels[chunk["id"]] = f"{chunk['doc_name']} #{chunk['chunk_index'] + 1}: {chunk['content'][:60]}"
     for failure in failures:
-        ui.show_error(failure)
+        show_error(failure)
     ids = [c["id"] for c in chunks] + [i for i in ranks if i not in {c["id"] for c in chunks}]
     if ids:
         st.caption(t("Rank of each chunk in the top {depth} of each mode (None: not in that top {depth}). "
@@ -366,7 +319,7 @@ def rank_movement(query: str, params: dict[str, Any], chunks: list[dict[str, Any
         table = pd.DataFrame(
             {
                 "Chunk": [labels.get(i, i) for i in ids],
-                **{m: pd.array([ranks.get(i, {}).get(m) for i in ids], dtype="Int64") for m in MODES},
+                **{m: pd.array([ranks.get(i, {}).get(m) for i in ids], dtype="Int64") for m in SEARCH_MODES},
             }
         )
         table["hybrid − semantic"] = table["semantic"] - table["hybrid"]
@@ -374,7 +327,8 @@ def rank_movement(query: str, params: dict[str, Any], chunks: list[dict[str, Any
         figure = go.Figure()
         for i in ids[: int(params["top_k"])]:
             figure.add_scatter(
-                x=[mode_label(m) for m in MODES], y=[ranks.get(i, {}).get(m) for m in MODES], mode="lines+markers",
+                x=[mode_label(m) for m in SEARCH_MODES], y=[ranks.get(i, {}).get(m) for m in SEARCH_MODES],
+                mode="lines+markers",
                 name=labels.get(i, i)[:40], connectgaps=False,
             )
         figure.update_layout(yaxis={"autorange": "reversed", "title": t("rank"), "dtick": 1}, height=360,
@@ -382,13 +336,13 @@ def rank_movement(query: str, params: dict[str, Any], chunks: list[dict[str, Any
         st.plotly_chart(figure, key="lab_moves_chart", width="stretch")
         st.dataframe(table, hide_index=True, width="stretch", column_config={
             "Chunk": st.column_config.TextColumn(t("Chunk")),
-            **{m: st.column_config.NumberColumn(mode_label(m), format="%d") for m in MODES},
+            **{m: st.column_config.NumberColumn(mode_label(m), format="%d") for m in SEARCH_MODES},
             "hybrid − semantic": st.column_config.NumberColumn(t("hybrid − semantic")),
             "hybrid − keyword": st.column_config.NumberColumn(t("hybrid − keyword")),
         })
 
 
-def ab_comparison(query: str, params: dict[str, Any], main: dict[str, Any], chunks: list[dict[str, Any]]) -> None:
+def ab_comparison(query: str, params: dict[str, Any], main: SearchReport, chunks: list[dict[str, Any]]) -> None:
     st.caption(t("A is the settings above; set B here (it applies as you change it). Chunks found by both are "
                  "marked ●."))
     # B's settings outlive the tab: its widgets are not drawn while another tab is shown, which forgets their state.
@@ -397,12 +351,12 @@ def ab_comparison(query: str, params: dict[str, Any], main: dict[str, Any], chun
     b_initial = st.session_state.get(kept) or {**params, "mode": b_mode}
     b_params = settings_controls(f"lab_b_{record.id}", b_initial)
     st.session_state[kept] = b_params
-    other = run_search(query, b_params).value
-    if not other["success"]:
-        ui.show_error(other)
+    searched = attempt(lambda: run_search(query, b_params))
+    if searched is None:
         return
+    other = searched.value
     a_ids = [c["id"] for c in chunks]
-    b_chunks = other["data"]["chunks"]
+    b_chunks = other.chunks
     b_ids = [c["id"] for c in b_chunks]
     shared = set(a_ids) & set(b_ids)
     union = set(a_ids) | set(b_ids)
@@ -413,11 +367,11 @@ def ab_comparison(query: str, params: dict[str, Any], main: dict[str, Any], chun
     # A above B, each the page's width: side by side, at 1280 px the chunk column showed 4-5 characters (#34).
     for column, label, side, found in ((st.container(), "A", main, chunks), (st.container(), "B", other, b_chunks)):
         with column:
-            side_settings = {**side["data"]["settings"]}
-            used = (side["data"].get("weights") or {}).get("used")
+            side_settings = {**side.settings}
+            used = (side.weights or {}).get("used")
             line = describe(side_settings)
             if used is not None:
-                line = t("{settings} · weights used {weights}", settings=line, weights=ui.weight_pair(used))
+                line = t("{settings} · weights used {weights}", settings=line, weights=weight_pair(used))
             st.markdown(f"**{label}**")
             # The score comes right after the rank, so it stays in view however narrow the window.
             st.dataframe(
@@ -438,7 +392,7 @@ def ab_comparison(query: str, params: dict[str, Any], main: dict[str, Any], chun
                 },
             )
             st.caption(f"{label}: {line}")
-            for warning in side["data"]["warnings"] if label == "B" else []:
+            for warning in side.warnings if label == "B" else []:
                 st.caption(f"B: {say(warning)}")
 
 
@@ -460,47 +414,33 @@ def lab_view() -> None:
                   "soon as you change them."))
         return
 
-    searched = run_search(query, params)
-    main = searched.value
-    if not main["success"]:
-        ui.show_error(main)
+    try:
+        searched = run_search(query, params)
+    except KBError as error:
+        show_error(error)
         return
-    for warning in main["data"]["warnings"]:
+    main = searched.value
+    for warning in main.warnings:
         st.warning(say(warning), icon=":material/translate:")
-    weights_panel(main["data"], params)
+    weights_panel(main, params)
 
     save_col, info_col = st.columns([1, 4], vertical_alignment="center")
     refusal = session.change_refusal()  # a shared KB of a public demo: read-only to its visitors
     if save_col.button(t("Save as KB default"), key="lab_save", disabled=refusal is not None,
                        help=say(refusal) if refusal else
                        t("Searches that give no settings (CLI, MCP, this app's next visit) use these.")):
-        result = session.save_search_settings(**params)
-        if result["success"]:
-            st.session_state["lab_flash"] = result["message"]
+        saved_now = attempt(lambda: session.operations.save_search_settings(**params))
+        if saved_now is not None:
+            st.session_state["lab_flash"] = saved_now.message
             st.session_state["lab_saved_round"] = st.session_state.get("lab_saved_round", 0) + 1
             st.rerun()
-        ui.show_error(result)
     info_line = info_col.empty()  # written last, with the searches this view ran
-    facts = main["data"]
-    if facts.get("below_min_score"):
-        st.caption(t("{n} hit(s) below {score} not shown.", n=facts["below_min_score"],
-                     score=f"{float(facts['min_score']):.2f}"))
-    terms = facts.get("query_terms") or {}
-    if terms.get("stop_words") and not terms.get("only_stop_words"):  # only stop words: a warning above says so
-        st.caption(t("Stop words left out of the keyword query: {words}", words=", ".join(terms["stop_words"])))
-    if facts.get("without_evidence") and facts["count"] + facts.get("below_min_score", 0) < params["top_k"]:
-        floor = facts.get("semantic_floor")
-        if floor is None:
-            st.caption(t("{n} candidate(s) had no evidence and are not shown: no query term.",
-                         n=facts["without_evidence"]))
-        else:
-            st.caption(t("{n} candidate(s) had no evidence and are not shown: no query term, and a cosine no higher "
-                         "than {floor} (what unrelated text scores for this model).", n=facts["without_evidence"],
-                         floor=f"{floor:.3f}"))
+    for note in main.notes:  # the narrative's: what min_score hid, what was left out and why
+        st.caption(say(note.text))
     results_tab, moves_tab, ab_tab = st.tabs(
         [t("Results"), t("Rank movement across modes"), t("A/B comparison")], key="lab_tabs", on_change="rerun"
     )
-    chunks = main["data"]["chunks"]
+    chunks = main.chunks
     if results_tab.open:
         with results_tab:
             if not chunks:
@@ -508,8 +448,8 @@ def lab_view() -> None:
             else:
                 st.markdown(t("**Score breakdown** — stacked contributions add up to each hit's final score (0–1 "
                               "scale)"))
-                st.caption(ui.score_scale(main["data"]["settings"]))
-                st.markdown(ui.score_bars(chunks), unsafe_allow_html=True)
+                st.caption(score_scale(main))
+                st.markdown(score_bars(chunks), unsafe_allow_html=True)
                 chunk_cards(chunks, query, params)
     if moves_tab.open:
         with moves_tab:
@@ -518,7 +458,7 @@ def lab_view() -> None:
         with ab_tab:
             ab_comparison(query, params, main, chunks)
 
-    counters = ui.service().counters.snapshot()
+    counters = _service.service().counters.snapshot()
     took = f"{searched.seconds * 1000:.0f}"
     timing = (t("searched in {ms} ms", ms=took) if searched.fresh
               else t("from memory (the search took {ms} ms)", ms=took))
@@ -527,7 +467,7 @@ def lab_view() -> None:
              searches=t("{n} search", n=searches) if searches == 1 else t("{n} searches", n=searches),
              vectors=t("{n} query vector", n=vectors) if vectors == 1 else t("{n} query vectors", n=vectors))
     info_line.caption(
-        t("{count} chunk(s) · {timing} · this app's service: {work}", count=main["data"]["count"], timing=timing,
+        t("{count} chunk(s) · {timing} · this app's service: {work}", count=main.count, timing=timing,
           work=work),
         help=t("Every search is remembered for this knowledge base version, query and settings, so the same search "
                "again (a slider moved back, another tab) runs nothing; an import or deletion makes a new version."),

@@ -13,7 +13,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))  # the pages import their helpers as `pages._shared`
+    sys.path.insert(0, str(REPO))  # the pages import their helpers from `pages` (pages/_service.py, _picker.py …)
 
 from streamlit.testing.v1 import AppTest  # noqa: E402
 

@@ -16,7 +16,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "data" / "demo"
 if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))  # the pages import their helpers as `pages._shared`
+    sys.path.insert(0, str(REPO))  # the pages import their helpers from `pages` (pages/_service.py, _picker.py …)
 
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
@@ -444,6 +444,23 @@ def test_one_search_per_change_none_for_settings_seen_before_until_the_kb_change
     assert service_counters(test) == (searches + 2, vectors)
     assert shown_chunk_ids(test) == [c["id"] for c in other.search("hybrid search weights")["data"]["chunks"]]
     assert any("evaluation_guide.docx" in html_text(m) for m in texts(test, "markdown"))
+
+
+def test_the_search_lab_says_the_notes_the_search_itself_says(filled: Path) -> None:
+    """One narrative (#38): what min_score hid, the candidates left out and the stop words are said under the weights
+    as the search says them to the CLI and MCP (its message), not in a wording of the page's own."""
+    query = "what is hybrid"
+    test = search(app("search_lab"), query)
+    test.slider(key=f"{lab_prefix(filled)}_min_score").set_value(0.3).run()
+    assert not test.exception, test.exception
+    session = KnowledgeBaseService(filled).session()
+    session.select_knowledge_base("Alpha")
+    result = session.search(query, min_score=0.3)
+    facts = result["data"]
+    assert facts["below_min_score"] and facts["without_evidence"] and facts["query_terms"]["stop_words"], facts
+    notes = [c for c in texts(test, "caption") if c in result["message"]]
+    assert len(notes) == 3, (texts(test, "caption"), result["message"])  # hidden, left out, stop words
+    assert any("not shown" in n for n in notes) and any("left out" in n for n in notes)
 
 
 def test_explain_shows_why_a_hit_ranks_where_it_does(filled: Path) -> None:

@@ -15,7 +15,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "data" / "demo"
 if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))  # the pages import their helpers as `pages._shared`
+    sys.path.insert(0, str(REPO))  # the pages import their helpers from `pages` (pages/_service.py, _picker.py …)
 
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
@@ -119,6 +119,30 @@ def test_the_search_lab_in_chinese(filled: Path) -> None:
     assert not test.exception, test.exception
     assert_chinese(test)
     assert {"共同的文本块", "重合度（Jaccard）"} <= {m.label for m in test.main.metric}
+
+
+def test_the_search_lab_says_the_search_notes_and_auto_weighting_reasons_in_chinese(filled: Path) -> None:
+    """The notes under the weights are the search's own (#38), said in Chinese; auto weighting's reasons are said
+    after one lead-in of the page's, each without the notes' own lead-in (自动权重：)."""
+    from kb_core.i18n import localize
+
+    query = "what is hybrid"
+    test = chinese_app("search_lab")
+    test.text_input(key="lab_query").input(query)
+    next(b for b in test.main.button if b.key.startswith("FormSubmitter:lab_form")).click().run()
+    prefix = next(s.key for s in test.main.slider if s.key.endswith("_min_score")).removesuffix("_min_score")
+    test.slider(key=f"{prefix}_min_score").set_value(0.3).run()
+    assert not test.exception, test.exception
+    session = KnowledgeBaseService(filled).session()
+    session.select_knowledge_base("Alpha")
+    said = localize(session.search(query, min_score=0.3)["message"], "zh")
+    notes = [c for c in texts(test, "caption") if c in said]
+    assert len(notes) == 3 and all("not shown" not in n and "left out" not in n for n in notes), notes
+    # auto weighting would move this query's weights (the hashing embedder's vector carries no information here)
+    (reason,) = session.search(query, weighting="fixed")["data"]["weights"]["auto_notes"]
+    caption = next(c for c in texts(test, "caption") if c.startswith("自动权重："))
+    assert caption.count("自动权重：") == 1 and "auto weights" not in caption, caption
+    assert caption == "自动权重：" + localize(reason, "zh").removeprefix("自动权重："), caption
 
 
 def test_a_long_chunk_unfolds_with_chinese_words(filled: Path, tmp_path: Path) -> None:

@@ -181,7 +181,7 @@ def _weights_line(weights: dict[str, Any] | None) -> str | None:
 
 
 def _render_search(envelope: Envelope) -> str:
-    from kb_core.retrieval.query import formula_line
+    from kb_core.retrieval.narrative import formula_line
 
     data = envelope["data"]
     lines: list[str] = []

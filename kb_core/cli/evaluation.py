@@ -47,7 +47,7 @@ def eval_handler(session: Session, args: argparse.Namespace) -> Envelope:
 
 def run_eval(session: Session, args: argparse.Namespace) -> JSONResult:
     from kb_core.errors import InvalidArgument
-    from kb_core.evaluation import MODES, EvaluationRequest, best_sweep_setting, run_evaluation, save_best
+    from kb_core.evaluation import EvaluationRequest, best_sweep_setting, run_evaluation, save_best
 
     weights_given = args.vector_weight is not None or args.keyword_weight is not None
     for name in ("vector_weight", "keyword_weight"):
@@ -65,7 +65,7 @@ def run_eval(session: Session, args: argparse.Namespace) -> JSONResult:
     elif weights_given:
         modes = ("hybrid",)
     else:
-        modes = MODES
+        modes = SEARCH_MODES
     request = EvaluationRequest(
         folder=Path(args.folder),
         build_corpus=not args.kb,

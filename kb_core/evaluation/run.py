@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from kb_core.beir import load_beir, load_beir_queries_qrels
+from kb_core.config import SEARCH_MODES
 from kb_core.errors import InvalidArgument
 from kb_core.evaluation.runs import EvaluationRun, record_run
 from kb_core.evaluation.scoring import (
     DEFAULT_CHUNK_SIZE,
     DEFAULT_TOP_K,
-    MODES,
     EvalProgress,
     EvaluationReport,
     EvaluationSetting,
@@ -53,7 +53,7 @@ class EvaluationRequest:
     folder: Path
     build_corpus: bool
     kb_name: str | None = None
-    modes: Sequence[str] = MODES
+    modes: Sequence[str] = SEARCH_MODES
     vector_weight: float | None = None
     keyword_weight: float | None = None
     weighting: str | None = None

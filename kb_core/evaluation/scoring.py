@@ -35,9 +35,10 @@ from typing import Any
 import pandas as pd
 
 from kb_core.beir import BeirDataset, load_beir
+from kb_core.config import SEARCH_MODES
 from kb_core.errors import InvalidArgument, KBNotFound
 from kb_core.results import SearchRequest
-from kb_core.retrieval.search import LANGUAGE_NOT_COVERED, MODES
+from kb_core.retrieval.search import LANGUAGE_NOT_COVERED
 from kb_core.seams import Resources, SessionAPI
 from kb_core.store import KnowledgeBaseRecord
 from kb_core.store.atomic import file_sha256
@@ -46,7 +47,6 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "METRICS",
-    "MODES",
     "EvaluationReport",
     "EvaluationSetting",
     "build_eval_kb",
@@ -210,7 +210,7 @@ def sweep_weights(steps: int = 10) -> list[float]:
 
 
 def settings_for(
-    modes: Sequence[str] = MODES,
+    modes: Sequence[str] = SEARCH_MODES,
     vector_weights: Sequence[float] | None = None,
     *,
     vector_weight: float | None = None,
@@ -223,8 +223,8 @@ def settings_for(
     weights and with RRF, then hybrid at each swept vector weight (fixed weights, weighted fusion)."""
     settings: list[EvaluationSetting] = []
     for mode in modes:
-        if mode not in MODES:
-            raise InvalidArgument(f"mode {mode!r} is not supported; use one of {', '.join(MODES)}.")
+        if mode not in SEARCH_MODES:
+            raise InvalidArgument(f"mode {mode!r} is not supported; use one of {', '.join(SEARCH_MODES)}.")
         if mode == "hybrid":
             vw = kw = None
             if vector_weight is not None or keyword_weight is not None:
@@ -325,7 +325,7 @@ def evaluate_kb(
     queries: dict[str, str],
     qrels: dict[str, dict[str, int]],
     *,
-    modes: Sequence[str] = MODES,
+    modes: Sequence[str] = SEARCH_MODES,
     vector_weights: Sequence[float] | None = None,
     settings: Sequence[EvaluationSetting] | None = None,
     top_k: int = DEFAULT_TOP_K,
@@ -471,7 +471,7 @@ def evaluate_folder(
     service: Resources,
     folder: str | Path,
     *,
-    modes: Sequence[str] = MODES,
+    modes: Sequence[str] = SEARCH_MODES,
     vector_weights: Sequence[float] | None = None,
     settings: Sequence[EvaluationSetting] | None = None,
     chunk_size: int = DEFAULT_CHUNK_SIZE,

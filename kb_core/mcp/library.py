@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from kb_core.errors import EmbeddingError, KBError
 from kb_core.results import HitList, SearchHit, SearchRequest
+from kb_core.retrieval.narrative import hit_list_notes
 
 if TYPE_CHECKING:
     from kb_core.envelope import Envelope
@@ -86,10 +87,8 @@ def search_knowledge_base(
     added = sum(1 for r in rows if r["expanded"])
     if added:
         message += f" {added} of them were added by graph expansion."
-    if copies:
-        message += f" {copies} hit(s) dropped: the same text as a better-ranked hit from another knowledge base."
-    if below:
-        message += f" {below} hit(s) below {floor:.2f} not shown."
+    for note in hit_list_notes(copies, below, floor):
+        message += f" {note.text}"
     if warnings:
         message += " " + " ".join(warnings)
     return HitList(message, rows, len(rows), mode, limit, warnings, skipped, floor, below, copies)

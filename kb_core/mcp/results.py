@@ -22,6 +22,7 @@ from mcp.shared.exceptions import McpError
 from mcp.types import INTERNAL_ERROR, INVALID_PARAMS, CallToolResult, ErrorData, TextContent
 
 from kb_core.envelope import Envelope
+from kb_core.retrieval.narrative import hit_list_notes
 
 
 def tool_result(envelope: Envelope, text: Callable[[Envelope], str] | None = None) -> CallToolResult:
@@ -54,15 +55,13 @@ def hits_text(envelope: Envelope) -> str:
         return envelope["message"]
     data = envelope["data"]
     warnings = data.get("warnings") or []
-    notes = []
-    if data.get("duplicates_dropped"):
-        notes.append(
-            f"{data['duplicates_dropped']} hit(s) dropped: the same text as a better-ranked hit from another "
-            "knowledge base."
-        )
-    if data.get("below_min_score"):
-        notes.append(f"{data['below_min_score']} hit(s) below {float(data.get('min_score') or 0):.2f} not shown.")
-    return format_hits(hits) + "".join(f"\n\n{n}" for n in notes) + "".join(f"\n\nWarning: {w}" for w in warnings)
+    notes = hit_list_notes(
+        int(data.get("duplicates_dropped") or 0), int(data.get("below_min_score") or 0),
+        float(data.get("min_score") or 0),
+    )
+    return (
+        format_hits(hits) + "".join(f"\n\n{n.text}" for n in notes) + "".join(f"\n\nWarning: {w}" for w in warnings)
+    )
 
 
 def schema_text(envelope: Envelope) -> str:

@@ -6,13 +6,11 @@ session (:mod:`kb_core.session`) wraps them into envelopes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from kb_core.config import RRF_K
 from kb_core.errors import ItemNotFound
-from kb_core.i18n import msg
+from kb_core.retrieval.narrative import rank_explanation
 from kb_core.retrieval.search import SearchFilters, SearchHit, SearchSettings
 from kb_core.store.registry import KnowledgeBaseRecord
 
@@ -71,131 +69,6 @@ def rag_rank(
     ]
 
 
-def _fused_sum(b: Mapping[str, Any]) -> str:
-    return (
-        f"{b['vector_weight']:.2f} × {b['vector_normalized']:.4f} + {b['keyword_weight']:.2f} × "
-        f"{b['keyword_normalized']:.4f} = {b['fused_score']:.4f}"
-    )
-
-
-def _jaccard_sum(b: Mapping[str, Any]) -> str:
-    return (
-        f"(1 − {b['jaccard_weight']:.2f}) × {b['fused_score']:.4f} + {b['jaccard_weight']:.2f} × "
-        f"{b['jaccard']:.4f} = {b['final_score']:.4f}"
-    )
-
-
-def semantic_mapping(b: Mapping[str, Any], digits: int = 4) -> str:
-    """``cosine 0.8710 → 0.3510 on this model's scale (unrelated text 0.8116 → 0, near-identical 0.9798 → 1)``: how
-    a breakdown's cosine became its semantic part (:mod:`kb_core.embedding.calibration`)."""
-    cosine = b.get("vector_score")
-    if cosine is None:
-        return "no cosine → 0"
-    zero, top = float(b.get("semantic_zero", 0.0)), float(b.get("semantic_top", 1.0))
-    return (
-        f"cosine {cosine:.{digits}f} → {float(b['vector_normalized']):.{digits}f} on this model's scale (unrelated "
-        f"text {zero:.{digits}f} → 0, near-identical {top:.{digits}f} → 1)"
-    )
-
-
-def explanation_steps(
-    mode: str, b: Mapping[str, Any], matched_terms: Sequence[str], support_terms: Sequence[str] = ()
-) -> list[str]:
-    """The steps of a score in words, for a breakdown as hits carry it (``ScoreBreakdown`` as a dict); every figure
-    is in the breakdown. The one explanation of a score: explain_search and the search lab show it."""
-    lines = [f"Score {b['final_score']:.4f} on a 0–1 scale ({mode} search, {b['fusion_method']} fusion)."]
-    bm25 = "none" if b["keyword_score"] is None else f"{b['keyword_score']:.3f}"
-    vn, kn, reference = b["vector_normalized"], b["keyword_normalized"], b["keyword_reference"]
-    if b["normalization"] == "reciprocal rank":
-        lines.append(f"Vector: rank {b['vector_rank'] or '-'} → {vn:.4f} (reciprocal rank, k {RRF_K}).")
-        lines.append(f"Keyword: rank {b['keyword_rank'] or '-'} → {kn:.4f}.")
-    else:
-        lines.append(
-            f"Vector: {semantic_mapping(b)}; rank {b['vector_rank'] or 'not retrieved'} in the vector list."
-        )
-        pairs = len(support_terms)
-        lines.append(
-            f"Keyword: BM25 {bm25}; the reference match for this query (each term once, average length) scores "
-            f"{reference:.3f}, so 1 − exp(−{bm25}/{reference:.3f}) = {kn:.4f}; "
-            f"rank {b['keyword_rank'] or 'not retrieved'} in the keyword list; matched words: "
-            f"{', '.join(matched_terms) or 'none'}"
-            + (
-                f"; the BM25 also counts {pairs} Chinese character pair{'s' if pairs != 1 else ''} of the query that "
-                "join two of its words or reach into a stop word, which add to a chunk that holds a query word but "
-                "never find or mark one on their own."
-                if support_terms
-                else "."
-            )
-        )
-    lines.append(
-        f"Weights used: vector {b['vector_weight']:.2f}, keyword {b['keyword_weight']:.2f} ({b['weighting']}; asked "
-        f"{b['requested_vector_weight']:.2f} / {b['requested_keyword_weight']:.2f}): {_fused_sum(b)}."
-    )
-    if b["jaccard_weight"]:
-        lines.append(f"Jaccard rerank: {_jaccard_sum(b)}.")
-    lines += [f"Note: {note}" for note in b["notes"]]
-    return lines
-
-
-def formula_line(b: Mapping[str, Any]) -> str:
-    """:func:`explanation_steps` in one line, for a list of hits: each signal's raw value, its [0, 1] value, weight
-    and contribution."""
-    cosine = "-" if b["vector_score"] is None else f"{b['vector_score']:.4f}"
-    bm25 = "-" if b["keyword_score"] is None else f"{b['keyword_score']:.3f}"
-    if b.get("normalization") == "reciprocal rank":
-        v_how = msg("rank {rank}", rank=b["vector_rank"] or "-")
-        k_how = msg("rank {rank}", rank=b["keyword_rank"] or "-")
-    else:
-        zero, top = float(b.get("semantic_zero", 0.0)), float(b.get("semantic_top", 1.0))
-        v_how = msg(
-            "cosine {cosine}; this model's scale: {zero:.3f} → 0, {top:.3f} → 1", cosine=cosine, zero=zero, top=top
-        )
-        k_how = msg(
-            "BM25 {bm25}, reference {reference:.3f}", bm25=bm25, reference=float(b.get("keyword_reference", 0))
-        )
-    terms = {
-        "vector_weight": b["vector_weight"], "vector": b["vector_normalized"], "v_how": v_how,
-        "keyword_weight": b["keyword_weight"], "keyword": b["keyword_normalized"], "k_how": k_how,
-        "fused": b["fused_score"],
-    }
-    if b["jaccard_weight"]:
-        return msg(
-            "{vector_weight:.2f} × {vector:.3f} ({v_how}) + {keyword_weight:.2f} × {keyword:.3f} ({k_how}) = "
-            "{fused:.4f}; with Jaccard {jaccard:.3f} × {jaccard_weight:.2f}: {final:.4f}",
-            jaccard=b["jaccard"], jaccard_weight=b["jaccard_weight"], final=b["final_score"], **terms,
-        )
-    return msg(
-        "{vector_weight:.2f} × {vector:.3f} ({v_how}) + {keyword_weight:.2f} × {keyword:.3f} ({k_how}) = {fused:.4f}",
-        **terms,
-    )
-
-
-def arithmetic_steps(b: Mapping[str, Any]) -> list[str]:
-    """:func:`explanation_steps` as the search lab's score breakdown lists it: how each signal's 0–1 value is made,
-    then the fused and final sums."""
-    vn, kn = float(b["vector_normalized"]), float(b["keyword_normalized"])
-    if b.get("normalization") == "reciprocal rank":
-        steps = [
-            f"semantic: rank {b['vector_rank']} → {RRF_K + 1} / ({RRF_K} + {b['vector_rank']}) = {vn:.4f}"
-            if b.get("vector_rank") else "semantic: not ranked by the vector search → 0",
-            f"keyword: rank {b['keyword_rank']} → {RRF_K + 1} / ({RRF_K} + {b['keyword_rank']}) = {kn:.4f}"
-            if b.get("keyword_rank") else "keyword: not ranked by the keyword search → 0",
-        ]
-    else:
-        bm25, reference = b.get("keyword_score"), b.get("keyword_reference")
-        steps = [
-            f"semantic: {semantic_mapping(b)}",
-            f"keyword: BM25 {bm25:.3f}, reference {reference:.3f} → 1 − exp(−{bm25:.3f} / {reference:.3f}) = {kn:.4f}"
-            if bm25 and reference else "keyword: no query term in the chunk (BM25 0) → 0",
-        ]
-    steps.append(f"fused: {_fused_sum(b)}")
-    if float(b.get("jaccard_weight") or 0.0):
-        steps.append(f"final: {_jaccard_sum(b)}")
-    else:
-        steps.append(f"final = fused = {float(b['final_score']):.4f} (Jaccard weight 0)")
-    return steps
-
-
 def explain_chunk(
     service: Resources, record: KnowledgeBaseRecord, query: str, chunk_id: str, settings: SearchSettings
 ) -> dict[str, Any]:
@@ -212,40 +85,12 @@ def explain_chunk(
     above = ranked.hits[position - 2] if position and position > 1 else None
     if position is None:
         above = next((h for h in ranked.hits if h.score < explained.breakdown.final_score), None)
-    lines = explanation_steps(settings.mode, breakdown, explained.matched_terms, explained.support_terms)
-    if position is not None:
-        lines.insert(0, f"Ranked {position} of {len(ranked.hits)} hits in '{record.name}'.")
-    elif not explained.evidence:
-        cosine = explained.breakdown.vector_score
-        floor = ranked.semantic_floor
-        lines.insert(
-            0,
-            f"Not among the hits of '{record.name}': no signal supports it ("
-            + ("it holds no query term" if not explained.matched_terms else "its keyword weight is 0")
-            + (
-                ""
-                if floor is None or cosine is None
-                else f"; its cosine {cosine:.4f} is not above the model's semantic floor {floor:.4f}, what "
-                "unrelated text scores"
-            )
-            + "), so it is never shown whatever its rank.",
-        )
-    else:
-        lines.insert(
-            0,
-            f"Not among the hits of '{record.name}': {explained.position} of {explained.candidates} scored "
-            "candidates before near-duplicate removal"
-            + (
-                "; a better-ranked chunk with nearly the same text was kept instead."
-                if explained.position <= len(ranked.hits) + 10
-                else "."
-            ),
-        )
-    if position is not None and above is not None:
-        lines.append(
-            f"The hit above it ({above.id}, {above.doc_name}) scores {above.score:.4f}, "
-            f"{above.score - explained.breakdown.final_score:+.4f} more."
-        )
+    lines = rank_explanation(
+        settings.mode, breakdown, explained.matched_terms, explained.support_terms,
+        kb_name=record.name, rank=position, hits=len(ranked.hits), evidence=explained.evidence,
+        candidate_position=explained.position, candidates=explained.candidates, semantic_floor=ranked.semantic_floor,
+        above=None if position is None or above is None else (above.id, above.doc_name, above.score),
+    )
     data = {
         "chunk_id": chunk_id,
         "kb_name": record.name,

@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, cast
 
 import numpy as np
@@ -52,7 +53,6 @@ from kb_core.store.base import CandidateRequest, RowKey, Searcher
 
 logger = logging.getLogger(__name__)
 
-MODES = SEARCH_MODES
 MIN_CANDIDATES = 100
 NEAR_DUPLICATE_THRESHOLD = 0.9
 
@@ -93,9 +93,12 @@ class SearchSettings:
     deduplicate: bool = True
 
     def validated(self) -> SearchSettings:
-        if self.mode not in MODES:
+        if self.mode not in SEARCH_MODES:
             raise InvalidArgument(
-                msg("mode {mode!r} is not supported; use one of {choices}.", mode=self.mode, choices=", ".join(MODES)),
+                msg(
+                    "mode {mode!r} is not supported; use one of {choices}.",
+                    mode=self.mode, choices=", ".join(SEARCH_MODES),
+                ),
                 details={"field": "mode"},
             )
         if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or not 1 <= self.top_k <= 1000:
@@ -146,6 +149,19 @@ class SearchSettings:
         "language_guard",
         "min_score",
     )
+
+
+# The defaults of every saved search setting: what a KB with no saved defaults searches with. The one declaration;
+# the pages, the CLI and MCP read them here.
+DEFAULT_SEARCH_SETTINGS: Mapping[str, Any] = MappingProxyType(
+    {name: getattr(SearchSettings(), name) for name in SearchSettings.SAVED_FIELDS}
+)
+
+
+def saved_search_settings(saved: Mapping[str, Any]) -> dict[str, Any]:
+    """A KB's saved search defaults (``record.search_settings``) over :data:`DEFAULT_SEARCH_SETTINGS`: every saved
+    setting, as a search with none given would use it."""
+    return {**DEFAULT_SEARCH_SETTINGS, **{k: v for k, v in saved.items() if k in DEFAULT_SEARCH_SETTINGS}}
 
 
 @dataclass(frozen=True)

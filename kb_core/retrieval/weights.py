@@ -12,7 +12,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from kb_core.i18n import msg
+from kb_core.i18n import Text, msg
 
 __all__ = [
     "SCORE_EPSILON",
@@ -118,6 +118,12 @@ def guarded_weights(vector_weight: float, keyword_weight: float, vector_prior: f
     )
 
 
+def _auto(reason: Text) -> Text:
+    """An auto-weighting note: its lead-in and its reason kept apart, so a reader can say the lead-in once for several
+    (kb_core.retrieval.narrative.auto_weight_reasons)."""
+    return msg("auto weights: {reason}", reason=reason)
+
+
 def weights_from_ranked_lists(
     v_list: np.ndarray, k_list: np.ndarray, vector_weight: float, keyword_weight: float, vector_prior: float = 1.0
 ) -> FusionWeights:
@@ -141,7 +147,7 @@ def weights_from_ranked_lists(
             weight_v, weight_k = usable_v / (usable_v + usable_k), usable_k / (usable_v + usable_k)
         if base_v > 0 and base_k > 0 and usable_v > 0 and usable_k > 0:
             notes.append(
-                msg("auto weights: neither signal stands out from chance for this query; requested weights kept")
+                _auto(msg("neither signal stands out from chance for this query; requested weights kept"))
             )
     vector, keyword = msg("vector"), msg("keyword")
     for name, other, base, weight, quality, z, chance, size in (
@@ -152,31 +158,35 @@ def weights_from_ranked_lists(
             continue
         if size == 0:
             notes.append(
-                msg("auto weights: {name} search returned no candidates; weight moved to {other}", name=name,
-                    other=other)
+                _auto(msg("{name} search returned no candidates; weight moved to {other}", name=name, other=other))
             )
         elif weight == 0 and name == "vector" and vector_prior == 0:
             notes.append(
-                msg(
-                    "auto weights: the embedding model does not cover this query's language; vector weight moved to "
-                    "{other}",
-                    other=other,
+                _auto(
+                    msg(
+                        "the embedding model does not cover this query's language; vector weight moved to {other}",
+                        other=other,
+                    )
                 )
             )
         elif weight == 0:
             notes.append(
-                msg(
-                    "auto weights: {name} signal carries no information for this query (top z {z:.2f} ≤ chance "
-                    "{chance:.2f}); weight moved to {other}",
-                    name=name, z=z, chance=chance, other=other,
+                _auto(
+                    msg(
+                        "{name} signal carries no information for this query (top z {z:.2f} ≤ chance "
+                        "{chance:.2f}); weight moved to {other}",
+                        name=name, z=z, chance=chance, other=other,
+                    )
                 )
             )
         elif weight < base:
             notes.append(
-                msg(
-                    "auto weights: {name} signal weakly separated (top z {z:.2f}, chance {chance:.2f}, quality "
-                    "{quality:.2f}); weight {base:.2f} → {weight:.2f}",
-                    name=name, z=z, chance=chance, quality=quality, base=base, weight=weight,
+                _auto(
+                    msg(
+                        "{name} signal weakly separated (top z {z:.2f}, chance {chance:.2f}, quality "
+                        "{quality:.2f}); weight {base:.2f} → {weight:.2f}",
+                        name=name, z=z, chance=chance, quality=quality, base=base, weight=weight,
+                    )
                 )
             )
     return FusionWeights(weight_v, weight_k, tuple(notes))
