@@ -1,7 +1,7 @@
 """The process's resources: :class:`KnowledgeBaseService` owns the store (the home's folders or PostgreSQL, chosen
 once by :func:`kb_core.store.factory.open_store`), the embedders, the analyzer, the importer and the background
 pool; it is opened once per process. Front ends work through its sessions (:meth:`KnowledgeBaseService.session`,
-:mod:`kb_core.session`).
+an :class:`kb_core.operations.Operations`).
 """
 
 from __future__ import annotations
@@ -40,14 +40,14 @@ from kb_core.validation import (
 if TYPE_CHECKING:
     from kb_core.embedding.base import Embedder
     from kb_core.embedding.calibration import SemanticScale
-    from kb_core.evaluation import EvaluationRunStore
+    from kb_core.evaluation.runs import EvaluationRunStore
     from kb_core.ingest.executors import DocumentExecutor
     from kb_core.ingest.pipeline import Importer
     from kb_core.jobs import JobRegistry
+    from kb_core.operations import Operations
     from kb_core.principals import Principal
     from kb_core.retrieval.analysis import Analyzer
     from kb_core.retrieval.search import RankedHits, SearchFilters, SearchSettings
-    from kb_core.session import Session
     from kb_core.store.reader import KBReader
 
 logger = logging.getLogger(__name__)
@@ -189,16 +189,15 @@ class KnowledgeBaseService:
         *,
         principal: Principal | None = None,
         absolute_paths_only: bool = False,
-    ) -> Session:
-        """A new session. With ``persistent_name`` (the CLI uses "cli") the current KB is kept in the home;
+    ) -> Operations:
+        """A new session: its typed operations (results, KBError raised). With ``persistent_name`` (the CLI uses "cli") the current KB is kept in the home;
         ``scope`` limits it to those KB ids (MCP tokens); ``allowed_dirs`` (resolved folders) confines the
         files it reads and writes by path (the MCP server's --allow-dir over HTTP); ``select_hint`` says in messages
         how its front end selects a KB (default: the MCP tool, ``select_knowledge_base(kb_name)``). ``principal``:
         who it acts for (:mod:`kb_core.principals`; default a local user, or the token ``scope``);
         ``absolute_paths_only``: a relative file path fails (MCP clients)."""
         from kb_core.operations import Operations
-        from kb_core.session import Session
-
+    
         operations = Operations(
             self,
             persistent_name,
@@ -208,7 +207,6 @@ class KnowledgeBaseService:
             principal=principal,
             absolute_paths_only=absolute_paths_only,
         )
-        return Session(self, operations=operations)
 
     # -- knowledge bases -----------------------------------------------------------------------
     def find_kb(self, kb_name: str, among: Sequence[KnowledgeBaseRecord] | None = None) -> KnowledgeBaseRecord:
@@ -496,7 +494,7 @@ class KnowledgeBaseService:
     @cached_property
     def evaluation_runs(self) -> EvaluationRunStore:
         """The kept evaluation runs of this home (``HOME/evaluations``)."""
-        from kb_core.evaluation import EvaluationRunStore
+        from kb_core.evaluation.runs import EvaluationRunStore
 
         return EvaluationRunStore(self.home.root)
 
@@ -525,6 +523,7 @@ class KnowledgeBaseService:
         """The imports of this process, as jobs (:mod:`kb_core.jobs`): started, polled and cancelled through the
         sessions; :meth:`close` cancels the running ones."""
         from kb_core.jobs import JobRegistry
+    from kb_core.operations import Operations
 
         return JobRegistry()
 
