@@ -190,15 +190,15 @@ class KnowledgeBaseService:
         principal: Principal | None = None,
         absolute_paths_only: bool = False,
     ) -> Operations:
-        """A new session: its typed operations (results, KBError raised). With ``persistent_name`` (the CLI uses "cli") the current KB is kept in the home;
-        ``scope`` limits it to those KB ids (MCP tokens); ``allowed_dirs`` (resolved folders) confines the
-        files it reads and writes by path (the MCP server's --allow-dir over HTTP); ``select_hint`` says in messages
-        how its front end selects a KB (default: the MCP tool, ``select_knowledge_base(kb_name)``). ``principal``:
-        who it acts for (:mod:`kb_core.principals`; default a local user, or the token ``scope``);
-        ``absolute_paths_only``: a relative file path fails (MCP clients)."""
+        """A new session: its typed operations (results, KBError raised). With ``persistent_name`` (the CLI uses
+        "cli") the current KB is kept in the home; ``scope`` limits it to those KB ids (MCP tokens); ``allowed_dirs``
+        (resolved folders) confines the files it reads and writes by path (the MCP server's --allow-dir over HTTP);
+        ``select_hint`` says in messages how its front end selects a KB (default: the MCP tool,
+        ``select_knowledge_base(kb_name)``). ``principal``: who it acts for (:mod:`kb_core.principals`; default a
+        local user, or the token ``scope``); ``absolute_paths_only``: a relative file path fails (MCP clients)."""
         from kb_core.operations import Operations
-    
-        operations = Operations(
+
+        return Operations(
             self,
             persistent_name,
             scope,
@@ -523,7 +523,6 @@ class KnowledgeBaseService:
         """The imports of this process, as jobs (:mod:`kb_core.jobs`): started, polled and cancelled through the
         sessions; :meth:`close` cancels the running ones."""
         from kb_core.jobs import JobRegistry
-    from kb_core.operations import Operations
 
         return JobRegistry()
 

@@ -278,7 +278,7 @@ def evaluate_kb(
         used = None
         overrides = setting.overrides()
         for done, qid in enumerate(judged, start=1):
-            outcome = session.search_chunks(SearchRequest(queries[qid], kb_names=(kb,), **{"top_k": HEAD_CHUNKS, **overrides}))
+            outcome = session.search_chunks(SearchRequest(queries[qid], HEAD_CHUNKS, kb_names=(kb,), **overrides))
             notes, used = outcome.warnings, outcome.settings
             head = _document_ranking(outcome.hits, min(top_k, HEAD_DOCUMENTS))
             deep: dict[str, float] = {}
