@@ -1,3 +1,4 @@
+
 """Imports every file of a folder into KB 'crash' (hashing embedder); used by the SIGKILL and delete tests.
 
 Usage: python import_worker.py HOME FOLDER [PAUSE_AT]
@@ -10,6 +11,7 @@ import sys
 from pathlib import Path
 
 from kb_core import KnowledgeBaseService
+from kb_core.envelopes import Enveloped
 from kb_core.ingest import pipeline as importer
 from kb_core.ingest.pipeline import ImportProgress
 
@@ -27,7 +29,7 @@ if __name__ == "__main__":
             print("paused", flush=True)
             sys.stdin.readline()
 
-    session = KnowledgeBaseService(home).session()
+    session = Enveloped(KnowledgeBaseService(home).session())
     session.select_knowledge_base("crash")
     print("started", flush=True)
     files = sorted(str(p) for p in folder.iterdir())

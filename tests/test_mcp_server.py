@@ -1,3 +1,4 @@
+
 """End-to-end tests of the MCP server, driven by the SDK's own client.
 
 stdio: ``python -m kb_core.cli --home TMP mcp`` as a subprocess. HTTP: ``kb mcp --http`` on a free
@@ -29,6 +30,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import McpError
 from mcp.types import CallToolResult
 
+from kb_core.envelopes import Enveloped
 from kb_core.store.tokens import TokenStore
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -129,7 +131,7 @@ def make_broken_kb(home: Path, files: Path) -> None:
     from kb_core import KnowledgeBaseService
 
     (files / "note.txt").write_text("a short note about tokens", encoding="utf-8")
-    session = KnowledgeBaseService(home).session()
+    session = Enveloped(KnowledgeBaseService(home).session())
     assert session.create_knowledge_base("broken", 64, "hashing")["success"]
     assert session.import_document([str(files / "note.txt")], kb_name="broken")["success"]
     for name in ("chunks.parquet", "keyword.npz"):

@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kb_core.session import envelope_of
 
 from kb_core.errors import KBError, KBNotFound
 from kb_core.results import ImportReport, KBCreated, KBList, RagResult, Verification
-from kb_core.session import envelope_of
 
 
 def test_operations_return_results_and_raise_kb_errors(session: Any, tmp_path: Path) -> None:

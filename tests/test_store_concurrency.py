@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from kb_core import KnowledgeBaseService
+from kb_core.envelopes import Enveloped
 from kb_core.store.verify import verify_home
 
 WORKER = Path(__file__).with_name("store_worker.py")
@@ -21,7 +22,7 @@ def test_four_processes_create_delete_and_commit_at_once(tmp_path: Path) -> None
         )
         for seed in range(4)
     ]
-    reader = KnowledgeBaseService(home).session()
+    reader = Enveloped(KnowledgeBaseService(home).session())
     observed = 0
     while any(p.poll() is None for p in processes):
         listing = reader.list_knowledge_bases()  # never blocks, never sees a torn registry

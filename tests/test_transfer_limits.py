@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from kb_core import KnowledgeBaseService
+from kb_core.envelopes import Enveloped
 from kb_core.transfer import archive
 from kb_core.transfer.format import TransferLimits
 from tests.bounded import run_bounded
@@ -48,7 +49,7 @@ def test_the_member_limit_comes_before_the_directory_is_parsed(
     def parsed(*args: object, **kwargs: object) -> None:
         raise AssertionError("the member directory was parsed before the member limit was applied")
 
-    session = KnowledgeBaseService(tmp_path / "home").session()
+    session = Enveloped(KnowledgeBaseService(tmp_path / "home").session())
     monkeypatch.setattr(archive.zipfile, "ZipFile", parsed)
     envelope = session.import_database(str(bad), limits=TransferLimits(max_members=100))
     assert envelope["error"]["code"] == "INVALID_IMPORT_FILE", envelope

@@ -6,11 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from kb_core import KnowledgeBaseService
+from kb_core.envelopes import Enveloped
 
 
 def test_the_kb_version_moves_with_every_commit_from_any_host(pg_url: str, tmp_path: Path) -> None:
-    host_a = KnowledgeBaseService(tmp_path / "a", store=pg_url).session()
-    host_b = KnowledgeBaseService(tmp_path / "b", store=pg_url).session()
+    host_a = Enveloped(KnowledgeBaseService(tmp_path / "a", store=pg_url).session())
+    host_b = Enveloped(KnowledgeBaseService(tmp_path / "b", store=pg_url).session())
     assert host_a.create_knowledge_base("versions", 64, embedding_model="hashing")["success"]
     for session in (host_a, host_b):
         session.select_knowledge_base("versions")
