@@ -333,7 +333,7 @@ def test_shadow_export_rebuilds_an_identical_graph_and_search(tmp_path: Path) ->
         sess.select_knowledge_base(name)
     assert one.set_ontology(PEOPLE_ONTOLOGY)["success"]
     assert one.import_knowledge_bundle(dump(tmp_path, people_bundle()))["success"]
-    shadow = service.home.kb_dir(one.current_kb().id) / "graph" / "shadow"
+    shadow = service.home.kb_dir(one.operations.current_kb().id) / "graph" / "shadow"
     files = sorted(p.relative_to(shadow).as_posix() for p in shadow.rglob("*") if p.is_file())
     assert files == [
         "edges/EMPLOYED_BY.jsonl",

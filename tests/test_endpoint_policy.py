@@ -107,7 +107,7 @@ def test_a_demo_visitor_gets_only_the_operators_endpoints(tmp_path: Path, loopba
     demo = PublicDemo(
         service, DemoLimits(), allowed_endpoints=(f"http://127.0.0.1:{port}/v1",), exchange_root=tmp_path / "exchange"
     )
-    visitor = demo.visitor_session("v" * 32)
+    visitor = Enveloped(demo.visitor_session("v" * 32))
     for endpoint in (f"http://127.0.0.1:{port + 1}/v1", "http://localhost:11434/v1", "https://api.example.com/v1"):
         refused = visitor.create_knowledge_base("remote", 128, "e5", endpoint)
         assert refused["error"]["code"] == "PERMISSION_DENIED", refused

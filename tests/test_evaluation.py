@@ -241,7 +241,7 @@ def test_evaluate_kb_reports_each_mode_and_per_query_results(eval_service, beir:
     record = build_eval_kb(eval_service, dataset, embedding_model="hashing")
     progress: list[tuple[str, int, int]] = []
     report = evaluate_kb(
-        Enveloped(eval_service.session()), QUERIES, QRELS, kb_name=record.name, progress=lambda *a: progress.append(a)
+        eval_service.session(), QUERIES, QRELS, kb_name=record.name, progress=lambda *a: progress.append(a)
     )
     metrics = report.metrics.set_index("setting")
     assert list(metrics.index) == ["hybrid (default)", "semantic", "keyword"]
@@ -279,7 +279,7 @@ def test_weight_sweep_runs_hybrid_at_each_weight(eval_service, beir: Path) -> No
     dataset = load_beir(beir)
     record = build_eval_kb(eval_service, dataset, embedding_model="hashing")
     report = evaluate_kb(
-        Enveloped(eval_service.session()),
+        eval_service.session(),
         dataset.queries,
         dataset.qrels,
         modes=(),
@@ -311,7 +311,7 @@ def test_the_evaluation_home_embeds_each_query_once_across_settings(
         return original(self, text)
 
     monkeypatch.setattr(HashingEmbedder, "embed_query", counted)
-    evaluate_kb(Enveloped(eval_service.session()), QUERIES, QRELS, vector_weights=[0.0, 0.5, 1.0], kb_name=record.name)
+    evaluate_kb(eval_service.session(), QUERIES, QRELS, vector_weights=[0.0, 0.5, 1.0], kb_name=record.name)
     assert {QUERIES[q] for q in JUDGED} <= set(embedded)
     assert set(embedded.values()) == {1}, embedded
 

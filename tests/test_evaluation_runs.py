@@ -269,8 +269,8 @@ def test_one_run_evaluation_keeps_the_run_and_save_best_sets_hybrid_unless_told_
         raise AssertionError("the user's KB needs no evaluation home")
 
     request = EvaluationRequest(judgments, build_corpus=False, kb_name="judged", modes=("hybrid",), sweep_steps=4)
-    shallow = run_evaluation(session, request, eval_service=no_eval_home)
-    deep = run_evaluation(session, replace(request, sweep_full_depth=True), eval_service=no_eval_home)
+    shallow = run_evaluation(session.operations, request, eval_service=no_eval_home)
+    deep = run_evaluation(session.operations, replace(request, sweep_full_depth=True), eval_service=no_eval_home)
     for outcome, recall_in_sweep in ((shallow, False), (deep, True)):
         metrics = outcome.report.metrics.set_index("setting")
         assert [s.label for s in outcome.swept] == ["hybrid 0.00/1.00", "hybrid 0.25/0.75", "hybrid 0.50/0.50",
@@ -280,9 +280,9 @@ def test_one_run_evaluation_keeps_the_run_and_save_best_sets_hybrid_unless_told_
         kept = session.operations.service.evaluation_runs.load(outcome.run.id)
         assert list(kept.metrics["setting"]) == [s.label for s in outcome.settings]
     best = best_sweep_setting(shallow.report)
-    assert save_best(session, "judged", best, mode=None).kb_name == "judged"  # a typed result (#28); KBError on failure
+    assert save_best(session.operations, "judged", best, mode=None).kb_name == "judged"  # a typed result (#28); KBError on failure
     assert session.operations.find_kb("judged").search_settings["mode"] == "keyword"
-    assert save_best(session, "judged", best).search_settings["mode"] == "hybrid"
+    assert save_best(session.operations, "judged", best).search_settings["mode"] == "hybrid"
     saved = session.operations.find_kb("judged").search_settings
     assert saved == {"mode": "hybrid", "vector_weight": best["vector_weight"],
                      "keyword_weight": best["keyword_weight"], "weighting": "fixed", "fusion": "weighted"}

@@ -133,7 +133,7 @@ def test_persistent_session_survives_a_new_process_object(home) -> None:
     first.create_knowledge_base("kept", 256)
     first.select_knowledge_base("kept")
     again = Enveloped(KnowledgeBaseService(home).session("cli"))
-    assert again.current_kb().name == "kept"
+    assert again.operations.current_kb().name == "kept"
 
 
 def test_kbs_are_stored_by_id_not_name(service, session) -> None:

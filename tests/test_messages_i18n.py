@@ -85,7 +85,7 @@ def test_a_demo_visitors_quotas_and_read_only_refusals_are_said_in_chinese(tmp_p
     limits = DemoLimits(kbs_per_visitor=1, files_per_import=2, searches_per_minute=1)
     demo = PublicDemo(service, limits, models=("hashing",), exchange_root=tmp_path / "exchange")
     demo.ledger.publish(service.find_kb("shared").id)
-    visitor = demo.visitor_session("v" * 32)
+    visitor = Enveloped(demo.visitor_session("v" * 32))
     mine = visitor.create_knowledge_base("mine", 64, "hashing")
     assert mine["success"]
     second = visitor.create_knowledge_base("another", 64, "hashing")

@@ -36,7 +36,8 @@ def site(tmp_path: Path) -> tuple[KnowledgeBaseService, PublicDemo, Clock]:
     over it whose visitors may use the hashing embedder."""
     service = KnowledgeBaseService(tmp_path / "home")
     local = Enveloped(service.session())
-    assert ensure_demo_kb(local, kb_name="shared", embedding_model="hashing")["success"]
+    built = ensure_demo_kb(local.operations, kb_name="shared", embedding_model="hashing")
+    assert built is not None and built.succeeded()
     assert local.create_knowledge_base("operator-only", 64, "hashing")["success"]
     clock = Clock()
     demo = PublicDemo(
@@ -80,7 +81,7 @@ def test_kb_demo_names_public_off_and_private() -> None:
 
 def test_visitors_own_sandboxes_and_read_only_shared_kbs(site: tuple[KnowledgeBaseService, PublicDemo, Clock]) -> None:
     service, demo, _ = site
-    a, b = demo.visitor_session("a" * 32), demo.visitor_session("b" * 32)
+    a, b = Enveloped(demo.visitor_session("a" * 32)), Enveloped(demo.visitor_session("b" * 32))
     created = a.create_knowledge_base("notes", 64, "hashing")
     mine = created["data"]["kb_name"]
     assert re.fullmatch(r"notes \[[0-9a-f]{6}\]", mine), mine  # tagged: two visitors never collide on a name
@@ -127,7 +128,7 @@ def test_visitors_own_sandboxes_and_read_only_shared_kbs(site: tuple[KnowledgeBa
 
     with pytest.raises(PermissionDenied):
         demo.operator_session("guess")
-    operator = demo.operator_session("operator-secret")
+    operator = Enveloped(demo.operator_session("operator-secret"))
     assert set(names(operator)) == {"shared", "operator-only", mine, names(b)[-1]}
     usage = {row["visitor"]: row for row in operator.demo_status()["data"]["usage"]}
     assert usage[demo.visitor_id("a" * 32)]["knowledge_bases"] == [mine]
@@ -146,11 +147,11 @@ def test_visitor_quotas_refuse_with_the_limit_named(tmp_path: Path) -> None:
         searches_per_minute=3,
     )
     demo = PublicDemo(service, limits, models=("hashing",), exchange_root=tmp_path / "exchange")
-    visitor = demo.visitor_session("q" * 32)
+    visitor = Enveloped(demo.visitor_session("q" * 32))
     kb = visitor.create_knowledge_base("quota", 32, "hashing")["data"]["kb_name"]
     second = visitor.create_knowledge_base("another", 32, "hashing")
     assert code(second) == "QUOTA_EXCEEDED" and "at most 1 knowledge bases per visitor" in second["message"]
-    refused_model = demo.visitor_session("r" * 32).create_knowledge_base("x", 64, "/etc")
+    refused_model = Enveloped(demo.visitor_session("r" * 32)).create_knowledge_base("x", 64, "/etc")
     assert code(refused_model) == "INVALID_ARGUMENT" and "these models only: hashing" in refused_model["message"]
 
     visitor.select_knowledge_base(kb)
@@ -179,15 +180,15 @@ def test_visitor_quotas_refuse_with_the_limit_named(tmp_path: Path) -> None:
     searched = visitor.search(SearchRequest("hybrid"))
     assert code(searched) == "RATE_LIMITED" and searched["error"]["details"]["retry_after_sec"] > 0
     assert "allows 3 searches (an evaluation counts as one) per minute" in searched["message"]
-    other = demo.visitor_session("s" * 32)
+    other = Enveloped(demo.visitor_session("s" * 32))
     # each visitor's own window
     assert other.search(SearchRequest("hybrid", kb_names=["quota"]))["error"]["code"] == "KB_NOT_FOUND"
 
     # one import at a time for all visitors (the default, for 2 cores): another visitor's waits its turn
     own = other.create_knowledge_base("other", 32, "hashing")["data"]["kb_name"]
-    third = demo.visitor_session("t" * 32)
+    third = Enveloped(demo.visitor_session("t" * 32))
     theirs = third.create_knowledge_base("third", 32, "hashing")["data"]["kb_name"]
-    with third.importing(third.find_kb(theirs), 1):  # a third visitor's import is running
+    with third.operations.importing(third.operations.find_kb(theirs), 1):  # a third visitor's import is running
         busy = other.import_document([upload(other, "wait.txt", TEXT)], kb_name=own)
         assert code(busy) == "QUOTA_EXCEEDED" and "busy with another visitor's files" in busy["message"]
     assert other.import_document([upload(other, "now.txt", TEXT)], kb_name=own)["success"]
@@ -197,13 +198,13 @@ def test_a_visitors_evaluation_runs_are_its_own(site: tuple[KnowledgeBaseService
     from kb_core.evaluation import EvaluationRequest, run_evaluation
 
     _, demo, _ = site
-    a, b = demo.visitor_session("a" * 32), demo.visitor_session("b" * 32)
+    a, b = Enveloped(demo.visitor_session("a" * 32)), Enveloped(demo.visitor_session("b" * 32))
     judgments = demo_judgments_folder()
     assert judgments is not None
     request = EvaluationRequest(
         folder=judgments, build_corpus=False, kb_name="shared", modes=("keyword",), max_queries=3
     )
-    outcome = run_evaluation(a, request)
+    outcome = run_evaluation(a.operations, request)
     assert outcome.queries == 3
     assert [r["id"] for r in a.list_evaluation_runs()["data"]["runs"]] == [outcome.run.id]
     assert b.list_evaluation_runs()["data"]["runs"] == []  # B does not see A's judged queries
@@ -221,12 +222,12 @@ def test_visitor_kbs_expire_and_the_sweep_deletes_them(site: tuple[KnowledgeBase
     from kb_core.evaluation import EvaluationRequest, run_evaluation
 
     service, demo, clock = site
-    visitor = demo.visitor_session("e" * 32)
+    visitor = Enveloped(demo.visitor_session("e" * 32))
     kb = visitor.create_knowledge_base("short-lived", 64, "hashing")["data"]["kb_name"]
     judgments = demo_judgments_folder()
     assert judgments is not None
     run_evaluation(
-        visitor,
+        visitor.operations,
         EvaluationRequest(folder=judgments, build_corpus=False, kb_name="shared", modes=("keyword",), max_queries=2),
     )
     runs = demo.ledger.folder / "visitors" / demo.visitor_id("e" * 32)
@@ -247,7 +248,7 @@ def test_a_visitor_reads_no_server_path(site: tuple[KnowledgeBaseService, Public
     """The shared KB was imported from the repository's files and the visitor's from the app's upload folder: neither
     folder reaches what a visitor reads, and server folders are refused without saying whether they exist."""
     _, demo, _ = site
-    visitor = demo.visitor_session("p" * 32)
+    visitor = Enveloped(demo.visitor_session("p" * 32))
     kb = visitor.create_knowledge_base("mine", 64, "hashing")["data"]["kb_name"]
     imported = visitor.import_document([upload(visitor, "上传.txt", TEXT * 3)], kb_name=kb)
     visitor.select_knowledge_base("shared")

@@ -480,7 +480,7 @@ def test_a_hits_json_is_the_callers_copy_with_the_fields_in_order(kb, service) -
 
     from kb_core.results import SearchHit, SearchRequest
 
-    outcome = kb.operations.search_chunks(SearchRequest("检索 retrieval", settings={"top_k": 5, "mode": "hybrid"}))
+    outcome = kb.operations.search_chunks(SearchRequest("检索 retrieval", top_k=5, mode="hybrid"))
     assert len(outcome.hits) >= 2
     names = [f.name for f in dataclasses.fields(SearchHit) if f.name not in ("location", "breakdown")]
     for hit in outcome.hits:
