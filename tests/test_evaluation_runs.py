@@ -280,7 +280,8 @@ def test_one_run_evaluation_keeps_the_run_and_save_best_sets_hybrid_unless_told_
         kept = session.operations.service.evaluation_runs.load(outcome.run.id)
         assert list(kept.metrics["setting"]) == [s.label for s in outcome.settings]
     best = best_sweep_setting(shallow.report)
-    assert save_best(session.operations, "judged", best, mode=None).kb_name == "judged"  # a typed result (#28); KBError on failure
+    # a typed result (#28); KBError on failure
+    assert save_best(session.operations, "judged", best, mode=None).kb_name == "judged"
     assert session.operations.find_kb("judged").search_settings["mode"] == "keyword"
     assert save_best(session.operations, "judged", best).search_settings["mode"] == "hybrid"
     saved = session.operations.find_kb("judged").search_settings
