@@ -55,6 +55,7 @@ from kb_core.results import (
     DocumentInfos,
     DocumentList,
     DocUpdated,
+    EmbeddingSource,
     EvaluationRuns,
     ExecutorChoices,
     Explanation,
@@ -538,9 +539,8 @@ class Operations:
         if self.allowed_dirs is not None and not embedding_endpoint:
             self._confine_model_path(embedding_model, self.allowed_dirs)
         name = self.principal.name_for(validate_kb_name(kb_name))
-        record = self.service.create_kb(
-            name, chunk_size, embedding_model, embedding_endpoint, embedding_api_key, progress=progress
-        )
+        source = EmbeddingSource(embedding_model, embedding_endpoint, embedding_api_key)
+        record = self.service.create_kb(name, chunk_size, source, progress=progress)
         self.principal.created(record)
         return KBCreated(
             msg(
@@ -583,7 +583,7 @@ class Operations:
         if not documents:
             raise InvalidArgument(msg("Knowledge base '{name}' has no documents to embed again.", name=record.name))
         name = new_name or f"{record.name} ({model})"[:64]
-        created = self.service.create_kb(name, record.chunk_size, model, None, None, progress=model_progress)
+        created = self.service.create_kb(name, record.chunk_size, EmbeddingSource(model), progress=model_progress)
         if record.search_settings:
             self.service.store.update_search_settings(created.id, dict(record.search_settings))
         created = self.service.find_kb(created.name)

@@ -71,6 +71,16 @@ class SearchRequest:
         return SearchFilters(tuple(self.doc_names), tuple(self.file_types))
 
 
+@dataclass(frozen=True)
+class EmbeddingSource:
+    """Where a new KB's vectors come from: a model (a name or a folder; None: the default model), or an HTTP
+    endpoint with its API key (never shown in a repr)."""
+
+    model: str | None = None
+    endpoint: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+
+
 @dataclass
 class SearchResult(SearchOutcome):
     """A search's hits, warnings, settings and weights, plus the KBs left out (``{kb_name, code, message}``)."""

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from kb_core.ingest.parsing import ParseLimits
     from kb_core.ingest.pipeline import Importer
     from kb_core.principals import ImportAllowance, Principal
+    from kb_core.results import EmbeddingSource
     from kb_core.retrieval.analysis import Analyzer
     from kb_core.retrieval.search import RankedHits, SearchFilters, SearchSettings
     from kb_core.store import Home, KBStore, KnowledgeBaseRecord
@@ -94,13 +95,7 @@ class SessionResources(Resources, Protocol):
     def jobs(self) -> Any: ...  # kb_core.jobs.JobRegistry: the session layer's own, typed there
 
     def create_kb(
-        self,
-        kb_name: str,
-        chunk_size: int,
-        embedding_model: str | None = None,
-        embedding_endpoint: str | None = None,
-        embedding_api_key: str | None = None,
-        progress: Callable[[str], None] | None = None,
+        self, kb_name: str, chunk_size: int, source: EmbeddingSource, progress: Callable[[str], None] | None = None
     ) -> KnowledgeBaseRecord: ...
 
     def delete_kb(self, record: KnowledgeBaseRecord) -> None: ...

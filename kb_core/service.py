@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from kb_core.jobs import JobRegistry
     from kb_core.operations import Operations
     from kb_core.principals import Principal
+    from kb_core.results import EmbeddingSource
     from kb_core.retrieval.analysis import Analyzer
     from kb_core.retrieval.search import RankedHits, SearchFilters, SearchSettings
     from kb_core.store.reader import KBReader
@@ -230,16 +231,12 @@ class KnowledgeBaseService:
         return self.store.folder().kb_store(kb_id)
 
     def create_kb(
-        self,
-        kb_name: str,
-        chunk_size: int,
-        embedding_model: str | None = None,
-        embedding_endpoint: str | None = None,
-        embedding_api_key: str | None = None,
-        progress: Callable[[str], None] | None = None,
+        self, kb_name: str, chunk_size: int, source: EmbeddingSource, progress: Callable[[str], None] | None = None
     ) -> KnowledgeBaseRecord:
-        """``progress`` hears about the one-time build of a built-in model's folder (see
-        :func:`prepare_embedding_model`), which happens here, before the KB exists, when this machine has none."""
+        """A new KB (what the session's ``create_knowledge_base`` asks for, validated here). ``progress`` hears about
+        the one-time build of a built-in model's folder (see :func:`prepare_embedding_model`), which happens here,
+        before the KB exists, when this machine has none."""
+        embedding_model, embedding_endpoint, embedding_api_key = source.model, source.endpoint, source.api_key
         name = validate_kb_name(kb_name)
         size = validate_chunk_size(chunk_size)
         endpoint = validate_endpoint(embedding_endpoint)

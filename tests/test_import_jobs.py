@@ -15,6 +15,7 @@ import pytest
 
 from kb_core import KnowledgeBaseService
 from kb_core.envelopes import Enveloped
+from kb_core.results import EmbeddingSource
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -97,7 +98,7 @@ def test_each_session_lists_its_own_jobs_and_finds_another_by_id_within_its_scop
     assert other.import_jobs()["data"]["jobs"] == []  # not its job
     assert other.import_job(job_id, watch=True)["success"]  # a reload finds it by the id in its address
     assert [j["job_id"] for j in other.import_jobs()["data"]["jobs"]] == [job_id]
-    assert service.create_kb("elsewhere", 64, "hashing")
+    assert service.create_kb("elsewhere", 64, EmbeddingSource("hashing"))
     scoped = Enveloped(service.session(scope=frozenset({service.find_kb("elsewhere").id})))
     unknown = scoped.import_job(job_id)
     assert not unknown["success"] and unknown["error"]["code"] == "JOB_NOT_FOUND"
