@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import TimeoutError as FuturesTimeout
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import MISSING, asdict, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -115,6 +115,11 @@ if TYPE_CHECKING:
     from kb_core.transfer.format import TransferLimits
 
 logger = logging.getLogger(__name__)
+
+# What explain_search takes of a SearchRequest beside the query: the settings that score a chunk.
+EXPLAIN_SETTINGS = (
+    "mode", "vector_weight", "keyword_weight", "jaccard_weight", "fusion", "weighting", "language_guard",
+)
 
 
 def search_facts(outcome: SearchResult) -> dict[str, Any]:
@@ -1245,12 +1250,27 @@ class Operations:
         1,000 deep with the KB's settings under the given ones), its full score breakdown, the hit just above it,
         and each step in words. A chunk that is not among the hits (too low, or dropped as a near-duplicate of a
         better-ranked chunk) is explained from its exact scores. Of ``request`` it takes the query and the scoring
-        settings (mode, weights, fusion, weighting, language guard); the chunk's own KB is searched 1,000 deep."""
+        settings (mode, weights, fusion, weighting, language guard): the chunk's own KB is searched 1,000 deep, so a
+        request that sets anything else (top_k, min_score, filters, KBs, …) is refused rather than half used."""
         if not isinstance(chunk_id, str) or not chunk_id.strip():
             raise InvalidArgument(
                 msg("chunk_id must be a non-empty chunk id (chk_...)."), details={"field": "chunk_id"}
             )
         query = validate_query(request.query)
+        unused = [
+            f.name for f in fields(SearchRequest)
+            if f.name not in EXPLAIN_SETTINGS and f.name not in ("query", "explain")
+            and getattr(request, f.name) != (f.default if f.default is not MISSING else ())
+        ]
+        if unused:
+            raise InvalidArgument(
+                msg(
+                    "explain_search explains one chunk's score for the query and the scoring settings ({used}); "
+                    "it does not take {unused}.",
+                    used=", ".join(EXPLAIN_SETTINGS), unused=", ".join(unused),
+                ),
+                details={"field": unused[0]},
+            )
         self.principal.check_search()
         chunk_id = chunk_id.strip()
         record = next((r for r in self.visible_kbs() if self.service.has_chunk(r, chunk_id)), None)
@@ -1258,8 +1278,7 @@ class Operations:
             raise ItemNotFound(
                 msg("No live chunk with id {chunk_id!r} exists.", chunk_id=chunk_id), details={"id": chunk_id}
             )
-        scoring = ("mode", "vector_weight", "keyword_weight", "jaccard_weight", "fusion", "weighting", "language_guard")
-        settings = search_settings(record, {**{k: request.settings[k] for k in scoring}, "top_k": 1000})
+        settings = search_settings(record, {**{k: request.settings[k] for k in EXPLAIN_SETTINGS}, "top_k": 1000})
         data = explain_chunk(self.service, record, query, chunk_id, settings)
         return Explanation("\n".join(data["explanation"]), data)
 

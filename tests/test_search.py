@@ -538,3 +538,34 @@ def test_semantic_search_fetches_only_the_rows_it_can_return_with_the_same_hits(
             assert [hit.to_json() for hit in short.hits] == [hit.to_json() for hit in full.hits]
             found += bool(short.hits)
     assert short_paths >= 20 and tie_fallbacks >= 1 and found >= 14
+
+
+def test_explain_search_refuses_what_a_search_request_sets_that_it_cannot_use(kb) -> None:
+    """One SearchRequest serves search and explain_search (#38); explain_search scores one chunk with the query and the
+    scoring settings, searching its KB 1,000 deep, so a request that sets top_k, min_score, filters or KBs is refused
+    by name instead of being silently half used; the scoring settings it takes are used."""
+    from kb_core.results import SearchRequest
+
+    chunk = kb.search(SearchRequest("keyword search", top_k=1, mode="keyword"))["data"]["chunks"][0]["id"]
+    for given, field in (
+        ({"top_k": 3}, "top_k"),
+        ({"min_score": 0.5}, "min_score"),
+        ({"doc_names": ["a.txt"]}, "doc_names"),
+        ({"kb_names": ["s"]}, "kb_names"),
+        ({"expand_graph": True}, "expand_graph"),
+    ):
+        refused = kb.explain_search(SearchRequest("keyword search", **given), chunk)
+        assert refused["error"]["code"] == "INVALID_ARGUMENT" and refused["error"]["details"]["field"] == field
+        assert field in refused["message"]
+    explained = kb.explain_search(SearchRequest("keyword search", mode="keyword"), chunk)
+    assert explained["success"] and explained["data"]["settings"]["mode"] == "keyword"
+
+
+def test_a_search_request_takes_lists_and_says_which_settings_were_given() -> None:
+    from kb_core.results import SearchRequest
+
+    request = SearchRequest("q", 3, "keyword", doc_names=["a.txt"], kb_names=None)  # type: ignore[arg-type]
+    assert request.doc_names == ("a.txt",) and request.kb_names == ()
+    assert request.filters.doc_names == ("a.txt",)
+    assert request.settings["top_k"] == 3 and request.settings["mode"] == "keyword"
+    assert request.settings["min_score"] is None  # not given: the KB's saved default applies
