@@ -104,7 +104,7 @@ def main() -> None:
 
         started = time.perf_counter()
         hits = session.search(SearchRequest("向量 检索 graph", top_k=5))["data"]["chunks"]
-        expanded = bundles.expand_hits(session, hits)
+        expanded = bundles.expand_hits(session.operations, hits)
         figures["search_plus_expand_s"] = round(time.perf_counter() - started, 3)
         figures["expanded_hits"] = len(expanded) - len(hits)
 

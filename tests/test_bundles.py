@@ -316,7 +316,7 @@ def test_get_node_and_search_expansion(session: Any, tmp_path: Path) -> None:
     assert node["neighbours"][0]["node"]["identity"] == {"doc_uri": "a"}
     assert session.get_node("node_missing")["error"]["code"] == "ITEM_NOT_FOUND"
     hits = session.search(SearchRequest("quantum", mode="keyword", top_k=1))["data"]["chunks"]
-    expanded = bundles.expand_hits(session, hits)
+    expanded = bundles.expand_hits(session.operations, hits)
     assert len(expanded) == 2 and "graph" not in hits[0]  # input untouched
     assert expanded[0]["graph"]["related"][0]["edge_type"] == "REFERENCES"
     added = expanded[1]

@@ -90,13 +90,13 @@ def test_alias_cycle_through_the_service_changes_nothing(tmp_path: Path) -> None
     out = run_bounded(
         f"""
         import json
-        from kb_core import bundles
+        from kb_core.envelopes import Enveloped
         from kb_core.service import KnowledgeBaseService
-        session = KnowledgeBaseService({str(tmp_path / "home")!r}).session()
+        session = Enveloped(KnowledgeBaseService({str(tmp_path / "home")!r}).session())
         assert session.create_knowledge_base("graph", 128, embedding_model="hashing")["success"]
         assert session.select_knowledge_base("graph")["success"]
-        assert bundles.import_knowledge_bundle(session, {str(good)!r})["success"]
-        result = bundles.import_knowledge_bundle(session, {str(bad)!r})
+        assert session.import_knowledge_bundle({str(good)!r})["success"]
+        result = session.import_knowledge_bundle({str(bad)!r})
         names = sorted(d["name"] for d in session.list_documents()["data"]["documents"])
         print(json.dumps({{"result": result, "names": names}}))
         """,

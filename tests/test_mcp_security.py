@@ -249,7 +249,7 @@ def test_export_never_writes_outside_the_allowed_folders(
 def test_import_database_reads_only_the_file_that_was_checked(
     live: LiveServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    session = Enveloped(live.operations.service.session())
+    session = Enveloped(live.service.session())
     inbox = live.allowed / "inbox"
     inbox.mkdir()
     assert session.export_database(str(inbox / "backup.kbx"))["success"]
@@ -261,7 +261,7 @@ def test_import_database_reads_only_the_file_that_was_checked(
     result = live.run(lambda s: call(s, "import_database", source_db_path=str(inbox / "backup.kbx")))
     assert inbox.is_symlink()
     assert result.isError and result.structuredContent["error"]["code"] == "PERMISSION_DENIED"
-    assert all(not r.name.startswith("secret-kb") for r in live.operations.service.home.knowledge_bases())
+    assert all(not r.name.startswith("secret-kb") for r in live.service.home.knowledge_bases())
 
 
 # -- item: NUL bytes in paths -----------------------------------------------------------------------------------
@@ -560,12 +560,12 @@ def test_an_embedding_model_path_is_confined_like_any_path(live: LiveServer, tmp
     # A hub name is no path: not confined, but refused as invalid parameters, a model not available offline (#25).
     assert hub.error.code == INVALID_PARAMS and hub.error.data["code"] == "INVALID_ARGUMENT", hub.error
     assert "Available offline" in hub.error.message
-    names = {r.name for r in live.operations.service.store.knowledge_bases()}
+    names = {r.name for r in live.service.store.knowledge_bases()}
     assert "m5" in names and not names & {"hub", *(f"m{n}" for n in range(5))}
 
 
 def test_export_never_tells_a_scoped_token_where_the_home_is(live: LiveServer) -> None:
-    kb_id = live.operations.service.find_kb("docs").id
+    kb_id = live.service.find_kb("docs").id
     live.token = TokenStore(live.home).create([kb_id], "write", 1000)[0]
     target = live.allowed / "docs.kbx"
 
@@ -575,7 +575,7 @@ def test_export_never_tells_a_scoped_token_where_the_home_is(live: LiveServer) -
     result = live.run(scenario)
     assert not result.isError and target.is_file(), result.content[0].text
     shown = result.model_dump_json()
-    assert str(live.home) not in shown and str(live.operations.service.home.root) not in shown, shown
+    assert str(live.home) not in shown and str(live.service.home.root) not in shown, shown
 
 
 # -- no coercion where the service has none (#37 row 15) -----------------------------------------------------------

@@ -630,7 +630,8 @@ def test_a_ray_import_holds_no_file_in_the_importing_process_or_the_driver(clust
 
         ray_data._Driver.__init__ = watched
         import ray.data  # what the executor imports here, before the import begins
-        session = KnowledgeBaseService(Path({str(home)!r})).session()
+        from kb_core.envelopes import Enveloped
+        session = Enveloped(KnowledgeBaseService(Path({str(home)!r})).session())
         before = status("self", "VmRSS:")
         result = session.import_document({files!r}, kb_name="kb", executor="ray", executor_address={cluster.address!r})
         print("failed", result["data"]["failed_count"])

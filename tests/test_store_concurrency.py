@@ -43,7 +43,8 @@ def test_creates_from_four_processes_are_all_kept(tmp_path: Path) -> None:
     home = tmp_path / "home"
     KnowledgeBaseService(home)
     script = (
-        "import sys; from kb_core import KnowledgeBaseService as S; s = S(sys.argv[1]).session();\n"
+        "import sys; from kb_core import KnowledgeBaseService as S; from kb_core.envelopes import Enveloped;\n"
+        "s = Enveloped(S(sys.argv[1]).session());\n"
         "ok = [s.create_knowledge_base(f'p{sys.argv[2]}-{i}', 256, 'hashing')['success'] for i in range(15)];\n"
         "dup = [s.create_knowledge_base(f'shared-{i}', 256, 'hashing')['success'] for i in range(5)];\n"
         "print(sum(ok), sum(dup))"

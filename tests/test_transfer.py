@@ -435,7 +435,8 @@ def import_in_a_bounded_child(home: Path, export: Path, file_mb: int | None = No
     return run_bounded(
         f"""
         from kb_core import KnowledgeBaseService
-        result = KnowledgeBaseService({str(home)!r}).session().import_database({str(export)!r})
+        from kb_core.envelopes import Enveloped
+        result = Enveloped(KnowledgeBaseService({str(home)!r}).session()).import_database({str(export)!r})
         print("code:", result["error"]["code"] if not result["success"] else "none", result["message"])
         """,
         memory_mb=512,

@@ -32,7 +32,9 @@ def test_a_repeated_member_name_among_50001_is_refused_in_bounded_time(tmp_path:
         f"""
         from pathlib import Path
         from kb_core import KnowledgeBaseService
-        envelope = KnowledgeBaseService(Path({str(tmp_path / "home")!r})).session().import_database({str(bad)!r})
+        from kb_core.envelopes import Enveloped
+        session = Enveloped(KnowledgeBaseService(Path({str(tmp_path / "home")!r})).session())
+        envelope = session.import_database({str(bad)!r})
         print(envelope["error"]["code"], envelope["message"])
         """,
         memory_mb=2048,
