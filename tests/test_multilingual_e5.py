@@ -341,7 +341,7 @@ def test_the_weight_sweep_moves_in_chinese_and_save_best_beats_keywords_alone(
             handle.write(json.dumps({"_id": f"q{number}", "text": text}, ensure_ascii=False) + "\n")
     rows = [f"q{number}\t{judged[text]}\t1" for number, text in enumerate(judged)]
     (folder / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\n" + "\n".join(rows) + "\n", encoding="utf-8")
-    home = str(chinese_kbs.service.home.root)
+    home = str(chinese_kbs.operations.service.home.root)
     curves = {}
     for kb in ("e5", "minilm"):
         capsys.readouterr()
@@ -354,5 +354,5 @@ def test_the_weight_sweep_moves_in_chinese_and_save_best_beats_keywords_alone(
     # the guard: every weight below 1 ranks as BM25 alone (at 1 the keyword weight is 0, so the guard stands aside)
     assert len({ndcg for weight, ndcg in minilm.items() if weight < 1}) == 1
     assert max(e5.values()) - min(e5.values()) > 0.1  # the slider matters
-    saved = chinese_kbs.service.find_kb("e5").search_settings
+    saved = chinese_kbs.operations.service.find_kb("e5").search_settings
     assert saved["vector_weight"] > 0 and e5[saved["vector_weight"]] > e5[0.0]  # beats BM25 alone
