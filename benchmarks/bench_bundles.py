@@ -1,4 +1,3 @@
-
 """Benchmark: import a 10,000-item knowledge bundle (documents and references), then re-import it.
 
 Run: ``python benchmarks/bench_bundles.py [--items 10000] [--model hashing|all-MiniLM-L6-v2]``.

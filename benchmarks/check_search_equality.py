@@ -1,4 +1,3 @@
-
 """Search results before and after a change: exactly equal, or the first difference. Folder and PostgreSQL stores.
 
     python benchmarks/check_search_equality.py build H                  # once: the evaluation KBs in H/cache/eval

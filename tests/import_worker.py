@@ -1,4 +1,3 @@
-
 """Imports every file of a folder into KB 'crash' (hashing embedder); used by the SIGKILL and delete tests.
 
 Usage: python import_worker.py HOME FOLDER [PAUSE_AT]

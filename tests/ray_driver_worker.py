@@ -1,4 +1,3 @@
-
 """A Ray import driver the tests SIGKILL mid-import: imports FILES into KB 'ray' with the ray executor.
 
 Usage: python ray_driver_worker.py HOME ADDRESS FILE...

@@ -1,4 +1,3 @@
-
 """A writer process for the crash and concurrency tests: random store operations in a loop.
 
 Usage: python store_worker.py HOME SEED ITERATIONS

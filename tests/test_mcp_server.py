@@ -1,4 +1,3 @@
-
 """End-to-end tests of the MCP server, driven by the SDK's own client.
 
 stdio: ``python -m kb_core.cli --home TMP mcp`` as a subprocess. HTTP: ``kb mcp --http`` on a free
