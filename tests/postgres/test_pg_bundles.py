@@ -121,7 +121,10 @@ def same_state(folder: Enveloped, postgres: Enveloped) -> None:
     for query, settings in QUERIES:
         answers = [s.search(SearchRequest(query, top_k=8, **settings)) for s in (postgres, folder)]
         assert_same_hits(*answers, (query, settings))
-        expanded = [plain(s.expand_hits(a["data"]["chunks"])) for s, a in zip((postgres, folder), answers, strict=True)]
+        expanded = [
+            plain(s.operations.expand_hits(a["data"]["chunks"]))
+            for s, a in zip((postgres, folder), answers, strict=True)
+        ]
         assert_close(expanded[0], expanded[1], query)
 
 
