@@ -12,7 +12,7 @@ from typing import Any
 
 import streamlit as st
 
-from kb_core import KBError, Session
+from kb_core import KBError, Operations
 from kb_core.demo import DEMO_EMBEDDING_MODEL, DEMO_KB_NAME, demo_exists, demo_files, start_demo_build
 from pages import _service
 from pages._demo import demo_banner, demo_build, demo_enabled, demo_lock, operator_sign_in, set_visitor_cookie
@@ -73,7 +73,7 @@ attach_jobs_from_url(session)
 RUNNING = ("running", "cancelling")
 
 
-def demo_builder() -> Session:
+def demo_builder() -> Operations:
     """The session the demo KB is built and watched by: this one, or in a public demo a local session of the server
     (a visitor neither sees the demo KB before it is published nor may create a shared one)."""
     if not _service.public_demo_enabled():
@@ -91,10 +91,10 @@ def demo_progress(job_id: str) -> None:
     job_progress(status, title=t("Demo"))
 
 
-def job_status(builder: Session, job_id: str, watch: bool = False) -> dict[str, Any] | None:
+def job_status(builder: Operations, job_id: str, watch: bool = False) -> dict[str, Any] | None:
     """The import job's status, or None once the service no longer knows it."""
     try:
-        return builder.operations.import_job(job_id, watch=watch).data
+        return builder.import_job(job_id, watch=watch).data
     except KBError:
         return None
 
@@ -110,7 +110,7 @@ def demo_gate() -> None:
         st.session_state.pop("demo_waited")
         ended = job_status(builder, waited)
         with suppress(KBError):  # gone already: nothing left to list
-            builder.operations.dismiss_import_job(waited)  # not one of this visitor's own imports
+            builder.dismiss_import_job(waited)  # not one of this visitor's own imports
         if ended is not None and ended["state"] == "finished":
             publish_demo()
             with st.status(t("Demo knowledge base ready"), state="complete", expanded=False):
@@ -133,15 +133,17 @@ def demo_gate() -> None:
             creating = st.empty()  # says so while a built-in model's folder is built (once per machine)
             with creating.container(border=True):
                 st.markdown(t("**Building the demo knowledge base “{name}” (first start)…**", name=DEMO_KB_NAME))
-                started = start_demo_build(builder, model_progress=lambda line: st.write(say(line)))
+                try:
+                    started = start_demo_build(builder, model_progress=lambda line: st.write(say(line)))
+                except KBError as refused:
+                    started = refused
             creating.empty()
+            if isinstance(started, KBError):
+                show_error(started, prefix=t("Building the demo knowledge base failed: "))
+                return
             if started is None:
                 return
-            if not started["success"]:  # kb_core.demo answers the start's envelope (until it answers a typed one)
-                refused = KBError(started["message"], code=(started.get("error") or {}).get("code"))
-                show_error(refused, prefix=t("Building the demo knowledge base failed: "))
-                return
-            holder["job_id"] = job_id = started["data"]["job_id"]
+            holder["job_id"] = job_id = started.data["job_id"]
     job_status(builder, job_id, watch=True)
     st.session_state["demo_waited"] = job_id
     with st.container(border=True):

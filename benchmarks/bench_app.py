@@ -42,6 +42,9 @@ from typing import Any
 
 import numpy as np
 
+from kb_core.envelopes import Enveloped
+from kb_core.results import SearchRequest
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from tests.browser.conftest import CHROMIUM, CHROMIUM_ARGS, RunningApp  # noqa: E402  (the browser tests' app)
@@ -135,14 +138,15 @@ class Reference:
     def __init__(self, home: Path) -> None:
         from kb_core import KnowledgeBaseService
 
-        self.session = KnowledgeBaseService(home).session()
+        self.session = Enveloped(KnowledgeBaseService(home).session())
         self.session.select_knowledge_base(DEMO_KB_NAME)
-        self.session.search("warm up the model")  # the model loads once, as in the app before the first search
+        # the model loads once, as in the app before the first search
+        self.session.search(SearchRequest("warm up the model"))
 
     def search(self, query: str, vector_weight: float) -> tuple[dict[str, Any], float]:
         keyword_weight = round(1.0 - vector_weight, 4)
         start = time.perf_counter()
-        result = self.session.search(query, vector_weight=vector_weight, keyword_weight=keyword_weight)
+        result = self.session.search(SearchRequest(query, vector_weight=vector_weight, keyword_weight=keyword_weight))
         elapsed = time.perf_counter() - start
         assert result["success"], result["message"]
         chunks = result["data"]["chunks"]
@@ -172,8 +176,11 @@ def timed(page: Any, action: Any, want: dict[str, Any], server: list[int], brows
     idle = time.perf_counter() - start
     page.wait_for_timeout(200)  # what the browser still draws after the last change (charts)
     return {
-        "visible": visible, "idle": idle, "server_cpu": cpu_seconds(server) - cpu_server,
-        "browser_cpu": cpu_seconds(browser) - cpu_browser, "searches": page.evaluate(PAGE_STATE)["searches"],
+        "visible": visible,
+        "idle": idle,
+        "server_cpu": cpu_seconds(server) - cpu_server,
+        "browser_cpu": cpu_seconds(browser) - cpu_browser,
+        "searches": page.evaluate(PAGE_STATE)["searches"],
     }
 
 
@@ -198,7 +205,8 @@ def bench_root(root: Path, browser: Any, notches: int) -> dict[str, Any]:
         server = process_tree(app.process.pid)
         browser = [p for p in process_tree(os.getpid()) if p not in server and p != os.getpid()]
         samples: dict[str, list[float]] = {
-            f"{kind}_{part}": [] for kind in ("click", "notch", "back")
+            f"{kind}_{part}": []
+            for kind in ("click", "notch", "back")
             for part in ("visible", "idle", "reference", "server_cpu", "browser_cpu")
         }
         searches: dict[str, list[int]] = {"click": [], "notch": [], "back": []}
@@ -239,9 +247,7 @@ def bench_root(root: Path, browser: Any, notches: int) -> dict[str, Any]:
             reference_p50 = out[f"{kind}_reference"]["p50_ms"]
             out[f"{kind}_target_ms"] = round(3 * reference_p50 + 300, 1)
             out[f"{kind}_idle_ratio"] = round(out[f"{kind}_idle"]["p50_ms"] / reference_p50, 1)
-            out[f"{kind}_searches_per_interaction"] = (
-                statistics.median(searches[kind]) if searches[kind] else None
-            )
+            out[f"{kind}_searches_per_interaction"] = statistics.median(searches[kind]) if searches[kind] else None
         context.close()
         return out
     finally:
@@ -259,8 +265,12 @@ def main() -> int:
     from playwright.sync_api import sync_playwright
 
     roots = [r.resolve() for r in (args.root or [ROOT])]
-    results: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "cpus": os.cpu_count(),
-                               "load_before": [round(x, 2) for x in os.getloadavg()], "roots": {}}
+    results: dict[str, Any] = {
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "cpus": os.cpu_count(),
+        "load_before": [round(x, 2) for x in os.getloadavg()],
+        "roots": {},
+    }
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         for root in roots:
@@ -268,8 +278,10 @@ def main() -> int:
         browser.close()
     results["load_after"] = [round(x, 2) for x in os.getloadavg()]
     print(f"search lab in Chromium at 1280 px; load {results['load_before']} → {results['load_after']}")
-    print(f"{'root':34}{'interaction':10}{'visible p50/p95 ms':>22}{'idle p50/p95 ms':>20}{'service p50 ms':>16}"
-          f"{'target ms':>11}{'searches':>10}{'CPU ms server / browser':>26}")
+    print(
+        f"{'root':34}{'interaction':10}{'visible p50/p95 ms':>22}{'idle p50/p95 ms':>20}{'service p50 ms':>16}"
+        f"{'target ms':>11}{'searches':>10}{'CPU ms server / browser':>26}"
+    )
     for root, out in results["roots"].items():
         print(f"{root[-34:]:34}first start (demo build) {out['first_start_s']} s")
         for kind in ("click", "notch", "back"):
@@ -277,8 +289,10 @@ def main() -> int:
             n = out[f"{kind}_searches_per_interaction"]
             target = out[f"{kind}_target_ms"]
             cpu = f"{out[f'{kind}_server_cpu']['p50_ms']:.0f} / {out[f'{kind}_browser_cpu']['p50_ms']:.0f}"
-            print(f"{'':34}{kind:10}{v['p50_ms']:>12.0f} / {v['p95_ms']:<7.0f}{i['p50_ms']:>10.0f} / "
-                  f"{i['p95_ms']:<7.0f}{r['p50_ms']:>14.1f}{target:>13.0f}{'' if n is None else n:>10}{cpu:>26}")
+            print(
+                f"{'':34}{kind:10}{v['p50_ms']:>12.0f} / {v['p95_ms']:<7.0f}{i['p50_ms']:>10.0f} / "
+                f"{i['p95_ms']:<7.0f}{r['p50_ms']:>14.1f}{target:>13.0f}{'' if n is None else n:>10}{cpu:>26}"
+            )
     if args.json:
         args.json.write_text(json.dumps(results, indent=2), encoding="utf-8")
     return 0

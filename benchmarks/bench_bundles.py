@@ -18,6 +18,8 @@ import yaml
 
 from kb_core import bundles
 from kb_core.bundles.loading import load_bundle_file
+from kb_core.envelopes import Enveloped
+from kb_core.results import SearchRequest
 from kb_core.service import KnowledgeBaseService
 
 WORDS_EN = [
@@ -67,7 +69,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         service = KnowledgeBaseService(root / "home")
-        session = service.session()
+        session = Enveloped(service.session())
         session.create_knowledge_base("bench", 256, embedding_model=args.model)
         session.select_knowledge_base("bench")
         items = make_bundle(args.items)
@@ -80,13 +82,13 @@ def main() -> None:
         figures["parse_s"] = round(time.perf_counter() - started, 2)
 
         started = time.perf_counter()
-        result = bundles.import_knowledge_bundle(session, path, delete_file=False)
+        result = session.import_knowledge_bundle(path, delete_file=False)
         figures["import_s"] = round(time.perf_counter() - started, 2)
         assert result["success"], result["message"][:500]
         figures["stats"] = result["data"]["stats"]
 
         started = time.perf_counter()
-        again = bundles.import_knowledge_bundle(session, path, delete_file=False)
+        again = session.import_knowledge_bundle(path, delete_file=False)
         figures["reimport_unchanged_s"] = round(time.perf_counter() - started, 2)
         assert again["success"] and again["data"]["stats"]["documents_indexed"] == 0
 
@@ -95,17 +97,17 @@ def main() -> None:
         bad_path = root / "bad.yaml"
         bad_path.write_text(yaml.safe_dump(bad, allow_unicode=True, sort_keys=False), encoding="utf-8")
         started = time.perf_counter()
-        refused = bundles.import_knowledge_bundle(session, bad_path)
+        refused = session.import_knowledge_bundle(bad_path)
         figures["refusal_s"] = round(time.perf_counter() - started, 2)
         assert not refused["success"]
 
         started = time.perf_counter()
-        hits = session.search("向量 检索 graph", top_k=5)["data"]["chunks"]
-        expanded = bundles.expand_hits(session, hits)
+        hits = session.search(SearchRequest("向量 检索 graph", top_k=5))["data"]["chunks"]
+        expanded = bundles.expand_hits(session.operations, hits)
         figures["search_plus_expand_s"] = round(time.perf_counter() - started, 3)
         figures["expanded_hits"] = len(expanded) - len(hits)
 
-        graph_dir = service.home.kb_dir(session.current_kb().id) / "graph"
+        graph_dir = service.home.kb_dir(session.operations.current_kb().id) / "graph"
         state = max(graph_dir.glob("state-*.json"))
         figures["state_mb"] = round(state.stat().st_size / 1e6, 2)
         figures["shadow_mb"] = round(sum(p.stat().st_size for p in (graph_dir / "shadow").rglob("*.jsonl")) / 1e6, 2)

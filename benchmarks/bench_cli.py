@@ -29,6 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kb_core.envelopes import Enveloped
+
 ROOT = Path(__file__).resolve().parent.parent
 QUERY = "How are keyword and vector scores combined?"
 TARGETS = {"--help": 0.4, "list": 0.8, "search (cold)": 3.0}
@@ -88,7 +90,7 @@ def build_home(home: Path) -> None:
     from kb_core import KnowledgeBaseService
     from kb_core.demo import DEMO_KB_NAME, ensure_demo_kb
 
-    session = KnowledgeBaseService(home).session("cli")
+    session = Enveloped(KnowledgeBaseService(home).session("cli"))
     if not any(kb["name"] == DEMO_KB_NAME for kb in session.list_knowledge_bases()["data"]["knowledge_bases"]):
         result = ensure_demo_kb(session, embedding_model="all-MiniLM-L6-v2")  # a model every compared checkout reads
         if result is not None and not result["success"]:

@@ -64,6 +64,7 @@ import numpy as np
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from kb_core import KnowledgeBaseService
+from kb_core.envelopes import Enveloped
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 SAMPLE = 4096  # chunk texts for the stored-vector check and the sampled encode() batches
@@ -148,10 +149,10 @@ def measure(model_name: str, files: list[str], args: argparse.Namespace, home: P
     """Import ``files`` into a new KB of ``model_name`` against the model's own encode() of the same chunk texts."""
     load_before = load_average()
     service = KnowledgeBaseService(home)
-    session = service.session()
+    session = Enveloped(service.session())
     session.create_knowledge_base("bench", args.chunk_size, embedding_model=model_name)
     session.select_knowledge_base("bench")
-    record = session.current_kb()
+    record = session.operations.current_kb()
     embedder = service.embedder(record)
     from kb_core.embedding import is_hashing_model
     from kb_core.ingest.parsing import parse_file
@@ -230,7 +231,8 @@ def measure(model_name: str, files: list[str], args: argparse.Namespace, home: P
         last: dict[str, Any] = {}
         cpu_started = time.process_time()
         started = import_started[0] = time.perf_counter()
-        result = target.session().import_document(files, kb_name=kb, progress=functools.partial(last.__setitem__, "p"))
+        progress = functools.partial(last.__setitem__, "p")
+        result = Enveloped(target.session()).import_document(files, kb_name=kb, progress=progress)
         _synchronise()
         import_seconds_each.append(time.perf_counter() - started)
         importing_cpu_s.append(time.process_time() - cpu_started)
@@ -378,16 +380,16 @@ def _timeline(stages: dict[str, Any], import_seconds: float, pipeline_start_s: f
 def _fresh(home: Path, run: int, model: str, chunk_size: int) -> tuple[KnowledgeBaseService, str]:
     """A new home (an empty embedding cache) with a new KB, for another first import."""
     service = KnowledgeBaseService(home.parent / f"{home.name}-run{run}")
-    service.session().create_knowledge_base("bench", chunk_size, embedding_model=model)
+    Enveloped(service.session()).create_knowledge_base("bench", chunk_size, embedding_model=model)
     return service, "bench"
 
 
 def _measure_floors(service: KnowledgeBaseService) -> float:
     """Measure the semantic floors of ``service``'s KB "bench" as an import into it would after the import (both
     scripts); the seconds it took."""
-    session = service.session()
+    session = Enveloped(service.session())
     session.select_knowledge_base("bench")
-    record = session.current_kb()
+    record = session.operations.current_kb()
     started = time.perf_counter()
     try:
         for query in ("floor", "下限"):
@@ -442,7 +444,7 @@ def ray_figures(files: list[str], model: str, chunk_size: int, cpus: int, folder
     from ray.cluster_utils import Cluster
 
     def timed_import(service: KnowledgeBaseService, name: str, executor: str) -> tuple[float, dict[str, Any]]:
-        session = service.session()
+        session = Enveloped(service.session())
         session.create_knowledge_base(name, chunk_size, embedding_model=model)
         started = time.perf_counter()
         result = session.import_document(files, kb_name=name, executor=executor)

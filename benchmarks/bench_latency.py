@@ -47,7 +47,9 @@ from kb_core import KnowledgeBaseService
 from kb_core.beir import load_beir
 from kb_core.embedding import CachedEmbedder, EmbeddingCache, get_embedder
 from kb_core.embedding.wordpiece import bundled_model_path
+from kb_core.envelopes import Enveloped
 from kb_core.evaluation import build_eval_kb
+from kb_core.results import SearchRequest
 from kb_core.retrieval.keyword_index import bm25_idf, bm25_length_norm
 from kb_core.retrieval.search import MIN_CANDIDATES
 from kb_core.service import EVAL_HOME, open_eval_service
@@ -199,10 +201,10 @@ def measure(home: Path, dataset_dir: Path, queries: int, repeats: int, txtai_pyt
     record = build_eval_kb(open_eval_service(home), dataset)
     eval_home = home / EVAL_HOME
     service = fresh_query_service(eval_home)
-    session = service.session()
+    session = Enveloped(service.session())
     session.select_knowledge_base(record.name)
     memo_service = KnowledgeBaseService(eval_home)  # the default recipe: query-vector memo on
-    memo = memo_service.session()
+    memo = Enveloped(memo_service.session())
     memo.select_knowledge_base(record.name)
     texts = [dataset.queries[q] for q in sorted(dataset.qrels)][:queries]
     embedder = service.embedder(record)
@@ -216,12 +218,12 @@ def measure(home: Path, dataset_dir: Path, queries: int, repeats: int, txtai_pyt
     try:
         for text in texts[:5]:  # warm-up: page in the indexes and the model
             for mode in MODES:
-                session.search(text, top_k=10, mode=mode)
+                session.search(SearchRequest(text, top_k=10, mode=mode))
                 floor.search(text, mode, 10)
             if txtai is not None:
                 txtai.search(text, 10)
         for text in texts:  # the memo holds every query's vector from here on
-            memo.search(text, top_k=10, mode="hybrid")
+            memo.search(SearchRequest(text, top_k=10, mode="hybrid"))
         samples: dict[str, list[float]] = {}
 
         def timed(label: str, call: Any) -> None:
@@ -294,7 +296,7 @@ def repeated_query(service: KnowledgeBaseService, memo: Any, record: Any, texts:
         repeated: list[float] = []
         for text in texts:
             started = time.perf_counter()
-            memo.search(text, top_k=10, mode="hybrid")
+            memo.search(SearchRequest(text, top_k=10, mode="hybrid"))
             repeated.append(time.perf_counter() - started)
     finally:
         del inner.embed_query  # the model instance is shared by every embedder of the process

@@ -43,6 +43,7 @@ from bench_store import synthetic_texts
 from bench_vector import clustered_vectors
 
 from kb_core import KnowledgeBaseService
+from kb_core.envelopes import Enveloped
 from kb_core.retrieval.search import SearchFilters, SearchSettings, candidate_request, rank
 from kb_core.store import Change
 from kb_core.store.folder import FolderSearcher
@@ -382,7 +383,7 @@ def main() -> None:
         LocalPostgres.start(settings=SERVER_SETTINGS) as server,
     ):
         service = KnowledgeBaseService(Path(folder) / "home")
-        service.session().create_knowledge_base("bench", 256, embedding_model="hashing-384")
+        Enveloped(service.session()).create_knowledge_base("bench", 256, embedding_model="hashing-384")
         record = service.find_kb("bench")
         store = PostgresStore.open(server.url())
         kb = store.create_knowledge_base("bench", 256, "hashing-384", analyzer=service.analyzer.name, dimension=384)

@@ -27,6 +27,7 @@ from bench_store import commit_synthetic_segment, synthetic_texts
 from bench_vector import clustered_vectors
 
 from kb_core import KnowledgeBaseService
+from kb_core.envelopes import Enveloped
 from kb_core.retrieval.search import SearchFilters, SearchSettings, rank
 from kb_core.store.folder import FolderSearcher
 
@@ -46,7 +47,7 @@ def percentiles(samples: list[float]) -> tuple[float, float]:
 def build(home: Path, chunks: int) -> None:
     rng = np.random.default_rng(0)
     service = KnowledgeBaseService(home)
-    session = service.session()
+    session = Enveloped(service.session())
     session.create_knowledge_base("big", 256, embedding_model="hashing-384")
     record = service.find_kb("big")
     texts = synthetic_texts(chunks, rng)

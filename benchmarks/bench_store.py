@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from kb_core import KnowledgeBaseService
+from kb_core.envelopes import Enveloped
 from kb_core.retrieval.keyword_index import KeywordSegment
 from kb_core.retrieval.vector_index import VectorSegment
 from kb_core.store import Change
@@ -93,10 +94,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         home = Path(folder) / "home"
         service = KnowledgeBaseService(home)
-        session = service.session()
+        session = Enveloped(service.session())
         session.create_knowledge_base("big", 256, embedding_model="hashing-384")
         session.select_knowledge_base("big")
-        record = session.current_kb()
+        record = session.operations.current_kb()
         texts = synthetic_texts(args.chunks, rng)
         vectors = rng.standard_normal((args.chunks, 384), dtype=np.float32)
         vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)

@@ -35,6 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from kb_core import KnowledgeBaseService
+from kb_core.envelopes import Enveloped
+from kb_core.results import SearchRequest
 
 SHARED = Path(__file__).resolve().parent.parent.parent / "shared" / "eval"
 DATASETS = {
@@ -53,7 +55,7 @@ def hit_record(chunk: dict[str, Any]) -> dict[str, Any]:
 
 def search_answer(session: Any, text: str, top_k: int, mode: str, variant: dict[str, Any]) -> dict[str, Any]:
     """The dumped form of one search: its hits, weights and warnings."""
-    envelope = session.search(text, top_k=top_k, mode=mode, **variant)
+    envelope = session.search(SearchRequest(text, top_k=top_k, mode=mode, **variant))
     assert envelope["success"], envelope
     data = envelope["data"]
     return {
@@ -81,11 +83,11 @@ def dump(home: Path, out: Path, queries: int, deep: int, postgres: bool = False)
         dump_service(folder, out, queries, deep, home)  # says what is missing
     with tempfile.TemporaryDirectory(prefix="kb-equality-") as scratch, LocalPostgres.start() as server:
         export = Path(scratch) / "eval.kbx"
-        exported = folder.session().export_database(str(export), names)
+        exported = Enveloped(folder.session()).export_database(str(export), names)
         assert exported["success"], exported["message"]
         service = KnowledgeBaseService(Path(scratch) / "home", store=server.url())
         try:
-            imported = service.session().import_database(str(export))
+            imported = Enveloped(service.session()).import_database(str(export))
             assert imported["success"], imported["message"]
             print(f"copied {', '.join(names)} into PostgreSQL {server.url()}")
             dump_service(service, out, queries, deep, home, stable_kb_ids=True)
@@ -96,7 +98,7 @@ def dump(home: Path, out: Path, queries: int, deep: int, postgres: bool = False)
 def dump_service(
     service: KnowledgeBaseService, out: Path, queries: int, deep: int, home: Path, stable_kb_ids: bool = False
 ) -> None:
-    session = service.session()
+    session = Enveloped(service.session())
     results: dict[str, Any] = {}
     for record in service.store.knowledge_bases():
         relative = next((path for prefix, path in DATASETS.items() if record.name.startswith(prefix)), None)

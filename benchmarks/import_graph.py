@@ -25,7 +25,9 @@ Reported:
 * **envelopes**: the places that build one (calls of ``envelope``, ``ok``, ``failure``; ``{"success": …}`` dict
   literals), ``@enveloped`` functions, and reads of ``["success"]`` below the edges (an envelope turned back into
   data or an exception);
-* **Session's API**: its public methods and how many of them return an ``Envelope``;
+* **the session API**: ``Operations``' public methods, how many return an ``Envelope`` (none: envelopes are made at
+  the edges, by ``kb_core.envelopes``), and the operations it takes from a feature by name (bundles); whether the
+  hand-written envelope mirror ``kb_core.session`` is back;
 * **one of each idea**: literal lists of the search modes, and ``0.7``/``0.3`` weight literals.
 
 The layer of a module is the first rule of :data:`LAYERS` whose prefix matches it (the longest prefixes are listed
@@ -98,8 +100,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # store/postgres, their protocol (store/base.py) and the factory that chooses one (store/factory.py).
     ("store", ("kb_core.store",)),
     # Features: what the session orchestrates. seams.py (the protocols features are written against) and
-    # results.py (typed results) are the features' own contract; beir.py reads datasets for evaluation; demo.py
-    # builds the demo KB through the session protocol as a front end would, but takes only SessionAPI.
+    # results.py (typed results) are the features' own contract; beir.py reads datasets for evaluation. Of
+    # evaluation, the kept runs (runs.py, which the session lists and compares) and what a run reports (report.py)
+    # are features; the evaluation that drives a session is above it (the session layer).
     (
         "features",
         (
@@ -107,25 +110,36 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "kb_core.retrieval",
             "kb_core.bundles",
             "kb_core.transfer",
-            "kb_core.evaluation",  # scoring, kept runs, and the one run_evaluation of the CLI and the app (#28)
+            "kb_core.evaluation.runs",
+            "kb_core.evaluation.report",
             "kb_core.beir",
-            "kb_core.demo",
             "kb_core.documents",
             "kb_core.results",
             "kb_core.seams",
             "kb_core.principals",  # who a session acts for: what features ask before they show or change a KB
         ),
     ),
-    # The session: its typed operations (results, KBError), the session's envelope API (session.Session, what
-    # ``service.session()`` returns to notebooks, pages and tests, with the one envelope builder, envelope_of), and the
-    # service that opens the store and makes sessions (the composition root) and the evaluation home, a service of
-    # its own that features reach through seams.Resources.evaluation_service.
+    # The session: its typed operations (operations.Operations: typed requests in, typed results out, KBError raised;
+    # what ``service.session()`` returns to every front end, notebooks and tests), and the service that opens the
+    # store and makes sessions (the composition root) and the evaluation home, a service of its own.
     # public_demo.py: a public demo's visitors and operator (principals a session acts for) and its expiry.
     # jobs.py: the imports the service runs on its own threads, started, polled and cancelled through the sessions.
-    ("session", ("kb_core.operations", "kb_core.session", "kb_core.service", "kb_core.public_demo", "kb_core.jobs")),
-    # The edges: CLI, MCP server, Streamlit app and pages, the package's public facade, and envelope.py, where the
-    # front ends take the envelope from.
-    ("edges", ("kb_core.cli", "kb_core.mcp", "kb_core.envelope", "pages", "app")),
+    # evaluation (scoring, run_evaluation) and demo.py drive the session's operations as a front end would (the CLI
+    # and the app call them), so they name Operations and sit here.
+    (
+        "session",
+        (
+            "kb_core.operations",
+            "kb_core.service",
+            "kb_core.public_demo",
+            "kb_core.jobs",
+            "kb_core.evaluation",
+            "kb_core.demo",
+        ),
+    ),
+    # The edges: CLI, MCP server, Streamlit app and pages, the package's public facade, and envelopes.py, the one
+    # place an operation's result or KBError becomes an envelope.
+    ("edges", ("kb_core.cli", "kb_core.mcp", "kb_core.envelopes", "pages", "app")),
 )
 # Modules of no layer's prefix are reported as unassigned (and their edges not judged) until they get a rule;
 # the package itself is the public facade: an edge.
@@ -249,7 +263,7 @@ class _Visitor(ast.NodeVisitor):
                 private = alias.name.startswith("_") and not alias.name.startswith("__")
                 if private and base != self.facts.name:
                     self.facts.private_imports.append((node.lineno, base, alias.name))
-                if base == "kb_core.envelope" and alias.name in ENVELOPE_BUILDERS:
+                if base == "kb_core.envelopes" and alias.name in ENVELOPE_BUILDERS:
                     self.envelope_names.add(alias.asname or alias.name)
         if from_module:
             self._edge(base, node.lineno, tuple(from_module))
@@ -305,7 +319,7 @@ class _Visitor(ast.NodeVisitor):
     def visit_Call(self, node: ast.Call) -> None:
         func = node.func
         called = func.id if isinstance(func, ast.Name) else None
-        if called in self.envelope_names or (self.facts.name == "kb_core.envelope" and called in ENVELOPE_BUILDERS):
+        if called in self.envelope_names or (self.facts.name == "kb_core.envelopes" and called in ENVELOPE_BUILDERS):
             self.facts.envelope_sites.append((node.lineno, f"{called}(…)"))
         self.generic_visit(node)
 
@@ -523,7 +537,7 @@ def analyse(root: Path) -> dict[str, Any]:
         for m in facts.values()
         if m.envelope_reads and layer_of(m.name) not in ("edges", None)
     }
-    session_api = session_methods(facts.get("kb_core.session"))
+    session_mirror = "kb_core.session" in facts or "kb_core.envelope" in facts
     operations_api = session_methods(facts.get("kb_core.operations"), "Operations")
     layer_lines: Counter[str] = Counter()
     layer_modules: Counter[str] = Counter()
@@ -568,7 +582,7 @@ def analyse(root: Path) -> dict[str, Any]:
         "envelope_sites": dict(sorted(envelope_sites.items(), key=lambda kv: (-kv[1], kv[0]))),
         "enveloped_functions": dict(sorted(enveloped.items(), key=lambda kv: (-kv[1], kv[0]))),
         "envelope_reads_below_edges": dict(sorted(envelope_reads.items(), key=lambda kv: (-kv[1], kv[0]))),
-        "session_api": session_api,
+        "session_mirror": session_mirror,
         "operations_api": operations_api,
         "mode_lists": {short(m.name): m.mode_lists for m in facts.values() if m.mode_lists},
         "weight_literals": {
@@ -579,7 +593,7 @@ def analyse(root: Path) -> dict[str, Any]:
     }
 
 
-def session_methods(module: ModuleFacts | None, class_name: str = "Session") -> dict[str, Any]:
+def session_methods(module: ModuleFacts | None, class_name: str = "Operations") -> dict[str, Any]:
     if module is None:
         return {}
     tree = ast.parse(module.path.read_text(encoding="utf-8"))
@@ -594,8 +608,16 @@ def session_methods(module: ModuleFacts | None, class_name: str = "Session") -> 
         and not any(ast.unparse(d) == "property" for d in n.decorator_list)
     ]
     returns = Counter(ast.unparse(n.returns) if n.returns else "(none)" for n in public)
+    aliases = [  # ``get_ontology = bundles.get_ontology``: an operation declared once, in a feature
+        t.id
+        for n in session.body
+        if isinstance(n, ast.Assign) and isinstance(n.value, ast.Attribute)
+        for t in n.targets
+        if isinstance(t, ast.Name) and not t.id.startswith("_")
+    ]
     return {
         "public_methods": len(public),
+        "taken_from_features": len(aliases),
         "returning_envelope": returns.get("Envelope", 0),
         "returns": dict(returns.most_common()),
     }
@@ -652,15 +674,16 @@ def print_report(report: dict[str, Any]) -> None:
     heading(f"envelope reads ([\"success\"]) below the edges: {sum(report['envelope_reads_below_edges'].values())}")
     for module, count in report["envelope_reads_below_edges"].items():
         print(f"  {count:3} {module}")
-    api = report["session_api"]
-    heading(f"Session: {api.get('public_methods')} public methods, {api.get('returning_envelope')} return Envelope")
-    for annotation, count in api.get("returns", {}).items():
-        print(f"  {count:3} -> {annotation}")
     typed = report.get("operations_api") or {}
-    if typed:  # the session's typed operations (#28): results and KBError, no envelope
+    if typed:  # the one session API (#38): typed requests in, results out, KBError raised; no envelope
         methods, enveloping = typed.get("public_methods"), typed.get("returning_envelope")
-        heading(f"Operations: {methods} public methods, {enveloping} return Envelope")
+        heading(
+            f"the session API, Operations: {methods} public methods, {enveloping} return Envelope, "
+            f"{typed.get('taken_from_features')} taken from a feature by name"
+        )
         print("  " + ", ".join(f"{count} -> {annotation}" for annotation, count in typed.get("returns", {}).items()))
+    print(f"  envelope mirror of the session (kb_core.session / kb_core.envelope): "
+          f"{'present' if report['session_mirror'] else 'none'}")
     heading(f"literal lists of the search modes: {sum(len(v) for v in report['mode_lists'].values())}")
     for module, lines in report["mode_lists"].items():
         print(f"  {module}: lines {', '.join(map(str, lines))}")
@@ -682,6 +705,8 @@ def problems(report: dict[str, Any]) -> list[str]:
         found.append(f"{len(report['private_imports'])} private name(s) imported across modules")
     if report["store_branch_count"]:
         found.append(f"{report['store_branch_count']} store-choosing branch(es)")
+    if report["session_mirror"]:
+        found.append("a second session API (kb_core.session or kb_core.envelope) beside Operations")
     return found
 
 

@@ -48,7 +48,7 @@ def main() -> int:
         other_best: list[float] = []
         every: list[float] = []
         for query_id, text in judged:
-            hits = session.search_chunks(SearchRequest(text, kb_names=(record.name,), settings={"top_k": 10})).hits
+            hits = session.search_chunks(SearchRequest(text, 10, kb_names=(record.name,))).hits
             relevant = dataset.qrels.get(query_id, {})
             every += [hit.score for hit in hits]
             mine = [hit.score for hit in hits if relevant.get(hit.doc_name, 0) > 0]

@@ -1,5 +1,6 @@
-"""KB Workbench's domain package. Front ends use :class:`KnowledgeBaseService` and its sessions (a :class:`Session`
-answers envelopes; its ``operations``, an :class:`Operations`, answers typed results and raises :class:`KBError`).
+"""KB Workbench's domain package. Front ends use :class:`KnowledgeBaseService` and its sessions (an
+:class:`Operations`: typed results, :class:`KBError` raised); the edges turn them into envelopes
+(:mod:`kb_core.envelopes`).
 
 The names below are imported on first use (PEP 562): a parser worker process imports
 ``kb_core.ingest.parsing`` without loading the service, the store, pandas and the rest.
@@ -15,18 +16,16 @@ if TYPE_CHECKING:
     from kb_core.errors import KBError
     from kb_core.operations import Operations
     from kb_core.service import KnowledgeBaseService, open_service
-    from kb_core.session import Session
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 
-__all__ = ["KBError", "KnowledgeBaseService", "Operations", "Session", "open_service"]
+__all__ = ["KBError", "KnowledgeBaseService", "Operations", "open_service"]
 
 _HOMES = {
     "KBError": "kb_core.errors",
     "KnowledgeBaseService": "kb_core.service",
     "open_service": "kb_core.service",
     "Operations": "kb_core.operations",
-    "Session": "kb_core.session",
 }
 
 

@@ -1,8 +1,8 @@
 """The demo knowledge base the app opens on: the project's own documentation, in English and Chinese.
 
 The documents live in ``data/demo`` (TXT, DOCX and DOC files written for the project). The demo is
-built through the public session API, so it is an ordinary knowledge base a user may search, change
-or delete.
+built through the session's operations (typed results, KBError raised), as a front end would, so it is an ordinary
+knowledge base a user may search, change or delete.
 """
 
 from __future__ import annotations
@@ -11,11 +11,15 @@ import logging
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kb_core.config import PROJECT_ROOT
+from kb_core.errors import KBError
 from kb_core.ingest.pipeline import ImportProgress
-from kb_core.seams import SessionAPI
+
+if TYPE_CHECKING:
+    from kb_core.operations import Operations
+    from kb_core.results import ImportJobStatus, ImportReport
 
 logger = logging.getLogger(__name__)
 
@@ -50,15 +54,16 @@ def demo_judgments_folder(folder: str | Path | None = None) -> Path | None:
     return None
 
 
-def _demo_listing(session: SessionAPI, kb_name: str) -> dict[str, Any] | None:
-    listing = session.list_knowledge_bases()
-    if not listing["success"]:
+def _demo_listing(session: Operations, kb_name: str) -> dict[str, Any] | None:
+    try:
+        listing = session.list_knowledge_bases()
+    except KBError:
         return None
     key = kb_name.casefold()
-    return next((kb for kb in listing["data"]["knowledge_bases"] if kb["name"].casefold() == key), None)
+    return next((kb for kb in listing.to_json()["knowledge_bases"] if kb["name"].casefold() == key), None)
 
 
-def demo_exists(session: SessionAPI, kb_name: str = DEMO_KB_NAME) -> bool:
+def demo_exists(session: Operations, kb_name: str = DEMO_KB_NAME) -> bool:
     """Whether the demo KB exists with documents. An empty one is a first build that was cut off (the browser tab
     closed while it imported, which stops the app's script run): :func:`ensure_demo_kb` fills it."""
     found = _demo_listing(session, kb_name)
@@ -66,16 +71,16 @@ def demo_exists(session: SessionAPI, kb_name: str = DEMO_KB_NAME) -> bool:
 
 
 def _demo_target(
-    session: SessionAPI,
+    session: Operations,
     files: list[Path],
     folder: str | Path | None,
     kb_name: str,
     embedding_model: str | None,
     chunk_size: int,
     model_progress: Callable[[str], None] | None,
-) -> str | dict[str, Any] | None:
+) -> str | None:
     """The demo KB's name to import ``files`` into (created here, or an empty one a cut-off build left); None when
-    there is nothing to build, a failed creation's envelope. Called under ``_build_lock``."""
+    there is nothing to build. A failed creation raises its KBError. Called under ``_build_lock``."""
     if not files:
         logger.warning("No demo documents found in %s", folder or DEMO_FOLDER)
         return None
@@ -83,12 +88,9 @@ def _demo_target(
         return None
     interrupted = _demo_listing(session, kb_name)
     if interrupted is None:
-        created = session.create_knowledge_base(
+        name = session.create_knowledge_base(
             kb_name, chunk_size, embedding_model=embedding_model, progress=model_progress
-        )
-        if not created["success"]:
-            return created
-        name: str = created["data"]["kb_name"]
+        ).kb_name
     else:
         name = interrupted["name"]
         logger.warning("The demo knowledge base %r is empty (a first build was cut off): filling it", name)
@@ -97,29 +99,28 @@ def _demo_target(
 
 
 def start_demo_build(
-    session: SessionAPI,
+    session: Operations,
     *,
     folder: str | Path | None = None,
     kb_name: str = DEMO_KB_NAME,
     embedding_model: str | None = DEMO_EMBEDDING_MODEL,
     chunk_size: int = DEMO_CHUNK_SIZE,
     model_progress: Callable[[str], None] | None = None,
-) -> dict[str, Any] | None:
+) -> ImportJobStatus | None:
     """:func:`ensure_demo_kb` as an import job the service runs (#34): the KB is created here (a built-in model's
     folder is built first where this machine has none: ``model_progress`` hears about it), its documents are imported
-    by the job; returns the job's start envelope (``data.job_id``), a failed creation's envelope, or None when there
-    is nothing to build."""
+    by the job; returns the started job's status (``job_id``), or None when there is nothing to build. A failed
+    creation raises its KBError."""
     files = demo_files(folder)
     with _build_lock:
         target = _demo_target(session, files, folder, kb_name, embedding_model, chunk_size, model_progress)
-        if not isinstance(target, str):
-            return target
-        started: dict[str, Any] = session.start_import([str(p) for p in files], kb_name=target)
-        return started
+        if target is None:
+            return None
+        return session.start_import([str(p) for p in files], kb_name=target)
 
 
 def ensure_demo_kb(
-    session: SessionAPI,
+    session: Operations,
     *,
     progress: Callable[[ImportProgress], None] | None = None,
     folder: str | Path | None = None,
@@ -127,16 +128,16 @@ def ensure_demo_kb(
     embedding_model: str | None = DEMO_EMBEDDING_MODEL,
     chunk_size: int = DEMO_CHUNK_SIZE,
     model_progress: Callable[[str], None] | None = None,
-) -> dict[str, Any] | None:
-    """Create and fill the demo KB unless it exists; returns the import envelope, or None if nothing was built.
+) -> ImportReport | None:
+    """Create and fill the demo KB unless it exists; returns the import's report, or None if nothing was built.
 
     The session's current KB is left unchanged; callers select the demo themselves. A failed
-    creation (for example a race with another process that created it first) returns that envelope.
+    creation (for example a race with another process that created it first) raises its KBError.
     ``model_progress`` hears about the one-time build of the model's folder on a machine that has none.
     """
     files = demo_files(folder)
     with _build_lock:
         target = _demo_target(session, files, folder, kb_name, embedding_model, chunk_size, model_progress)
-        if not isinstance(target, str):
-            return target
+        if target is None:
+            return None
         return session.import_document([str(p) for p in files], progress=progress, kb_name=target)

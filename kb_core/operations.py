@@ -5,7 +5,7 @@ and every operation a front end offers, each returning a result of :mod:`kb_core
 The CLI keeps one session per home (persisted), each MCP session and each browser session has its own (in memory).
 Features below it (store/, retrieval/, ingest/, bundles/, transfer/) take the process's resources and a KB record,
 raise KBError and return typed data; the operations validate arguments, call them and say what happened.
-:class:`kb_core.session.Session` answers each operation as an envelope (:func:`kb_core.envelope.envelope_of`).
+The edges answer each operation as an envelope (:mod:`kb_core.envelopes`).
 
 Why over 600 lines: this is the API surface, some 40 public operations that each validate their arguments, call
 a feature and compose the message; splitting it (mixins by concern) would scatter the messages a person reads. The
@@ -23,10 +23,11 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import TimeoutError as FuturesTimeout
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import MISSING, asdict, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kb_core.bundles import api as bundles
 from kb_core.documents import chunk_json, document_info, document_info_text, document_row, find_item, source_label
 from kb_core.errors import (
     Cancelled,
@@ -46,7 +47,6 @@ from kb_core.jobs import KEEP_FINISHED, STATE_TEXT, ImportJob
 from kb_core.principals import ImportAllowance, Principal, TokenScope
 from kb_core.redaction import shown_endpoint
 from kb_core.results import (
-    BundleImported,
     ChunkList,
     Compacted,
     DemoStatus,
@@ -55,11 +55,12 @@ from kb_core.results import (
     DocumentInfos,
     DocumentList,
     DocUpdated,
+    EmbeddingSource,
     EvaluationRuns,
     ExecutorChoices,
     Explanation,
     ExportSummary,
-    GraphView,
+    HitList,
     ImportJobList,
     ImportJobStatus,
     ImportReport,
@@ -72,12 +73,9 @@ from kb_core.results import (
     KBPublished,
     KBReembedded,
     KBSelected,
-    KnowledgeSchema,
     ModelList,
     ModelLoaded,
     ModelState,
-    OntologyInfo,
-    OntologySet,
     RagResult,
     RunComparison,
     RunDeleted,
@@ -90,11 +88,10 @@ from kb_core.results import (
     TokenRevoked,
     Verification,
 )
-from kb_core.retrieval.narrative import Note, result_notes
+from kb_core.retrieval.narrative import Note, hit_list_notes, result_notes
 from kb_core.retrieval.query import explain_chunk, rag_rank, search_settings
 from kb_core.retrieval.search import (
     RankedHits,
-    SearchFilters,
     SearchHit,
     SearchSettings,
 )
@@ -110,14 +107,20 @@ from kb_core.validation import (
 )
 
 if TYPE_CHECKING:
-    from kb_core.evaluation import EvaluationRunStore
+    from kb_core.evaluation.runs import EvaluationRunStore
     from kb_core.ingest.files import FileOutcome
     from kb_core.ingest.pipeline import ChunkBudget, ImportProgress
+    from kb_core.retrieval.analysis import Analyzer
     from kb_core.seams import SessionResources
     from kb_core.store.tokens import TokenRecord
     from kb_core.transfer.format import TransferLimits
 
 logger = logging.getLogger(__name__)
+
+# What explain_search takes of a SearchRequest beside the query: the settings that score a chunk.
+EXPLAIN_SETTINGS = (
+    "mode", "vector_weight", "keyword_weight", "jaccard_weight", "fusion", "weighting", "language_guard",
+)
 
 
 def search_facts(outcome: SearchResult) -> dict[str, Any]:
@@ -255,6 +258,25 @@ def _both(
     return both
 
 
+def _expanded_snippet(hit: dict[str, Any], analyzer: Analyzer) -> str:
+    """A chunk added by graph expansion matched no query word: its passage is where the chunk begins."""
+    from kb_core.retrieval.highlight import passage, snippet_text
+
+    content = str(hit.get("content") or "")
+    return snippet_text(content, passage(content, (), analyzer))
+
+
+def _via(hit: dict[str, Any]) -> str | None:
+    """``REFERENCES from Document doc_uri=doc-001`` for a hit added by graph expansion."""
+    if not hit.get("expanded"):
+        return None
+    link = (hit.get("breakdown") or {}).get("graph_expansion") or {}
+    notes = (hit.get("breakdown") or {}).get("notes") or []
+    prefix = "added by graph expansion: "
+    note = next((n for n in notes if isinstance(n, str) and n.startswith(prefix)), None)
+    return note[len(prefix) :] if note else link.get("edge_type")
+
+
 class Operations:
     """The per-user view of the service: which KB is current, plus every operation, typed."""
 
@@ -350,7 +372,7 @@ class Operations:
         home = self.principal.evaluation_runs_home()
         if home is None:
             return self.service.evaluation_runs
-        from kb_core.evaluation import EvaluationRunStore
+        from kb_core.evaluation.runs import EvaluationRunStore
 
         return EvaluationRunStore(home)
 
@@ -495,9 +517,8 @@ class Operations:
         if self.allowed_dirs is not None and not embedding_endpoint:
             self._confine_model_path(embedding_model, self.allowed_dirs)
         name = self.principal.name_for(validate_kb_name(kb_name))
-        record = self.service.create_kb(
-            name, chunk_size, embedding_model, embedding_endpoint, embedding_api_key, progress=progress
-        )
+        source = EmbeddingSource(embedding_model, embedding_endpoint, embedding_api_key)
+        record = self.service.create_kb(name, chunk_size, source, progress=progress)
         self.principal.created(record)
         return KBCreated(
             msg(
@@ -540,7 +561,7 @@ class Operations:
         if not documents:
             raise InvalidArgument(msg("Knowledge base '{name}' has no documents to embed again.", name=record.name))
         name = new_name or f"{record.name} ({model})"[:64]
-        created = self.service.create_kb(name, record.chunk_size, model, None, None, progress=model_progress)
+        created = self.service.create_kb(name, record.chunk_size, EmbeddingSource(model), progress=model_progress)
         if record.search_settings:
             self.service.store.update_search_settings(created.id, dict(record.search_settings))
         created = self.service.find_kb(created.name)
@@ -1153,24 +1174,7 @@ class Operations:
         outcome.hits, outcome.warnings, outcome.skipped = kept, warnings, skipped
         return outcome
 
-    def search(
-        self,
-        query: str,
-        top_k: int | None = None,
-        mode: str | None = None,
-        vector_weight: float | None = None,
-        keyword_weight: float | None = None,
-        jaccard_weight: float | None = None,
-        fusion: str | None = None,
-        doc_names: Sequence[str] | None = None,
-        file_types: Sequence[str] | None = None,
-        kb_names: Sequence[str] | None = None,
-        explain: bool = True,
-        expand_graph: bool = False,
-        weighting: str | None = None,
-        language_guard: bool | None = None,
-        min_score: float | None = None,
-    ) -> SearchReport:
+    def search(self, request: SearchRequest) -> SearchReport:
         """Hybrid (default), semantic or keyword search; every hit carries its score breakdown.
 
         Only chunks some signal supports are hits (a query term, stop words left out, or a cosine above the model's
@@ -1185,28 +1189,11 @@ class Operations:
         ``breakdown.graph_expansion``.
         """
         self.principal.check_search()
-        outcome = self.search_chunks(
-            SearchRequest(
-                query,
-                kb_names=tuple(kb_names or ()),
-                filters=SearchFilters(tuple(doc_names or ()), tuple(file_types or ())),
-                settings={
-                    "top_k": top_k,
-                    "mode": mode,
-                    "vector_weight": vector_weight,
-                    "keyword_weight": keyword_weight,
-                    "jaccard_weight": jaccard_weight,
-                    "fusion": fusion,
-                    "weighting": weighting,
-                    "language_guard": language_guard,
-                    "min_score": min_score,
-                },
-            )
-        )
+        outcome = self.search_chunks(request)
         settings = outcome.settings
         analyzer = self.service.analyzer
-        chunks = [hit.with_passage(analyzer).to_json(explain) for hit in outcome.hits]
-        if expand_graph:
+        chunks = [hit.with_passage(analyzer).to_json(request.explain) for hit in outcome.hits]
+        if request.expand_graph:
             chunks = self.expand_hits(chunks)
         found: str = (
             msg(
@@ -1233,27 +1220,32 @@ class Operations:
             notes=notes,
         )
 
-    def explain_search(
-        self,
-        query: str,
-        chunk_id: str,
-        mode: str | None = None,
-        vector_weight: float | None = None,
-        keyword_weight: float | None = None,
-        jaccard_weight: float | None = None,
-        fusion: str | None = None,
-        weighting: str | None = None,
-        language_guard: bool | None = None,
-    ) -> Explanation:
+    def explain_search(self, request: SearchRequest, chunk_id: str) -> Explanation:
         """Why chunk ``chunk_id`` ranks where it does for ``query``: its place among the hits (searched up to
         1,000 deep with the KB's settings under the given ones), its full score breakdown, the hit just above it,
         and each step in words. A chunk that is not among the hits (too low, or dropped as a near-duplicate of a
-        better-ranked chunk) is explained from its exact scores."""
+        better-ranked chunk) is explained from its exact scores. Of ``request`` it takes the query and the scoring
+        settings (mode, weights, fusion, weighting, language guard): the chunk's own KB is searched 1,000 deep, so a
+        request that sets anything else (top_k, min_score, filters, KBs, …) is refused rather than half used."""
         if not isinstance(chunk_id, str) or not chunk_id.strip():
             raise InvalidArgument(
                 msg("chunk_id must be a non-empty chunk id (chk_...)."), details={"field": "chunk_id"}
             )
-        validate_query(query)
+        query = validate_query(request.query)
+        unused = [
+            f.name for f in fields(SearchRequest)
+            if f.name not in EXPLAIN_SETTINGS and f.name not in ("query", "explain")
+            and getattr(request, f.name) != (f.default if f.default is not MISSING else ())
+        ]
+        if unused:
+            raise InvalidArgument(
+                msg(
+                    "explain_search explains one chunk's score for the query and the scoring settings ({used}); "
+                    "it does not take {unused}.",
+                    used=", ".join(EXPLAIN_SETTINGS), unused=", ".join(unused),
+                ),
+                details={"field": unused[0]},
+            )
         self.principal.check_search()
         chunk_id = chunk_id.strip()
         record = next((r for r in self.visible_kbs() if self.service.has_chunk(r, chunk_id)), None)
@@ -1261,16 +1253,7 @@ class Operations:
             raise ItemNotFound(
                 msg("No live chunk with id {chunk_id!r} exists.", chunk_id=chunk_id), details={"id": chunk_id}
             )
-        overrides = {
-            "mode": mode,
-            "vector_weight": vector_weight,
-            "keyword_weight": keyword_weight,
-            "jaccard_weight": jaccard_weight,
-            "fusion": fusion,
-            "weighting": weighting,
-            "language_guard": language_guard,
-        }
-        settings = search_settings(record, {**overrides, "top_k": 1000})
+        settings = search_settings(record, {**{k: request.settings[k] for k in EXPLAIN_SETTINGS}, "top_k": 1000})
         data = explain_chunk(self.service, record, query, chunk_id, settings)
         return Explanation("\n".join(data["explanation"]), data)
 
@@ -1326,6 +1309,69 @@ class Operations:
         logger.warning("rag_search degraded to no results: %s", reason)
         return RagResult(f"Returned no results (degraded): {reason}.", [], 0, degraded=True, degraded_reason=reason)
 
+    def search_knowledge_base(
+        self, query: str, limit: int, mode: str, expand_graph: bool = False, min_score: float | None = None
+    ) -> HitList:
+        """search_knowledge_base: every KB the session sees; hybrid uses each KB's saved weights (default 70% semantic +
+        30% keyword). Scores lie in [0, 1]. A hit whose text equals a better hit's from another KB is dropped and
+        counted; ``min_score`` hides hits below it (counted too)."""
+        kb_ids = [r.id for r in self.visible_kbs()]
+        hits: list[SearchHit] = []
+        warnings: list[str] = []
+        skipped: list[dict[str, str]] = []
+        below = copies = 0
+        floor = 0.0 if min_score is None else min_score
+        if kb_ids:
+            request = SearchRequest(
+                query, limit, mode, min_score=min_score, kb_ids=kb_ids, skip_failing=True, drop_copies=True
+            )
+            try:
+                outcome = self.search_chunks(request)
+                hits, warnings, skipped = outcome.hits, outcome.warnings, outcome.skipped
+                below, copies = outcome.below_min_score, outcome.duplicates_dropped
+                floor = outcome.settings.min_score
+            except EmbeddingError as exc:
+                skipped = list(exc.details.get("failed_knowledge_bases", ()))
+                # The tool contract: an embedding failure is -32603; here only when no KB could be searched.
+                reasons = "; ".join(f"knowledge base '{s['kb_name']}': {s['message']}" for s in skipped)
+                raise KBError(
+                    f"search_knowledge_base could not embed the query for any knowledge base ({reasons}). "
+                    "Keyword mode does not need embeddings.",
+                    code="INTERNAL_ERROR",
+                    details={"cause": exc.code, "failed_knowledge_bases": skipped},
+                ) from exc
+        elif not isinstance(query, str) or not query.strip():
+            self.search_chunks(SearchRequest(query))  # raises the session's INVALID_ARGUMENT
+        found = [hit.with_passage(self.service.analyzer).to_json(False) for hit in hits[:limit]]
+        if expand_graph and found:
+            found = self.expand_hits(found)
+        rows = [
+            {
+                "rank": rank,
+                "id": hit["id"],
+                "doc_id": hit["doc_id"],
+                "title": hit.get("doc_name") or hit["doc_id"],
+                "kb_name": hit.get("kb_name"),
+                "score": round(float(hit["score"]), 4),
+                "snippet": hit.get("snippet") or _expanded_snippet(hit, self.service.analyzer),
+                "chapter": hit.get("chapter"),
+                "page": hit.get("page"),
+                "file_type": hit.get("file_type"),
+                "expanded": bool(hit.get("expanded")),
+                "via": _via(hit),
+            }
+            for rank, hit in enumerate(found, start=1)
+        ]
+        message = f"Found {len(rows)} chunk(s) ({mode} search over {len(kb_ids)} knowledge base(s))."
+        added = sum(1 for r in rows if r["expanded"])
+        if added:
+            message += f" {added} of them were added by graph expansion."
+        for note in hit_list_notes(copies, below, floor):
+            message += f" {note.text}"
+        if warnings:
+            message += " " + " ".join(warnings)
+        return HitList(message, rows, len(rows), mode, limit, warnings, skipped, floor, below, copies)
+
     def _endpoint_problem(self, record: KnowledgeBaseRecord, since: float) -> str | None:
         """What the KB's embedding endpoint last did wrong since ``since`` (monotonic), e.g. ``answered HTTP 500
         (Internal Server Error)``; None for a local model or an endpoint that did nothing wrong."""
@@ -1344,9 +1390,7 @@ class Operations:
         if not isinstance(item_id, str) or not item_id.strip():
             raise InvalidArgument(msg("id must be a non-empty string."), details={"field": "id"})
         if item_id.strip().startswith("node_"):
-            from kb_core.bundles import api
-
-            return api.get_node(self, item_id.strip(), kb_names)
+            return bundles.get_node(self, item_id.strip(), kb_names)
         records = [self.find_kb(n) for n in kb_names] if kb_names else self.visible_kbs()
         item = find_item(self.service, item_id.strip(), records, neighbours)
         return Item(msg("Found {kind} {id}.", kind=item["type"], id=item_id), self._shown_source(item))
@@ -1454,40 +1498,17 @@ class Operations:
         return import_database(self, source_db_path, limits=limits, display_name=display_name)
 
     # -- knowledge bundles (typed nodes and edges; see kb_core.bundles) -------------------------
-    def get_knowledge_schema(self, kb_name: str | None = None) -> KnowledgeSchema:
-        """The JSON Schema a bundle must satisfy for the KB's ontology, and an example bundle in YAML."""
-        from kb_core.bundles import api
-
-        return api.get_knowledge_schema(self, kb_name)
-
-    def import_knowledge_bundle(
-        self, temp_file_path: str, kb_name: str | None = None, delete_file: bool = True
-    ) -> BundleImported:
-        """Validate a YAML bundle as a whole, then apply it in one transaction (see kb_core.bundles)."""
-        from kb_core.bundles import api
-
-        return api.import_knowledge_bundle(self, temp_file_path, kb_name, delete_file=delete_file)
-
-    def get_ontology(self, kb_name: str | None = None) -> OntologyInfo:
-        from kb_core.bundles import api
-
-        return api.get_ontology(self, kb_name)
-
-    def set_ontology(self, source: Any, kb_name: str | None = None) -> OntologySet:
-        from kb_core.bundles import api
-
-        return api.set_ontology(self, source, kb_name)
-
-    def graph_view(self, kb_name: str | None = None, limit: int = 500) -> GraphView:
-        from kb_core.bundles import api
-
-        return api.graph_view(self, kb_name, limit)
-
-    def expand_hits(self, hits: Sequence[dict[str, Any]], max_related: int = 5) -> list[dict[str, Any]]:
-        """Search hits on bundle documents followed by their related nodes (marked ``expanded``)."""
-        from kb_core.bundles import api
-
-        return api.expand_hits(self, hits, max_related)
+    # Each is a function of the session, declared once in kb_core.bundles.api; here it is a method of it.
+    get_knowledge_schema = bundles.get_knowledge_schema  # the JSON Schema of a bundle for the KB, and an example
+    import_knowledge_bundle = bundles.import_knowledge_bundle  # validated as a whole, applied in one transaction
+    get_ontology = bundles.get_ontology
+    set_ontology = bundles.set_ontology
+    graph_view = bundles.graph_view
+    get_node = bundles.get_node
+    repair_index = bundles.repair_index
+    export_shadow = bundles.export_shadow
+    rebuild_from_shadow = bundles.rebuild_from_shadow
+    expand_hits = bundles.expand_hits  # hits on bundle documents followed by their related nodes (``expanded``)
 
     # -- kept evaluation runs ------------------------------------------------------------------
     def list_evaluation_runs(self) -> EvaluationRuns:
@@ -1505,7 +1526,7 @@ class Operations:
         top: int = 10,
     ) -> RunComparison:
         """Setting ``setting_a`` of run ``run_a`` against ``setting_b`` of ``run_b``, query by query."""
-        from kb_core.evaluation import compare_runs
+        from kb_core.evaluation.runs import compare_runs
 
         store = self.evaluation_runs
         comparison = compare_runs(

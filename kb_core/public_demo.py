@@ -42,8 +42,8 @@ from kb_core.store.sandboxes import SandboxLedger
 from kb_core.validation import KB_NAME_MAX_LENGTH, endpoint_refusal
 
 if TYPE_CHECKING:
-    from kb_core.seams import SessionResources
-    from kb_core.session import Session
+    from kb_core.operations import Operations
+    from kb_core.service import KnowledgeBaseService
     from kb_core.store import KnowledgeBaseRecord
 
 logger = logging.getLogger(__name__)
@@ -174,7 +174,7 @@ class PublicDemo:
 
     def __init__(
         self,
-        service: SessionResources,
+        service: KnowledgeBaseService,
         limits: DemoLimits | None = None,
         operator_secret: str | None = None,
         *,
@@ -210,7 +210,7 @@ class PublicDemo:
         self._stop = threading.Event()
 
     @classmethod
-    def from_environment(cls, service: SessionResources, environ: Mapping[str, str] | None = None) -> PublicDemo:
+    def from_environment(cls, service: KnowledgeBaseService, environ: Mapping[str, str] | None = None) -> PublicDemo:
         from kb_core.config import allowed_endpoints
 
         environ = os.environ if environ is None else environ
@@ -236,10 +236,10 @@ class PublicDemo:
     def operator_enabled(self) -> bool:
         return self._operator_secret is not None
 
-    def visitor_session(self, token: str) -> Session:
+    def visitor_session(self, token: str) -> Operations:
         return self._session(Visitor(self, self.visitor_id(token)))
 
-    def operator_session(self, secret: str) -> Session:
+    def operator_session(self, secret: str) -> Operations:
         """The operator's session, for the right secret; PermissionDenied otherwise (at most 10 tries a minute, for
         everyone together)."""
         if self._operator_secret is None:
@@ -262,7 +262,7 @@ class PublicDemo:
         judgments = demo_judgments_folder()
         return [self.exchange_root] + ([Path(os.path.realpath(judgments))] if judgments is not None else [])
 
-    def _session(self, principal: Principal) -> Session:
+    def _session(self, principal: Principal) -> Operations:
         return self.service.session(principal=principal, allowed_dirs=self.readable_folders())
 
     # -- usage ---------------------------------------------------------------------------------------------------

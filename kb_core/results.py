@@ -1,14 +1,14 @@
 """Typed requests and results shared by the session, the CLI, the MCP server and the app.
 
 The session's operations return these and raise :class:`kb_core.errors.KBError`; envelopes are built from them by
-one function, :func:`kb_core.envelope.envelope_of`, at the edges.
+one function, :func:`kb_core.envelopes.envelope_of`, at the edges.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
-from typing import Any
+from collections.abc import Mapping, Sequence
+from dataclasses import KW_ONLY, dataclass, field, fields
+from typing import Any, ClassVar
 
 from kb_core.errors import KBError
 from kb_core.retrieval.narrative import Note
@@ -19,19 +19,67 @@ __all__ = ["SearchHit", "SearchRequest", "SearchResult", "SearchSettings"]
 
 @dataclass(frozen=True)
 class SearchRequest:
-    """One search: the query, where (the current KB unless ``kb_ids`` or ``kb_names`` is given), the filters,
-    and the settings given for this call (``None`` values mean "not given"); each KB's saved defaults fill in
-    the rest. With ``skip_failing`` a KB whose query embedding fails is left out (see
-    :meth:`kb_core.session.Session.search_chunks`). With ``drop_copies`` (search_knowledge_base) a hit whose text is
-    the same as a better-ranked hit's from another KB (a KB and its imported copy) is dropped and counted."""
+    """One search, the one declaration of its parameters: the query, the settings given for this call (``None``
+    means "not given": each KB's saved defaults fill in the rest), the filters, where (the current KB unless
+    ``kb_ids`` or ``kb_names`` is given), and what the answer holds (``explain``: each hit's score breakdown;
+    ``expand_graph``: knowledge-bundle neighbours of the hits). The CLI, the MCP tools and the app build one from
+    their arguments.
+
+    Keyword-only, for the session's own callers: ``deduplicate=False`` keeps near-duplicate chunks (evaluation's deep
+    pass); with ``skip_failing`` a KB whose query embedding fails is left out (see
+    :meth:`kb_core.operations.Operations.search_chunks`); with ``drop_copies`` (search_knowledge_base) a hit whose text
+    is the same as a better-ranked hit's from another KB (a KB and its imported copy) is dropped and counted."""
 
     query: str
-    kb_names: tuple[str, ...] = ()
-    kb_ids: tuple[str, ...] = ()
-    filters: SearchFilters = field(default_factory=SearchFilters)
-    settings: Mapping[str, Any] = field(default_factory=dict)
+    top_k: int | None = None
+    mode: str | None = None
+    vector_weight: float | None = None
+    keyword_weight: float | None = None
+    jaccard_weight: float | None = None
+    fusion: str | None = None
+    doc_names: Sequence[str] = ()
+    file_types: Sequence[str] = ()
+    kb_names: Sequence[str] = ()
+    explain: bool = True
+    expand_graph: bool = False
+    weighting: str | None = None
+    language_guard: bool | None = None
+    min_score: float | None = None
+    _: KW_ONLY
+    deduplicate: bool | None = None
+    kb_ids: Sequence[str] = ()
     skip_failing: bool = False
     drop_copies: bool = False  # over several KBs, drop a hit whose text equals a better hit's from another KB
+
+    # The fields that are search settings (kb_core.retrieval.search.SearchSettings), each None when not given.
+    SETTINGS: ClassVar[tuple[str, ...]] = (
+        "top_k", "mode", "vector_weight", "keyword_weight", "jaccard_weight", "fusion", "weighting", "language_guard",
+        "min_score", "deduplicate",
+    )
+
+    def __post_init__(self) -> None:
+        # Lists given by a caller become tuples (None: none), as the search always took them.
+        for name in ("doc_names", "file_types", "kb_names", "kb_ids"):
+            object.__setattr__(self, name, tuple(getattr(self, name) or ()))
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """The settings given for this call, by name (None: not given)."""
+        return {name: getattr(self, name) for name in self.SETTINGS}
+
+    @property
+    def filters(self) -> SearchFilters:
+        return SearchFilters(tuple(self.doc_names), tuple(self.file_types))
+
+
+@dataclass(frozen=True)
+class EmbeddingSource:
+    """Where a new KB's vectors come from: a model (a name or a folder; None: the default model), or an HTTP
+    endpoint with its API key (never shown in a repr)."""
+
+    model: str | None = None
+    endpoint: str | None = None
+    api_key: str | None = field(default=None, repr=False)
 
 
 @dataclass
@@ -44,7 +92,7 @@ class SearchResult(SearchOutcome):
 
 # -- what each session operation returns ----------------------------------------------------------------------------
 # Each result says in ``message`` what a person reads (the CLI prints it, MCP clients show it) and in ``to_json()``
-# the data of the envelope ``{success, message, data}`` that :func:`kb_core.envelope.envelope_of` builds from it at the
+# the data of the envelope ``{success, message, data}`` that :func:`kb_core.envelopes.envelope_of` builds from it at the
 # edges: the dataclass's fields in order (key order is part of the contract), less ``message`` and the fields marked
 # ``HIDDEN``, and less the ``OPTIONAL`` fields that are None.
 HIDDEN: Mapping[str, bool] = {"hidden": True}

@@ -1,9 +1,11 @@
-"""The typed seams between the session layer and the features built on it (bundles, transfer, evaluation, demo).
+"""The typed seams between the session layer and the features below it (bundles, transfer, ingest, retrieval).
 
-Features take a :class:`Scope` (what a :class:`kb_core.session.Session` offers them: the KBs it may see, and
-the process's :class:`Resources`) instead of importing the service, so the service can delegate to them
-without an import cycle. :class:`kb_core.service.KnowledgeBaseService` and :class:`kb_core.session.Session`
-satisfy these protocols; a new store (e.g. PostgreSQL) plugs in behind the same methods.
+Features take a :class:`Scope` (what a session, :class:`kb_core.operations.Operations`, offers them: the KBs it may
+see, and the process's :class:`Resources`) instead of importing the service or the session, so both can delegate to
+them without an import cycle. :class:`kb_core.service.KnowledgeBaseService` and
+:class:`kb_core.operations.Operations` satisfy these protocols; a new store (e.g. PostgreSQL) plugs in behind the same
+methods. The session's operations themselves are declared once, on ``Operations``: what drives them (evaluation, the
+demo build, the edges) sits at or above the session layer and names that class.
 """
 
 from __future__ import annotations
@@ -21,27 +23,14 @@ if TYPE_CHECKING:
     from kb_core.embedding.device import DeviceChoice
     from kb_core.ingest.executors import DocumentExecutor
     from kb_core.ingest.parsing import ParseLimits
-    from kb_core.ingest.pipeline import Importer, ImportProgress
+    from kb_core.ingest.pipeline import Importer
     from kb_core.principals import ImportAllowance, Principal
-    from kb_core.results import (
-        DocumentList,
-        ImportReport,
-        KBCreated,
-        SavedSettings,
-        SearchRequest,
-        SearchResult,
-    )
+    from kb_core.results import EmbeddingSource
     from kb_core.retrieval.analysis import Analyzer
     from kb_core.retrieval.search import RankedHits, SearchFilters, SearchSettings
     from kb_core.store import Home, KBStore, KnowledgeBaseRecord
     from kb_core.store.base import Store, TokenStorage
     from kb_core.store.reader import KBReader
-
-
-# The answer of the Python API's session (kb_core.session.Session) to an operation: ``{success, message, data}``.
-# The demo and evaluation drive a Session as a front end would and read these; the envelope is built above this layer
-# (kb_core.envelope.envelope_of).
-Envelope = dict[str, Any]
 
 
 class Resources(Protocol):
@@ -69,16 +58,8 @@ class Resources(Protocol):
 
     def evaluation_service(self) -> Resources:
         """The resources of this home's evaluation home (``<home>/cache/eval``): evaluation KBs built from a corpus,
-        out of the user's KB list. Opened by the session layer, so the evaluation package never imports the
-        service."""
+        out of the user's KB list (the service answers a service of its own)."""
         ...
-
-    def session(
-        self,
-        persistent_name: str | None = None,
-        scope: frozenset[str] | None = None,
-        allowed_dirs: Sequence[Path] | None = None,
-    ) -> SessionAPI: ...
 
 
 class ImportResources(Protocol):
@@ -98,8 +79,8 @@ class ImportResources(Protocol):
 
 
 class SessionResources(Resources, Protocol):
-    """What a :class:`kb_core.session.Session` asks of the process (the service satisfies it), so the session
-    needs no import of the service that makes sessions."""
+    """What a session (:class:`kb_core.operations.Operations`) asks of the process (the service satisfies it), so
+    the session needs no import of the service that makes sessions."""
 
     @property
     def background(self) -> ThreadPoolExecutor: ...
@@ -108,19 +89,13 @@ class SessionResources(Resources, Protocol):
     def token_store(self) -> TokenStorage: ...
 
     @property
-    def evaluation_runs(self) -> Any: ...  # kb_core.evaluation.EvaluationRunStore, a feature built on these seams
+    def evaluation_runs(self) -> Any: ...  # kb_core.evaluation.runs.EvaluationRunStore
 
     @property
     def jobs(self) -> Any: ...  # kb_core.jobs.JobRegistry: the session layer's own, typed there
 
     def create_kb(
-        self,
-        kb_name: str,
-        chunk_size: int,
-        embedding_model: str | None = None,
-        embedding_endpoint: str | None = None,
-        embedding_api_key: str | None = None,
-        progress: Callable[[str], None] | None = None,
+        self, kb_name: str, chunk_size: int, source: EmbeddingSource, progress: Callable[[str], None] | None = None
     ) -> KnowledgeBaseRecord: ...
 
     def delete_kb(self, record: KnowledgeBaseRecord) -> None: ...
@@ -180,81 +155,3 @@ class Scope(Protocol):
     def importing(self, record: KnowledgeBaseRecord, files: int) -> AbstractContextManager[ImportAllowance]:
         """What an import into ``record`` may take, held while it runs (a demo visitor's quotas)."""
         ...
-
-
-class TypedOperations(Protocol):
-    """The session's typed operations (:class:`kb_core.operations.Operations`) that evaluation builds its KBs and
-    saves a KB's defaults with: results, and KBError raised."""
-
-    def create_knowledge_base(
-        self,
-        kb_name: str,
-        chunk_size: int,
-        embedding_model: str | None = None,
-        embedding_endpoint: str | None = None,
-        embedding_api_key: str | None = None,
-        *,
-        progress: Callable[[str], None] | None = None,
-    ) -> KBCreated: ...
-
-    def list_documents(self, kb_name: str | None = None) -> DocumentList: ...
-
-    def import_document(
-        self,
-        file_paths: Sequence[str],
-        chunk_size: int | None = None,
-        *,
-        progress: Callable[[ImportProgress], None] | None = None,
-        display_names: Sequence[str] | None = None,
-        kb_name: str | None = None,
-    ) -> ImportReport: ...
-
-    def save_search_settings(self, kb_name: str | None = None, **settings: Any) -> SavedSettings: ...
-
-    @property
-    def evaluation_runs(self) -> Any: ...  # kb_core.evaluation.EvaluationRunStore: the runs this session keeps
-
-    def begin_evaluation(self, folder: Path, queries: int | None, builds_corpus: bool) -> None: ...
-
-
-class SessionAPI(Scope, Protocol):
-    """The session operations that evaluation and the demo drive, as a front end would; ``operations``: the same,
-    typed."""
-
-    @property
-    def operations(self) -> TypedOperations: ...
-
-    def create_knowledge_base(
-        self,
-        kb_name: str,
-        chunk_size: int,
-        embedding_model: str | None = None,
-        embedding_endpoint: str | None = None,
-        embedding_api_key: str | None = None,
-        *,
-        progress: Callable[[str], None] | None = None,
-    ) -> Envelope: ...
-
-    def list_knowledge_bases(self) -> Envelope: ...
-
-    def import_document(
-        self,
-        file_paths: Sequence[str],
-        chunk_size: int | None = None,
-        *,
-        progress: Callable[[ImportProgress], None] | None = None,
-        display_names: Sequence[str] | None = None,
-        kb_name: str | None = None,
-    ) -> Envelope: ...
-
-    def start_import(
-        self, file_paths: Sequence[str] | None = None, chunk_size: int | None = None, *, kb_name: str | None = None
-    ) -> Envelope: ...
-
-    def search_chunks(self, request: SearchRequest) -> SearchResult: ...
-
-
-class Answering(Protocol):
-    """The Python API's session (:class:`kb_core.session.Session`): the envelope of a function of its operations."""
-
-    def answer(self, operation: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Envelope: ...

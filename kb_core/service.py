@@ -1,7 +1,7 @@
 """The process's resources: :class:`KnowledgeBaseService` owns the store (the home's folders or PostgreSQL, chosen
 once by :func:`kb_core.store.factory.open_store`), the embedders, the analyzer, the importer and the background
 pool; it is opened once per process. Front ends work through its sessions (:meth:`KnowledgeBaseService.session`,
-:mod:`kb_core.session`).
+an :class:`kb_core.operations.Operations`).
 """
 
 from __future__ import annotations
@@ -40,14 +40,15 @@ from kb_core.validation import (
 if TYPE_CHECKING:
     from kb_core.embedding.base import Embedder
     from kb_core.embedding.calibration import SemanticScale
-    from kb_core.evaluation import EvaluationRunStore
+    from kb_core.evaluation.runs import EvaluationRunStore
     from kb_core.ingest.executors import DocumentExecutor
     from kb_core.ingest.pipeline import Importer
     from kb_core.jobs import JobRegistry
+    from kb_core.operations import Operations
     from kb_core.principals import Principal
+    from kb_core.results import EmbeddingSource
     from kb_core.retrieval.analysis import Analyzer
     from kb_core.retrieval.search import RankedHits, SearchFilters, SearchSettings
-    from kb_core.session import Session
     from kb_core.store.reader import KBReader
 
 logger = logging.getLogger(__name__)
@@ -189,17 +190,16 @@ class KnowledgeBaseService:
         *,
         principal: Principal | None = None,
         absolute_paths_only: bool = False,
-    ) -> Session:
-        """A new session. With ``persistent_name`` (the CLI uses "cli") the current KB is kept in the home;
-        ``scope`` limits it to those KB ids (MCP tokens); ``allowed_dirs`` (resolved folders) confines the
-        files it reads and writes by path (the MCP server's --allow-dir over HTTP); ``select_hint`` says in messages
-        how its front end selects a KB (default: the MCP tool, ``select_knowledge_base(kb_name)``). ``principal``:
-        who it acts for (:mod:`kb_core.principals`; default a local user, or the token ``scope``);
-        ``absolute_paths_only``: a relative file path fails (MCP clients)."""
+    ) -> Operations:
+        """A new session: its typed operations (results, KBError raised). With ``persistent_name`` (the CLI uses
+        "cli") the current KB is kept in the home; ``scope`` limits it to those KB ids (MCP tokens); ``allowed_dirs``
+        (resolved folders) confines the files it reads and writes by path (the MCP server's --allow-dir over HTTP);
+        ``select_hint`` says in messages how its front end selects a KB (default: the MCP tool,
+        ``select_knowledge_base(kb_name)``). ``principal``: who it acts for (:mod:`kb_core.principals`; default a
+        local user, or the token ``scope``); ``absolute_paths_only``: a relative file path fails (MCP clients)."""
         from kb_core.operations import Operations
-        from kb_core.session import Session
 
-        operations = Operations(
+        return Operations(
             self,
             persistent_name,
             scope,
@@ -208,7 +208,6 @@ class KnowledgeBaseService:
             principal=principal,
             absolute_paths_only=absolute_paths_only,
         )
-        return Session(self, operations=operations)
 
     # -- knowledge bases -----------------------------------------------------------------------
     def find_kb(self, kb_name: str, among: Sequence[KnowledgeBaseRecord] | None = None) -> KnowledgeBaseRecord:
@@ -232,16 +231,12 @@ class KnowledgeBaseService:
         return self.store.folder().kb_store(kb_id)
 
     def create_kb(
-        self,
-        kb_name: str,
-        chunk_size: int,
-        embedding_model: str | None = None,
-        embedding_endpoint: str | None = None,
-        embedding_api_key: str | None = None,
-        progress: Callable[[str], None] | None = None,
+        self, kb_name: str, chunk_size: int, source: EmbeddingSource, progress: Callable[[str], None] | None = None
     ) -> KnowledgeBaseRecord:
-        """``progress`` hears about the one-time build of a built-in model's folder (see
-        :func:`prepare_embedding_model`), which happens here, before the KB exists, when this machine has none."""
+        """A new KB (what the session's ``create_knowledge_base`` asks for, validated here). ``progress`` hears about
+        the one-time build of a built-in model's folder (see :func:`prepare_embedding_model`), which happens here,
+        before the KB exists, when this machine has none."""
+        embedding_model, embedding_endpoint, embedding_api_key = source.model, source.endpoint, source.api_key
         name = validate_kb_name(kb_name)
         size = validate_chunk_size(chunk_size)
         endpoint = validate_endpoint(embedding_endpoint)
@@ -496,7 +491,7 @@ class KnowledgeBaseService:
     @cached_property
     def evaluation_runs(self) -> EvaluationRunStore:
         """The kept evaluation runs of this home (``HOME/evaluations``)."""
-        from kb_core.evaluation import EvaluationRunStore
+        from kb_core.evaluation.runs import EvaluationRunStore
 
         return EvaluationRunStore(self.home.root)
 

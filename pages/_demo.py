@@ -8,7 +8,7 @@ import time
 
 import streamlit as st
 
-from kb_core import KBError, Session
+from kb_core import KBError, Operations
 from pages._i18n import say, t
 from pages._service import (
     VISITOR_COOKIE,
@@ -49,7 +49,7 @@ def set_visitor_cookie() -> None:
 
 
 
-def operator_sign_in(sess: Session) -> None:
+def operator_sign_in(sess: Operations) -> None:
     """The sidebar's operator sign-in (a public demo with KB_DEMO_OPERATOR_TOKEN set), or sign-out once signed in."""
     demo = public_demo()
     if demo is None or not demo.operator_enabled:
@@ -85,12 +85,12 @@ def demo_enabled() -> bool:
 
 
 
-def demo_banner(sess: Session) -> None:
+def demo_banner(sess: Operations) -> None:
     """A public demo's banner: what this is, what a visitor may do, and when the visitor's KBs are deleted."""
     if not public_demo_enabled():
         return
     try:
-        data = sess.operations.demo_status().data
+        data = sess.demo_status().data
     except KBError:  # no banner rather than a failure on every page
         return
     limits = data.get("limits") or {}
@@ -119,12 +119,12 @@ def demo_banner(sess: Session) -> None:
     st.info(text, icon=":material/science:")
 
 
-def demo_limits_caption(sess: Session) -> None:
+def demo_limits_caption(sess: Operations) -> None:
     """A visitor's quotas, where they are met (the Import page)."""
     if not public_demo_enabled():
         return
     try:
-        data = sess.operations.demo_status().data
+        data = sess.demo_status().data
     except KBError:
         return
     if data.get("kind") != "visitor":

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from kb_core import Session
+from kb_core import Operations
 from kb_core.safe_files import path_name_problem, shown_path
 from pages._i18n import t
 from pages._service import public_demo_enabled
@@ -37,7 +37,7 @@ def server_folders() -> tuple[list[Path], list[str]]:
     return found, missing
 
 
-def server_path_session(sess: Session) -> Session | None:
+def server_path_session(sess: Operations) -> Operations | None:
     """``sess`` confined to ``$KB_ALLOW_DIRS`` (never the home), for paths typed into the app; None, after saying
     so, when no folder is configured: whoever reaches the app must not read or write any file the server can."""
     if public_demo_enabled():

@@ -15,7 +15,7 @@ from typing import Any
 import streamlit as st
 from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
 
-from kb_core import KBError, Session
+from kb_core import KBError, Operations
 from kb_core.results import KBList
 from pages._errors import show_error
 from pages._i18n import t
@@ -33,7 +33,7 @@ def _this_run() -> object:
     return ctx.cursors if ctx is not None else None
 
 
-def kb_listing(sess: Session) -> KBList:
+def kb_listing(sess: Operations) -> KBList:
     """The KBs this session sees, with their counts and the current one: read once per script run (a KBError is
     raised, and remembered for the run, as the read's)."""
     run = _this_run()
@@ -42,7 +42,7 @@ def kb_listing(sess: Session) -> KBList:
         found = kept[2]
     else:
         try:
-            found = sess.operations.list_knowledge_bases()
+            found = sess.list_knowledge_bases()
         except KBError as error:
             found = error
         st.session_state[_LISTING_KEY] = (run, sess, found)
@@ -67,7 +67,7 @@ def _now_current(kb_id: str) -> None:
     st.session_state[_LISTING_KEY] = (kept[0], kept[1], replace(listing, knowledge_bases=rows, current_kb_id=kb_id))
 
 
-def current_kb_name(sess: Session) -> str | None:
+def current_kb_name(sess: Operations) -> str | None:
     try:
         listing = kb_listing(sess)
     except KBError:
@@ -79,7 +79,7 @@ def current_kb_name(sess: Session) -> str | None:
     return None
 
 
-def kb_disappeared(sess: Session) -> str | None:
+def kb_disappeared(sess: Operations) -> str | None:
     """The name of the KB this session was using if it no longer exists (deleted meanwhile, by another browser
     session or process), else None: the pages then say so and ask for a choice, and never go on with another KB."""
     if sess.current_kb_id is None or current_kb_name(sess) is not None:
@@ -87,7 +87,7 @@ def kb_disappeared(sess: Session) -> str | None:
     return str(st.session_state.get(LAST_KB_KEY) or t("the selected knowledge base"))
 
 
-def require_current_kb(sess: Session) -> str:
+def require_current_kb(sess: Operations) -> str:
     """The current KB's name; otherwise a hint (or, for a KB deleted meanwhile, that it is gone) and the page stops."""
     name = current_kb_name(sess)
     if name is None:
@@ -109,16 +109,16 @@ def require_current_kb(sess: Session) -> str:
     return name  # type: ignore[return-value]
 
 
-def select(sess: Session, name: str) -> None:
+def select(sess: Operations, name: str) -> None:
     """Make ``name`` the session's current KB (the list says so from now on)."""
     try:
-        _now_current(sess.operations.select_knowledge_base(name).kb_id)
+        _now_current(sess.select_knowledge_base(name).kb_id)
     except KBError as error:
         show_error(error)
         listing_changed()
 
 
-def ensure_selection(sess: Session, preferred: str | None = None) -> None:
+def ensure_selection(sess: Operations, preferred: str | None = None) -> None:
     """A new browser session starts on the demo KB (or the first one) so every page has something to show. A session
     whose KB was deleted meanwhile keeps no selection: it is asked to choose (:func:`kb_disappeared`)."""
     if sess.current_kb_id is not None or current_kb_name(sess) is not None:
@@ -132,12 +132,12 @@ def ensure_selection(sess: Session, preferred: str | None = None) -> None:
     names = [kb["name"] for kb in kbs]
     choice = preferred if preferred in names else names[0]
     try:
-        _now_current(sess.operations.select_knowledge_base(choice).kb_id)
+        _now_current(sess.select_knowledge_base(choice).kb_id)
     except KBError:
         listing_changed()
 
 
-def sidebar_kb_picker(sess: Session) -> Any:
+def sidebar_kb_picker(sess: Operations) -> Any:
     """The current-KB picker, and under it the KB's counts; returns the counts' placeholder (None without a KB)
     for :func:`refresh_sidebar_counts`."""
     try:
@@ -186,7 +186,7 @@ def kb_counts_line(kb: dict[str, Any]) -> str:
     return " · ".join(parts)
 
 
-def refresh_sidebar_counts(sess: Session, counts: Any) -> None:
+def refresh_sidebar_counts(sess: Operations, counts: Any) -> None:
     """Redraw the sidebar's counts after the page ran: read again only when the page changed the list (it imported
     or deleted documents, :func:`listing_changed`)."""
     if counts is None:

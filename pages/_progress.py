@@ -9,7 +9,7 @@ from typing import Any
 
 import streamlit as st
 
-from kb_core import KBError, Session
+from kb_core import KBError, Operations
 from kb_core.ingest.pipeline import FileProgress, ImportProgress
 from kb_core.results import ImportReport
 from pages._i18n import say, t
@@ -122,15 +122,15 @@ def job_fraction(status: dict[str, Any]) -> float:
     return min(1.0, sum(job_file_fraction(f) for f in files) / len(files)) if files else 0.0
 
 
-def import_jobs(sess: Session) -> list[dict[str, Any]]:
+def import_jobs(sess: Operations) -> list[dict[str, Any]]:
     """This session's import jobs (none when they cannot be listed: the sidebar and URL then show none)."""
     try:
-        return sess.operations.import_jobs().jobs
+        return sess.import_jobs().jobs
     except KBError:
         return []
 
 
-def attach_jobs_from_url(sess: Session) -> None:
+def attach_jobs_from_url(sess: Operations) -> None:
     """Once per browser session: list the import jobs named in the URL (a reload's new session finds its jobs)."""
     if st.session_state.get("jobs_attached"):
         return
@@ -138,7 +138,7 @@ def attach_jobs_from_url(sess: Session) -> None:
     attached = []
     for job_id in st.query_params.get_all(JOB_QUERY_PARAM):
         try:
-            attached.append(sess.operations.import_job(job_id, watch=True).data)
+            attached.append(sess.import_job(job_id, watch=True).data)
         except KBError:  # an id the service no longer knows is left out
             continue
     # The reloaded page goes on with the KB its import goes into, not the default one (the next import would go there).
@@ -147,7 +147,7 @@ def attach_jobs_from_url(sess: Session) -> None:
         select(sess, running[-1]["kb_name"])
 
 
-def sync_job_url(sess: Session) -> None:
+def sync_job_url(sess: Operations) -> None:
     """Write this session's import jobs into the URL (or remove them), for a reload to find."""
     ids = [job["job_id"] for job in import_jobs(sess)]
     if ids != st.query_params.get_all(JOB_QUERY_PARAM):
@@ -199,7 +199,7 @@ def job_results_table(status: dict[str, Any]) -> Any:
     return pd.DataFrame(rows, columns=columns)
 
 
-def job_outcome(sess: Session, status: dict[str, Any]) -> None:
+def job_outcome(sess: Operations, status: dict[str, Any]) -> None:
     """A finished job: its message, warnings and a row per file (failures with their reasons), and a button that
     stops listing it."""
     # The note on the documents' language is shown apart, as a warning (the report's warnings).
@@ -221,7 +221,7 @@ def job_outcome(sess: Session, status: dict[str, Any]) -> None:
     if st.button(t("Dismiss"), key=f"dismiss_{status['job_id']}", icon=":material/close:",
                  help=t("Stop listing this import here (its documents stay).")):
         with suppress(KBError):  # already gone: nothing left to list
-            sess.operations.dismiss_import_job(status["job_id"])
+            sess.dismiss_import_job(status["job_id"])
         st.rerun()
 
 
@@ -242,7 +242,7 @@ def _job_heading(status: dict[str, Any]) -> str:
              kb=status["kb_name"], time=status["created_at"][11:19], state=job_state_label(status["state"]))
 
 
-def _running_jobs_body(sess: Session, watched: tuple[str, ...]) -> None:
+def _running_jobs_body(sess: Operations, watched: tuple[str, ...]) -> None:
     jobs = {job["job_id"]: job for job in import_jobs(sess)}
     if any(jobs.get(job_id, {}).get("state") not in ("running", "cancelling") for job_id in watched):
         st.rerun()  # one ended: the whole page again (its results, the sidebar's counts)
@@ -256,11 +256,11 @@ def _running_jobs_body(sess: Session, watched: tuple[str, ...]) -> None:
                 help=t("Stops the parsing and the embedding within seconds; documents committed before stay."),
             ):
                 with suppress(KBError):  # it ended meanwhile: the next poll shows how
-                    sess.operations.cancel_import(job_id)
+                    sess.cancel_import(job_id)
                 st.rerun(scope="fragment")
 
 
-def import_jobs_panel(sess: Session) -> None:
+def import_jobs_panel(sess: Operations) -> None:
     """The Import page's list of this session's import jobs: the running ones live (polled every
     ``JOB_POLL_SECONDS``), the finished ones with their results until dismissed; newest first."""
     jobs = import_jobs(sess)
@@ -277,7 +277,7 @@ def import_jobs_panel(sess: Session) -> None:
                 job_outcome(sess, status)
 
 
-def _sidebar_jobs_body(sess: Session, watched: tuple[str, ...]) -> None:
+def _sidebar_jobs_body(sess: Operations, watched: tuple[str, ...]) -> None:
     jobs = {job["job_id"]: job for job in import_jobs(sess)}
     if any(jobs.get(job_id, {}).get("state") not in ("running", "cancelling") for job_id in watched):
         st.rerun()
@@ -291,7 +291,7 @@ def _sidebar_jobs_body(sess: Session, watched: tuple[str, ...]) -> None:
         st.caption(say(status["phase_text"]))
 
 
-def sidebar_jobs(sess: Session) -> None:
+def sidebar_jobs(sess: Operations) -> None:
     """Every page's sidebar: this session's running imports with their progress (polled), and a line per import
     that ended and was not dismissed, with a link to the Import page."""
     jobs = import_jobs(sess)

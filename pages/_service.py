@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import streamlit as st
 
-from kb_core import KBError, KnowledgeBaseService, Session
+from kb_core import KBError, KnowledgeBaseService, Operations
 from kb_core.config import resolve_home
 from pages._errors import show_error
 from pages._i18n import t
@@ -133,7 +133,7 @@ def _visitor_token() -> str:
 
 
 
-def session() -> Session:
+def session() -> Operations:
     """This browser session's own session (its own current KB). In a public demo, the visitor's (or, once signed
     in, the operator's): what it may see and change is decided by the session itself."""
     current = st.session_state.get(SESSION_KEY)
@@ -163,7 +163,7 @@ def sign_out_operator() -> None:
 
 
 
-def scratch_dir(prefix: str, sess: Session | None = None) -> Path:
+def scratch_dir(prefix: str, sess: Operations | None = None) -> Path:
     """A new private folder for files the app hands the session (uploads, exports to download): where the session
     may open them (a public demo's sessions open no other path)."""
     root = (sess or session()).scratch_root

@@ -24,7 +24,7 @@ flash = st.session_state.pop("doc_flash", None)
 if flash:
     st.success(say(flash), icon=":material/check_circle:")
 
-listing = attempt(lambda: session.operations.list_documents())
+listing = attempt(lambda: session.list_documents())
 documents: list[dict[str, Any]] = listing.documents if listing else []
 if not documents:
     st.info(t("This knowledge base has no documents yet. Add some on the **Import** page."))
@@ -131,9 +131,9 @@ document = next(d for d in ready if d["name"] == chosen)
 
 preview_tab, rechunk_tab, delete_tab = st.tabs([t("Chunk preview"), t("Re-chunk"), t("Delete")])
 with preview_tab:
-    found = attempt(lambda: session.operations.get_item(document["id"]))
+    found = attempt(lambda: session.get_item(document["id"]))
     item = found.data if found else None
-    listed = attempt(lambda: session.operations.list_chunks(document["name"]))
+    listed = attempt(lambda: session.list_chunks(document["name"]))
     chunks: list[dict[str, Any]] = listed.chunks if listed else []
     if chunks:
         st.caption(t("{n} chunks of at most {size} tokens.", n=len(chunks), size=document["chunk_size"]))
@@ -161,7 +161,7 @@ with rechunk_tab:
     )
     if st.button(t("Re-chunk"), type="primary", key="doc_rechunk"):
         bars = ImportBars([document["file_path"]], [document["name"]], title=t("Re-chunking"))
-        updated = attempt(lambda: session.operations.update_document(document["name"], int(new_size), progress=bars))
+        updated = attempt(lambda: session.update_document(document["name"], int(new_size), progress=bars))
         if updated is not None:
             st.session_state["doc_flash"] = updated.message
             st.rerun()
@@ -171,7 +171,7 @@ with delete_tab:
                n=document["chunk_count"]))
     sure = st.checkbox(t("Yes, delete this document"), key="doc_delete_sure")
     if st.button(t("Delete document"), disabled=not sure, key="doc_delete"):
-        deleted = attempt(lambda: session.operations.delete_document(document["name"]))
+        deleted = attempt(lambda: session.delete_document(document["name"]))
         if deleted is not None:
             st.session_state["doc_flash"] = deleted.message
             st.session_state.pop("doc_delete_sure", None)

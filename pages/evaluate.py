@@ -381,7 +381,7 @@ def delta_figure(moved: pd.DataFrame, metric: str) -> go.Figure:
 
 def compare_section() -> None:
     st.subheader(t("Compare runs"))
-    listing = attempt(lambda: session.operations.list_evaluation_runs())
+    listing = attempt(lambda: session.list_evaluation_runs())
     if listing is None:
         return
     runs = {r["id"]: r for r in listing.runs}
@@ -406,7 +406,7 @@ def compare_section() -> None:
     setting_b = col_b.selectbox(t("Setting of B"), settings_b, index=default_b, key=f"cmp_setting_b_{run_b}")
     metric = st.radio(t("Metric"), list(evaluation.METRICS), horizontal=True, format_func=METRIC_NAMES.get,
                       key="cmp_metric")
-    compared = attempt(lambda: session.operations.compare_evaluation_runs(
+    compared = attempt(lambda: session.compare_evaluation_runs(
         run_a, run_b, setting_a=setting_a, setting_b=setting_b, metric=metric, top=1000
     ))
     if compared is None:

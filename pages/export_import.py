@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from kb_core import KBError, Session
+from kb_core import KBError, Operations
 from kb_core.documents import human_size
 from kb_core.results import ExportSummary, ImportSummary
 from pages import _service
@@ -54,7 +54,7 @@ def prepare_download(chosen: list[str]) -> None:
     data = None
     try:
         with st.spinner(t("Writing the export file…")):
-            written = session.operations.export_database(str(folder / name), kb_names=chosen or None)
+            written = session.export_database(str(folder / name), kb_names=chosen or None)
         data = (folder / name).read_bytes()
     except KBError as error:
         written = error
@@ -63,12 +63,12 @@ def prepare_download(chosen: list[str]) -> None:
     st.session_state["export_result"] = {"result": written, "name": name, "bytes": data}
 
 
-def run_import(path: str, label: str, via: Session | None = None, uploaded: bool = False) -> None:
+def run_import(path: str, label: str, via: Operations | None = None, uploaded: bool = False) -> None:
     merged: ImportSummary | KBError
     with st.spinner(t("Validating and importing {file}…", file=label)):
         # an upload is saved under a temporary name: the messages name the user's file instead
         try:
-            merged = (via or session).operations.import_database(path, display_name=label if uploaded else None)
+            merged = (via or session).import_database(path, display_name=label if uploaded else None)
         except KBError as error:
             merged = error
     st.session_state["import_db_result"] = {"result": merged, "label": label}
@@ -138,7 +138,7 @@ with export_col:
                 else:
                     with st.spinner(t("Writing the export file…")):
                         exported = attempt(
-                            lambda: confined.operations.export_database(target.strip(), kb_names=chosen or None)
+                            lambda: confined.export_database(target.strip(), kb_names=chosen or None)
                         )
                     if exported is not None:
                         st.success(say(exported.message), icon=":material/check_circle:")

@@ -10,7 +10,7 @@ from typing import Any
 
 import streamlit as st
 
-from kb_core import Session
+from kb_core import Operations
 from kb_core.results import ImportJobStatus
 from pages import _service
 from pages._demo import demo_limits_caption
@@ -43,7 +43,7 @@ with st.expander(t("Options")):
         t("Chunk size (tokens)"), min_value=32, max_value=8192, value=512, step=64, disabled=not override,
         key="import_chunk_size",
     )
-    executors = session.operations.import_executors().executors
+    executors = session.import_executors().executors
     usable = [name for name, reason in executors.items() if reason is None]
     executor = st.radio(
         t("Executor"), usable, horizontal=True, key="import_executor",
@@ -69,12 +69,12 @@ with upload_tab:
     )
     if st.button(t("Import uploaded files"), type="primary", disabled=not uploads, key="import_uploads"):
         # The service keeps the files (known by their names) for the job, and removes them when it ends.
-        start(lambda: session.operations.start_import(
+        start(lambda: session.start_import(
             uploads=[(u.name, u.getvalue()) for u in uploads or []], chunk_size=size, **how
         ))
 
 with path_tab:
-    confined: Session | None = server_path_session(session)
+    confined: Operations | None = server_path_session(session)
     if confined is not None:
         text = st.text_area(
             t("One file path per line (files on the machine that runs the app, inside the allowed folders)"),
@@ -83,7 +83,7 @@ with path_tab:
         path_list = [line.strip() for line in text.splitlines() if line.strip()]
         if st.button(t("Import these files"), type="primary", key="import_server_paths"):
             if path_list:
-                start(lambda: confined.operations.start_import(
+                start(lambda: confined.start_import(
                     [str(Path(p)) for p in path_list], chunk_size=size, **how
                 ))
             else:

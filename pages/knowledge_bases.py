@@ -19,7 +19,7 @@ from pages._picker import kb_listing, select
 from pages._progress import overall_fraction
 
 session = _service.session()
-listed_models = attempt(lambda: session.operations.embedding_models())
+listed_models = attempt(lambda: session.embedding_models())
 DEFAULT_MODEL = listed_models.default if listed_models else None
 # The built-in models, the default first; other models (a local folder, an endpoint's) are typed in.
 MODELS = {
@@ -34,7 +34,7 @@ _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-
 st.title(t("Knowledge bases"))
 try:
     device = t("Embedding device: {device}; queries on the CPU.",
-               device=say(session.operations.device_info().device["description"]))
+               device=say(session.device_info().device["description"]))
 except KBError as error:
     device = t("Embedding device: {device}", device=say(error.message))
 st.caption(
@@ -71,7 +71,7 @@ def reembed_offer(kb_name: str) -> None:
     if kb is None or not kb["document_count"] or kb["embedding_endpoint"]:
         return
     try:
-        languages = {d["name"]: d.get("language") for d in session.operations.list_documents(kb_name=kb_name).documents}
+        languages = {d["name"]: d.get("language") for d in session.list_documents(kb_name=kb_name).documents}
     except KBError:
         languages = {}
     unread = unread_documents(kb["embedding_model"], languages)
@@ -96,7 +96,7 @@ def reembed_offer(kb_name: str) -> None:
             bar.progress(min(1.0, overall_fraction(state)),
                          text=t("{done} of {total} files", done=state.files_done, total=state.files_total))
 
-        made = attempt(lambda: session.operations.reembed_knowledge_base(kb_name, reader, progress=progress))
+        made = attempt(lambda: session.reembed_knowledge_base(kb_name, reader, progress=progress))
         if made is not None and made.succeeded():
             select(session, made.kb_name)
             st.session_state["kb_flash"] = made.message
@@ -140,7 +140,7 @@ with left:
             t("Knowledge base"), names, index=names.index(current) if current in names else 0, key="kb_target"
         )
         if select_col.button(t("Select"), width="stretch", type="primary", key="kb_select"):
-            selected = attempt(lambda: session.operations.select_knowledge_base(target))
+            selected = attempt(lambda: session.select_knowledge_base(target))
             if selected is not None:
                 st.session_state["kb_flash"] = t("Selected knowledge base '{name}'.", name=selected.kb_name)
                 st.rerun()
@@ -149,7 +149,7 @@ with left:
                              help=None if read_only is None else say(read_only)):
             if target == current:
                 # The service refuses and explains why; show its message rather than a dialog.
-                attempt(lambda: session.operations.delete_knowledge_base(target))
+                attempt(lambda: session.delete_knowledge_base(target))
             else:
                 st.session_state["kb_pending_delete"] = target
 
@@ -164,7 +164,7 @@ with left:
                 yes, no = st.columns(2)
                 if yes.button(t("Yes, delete"), type="primary", key="kb_confirm_delete", width="stretch"):
                     st.session_state.pop("kb_pending_delete", None)
-                    deleted = attempt(lambda: session.operations.delete_knowledge_base(pending))
+                    deleted = attempt(lambda: session.delete_knowledge_base(pending))
                     if deleted is not None:
                         st.session_state["kb_flash"] = deleted.message
                         st.rerun()
@@ -231,7 +231,7 @@ with right:
         refused: KBError | None = None
         with preparing:
             try:
-                created = session.operations.create_knowledge_base(
+                created = session.create_knowledge_base(
                     name,
                     int(chunk_size),
                     embedding_model=chosen,
@@ -255,7 +255,7 @@ with right:
 if session.principal.kind == "operator":
     st.divider()
     st.subheader(t("Demo management"))
-    found = attempt(lambda: session.operations.demo_status())
+    found = attempt(lambda: session.demo_status())
     status = found.data if found else {}
     owners = status.get("visitor_kbs", {})
     published = set(status.get("published", []))
@@ -275,12 +275,12 @@ if session.principal.kind == "operator":
         share_pick, share_on, share_off = st.columns([3, 1, 1], vertical_alignment="bottom")
         shared = share_pick.selectbox(t("Knowledge base"), names, key="demo_publish_target")
         if share_on.button(t("Publish"), key="demo_publish", width="stretch"):
-            done = attempt(lambda: session.operations.publish_knowledge_base(shared, True))
+            done = attempt(lambda: session.publish_knowledge_base(shared, True))
             if done is not None:
                 st.session_state["kb_flash"] = done.message
                 st.rerun()
         if share_off.button(t("Unpublish"), key="demo_unpublish", width="stretch"):
-            done = attempt(lambda: session.operations.publish_knowledge_base(shared, False))
+            done = attempt(lambda: session.publish_knowledge_base(shared, False))
             if done is not None:
                 st.session_state["kb_flash"] = done.message
                 st.rerun()

@@ -63,7 +63,7 @@ def import_bundle(text: str | bytes, source: str) -> None:
     path = write_temp_yaml(text)
     try:
         with st.spinner(t("Validating the bundle and indexing its documents…")):
-            imported: BundleImported | KBError = session.operations.import_knowledge_bundle(path, delete_file=True)
+            imported: BundleImported | KBError = session.import_knowledge_bundle(path, delete_file=True)
     except KBError as error:
         imported = error
     finally:
@@ -226,7 +226,7 @@ graph_tab, bundle_tab, ontology_tab, schema_tab = st.tabs(
 
 # -- schema (read first: the bundle tab offers its example) -----------------------------------------------
 with schema_tab:
-    schema = attempt(lambda: session.operations.get_knowledge_schema())
+    schema = attempt(lambda: session.get_knowledge_schema())
     if schema is not None:
         st.session_state["bundle_example"] = schema.example_yaml
         st.caption(t(
@@ -284,7 +284,7 @@ with bundle_tab:
 
 # -- ontology ------------------------------------------------------------------------------------------------
 with ontology_tab:
-    current = attempt(lambda: session.operations.get_ontology())
+    current = attempt(lambda: session.get_ontology())
     if current is not None:
         ontology = current.ontology
         flash = st.session_state.pop(f"ontology_flash_{state_key}", None)
@@ -318,7 +318,7 @@ with ontology_tab:
         if st.button(t("Validate & save"), type="primary", key="ontology_save"):
             # A one-line text would be read as a file path by set_ontology; a newline keeps it text.
             try:
-                saved = session.operations.set_ontology(edited if "\n" in edited else edited + "\n")
+                saved = session.set_ontology(edited if "\n" in edited else edited + "\n")
             except KBError as error:
                 show_error(error, multiline=True)
             else:
@@ -328,7 +328,7 @@ with ontology_tab:
 
 # -- graph ---------------------------------------------------------------------------------------------------
 with graph_tab:
-    view = attempt(lambda: session.operations.graph_view(limit=GRAPH_LIMIT))
+    view = attempt(lambda: session.graph_view(limit=GRAPH_LIMIT))
     if view is not None:
         nodes, edges = view.nodes, view.edges
         if not nodes:
@@ -349,7 +349,7 @@ with graph_tab:
                                   placeholder=t("Choose a node to see its properties and neighbours"),
                                   key="graph_node")
             if choice is not None:
-                found = attempt(lambda: session.operations.get_item(choice))
+                found = attempt(lambda: session.get_item(choice))
                 if found is not None:
                     item = found.data
                     left, right = st.columns(2, gap="large")

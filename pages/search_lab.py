@@ -18,7 +18,7 @@ import streamlit as st
 
 from kb_core import KBError
 from kb_core.config import DEFAULT_VECTOR_WEIGHT, FUSION_METHODS, RRF_K, SEARCH_MODES, WEIGHTINGS
-from kb_core.results import SearchReport
+from kb_core.results import SearchReport, SearchRequest
 from kb_core.retrieval import narrative
 from kb_core.retrieval.search import saved_search_settings
 from pages import _service
@@ -102,7 +102,7 @@ def memo_key(kind: str, query: str, params: dict[str, Any], *extra: Any) -> str:
 
 def run_search(query: str, params: dict[str, Any]) -> Remembered[SearchReport]:
     """The search's report (remembered); raises the search's KBError."""
-    return remembered(memo_key("search", query, params), lambda: session.operations.search(
+    return remembered(memo_key("search", query, params), lambda: session.search(SearchRequest(
         query,
         top_k=int(params["top_k"]),
         mode=params["mode"],
@@ -113,7 +113,7 @@ def run_search(query: str, params: dict[str, Any]) -> Remembered[SearchReport]:
         weighting=params["weighting"],
         language_guard=bool(params["language_guard"]),
         min_score=float(params.get("min_score") or 0.0),
-    ))
+    )))
 
 
 def settings_controls(prefix: str, initial: dict[str, Any]) -> dict[str, Any]:
@@ -184,10 +184,13 @@ def breakdown_table(b: dict[str, Any]) -> pd.DataFrame:
 
 def explanation(query: str, chunk_id: str, params: dict[str, Any]) -> None:
     explained = attempt(lambda: remembered(memo_key("explain", query, params, chunk_id), lambda: (
-        session.operations.explain_search(
-            query, chunk_id, mode=params["mode"], vector_weight=params["vector_weight"],
-            keyword_weight=params["keyword_weight"], jaccard_weight=params["jaccard_weight"], fusion=params["fusion"],
-            weighting=params["weighting"], language_guard=params["language_guard"],
+        session.explain_search(
+            SearchRequest(
+                query, mode=params["mode"], vector_weight=params["vector_weight"],
+                keyword_weight=params["keyword_weight"], jaccard_weight=params["jaccard_weight"],
+                fusion=params["fusion"], weighting=params["weighting"], language_guard=params["language_guard"],
+            ),
+            chunk_id,
         )
     )).value)
     if explained is not None:
@@ -266,7 +269,7 @@ if kind == MULTI:
     keywords = [w.strip() for w in words.replace("，", ",").split(",") if w.strip()]
     if go_multi or st.session_state.get("lab_multi_done"):
         st.session_state["lab_multi_done"] = True
-        found = attempt(lambda: session.operations.rag_search(keywords, top_k=rag_top_k, timeout=timeout))
+        found = attempt(lambda: session.rag_search(keywords, top_k=rag_top_k, timeout=timeout))
         if found is None:
             st.stop()
         if found.degraded:
@@ -429,7 +432,7 @@ def lab_view() -> None:
     if save_col.button(t("Save as KB default"), key="lab_save", disabled=refusal is not None,
                        help=say(refusal) if refusal else
                        t("Searches that give no settings (CLI, MCP, this app's next visit) use these.")):
-        saved_now = attempt(lambda: session.operations.save_search_settings(**params))
+        saved_now = attempt(lambda: session.save_search_settings(**params))
         if saved_now is not None:
             st.session_state["lab_flash"] = saved_now.message
             st.session_state["lab_saved_round"] = st.session_state.get("lab_saved_round", 0) + 1

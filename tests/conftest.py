@@ -14,6 +14,8 @@ import httpx
 import pytest
 from hypothesis import settings
 
+from kb_core.envelopes import Enveloped
+
 # Property tests draw the same examples on every run, so CI results are reproducible.
 settings.register_profile("reproducible", derandomize=True)
 settings.load_profile("reproducible")
@@ -52,7 +54,7 @@ def service(home: Path):
 
 @pytest.fixture
 def session(service):
-    return service.session()
+    return Enveloped(service.session())
 
 
 def free_port() -> int:

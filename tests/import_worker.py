@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from kb_core import KnowledgeBaseService
+from kb_core.envelopes import Enveloped
 from kb_core.ingest import pipeline as importer
 from kb_core.ingest.pipeline import ImportProgress
 
@@ -27,7 +28,7 @@ if __name__ == "__main__":
             print("paused", flush=True)
             sys.stdin.readline()
 
-    session = KnowledgeBaseService(home).session()
+    session = Enveloped(KnowledgeBaseService(home).session())
     session.select_knowledge_base("crash")
     print("started", flush=True)
     files = sorted(str(p) for p in folder.iterdir())

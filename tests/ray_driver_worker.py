@@ -9,6 +9,7 @@ import sys
 import time
 
 from kb_core import KnowledgeBaseService
+from kb_core.envelopes import Enveloped
 from kb_core.ingest import pipeline as importer
 from kb_core.ingest.pipeline import ImportProgress
 
@@ -22,7 +23,7 @@ if __name__ == "__main__":
             print(f"committed {ready}", flush=True)
             time.sleep(3600)  # the test kills this process now
 
-    session = KnowledgeBaseService(home).session()
+    session = Enveloped(KnowledgeBaseService(home).session())
     print("started", flush=True)
     result = session.import_document(files, kb_name="ray", executor="ray", executor_address=address, progress=progress)
     print("finished", result["data"]["success_count"], flush=True)  # the test fails if it gets here

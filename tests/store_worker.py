@@ -13,6 +13,7 @@ import uuid
 from pathlib import Path
 
 from kb_core import KnowledgeBaseService
+from kb_core.envelopes import Enveloped
 from kb_core.errors import KBNotFound
 from kb_core.store import Change, catalog
 
@@ -63,7 +64,7 @@ def main() -> None:
     home, seed, iterations = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
     rng = random.Random(seed)
     service = KnowledgeBaseService(home)
-    session = service.session()
+    session = Enveloped(service.session())
     for step in range(iterations):
         records = service.home.knowledge_bases()
         action = rng.random()

@@ -10,6 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from kb_core.envelopes import Enveloped
+from kb_core.results import SearchRequest
+
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))  # the pages import their helpers from `pages` (pages/_service.py, _picker.py …)
@@ -54,7 +57,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     path = tmp_path / "home"
     monkeypatch.setenv("KB_HOME", str(path))
     monkeypatch.setenv("KB_DEMO", "0")
-    session = KnowledgeBaseService(path).session()
+    session = Enveloped(KnowledgeBaseService(path).session())
     assert session.create_knowledge_base("Graph 图谱", 128, embedding_model="hashing")["success"]
     return path
 
@@ -122,7 +125,7 @@ def test_bundle_with_chinese_nodes_graph_hover_and_node_inspector(home: Path) ->
     assert "guide-en" in neighbours["Node"].iloc[0]
 
     # indexed content is searchable like any document, Chinese too
-    hits = session_of(test).search("关键词得分", mode="keyword")["data"]["chunks"]
+    hits = session_of(test).search(SearchRequest("关键词得分", mode="keyword"))["data"]["chunks"]
     assert hits and hits[0]["doc_name"] == "指南-zh"
 
 

@@ -12,7 +12,9 @@ import pytest
 from kb_core import KnowledgeBaseService
 from kb_core.beir import load_beir_queries_qrels
 from kb_core.demo import DEMO_KB_NAME, demo_exists, demo_files, demo_judgments_folder, ensure_demo_kb
+from kb_core.envelopes import Enveloped
 from kb_core.ingest.parsing import parse_file
+from kb_core.results import SearchRequest
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "data" / "demo"
@@ -71,7 +73,7 @@ def test_demo_judgments_grade_demo_documents_for_english_and_chinese_questions(t
 
 
 def test_ensure_demo_kb_builds_once_and_leaves_the_selection_alone(tmp_path: Path) -> None:
-    session = KnowledgeBaseService(tmp_path / "home").session()
+    session = Enveloped(KnowledgeBaseService(tmp_path / "home").session())
     seen: list[tuple[int, int]] = []
     result = ensure_demo_kb(
         session, embedding_model="hashing", progress=lambda p: seen.append((p.files_done, p.files_total))
@@ -88,7 +90,7 @@ def test_ensure_demo_kb_builds_once_and_leaves_the_selection_alone(tmp_path: Pat
 def test_a_demo_build_cut_off_before_its_documents_is_filled_on_the_next_start(tmp_path: Path) -> None:
     # The app builds the demo inside a browser session's script run; closing the tab stops it after the KB was
     # created and before its documents were committed. The next start must not leave that empty KB as "the demo".
-    session = KnowledgeBaseService(tmp_path / "home").session()
+    session = Enveloped(KnowledgeBaseService(tmp_path / "home").session())
     assert session.create_knowledge_base(DEMO_KB_NAME, 256, embedding_model="hashing")["success"]
     assert not demo_exists(session)
     result = ensure_demo_kb(session, embedding_model="hashing")
@@ -118,7 +120,7 @@ def test_first_start_builds_the_demo_with_the_real_model_and_selects_it(
     assert any("Building the demo knowledge base" in m.value for m in test.markdown)
     assert test.get("progress") and not test.title  # no page before the demo is ready
     session = test.session_state["kb_session"]
-    jobs = session.service.jobs.all()
+    jobs = session.operations.service.jobs.all()
     assert len(jobs) == 1 and jobs[0].kb_name == DEMO_KB_NAME
     assert jobs[0].done.wait(300)
     seconds = time.perf_counter() - started
@@ -131,11 +133,11 @@ def test_first_start_builds_the_demo_with_the_real_model_and_selects_it(
     assert not test.exception, test.exception
     assert [t.value for t in test.title] == ["Knowledge bases"]
     session = test.session_state["kb_session"]
-    assert session.current_kb().name == DEMO_KB_NAME
+    assert session.operations.current_kb().name == DEMO_KB_NAME
     # the demo is bilingual: built with the model that reads Chinese too, so Chinese queries are not guarded
-    assert session.current_kb().embedding_model == "multilingual-e5-small"
-    hits = session.search("混合检索 权重", top_k=3)["data"]
+    assert session.operations.current_kb().embedding_model == "multilingual-e5-small"
+    hits = session.search(SearchRequest("混合检索 权重", top_k=3))["data"]
     assert hits["chunks"] and hits["chunks"][0]["doc_name"].endswith((".docx", ".doc", ".txt"))
     assert not hits["warnings"] and hits["weights"]["used"]["vector"] == 0.7
-    english = session.search("how are keyword and vector scores combined", top_k=3)["data"]["chunks"]
+    english = session.search(SearchRequest("how are keyword and vector scores combined", top_k=3))["data"]["chunks"]
     assert any(c["doc_name"] in ("hybrid_search.docx", "score_breakdown.doc") for c in english)

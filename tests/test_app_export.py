@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from kb_core.envelopes import Enveloped
+from kb_core.results import SearchRequest
+
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))  # the pages import their helpers from `pages` (pages/_service.py, _picker.py …)
@@ -30,7 +33,7 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     files.mkdir()
     (files / "guide.txt").write_text("Hybrid search\n\nBM25 keyword scores are fused with vectors.\n", encoding="utf-8")
     (files / "指南.txt").write_text("混合检索\n\n关键词得分与向量相似度融合。\n", encoding="utf-8")
-    session = KnowledgeBaseService(root / "home").session()
+    session = Enveloped(KnowledgeBaseService(root / "home").session())
     assert session.create_knowledge_base("Alpha", 128, embedding_model="hashing")["success"]
     assert session.create_knowledge_base("Beta 乙", 256, embedding_model="hashing")["success"]
     result = session.import_document([str(p) for p in sorted(files.iterdir())], kb_name="Alpha")
@@ -106,8 +109,8 @@ def test_export_one_kb_to_a_server_path_then_import_it_back_renamed(home: Path, 
     assert sorted(kb_names(test)) == sorted(["Alpha", "Beta 乙", copy])
 
     session = test.session_state["kb_session"]
-    original = session.search("关键词", kb_names=["Alpha"], mode="keyword")["data"]["chunks"]
-    copied = session.search("关键词", kb_names=[copy], mode="keyword")["data"]["chunks"]
+    original = session.search(SearchRequest("关键词", kb_names=["Alpha"], mode="keyword"))["data"]["chunks"]
+    copied = session.search(SearchRequest("关键词", kb_names=[copy], mode="keyword"))["data"]["chunks"]
     assert [c["content"] for c in copied] == [c["content"] for c in original] and original
     assert [c["score"] for c in copied] == pytest.approx([c["score"] for c in original], abs=1e-6)
 
@@ -136,7 +139,7 @@ def test_damaged_or_missing_files_are_refused_readably_and_change_nothing(home: 
 
 def test_import_into_an_empty_home_keeps_the_names(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     export = tmp_path / "all.kbx"
-    assert KnowledgeBaseService(home).session().export_database(str(export))["success"]
+    assert Enveloped(KnowledgeBaseService(home).session()).export_database(str(export))["success"]
     monkeypatch.setenv("KB_HOME", str(tmp_path / "empty"))
     test = page()
     assert any("no knowledge bases to export" in i for i in texts(test, "info"))

@@ -13,6 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from kb_core.envelopes import Enveloped
+from kb_core.results import SearchRequest
+
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "data" / "demo"
 if str(REPO) not in sys.path:
@@ -44,7 +47,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Built once: two hashing KBs; "Alpha" holds English and Chinese TXT, DOCX and DOC demo files."""
     path = tmp_path_factory.mktemp("template") / "home"
-    session = KnowledgeBaseService(path).session()
+    session = Enveloped(KnowledgeBaseService(path).session())
     assert session.create_knowledge_base("Alpha", 128, embedding_model="hashing")["success"]
     assert session.create_knowledge_base("Beta", 256, embedding_model="hashing")["success"]
     files = ["kb_workbench_overview.txt", "混合检索.docx", "得分解释.doc", "hybrid_search.docx"]
@@ -91,7 +94,7 @@ def html_text(markdown: str) -> str:
 
 def current(test: AppTest) -> str | None:
     session = test.session_state["kb_session"]
-    return session.current_kb().name if session.current_kb_id else None
+    return session.operations.current_kb().name if session.operations.current_kb_id else None
 
 
 # -- knowledge bases -----------------------------------------------------------------------------
@@ -130,7 +133,7 @@ def test_a_kb_deleted_by_another_session_is_named_and_no_other_kb_is_used(filled
     """Once, the page warned once and the next search ran against another KB, only the header changing (#34)."""
     test = app("search_lab")
     assert current(test) == "Alpha"
-    other = KnowledgeBaseService(filled).session()
+    other = Enveloped(KnowledgeBaseService(filled).session())
     assert other.select_knowledge_base("Beta")["success"] and other.delete_knowledge_base("Alpha")["success"]
     for _ in range(2):  # and it stays so: the session is not moved to another KB behind the user's back
         test.run()
@@ -140,7 +143,7 @@ def test_a_kb_deleted_by_another_session_is_named_and_no_other_kb_is_used(filled
         assert not test.text_input  # no search form: nothing is searched
         session = test.session_state["kb_session"]
         existing = [kb["id"] for kb in session.list_knowledge_bases()["data"]["knowledge_bases"]]
-        assert session.current_kb_id not in existing
+        assert session.operations.current_kb_id not in existing
     # (AppTest runs app.py's sidebar on the first run only: the picker's part is in the browser tests)
     assert session.select_knowledge_base("Beta")["success"]  # what choosing in the sidebar does
     test.run()
@@ -173,7 +176,7 @@ def test_table_counts_select_and_delete_with_confirmation(filled: Path) -> None:
     assert any("Deleted knowledge base 'Beta'" in s for s in texts(test, "success"))
 
     # select through the page
-    session = KnowledgeBaseService(filled).session()
+    session = Enveloped(KnowledgeBaseService(filled).session())
     session.create_knowledge_base("Gamma", 64, embedding_model="hashing")
     test.run()
     test.selectbox(key="kb_target").set_value("Gamma")
@@ -253,7 +256,7 @@ def test_server_paths_are_off_by_default_and_confined_to_the_allowed_folders(
     table = finish_imports(test).dataframe[0].value.set_index("File")
     assert table.loc["outside.txt", "Status"] == "failed"
     assert "outside the folders" in table.loc["outside.txt", "Reason"]
-    documents = KnowledgeBaseService(filled).session().list_documents("Alpha")["data"]["documents"]
+    documents = Enveloped(KnowledgeBaseService(filled).session()).list_documents("Alpha")["data"]["documents"]
     assert not any(d["name"] in (secret.name, "outside.txt") for d in documents)
 
 
@@ -408,9 +411,9 @@ def test_one_vector_weight_slider_sets_both_weights_and_every_hit_uses_them(fill
     assert metric(test, "Weights used · vector / keyword") == "0.20 / 0.80"
     assert metric(test, "Weights asked") == "0.20 / 0.80"
     # the cards are the service's hits for exactly these weights, in its order
-    session = KnowledgeBaseService(filled).session()
+    session = Enveloped(KnowledgeBaseService(filled).session())
     session.select_knowledge_base("Alpha")
-    expected = session.search("hybrid search weights", vector_weight=0.2)["data"]
+    expected = session.search(SearchRequest("hybrid search weights", vector_weight=0.2))["data"]
     assert shown_chunk_ids(test) == [c["id"] for c in expected["chunks"]]
     # each breakdown shows its arithmetic with the weights used, and it adds up
     steps = [line for m in texts(test, "markdown") for line in m.splitlines() if line.startswith("- fused:")]
@@ -421,7 +424,7 @@ def test_one_vector_weight_slider_sets_both_weights_and_every_hit_uses_them(fill
         assert abs(total - stated) < 1e-3, step
     # auto weighting: the weights used are the ones the service calls auto, beside the ones asked
     test.radio(key=f"{base}_weighting").set_value("auto").run()
-    auto = session.search("hybrid search weights", vector_weight=0.2, weighting="auto")["data"]["weights"]
+    auto = session.search(SearchRequest("hybrid search weights", vector_weight=0.2, weighting="auto"))["data"]["weights"]
     assert metric(test, "Weights asked") == "0.20 / 0.80"
     assert metric(test, "Weights used · vector / keyword") == pair(auto["used"])
     assert metric(test, "Auto weighting would use") == pair(auto["auto"])
@@ -437,12 +440,12 @@ def test_one_search_per_change_none_for_settings_seen_before_until_the_kb_change
     assert service_counters(test) == (searches + 1, vectors)  # back to a setting searched before: nothing runs
     assert any("from memory" in c for c in texts(test, "caption"))
     # another process imports a document: the KB's version moves on, so the same settings search again
-    other = KnowledgeBaseService(filled).session()
+    other = Enveloped(KnowledgeBaseService(filled).session())
     other.select_knowledge_base("Alpha")
     assert other.import_document([str(DEMO / "evaluation_guide.docx")])["success"]
     test.run()
     assert service_counters(test) == (searches + 2, vectors)
-    assert shown_chunk_ids(test) == [c["id"] for c in other.search("hybrid search weights")["data"]["chunks"]]
+    assert shown_chunk_ids(test) == [c["id"] for c in other.search(SearchRequest("hybrid search weights"))["data"]["chunks"]]
     assert any("evaluation_guide.docx" in html_text(m) for m in texts(test, "markdown"))
 
 
@@ -453,9 +456,9 @@ def test_the_search_lab_says_the_notes_the_search_itself_says(filled: Path) -> N
     test = search(app("search_lab"), query)
     test.slider(key=f"{lab_prefix(filled)}_min_score").set_value(0.3).run()
     assert not test.exception, test.exception
-    session = KnowledgeBaseService(filled).session()
+    session = Enveloped(KnowledgeBaseService(filled).session())
     session.select_knowledge_base("Alpha")
-    result = session.search(query, min_score=0.3)
+    result = session.search(SearchRequest(query, min_score=0.3))
     facts = result["data"]
     assert facts["below_min_score"] and facts["without_evidence"] and facts["query_terms"]["stop_words"], facts
     notes = [c for c in texts(test, "caption") if c in result["message"]]
@@ -468,9 +471,9 @@ def test_explain_shows_why_a_hit_ranks_where_it_does(filled: Path) -> None:
     second = shown_chunk_ids(test)[1]
     test.toggle(key=f"lab_explain_{second}").set_value(True).run()
     assert not test.exception
-    session = KnowledgeBaseService(filled).session()
+    session = Enveloped(KnowledgeBaseService(filled).session())
     session.select_knowledge_base("Alpha")
-    expected = session.explain_search("hybrid search weights", second)["data"]["explanation"]
+    expected = session.explain_search(SearchRequest("hybrid search weights"), second)["data"]["explanation"]
     assert expected[0].startswith("Ranked 2 of")
     assert "\n".join(f"- {line}" for line in expected) in texts(test, "markdown")
 
@@ -488,7 +491,7 @@ def test_save_as_kb_default_persists_every_setting_for_the_cli_and_mcp(filled: P
     search(test, "hybrid search weights")
     test.button(key="lab_save").click().run()
     assert any("Saved search defaults for 'Alpha'" in s for s in texts(test, "success"))
-    saved = KnowledgeBaseService(filled).session().resolve_kb("Alpha").search_settings
+    saved = Enveloped(KnowledgeBaseService(filled).session()).resolve_kb("Alpha").search_settings
     assert saved == {"mode": "hybrid", "top_k": 7, "vector_weight": 0.35, "keyword_weight": 0.65,
                      "jaccard_weight": 0.25, "fusion": "rrf", "weighting": "auto", "language_guard": False,
                      "min_score": 0.1}
@@ -497,20 +500,20 @@ def test_save_as_kb_default_persists_every_setting_for_the_cli_and_mcp(filled: P
     assert test.slider(key=f"{again}_vw").value == 0.35 and test.radio(key=f"{again}_fusion").value == "rrf"
     assert test.toggle(key=f"{again}_guard").value is False
     # and a search that gives no settings (CLI, MCP) uses them
-    other = KnowledgeBaseService(filled).session()
+    other = Enveloped(KnowledgeBaseService(filled).session())
     other.select_knowledge_base("Alpha")
-    used = other.search("hybrid search")["data"]
+    used = other.search(SearchRequest("hybrid search"))["data"]
     assert used["settings"]["fusion"] == "rrf" and used["weights"]["requested"]["vector"] == pytest.approx(0.35)
     # keyword mode: the saved weights stay for hybrid
     test.selectbox(key=f"{again}_mode").set_value("keyword").run()
     test.button(key="lab_save").click().run()
-    saved = KnowledgeBaseService(filled).session().resolve_kb("Alpha").search_settings
+    saved = Enveloped(KnowledgeBaseService(filled).session()).resolve_kb("Alpha").search_settings
     assert saved["mode"] == "keyword" and saved["vector_weight"] == 0.35
 
 
 @pytest.mark.model
 def test_language_guard_is_shown_where_the_user_looks_and_can_be_switched_off(home: Path) -> None:
-    session = KnowledgeBaseService(home).session()
+    session = Enveloped(KnowledgeBaseService(home).session())
     assert session.create_knowledge_base("英文模型", 128, "all-MiniLM-L6-v2")["success"]  # English only
     files = [str(DEMO / f) for f in ("混合检索.docx", "hybrid_search.docx")]
     assert session.import_document(files, kb_name="英文模型")["success"]
@@ -549,7 +552,7 @@ def test_document_text_is_shown_as_text_never_as_markdown(filled: Path, tmp_path
     """Once the rag_search view rendered chunk text as Markdown: an image in a document loaded from any host (a
     tracking pixel) and links rendered. Both result views must show the text, and only the text."""
     (tmp_path / "hostile.txt").write_text(HOSTILE_TEXT, encoding="utf-8")
-    session = KnowledgeBaseService(filled).session()
+    session = Enveloped(KnowledgeBaseService(filled).session())
     assert session.import_document([str(tmp_path / "hostile.txt")], kb_name="Alpha")["success"]
     test = app("search_lab")
     test.radio(key="lab_kind").set_value("multi-keyword").run()
@@ -623,7 +626,7 @@ def test_evaluate_folder_sweeps_keeps_the_run_and_saves_the_best_weights(
 
 
 def test_demo_judgments_are_offered_and_chosen_for_the_demo_kb(home: Path) -> None:
-    session = KnowledgeBaseService(home).session()
+    session = Enveloped(KnowledgeBaseService(home).session())
     assert ensure_demo_kb(session, embedding_model="hashing")["success"]
     test = app("evaluate")
     assert test.radio(key="eval_source").value == "Demo judgments"
@@ -642,7 +645,7 @@ def test_demo_judgments_are_offered_and_chosen_for_the_demo_kb(home: Path) -> No
 def keep_run(home: Path, settings: list, *, sweep: list[float] | None = None) -> str:
     """A kept run of the first two test judgments against Alpha, as `kb eval --kb Alpha` keeps one."""
     service = KnowledgeBaseService(home)
-    session = service.session()
+    session = Enveloped(service.session())
     queries, qrels = load_beir_queries_qrels(write_judgments(home.parent / "beir"))
     report = evaluate_with_sweep(session, queries, qrels, settings=settings, sweep=sweep, kb_name="Alpha")
     everything = list(settings) + [s for s in settings_for((), sweep) if s not in settings] if sweep else settings
@@ -658,7 +661,7 @@ def test_two_kept_runs_compare_query_by_query_as_the_service_does(filled: Path) 
     assert test.selectbox(key=f"cmp_run_a_{second}").value == first
     assert test.selectbox(key=f"cmp_run_b_{second}").value == second
     test.selectbox(key=f"cmp_setting_a_{first}").set_value("hybrid 0.30/0.70").run()
-    session = KnowledgeBaseService(filled).session()
+    session = Enveloped(KnowledgeBaseService(filled).session())
     expected = session.compare_evaluation_runs(first, second, "hybrid 0.30/0.70", "semantic", top=1000)["data"]
     shown = {m.label: str(m.value) for m in test.metric}
     assert shown["Wins (B better)"] == str(expected["wins"]) and shown["Losses (B worse)"] == str(expected["losses"])
@@ -689,7 +692,7 @@ def test_two_kept_runs_compare_query_by_query_as_the_service_does(filled: Path) 
 
 def test_runs_of_different_knowledge_bases_warn_when_compared(filled: Path) -> None:
     first = keep_run(filled, [EvaluationSetting("keyword")])
-    session = KnowledgeBaseService(filled).session()
+    session = Enveloped(KnowledgeBaseService(filled).session())
     session.select_knowledge_base("Alpha")
     assert session.delete_document("得分解释.doc")["success"]  # the KB the next run searches differs
     time.sleep(1.1)
@@ -705,7 +708,7 @@ def test_a_kb_built_from_a_corpus_is_evaluated_but_not_offered_a_default(
     home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("KB_ALLOW_DIRS", str(tmp_path))
-    KnowledgeBaseService(home).session().create_knowledge_base("Mine", 128, embedding_model="hashing")
+    Enveloped(KnowledgeBaseService(home).session()).create_knowledge_base("Mine", 128, embedding_model="hashing")
     folder = write_judgments(tmp_path / "corpus")
     corpus = {
         "hybrid_search.docx": "Hybrid search fuses BM25 keyword scores and vector cosine scores with weights.",

@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from kb_core.envelopes import Enveloped
+from kb_core.results import SearchRequest
+
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "data" / "demo"
 if str(REPO) not in sys.path:
@@ -35,7 +38,7 @@ def english_words(label: str) -> list[str]:
 @pytest.fixture(scope="module")
 def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("template") / "home"
-    session = KnowledgeBaseService(path).session()
+    session = Enveloped(KnowledgeBaseService(path).session())
     assert session.create_knowledge_base("Alpha", 128, embedding_model="hashing")["success"]
     files = ["kb_workbench_overview.txt", "混合检索.docx", "hybrid_search.docx"]
     assert session.import_document([str(DEMO / f) for f in files], kb_name="Alpha")["data"]["success_count"] == 3
@@ -133,13 +136,13 @@ def test_the_search_lab_says_the_search_notes_and_auto_weighting_reasons_in_chin
     prefix = next(s.key for s in test.main.slider if s.key.endswith("_min_score")).removesuffix("_min_score")
     test.slider(key=f"{prefix}_min_score").set_value(0.3).run()
     assert not test.exception, test.exception
-    session = KnowledgeBaseService(filled).session()
+    session = Enveloped(KnowledgeBaseService(filled).session())
     session.select_knowledge_base("Alpha")
-    said = localize(session.search(query, min_score=0.3)["message"], "zh")
+    said = localize(session.search(SearchRequest(query, min_score=0.3))["message"], "zh")
     notes = [c for c in texts(test, "caption") if c in said]
     assert len(notes) == 3 and all("not shown" not in n and "left out" not in n for n in notes), notes
     # auto weighting would move this query's weights (the hashing embedder's vector carries no information here)
-    (reason,) = session.search(query, weighting="fixed")["data"]["weights"]["auto_notes"]
+    (reason,) = session.search(SearchRequest(query, weighting="fixed"))["data"]["weights"]["auto_notes"]
     caption = next(c for c in texts(test, "caption") if c.startswith("自动权重："))
     assert caption.count("自动权重：") == 1 and "auto weights" not in caption, caption
     assert caption == "自动权重：" + localize(reason, "zh").removeprefix("自动权重："), caption
@@ -149,7 +152,7 @@ def test_a_long_chunk_unfolds_with_chinese_words(filled: Path, tmp_path: Path) -
     claim = "申请保险理赔需要准备以下材料：保单和身份证。"
     guide = "本公司坚持以客户为中心的服务理念。" * 40 + claim + "其他说明。" * 40
     (tmp_path / "理赔指南.txt").write_text(guide, encoding="utf-8")
-    session = KnowledgeBaseService(filled).session()
+    session = Enveloped(KnowledgeBaseService(filled).session())
     assert session.create_knowledge_base("保险", 1024, "hashing")["success"]
     assert session.import_document([str(tmp_path / "理赔指南.txt")], kb_name="保险")["success"]
     test = chinese_app("knowledge_bases")

@@ -42,31 +42,33 @@ def test_the_import_graph_report_finds_type_only_cycles_upward_and_private_impor
                 "from __future__ import annotations\n"
                 "from typing import TYPE_CHECKING\n"
                 "if TYPE_CHECKING:\n"
-                "    from kb_core.session import Session\n"  # type-only, upward, and closes a cycle
+                "    from kb_core.operations import Operations\n"  # type-only, upward, and closes a cycle
                 "def _hidden() -> None: ...\n"
             ),
-            "kb_core/session.py": (
+            "kb_core/operations.py": (
                 "from kb_core.store.reader import _hidden\n"  # a private name from another module
-                "from kb_core.envelope import ok\n"
-                "class Session:\n"
+                "from kb_core.envelopes import ok\n"
+                "class Operations:\n"
                 "    def find(self, service) -> dict:\n"
                 "        if service.postgres is not None:\n"
                 "            return ok('m', 1)\n"
                 "        return {'success': True, 'message': 'm', 'data': None}\n"
             ),
-            "kb_core/envelope.py": "def ok(message, data):\n    return {'success': True, 'message': message}\n",
+            "kb_core/envelopes.py": "def ok(message, data):\n    return {'success': True, 'message': message}\n",
             "kb_core/brand_new.py": "import kb_core.errors\n",
         },
     )
     report = graph.analyse(tmp_path)
     assert report["cycles_runtime"] == []
-    assert [c["modules"] for c in report["cycles_with_type_only"]] == [["session", "store.reader"]]
+    assert [c["modules"] for c in report["cycles_with_type_only"]] == [["operations", "store.reader"]]
     upward = {(u["from"], u["to"], u["type_only"]) for u in report["upward_imports"]}
-    assert ("store.reader", "session", True) in upward  # store → session
-    assert ("session", "envelope", False) in upward  # after #28 only the edges build envelopes
-    assert report["private_imports"] == [{"module": "session", "line": 1, "from": "store.reader", "name": "_hidden"}]
-    assert report["store_branch_count"] == 1 and list(report["store_branches"]) == ["session"]
-    assert report["envelope_sites"]["session"] == 2  # the ok(...) call and the dict literal
+    assert ("store.reader", "operations", True) in upward  # store → session
+    assert ("operations", "envelopes", False) in upward  # after #38 only the edges build envelopes
+    assert report["private_imports"] == [
+        {"module": "operations", "line": 1, "from": "store.reader", "name": "_hidden"}
+    ]
+    assert report["store_branch_count"] == 1 and list(report["store_branches"]) == ["operations"]
+    assert report["envelope_sites"]["operations"] == 2  # the ok(...) call and the dict literal
     assert report["unassigned_modules"] == ["brand_new"]
     assert graph.problems(report)  # --check fails
 
@@ -80,8 +82,8 @@ def test_the_import_graph_report_passes_a_package_whose_layers_point_down(tmp_pa
             "kb_core/errors.py": "",
             "kb_core/store/__init__.py": "from kb_core.errors import *\n",
             "kb_core/retrieval/search.py": "from kb_core.store import *\n",
-            "kb_core/session.py": "from kb_core.retrieval import search\n",
-            "kb_core/cli/main.py": "def main():\n    from kb_core.session import Session\n",
+            "kb_core/operations.py": "from kb_core.retrieval import search\n",
+            "kb_core/cli/main.py": "def main():\n    from kb_core.operations import Operations\n",
         },
     )
     report = graph.analyse(tmp_path)

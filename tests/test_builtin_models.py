@@ -21,7 +21,9 @@ from hypothesis import strategies as st
 from kb_core.embedding import builtin
 from kb_core.embedding.charsmap import lookup, precompiled_charsmap
 from kb_core.embedding.e5s1 import E5S1File, write_model_folder
+from kb_core.envelopes import Enveloped
 from kb_core.errors import EmbeddingError
+from kb_core.results import SearchRequest
 from tests.e5s1_tiny import NORMALISER, write_tiny_e5s1
 
 # -- the precompiled charsmap -----------------------------------------------------------------------------------
@@ -333,7 +335,7 @@ def test_kb_verify_reports_a_damaged_model_folder_and_repairs_it(
 ) -> None:
     from kb_core import KnowledgeBaseService
 
-    session = KnowledgeBaseService(tmp_path / "home").session()
+    session = Enveloped(KnowledgeBaseService(tmp_path / "home").session())
     assert session.create_knowledge_base("多语言", 64, builtin.E5_SMALL)["success"]
     assert session.verify()["data"]["problems"] == []
     _damage_weights(tiny_builtin, "zeros")
@@ -410,11 +412,11 @@ def test_a_long_query_vector_reads_its_first_two_windows_and_the_search_says_so(
     assert 0 < read < total
     assert embedder.query_cut("short query") is None
 
-    session = KnowledgeBaseService(tmp_path / "home").session()
+    session = Enveloped(KnowledgeBaseService(tmp_path / "home").session())
     assert session.create_knowledge_base("长", 64, builtin.E5_SMALL)["success"]
     (tmp_path / "a.txt").write_text("混合检索的权重 hybrid search weights", encoding="utf-8")
     assert session.import_document([str(tmp_path / "a.txt")], kb_name="长")["success"]
     session.select_knowledge_base("长")
-    warnings = session.search(long_query[:4000])["data"]["warnings"]
+    warnings = session.search(SearchRequest(long_query[:4000]))["data"]["warnings"]
     assert any("its vector (semantic score) is computed from its first" in w for w in warnings), warnings
-    assert not any("tokens long" in w for w in session.search("混合检索")["data"].get("warnings") or [])
+    assert not any("tokens long" in w for w in session.search(SearchRequest("混合检索"))["data"].get("warnings") or [])

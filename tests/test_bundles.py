@@ -14,7 +14,9 @@ from jsonschema import Draft7Validator
 from kb_core import bundles
 from kb_core.bundles.loading import load_bundle_text
 from kb_core.bundles.validation import node_id
+from kb_core.envelopes import Enveloped
 from kb_core.errors import ImportFormatError
+from kb_core.results import SearchRequest
 from kb_core.service import KnowledgeBaseService
 
 SPEC_BUNDLE = """\
@@ -65,7 +67,7 @@ PEOPLE_ONTOLOGY = {
 @pytest.fixture
 def session(tmp_path: Path) -> Any:
     service = KnowledgeBaseService(tmp_path / "home")
-    session = service.session()
+    session = Enveloped(service.session())
     assert session.create_knowledge_base("graph", 128, embedding_model="hashing")["success"]
     assert session.select_knowledge_base("graph")["success"]
     return session
@@ -86,7 +88,7 @@ def doc_names(session: Any) -> set[str]:
 
 
 def graph_snapshot(session: Any) -> dict[str, Any]:
-    view = bundles.graph_view(session, limit=100_000)["data"]
+    view = session.graph_view(limit=100_000)["data"]
     return {
         "nodes": sorted((n["id"], n["type"], json.dumps(n["properties"], sort_keys=True)) for n in view["nodes"]),
         "edges": sorted((e["id"], e["source"], e["target"], json.dumps(e["properties"])) for e in view["edges"]),
@@ -95,7 +97,7 @@ def graph_snapshot(session: Any) -> dict[str, Any]:
 
 # -- schema ------------------------------------------------------------------------------------------
 def test_schema_has_the_spec_shape(session: Any) -> None:
-    result = bundles.get_knowledge_schema(session)
+    result = session.get_knowledge_schema()
     assert result["success"], result
     schema = result["data"]["full_bundle_schema"]
     Draft7Validator.check_schema(schema)
@@ -116,7 +118,7 @@ def test_schema_has_the_spec_shape(session: Any) -> None:
 
 
 def test_spec_example_validates_including_the_delete_without_content(session: Any) -> None:
-    schema = bundles.get_knowledge_schema(session)["data"]["full_bundle_schema"]
+    schema = session.get_knowledge_schema()["data"]["full_bundle_schema"]
     items = yaml.safe_load(SPEC_BUNDLE)
     assert list(Draft7Validator(schema).iter_errors(items)) == []
     # but an upsert without content is refused
@@ -124,16 +126,16 @@ def test_spec_example_validates_including_the_delete_without_content(session: An
 
 
 def test_example_yaml_validates_and_imports(session: Any, tmp_path: Path) -> None:
-    data = bundles.get_knowledge_schema(session)["data"]
+    data = session.get_knowledge_schema()["data"]
     items = yaml.safe_load(data["example_yaml"])
     assert list(Draft7Validator(data["full_bundle_schema"]).iter_errors(items)) == []
-    result = bundles.import_knowledge_bundle(session, write(tmp_path, data["example_yaml"]))
+    result = session.import_knowledge_bundle(write(tmp_path, data["example_yaml"]))
     assert result["success"], result["message"]
 
 
 def test_custom_ontology_schema_and_example(session: Any, tmp_path: Path) -> None:
-    assert bundles.set_ontology(session, PEOPLE_ONTOLOGY)["success"]
-    data = bundles.get_knowledge_schema(session)["data"]
+    assert session.set_ontology(PEOPLE_ONTOLOGY)["success"]
+    data = session.get_knowledge_schema()["data"]
     titles = [s["title"] for s in data["full_bundle_schema"]["items"]["oneOf"]]
     assert titles == ["Organization Node", "Person Node", "EMPLOYED_BY Edge"]  # stored sorted by name
     edge = data["full_bundle_schema"]["items"]["oneOf"][2]
@@ -141,12 +143,12 @@ def test_custom_ontology_schema_and_example(session: Any, tmp_path: Path) -> Non
     assert edge["properties"]["target"]["required"] == ["org_code"]
     items = yaml.safe_load(data["example_yaml"])
     assert list(Draft7Validator(data["full_bundle_schema"]).iter_errors(items)) == []
-    assert bundles.import_knowledge_bundle(session, write(tmp_path, data["example_yaml"]))["success"]
+    assert session.import_knowledge_bundle(write(tmp_path, data["example_yaml"]))["success"]
 
 
 # -- import -------------------------------------------------------------------------------------------
 def test_spec_bundle_imports_once_its_target_exists(session: Any, tmp_path: Path) -> None:
-    refused = bundles.import_knowledge_bundle(session, write(tmp_path, SPEC_BUNDLE))
+    refused = session.import_knowledge_bundle(write(tmp_path, SPEC_BUNDLE))
     assert not refused["success"]
     assert (
         "Cannot create 'REFERENCES' relation: Target 'Document' with identity {doc_uri: \"doc-002\"} not found."
@@ -155,16 +157,16 @@ def test_spec_bundle_imports_once_its_target_exists(session: Any, tmp_path: Path
     assert refused["error"]["details"]["errors"][0]["path"] == "[2].target"
 
     first = "- type: Document\n  doc_uri: doc-002\n  content: 向量检索与全文检索的混合。\n"
-    assert bundles.import_knowledge_bundle(session, write(tmp_path, first, "first.yaml"))["success"]
+    assert session.import_knowledge_bundle(write(tmp_path, first, "first.yaml"))["success"]
     path = write(tmp_path, SPEC_BUNDLE)
-    result = bundles.import_knowledge_bundle(session, path)
+    result = session.import_knowledge_bundle(path)
     assert result["success"], result["message"]
     assert result["data"]["status"] == "success"
     stats = result["data"]["stats"]
     assert (stats["nodes_upserted"], stats["nodes_deleted"], stats["edges_upserted"]) == (1, 0, 1)
     assert stats["chunks_indexed"] >= 1
     assert not path.exists()  # temp file deleted after success
-    hits = session.search("嵌入式分析数据库", mode="keyword")["data"]["chunks"]
+    hits = session.search(SearchRequest("嵌入式分析数据库", mode="keyword"))["data"]["chunks"]
     assert hits and hits[0]["doc_name"] == "doc-001"
 
 
@@ -174,7 +176,7 @@ def test_missing_identity_error_has_the_spec_form_and_all_errors_are_reported(se
     items[1]["content"] = 42
     items[5]["colour"] = "red"
     path = dump(tmp_path, items)
-    result = bundles.import_knowledge_bundle(session, path)
+    result = session.import_knowledge_bundle(path)
     assert not result["success"]
     assert result["error"]["code"] == "BUNDLE_INVALID"
     assert 'Validation error at [4].doc_uri: "doc_uri" is required' in result["message"]
@@ -184,26 +186,26 @@ def test_missing_identity_error_has_the_spec_form_and_all_errors_are_reported(se
 
 
 def test_unknown_type_suggests_the_closest(session: Any, tmp_path: Path) -> None:
-    bundles.set_ontology(session, PEOPLE_ONTOLOGY)
-    result = bundles.import_knowledge_bundle(session, write(tmp_path, "- type: Human\n  email: a@b.c\n"))
+    session.set_ontology(PEOPLE_ONTOLOGY)
+    result = session.import_knowledge_bundle(write(tmp_path, "- type: Human\n  email: a@b.c\n"))
     assert "Entity type 'Human' is not defined. Did you mean 'Person'?" in result["message"]
     assert result["error"]["details"]["errors"][0]["path"] == "[0].type"
-    typo = bundles.import_knowledge_bundle(session, write(tmp_path, "- type: Persn\n  email: a@b.c\n"))
+    typo = session.import_knowledge_bundle(write(tmp_path, "- type: Persn\n  email: a@b.c\n"))
     assert "Entity type 'Persn' is not defined. Did you mean 'Person'?" in typo["message"]
-    lower = bundles.import_knowledge_bundle(session, write(tmp_path, "- type: employed_by\n"))
+    lower = session.import_knowledge_bundle(write(tmp_path, "- type: employed_by\n"))
     assert "Did you mean 'EMPLOYED_BY'?" in lower["message"]
-    nothing = bundles.import_knowledge_bundle(session, write(tmp_path, "- type: Zebra\n"))
+    nothing = session.import_knowledge_bundle(write(tmp_path, "- type: Zebra\n"))
     assert "Entity type 'Zebra' is not defined. Defined types: Organization, Person, EMPLOYED_BY." in nothing["message"]
 
 
 def test_one_bad_item_changes_nothing(session: Any, tmp_path: Path) -> None:
     good = [{"type": "Document", "doc_uri": "a", "content": "alpha text"}]
-    assert bundles.import_knowledge_bundle(session, dump(tmp_path, good))["success"]
+    assert session.import_knowledge_bundle(dump(tmp_path, good))["success"]
     before_graph, before_docs = graph_snapshot(session), doc_names(session)
     items = [{"type": "Document", "doc_uri": f"n{i}", "content": f"new {i}"} for i in range(20)]
     items.append({"type": "Document", "action": "delete", "doc_uri": "a"})
     items.append({"type": "REFERENCES", "source": {"doc_uri": "n1"}, "target": {"doc_uri": "missing"}})
-    result = bundles.import_knowledge_bundle(session, dump(tmp_path, items))
+    result = session.import_knowledge_bundle(dump(tmp_path, items))
     assert not result["success"]
     assert graph_snapshot(session) == before_graph
     assert doc_names(session) == before_docs
@@ -215,27 +217,27 @@ def test_upsert_replaces_and_delete_cascades_to_edges_and_index(session: Any, tm
         {"type": "Document", "doc_uri": "b", "content": "bananas are yellow"},
         {"type": "REFERENCES", "source": {"doc_uri": "a"}, "target": {"doc_uri": "b"}, "ref_type": "see-also"},
     ]
-    assert bundles.import_knowledge_bundle(session, dump(tmp_path, items))["success"]
-    again = bundles.import_knowledge_bundle(session, dump(tmp_path, items))
+    assert session.import_knowledge_bundle(dump(tmp_path, items))["success"]
+    again = session.import_knowledge_bundle(dump(tmp_path, items))
     assert again["data"]["stats"]["documents_indexed"] == 0  # unchanged texts are not re-indexed
     replace = [{"type": "Document", "doc_uri": "a", "content": "cherries are red"}]
-    assert bundles.import_knowledge_bundle(session, dump(tmp_path, replace))["success"]
-    node = bundles.get_node(session, node_id("Document", {"doc_uri": "a"}))["data"]
+    assert session.import_knowledge_bundle(dump(tmp_path, replace))["success"]
+    node = session.get_node(node_id("Document", {"doc_uri": "a"}))["data"]
     assert node["properties"] == {"doc_uri": "a", "content": "cherries are red"}  # title gone: replaced
     assert [n["edge_type"] for n in node["neighbours"]] == ["REFERENCES"]
-    assert not session.search("apples", mode="keyword")["data"]["chunks"]
-    assert session.search("cherries", mode="keyword")["data"]["chunks"][0]["doc_name"] == "a"
+    assert not session.search(SearchRequest("apples", mode="keyword"))["data"]["chunks"]
+    assert session.search(SearchRequest("cherries", mode="keyword"))["data"]["chunks"][0]["doc_name"] == "a"
     delete = [{"type": "Document", "action": "delete", "doc_uri": "b"}]
-    result = bundles.import_knowledge_bundle(session, dump(tmp_path, delete))
+    result = session.import_knowledge_bundle(dump(tmp_path, delete))
     assert result["data"]["stats"]["nodes_deleted"] == 1 and result["data"]["stats"]["edges_cascaded"] == 1
     assert doc_names(session) == {"a"}
-    assert bundles.get_node(session, node_id("Document", {"doc_uri": "a"}))["data"]["neighbours"] == []
+    assert session.get_node(node_id("Document", {"doc_uri": "a"}))["data"]["neighbours"] == []
 
 
 def test_missing_file_and_non_list(session: Any, tmp_path: Path) -> None:
-    missing = bundles.import_knowledge_bundle(session, str(tmp_path / "nope.yaml"))
+    missing = session.import_knowledge_bundle(str(tmp_path / "nope.yaml"))
     assert not missing["success"] and "does not exist" in missing["message"]
-    mapping = bundles.import_knowledge_bundle(session, write(tmp_path, "type: Document\n"))
+    mapping = session.import_knowledge_bundle(write(tmp_path, "type: Document\n"))
     assert "Validation error at root: the bundle must be a YAML list" in mapping["message"]
 
 
@@ -247,7 +249,7 @@ def test_billion_laughs_is_refused_quickly(session: Any, tmp_path: Path) -> None
         previous = name
     path = write(tmp_path, text)
     started = time.perf_counter()
-    result = bundles.import_knowledge_bundle(session, path)
+    result = session.import_knowledge_bundle(path)
     assert time.perf_counter() - started < 2.0
     assert not result["success"] and "aliases" in result["message"]
     with pytest.raises(ImportFormatError):
@@ -265,24 +267,24 @@ def test_yaml_dates_stay_strings_and_duplicate_keys_are_refused() -> None:
 # -- ontology -------------------------------------------------------------------------------------------
 def test_invalid_ontology_is_refused(session: Any) -> None:
     bad = {"nodes": {"Person": {"identity": ["email"], "json_schema": {"type": "object", "properties": {}}}}}
-    result = bundles.set_ontology(session, bad)
+    result = session.set_ontology(bad)
     assert not result["success"] and "identity field 'email' is not a declared property" in result["message"]
     edge_bad = {**PEOPLE_ONTOLOGY, "edges": {"X": {"from": "Person", "to": "Robot"}}}
-    assert "must name a node type" in bundles.set_ontology(session, edge_bad)["message"]
-    assert bundles.get_ontology(session)["data"]["ontology"]["nodes"].keys() == {"Document"}
+    assert "must name a node type" in session.set_ontology(edge_bad)["message"]
+    assert session.get_ontology()["data"]["ontology"]["nodes"].keys() == {"Document"}
 
 
 def test_ontology_change_must_fit_existing_nodes(session: Any, tmp_path: Path) -> None:
     items = [{"type": "Document", "doc_uri": "a", "content": "text"}]
-    assert bundles.import_knowledge_bundle(session, dump(tmp_path, items))["success"]
-    result = bundles.set_ontology(session, PEOPLE_ONTOLOGY)
+    assert session.import_knowledge_bundle(dump(tmp_path, items))["success"]
+    result = session.set_ontology(PEOPLE_ONTOLOGY)
     assert not result["success"] and "'Document' is not in the new ontology" in result["message"]
 
 
 def test_ontology_from_yaml_file(session: Any, tmp_path: Path) -> None:
     path = write(tmp_path, yaml.safe_dump(PEOPLE_ONTOLOGY), "ontology.yaml")
-    assert bundles.set_ontology(session, str(path))["success"]
-    shown = bundles.get_ontology(session)["data"]["ontology"]
+    assert session.set_ontology(str(path))["success"]
+    shown = session.get_ontology()["data"]["ontology"]
     assert shown["edges"]["EMPLOYED_BY"]["from"] == "Person"
 
 
@@ -308,13 +310,13 @@ def test_get_node_and_search_expansion(session: Any, tmp_path: Path) -> None:
         {"type": "Document", "doc_uri": "b", "content": "classical error correction"},
         {"type": "REFERENCES", "source": {"doc_uri": "a"}, "target": {"doc_uri": "b"}, "ref_type": "citation"},
     ]
-    assert bundles.import_knowledge_bundle(session, dump(tmp_path, items))["success"]
-    node = bundles.get_node(session, node_id("Document", {"doc_uri": "b"}))["data"]
+    assert session.import_knowledge_bundle(dump(tmp_path, items))["success"]
+    node = session.get_node(node_id("Document", {"doc_uri": "b"}))["data"]
     assert node["neighbours"][0]["direction"] == "in"
     assert node["neighbours"][0]["node"]["identity"] == {"doc_uri": "a"}
-    assert bundles.get_node(session, "node_missing")["error"]["code"] == "ITEM_NOT_FOUND"
-    hits = session.search("quantum", mode="keyword", top_k=1)["data"]["chunks"]
-    expanded = bundles.expand_hits(session, hits)
+    assert session.get_node("node_missing")["error"]["code"] == "ITEM_NOT_FOUND"
+    hits = session.search(SearchRequest("quantum", mode="keyword", top_k=1))["data"]["chunks"]
+    expanded = bundles.expand_hits(session.operations, hits)
     assert len(expanded) == 2 and "graph" not in hits[0]  # input untouched
     assert expanded[0]["graph"]["related"][0]["edge_type"] == "REFERENCES"
     added = expanded[1]
@@ -325,13 +327,13 @@ def test_get_node_and_search_expansion(session: Any, tmp_path: Path) -> None:
 
 def test_shadow_export_rebuilds_an_identical_graph_and_search(tmp_path: Path) -> None:
     service = KnowledgeBaseService(tmp_path / "home")
-    one, two = service.session(), service.session()
+    one, two = Enveloped(service.session()), Enveloped(service.session())
     for name, sess in (("one", one), ("two", two)):
         sess.create_knowledge_base(name, 64, embedding_model="hashing")
         sess.select_knowledge_base(name)
-    assert bundles.set_ontology(one, PEOPLE_ONTOLOGY)["success"]
-    assert bundles.import_knowledge_bundle(one, dump(tmp_path, people_bundle()))["success"]
-    shadow = service.home.kb_dir(one.current_kb().id) / "graph" / "shadow"
+    assert one.set_ontology(PEOPLE_ONTOLOGY)["success"]
+    assert one.import_knowledge_bundle(dump(tmp_path, people_bundle()))["success"]
+    shadow = service.home.kb_dir(one.operations.current_kb().id) / "graph" / "shadow"
     files = sorted(p.relative_to(shadow).as_posix() for p in shadow.rglob("*") if p.is_file())
     assert files == [
         "edges/EMPLOYED_BY.jsonl",
@@ -340,14 +342,18 @@ def test_shadow_export_rebuilds_an_identical_graph_and_search(tmp_path: Path) ->
         "ontology.json",
         "shadow.json",
     ]
-    result = bundles.rebuild_from_shadow(two, shadow)
+    result = two.rebuild_from_shadow(shadow)
     assert result["success"], result["message"]
     assert graph_snapshot(one) == graph_snapshot(two)
     for query in ("向量检索", "search engines", "Rust 数据库"):
-        a = [(h["doc_name"], h["content"], round(h["score"], 9)) for h in one.search(query)["data"]["chunks"]]
-        b = [(h["doc_name"], h["content"], round(h["score"], 9)) for h in two.search(query)["data"]["chunks"]]
+        request = SearchRequest(query)
+        a = [(h["doc_name"], h["content"], round(h["score"], 9)) for h in one.search(request)["data"]["chunks"]]
+        b = [
+            (h["doc_name"], h["content"], round(h["score"], 9))
+            for h in two.search(SearchRequest(query))["data"]["chunks"]
+        ]
         assert a == b and a
-    other = service.home.kb_dir(two.current_kb().id) / "graph" / "shadow"
+    other = service.home.kb_dir(two.operations.current_kb().id) / "graph" / "shadow"
     for path in shadow.rglob("*.jsonl"):
         assert path.read_bytes() == (other / path.relative_to(shadow)).read_bytes()
 
@@ -384,7 +390,7 @@ def test_a_kill_between_index_and_graph_commit_is_found_by_verify_and_rolled_bac
     from kb_core.cli.main import main
 
     home = tmp_path / "home"
-    session = KnowledgeBaseService(home).session()
+    session = Enveloped(KnowledgeBaseService(home).session())
     assert session.create_knowledge_base("graph", 128, embedding_model="hashing")["success"]
     assert session.select_knowledge_base("graph")["success"]
     first = [
@@ -392,7 +398,7 @@ def test_a_kill_between_index_and_graph_commit_is_found_by_verify_and_rolled_bac
         {"type": "Document", "doc_uri": "b", "content": "bananas are yellow 香蕉是黄色的"},
         {"type": "REFERENCES", "source": {"doc_uri": "a"}, "target": {"doc_uri": "b"}, "ref_type": "see-also"},
     ]
-    assert bundles.import_knowledge_bundle(session, dump(tmp_path, first, "first.yaml"))["success"]
+    assert session.import_knowledge_bundle(dump(tmp_path, first, "first.yaml"))["success"]
     before_graph, before_docs = graph_snapshot(session), doc_names(session)
     assert session.verify()["success"]
     second = [
@@ -406,7 +412,7 @@ def test_a_kill_between_index_and_graph_commit_is_found_by_verify_and_rolled_bac
     )
     assert killed.returncode == -9, killed.stderr.decode()
     # the index holds the bundle, the graph does not: search shows texts no node has
-    assert session.search("durian", mode="keyword")["data"]["chunks"]
+    assert session.search(SearchRequest("durian", mode="keyword"))["data"]["chunks"]
     assert graph_snapshot(session) == before_graph
     result = session.verify()
     assert not result["success"]
@@ -419,13 +425,13 @@ def test_a_kill_between_index_and_graph_commit_is_found_by_verify_and_rolled_bac
     assert main(["--home", str(home), "verify", "--repair"]) == 0
     assert "rolled" in capsys.readouterr().out
     # rolled back to the committed graph: the old texts are searchable again, the new ones are gone
-    assert not session.search("durian", mode="keyword")["data"]["chunks"]
-    assert not session.search("cherries", mode="keyword")["data"]["chunks"]
-    assert session.search("apples", mode="keyword")["data"]["chunks"][0]["doc_name"] == "a"
-    assert session.search("香蕉", mode="keyword")["data"]["chunks"][0]["doc_name"] == "b"
+    assert not session.search(SearchRequest("durian", mode="keyword"))["data"]["chunks"]
+    assert not session.search(SearchRequest("cherries", mode="keyword"))["data"]["chunks"]
+    assert session.search(SearchRequest("apples", mode="keyword"))["data"]["chunks"][0]["doc_name"] == "a"
+    assert session.search(SearchRequest("香蕉", mode="keyword"))["data"]["chunks"][0]["doc_name"] == "b"
     assert graph_snapshot(session) == before_graph and doc_names(session) == before_docs
     assert session.verify()["success"]
     # and the interrupted bundle can simply be imported again
-    assert bundles.import_knowledge_bundle(session, bundle)["success"]
-    assert session.search("durian", mode="keyword")["data"]["chunks"][0]["doc_name"] == "c"
+    assert session.import_knowledge_bundle(bundle)["success"]
+    assert session.search(SearchRequest("durian", mode="keyword"))["data"]["chunks"][0]["doc_name"] == "c"
     assert doc_names(session) == {"a", "c"} and session.verify()["success"]

@@ -16,6 +16,7 @@ import yaml
 from kb_core import bundles
 from kb_core.bundles.loading import BundleLimits, load_bundle_text
 from kb_core.bundles.validation import BundleValidator
+from kb_core.envelopes import Enveloped
 from kb_core.errors import ImportFormatError
 from kb_core.service import KnowledgeBaseService
 from tests.bounded import peak_mb, run_bounded
@@ -51,7 +52,7 @@ def test_alias_cycle_is_refused_at_once_in_bounded_memory(text: str) -> None:
 @pytest.fixture
 def session(tmp_path: Path) -> Any:
     service = KnowledgeBaseService(tmp_path / "home")
-    session = service.session()
+    session = Enveloped(service.session())
     assert session.create_knowledge_base("graph", 128, embedding_model="hashing")["success"]
     assert session.select_knowledge_base("graph")["success"]
     return session
@@ -89,13 +90,13 @@ def test_alias_cycle_through_the_service_changes_nothing(tmp_path: Path) -> None
     out = run_bounded(
         f"""
         import json
-        from kb_core import bundles
+        from kb_core.envelopes import Enveloped
         from kb_core.service import KnowledgeBaseService
-        session = KnowledgeBaseService({str(tmp_path / "home")!r}).session()
+        session = Enveloped(KnowledgeBaseService({str(tmp_path / "home")!r}).session())
         assert session.create_knowledge_base("graph", 128, embedding_model="hashing")["success"]
         assert session.select_knowledge_base("graph")["success"]
-        assert bundles.import_knowledge_bundle(session, {str(good)!r})["success"]
-        result = bundles.import_knowledge_bundle(session, {str(bad)!r})
+        assert session.import_knowledge_bundle({str(good)!r})["success"]
+        result = session.import_knowledge_bundle({str(bad)!r})
         names = sorted(d["name"] for d in session.list_documents()["data"]["documents"])
         print(json.dumps({{"result": result, "names": names}}))
         """,
@@ -150,7 +151,7 @@ def test_a_string_over_the_value_limit_is_refused_at_its_item_and_field(session:
     ]
     path = tmp_path / "big.yaml"
     path.write_text(yaml.safe_dump(items, allow_unicode=True, width=10**9), encoding="utf-8")
-    result = bundles.import_knowledge_bundle(session, path)
+    result = session.import_knowledge_bundle(path)
     assert result["error"]["code"] == "BUNDLE_INVALID"
     errors = result["error"]["details"]["errors"]
     assert [e["path"] for e in errors] == ["[1].content", "[2].source.doc_uri"]
@@ -242,7 +243,7 @@ def test_a_bundle_with_nan_is_refused_and_the_home_stays_restorable(session: Any
     path.write_text("- {type: Reading, id: a, value: 2.5}\n", encoding="utf-8")
     assert session.import_knowledge_bundle(str(path))["success"]
     assert session.export_database(str(tmp_path / "home.kbx"))["success"]
-    restored = KnowledgeBaseService(tmp_path / "other").session().import_database(str(tmp_path / "home.kbx"))
+    restored = Enveloped(KnowledgeBaseService(tmp_path / "other").session()).import_database(str(tmp_path / "home.kbx"))
     assert restored["success"], restored["message"]
 
 

@@ -13,6 +13,7 @@ from jsonschema import Draft7Validator
 from kb_core import bundles
 from kb_core.bundles.ontology import default_ontology
 from kb_core.bundles.validation import BundleValidator
+from kb_core.envelopes import Enveloped
 from kb_core.service import KnowledgeBaseService
 
 ONTOLOGY = default_ontology()
@@ -98,14 +99,14 @@ def test_mutated_bundles_are_refused_at_the_right_path(items: list[dict[str, Any
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_valid_bundles_import_and_shadow_matches_graph(tmp_path: Path, items: list[dict[str, Any]]) -> None:
     service = KnowledgeBaseService(tmp_path / f"home-{abs(hash(str(items)))}")
-    session = service.session()
+    session = Enveloped(service.session())
     session.create_knowledge_base("p", 64, embedding_model="hashing")
     session.select_knowledge_base("p")
     path = tmp_path / f"b-{abs(hash(str(items)))}.yaml"
     path.write_text(yaml.safe_dump(items, allow_unicode=True), encoding="utf-8")
-    result = bundles.import_knowledge_bundle(session, path)
+    result = session.import_knowledge_bundle(path)
     assert result["success"], result["message"]
-    graph = bundles.graph_view(session)["data"]
+    graph = session.graph_view()["data"]
     upserted = {i["doc_uri"] for i in items if i["type"] == "Document" and i.get("action") != "delete"}
     assert {n["identity"]["doc_uri"] for n in graph["nodes"]} == upserted
     assert result["data"]["stats"]["nodes_deleted"] == 0

@@ -10,6 +10,8 @@ from __future__ import annotations
 import pytest
 
 from kb_core import KnowledgeBaseService
+from kb_core.envelopes import Enveloped
+from kb_core.results import SearchRequest
 
 pytestmark = pytest.mark.model
 
@@ -48,7 +50,7 @@ def sessions(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
         paths.append(str(root / name))
     found = {}
     for model in MODELS:
-        session = KnowledgeBaseService(root / model).session()
+        session = Enveloped(KnowledgeBaseService(root / model).session())
         assert session.create_knowledge_base("kb", 128, model)["success"]
         session.select_knowledge_base("kb")
         assert session.import_document(paths)["data"]["failed_count"] == 0
@@ -60,9 +62,9 @@ def sessions(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
 def test_a_question_a_document_answers_gets_it_first_with_a_score_of_at_least_one_half(sessions, model: str) -> None:
     session = sessions[model]
     for query, answer in ANSWERED.items():
-        hits = session.search(query, top_k=3)["data"]["chunks"]
+        hits = session.search(SearchRequest(query, top_k=3))["data"]["chunks"]
         assert hits and hits[0]["doc_name"] == answer and hits[0]["score"] >= 0.5, (query, hits[:1])
-        kept = session.search(query, top_k=3, min_score=SEPARATING)["data"]["chunks"]
+        kept = session.search(SearchRequest(query, top_k=3, min_score=SEPARATING))["data"]["chunks"]
         assert kept and kept[0]["doc_name"] == answer, query
 
 
@@ -71,16 +73,20 @@ def test_off_topic_and_function_word_queries_get_no_hit_scoring_three_tenths(ses
     session = sessions[model]
     for query in UNANSWERED:
         for mode in ("hybrid", "keyword"):
-            hits = session.search(query, mode=mode, top_k=5)["data"]["chunks"]
+            hits = session.search(SearchRequest(query, mode=mode, top_k=5))["data"]["chunks"]
             assert all(hit["score"] < SEPARATING for hit in hits), (query, mode, hits)
-            assert session.search(query, mode=mode, top_k=5, min_score=SEPARATING)["data"]["chunks"] == []
+            assert (
+                session.search(SearchRequest(query, mode=mode, top_k=5, min_score=SEPARATING))["data"]["chunks"] == []
+            )
     # semantic mode scores the semantic part alone: a chunk just above the floor (the tail of unrelated text, a hit
     # there by #25's rule) scores less than any answer does
-    answers = [session.search(query, mode="semantic", top_k=10)["data"]["chunks"] for query in ANSWERED]
-    weakest = min(next(h["score"] for h in hits if h["doc_name"] == answer)
-                  for hits, answer in zip(answers, ANSWERED.values(), strict=True))
+    answers = [session.search(SearchRequest(query, mode="semantic", top_k=10))["data"]["chunks"] for query in ANSWERED]
+    weakest = min(
+        next(h["score"] for h in hits if h["doc_name"] == answer)
+        for hits, answer in zip(answers, ANSWERED.values(), strict=True)
+    )
     for query in UNANSWERED:
-        hits = session.search(query, mode="semantic", top_k=5)["data"]["chunks"]
+        hits = session.search(SearchRequest(query, mode="semantic", top_k=5))["data"]["chunks"]
         assert all(hit["score"] < weakest for hit in hits), (query, weakest, hits)
 
 
@@ -89,15 +95,18 @@ def test_the_scale_is_measured_per_model_and_stated_in_every_breakdown(sessions)
     both and the breakdown says how the cosine was read: 'cosine 0.9063 → 0.5606 on this model's scale'."""
     scales = {}
     for model, session in sessions.items():
-        data = session.search("保险理赔需要哪些材料？", top_k=1)["data"]
+        data = session.search(SearchRequest("保险理赔需要哪些材料？", top_k=1))["data"]
         b = data["chunks"][0]["breakdown"]
         zero, top, floor = b["semantic_zero"], b["semantic_top"], b["semantic_floor"]
         assert data["semantic_scale"] == {"zero": zero, "floor": floor, "top": top, "measured": True}
         assert zero < floor < top <= 1.0
         expected = min(1.0, max(0.0, (b["vector_score"] - zero) / (top - zero)))
         assert b["vector_normalized"] == pytest.approx(expected)
-        explained = session.explain_search("保险理赔需要哪些材料？", data["chunks"][0]["id"])["data"]["explanation"]
-        assert any(f"cosine {b['vector_score']:.4f} → {expected:.4f} on this model's scale" in line
-                   for line in explained), explained
+        explained = session.explain_search(SearchRequest("保险理赔需要哪些材料？"), data["chunks"][0]["id"])["data"][
+            "explanation"
+        ]
+        assert any(
+            f"cosine {b['vector_score']:.4f} → {expected:.4f} on this model's scale" in line for line in explained
+        ), explained
         scales[model] = (zero, top)
     assert scales["multilingual-e5-small"][0] > 0.7 and scales["all-MiniLM-L6-v2"][1] == pytest.approx(1.0)

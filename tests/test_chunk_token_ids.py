@@ -14,6 +14,7 @@ from kb_core.embedding import CachedEmbedder, EmbeddingCache, HashingEmbedder, g
 from kb_core.embedding.base import ProgressCallback, TokenIds
 from kb_core.embedding.local import SentenceTransformerEmbedder
 from kb_core.embedding.wordpiece import HFTokenizerAdapter, bundled_tokenizer
+from kb_core.envelopes import Enveloped
 from kb_core.ingest.chunking import Chunk, chunk_document
 from kb_core.ingest.parsing import parse_file
 from kb_core.ingest.parsing.base import ParsedDocument
@@ -188,7 +189,7 @@ def test_endpoint_embedder_accepts_and_ignores_ids(monkeypatch: pytest.MonkeyPat
 def test_an_import_tokenises_each_chunk_only_in_the_chunker(
     service: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk_size: int
 ) -> None:
-    session = service.session()
+    session = Enveloped(service.session())
     assert session.create_knowledge_base("docs", chunk_size, "all-MiniLM-L6-v2")["success"]
     session.select_knowledge_base("docs")
     record = service.find_kb("docs")

@@ -14,6 +14,8 @@ import pytest
 
 from kb_core import KnowledgeBaseService
 from kb_core.embedding.device import cpu_only_build, torch_build_is_cpu_only
+from kb_core.envelopes import Enveloped
+from kb_core.results import SearchRequest
 from tests.conftest import REPO_ROOT
 
 HEAVY = ("torch", "transformers", "sentence_transformers")
@@ -48,7 +50,7 @@ def run_commands(*commands: list[str]) -> list[dict]:
 
 def test_commands_that_need_no_model_import_neither_torch_nor_transformers(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    session = KnowledgeBaseService(home).session()
+    session = Enveloped(KnowledgeBaseService(home).session())
     session.create_knowledge_base("notes", 64, embedding_model="hashing")
     session.select_knowledge_base("notes")
     note = tmp_path / "note.txt"
@@ -75,7 +77,7 @@ def test_commands_that_need_no_model_import_neither_torch_nor_transformers(tmp_p
 @pytest.mark.model
 def test_a_cold_kb_search_embeds_its_query_without_torch_and_ranks_as_the_service_does(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    session = KnowledgeBaseService(home).session("cli")
+    session = Enveloped(KnowledgeBaseService(home).session("cli"))
     session.create_knowledge_base("minilm", 64, "all-MiniLM-L6-v2")
     session.select_knowledge_base("minilm")
     texts = {
@@ -92,7 +94,7 @@ def test_a_cold_kb_search_embeds_its_query_without_torch_and_ranks_as_the_servic
     for query, entry in zip(queries, runs, strict=True):
         assert entry["code"] == 0 and entry["loaded"] == [], entry
         shown = json.loads(entry["out"])["data"]["chunks"]
-        expected = session.search(query, top_k=4)["data"]["chunks"]
+        expected = session.search(SearchRequest(query, top_k=4))["data"]["chunks"]
         assert [c["id"] for c in shown] == [c["id"] for c in expected]
         assert [c["score"] for c in shown] == pytest.approx([c["score"] for c in expected], abs=1e-6)
 

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from kb_core.results import SearchRequest
+
 
 @pytest.fixture
 def kb(session):
@@ -20,15 +22,15 @@ def test_compaction_keeps_results_and_drops_deleted_rows(kb, service, tmp_path: 
         path.write_text(" ".join(f"topic{i} sentence {j} 话题{i}。" for j in range(60)), encoding="utf-8")
         kb.import_document([str(path)])
     kb.delete_document("d2.txt")
-    record = kb.current_kb()
+    record = kb.operations.current_kb()
     store = service.kb_store(record.id)
     assert len(store.manifest().segments) == 6
-    before = kb.search("topic3 sentence 话题3", top_k=10)["data"]["chunks"]
+    before = kb.search(SearchRequest("topic3 sentence 话题3", top_k=10))["data"]["chunks"]
     result = kb.compact()
     assert result["success"] and result["data"]["segments_merged"] == 6 and result["data"]["rows_dropped"] > 0
     manifest = store.manifest()
     assert len(manifest.segments) == 1 and not manifest.tombstones
-    after = kb.search("topic3 sentence 话题3", top_k=10)["data"]["chunks"]
+    after = kb.search(SearchRequest("topic3 sentence 话题3", top_k=10))["data"]["chunks"]
     assert [h["id"] for h in after] == [h["id"] for h in before]
     assert [h["score"] for h in after] == pytest.approx([h["score"] for h in before], abs=1e-6)
     assert sorted(d["name"] for d in kb.list_documents()["data"]["documents"]) == [f"d{i}.txt" for i in (0, 1, 3, 4, 5)]
@@ -41,7 +43,7 @@ def test_many_small_imports_are_merged_automatically(kb, service, tmp_path: Path
         path = tmp_path / f"s{i}.txt"
         path.write_text(f"small document {i}", encoding="utf-8")
         kb.import_document([str(path)])
-    segments = service.kb_store(kb.current_kb().id).manifest().segments
+    segments = service.kb_store(kb.operations.current_kb().id).manifest().segments
     assert len(segments) <= 12
     assert kb.list_documents()["data"]["count"] == 15
 
@@ -63,7 +65,7 @@ def test_failed_document_records_survive_automatic_and_manual_compaction(kb, ser
     names = _fail_imports(kb, tmp_path, 13)
     (tmp_path / "real.txt").write_text("a real document about compaction 压缩。" * 20, encoding="utf-8")
     assert kb.import_document([str(tmp_path / "real.txt")])["success"]
-    store = service.kb_store(kb.current_kb().id)
+    store = service.kb_store(kb.operations.current_kb().id)
     assert len(store.manifest().segments) <= 12
     listed = kb.list_documents()["data"]["documents"]
     failed = sorted(d["name"] for d in listed if d["status"] == "failed")
@@ -85,7 +87,7 @@ def test_compaction_of_only_failed_documents_keeps_them(kb, service, tmp_path: P
     result = kb.compact()
     assert result["success"] and result["data"]["rows_kept"] == 0
     assert sorted(d["name"] for d in kb.list_documents()["data"]["documents"]) == names[1:]
-    manifest = service.kb_store(kb.current_kb().id).manifest()
+    manifest = service.kb_store(kb.operations.current_kb().id).manifest()
     assert len(manifest.segments) == 1 and manifest.document_count == 2 and not manifest.tombstones
     assert kb.verify()["success"], kb.verify()
 
@@ -99,7 +101,7 @@ def test_a_merge_that_would_lose_records_is_refused_and_changes_nothing(
     for i in range(2):
         (tmp_path / f"r{i}.txt").write_text(f"ready document {i} 文档。" * 20, encoding="utf-8")
         kb.import_document([str(tmp_path / f"r{i}.txt")])
-    store = service.kb_store(kb.current_kb().id)
+    store = service.kb_store(kb.operations.current_kb().id)
     before = store.manifest()
     real_write = compaction._write_merged
 
@@ -119,7 +121,7 @@ def test_verify_reports_records_a_commit_dropped(kb, service, tmp_path: Path) ->
     from kb_core.store import Change
 
     names = _fail_imports(kb, tmp_path, 2)
-    store = service.kb_store(kb.current_kb().id)
+    store = service.kb_store(kb.operations.current_kb().id)
     victim = store.manifest().segments[0].id
     store.commit(Change(drop=(victim,)))  # what the compaction bug did: a segment dropped, nothing deleted
     problems = kb.verify()["data"]["problems"]
@@ -130,7 +132,7 @@ def test_verify_reports_tombstones_of_documents_a_segment_does_not_hold(kb, serv
     from kb_core.store import Change
 
     _fail_imports(kb, tmp_path, 1)
-    store = service.kb_store(kb.current_kb().id)
+    store = service.kb_store(kb.operations.current_kb().id)
     segment = store.manifest().segments[0].id
     store.commit(Change(tombstones={segment: {"doc_ghost": 0}}))
     problems = kb.verify()["data"]["problems"]

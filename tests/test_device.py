@@ -19,6 +19,7 @@ from kb_core.embedding.device import (
     device_request,
     resolve_device,
 )
+from kb_core.envelopes import Enveloped
 from kb_core.errors import InvalidArgument
 
 TEXTS = [
@@ -232,7 +233,7 @@ def test_a_malformed_kb_device_fails_only_what_needs_a_local_model(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("KB_DEVICE", "quantum")
-    session = KnowledgeBaseService(tmp_path / "home").session()
+    session = Enveloped(KnowledgeBaseService(tmp_path / "home").session())
     assert session.create_knowledge_base("哈希", 64, embedding_model="hashing")["success"]
     note = tmp_path / "note.txt"
     note.write_text("混合检索 hybrid retrieval", encoding="utf-8")
@@ -254,9 +255,9 @@ def test_the_evaluation_output_names_the_embedding_device(
     home = str(tmp_path / "home")
     assert kb_main(["--home", home, "eval", str(beir), "--model", "hashing", "--mode", "keyword"]) == 0
     assert "embedding device: none (the hashing embedder runs no model)" in capsys.readouterr().out
-    session = KnowledgeBaseService(tmp_path / "home").session()
+    session = Enveloped(KnowledgeBaseService(tmp_path / "home").session())
     assert session.create_knowledge_base("minilm", 64, "all-MiniLM-L6-v2")["success"]
-    described = session.service.embedding_device(session.find_kb("minilm"))
+    described = session.operations.service.embedding_device(session.operations.find_kb("minilm"))
     assert described.startswith(f"{resolve_device().name} (") and "chosen automatically" in described
 
 

@@ -13,6 +13,7 @@ from kb_core import KnowledgeBaseService
 from kb_core.embedding import CachedEmbedder
 from kb_core.embedding.device import DeviceRequest
 from kb_core.embedding.local import SentenceTransformerEmbedder
+from kb_core.envelopes import Enveloped
 
 pytestmark = pytest.mark.model
 
@@ -55,7 +56,7 @@ def test_device_feeding_gives_the_librarys_vectors_in_token_budget_batches_longe
 
 def test_an_import_fed_like_a_device_stores_the_librarys_vectors(tmp_path: Path) -> None:
     service = KnowledgeBaseService(tmp_path / "home")
-    session = service.session()
+    session = Enveloped(service.session())
     assert session.create_knowledge_base("docs", 64, "all-MiniLM-L6-v2")["success"]  # 64-token chunks
     record = service.find_kb("docs")
     cached = service.embedder(record)
@@ -104,7 +105,7 @@ def test_a_device_import_embeds_parsed_chunks_while_later_files_are_still_parsed
 
     monkeypatch.setattr(kb_core.ingest.parsing, "parse_and_chunk_files", the_last_files_parse_slowly)
     service = KnowledgeBaseService(tmp_path / "home")
-    session = service.session()
+    session = Enveloped(service.session())
     assert session.create_knowledge_base("docs", 32, "all-MiniLM-L6-v2")["success"]
     record = service.find_kb("docs")
     model = service.embedder(record).inner

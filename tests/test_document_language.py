@@ -12,6 +12,7 @@ import pytest
 from kb_core import KnowledgeBaseService
 from kb_core.cli.main import main
 from kb_core.embedding import HashingEmbedder
+from kb_core.envelopes import Enveloped
 from kb_core.store import catalog
 from kb_core.text_language import document_language, language_name
 
@@ -62,7 +63,7 @@ def _languages(session, kb: str) -> dict[str, str | None]:
 def test_languages_are_stored_listed_and_survive_old_segments_compaction_and_export(tmp_path: Path, capsys) -> None:
     home = tmp_path / "home"
     service = KnowledgeBaseService(home)
-    session = service.session()
+    session = Enveloped(service.session())
     assert session.create_knowledge_base("docs", 64, embedding_model="hashing")["success"]
     first = _write(tmp_path / "a", {"english.txt": ENGLISH, "中文.txt": CHINESE})
     assert session.import_document(first, kb_name="docs")["data"]["success_count"] == 2
@@ -75,7 +76,7 @@ def test_languages_are_stored_listed_and_survive_old_segments_compaction_and_exp
     old = pq.read_table(path)
     pq.write_table(old.drop(["language"]), path)
     service = KnowledgeBaseService(home)  # a new process reads the files again
-    session = service.session()
+    session = Enveloped(service.session())
     assert _languages(session, "docs") == {"english.txt": None, "中文.txt": None}
 
     second = _write(tmp_path / "b", {"日本語.txt": JAPANESE, "french.txt": FRENCH})
@@ -98,7 +99,7 @@ def test_languages_are_stored_listed_and_survive_old_segments_compaction_and_exp
     # export files carry the column; an import re-detects every language from the text (older files lack it)
     exported = tmp_path / "docs.kbx"
     assert session.export_database(str(exported))["success"]
-    other = KnowledgeBaseService(tmp_path / "other").session()
+    other = Enveloped(KnowledgeBaseService(tmp_path / "other").session())
     assert other.import_database(str(exported))["success"]
     redetected = {"english.txt": "en", "中文.txt": "zh", "日本語.txt": "ja", "french.txt": "latin"}
     assert _languages(other, "docs") == redetected
@@ -109,7 +110,7 @@ def test_an_export_file_without_the_language_column_still_imports(tmp_path: Path
     import json
     import zipfile
 
-    session = KnowledgeBaseService(tmp_path / "home").session()
+    session = Enveloped(KnowledgeBaseService(tmp_path / "home").session())
     assert session.create_knowledge_base("docs", 64, embedding_model="hashing")["success"]
     session.import_document(_write(tmp_path / "a", {"中文.txt": CHINESE}), kb_name="docs")
     exported = tmp_path / "docs.kbx"
@@ -128,7 +129,7 @@ def test_an_export_file_without_the_language_column_still_imports(tmp_path: Path
             if item.filename != "manifest.json":
                 target.writestr(item, data)
         target.writestr("manifest.json", json.dumps(manifest))
-    other = KnowledgeBaseService(tmp_path / "other").session()
+    other = Enveloped(KnowledgeBaseService(tmp_path / "other").session())
     result = other.import_database(str(older))
     assert result["success"], result
     assert _languages(other, "docs") == {"中文.txt": "zh"}
@@ -155,7 +156,7 @@ def test_an_import_says_once_when_the_model_cannot_read_the_documents(tmp_path: 
     its, so no model runs): Chinese documents in an English-only KB, once per import, naming the model that reads
     them; nothing for English documents, nor for a KB whose model reads Chinese."""
     service = KnowledgeBaseService(tmp_path / "home", embedder_factory=lambda record, key: HashingEmbedder(64))
-    session = service.session()
+    session = Enveloped(service.session())
     assert session.create_knowledge_base("english", 64, embedding_model="all-MiniLM-L6-v2")["success"]
     paths = _write(tmp_path / "a", {"中文.txt": CHINESE, "中文二.txt": CHINESE + "第二份。", "english.txt": ENGLISH})
     result = session.import_document(paths, kb_name="english")

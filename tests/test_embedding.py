@@ -22,6 +22,7 @@ from kb_core.embedding import (
     get_embedder,
 )
 from kb_core.embedding.base import ProgressCallback, Tokenizer
+from kb_core.envelopes import Enveloped
 from kb_core.errors import EmbeddingError, InvalidArgument
 
 EN_ZH = [
@@ -346,6 +347,6 @@ def test_a_local_kb_remembers_query_vectors_for_repeated_searches(tmp_path: Path
     from kb_core.service import QUERY_MEMO
 
     service = KnowledgeBaseService(tmp_path / "home")
-    session = service.session()
+    session = Enveloped(service.session())
     assert session.create_knowledge_base("local", 64, embedding_model="hashing")["success"]
     assert service.embedder(service.find_kb("local")).query_memo == QUERY_MEMO > 0

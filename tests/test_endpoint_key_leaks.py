@@ -32,6 +32,8 @@ import pytest
 from mcp import ClientSession
 
 from kb_core import KnowledgeBaseService
+from kb_core.envelopes import Enveloped
+from kb_core.results import SearchRequest
 from tests.conftest import REPO_ROOT
 
 KEY = "sk-RT/9f+Qz=Lk&x%2F-4c1d8e7f0a9b2c3d4e5f6a7b8c9d0e1f"
@@ -144,7 +146,7 @@ def endpoint() -> Iterator[str]:
 def keyed_home(tmp_path: Path, endpoint: str) -> Path:
     """A home with the endpoint KB "remote" (key KEY, one imported document) and a hashing KB "other"."""
     home = tmp_path / "home"
-    session = KnowledgeBaseService(home).session()
+    session = Enveloped(KnowledgeBaseService(home).session())
     created = session.create_knowledge_base("remote", 64, "e", endpoint, KEY)
     assert created["success"], created
     (tmp_path / "notes.txt").write_text("ordinary notes about apples and pears", encoding="utf-8")
@@ -174,12 +176,12 @@ ECHOES = list(echoes(KEY))
 def test_service_errors_and_logs_never_carry_the_key(
     keyed_home: Path, echo: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    session = KnowledgeBaseService(keyed_home).session()
+    session = Enveloped(KnowledgeBaseService(keyed_home).session())
     assert session.select_knowledge_base("remote")["success"]
     # httpx's own logger at INFO whatever an earlier in-process `kb` set it to: its request lines are checked too
     with caplog.at_level(logging.DEBUG), caplog.at_level(logging.INFO, logger="httpx"):
         for status in ("400", "401", "retry"):
-            result = session.search(f"fail-{status}-{echo} service", mode="semantic")
+            result = session.search(SearchRequest(f"fail-{status}-{echo} service", mode="semantic"))
             assert not result["success"] and result["error"]["code"].startswith("EMBEDDING")
             assert "HTTP" in result["message"]  # the status is reported
             assert leaks(json.dumps(result, ensure_ascii=False)) == [], result
@@ -270,7 +272,7 @@ def test_key_from_stdin(tmp_path: Path, endpoint: str) -> None:
     service = KnowledgeBaseService(home)
     record = service.find_kb("piped")
     assert service.home.api_key(record.id) == secret
-    session = service.session()
+    session = Enveloped(service.session())
     assert session.select_knowledge_base("piped")["success"]
     CarelessEndpoint.authorizations.clear()
     (tmp_path / "a.txt").write_text("pears and apples", encoding="utf-8")
@@ -308,7 +310,7 @@ def test_a_password_in_the_endpoint_url_is_never_shown(
     caplog.set_level(logging.DEBUG)
     secret_url = endpoint.replace("http://", f"http://proxy-user:{quote(PASSWORD, safe='')}@")
     home = tmp_path / "home"
-    session = KnowledgeBaseService(home).session()
+    session = Enveloped(KnowledgeBaseService(home).session())
     shown: list[str] = []
     shown.append(json.dumps(session.create_knowledge_base("remote", 64, "e", secret_url)))
     (tmp_path / "notes.txt").write_text("ordinary notes about apples and pears", encoding="utf-8")
@@ -321,8 +323,9 @@ def test_a_password_in_the_endpoint_url_is_never_shown(
     shown.append(json.dumps(listed))
     assert listed["data"]["knowledge_bases"][0]["embedding_endpoint"].startswith("http://proxy-user:***@")
     session.select_knowledge_base("remote")
-    shown.append(json.dumps(session.search("fail-401-raw apples")))  # an endpoint error names the endpoint
-    shown.append(json.dumps(session.search("fail-400-raw apples")))
+    # an endpoint error names the endpoint
+    shown.append(json.dumps(session.search(SearchRequest("fail-401-raw apples"))))
+    shown.append(json.dumps(session.search(SearchRequest("fail-400-raw apples"))))
     assert main(["--home", str(home), "--json", "list"]) == 0
     assert main(["--home", str(home), "-v", "info"]) in (0, 1)
     export = tmp_path / "backup.kbx"

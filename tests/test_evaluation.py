@@ -16,6 +16,7 @@ import pytest
 
 from kb_core.beir import load_beir, load_beir_queries_qrels
 from kb_core.cli.main import main as cli_main
+from kb_core.envelopes import Enveloped
 from kb_core.errors import InvalidArgument
 from kb_core.evaluation import (
     METRICS,
@@ -211,7 +212,7 @@ def test_build_eval_kb_names_documents_by_corpus_id_and_is_reused(eval_service, 
     seen: list[tuple[str, int, int]] = []
     record = build_eval_kb(eval_service, dataset, embedding_model="hashing", progress=lambda *a: seen.append(a))
     assert seen[0] == ("import", 0, 20) and seen[-1] == ("import", 20, 20)
-    documents = eval_service.session().list_documents(kb_name=record.name)["data"]["documents"]
+    documents = Enveloped(eval_service.session()).list_documents(kb_name=record.name)["data"]["documents"]
     assert sorted(d["name"] for d in documents) == sorted(CORPUS)
     assert record.embedding_model == "hashing" and record.chunk_size == 512
 
@@ -227,7 +228,7 @@ def test_build_eval_kb_names_documents_by_corpus_id_and_is_reused(eval_service, 
 def test_interrupted_build_resumes_with_the_missing_documents(eval_service, beir: Path) -> None:
     dataset = load_beir(beir)
     record = build_eval_kb(eval_service, dataset, embedding_model="hashing")
-    session = eval_service.session()
+    session = Enveloped(eval_service.session())
     assert session.delete_document("zh-panda", kb_name=record.name)["success"]
     resumed = build_eval_kb(eval_service, dataset, embedding_model="hashing")
     assert resumed.id == record.id
@@ -402,7 +403,7 @@ def test_notebook_runs_on_a_small_dataset(tmp_path: Path, beir: Path, monkeypatc
     assert "hybrid auto" in text and "hybrid rrf" in text  # auto weights and RRF next to the fixed default
     from kb_core import KnowledgeBaseService
 
-    runs = KnowledgeBaseService(tmp_path / "nb-home").session().list_evaluation_runs()["data"]["runs"]
+    runs = Enveloped(KnowledgeBaseService(tmp_path / "nb-home").session()).list_evaluation_runs()["data"]["runs"]
     assert len(runs) == 1 and f"kept as run {runs[0]['id']}" in text
 
 

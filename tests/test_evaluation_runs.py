@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from kb_core.cli.main import main as cli_main
+from kb_core.envelopes import Enveloped
 from kb_core.evaluation import (
     EvaluationReport,
     EvaluationRunStore,
@@ -19,6 +20,7 @@ from kb_core.evaluation import (
     compare_runs,
     kb_fingerprint,
 )
+from kb_core.results import SearchRequest
 from kb_core.service import KnowledgeBaseService
 from tests.test_evaluation import CORPUS, QRELS, QUERIES, write_beir
 
@@ -33,7 +35,7 @@ def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict]:
 def judged_kb(tmp_path: Path) -> tuple[Path, Path]:
     """A user KB holding the tiny corpus as files named by corpus id, and judgments naming those documents."""
     home = tmp_path / "home"
-    session = KnowledgeBaseService(home).session("cli")
+    session = Enveloped(KnowledgeBaseService(home).session("cli"))
     assert session.create_knowledge_base("judged", 64, embedding_model="hashing")["success"]
     files = tmp_path / "files"
     files.mkdir()
@@ -114,7 +116,7 @@ def test_save_best_sets_the_kb_default_that_later_searches_use(
     judged_kb: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
     home, judgments = judged_kb
-    session = KnowledgeBaseService(home).session("cli")
+    session = Enveloped(KnowledgeBaseService(home).session("cli"))
     # a default the sweep must replace (no sweep point has vector weight 0.93, nor auto weighting)
     assert session.save_search_settings(kb_name="judged", vector_weight=0.93, weighting="auto")["success"]
     code, result = run_cli(
@@ -128,12 +130,12 @@ def test_save_best_sets_the_kb_default_that_later_searches_use(
     assert swept[chosen["setting"]]["vector_weight"] == pytest.approx(chosen["vector_weight"])
     # the sweep points ran with fixed weights even though the KB's saved weighting was auto
     assert {m["weighting"] for m in swept.values()} == {"fixed"}
-    record = session.find_kb("judged")
+    record = session.operations.find_kb("judged")
     assert record.search_settings["vector_weight"] == pytest.approx(chosen["vector_weight"])
     assert record.search_settings["weighting"] == "fixed"
     # a later search without weights uses the saved ones, exactly
     assert session.select_knowledge_base("judged")["success"]
-    searched = session.search("How do bees make honey?")["data"]
+    searched = session.search(SearchRequest("How do bees make honey?"))["data"]
     assert searched["settings"]["vector_weight"] == pytest.approx(chosen["vector_weight"])
     assert searched["weights"]["used"]["vector"] == pytest.approx(chosen["vector_weight"])
 
@@ -219,7 +221,7 @@ def test_deleting_a_run_deletes_its_own_folder_whatever_run_json_names(tmp_path:
     meta = json.loads((store.root / planted / "run.json").read_text(encoding="utf-8"))
     meta["id"] = f"../../{victim.name}"  # HOME/evaluations/../../victim
     (store.root / planted / "run.json").write_text(json.dumps(meta), encoding="utf-8")
-    session = KnowledgeBaseService(home).session()
+    session = Enveloped(KnowledgeBaseService(home).session())
     assert session.delete_evaluation_run(planted)["success"]
     assert (victim / "keep.txt").is_file()
     assert not (store.root / planted).exists() and (store.root / kept).is_dir()
@@ -246,7 +248,7 @@ def test_one_malformed_run_json_never_hides_the_other_runs(
         (store.root / damaged / "run.json").write_text(content, encoding="utf-8")
     code, listed = run_cli(capsys, "--home", str(home), "eval-runs")
     assert code == 0 and [r["id"] for r in listed["data"]["runs"]] == [kept], listed
-    session = KnowledgeBaseService(home).session()
+    session = Enveloped(KnowledgeBaseService(home).session())
     shown = session.compare_evaluation_runs(kept, damaged)
     assert shown["error"]["code"] == "STORE_ERROR" and damaged in shown["message"], shown
     assert session.delete_evaluation_run(damaged)["success"]  # a damaged run can still be removed
@@ -260,27 +262,28 @@ def test_one_run_evaluation_keeps_the_run_and_save_best_sets_hybrid_unless_told_
     from kb_core.evaluation import EvaluationRequest, run_evaluation, save_best
 
     home, judgments = judged_kb
-    session = KnowledgeBaseService(home).session("cli")
+    session = Enveloped(KnowledgeBaseService(home).session("cli"))
     assert session.save_search_settings(kb_name="judged", mode="keyword")["success"]
 
     def no_eval_home() -> KnowledgeBaseService:
         raise AssertionError("the user's KB needs no evaluation home")
 
     request = EvaluationRequest(judgments, build_corpus=False, kb_name="judged", modes=("hybrid",), sweep_steps=4)
-    shallow = run_evaluation(session, request, eval_service=no_eval_home)
-    deep = run_evaluation(session, replace(request, sweep_full_depth=True), eval_service=no_eval_home)
+    shallow = run_evaluation(session.operations, request, eval_service=no_eval_home)
+    deep = run_evaluation(session.operations, replace(request, sweep_full_depth=True), eval_service=no_eval_home)
     for outcome, recall_in_sweep in ((shallow, False), (deep, True)):
         metrics = outcome.report.metrics.set_index("setting")
         assert [s.label for s in outcome.swept] == ["hybrid 0.00/1.00", "hybrid 0.25/0.75", "hybrid 0.50/0.50",
                                                     "hybrid 0.75/0.25", "hybrid 1.00/0.00"]
         assert metrics.loc[[s.label for s in outcome.swept], "recall@100"].notna().all() == recall_in_sweep
         assert outcome.user_kb and outcome.dataset_name == "judgments" and outcome.documents is None
-        kept = session.service.evaluation_runs.load(outcome.run.id)
+        kept = session.operations.service.evaluation_runs.load(outcome.run.id)
         assert list(kept.metrics["setting"]) == [s.label for s in outcome.settings]
     best = best_sweep_setting(shallow.report)
-    assert save_best(session, "judged", best, mode=None).kb_name == "judged"  # a typed result (#28); KBError on failure
-    assert session.find_kb("judged").search_settings["mode"] == "keyword"
-    assert save_best(session, "judged", best).search_settings["mode"] == "hybrid"
-    saved = session.find_kb("judged").search_settings
+    # a typed result (#28); KBError on failure
+    assert save_best(session.operations, "judged", best, mode=None).kb_name == "judged"
+    assert session.operations.find_kb("judged").search_settings["mode"] == "keyword"
+    assert save_best(session.operations, "judged", best).search_settings["mode"] == "hybrid"
+    saved = session.operations.find_kb("judged").search_settings
     assert saved == {"mode": "hybrid", "vector_weight": best["vector_weight"],
                      "keyword_weight": best["keyword_weight"], "weighting": "fixed", "fusion": "weighted"}

@@ -9,8 +9,10 @@ import pytest
 from docx import Document
 
 from kb_core import KnowledgeBaseService
+from kb_core.envelopes import Enveloped
 from kb_core.ingest.chunking import chunk_document
 from kb_core.ingest.parsing import parse_file
+from kb_core.results import SearchRequest
 from kb_core.retrieval.analysis import default_analyzer
 from kb_core.retrieval.highlight import highlight_spans, passage
 
@@ -27,7 +29,7 @@ TEXTS = {
 
 @pytest.fixture
 def insurance(tmp_path: Path):
-    session = KnowledgeBaseService(tmp_path / "home").session()
+    session = Enveloped(KnowledgeBaseService(tmp_path / "home").session())
     assert session.create_knowledge_base("保险", 512, "hashing")["success"]
     session.select_knowledge_base("保险")
     paths = []
@@ -43,7 +45,7 @@ def test_matched_terms_are_the_querys_words_never_a_bigram_across_two_of_them(in
     assert words.shown_words == ("保险", "理赔", "需要", "材料")
     assert {"险理", "赔需"} <= set(words.support) and not {"险理", "赔需"} & set(words.terms)
     for mode in ("keyword", "hybrid"):
-        result = insurance.search(QUERY, mode=mode, top_k=10)
+        result = insurance.search(SearchRequest(QUERY, mode=mode, top_k=10))
         hits = {hit["doc_name"]: hit for hit in result["data"]["chunks"]}
         assert hits["理赔指南.txt"]["matched_terms"] == ["保险", "理赔", "需要", "材料"], mode
         assert hits["城市交通.txt"]["matched_terms"] == ["需要"], mode
@@ -52,8 +54,10 @@ def test_matched_terms_are_the_querys_words_never_a_bigram_across_two_of_them(in
         shown = result["message"] + " ".join(result["data"]["warnings"])
         assert not {"险理", "赔需", "要哪", "些材"} & set(shown.replace("，", " ").split()), shown
         assert "险理" not in shown and "赔需" not in shown and "Stop words left out of the keyword query: 哪些" in shown
-    best = insurance.search(QUERY, mode="keyword", top_k=1)["data"]["chunks"][0]
-    explained = " ".join(insurance.explain_search(QUERY, best["id"], mode="keyword")["data"]["explanation"])
+    best = insurance.search(SearchRequest(QUERY, mode="keyword", top_k=1))["data"]["chunks"][0]
+    explained = " ".join(
+        insurance.explain_search(SearchRequest(QUERY, mode="keyword"), best["id"])["data"]["explanation"]
+    )
     assert "matched words: 保险, 理赔, 需要, 材料" in explained and "险理" not in explained and "赔需" not in explained
 
 
@@ -69,7 +73,9 @@ def test_highlights_mark_whole_words_as_jieba_cuts_them_from_the_text() -> None:
 
 def test_a_hit_shows_the_passage_around_its_evidence_and_all_of_it_on_demand(insurance) -> None:
     hit = next(
-        h for h in insurance.search(QUERY, mode="keyword", top_k=5)["data"]["chunks"] if h["doc_name"] == "理赔指南.txt"
+        h
+        for h in insurance.search(SearchRequest(QUERY, mode="keyword", top_k=5))["data"]["chunks"]
+        if h["doc_name"] == "理赔指南.txt"
     )
     text, window = hit["content"], hit["passage"]
     assert 0 < window["start"] < text.index(CLAIM) + 1 and window["end"] < len(text)
@@ -85,9 +91,8 @@ def test_a_hit_shows_the_passage_around_its_evidence_and_all_of_it_on_demand(ins
 
 
 def test_mcp_search_and_search_knowledge_base_give_the_passage(insurance) -> None:
-    from kb_core.mcp.library import search_library
 
-    listed = search_library(insurance, QUERY, 5, "keyword")["data"]["hits"]
+    listed = insurance.search_knowledge_base(QUERY, 5, "keyword")["data"]["hits"]
     guide = next(h for h in listed if h["title"] == "理赔指南.txt")
     assert guide["snippet"].startswith("…" + CLAIM)
 

@@ -347,11 +347,12 @@ import hashlib, json, sys, time, zipfile
 from pathlib import Path
 from hypothesis import HealthCheck, given, settings, strategies as st
 from kb_core import KnowledgeBaseService
+from kb_core.envelopes import Enveloped
 from kb_core.transfer.format import MANIFEST_MEMBER, TransferLimits
 from tests.lying_zip import claim_compressed_size, set_sizes
 
 root = Path(sys.argv[2])
-session = KnowledgeBaseService(root / "source").session()
+session = Enveloped(KnowledgeBaseService(root / "source").session())
 session.create_knowledge_base("small", 64, "hashing")
 (root / "a.txt").write_text("alpha beta gamma. 数据 导入。 " * 40, encoding="utf-8")
 session.import_document([str(root / "a.txt")], kb_name="small")
@@ -402,7 +403,7 @@ def build(case):
 def fuzz(case):
     (root / "case.kbx").write_bytes(build(case))
     started = time.perf_counter()
-    target = KnowledgeBaseService(root / "victim").session()
+    target = Enveloped(KnowledgeBaseService(root / "victim").session())
     result = target.import_database(str(root / "case.kbx"), limits=LIMITS)
     if result["success"]:
         for name in result["data"]["knowledge_bases"]:

@@ -17,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kb_core.envelopes import Enveloped
 from kb_core.errors import EmbeddingError, InvalidArgument, KBError
 
 pytestmark = pytest.mark.slow
@@ -55,7 +56,7 @@ def importing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[object
     from kb_core import KnowledgeBaseService
 
     root = tmp_path_factory.mktemp("names")
-    session = KnowledgeBaseService(root / "home").session()
+    session = Enveloped(KnowledgeBaseService(root / "home").session())
     assert session.create_knowledge_base("names", 64, "hashing")["success"]
     (root / "good.txt").write_text("an ordinary note about apples", encoding="utf-8")
     yield session, root

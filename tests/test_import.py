@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from kb_core.envelopes import Enveloped
+from kb_core.results import SearchRequest
 from tests.conftest import shared_path
 
 
@@ -121,9 +123,9 @@ def test_delete_removes_chunks_from_search(kb, tmp_path: Path) -> None:
     kb.import_document(
         [str(write(tmp_path, "keep.txt", "apples and pears")), str(write(tmp_path, "drop.txt", "apples and bananas"))]
     )
-    assert len(kb.search("apples", mode="keyword")["data"]["chunks"]) == 2
+    assert len(kb.search(SearchRequest("apples", mode="keyword"))["data"]["chunks"]) == 2
     assert kb.delete_document("DROP.txt")["data"] == {"doc_name": "drop.txt"}
-    hits = kb.search("apples", mode="keyword")["data"]["chunks"]
+    hits = kb.search(SearchRequest("apples", mode="keyword"))["data"]["chunks"]
     assert [h["doc_name"] for h in hits] == ["keep.txt"]
     assert kb.delete_document("drop.txt")["error"]["code"] == "DOCUMENT_NOT_FOUND"
 
@@ -155,7 +157,8 @@ def test_every_shared_fixture_imports_or_fails_with_a_reason_in_one_call(kb) -> 
     assert "truncated62886.docx" in failed
     assert all(len(reason) > 20 for reason in failed.values())
     # The Chinese text of a .doc comes out exactly.
-    hits = kb.search("解析Word文档", mode="keyword", top_k=10, doc_names=["test11.doc"])["data"]["chunks"]
+    request = SearchRequest("解析Word文档", mode="keyword", top_k=10, doc_names=["test11.doc"])
+    hits = kb.search(request)["data"]["chunks"]
     assert any("这是一个用来测试nodejs解析Word文档" in h["content"] for h in hits)
     with open(folder / "MANIFEST.tsv", encoding="utf-8") as handle:
         assert sum(1 for _ in csv.reader(handle, delimiter="\t")) > 1
@@ -219,9 +222,9 @@ def test_staging_copies_are_removed_after_the_import_and_by_the_next_open_if_it_
     leftover = staging / "removing-0123abcd"
     (leftover / "0").mkdir(parents=True)
     (leftover / "0" / "a.txt").write_text("copy", encoding="utf-8")
-    reopened = KnowledgeBaseService(home).session()
+    reopened = Enveloped(KnowledgeBaseService(home).session())
     reopened.select_knowledge_base("docs")
-    assert reopened.search("副本3", mode="keyword")["data"]["chunks"]  # its first read cleans up
+    assert reopened.search(SearchRequest("副本3", mode="keyword"))["data"]["chunks"]  # its first read cleans up
     assert list(staging.iterdir()) == []
 
 

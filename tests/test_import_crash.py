@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from kb_core import KnowledgeBaseService
+from kb_core.envelopes import Enveloped
+from kb_core.results import SearchRequest
 from kb_core.store.verify import verify_home
 
 WORKER = Path(__file__).with_name("import_worker.py")
@@ -28,7 +30,7 @@ def make_corpus(folder: Path, count: int = 200) -> None:
 def check_consistent(home: Path) -> int:
     service = KnowledgeBaseService(home)
     assert verify_home(service.home) == []
-    session = service.session()
+    session = Enveloped(service.session())
     session.select_knowledge_base("crash")
     documents = session.list_documents()["data"]["documents"]
     assert all(d["status"] == "ready" for d in documents), documents  # nothing half-indexed or in flight
@@ -38,7 +40,7 @@ def check_consistent(home: Path) -> int:
     assert manifest.chunk_count == sum(d["chunk_count"] for d in documents)
     for document in random.Random(0).sample(documents, min(5, len(documents))):
         number = int(document["name"][3:6])
-        hits = session.search(f"topic{number}x7", mode="keyword", top_k=3, doc_names=[document["name"]])
+        hits = session.search(SearchRequest(f"topic{number}x7", mode="keyword", top_k=3, doc_names=[document["name"]]))
         assert f"topic{number}x7" in hits["data"]["chunks"][0]["content"]
     return len(documents)
 
@@ -47,7 +49,7 @@ def test_sigkill_during_a_200_file_import(tmp_path: Path) -> None:
     home = tmp_path / "home"
     corpus = tmp_path / "corpus"
     make_corpus(corpus)
-    session = KnowledgeBaseService(home).session()
+    session = Enveloped(KnowledgeBaseService(home).session())
     assert session.create_knowledge_base("crash", 64, embedding_model="hashing")["success"]
     rng = random.Random(7)
     counts = []
@@ -76,7 +78,7 @@ def test_deleting_the_kb_during_an_import_answers_kb_not_found(tmp_path: Path, p
     corpus = tmp_path / "corpus"
     make_corpus(corpus)
     service = KnowledgeBaseService(home)
-    session = service.session()
+    session = Enveloped(service.session())
     assert session.create_knowledge_base("crash", 64, embedding_model="hashing")["success"]
     kb_id = service.find_kb("crash").id
     process = subprocess.Popen(

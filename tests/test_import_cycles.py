@@ -66,7 +66,7 @@ def imported_modules(name: str, path: Path, known: dict[str, Path]) -> set[str]:
 def test_kb_core_has_no_import_cycles_even_through_function_level_imports() -> None:
     known = module_names()
     graph = {name: imported_modules(name, path, known) for name, path in known.items()}
-    assert "kb_core.session" in graph["kb_core.service"]  # function-level imports are counted
+    assert "kb_core.operations" in graph["kb_core.service"]  # function-level imports are counted
     assert graph["kb_core.cli.main"], "the walk finds imports"
     assert GRAPH.cycles(graph) == []
 
@@ -81,9 +81,9 @@ def test_layers_point_down_and_what_is_left_of_28_does_not_grow() -> None:
     type-only imports counted: no cycle, no module without a layer, no private name imported across modules, and
     no upward import. No store-choosing branch is left: the store, chosen once by ``open_store``, answers which half
     of a feature runs (``Store.choose``) and which sink an import commits through (``KBStorage.sink``); no module
-    beyond those four imports store/postgres. Features return typed results and raise KBError: envelopes are built
-    only by the session's envelope API and the edges, by ``envelope_of`` (#28's step C1); only the demo reads them,
-    where it drives a Session as the app would."""
+    beyond those four imports store/postgres. Features and the session return typed results and raise KBError:
+    envelopes are built only at the edges, by ``kb_core.envelopes`` (#38), nothing below the edges reads one, and
+    there is one session API (no envelope mirror of it)."""
     report = GRAPH.analyse(PACKAGE.parent)
     assert report["unassigned_modules"] == []
     assert report["cycles_with_type_only"] == []
@@ -91,11 +91,11 @@ def test_layers_point_down_and_what_is_left_of_28_does_not_grow() -> None:
     upward = sorted((u["from"], u["to"]) for u in report["upward_imports"])
     assert upward == [], upward
     builders = set(report["envelope_sites"])
-    assert all(GRAPH.layer_of(f"kb_core.{m}") in ("session", "edges") for m in builders), builders
+    assert "envelopes" in builders and all(GRAPH.layer_of(f"kb_core.{m}") == "edges" for m in builders), builders
     assert report["enveloped_functions"] == {}, report["enveloped_functions"]
     assert report["operations_api"]["public_methods"] > 30 and report["operations_api"]["returning_envelope"] == 0
-    readers = set(report["envelope_reads_below_edges"])
-    assert readers <= {"demo"}, readers  # the demo drives a Session as the app would
+    assert report["envelope_reads_below_edges"] == {}, report["envelope_reads_below_edges"]
+    assert not report["session_mirror"]
     assert report["store_branch_count"] == 0, report["store_branches"]
     # PostgreSQL code is imported only by the store's protocol and factory and the features' PostgreSQL halves (the
     # service reaches the database through its store).

@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 
 from kb_core import KnowledgeBaseService
+from kb_core.envelopes import Enveloped
+from kb_core.results import EmbeddingSource
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -55,7 +57,7 @@ def children_cpu() -> float:
 
 @pytest.fixture
 def session(tmp_path: Path) -> Any:
-    opened = KnowledgeBaseService(tmp_path / "home").session()
+    opened = Enveloped(KnowledgeBaseService(tmp_path / "home").session())
     assert opened.create_knowledge_base("kb", 64, embedding_model="hashing")["success"]
     assert opened.select_knowledge_base("kb")["success"]
     return opened
@@ -89,15 +91,15 @@ def test_a_file_refused_before_the_pipeline_keeps_its_own_row(session: Any, tmp_
 
 
 def test_each_session_lists_its_own_jobs_and_finds_another_by_id_within_its_scope(session: Any, tmp_path: Path) -> None:
-    service = session.service
-    other = service.session()
+    service = session.operations.service
+    other = Enveloped(service.session())
     job_id = session.start_import([str(text(tmp_path / "a.txt", 5))])["data"]["job_id"]
     finished(session, job_id)
     assert other.import_jobs()["data"]["jobs"] == []  # not its job
     assert other.import_job(job_id, watch=True)["success"]  # a reload finds it by the id in its address
     assert [j["job_id"] for j in other.import_jobs()["data"]["jobs"]] == [job_id]
-    assert service.create_kb("elsewhere", 64, "hashing")
-    scoped = service.session(scope=frozenset({service.find_kb("elsewhere").id}))
+    assert service.create_kb("elsewhere", 64, EmbeddingSource("hashing"))
+    scoped = Enveloped(service.session(scope=frozenset({service.find_kb("elsewhere").id})))
     unknown = scoped.import_job(job_id)
     assert not unknown["success"] and unknown["error"]["code"] == "JOB_NOT_FOUND"
     assert scoped.cancel_import(job_id)["error"]["code"] == "JOB_NOT_FOUND"
@@ -119,7 +121,7 @@ def test_uploads_are_known_by_their_names_and_their_files_are_removed(session: A
     from kb_core.ingest.files import wait_for_staging_removals
 
     wait_for_staging_removals()
-    assert list(session.service.home.root.glob("kbs/*/staging/*")) == []
+    assert list(session.operations.service.home.root.glob("kbs/*/staging/*")) == []
 
 
 def test_cancel_kills_the_parser_process_at_once_and_keeps_what_was_committed(session: Any, tmp_path: Path) -> None:
@@ -149,7 +151,7 @@ def test_cancel_kills_the_parser_process_at_once_and_keeps_what_was_committed(se
 
 def test_closing_the_service_cancels_started_and_running_imports(tmp_path: Path) -> None:
     service = KnowledgeBaseService(tmp_path / "home")
-    session = service.session()
+    session = Enveloped(service.session())
     session.create_knowledge_base("kb", 64, embedding_model="hashing")
     session.select_knowledge_base("kb")
     started = session.start_import([str(text(tmp_path / "one.txt", 20_000, 1))])["data"]["job_id"]
@@ -189,7 +191,7 @@ def test_cancel_stops_the_model_within_seconds_and_progress_moves_per_batch(tmp_
     """multilingual-e5-small on a CPU: a batch of 4,096 tokens takes seconds on busy cores; the files' counts move
     per batch (no bar at 0 while chunks are embedded), and a cancel stops the model before its next layer."""
     service = KnowledgeBaseService(tmp_path / "home")
-    session = service.session()
+    session = Enveloped(service.session())
     assert session.create_knowledge_base("e5", 128, embedding_model="multilingual-e5-small")["success"]
     session.select_knowledge_base("e5")
     job_id = session.start_import([str(text(tmp_path / "long.txt", 120))])["data"]["job_id"]

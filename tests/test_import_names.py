@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from kb_core.cli.main import main
+from kb_core.envelopes import Enveloped
 
 
 def _cli(capsys: pytest.CaptureFixture[str], home: Path, *args: str) -> tuple[int, dict]:
@@ -62,7 +63,7 @@ def test_a_path_of_5000_characters_fails_alone(tmp_path: Path, kb_home: Path, ca
 
     good = tmp_path / "good.txt"
     good.write_text("apples", encoding="utf-8")
-    session = KnowledgeBaseService(kb_home).session()
+    session = Enveloped(KnowledgeBaseService(kb_home).session())
     result = session.import_document([str(good), "/" + "a" * 5000], kb_name="notes")
     assert result["success"] and result["data"]["success_count"] == 1
     (failed,) = result["data"]["failed_files"]
@@ -81,7 +82,7 @@ def test_rerunning_a_killed_import_imports_nothing_twice(tmp_path: Path) -> None
 
     home, corpus = tmp_path / "home", tmp_path / "corpus"
     make_corpus(corpus, count=40)
-    session = KnowledgeBaseService(home).session()
+    session = Enveloped(KnowledgeBaseService(home).session())
     assert session.create_knowledge_base("crash", 64, embedding_model="hashing")["success"]
     worker = subprocess.Popen(
         [sys.executable, str(WORKER), str(home), str(corpus), "committed"],

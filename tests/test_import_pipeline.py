@@ -12,11 +12,13 @@ import numpy as np
 import pytest
 
 from kb_core.embedding import HashingEmbedder
+from kb_core.envelopes import Enveloped
 from kb_core.ingest import pipeline as importer_module
 from kb_core.ingest.chunking import chunk_document
 from kb_core.ingest.files import wait_for_staging_removals
 from kb_core.ingest.parsing import parse_file
 from kb_core.ingest.payloads import FilePayload
+from kb_core.results import SearchRequest
 from kb_core.retrieval.keyword_index import KeywordSegment
 from kb_core.retrieval.near_duplicates import text_signatures
 from kb_core.store import catalog
@@ -82,7 +84,7 @@ def test_pipelined_import_equals_file_by_file_reference(
     assert result["data"]["success_count"] == len(files) - 1
     assert [f["file_path"] for f in result["data"]["failed_files"]] == [str(files[-1])]
 
-    record = session.current_kb()
+    record = session.operations.current_kb()
     snapshot = service.reader(record.id).snapshot()
     documents = snapshot.documents()
     name_of = dict(zip(documents["doc_id"], documents["name"], strict=True))
@@ -214,7 +216,7 @@ def test_kb_import_cancels_on_ctrl_c_keeping_the_kb_consistent(tmp_path: Path) -
     from kb_core import KnowledgeBaseService
 
     home = tmp_path / "home"
-    session = KnowledgeBaseService(home).session()
+    session = Enveloped(KnowledgeBaseService(home).session())
     assert session.create_knowledge_base("kb", 48, embedding_model="hashing")["success"]
     folder = tmp_path / "files"
     folder.mkdir()
@@ -268,7 +270,7 @@ def test_a_front_end_that_stops_its_script_mid_import_leaves_the_kb_consistent(s
     assert reports[-1] == 3  # no report after the stop: the import did not go on
     assert session.verify()["data"]["problems"] == []
     assert all(d["status"] == "ready" for d in session.list_documents()["data"]["documents"])
-    kb_root = session.service.kb_store(session.current_kb().id).root
+    kb_root = session.operations.service.kb_store(session.operations.current_kb().id).root
     wait_for_staging_removals()  # removed after the import returns, on a thread of their own
     assert not list((kb_root / "staging").iterdir())  # the private copies and staged segments are gone
     assert not list((kb_root / "jobs").glob("*.json"))  # nothing is shown as in flight any more
@@ -295,7 +297,7 @@ def test_segments_written_at_once_commit_in_order_so_clashing_names_are_as_one_a
     named = [f["doc_name"] for f in result["data"]["success_files"]]
     same = [name for name, path in zip(named, files, strict=True) if path.name == "same.txt"]
     assert same[0] == "same.txt" and all(n.startswith("same_") for n in same[1:]) and len(set(same)) == len(same)
-    snapshot = service.reader(session.current_kb().id).snapshot()
+    snapshot = service.reader(session.operations.current_kb().id).snapshot()
     documents = snapshot.documents()
     assert sorted(documents["name"]) == sorted(named) and (documents["status"] == "ready").all()
     assert session.verify()["success"]
@@ -337,7 +339,7 @@ def test_an_imports_last_documents_are_split_over_the_writers_short_of_a_compact
     session.create_knowledge_base("kb", 48, embedding_model="hashing-32")
     session.select_knowledge_base("kb")
     assert session.import_document(files[:12])["data"]["success_count"] == 12
-    store = service.kb_store(session.current_kb().id)
+    store = service.kb_store(session.operations.current_kb().id)
     rows = [s.rows for s in store.manifest().segments]
     full = [chunks for chunks, parsing, _ in submitted if parsing and chunks >= 40]
     early = [chunks for chunks, parsing, _ in submitted if parsing and chunks < 40]  # cut while the last files parsed
@@ -397,7 +399,7 @@ def test_an_imports_last_segment_goes_out_in_pieces_while_its_last_files_are_par
     assert [chunks for chunks, _, _ in submitted] == [40, 40, 40, 20, 12]
     # the piece of 20 (half a segment) went out while files were still parsed; the end waited for the last 12 only
     assert [parsing for _, parsing, _ in submitted] == [True, True, True, True, False]
-    store = service.kb_store(session.current_kb().id)
+    store = service.kb_store(session.operations.current_kb().id)
     assert [s.rows for s in store.manifest().segments] == [chunks for chunks, _, _ in submitted]
     named = sorted(f["doc_name"] for f in result["data"]["success_files"])
     assert sorted(d["name"] for d in session.list_documents()["data"]["documents"]) == named
@@ -449,7 +451,7 @@ def test_a_failed_write_of_an_early_last_piece_keeps_the_committed_prefix(
     listed = session.list_documents()["data"]["documents"]
     assert sorted(d["name"] for d in listed) == sorted(f["doc_name"] for f in data["success_files"])
     assert session.verify()["data"]["problems"] == []
-    store = service.kb_store(session.current_kb().id)
+    store = service.kb_store(session.operations.current_kb().id)
     assert later_written.is_set()  # a piece after the failed one was written ...
     assert not list((store.root / "staging").glob("*seg_*"))  # ... and removed
 
@@ -497,7 +499,7 @@ def test_a_failed_commit_keeps_the_committed_prefix_with_segments_written_after_
     listed = session.list_documents()["data"]["documents"]
     assert sorted(d["name"] for d in listed) == sorted(f["doc_name"] for f in data["success_files"])
     assert session.verify()["data"]["problems"] == []
-    store = service.kb_store(session.current_kb().id)
+    store = service.kb_store(session.operations.current_kb().id)
     assert not list((store.root / "staging").glob("*seg_*"))
 
 
@@ -606,7 +608,7 @@ def _device_like_import(tmp_path: Path, monkeypatch, embedder: _DeviceLikeEmbedd
     monkeypatch.setattr(importer_module, "EMBED_BATCH", 8)
     monkeypatch.setattr(importer_module, "COMMIT_CHUNKS", 16)
     service = KnowledgeBaseService(tmp_path / "home", embedder_factory=lambda record, key: embedder)
-    session = service.session()
+    session = Enveloped(service.session())
     assert session.create_knowledge_base("kb", 32, embedding_model="hashing")["success"]
     paths = []
     for i in range(12):
@@ -652,7 +654,7 @@ def test_a_device_call_that_fails_mid_import_keeps_what_was_committed_and_fails_
     first = data["success_files"][0]["doc_name"]
     number = int(first[1:3])
     session.select_knowledge_base("kb")
-    hits = session.search(f"topic{number}x7", mode="keyword")["data"]["chunks"]
+    hits = session.search(SearchRequest(f"topic{number}x7", mode="keyword"))["data"]["chunks"]
     assert hits and hits[0]["doc_name"] == first
 
 

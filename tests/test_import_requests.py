@@ -12,6 +12,7 @@ import pytest
 
 from kb_core import KnowledgeBaseService
 from kb_core.embedding import HashingEmbedder
+from kb_core.envelopes import Enveloped
 from kb_core.errors import ParseError
 from kb_core.ingest.chunking import chunk_document
 from kb_core.ingest.files import wait_for_staging_removals
@@ -102,7 +103,7 @@ def test_staging_copies_keep_their_checks_and_are_what_is_imported(
     big = allowed / "big.txt"
     big.write_text("x" * 5000, encoding="utf-8")
     service = KnowledgeBaseService(tmp_path / "home", parse_limits=ParseLimits(max_file_bytes=4000))
-    session = service.session(allowed_dirs=[allowed])
+    session = Enveloped(service.session(allowed_dirs=[allowed]))
     session.create_knowledge_base("kb", 48, embedding_model="hashing-32")
     session.select_knowledge_base("kb")
 
@@ -124,7 +125,7 @@ def test_staging_copies_keep_their_checks_and_are_what_is_imported(
     assert list(failed) == [str(secret), str(big)]
     assert "outside" in failed[str(secret)] and str(allowed) in failed[str(secret)]
     assert failed[str(big)].startswith(f"{big} is ") and "over the import limit" in failed[str(big)]
-    snapshot = service.reader(session.current_kb().id).snapshot()
+    snapshot = service.reader(session.operations.current_kb().id).snapshot()
     contents = sorted(c for segment in snapshot.segments for c in segment.chunks.column("content").to_pylist())
     assert contents == ["apples and pears 苹果", "bananas 香蕉 and cherries"]
 
@@ -171,9 +172,9 @@ def test_parser_requests_copy_into_folders_of_their_own(
     for start in range(len(per_request) - window + 1):
         assert len(set().union(*per_request[start : start + window])) == window
     assert len(shared) == len(files) - 1
-    snapshot = session.service.reader(session.current_kb().id).snapshot()
+    snapshot = session.operations.service.reader(session.operations.current_kb().id).snapshot()
     contents = " ".join(c for segment in snapshot.segments for c in segment.chunks.column("content").to_pylist())
     assert all(f"note {i} says" in contents for i in range(len(files)))  # each file imported as itself
-    kb_root = session.service.kb_store(session.current_kb().id).root
+    kb_root = session.operations.service.kb_store(session.operations.current_kb().id).root
     wait_for_staging_removals()  # removed after the import returns, on a thread of their own
     assert not list((kb_root / "staging").iterdir())  # the copies and their folders are gone

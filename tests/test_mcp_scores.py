@@ -10,6 +10,7 @@ import pytest
 from mcp import ClientSession
 
 from kb_core import KnowledgeBaseService
+from kb_core.envelopes import Enveloped
 from tests.test_mcp_server import call, ok, rpc_error, run_stdio, tool_error
 
 TEXTS = {
@@ -29,7 +30,7 @@ def make_home(tmp_path: Path) -> Path:
     files.mkdir()
     for name, text in TEXTS.items():
         (files / name).write_text(text, encoding="utf-8")
-    session = KnowledgeBaseService(home).session()
+    session = Enveloped(KnowledgeBaseService(home).session())
     assert session.create_knowledge_base("scores", 64, "hashing")["success"]
     assert session.create_knowledge_base("other", 64, "hashing")["success"]
     paths = [str(files / name) for name in TEXTS]
@@ -97,7 +98,7 @@ def test_agents_read_zero_one_scores_choose_weights_and_get_explanations(tmp_pat
         await rpc_error(s, "search", -32602, query="x", weighting="adaptive")
 
         # a default saved by another process (the CLI or the app) applies on the next call
-        saved = KnowledgeBaseService(home).session().save_search_settings(
+        saved = Enveloped(KnowledgeBaseService(home).session()).save_search_settings(
             kb_name="scores", vector_weight=0.4, keyword_weight=0.6
         )
         assert saved["success"]

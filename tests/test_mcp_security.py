@@ -31,6 +31,7 @@ from mcp.shared.exceptions import McpError
 from mcp.types import INVALID_PARAMS, CallToolResult
 
 from kb_core.cli.main import main
+from kb_core.envelopes import Enveloped
 from kb_core.mcp import paths as mcp_paths
 from kb_core.mcp.server import KBMCPServer
 from kb_core.store.tokens import TokenStore
@@ -95,7 +96,7 @@ class LiveServer:
 @pytest.fixture
 def live(tmp_path: Path) -> Iterator[LiveServer]:
     server = LiveServer(tmp_path)
-    session = server.service.session()
+    session = Enveloped(server.service.session())
     assert session.create_knowledge_base("docs", 64, "hashing")["success"]
     server.start()
     try:
@@ -248,7 +249,7 @@ def test_export_never_writes_outside_the_allowed_folders(
 def test_import_database_reads_only_the_file_that_was_checked(
     live: LiveServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    session = live.service.session()
+    session = Enveloped(live.service.session())
     inbox = live.allowed / "inbox"
     inbox.mkdir()
     assert session.export_database(str(inbox / "backup.kbx"))["success"]

@@ -29,6 +29,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import McpError
 from mcp.types import CallToolResult
 
+from kb_core.envelopes import Enveloped
 from kb_core.store.tokens import TokenStore
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -129,7 +130,7 @@ def make_broken_kb(home: Path, files: Path) -> None:
     from kb_core import KnowledgeBaseService
 
     (files / "note.txt").write_text("a short note about tokens", encoding="utf-8")
-    session = KnowledgeBaseService(home).session()
+    session = Enveloped(KnowledgeBaseService(home).session())
     assert session.create_knowledge_base("broken", 64, "hashing")["success"]
     assert session.import_document([str(files / "note.txt")], kb_name="broken")["success"]
     for name in ("chunks.parquet", "keyword.npz"):

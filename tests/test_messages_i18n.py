@@ -10,10 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from kb_core.envelopes import Enveloped
 from kb_core.errors import ParseError
 from kb_core.i18n import Text, localize
 from kb_core.ingest.parsing import ParseLimits, parse_file
 from kb_core.public_demo import DemoLimits, PublicDemo
+from kb_core.results import SearchRequest
 from kb_core.service import KnowledgeBaseService
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
@@ -79,11 +81,11 @@ def test_too_large_too_slow_unsupported_and_empty_files_are_said_in_chinese(tmp_
 
 def test_a_demo_visitors_quotas_and_read_only_refusals_are_said_in_chinese(tmp_path: Path) -> None:
     service = KnowledgeBaseService(tmp_path / "home")
-    assert service.session().create_knowledge_base("shared", 64, "hashing")["success"]
+    assert Enveloped(service.session()).create_knowledge_base("shared", 64, "hashing")["success"]
     limits = DemoLimits(kbs_per_visitor=1, files_per_import=2, searches_per_minute=1)
     demo = PublicDemo(service, limits, models=("hashing",), exchange_root=tmp_path / "exchange")
     demo.ledger.publish(service.find_kb("shared").id)
-    visitor = demo.visitor_session("v" * 32)
+    visitor = Enveloped(demo.visitor_session("v" * 32))
     mine = visitor.create_knowledge_base("mine", 64, "hashing")
     assert mine["success"]
     second = visitor.create_knowledge_base("another", 64, "hashing")
@@ -97,15 +99,15 @@ def test_a_demo_visitors_quotas_and_read_only_refusals_are_said_in_chinese(tmp_p
     visitor.select_knowledge_base(mine["data"]["kb_name"])
     too_many = visitor.import_document([str(tmp_path / f"f{i}.txt") for i in range(3)])
     assert chinese(too_many["message"]) == "本演示每次最多导入 2 个文件；这次给了 3 个。"
-    visitor.search("anything")
-    limited = visitor.search("anything")
+    visitor.search(SearchRequest("anything"))
+    limited = visitor.search(SearchRequest("anything"))
     assert limited["error"]["code"] == "RATE_LIMITED"
     said = chinese(limited["message"])
     assert re.fullmatch(r"本演示每位访客每分钟最多检索 1 次（一次评估算一次）；请 \d+ 秒后再试。", said), said
 
 
 def test_an_imports_result_names_each_failure_in_chinese(tmp_path: Path) -> None:
-    session = KnowledgeBaseService(tmp_path / "home").session()
+    session = Enveloped(KnowledgeBaseService(tmp_path / "home").session())
     session.create_knowledge_base("笔记", 64, "hashing")
     session.select_knowledge_base("笔记")
     good = tmp_path / "good.txt"

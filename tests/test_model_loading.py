@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from kb_core import KnowledgeBaseService
+from kb_core.envelopes import Enveloped
 from kb_core.service import MODEL_LOAD_SECONDS
 
 
@@ -22,15 +23,20 @@ def test_the_model_load_is_announced_timed_and_remembered_for_the_next_process(t
         service = KnowledgeBaseService(
             tmp_path / "home", embedder_factory=lambda record, key: SentenceTransformerEmbedder()
         )
-        session = service.session()
+        session = Enveloped(service.session())
         session.select_knowledge_base("minilm")
         return session
 
-    KnowledgeBaseService(tmp_path / "home").session().create_knowledge_base("minilm", 128, "all-MiniLM-L6-v2")
+    Enveloped(KnowledgeBaseService(tmp_path / "home").session()).create_knowledge_base(
+        "minilm", 128, "all-MiniLM-L6-v2"
+    )
     session = open_session()
     status = session.embedding_model_status()
     assert status["data"] == {
-        "model": "all-MiniLM-L6-v2", "loaded": False, "expected_seconds": MODEL_LOAD_SECONDS, "measured": False,
+        "model": "all-MiniLM-L6-v2",
+        "loaded": False,
+        "expected_seconds": MODEL_LOAD_SECONDS,
+        "measured": False,
     }
     assert "is not loaded yet" in status["message"]
     seconds = session.load_embedding_model()["data"]["seconds"]
@@ -44,7 +50,7 @@ def test_the_model_load_is_announced_timed_and_remembered_for_the_next_process(t
 
 
 def test_a_model_that_loads_nothing_is_always_ready(tmp_path: Path) -> None:
-    session = KnowledgeBaseService(tmp_path / "home").session()
+    session = Enveloped(KnowledgeBaseService(tmp_path / "home").session())
     session.create_knowledge_base("fast", 64, embedding_model="hashing")
     assert session.embedding_model_status(kb_name="fast")["data"]["loaded"] is True
     assert session.load_embedding_model(kb_name="fast")["data"]["seconds"] == 0

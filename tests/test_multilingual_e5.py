@@ -16,6 +16,8 @@ import pytest
 
 from kb_core import KnowledgeBaseService
 from kb_core.embedding import builtin
+from kb_core.envelopes import Enveloped
+from kb_core.results import SearchRequest
 
 pytestmark = pytest.mark.model
 
@@ -138,7 +140,7 @@ def chinese_kbs(tmp_path_factory: pytest.TempPathFactory, e5_folder: Path) -> It
     folder = tmp_path_factory.mktemp("zh-docs")
     for name, text in {**ANSWERS, **DISTRACTORS}.items():
         (folder / name).write_text(text, encoding="utf-8")
-    session = KnowledgeBaseService(tmp_path_factory.mktemp("zh") / "home").session()
+    session = Enveloped(KnowledgeBaseService(tmp_path_factory.mktemp("zh") / "home").session())
     for kb, model in (("e5", builtin.E5_SMALL), ("minilm", builtin.MINILM)):
         assert session.create_knowledge_base(kb, 128, embedding_model=model)["success"]
         imported = session.import_document([str(p) for p in sorted(folder.iterdir())], kb_name=kb)
@@ -152,9 +154,9 @@ def test_a_paraphrase_sharing_no_character_with_its_answer_is_found(chinese_kbs,
     assert not set(question) & set(ANSWERS[answer])  # not one character in common
     session = chinese_kbs
     session.select_knowledge_base("e5")
-    semantic = session.search(question, top_k=3, mode="semantic")["data"]
+    semantic = session.search(SearchRequest(question, top_k=3, mode="semantic"))["data"]
     assert semantic["chunks"][0]["doc_name"] == answer, semantic["chunks"]
-    hybrid = session.search(question, top_k=3, mode="hybrid", explain=True)["data"]
+    hybrid = session.search(SearchRequest(question, top_k=3, mode="hybrid", explain=True))["data"]
     assert not semantic["warnings"] and not hybrid["warnings"]  # e5 reads Chinese: no language guard
     assert hybrid["weights"]["used"]["vector"] == pytest.approx(0.7)  # the weights asked for are the weights used
     found = [c for c in hybrid["chunks"] if c["doc_name"] == answer]
@@ -164,7 +166,7 @@ def test_a_paraphrase_sharing_no_character_with_its_answer_is_found(chinese_kbs,
     assert found[0]["breakdown"]["keyword_normalized"] == 0
     # all-MiniLM-L6-v2 cannot read it: the guard makes hybrid search keyword search, and nothing finds the answer
     session.select_knowledge_base("minilm")
-    guarded = session.search(question, top_k=10, mode="hybrid")["data"]
+    guarded = session.search(SearchRequest(question, top_k=10, mode="hybrid"))["data"]
     assert guarded["weights"]["used"]["vector"] == 0 and guarded["warnings"]
     assert all(c["score"] == 0 for c in guarded["chunks"] if c["doc_name"] == answer)
 
@@ -173,7 +175,7 @@ def test_an_import_says_once_which_model_reads_the_documents(chinese_kbs) -> Non
     session = chinese_kbs
     listed = {d["name"]: d["language"] for d in session.list_documents(kb_name="minilm")["data"]["documents"]}
     assert set(listed.values()) == {"zh"}
-    folder = Path(session.service.home.root).parent / "more"
+    folder = Path(session.operations.service.home.root).parent / "more"
     folder.mkdir(exist_ok=True)
     (folder / "说明.txt").write_text("这是一份中文说明文档，介绍如何使用知识库。", encoding="utf-8")
     (folder / "notes.txt").write_text("These are English notes about the knowledge base and its search.", "utf-8")
@@ -257,7 +259,7 @@ def test_a_kb_whose_model_cannot_read_its_documents_offers_to_embed_them_again(
     if str(repo) not in sys.path:
         sys.path.insert(0, str(repo))
     home = tmp_path / "home"
-    session = KnowledgeBaseService(home).session()
+    session = Enveloped(KnowledgeBaseService(home).session())
     assert session.create_knowledge_base("notes", 128, builtin.MINILM)["success"]
     for name, text in {**ANSWERS, "english.txt": ENGLISH[1]}.items():
         (tmp_path / name).write_text(text, encoding="utf-8")
@@ -278,9 +280,10 @@ def test_a_kb_whose_model_cannot_read_its_documents_offers_to_embed_them_again(
     assert new["embedding_model"] == builtin.E5_SMALL and new["document_count"] == 3 and new["chunk_size"] == 128
     assert listed["notes"]["embedding_model"] == builtin.MINILM and listed["notes"]["document_count"] == 3
     assert test.session_state["kb_session"].current_kb().name == "notes (multilingual-e5-small)"
-    assert session.resolve_kb("notes (multilingual-e5-small)").search_settings["min_score"] == 0.2
+    assert session.operations.resolve_kb("notes (multilingual-e5-small)").search_settings["min_score"] == 0.2
     # the new KB reads Chinese: a question that shares no character with its answer finds it by meaning
-    hits = session.search("小孩发烧了应该怎么办", kb_names=["notes (multilingual-e5-small)"], mode="semantic")
+    request = SearchRequest("小孩发烧了应该怎么办", kb_names=["notes (multilingual-e5-small)"], mode="semantic")
+    hits = session.search(SearchRequest(request))
     assert hits["data"]["chunks"][0]["doc_name"] == "发烧.txt"
     assert not any("does not read" in str(w.value) for w in test.warning)
 
@@ -338,7 +341,7 @@ def test_the_weight_sweep_moves_in_chinese_and_save_best_beats_keywords_alone(
             handle.write(json.dumps({"_id": f"q{number}", "text": text}, ensure_ascii=False) + "\n")
     rows = [f"q{number}\t{judged[text]}\t1" for number, text in enumerate(judged)]
     (folder / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\n" + "\n".join(rows) + "\n", encoding="utf-8")
-    home = str(chinese_kbs.service.home.root)
+    home = str(chinese_kbs.operations.service.home.root)
     curves = {}
     for kb in ("e5", "minilm"):
         capsys.readouterr()
@@ -351,5 +354,5 @@ def test_the_weight_sweep_moves_in_chinese_and_save_best_beats_keywords_alone(
     # the guard: every weight below 1 ranks as BM25 alone (at 1 the keyword weight is 0, so the guard stands aside)
     assert len({ndcg for weight, ndcg in minilm.items() if weight < 1}) == 1
     assert max(e5.values()) - min(e5.values()) > 0.1  # the slider matters
-    saved = chinese_kbs.service.find_kb("e5").search_settings
+    saved = chinese_kbs.operations.service.find_kb("e5").search_settings
     assert saved["vector_weight"] > 0 and e5[saved["vector_weight"]] > e5[0.0]  # beats BM25 alone

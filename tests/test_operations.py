@@ -1,5 +1,6 @@
-"""The session's two faces (#28): ``session.operations`` returns typed results and raises KBError; the Session answers
-each operation as the envelope ``envelope_of`` builds from that result, the one builder."""
+"""One session API (#38): the session (``service.session()``, an Operations) returns typed results and raises
+KBError; the edges answer each operation as the envelope ``envelope_of`` builds from that result, the one builder,
+and ``Enveloped`` offers every operation of a session that way. (The ``session`` fixture is an Enveloped session.)"""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from typing import Any
 
 import pytest
 
+from kb_core.envelopes import Enveloped, envelope_of
 from kb_core.errors import KBError, KBNotFound
 from kb_core.results import ImportReport, KBCreated, KBList, RagResult, Verification
-from kb_core.session import envelope_of
 
 
 def test_operations_return_results_and_raise_kb_errors(session: Any, tmp_path: Path) -> None:
@@ -67,3 +68,20 @@ def test_envelope_of_turns_errors_into_failures_named_after_the_operation(caplog
     assert crashed["error"]["code"] == "INTERNAL_ERROR"
     assert crashed["message"] == "crash failed because of an internal error; see the log."
     assert "secret internals" not in crashed["message"] and "secret internals" in caplog.text  # logged, not shown
+
+
+def test_enveloped_offers_exactly_the_operations_and_says_where_the_rest_is(service: Any) -> None:
+    """``Enveloped(ops).x`` is ``envelope_of(ops.x, …)`` for every public operation (a method answering a result); the
+    session's state and typed helpers are refused with the place to read them, and private names are never offered."""
+    operations = service.session()
+    enveloped = Enveloped(operations)
+    created = enveloped.create_knowledge_base("notes", 64, embedding_model="hashing")
+    assert created == {"success": True, "message": created["message"], "data": created["data"]}
+    assert created["data"]["kb_name"] == "notes"
+    # an operation declared once in a feature (kb_core.bundles.api) and taken by Operations is offered as well
+    assert enveloped.get_ontology("notes")["success"]
+    assert enveloped.select_knowledge_base("nowhere")["error"]["code"] == "KB_NOT_FOUND"
+    for name in ("visible_kbs", "current_kb_id", "search_chunks", "service", "_set_current", "no_such_operation"):
+        with pytest.raises(AttributeError, match=f"'{name}' is not an operation answering an envelope"):
+            getattr(enveloped, name)
+    assert enveloped.operations is operations

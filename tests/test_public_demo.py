@@ -15,8 +15,9 @@ import pytest
 
 from kb_core import KnowledgeBaseService
 from kb_core.demo import DEMO_FOLDER, demo_judgments_folder, ensure_demo_kb
+from kb_core.envelopes import Enveloped
 from kb_core.public_demo import DemoLimits, PublicDemo, demo_setting, parse_duration
-from kb_core.session import Session
+from kb_core.results import SearchRequest
 
 TEXT = "Hybrid search mixes keyword and vector scores. 混合检索结合关键词与向量。 "
 
@@ -34,8 +35,9 @@ def site(tmp_path: Path) -> tuple[KnowledgeBaseService, PublicDemo, Clock]:
     """A home with a shared (published) KB built from the repository's demo files, an operator-only KB, and a demo
     over it whose visitors may use the hashing embedder."""
     service = KnowledgeBaseService(tmp_path / "home")
-    local = service.session()
-    assert ensure_demo_kb(local, kb_name="shared", embedding_model="hashing")["success"]
+    local = Enveloped(service.session())
+    built = ensure_demo_kb(local.operations, kb_name="shared", embedding_model="hashing")
+    assert built is not None and built.succeeded()
     assert local.create_knowledge_base("operator-only", 64, "hashing")["success"]
     clock = Clock()
     demo = PublicDemo(
@@ -46,9 +48,9 @@ def site(tmp_path: Path) -> tuple[KnowledgeBaseService, PublicDemo, Clock]:
     return service, demo, clock
 
 
-def upload(session: Session, name: str, text: str) -> str:
+def upload(session: Enveloped, name: str, text: str) -> str:
     """A file written where the app writes uploads for this session (its scratch root)."""
-    root = session.scratch_root
+    root = session.operations.scratch_root
     assert root is not None
     path = Path(root) / f"up-{len(list(Path(root).iterdir()))}" / name
     path.parent.mkdir(parents=True)
@@ -60,7 +62,7 @@ def code(envelope: dict[str, Any]) -> str | None:
     return (envelope.get("error") or {}).get("code")
 
 
-def names(session: Session) -> list[str]:
+def names(session: Enveloped) -> list[str]:
     return [kb["name"] for kb in session.list_knowledge_bases()["data"]["knowledge_bases"]]
 
 
@@ -79,13 +81,13 @@ def test_kb_demo_names_public_off_and_private() -> None:
 
 def test_visitors_own_sandboxes_and_read_only_shared_kbs(site: tuple[KnowledgeBaseService, PublicDemo, Clock]) -> None:
     service, demo, _ = site
-    a, b = demo.visitor_session("a" * 32), demo.visitor_session("b" * 32)
+    a, b = Enveloped(demo.visitor_session("a" * 32)), Enveloped(demo.visitor_session("b" * 32))
     created = a.create_knowledge_base("notes", 64, "hashing")
     mine = created["data"]["kb_name"]
     assert re.fullmatch(r"notes \[[0-9a-f]{6}\]", mine), mine  # tagged: two visitors never collide on a name
     assert b.create_knowledge_base("notes", 64, "hashing")["success"]
     assert a.import_document([upload(a, "mine.txt", TEXT * 5)], kb_name=mine)["success"]
-    chunk_id = a.search("hybrid", kb_names=[mine])["data"]["chunks"][0]["id"]
+    chunk_id = a.search(SearchRequest("hybrid", kb_names=[mine]))["data"]["chunks"][0]["id"]
 
     assert names(a) == ["shared", mine]  # never the operator's own KB, never B's
     assert mine not in names(b) and "operator-only" not in names(b)
@@ -95,11 +97,11 @@ def test_visitors_own_sandboxes_and_read_only_shared_kbs(site: tuple[KnowledgeBa
         assert code(hidden) == code(absent) == "KB_NOT_FOUND"
         assert hidden["message"].replace(mine, "X") == absent["message"].replace("no such kb [000000]", "X")
     assert code(b.get_item(chunk_id)) == "ITEM_NOT_FOUND"
-    assert code(b.search("hybrid", kb_names=[mine])) == "KB_NOT_FOUND"
+    assert code(b.search(SearchRequest("hybrid", kb_names=[mine]))) == "KB_NOT_FOUND"
 
     # the shared KB: read, never changed, by either visitor
     b.select_knowledge_base("shared")
-    assert b.search("hybrid search")["data"]["count"] > 0
+    assert b.search(SearchRequest("hybrid search"))["data"]["count"] > 0
     document = b.list_documents("shared")["data"]["documents"][0]["name"]
     refusals = {
         "delete": b.delete_knowledge_base("shared"),
@@ -126,7 +128,7 @@ def test_visitors_own_sandboxes_and_read_only_shared_kbs(site: tuple[KnowledgeBa
 
     with pytest.raises(PermissionDenied):
         demo.operator_session("guess")
-    operator = demo.operator_session("operator-secret")
+    operator = Enveloped(demo.operator_session("operator-secret"))
     assert set(names(operator)) == {"shared", "operator-only", mine, names(b)[-1]}
     usage = {row["visitor"]: row for row in operator.demo_status()["data"]["usage"]}
     assert usage[demo.visitor_id("a" * 32)]["knowledge_bases"] == [mine]
@@ -145,11 +147,11 @@ def test_visitor_quotas_refuse_with_the_limit_named(tmp_path: Path) -> None:
         searches_per_minute=3,
     )
     demo = PublicDemo(service, limits, models=("hashing",), exchange_root=tmp_path / "exchange")
-    visitor = demo.visitor_session("q" * 32)
+    visitor = Enveloped(demo.visitor_session("q" * 32))
     kb = visitor.create_knowledge_base("quota", 32, "hashing")["data"]["kb_name"]
     second = visitor.create_knowledge_base("another", 32, "hashing")
     assert code(second) == "QUOTA_EXCEEDED" and "at most 1 knowledge bases per visitor" in second["message"]
-    refused_model = demo.visitor_session("r" * 32).create_knowledge_base("x", 64, "/etc")
+    refused_model = Enveloped(demo.visitor_session("r" * 32)).create_knowledge_base("x", 64, "/etc")
     assert code(refused_model) == "INVALID_ARGUMENT" and "these models only: hashing" in refused_model["message"]
 
     visitor.select_knowledge_base(kb)
@@ -174,18 +176,19 @@ def test_visitor_quotas_refuse_with_the_limit_named(tmp_path: Path) -> None:
     rate = visitor.import_document([small])  # the third import within a minute
     assert code(rate) == "RATE_LIMITED" and "allows 2 imports per minute per visitor" in rate["message"]
     for _ in range(3):
-        assert visitor.search("hybrid")["success"]
-    searched = visitor.search("hybrid")
+        assert visitor.search(SearchRequest("hybrid"))["success"]
+    searched = visitor.search(SearchRequest("hybrid"))
     assert code(searched) == "RATE_LIMITED" and searched["error"]["details"]["retry_after_sec"] > 0
     assert "allows 3 searches (an evaluation counts as one) per minute" in searched["message"]
-    other = demo.visitor_session("s" * 32)
-    assert other.search("hybrid", kb_names=["quota"])["error"]["code"] == "KB_NOT_FOUND"  # each visitor's own window
+    other = Enveloped(demo.visitor_session("s" * 32))
+    # each visitor's own window
+    assert other.search(SearchRequest("hybrid", kb_names=["quota"]))["error"]["code"] == "KB_NOT_FOUND"
 
     # one import at a time for all visitors (the default, for 2 cores): another visitor's waits its turn
     own = other.create_knowledge_base("other", 32, "hashing")["data"]["kb_name"]
-    third = demo.visitor_session("t" * 32)
+    third = Enveloped(demo.visitor_session("t" * 32))
     theirs = third.create_knowledge_base("third", 32, "hashing")["data"]["kb_name"]
-    with third.importing(third.find_kb(theirs), 1):  # a third visitor's import is running
+    with third.operations.importing(third.operations.find_kb(theirs), 1):  # a third visitor's import is running
         busy = other.import_document([upload(other, "wait.txt", TEXT)], kb_name=own)
         assert code(busy) == "QUOTA_EXCEEDED" and "busy with another visitor's files" in busy["message"]
     assert other.import_document([upload(other, "now.txt", TEXT)], kb_name=own)["success"]
@@ -195,12 +198,13 @@ def test_a_visitors_evaluation_runs_are_its_own(site: tuple[KnowledgeBaseService
     from kb_core.evaluation import EvaluationRequest, run_evaluation
 
     _, demo, _ = site
-    a, b = demo.visitor_session("a" * 32), demo.visitor_session("b" * 32)
+    a, b = Enveloped(demo.visitor_session("a" * 32)), Enveloped(demo.visitor_session("b" * 32))
     judgments = demo_judgments_folder()
     assert judgments is not None
-    request = EvaluationRequest(folder=judgments, build_corpus=False, kb_name="shared", modes=("keyword",),
-                                max_queries=3)
-    outcome = run_evaluation(a, request)
+    request = EvaluationRequest(
+        folder=judgments, build_corpus=False, kb_name="shared", modes=("keyword",), max_queries=3
+    )
+    outcome = run_evaluation(a.operations, request)
     assert outcome.queries == 3
     assert [r["id"] for r in a.list_evaluation_runs()["data"]["runs"]] == [outcome.run.id]
     assert b.list_evaluation_runs()["data"]["runs"] == []  # B does not see A's judged queries
@@ -208,8 +212,9 @@ def test_a_visitors_evaluation_runs_are_its_own(site: tuple[KnowledgeBaseService
     from kb_core.errors import KBError
 
     with pytest.raises(KBError, match="at most 2 judged queries"):
-        small = PublicDemo(demo.service, DemoLimits(evaluation_queries=2), models=("hashing",),
-                           exchange_root=demo.exchange_root)
+        small = PublicDemo(
+            demo.service, DemoLimits(evaluation_queries=2), models=("hashing",), exchange_root=demo.exchange_root
+        )
         run_evaluation(small.visitor_session("c" * 32), request)
 
 
@@ -217,12 +222,14 @@ def test_visitor_kbs_expire_and_the_sweep_deletes_them(site: tuple[KnowledgeBase
     from kb_core.evaluation import EvaluationRequest, run_evaluation
 
     service, demo, clock = site
-    visitor = demo.visitor_session("e" * 32)
+    visitor = Enveloped(demo.visitor_session("e" * 32))
     kb = visitor.create_knowledge_base("short-lived", 64, "hashing")["data"]["kb_name"]
     judgments = demo_judgments_folder()
     assert judgments is not None
-    run_evaluation(visitor, EvaluationRequest(folder=judgments, build_corpus=False, kb_name="shared",
-                                              modes=("keyword",), max_queries=2))
+    run_evaluation(
+        visitor.operations,
+        EvaluationRequest(folder=judgments, build_corpus=False, kb_name="shared", modes=("keyword",), max_queries=2),
+    )
     runs = demo.ledger.folder / "visitors" / demo.visitor_id("e" * 32)
     assert runs.is_dir()
     expires = visitor.demo_status()["data"]["knowledge_bases"][0]["expires_at"]
@@ -241,13 +248,13 @@ def test_a_visitor_reads_no_server_path(site: tuple[KnowledgeBaseService, Public
     """The shared KB was imported from the repository's files and the visitor's from the app's upload folder: neither
     folder reaches what a visitor reads, and server folders are refused without saying whether they exist."""
     _, demo, _ = site
-    visitor = demo.visitor_session("p" * 32)
+    visitor = Enveloped(demo.visitor_session("p" * 32))
     kb = visitor.create_knowledge_base("mine", 64, "hashing")["data"]["kb_name"]
     imported = visitor.import_document([upload(visitor, "上传.txt", TEXT * 3)], kb_name=kb)
     visitor.select_knowledge_base("shared")
-    hit = visitor.search("hybrid")["data"]["chunks"][0]
+    hit = visitor.search(SearchRequest("hybrid"))["data"]["chunks"][0]
     document_id = visitor.list_documents()["data"]["documents"][0]["id"]
-    exported = visitor.export_database(str(Path(visitor.scratch_root or "") / "mine.kbx"), kb_names=[kb])
+    exported = visitor.export_database(str(Path(visitor.operations.scratch_root or "") / "mine.kbx"), kb_names=[kb])
     assert imported["success"] and str(demo.exchange_root) not in imported["message"]
     answers = [
         visitor.list_documents(),
@@ -272,7 +279,7 @@ def test_a_visitor_reads_no_server_path(site: tuple[KnowledgeBaseService, Public
     assert str(demo.exchange_root) not in refused["message"] + refused["data"]["failed_files"][0]["error"]
     assert code(visitor.export_database(str(tmp_path / "out.kbx"))) == "PERMISSION_DENIED"
     with pytest.raises(Exception, match="Files on the server are off"):
-        visitor.confined([tmp_path])
+        visitor.operations.confined([tmp_path])
     from kb_core.errors import KBError
 
     refusals = []

@@ -14,6 +14,8 @@ from mcp import ClientSession
 
 from kb_core import KnowledgeBaseService
 from kb_core.cli.main import main
+from kb_core.envelopes import Enveloped
+from kb_core.results import SearchRequest
 from kb_core.validation import QUERY_MAX_CHARS, RAG_KEYWORD_MAX_CHARS, RAG_MAX_KEYWORDS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -24,7 +26,7 @@ TOO_LONG = ["fine", "k" * (RAG_KEYWORD_MAX_CHARS + 1)]
 
 @pytest.fixture
 def home(tmp_path: Path) -> Path:
-    session = KnowledgeBaseService(tmp_path / "home").session("cli")
+    session = Enveloped(KnowledgeBaseService(tmp_path / "home").session("cli"))
     assert session.create_knowledge_base("k", 64, embedding_model="hashing")["success"]
     assert session.select_knowledge_base("k")["success"]
     (tmp_path / "a.txt").write_text("检索 retrieval and search 搜索", encoding="utf-8")
@@ -33,19 +35,19 @@ def home(tmp_path: Path) -> Path:
 
 
 def test_the_session_refuses_long_queries_and_keywords_at_once(home: Path) -> None:
-    session = KnowledgeBaseService(home).session("cli")
-    chunk = session.search("检索")["data"]["chunks"][0]["id"]
+    session = Enveloped(KnowledgeBaseService(home).session("cli"))
+    chunk = session.search(SearchRequest("检索"))["data"]["chunks"][0]["id"]
     started = time.perf_counter()
     for envelope in (
-        session.search(LONG),
-        session.explain_search(LONG, chunk),
+        session.search(SearchRequest(LONG)),
+        session.explain_search(SearchRequest(LONG), chunk),
         session.rag_search(TOO_MANY),
         session.rag_search(TOO_LONG),
     ):
         assert envelope["error"]["code"] == "INVALID_ARGUMENT", envelope
         assert "at most" in envelope["message"] and envelope["error"]["details"]["field"] in ("query", "keywords")
     assert time.perf_counter() - started < 2  # refused before any embedding
-    assert session.search(LONG[:-1])["success"]  # exactly the limit is accepted
+    assert session.search(SearchRequest(LONG[:-1]))["success"]  # exactly the limit is accepted
     assert session.rag_search(["词"] * RAG_MAX_KEYWORDS)["success"]
     assert session.rag_search(["k" * RAG_KEYWORD_MAX_CHARS])["success"]
 

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from kb_core import KnowledgeBaseService
+from kb_core.envelopes import Enveloped
 
 pytestmark = pytest.mark.slow
 
@@ -69,7 +70,7 @@ def contents(service: KnowledgeBaseService, kb_name: str) -> tuple[set[tuple[Any
 
 def import_both_ways(home: Path, model: str, **ray_options: Any) -> tuple[KnowledgeBaseService, dict[str, Any]]:
     service = KnowledgeBaseService(home)
-    session = service.session()
+    session = Enveloped(service.session())
     for name in ("local", "ray"):
         assert session.create_knowledge_base(name, 96, embedding_model=model)["success"]
     files = [str(p) for p in DEMO_FILES]
@@ -137,7 +138,9 @@ def test_a_killed_embedding_actor_is_retried_losing_nothing_and_a_re_run_is_cach
     chunks = sum(count for _, _, count, _, _ in contents(service, "local")[0])
     assert sum(data["executor"]["chunks_embedded_per_node"].values()) == chunks
 
-    again = service.session().import_document([str(p) for p in DEMO_FILES], kb_name="ray", executor="ray")["data"]
+    again = Enveloped(service.session()).import_document(
+        [str(p) for p in DEMO_FILES], kb_name="ray", executor="ray"
+    )["data"]
     assert again["success_count"] == len(DEMO_FILES)
     assert again["executor"]["chunks_from_cache"] == chunks  # no text reached the model again
 
@@ -152,11 +155,11 @@ def test_a_killed_driver_leaves_the_kb_consistent_and_a_re_run_completes_it_from
 
     files = [str(p) for p in DEMO_FILES]
     reference = KnowledgeBaseService(tmp_path / "reference")  # an uninterrupted import, in a home of its own
-    assert reference.session().create_knowledge_base("local", 96, embedding_model="hashing")["success"]
-    assert reference.session().import_document(files, kb_name="local")["data"]["success_count"] == len(files)
+    assert Enveloped(reference.session()).create_knowledge_base("local", 96, embedding_model="hashing")["success"]
+    assert Enveloped(reference.session()).import_document(files, kb_name="local")["data"]["success_count"] == len(files)
     home = tmp_path / "home"
     service = KnowledgeBaseService(home)
-    assert service.session().create_knowledge_base("ray", 96, embedding_model="hashing")["success"]
+    assert Enveloped(service.session()).create_knowledge_base("ray", 96, embedding_model="hashing")["success"]
 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     driver = subprocess.Popen(
@@ -174,7 +177,7 @@ def test_a_killed_driver_leaves_the_kb_consistent_and_a_re_run_completes_it_from
         os.kill(driver.pid, signal.SIGKILL)  # mid-import: later segments were not committed
         driver.wait(30)
 
-    session = KnowledgeBaseService(home).session()
+    session = Enveloped(KnowledgeBaseService(home).session())
     assert session.verify()["data"]["problems"] == []
     kept = session.list_documents("ray")["data"]["documents"]
     assert kept and len(kept) < len(files) and all(d["status"] == "ready" for d in kept)
@@ -205,7 +208,7 @@ def test_cancel_and_progress_work_for_the_ray_executor(cluster: Any, tmp_path: P
 
     from kb_core.ingest import pipeline as importer
 
-    session = KnowledgeBaseService(tmp_path / "home").session()
+    session = Enveloped(KnowledgeBaseService(tmp_path / "home").session())
     assert session.create_knowledge_base("ray", 96, embedding_model="hashing")["success"]
     cancel = threading.Event()
     rates: list[float] = []
@@ -237,7 +240,7 @@ def test_cancel_and_progress_work_for_the_ray_executor(cluster: Any, tmp_path: P
 
 
 def test_bad_executor_choices_are_clear_errors(tmp_path: Path) -> None:
-    session = KnowledgeBaseService(tmp_path / "home").session()
+    session = Enveloped(KnowledgeBaseService(tmp_path / "home").session())
     assert session.create_knowledge_base("kb", 96, embedding_model="hashing")["success"]
     note = tmp_path / "note.txt"
     note.write_text("hello 你好", encoding="utf-8")
@@ -250,7 +253,7 @@ def test_bad_executor_choices_are_clear_errors(tmp_path: Path) -> None:
 
 def test_an_endpoint_kb_is_refused_by_the_ray_executor(tmp_path: Path) -> None:
     pytest.importorskip("ray.data", reason="the optional extra kb-workbench[ray] (Ray Data) is not installed")
-    session = KnowledgeBaseService(tmp_path / "home").session()
+    session = Enveloped(KnowledgeBaseService(tmp_path / "home").session())
     made = session.create_knowledge_base("remote", 96, "e5", "http://127.0.0.1:9/v1")
     assert made["success"], made
     note = tmp_path / "note.txt"
@@ -282,7 +285,7 @@ def test_a_device_the_workers_lack_fails_the_files_with_the_reason(cluster: Any,
 
     if any(d.startswith("cuda") for d in available_devices()):
         pytest.skip("this machine has CUDA: asking for it cannot fail here")
-    session = KnowledgeBaseService(tmp_path / "home", device="cuda").session()
+    session = Enveloped(KnowledgeBaseService(tmp_path / "home", device="cuda").session())
     assert session.create_knowledge_base("gpu", 96, "all-MiniLM-L6-v2")["success"]
     result = session.import_document([str(DEMO_FILES[0])], kb_name="gpu", executor="ray")
     assert not result["success"]
@@ -369,7 +372,7 @@ def test_no_cluster_at_the_address_is_a_clear_error_within_seconds(tmp_path: Pat
     done = _kb(home, "import", str(note), "--executor", "ray", "--address", address, timeout=30)
     assert done.returncode == 1
     assert f"no Ray cluster answers at '{address}'" in done.stdout + done.stderr
-    assert KnowledgeBaseService(home).session().list_documents("kb")["data"]["documents"] == []
+    assert Enveloped(KnowledgeBaseService(home).session()).list_documents("kb")["data"]["documents"] == []
 
 
 def test_a_cluster_that_dies_mid_import_ends_it_in_seconds_keeping_what_was_committed(tmp_path: Path) -> None:
@@ -392,7 +395,7 @@ def test_a_cluster_that_dies_mid_import_ends_it_in_seconds_keeping_what_was_comm
         path.write_text(text, encoding="utf-8")
         files.append(str(path))
     service = KnowledgeBaseService(home)
-    assert service.session().create_knowledge_base("kb", 64, embedding_model="hashing")["success"]
+    assert Enveloped(service.session()).create_knowledge_base("kb", 64, embedding_model="hashing")["success"]
     assert _kb(home, "select", "kb").returncode == 0
     nodes = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False})
     address = nodes.address  # None once the cluster is shut down
@@ -418,7 +421,9 @@ def test_a_cluster_that_dies_mid_import_ends_it_in_seconds_keeping_what_was_comm
     )
     try:
         deadline = time.monotonic() + 240
-        while not any(d["status"] == "ready" for d in service.session().list_documents("kb")["data"]["documents"]):
+        while not any(
+            d["status"] == "ready" for d in Enveloped(service.session()).list_documents("kb")["data"]["documents"]
+        ):
             assert importing.poll() is None and time.monotonic() < deadline, importing.communicate()
             time.sleep(0.2)  # until the first commit
     finally:
@@ -429,7 +434,7 @@ def test_a_cluster_that_dies_mid_import_ends_it_in_seconds_keeping_what_was_comm
     data = json.loads(out)["data"]
     failed = [f["error"] for f in data["failed_files"]]
     assert failed and all(f"the Ray cluster at {address}" in error for error in failed), set(failed)
-    session = service.session()
+    session = Enveloped(service.session())
     documents = session.list_documents("kb")["data"]["documents"]
     ready = [d for d in documents if d["status"] == "ready"]
     # The committed prefix stays; every other file is reported failed, with the reason.
@@ -558,8 +563,11 @@ def test_ctrl_c_and_sigterm_stop_the_ray_driver(tmp_path: Path, how: str) -> Non
         drivers: list[int] = []
         while not drivers:
             assert importing.poll() is None and time.monotonic() < deadline, importing.communicate()[0]
-            drivers = [p for p in _children(importing.pid)
-                       if "serve_driver" in (Path("/proc") / str(p) / "cmdline").read_text(errors="replace")]
+            drivers = [
+                p
+                for p in _children(importing.pid)
+                if "serve_driver" in (Path("/proc") / str(p) / "cmdline").read_text(errors="replace")
+            ]
             time.sleep(0.2)
         time.sleep(2)  # the driver is importing Ray and joining the "cluster"
         if how == "ctrl-c":
@@ -590,7 +598,7 @@ def test_a_ray_import_holds_no_file_in_the_importing_process_or_the_driver(clust
         path.write_bytes(bytes([number]) * (32 << 20))
         files.append(str(path))
     home = tmp_path / "home"
-    assert KnowledgeBaseService(home).session().create_knowledge_base("kb", 64, "hashing")["success"]
+    assert Enveloped(KnowledgeBaseService(home).session()).create_knowledge_base("kb", 64, "hashing")["success"]
     out = run_bounded(
         f"""
         import threading, time
@@ -622,7 +630,8 @@ def test_a_ray_import_holds_no_file_in_the_importing_process_or_the_driver(clust
 
         ray_data._Driver.__init__ = watched
         import ray.data  # what the executor imports here, before the import begins
-        session = KnowledgeBaseService(Path({str(home)!r})).session()
+        from kb_core.envelopes import Enveloped
+        session = Enveloped(KnowledgeBaseService(Path({str(home)!r})).session())
         before = status("self", "VmRSS:")
         result = session.import_document({files!r}, kb_name="kb", executor="ray", executor_address={cluster.address!r})
         print("failed", result["data"]["failed_count"])

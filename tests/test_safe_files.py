@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from mcp import ClientSession
 
-from kb_core import bundles
 from kb_core.cli.main import main
+from kb_core.envelopes import Enveloped
 from tests.parser_hooks import fifo_after_the_type_check
 
 FIFO = "is a FIFO (named pipe), not a regular file"
@@ -108,7 +108,7 @@ def test_cli_import_shows_the_reason_of_every_failed_file(
 def test_bundle_and_database_imports_say_what_the_path_is(kb, specials: dict[str, tuple[Path, str]]) -> None:
     for name in ("fifo", "link to /dev/zero", "socket"):
         path, reason = specials[name]
-        bundle = bundles.import_knowledge_bundle(kb, str(path))
+        bundle = kb.import_knowledge_bundle(str(path))
         assert not bundle["success"] and reason in bundle["message"], (name, bundle["message"])
         database = kb.import_database(str(path))
         assert not database["success"] and reason in database["message"], (name, database["message"])
@@ -141,10 +141,10 @@ def test_a_confined_session_never_reads_or_writes_inside_the_home(tmp_path: Path
 
     home = tmp_path / "srv" / "kb"
     service = KnowledgeBaseService(home)
-    assert service.session().create_knowledge_base("k", 64, "hashing")["success"]
+    assert Enveloped(service.session()).create_knowledge_base("k", 64, "hashing")["success"]
     secret = home / "secrets" / "planted.key"
     secret.write_text("sk-never-read-me", encoding="utf-8")
-    confined = service.session(allowed_dirs=[tmp_path / "srv"])
+    confined = Enveloped(service.session(allowed_dirs=[tmp_path / "srv"]))
     assert confined.select_knowledge_base("k")["success"]
     imported = confined.import_document([str(secret), str(home / "tokens.json")])
     assert imported["data"]["success_count"] == 0

@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from kb_core.envelopes import Enveloped
+from kb_core.results import SearchRequest
 from kb_core.retrieval.keyword_index import BM25Parameters
 
 ENGLISH = [
@@ -72,7 +74,7 @@ def reference_bm25(query_terms: list[str], texts: list[list[str]], k1: float, b:
 
 
 def live_chunks(service, session) -> list[dict]:
-    snapshot = service.reader(session.current_kb().id).snapshot()
+    snapshot = service.reader(session.operations.current_kb().id).snapshot()
     rows = []
     for index, segment in enumerate(snapshot.segments):
         mask = snapshot.live_mask(index)
@@ -91,7 +93,7 @@ def test_bm25_scores_equal_a_from_scratch_index_after_imports_and_deletions(kb, 
         expected = reference_bm25(analyzer.tokens(query), texts, params.k1, params.b)
         reference = reference_match_bm25(analyzer.tokens(query), texts)
         by_id = {c["chunk_id"]: s for c, s in zip(chunks, expected, strict=True)}
-        hits = kb.search(query, mode="keyword", top_k=100)["data"]["chunks"]
+        hits = kb.search(SearchRequest(query, mode="keyword", top_k=100))["data"]["chunks"]
         assert hits, query
         for hit in hits:
             # the raw BM25 is exact; the score measures it in units of the query's reference match
@@ -106,7 +108,7 @@ def test_bm25_scores_equal_a_from_scratch_index_after_imports_and_deletions(kb, 
 def test_every_breakdown_recomputes_its_final_score(kb) -> None:
     for mode in ("hybrid", "semantic", "keyword"):
         for query in ("dense vector search", "知识库 向量", "why a chunk ranks"):
-            for hit in kb.search(query, mode=mode, top_k=8, jaccard_weight=0.2)["data"]["chunks"]:
+            for hit in kb.search(SearchRequest(query, mode=mode, top_k=8, jaccard_weight=0.2))["data"]["chunks"]:
                 b = hit["breakdown"]
                 assert b["vector_contribution"] == pytest.approx(b["vector_weight"] * b["vector_normalized"])
                 assert b["keyword_contribution"] == pytest.approx(b["keyword_weight"] * b["keyword_normalized"])
@@ -123,7 +125,7 @@ def test_jaccard_and_matched_terms_agree_with_the_chunk_text(kb, service) -> Non
     analyzer = service.analyzer
     for mode in ("hybrid", "semantic", "keyword"):
         for query in ("dense vector search", "知识库 向量 检索", "documents and chunks on disk"):
-            hits = kb.search(query, mode=mode, top_k=8, jaccard_weight=0.2)["data"]["chunks"]
+            hits = kb.search(SearchRequest(query, mode=mode, top_k=8, jaccard_weight=0.2))["data"]["chunks"]
             assert hits, (mode, query)
             words = analyzer.query_terms(query)
             query_terms = set(words.terms)  # the terms searched: stop words and bigrams that are no word left out
@@ -140,7 +142,7 @@ def test_chunk_rows_are_memory_mapped_not_loaded(kb, service) -> None:
 
     from kb_core.store.reader import LoadedSegment
 
-    folder = service.reader(kb.current_kb().id).snapshot().segments[0].folder
+    folder = service.reader(kb.operations.current_kb().id).snapshot().segments[0].folder
     before = pa.total_allocated_bytes()
     table = LoadedSegment(folder).chunks
     assert table.num_rows > 0 and table.get_total_buffer_size() > 0
@@ -151,21 +153,26 @@ def test_segments_written_without_a_row_store_search_the_same(kb, home: Path) ->
     from kb_core import KnowledgeBaseService
 
     queries = ("keyword search vectors", "检索 向量", "why a chunk ranks")
-    before = [[(h["id"], h["content"]) for h in kb.search(q, top_k=5)["data"]["chunks"]] for q in queries]
+    def top5(q: str) -> list[tuple[str, str]]:
+        return [(h["id"], h["content"]) for h in kb.search(SearchRequest(q, top_k=5))["data"]["chunks"]]
+
+    before = [top5(q) for q in queries]
     removed = list(home.glob("kbs/*/segments/*/chunks.arrow"))
     assert removed
     for path in removed:
         path.unlink()
     for other in home.glob("kbs/*/segments/*/chunks.arrow"):  # whichever segment the hits come from
         other.write_bytes(b"not arrow")
-    fresh = KnowledgeBaseService(home).session()
+    fresh = Enveloped(KnowledgeBaseService(home).session())
     fresh.select_knowledge_base("s")
-    after = [[(h["id"], h["content"]) for h in fresh.search(q, top_k=5)["data"]["chunks"]] for q in queries]
+    after = [
+        [(h["id"], h["content"]) for h in fresh.search(SearchRequest(q, top_k=5))["data"]["chunks"]] for q in queries
+    ]
     assert after == before
 
 
 def test_hits_have_the_spec_fields_and_are_sorted(kb) -> None:
-    result = kb.search("hybrid retrieval", top_k=3)
+    result = kb.search(SearchRequest("hybrid retrieval", top_k=3))
     # only chunks with evidence are hits (#25): at most top_k
     assert result["success"] and 1 <= result["data"]["count"] == len(result["data"]["chunks"]) <= 3
     chunks = result["data"]["chunks"]
@@ -176,7 +183,7 @@ def test_hits_have_the_spec_fields_and_are_sorted(kb) -> None:
 @pytest.mark.parametrize("query", ["search over dense vectors", "keyword search"])
 def test_weights_one_zero_reproduce_the_pure_orderings(kb, query: str) -> None:
     def ranking(**settings: object) -> list[tuple[str, float]]:
-        return [(h["id"], h["score"]) for h in kb.search(query, top_k=8, **settings)["data"]["chunks"]]
+        return [(h["id"], h["score"]) for h in kb.search(SearchRequest(query, top_k=8, **settings))["data"]["chunks"]]
 
     semantic, keyword = ranking(mode="semantic"), ranking(mode="keyword")
     # For these queries the two pure orderings differ, so each check below can tell the weights apart.
@@ -190,10 +197,10 @@ def test_weights_one_zero_reproduce_the_pure_orderings(kb, query: str) -> None:
 
 
 def test_filters_by_document_name_and_file_type(kb) -> None:
-    hits = kb.search("keyword search", file_types=["docx"], top_k=5)["data"]["chunks"]
+    hits = kb.search(SearchRequest("keyword search", file_types=["docx"], top_k=5))["data"]["chunks"]
     assert hits and {h["doc_name"] for h in hits} == {"extra.docx"}
     assert hits[0]["chapter"] == "Retrieval"
-    hits = kb.search("search", doc_names=["DOC0.txt"], top_k=5)["data"]["chunks"]
+    hits = kb.search(SearchRequest("search", doc_names=["DOC0.txt"], top_k=5))["data"]["chunks"]
     assert {h["doc_name"] for h in hits} == {"doc0.txt"}
 
 
@@ -202,16 +209,16 @@ def test_search_across_several_kbs(kb, tmp_path: Path) -> None:
     path = tmp_path / "o.txt"
     path.write_text("Keyword search lives in the other knowledge base too.", encoding="utf-8")
     kb.import_document([str(path)], kb_name="other")
-    hits = kb.search("keyword search", kb_names=["s", "other"], top_k=20)["data"]["chunks"]
+    hits = kb.search(SearchRequest("keyword search", kb_names=["s", "other"], top_k=20))["data"]["chunks"]
     assert {h["kb_name"] for h in hits} == {"s", "other"}
 
 
 def test_saved_settings_apply_when_a_call_gives_none(kb) -> None:
     saved = kb.save_search_settings(mode="keyword", top_k=2)
     assert saved["success"] and saved["data"]["search_settings"] == {"mode": "keyword", "top_k": 2}
-    result = kb.search("documents")["data"]
+    result = kb.search(SearchRequest("documents"))["data"]
     assert result["settings"]["mode"] == "keyword" and result["count"] <= 2
-    assert kb.search("documents", mode="hybrid", top_k=4)["data"]["settings"]["mode"] == "hybrid"
+    assert kb.search(SearchRequest("documents", mode="hybrid", top_k=4))["data"]["settings"]["mode"] == "hybrid"
     assert kb.save_search_settings(vector_weight=3)["error"]["code"] == "INVALID_ARGUMENT"
 
 
@@ -220,16 +227,16 @@ def test_saved_settings_apply_when_a_call_gives_none(kb) -> None:
     [({"mode": "fuzzy"}, "mode"), ({"top_k": 0}, "top_k"), ({"vector_weight": -1}, "vector_weight")],
 )
 def test_bad_search_arguments_name_the_field(kb, kwargs: dict, field: str) -> None:
-    result = kb.search("x", **kwargs)
+    result = kb.search(SearchRequest("x", **kwargs))
     assert result["error"]["code"] == "INVALID_ARGUMENT" and field in result["message"]
 
 
 def test_empty_query_is_refused(kb) -> None:
-    assert kb.search("   ")["error"]["code"] == "INVALID_ARGUMENT"
+    assert kb.search(SearchRequest("   "))["error"]["code"] == "INVALID_ARGUMENT"
 
 
 def test_chinese_query_on_english_model_warns(kb) -> None:
-    result = kb.search("混合检索", top_k=3)
+    result = kb.search(SearchRequest("混合检索", top_k=3))
     assert result["data"]["chunks"][0]["content"].startswith("混合检索")
     assert not result["data"]["warnings"]  # the hashing embedder is not an English-only model
 
@@ -275,7 +282,7 @@ def test_get_item_returns_documents_and_chunks_with_neighbours(kb, tmp_path: Pat
     path = tmp_path / "long.txt"
     path.write_text("\n\n".join(f"Paragraph {i} is about subject {i * 3}. " * 4 for i in range(12)), encoding="utf-8")
     kb.import_document([str(path)])
-    hit = kb.search("subject 18", mode="keyword", top_k=1)["data"]["chunks"][0]
+    hit = kb.search(SearchRequest("subject 18", mode="keyword", top_k=1))["data"]["chunks"][0]
     item = kb.get_item(hit["id"])["data"]
     assert item["type"] == "chunk" and item["chunk"]["content"] == hit["content"]
     assert item["previous"] or item["next"]
@@ -303,9 +310,11 @@ def test_real_model_semantic_search_and_language_warning(session, tmp_path: Path
         path = tmp_path / f"r{i}.txt"
         path.write_text(text, encoding="utf-8")
     session.import_document([str(tmp_path / f"r{i}.txt") for i in range(len(ENGLISH + CHINESE))])
-    hits = session.search("nearest neighbour lookup of embeddings", mode="semantic", top_k=2)["data"]["chunks"]
+    hits = session.search(SearchRequest("nearest neighbour lookup of embeddings", mode="semantic", top_k=2))["data"][
+        "chunks"
+    ]
     assert "FAISS" in hits[0]["content"]
-    result = session.search("向量检索", top_k=3)
+    result = session.search(SearchRequest("向量检索", top_k=3))
     assert result["data"]["warnings"] and "does not cover" in result["data"]["warnings"][0]
     assert any("向量检索" in h["content"] for h in result["data"]["chunks"][:2])
     assert result["data"]["chunks"][0]["breakdown"]["vector_weight"] == 0.0
@@ -323,9 +332,9 @@ def test_verify_reports_a_damaged_row_store(kb, service, home: Path) -> None:
 
     for other in home.glob("kbs/*/segments/*/chunks.arrow"):  # whichever segment the hits come from
         other.write_bytes(b"not arrow")
-    fresh = KnowledgeBaseService(home).session()
+    fresh = Enveloped(KnowledgeBaseService(home).session())
     fresh.select_knowledge_base("s")
-    failed = fresh.search("keyword search vectors", top_k=3)
+    failed = fresh.search(SearchRequest("keyword search vectors", top_k=3))
     assert failed["success"] is False and failed["error"]["code"] == "STORE_ERROR"
     assert "unreadable" in failed["message"]
 
@@ -347,7 +356,7 @@ def _results(session, queries: tuple[str, ...]) -> list[list[tuple]]:
     out = []
     for query in queries:
         for mode in ("hybrid", "semantic", "keyword"):
-            chunks = session.search(query, top_k=8, mode=mode)["data"]["chunks"]
+            chunks = session.search(SearchRequest(query, top_k=8, mode=mode))["data"]["chunks"]
             out.append([(h["id"], h["score"], h["breakdown"]) for h in chunks])
     return out
 
@@ -360,7 +369,7 @@ def test_segments_store_signatures_so_search_never_shingles_text(kb_with_copies,
     from kb_core.retrieval.near_duplicates import text_signatures
     from kb_core.store import catalog
 
-    for segment in service.reader(kb_with_copies.current_kb().id).snapshot().segments:
+    for segment in service.reader(kb_with_copies.operations.current_kb().id).snapshot().segments:
         stored = catalog.signatures_of(segment.row_store)
         assert stored is not None
         expected = text_signatures(segment.chunks.column("content").to_pylist())
@@ -371,7 +380,7 @@ def test_segments_store_signatures_so_search_never_shingles_text(kb_with_copies,
         raise AssertionError("a search computed signatures that the segment stores")
 
     monkeypatch.setattr(kb_core.store.reader, "text_signatures", refuse)
-    hits = kb_with_copies.search(NEAR_DUPLICATE, top_k=5, mode="keyword")["data"]["chunks"]
+    hits = kb_with_copies.search(SearchRequest(NEAR_DUPLICATE, top_k=5, mode="keyword"))["data"]["chunks"]
     assert sum("signatures for near duplicate" in h["content"].casefold() for h in hits) == 1
 
 
@@ -385,7 +394,7 @@ def test_a_kb_written_before_signatures_were_stored_searches_the_same(kb_with_co
     from kb_core.store.reader import LoadedSegment
 
     before = _results(kb_with_copies, SIGNATURE_QUERIES)
-    hits = kb_with_copies.search(NEAR_DUPLICATE, top_k=5, mode="keyword")["data"]["chunks"]
+    hits = kb_with_copies.search(SearchRequest(NEAR_DUPLICATE, top_k=5, mode="keyword"))["data"]["chunks"]
     assert sum("signatures for near duplicate" in h["content"].casefold() for h in hits) == 1
     folders = [path.parent for path in home.glob("kbs/*/segments/*/chunks.arrow")]
     assert folders
@@ -399,32 +408,32 @@ def test_a_kb_written_before_signatures_were_stored_searches_the_same(kb_with_co
         (folder / "old.arrow").replace(folder / catalog.CHUNK_ROWS_FILE)
         assert catalog.signatures_of(LoadedSegment(folder).row_store) is None
     old = KnowledgeBaseService(home)
-    session = old.session()
+    session = Enveloped(old.session())
     session.select_knowledge_base("s")
     assert _results(session, SIGNATURE_QUERIES) == before
     # Compaction writes the merged segment with its signatures.
     assert session.compact()["success"]
-    segments = old.reader(session.current_kb().id).snapshot().segments
+    segments = old.reader(session.operations.current_kb().id).snapshot().segments
     assert all(catalog.signatures_of(segment.row_store) is not None for segment in segments)
     assert _results(session, SIGNATURE_QUERIES) == before
 
 
 def test_a_repeated_query_costs_no_model_call_on_any_search_path(kb, service, monkeypatch) -> None:
     """The app re-runs its script on every widget change; the CLI, MCP and the app all call the session."""
-    record = kb.current_kb()
+    record = kb.operations.current_kb()
     inner = service.embedder(record).inner
     calls: list[str] = []
     original = inner.embed_query
     query = "keyword search 向量"
     service.semantic_scale(record, query)  # measured once per process and model (calibration texts), not per query
     monkeypatch.setattr(inner, "embed_query", lambda text: calls.append(text) or original(text))
-    first = kb.search(query, top_k=5)["data"]["chunks"]
+    first = kb.search(SearchRequest(query, top_k=5))["data"]["chunks"]
     assert calls == [query]
-    assert kb.search(query, top_k=5)["data"]["chunks"] == first
-    kb.search(query, top_k=3, mode="semantic", vector_weight=0.2)
-    kb.search(query, top_k=5, weighting="auto", fusion="rrf")
-    assert kb.explain_search(query, first[0]["id"])["success"]
-    assert kb.search(query, kb_names=["s"])["success"]
+    assert kb.search(SearchRequest(query, top_k=5))["data"]["chunks"] == first
+    kb.search(SearchRequest(query, top_k=3, mode="semantic", vector_weight=0.2))
+    kb.search(SearchRequest(query, top_k=5, weighting="auto", fusion="rrf"))
+    assert kb.explain_search(SearchRequest(query), first[0]["id"])["success"]
+    assert kb.search(SearchRequest(query, kb_names=["s"]))["success"]
     assert calls == [query]  # one model call for all of them
     kb.rag_search(["keyword", "向量"])  # rag_search embeds its keywords joined: one new query, then remembered
     kb.rag_search(["keyword", "向量"])
@@ -446,7 +455,7 @@ def test_keyword_search_fetches_only_the_rows_it_can_return_with_the_same_hits(k
         return original(self, terms, k, support)
 
     monkeypatch.setattr(KeywordSearcher, "search_terms_arrays", spy)
-    record = kb.current_kb()
+    record = kb.operations.current_kb()
     compared = 0
     for query in ("dense vector search", "知识库 向量 检索", "documents chunks search again", "search"):
         for top_k in (1, 3, 6):
@@ -471,7 +480,7 @@ def test_a_hits_json_is_the_callers_copy_with_the_fields_in_order(kb, service) -
 
     from kb_core.results import SearchHit, SearchRequest
 
-    outcome = kb.search_chunks(SearchRequest("检索 retrieval", settings={"top_k": 5, "mode": "hybrid"}))
+    outcome = kb.operations.search_chunks(SearchRequest("检索 retrieval", top_k=5, mode="hybrid"))
     assert len(outcome.hits) >= 2
     names = [f.name for f in dataclasses.fields(SearchHit) if f.name not in ("location", "breakdown")]
     for hit in outcome.hits:
@@ -511,7 +520,7 @@ def test_semantic_search_fetches_only_the_rows_it_can_return_with_the_same_hits(
         return original(self, query, k)
 
     monkeypatch.setattr(VectorSearcher, "search_arrays", spy)
-    record = kb.current_kb()
+    record = kb.operations.current_kb()
     short_paths = tie_fallbacks = found = 0
     for query in ("dense vector search", "知识库 向量 检索", "twin documents vector search", "search"):
         for top_k in range(1, 8):
@@ -529,3 +538,34 @@ def test_semantic_search_fetches_only_the_rows_it_can_return_with_the_same_hits(
             assert [hit.to_json() for hit in short.hits] == [hit.to_json() for hit in full.hits]
             found += bool(short.hits)
     assert short_paths >= 20 and tie_fallbacks >= 1 and found >= 14
+
+
+def test_explain_search_refuses_what_a_search_request_sets_that_it_cannot_use(kb) -> None:
+    """One SearchRequest serves search and explain_search (#38); explain_search scores one chunk with the query and the
+    scoring settings, searching its KB 1,000 deep, so a request that sets top_k, min_score, filters or KBs is refused
+    by name instead of being silently half used; the scoring settings it takes are used."""
+    from kb_core.results import SearchRequest
+
+    chunk = kb.search(SearchRequest("keyword search", top_k=1, mode="keyword"))["data"]["chunks"][0]["id"]
+    for given, field in (
+        ({"top_k": 3}, "top_k"),
+        ({"min_score": 0.5}, "min_score"),
+        ({"doc_names": ["a.txt"]}, "doc_names"),
+        ({"kb_names": ["s"]}, "kb_names"),
+        ({"expand_graph": True}, "expand_graph"),
+    ):
+        refused = kb.explain_search(SearchRequest("keyword search", **given), chunk)
+        assert refused["error"]["code"] == "INVALID_ARGUMENT" and refused["error"]["details"]["field"] == field
+        assert field in refused["message"]
+    explained = kb.explain_search(SearchRequest("keyword search", mode="keyword"), chunk)
+    assert explained["success"] and explained["data"]["settings"]["mode"] == "keyword"
+
+
+def test_a_search_request_takes_lists_and_says_which_settings_were_given() -> None:
+    from kb_core.results import SearchRequest
+
+    request = SearchRequest("q", 3, "keyword", doc_names=["a.txt"], kb_names=None)  # type: ignore[arg-type]
+    assert request.doc_names == ("a.txt",) and request.kb_names == ()
+    assert request.filters.doc_names == ("a.txt",)
+    assert request.settings["top_k"] == 3 and request.settings["mode"] == "keyword"
+    assert request.settings["min_score"] is None  # not given: the KB's saved default applies

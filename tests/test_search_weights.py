@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 
 from kb_core import KnowledgeBaseService
+from kb_core.envelopes import Enveloped
+from kb_core.results import SearchRequest
 
 ENGLISH = {
     "paraphrase.txt": "Driving at a steady moderate speed and keeping the tyres inflated lowers how much petrol a "
@@ -43,7 +45,9 @@ def test_scores_lie_in_zero_one_in_every_mode_and_recompute(hashing_kb) -> None:
     for mode in ("hybrid", "semantic", "keyword"):
         for fusion in ("weighted", "rrf"):
             for query in (QUERY, "混合检索 分词", "zzzz nothing matches this"):
-                data = hashing_kb.search(query, mode=mode, fusion=fusion, top_k=6, jaccard_weight=0.1)["data"]
+                data = hashing_kb.search(SearchRequest(query, mode=mode, fusion=fusion, top_k=6, jaccard_weight=0.1))[
+                    "data"
+                ]
                 for hit in data["chunks"]:
                     b = hit["breakdown"]
                     assert 0.0 <= hit["score"] <= 1.0
@@ -52,17 +56,17 @@ def test_scores_lie_in_zero_one_in_every_mode_and_recompute(hashing_kb) -> None:
 
 
 def test_the_requested_weights_are_used_and_one_weight_alone_takes_the_complement(hashing_kb) -> None:
-    data = hashing_kb.search(QUERY, top_k=3)["data"]
+    data = hashing_kb.search(SearchRequest(QUERY, top_k=3))["data"]
     assert data["weights"]["used"] == pytest.approx({"vector": 0.7, "keyword": 0.3})
     assert data["weights"]["weighting"] == "fixed" and data["weights"]["notes"] == []
-    alone = hashing_kb.search(QUERY, top_k=3, vector_weight=0.2)["data"]
+    alone = hashing_kb.search(SearchRequest(QUERY, top_k=3, vector_weight=0.2))["data"]
     assert alone["settings"]["keyword_weight"] == pytest.approx(0.8)
     assert alone["weights"]["used"] == pytest.approx({"vector": 0.2, "keyword": 0.8})
     assert all(h["breakdown"]["vector_weight"] == pytest.approx(0.2) for h in alone["chunks"])
-    other = hashing_kb.search(QUERY, top_k=3, keyword_weight=0.9)["data"]
+    other = hashing_kb.search(SearchRequest(QUERY, top_k=3, keyword_weight=0.9))["data"]
     assert other["weights"]["used"] == pytest.approx({"vector": 0.1, "keyword": 0.9})
     # both given: their ratio is kept (normalised to sum to 1) and the request is recorded as given
-    both = hashing_kb.search(QUERY, top_k=3, vector_weight=0.2, keyword_weight=0.6)["data"]
+    both = hashing_kb.search(SearchRequest(QUERY, top_k=3, vector_weight=0.2, keyword_weight=0.6))["data"]
     assert both["weights"]["used"] == pytest.approx({"vector": 0.25, "keyword": 0.75})
     assert both["chunks"][0]["breakdown"]["requested_vector_weight"] == pytest.approx(0.2)
 
@@ -70,10 +74,10 @@ def test_the_requested_weights_are_used_and_one_weight_alone_takes_the_complemen
 def test_saved_auto_weighting_and_guard_setting_apply_until_a_call_overrides_them(hashing_kb) -> None:
     saved = hashing_kb.save_search_settings(weighting="auto", language_guard=False)
     assert saved["success"] and saved["data"]["search_settings"] == {"weighting": "auto", "language_guard": False}
-    data = hashing_kb.search(QUERY, top_k=3)["data"]
+    data = hashing_kb.search(SearchRequest(QUERY, top_k=3))["data"]
     assert data["settings"]["weighting"] == "auto" and data["settings"]["language_guard"] is False
     assert data["weights"]["used"] == pytest.approx(data["weights"]["auto"])
-    fixed = hashing_kb.search(QUERY, top_k=3, weighting="fixed")["data"]
+    fixed = hashing_kb.search(SearchRequest(QUERY, top_k=3, weighting="fixed"))["data"]
     assert fixed["weights"]["used"] == pytest.approx({"vector": 0.7, "keyword": 0.3})
     assert hashing_kb.save_search_settings(weighting="sometimes")["error"]["code"] == "INVALID_ARGUMENT"
 
@@ -82,7 +86,7 @@ def test_multi_kb_hits_merge_on_one_scale(hashing_kb, tmp_path: Path) -> None:
     """The same documents in two KBs get the same scores, so a merged list interleaves them fairly."""
     hashing_kb.create_knowledge_base("twin", 64, embedding_model="hashing")
     fill(hashing_kb, tmp_path / "twin", {**ENGLISH, **CHINESE}, "twin")
-    merged = hashing_kb.search(QUERY, kb_names=["w", "twin"], top_k=4)["data"]["chunks"]
+    merged = hashing_kb.search(SearchRequest(QUERY, kb_names=["w", "twin"], top_k=4))["data"]["chunks"]
     assert [h["kb_name"] for h in merged[:2]] in (["w", "twin"], ["twin", "w"])
     assert merged[0]["score"] == pytest.approx(merged[1]["score"])
 
@@ -93,7 +97,7 @@ def model_kb(tmp_path_factory: pytest.TempPathFactory):
     from kb_core.demo import demo_files
 
     root = tmp_path_factory.mktemp("weights-model")
-    session = KnowledgeBaseService(root / "home").session()
+    session = Enveloped(KnowledgeBaseService(root / "home").session())
     session.create_knowledge_base("real", 256, "all-MiniLM-L6-v2")
     session.select_knowledge_base("real")
     assert session.import_document([str(p) for p in demo_files()])["data"]["failed_count"] == 0
@@ -106,8 +110,8 @@ def test_moving_the_vector_weight_from_07_to_02_changes_the_ranking_and_breakdow
     # A query whose two signals disagree on some pair of hits (checked below): only then can a weight reorder them.
     # (Where they agree, as for "hybrid search weights" on the calibrated scale, every weight gives one ranking.)
     query = "how are scores explained"
-    at_07 = model_kb.search(query, top_k=5, vector_weight=0.7)["data"]["chunks"]
-    at_02 = model_kb.search(query, top_k=5, vector_weight=0.2)["data"]["chunks"]
+    at_07 = model_kb.search(SearchRequest(query, top_k=5, vector_weight=0.7))["data"]["chunks"]
+    at_02 = model_kb.search(SearchRequest(query, top_k=5, vector_weight=0.2))["data"]["chunks"]
     parts = [(h["breakdown"]["vector_normalized"], h["breakdown"]["keyword_normalized"]) for h in at_07]
     assert any(a[0] > b[0] and a[1] < b[1] for a in parts for b in parts), parts
     assert [h["id"] for h in at_07] != [h["id"] for h in at_02]
@@ -127,17 +131,21 @@ def test_moving_the_vector_weight_from_07_to_02_changes_the_ranking_and_breakdow
 @pytest.mark.model
 def test_a_score_threshold_separates_matching_from_unrelated_queries(model_kb) -> None:
     """Absolute scales: the best hit of an unrelated query scores far below the best hit of a matching one."""
-    matching = [model_kb.search(q, top_k=1)["data"]["chunks"][0]["score"] for q in (
-        "how are hybrid scores explained", "import legacy Word doc files", "what does a score breakdown show")]
+    matching = [
+        model_kb.search(SearchRequest(q, top_k=1))["data"]["chunks"][0]["score"]
+        for q in ("how are hybrid scores explained", "import legacy Word doc files", "what does a score breakdown show")
+    ]
     # an unrelated query may find nothing at all: no query term and no cosine above the model's floor (#25)
-    unrelated = [max((c["score"] for c in model_kb.search(q, top_k=1)["data"]["chunks"]), default=0.0) for q in (
-        "zebra saxophone orbit", "recipe for chocolate cake", "football match results")]
+    unrelated = [
+        max((c["score"] for c in model_kb.search(SearchRequest(q, top_k=1))["data"]["chunks"]), default=0.0)
+        for q in ("zebra saxophone orbit", "recipe for chocolate cake", "football match results")
+    ]
     assert max(unrelated) < min(matching), (unrelated, matching)
 
 
 @pytest.mark.model
 def test_the_language_guard_is_visible_and_can_be_switched_off(model_kb) -> None:
-    guarded = model_kb.search("混合检索", top_k=3)["data"]
+    guarded = model_kb.search(SearchRequest("混合检索", top_k=3))["data"]
     assert guarded["weights"]["used"] == pytest.approx({"vector": 0.0, "keyword": 1.0})
     assert guarded["weights"]["requested"] == pytest.approx({"vector": 0.7, "keyword": 0.3})
     assert any("language guard" in w and "Switch the language guard off" in w for w in guarded["warnings"])
@@ -145,8 +153,8 @@ def test_the_language_guard_is_visible_and_can_be_switched_off(model_kb) -> None
     # may put another document that uses both words more densely first)
     assert "混合检索.docx" in [c["doc_name"] for c in guarded["chunks"][:3]]
     assert any("language guard" in n for n in guarded["chunks"][0]["breakdown"]["notes"])
-    off = model_kb.search("混合检索", top_k=3, language_guard=False)["data"]
+    off = model_kb.search(SearchRequest("混合检索", top_k=3, language_guard=False))["data"]
     assert off["weights"]["used"] == pytest.approx({"vector": 0.7, "keyword": 0.3})
     assert any("requested weights are used" in w for w in off["warnings"])
-    english = model_kb.search(QUERY, top_k=3)["data"]
+    english = model_kb.search(SearchRequest(QUERY, top_k=3))["data"]
     assert english["warnings"] == [] and english["weights"]["used"] == pytest.approx({"vector": 0.7, "keyword": 0.3})

@@ -21,6 +21,7 @@ import httpx
 import pytest
 
 from kb_core import KnowledgeBaseService
+from kb_core.envelopes import Enveloped
 from kb_core.store.tokens import TokenStore
 
 pytestmark = pytest.mark.slow
@@ -47,7 +48,7 @@ def big_text(path: Path, paragraphs: int = 20_000) -> Path:
 
 def prepared(tmp_path: Path) -> tuple[Path, list[str]]:
     home = tmp_path / "home"
-    session = KnowledgeBaseService(home).session()
+    session = Enveloped(KnowledgeBaseService(home).session())
     assert session.create_knowledge_base("kb", 256, embedding_model="hashing")["success"]
     small = tmp_path / "small.txt"
     small.write_text("A small note about hybrid search. 一条关于混合检索的短笔记。", encoding="utf-8")
@@ -81,7 +82,7 @@ def terminate(process: subprocess.Popen[bytes] | subprocess.Popen[str]) -> float
 def assert_clean(home: Path) -> None:
     # looked at first: listing the documents removes the in-flight files of processes that died
     assert list(home.glob("kbs/*/staging/*")) == [] and list(home.glob("kbs/*/jobs/*")) == []
-    session = KnowledgeBaseService(home).session()
+    session = Enveloped(KnowledgeBaseService(home).session())
     documents = session.list_documents("kb")["data"]["documents"]
     assert [(d["name"], d["status"]) for d in documents] == [("small.txt", "ready")]  # the committed prefix only
     assert session.verify()["data"]["problems"] == []

@@ -20,6 +20,8 @@ import numpy as np
 import pytest
 
 from kb_core import KnowledgeBaseService
+from kb_core.envelopes import Enveloped
+from kb_core.results import SearchRequest
 from kb_core.transfer.format import FORMAT_VERSION, MANIFEST_MEMBER, TransferLimits
 from tests.bounded import run_bounded
 from tests.lying_zip import claim_compressed_size
@@ -63,7 +65,7 @@ def home_listing(root: Path) -> dict[str, str]:
 
 
 def search_rows(session: Any, kb_name: str, query: str, mode: str) -> list[tuple[Any, ...]]:
-    envelope = session.search(query, mode=mode, top_k=10, kb_names=[kb_name], explain=True)
+    envelope = session.search(SearchRequest(query, mode=mode, top_k=10, kb_names=[kb_name], explain=True))
     assert envelope["success"], envelope["message"]
     rows = []
     for chunk in envelope["data"]["chunks"]:
@@ -106,7 +108,7 @@ def source(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         (files / name).write_text(text, encoding="utf-8")
     (files / "deleted.txt").write_text("This document is deleted before the export. " * 10, encoding="utf-8")
     service = KnowledgeBaseService(root / "home")
-    session = service.session()
+    session = Enveloped(service.session())
     for name in ("english", "中文"):
         assert session.create_knowledge_base(name, 64, embedding_model="hashing")["success"]
     english = [files / "photosynthesis.txt", files / "lighthouse.txt", files / "deleted.txt", DOCS / "docx-rs/aa.docx"]
@@ -124,7 +126,7 @@ def source(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 def fresh_session(path: Path) -> Any:
-    return KnowledgeBaseService(path).session()
+    return Enveloped(KnowledgeBaseService(path).session())
 
 
 # -- round trip ----------------------------------------------------------------------------------------------------
@@ -168,15 +170,15 @@ def test_round_trip_into_an_empty_home_gives_the_same_search_results(source: dic
     from kb_core.retrieval.near_duplicates import text_signatures
     from kb_core.store import catalog
 
-    for record in target.visible_kbs():
-        for segment in target.service.reader(record.id).snapshot().segments:
+    for record in target.operations.visible_kbs():
+        for segment in target.operations.service.reader(record.id).snapshot().segments:
             stored = catalog.signatures_of(segment.row_store)
             assert stored is not None
             expected = text_signatures(segment.chunks.column("content").to_pylist())
             assert stored.sketch.tolist() == expected.sketch.tolist()
     listed = {kb["name"]: kb for kb in target.list_knowledge_bases()["data"]["knowledge_bases"]}
     assert listed["中文"]["embedding_model"] == "hashing"
-    assert target.search("长城", kb_names=["中文"])["data"]["settings"]["top_k"] == 7
+    assert target.search(SearchRequest("长城", kb_names=["中文"]))["data"]["settings"]["top_k"] == 7
     # the Chinese .doc came through with its text, and its kept original still re-chunks
     doc = next(d for d in target.list_documents(kb_name="中文")["data"]["documents"] if d["file_type"] == "doc")
     text = target.get_item(doc["id"])["data"]["text"]
@@ -241,13 +243,13 @@ def test_api_keys_are_never_exported(tmp_path: Path) -> None:
     target = fresh_session(tmp_path / "other")
     envelope = target.import_database(export)
     assert envelope["success"] and "'remote'" in envelope["message"] and "key" in envelope["message"]
-    record = target.resolve_kb("remote")
+    record = target.operations.resolve_kb("remote")
     assert not record.has_api_key and record.embedding_endpoint == "http://127.0.0.1:9/v1"
 
 
 def test_export_while_another_thread_imports_is_a_committed_state(tmp_path: Path) -> None:
     service = KnowledgeBaseService(tmp_path / "home")
-    session = service.session()
+    session = Enveloped(service.session())
     assert session.create_knowledge_base("busy", 64, embedding_model="hashing")["success"]
     files = []
     for number in range(8):
@@ -258,7 +260,7 @@ def test_export_while_another_thread_imports_is_a_committed_state(tmp_path: Path
 
     def writer() -> None:
         for path in files:
-            result = service.session().import_document([str(path)], kb_name="busy")
+            result = Enveloped(service.session()).import_document([str(path)], kb_name="busy")
             if not result["success"]:
                 errors.append(result["message"])
 
@@ -433,7 +435,8 @@ def import_in_a_bounded_child(home: Path, export: Path, file_mb: int | None = No
     return run_bounded(
         f"""
         from kb_core import KnowledgeBaseService
-        result = KnowledgeBaseService({str(home)!r}).session().import_database({str(export)!r})
+        from kb_core.envelopes import Enveloped
+        result = Enveloped(KnowledgeBaseService({str(home)!r}).session()).import_database({str(export)!r})
         print("code:", result["error"]["code"] if not result["success"] else "none", result["message"])
         """,
         memory_mb=512,
@@ -654,7 +657,7 @@ def test_failure_at_the_commit_leaves_the_home_unchanged(
     def broken(records: Any) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(session.service.home, "_write_registry", broken)
+    monkeypatch.setattr(session.operations.service.home, "_write_registry", broken)
     envelope = session.import_database(source["export"])
     assert not envelope["success"]
     assert home_listing(root) == before
@@ -728,7 +731,7 @@ def graph_of(session: Any, kb_name: str) -> tuple[list[dict[str, Any]], list[dic
 
 
 def shadow_files(home: Path, session: Any, kb_name: str) -> dict[str, bytes]:
-    folder = home / "kbs" / session.resolve_kb(kb_name).id / "graph" / "shadow"
+    folder = home / "kbs" / session.operations.resolve_kb(kb_name).id / "graph" / "shadow"
     return {
         str(p.relative_to(folder)): p.read_bytes()
         for p in sorted(folder.rglob("*"))
@@ -741,7 +744,7 @@ def graph_export(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """A home with a KB holding a TXT document and an imported bundle (documents + references), and its export."""
     root = tmp_path_factory.mktemp("graph")
     service = KnowledgeBaseService(root / "home")
-    session = service.session()
+    session = Enveloped(service.session())
     assert session.create_knowledge_base("graph", 64, embedding_model="hashing")["success"]
     assert session.create_knowledge_base("plain", 64, embedding_model="hashing")["success"]
     (root / "photosynthesis.txt").write_text(ENGLISH, encoding="utf-8")
@@ -782,8 +785,8 @@ def test_graph_round_trip_into_an_empty_home(graph_export: dict[str, Any], tmp_p
     for query in GRAPH_QUERIES:
         for mode in ("hybrid", "keyword", "semantic"):
             assert_same_results(search_rows(original, "graph", query, mode), search_rows(target, "graph", query, mode))
-        before = original.search(query, top_k=2, kb_names=["graph"], expand_graph=True)["data"]["chunks"]
-        after = target.search(query, top_k=2, kb_names=["graph"], expand_graph=True)["data"]["chunks"]
+        before = original.search(SearchRequest(query, top_k=2, kb_names=["graph"], expand_graph=True))["data"]["chunks"]
+        after = target.search(SearchRequest(query, top_k=2, kb_names=["graph"], expand_graph=True))["data"]["chunks"]
         assert [(c["id"], c.get("expanded", False), c.get("graph")) for c in before] == [
             (c["id"], c.get("expanded", False), c.get("graph")) for c in after
         ]
@@ -819,14 +822,15 @@ def test_graph_links_follow_fresh_ids_and_renamed_documents(graph_export: dict[s
     assert not {n["doc_id"] for n in linked} & {
         n["doc_id"] for n in graph_nodes(tmp_path / "home", target, "graph").values()
     }
-    hits = target.search("lighthouse keeper", top_k=1, kb_names=[copy], expand_graph=True)["data"]["chunks"]
+    request = SearchRequest("lighthouse keeper", top_k=1, kb_names=[copy], expand_graph=True)
+    hits = target.search(request)["data"]["chunks"]
     assert hits[0]["doc_name"] == "doc-001" and {h["doc_name"] for h in hits[1:]} == {"doc-002", "doc-003"}
 
 
 def graph_nodes(home: Path, session: Any, kb_name: str) -> dict[str, dict[str, Any]]:
     from kb_core.bundles.graph import GraphStore
 
-    return GraphStore(home / "kbs" / session.resolve_kb(kb_name).id).load().nodes
+    return GraphStore(home / "kbs" / session.operations.resolve_kb(kb_name).id).load().nodes
 
 
 def _graph_member(export: Path) -> tuple[str, dict[str, Any]]:
@@ -918,7 +922,7 @@ def _empty_bundle(tmp_path: Path) -> Path:
 
 def test_export_while_bundles_import_holds_matching_graph_and_documents(tmp_path: Path) -> None:
     service = KnowledgeBaseService(tmp_path / "home")
-    session = service.session()
+    session = Enveloped(service.session())
     assert session.create_knowledge_base("busy", 64, embedding_model="hashing")["success"]
     errors: list[str] = []
 
@@ -931,7 +935,7 @@ def test_export_while_bundles_import_holds_matching_graph_and_documents(tmp_path
                 * (number > 0),
                 encoding="utf-8",
             )
-            result = service.session().import_knowledge_bundle(str(bundle), kb_name="busy")
+            result = Enveloped(service.session()).import_knowledge_bundle(str(bundle), kb_name="busy")
             if not result["success"]:
                 errors.append(result["message"])
 
@@ -983,7 +987,7 @@ def test_a_killed_import_db_leaves_staging_that_verify_reports_and_the_next_open
     assert len(leftovers) == 1 and sum(f.stat().st_size for f in leftovers[0].rglob("*") if f.is_file()) > 0
     problems = verify_home(service.home)
     assert len(problems) == 1 and leftovers[0].name in problems[0] and "import-db" in problems[0], problems
-    assert service.session().list_knowledge_bases()["data"]["knowledge_bases"] == []  # nothing half-imported
+    assert Enveloped(service.session()).list_knowledge_bases()["data"]["knowledge_bases"] == []  # nothing half-imported
     reopened = KnowledgeBaseService(home)  # the next open of the home removes it
     assert _staging(home) == [] and list(home.glob(".transfer-*")) == []
     assert verify_home(reopened.home) == []

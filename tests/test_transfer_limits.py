@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from kb_core import KnowledgeBaseService
+from kb_core.envelopes import Enveloped
 from kb_core.transfer import archive
 from kb_core.transfer.format import TransferLimits
 from tests.bounded import run_bounded
@@ -31,7 +32,9 @@ def test_a_repeated_member_name_among_50001_is_refused_in_bounded_time(tmp_path:
         f"""
         from pathlib import Path
         from kb_core import KnowledgeBaseService
-        envelope = KnowledgeBaseService(Path({str(tmp_path / "home")!r})).session().import_database({str(bad)!r})
+        from kb_core.envelopes import Enveloped
+        session = Enveloped(KnowledgeBaseService(Path({str(tmp_path / "home")!r})).session())
+        envelope = session.import_database({str(bad)!r})
         print(envelope["error"]["code"], envelope["message"])
         """,
         memory_mb=2048,
@@ -48,7 +51,7 @@ def test_the_member_limit_comes_before_the_directory_is_parsed(
     def parsed(*args: object, **kwargs: object) -> None:
         raise AssertionError("the member directory was parsed before the member limit was applied")
 
-    session = KnowledgeBaseService(tmp_path / "home").session()
+    session = Enveloped(KnowledgeBaseService(tmp_path / "home").session())
     monkeypatch.setattr(archive.zipfile, "ZipFile", parsed)
     envelope = session.import_database(str(bad), limits=TransferLimits(max_members=100))
     assert envelope["error"]["code"] == "INVALID_IMPORT_FILE", envelope

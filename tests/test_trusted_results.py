@@ -13,6 +13,8 @@ import pytest
 from docx import Document
 
 from kb_core import KnowledgeBaseService
+from kb_core.envelopes import Enveloped
+from kb_core.results import SearchRequest
 from kb_core.retrieval.analysis import default_analyzer
 from kb_core.retrieval.highlight import highlight_spans
 from kb_core.retrieval.stopwords import CHINESE_STOP_WORDS, ENGLISH_STOP_WORDS
@@ -96,7 +98,7 @@ def test_bigrams_reaching_into_a_stop_word_support_a_match_but_never_make_one(tm
     assert analyzer.query_terms("什么是").support == () and analyzer.query_terms(BLOG_QUERY).support == ()
     assert analyzer.query_terms("什么是BM25").support == ()
     assert "么是" not in analyzer.query_terms("什么是知识库").support
-    session = KnowledgeBaseService(tmp_path / "home").session()
+    session = Enveloped(KnowledgeBaseService(tmp_path / "home").session())
     assert session.create_knowledge_base("tea", 64, "hashing")["success"]
     session.select_knowledge_base("tea")
     paths = []
@@ -105,12 +107,12 @@ def test_bigrams_reaching_into_a_stop_word_support_a_match_but_never_make_one(tm
         paths.append(str(tmp_path / name))
     assert session.import_document(paths)["data"]["failed_count"] == 0
     for mode in ("keyword", "hybrid"):
-        result = session.search(TEA_QUERY, mode=mode, top_k=10)["data"]
+        result = session.search(SearchRequest(TEA_QUERY, mode=mode, top_k=10))["data"]
         assert [hit["doc_name"] for hit in result["chunks"]] == ["八十度的水.txt", "八十度水.txt"], mode
         assert {"的水", "度的"} <= set(result["query_terms"]["support"])
         assert all(not {"的水", "度的"} & set(hit["matched_terms"]) for hit in result["chunks"])
-    best = session.search(TEA_QUERY, mode="keyword", top_k=1)["data"]["chunks"][0]
-    explained = session.explain_search(TEA_QUERY, best["id"], mode="keyword")["data"]
+    best = session.search(SearchRequest(TEA_QUERY, mode="keyword", top_k=1))["data"]["chunks"][0]
+    explained = session.explain_search(SearchRequest(TEA_QUERY, mode="keyword"), best["id"])["data"]
     assert explained["support_terms"] == ["度的", "的水"]
     words = " ".join(explained["explanation"])
     assert "2 Chinese character pairs" in words and "的水" not in words and "度的" not in words
@@ -120,8 +122,10 @@ def test_bigrams_reaching_into_a_stop_word_support_a_match_but_never_make_one(tm
     reference = sum(math.log1p((len(rows) - df + 0.5) / (df + 0.5)) for df in dfs if df)
     assert explained["breakdown"]["keyword_reference"] == pytest.approx(reference, rel=1e-9)
     # the same query terms with and without the stop word 的: it adds to the chunk that holds 的水, to no other
-    spaced, joined = ({h["doc_name"]: h["score"] for h in session.search(q, mode="keyword")["data"]["chunks"]}
-                      for q in ("绿茶 水", "绿茶的水"))
+    spaced, joined = (
+        {h["doc_name"]: h["score"] for h in session.search(SearchRequest(q, mode="keyword"))["data"]["chunks"]}
+        for q in ("绿茶 水", "绿茶的水")
+    )
     assert joined["八十度的水.txt"] > spaced["八十度的水.txt"]
     assert joined["八十度水.txt"] == pytest.approx(spaced["八十度水.txt"], rel=1e-12)
 
@@ -143,11 +147,11 @@ def test_a_query_of_only_stop_words_has_no_keyword_term_and_says_so(hashing_sess
         terms = analyzer.query_terms(query)
         assert terms.only_stop_words and terms.terms == () and terms.support == () and list(terms.stop_words) == stop
     for mode in ("keyword", "hybrid"):
-        result = hashing_session.search("how do I", mode=mode, top_k=5)
+        result = hashing_session.search(SearchRequest("how do I", mode=mode, top_k=5))
         assert result["data"]["query_terms"]["only_stop_words"], mode
         assert "holds only stop words (how, do, I)" in result["message"], mode
         assert all(not hit["matched_terms"] for hit in result["data"]["chunks"]), mode
-    assert hashing_session.search("how do I", mode="keyword", top_k=5)["data"]["chunks"] == []
+    assert hashing_session.search(SearchRequest("how do I", mode="keyword", top_k=5))["data"]["chunks"] == []
 
 
 def test_the_shipped_chinese_list_is_the_documented_rule_applied_to_its_source() -> None:
@@ -171,7 +175,11 @@ def marked(text: str, terms: list[str]) -> list[str]:
 def test_highlights_mark_whole_words_and_stems_never_word_insides_stop_words_or_letters() -> None:
     text = "This is the mailserver section; configuring it means you configure the Blog."
     assert marked(text, ["i", "is", "configur", "blog", "mailserv", "section"]) == [
-        "mailserver", "section", "configuring", "configure", "Blog",
+        "mailserver",
+        "section",
+        "configuring",
+        "configure",
+        "Blog",
     ]
     assert marked(text, ["thi", "the", "i"]) == []  # stop words and one-letter terms are never marked
 
@@ -188,7 +196,7 @@ def test_highlights_mark_the_chinese_terms_as_the_analyzer_cut_them() -> None:
 
 @pytest.fixture
 def hashing_session(tmp_path: Path):
-    session = KnowledgeBaseService(tmp_path / "home").session()
+    session = Enveloped(KnowledgeBaseService(tmp_path / "home").session())
     assert session.create_knowledge_base("notes", 64, "hashing")["success"]
     session.select_knowledge_base("notes")
     assert session.import_document(write_files(tmp_path / "files"))["data"]["failed_count"] == 0
@@ -197,32 +205,33 @@ def hashing_session(tmp_path: Path):
 
 def test_min_score_hides_hits_below_it_says_how_many_and_is_saved_per_kb(hashing_session) -> None:
     query = "mail server section notes"
-    everything = hashing_session.search(query, mode="keyword", top_k=5)["data"]
+    everything = hashing_session.search(SearchRequest(query, mode="keyword", top_k=5))["data"]
     scores = [c["score"] for c in everything["chunks"]]
     assert len(scores) >= 2 and everything["below_min_score"] == 0
     cut = (scores[0] + scores[1]) / 2
-    result = hashing_session.search(query, mode="keyword", top_k=5, min_score=cut)
+    result = hashing_session.search(SearchRequest(query, mode="keyword", top_k=5, min_score=cut))
     assert [c["score"] for c in result["data"]["chunks"]] == scores[:1]
     assert result["data"]["below_min_score"] == len(scores) - 1
     assert f"{len(scores) - 1} hit(s) below {cut:.2f} not shown" in result["message"]
     assert hashing_session.save_search_settings(min_score=cut)["success"]
-    assert len(hashing_session.search(query, mode="keyword", top_k=5)["data"]["chunks"]) == 1
-    bad = hashing_session.search(BLOG_QUERY, min_score=1.5)
+    assert len(hashing_session.search(SearchRequest(query, mode="keyword", top_k=5))["data"]["chunks"]) == 1
+    bad = hashing_session.search(SearchRequest(BLOG_QUERY, min_score=1.5))
     assert bad["error"]["code"] == "INVALID_ARGUMENT" and "min_score" in bad["message"]
 
 
 def test_search_knowledge_base_drops_copies_from_another_kb_and_says_how_many(hashing_session, tmp_path) -> None:
-    from kb_core.mcp.library import search_library
     from kb_core.mcp.results import hits_text
 
     assert hashing_session.create_knowledge_base("copy", 64, "hashing")["success"]
     assert hashing_session.import_document(write_files(tmp_path / "again"), kb_name="copy")["success"]
-    result = search_library(hashing_session, "configure the blog ini file", 8, "keyword")
+    result = hashing_session.search_knowledge_base("configure the blog ini file", 8, "keyword")
     texts = [h["snippet"] for h in result["data"]["hits"]]
     assert len(texts) == len(set(texts)) and result["data"]["duplicates_dropped"] >= 1
     assert "dropped: the same text as a better-ranked hit from another knowledge base" in hits_text(result)
     # an ordinary search over the two KBs still shows both copies (only search_knowledge_base drops them)
-    both = hashing_session.search("configure the blog ini file", mode="keyword", kb_names=["notes", "copy"])
+    both = hashing_session.search(
+        SearchRequest("configure the blog ini file", mode="keyword", kb_names=["notes", "copy"])
+    )
     assert {c["kb_name"] for c in both["data"]["chunks"][:2]} == {"notes", "copy"}
 
 
@@ -236,7 +245,7 @@ def test_import_message_gives_each_failed_files_reason(hashing_session, tmp_path
 
 
 def test_create_refuses_a_model_that_is_neither_installed_nor_cached(tmp_path: Path) -> None:
-    session = KnowledgeBaseService(tmp_path / "home").session()
+    session = Enveloped(KnowledgeBaseService(tmp_path / "home").session())
     result = session.create_knowledge_base("remote model", 256, "BAAI/bge-m3")
     assert result["error"]["code"] == "INVALID_ARGUMENT"
     assert "BAAI/bge-m3" in result["message"] and "all-MiniLM-L6-v2" in result["message"]
@@ -247,8 +256,12 @@ def test_create_refuses_a_model_that_is_neither_installed_nor_cached(tmp_path: P
 def test_cli_messages_name_the_cli_command(tmp_path: Path) -> None:
     home = tmp_path / "home"
     run = [sys.executable, "-m", "kb_core.cli", "--home", str(home)]
-    created = subprocess.run([*run, "create", "cli kb", "--chunk-size", "64", "--embedding-model", "hashing"],
-                             capture_output=True, text=True, cwd=REPO)
+    created = subprocess.run(
+        [*run, "create", "cli kb", "--chunk-size", "64", "--embedding-model", "hashing"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert created.returncode == 0 and "`kb select NAME`" in created.stdout
     assert "select_knowledge_base" not in created.stdout
     searched = subprocess.run([*run, "search", "anything"], capture_output=True, text=True, cwd=REPO)
@@ -292,7 +305,7 @@ def test_mcp_search_tools_document_their_defaults_and_take_every_knob() -> None:
 def model_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A KB with the real model: a tea document, an unrelated Chinese notice, a blog/INI page, mail notes."""
     root = tmp_path_factory.mktemp("trusted")
-    session = KnowledgeBaseService(root / "home").session()
+    session = Enveloped(KnowledgeBaseService(root / "home").session())
     assert session.create_knowledge_base("real", 256, "all-MiniLM-L6-v2")["success"]
     session.select_knowledge_base("real")
     assert session.import_document(write_files(root / "files"))["data"]["failed_count"] == 0
@@ -301,7 +314,7 @@ def model_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def model_session(model_home: Path):
-    session = KnowledgeBaseService(model_home).session()
+    session = Enveloped(KnowledgeBaseService(model_home).session())
     session.select_knowledge_base("real")
     return session
 
@@ -309,7 +322,7 @@ def model_session(model_home: Path):
 @pytest.mark.model
 @pytest.mark.parametrize("mode", ["hybrid", "semantic", "keyword"])
 def test_the_tea_query_finds_the_tea_document_and_no_filler(model_session, mode: str) -> None:
-    data = model_session.search(TEA_QUERY, mode=mode, top_k=8)["data"]
+    data = model_session.search(SearchRequest(TEA_QUERY, mode=mode, top_k=8))["data"]
     for hit in data["chunks"]:
         assert hit["score"] > 0 and not only_stop_words(hit["matched_terms"]), hit
         assert hit["doc_name"] != "年会通知.docx"  # matched only 的 before #25
@@ -324,7 +337,7 @@ def test_the_tea_query_finds_the_tea_document_and_no_filler(model_session, mode:
 @pytest.mark.model
 @pytest.mark.parametrize("mode", ["hybrid", "semantic", "keyword"])
 def test_the_blog_query_hits_have_evidence_beyond_stop_words(model_session, mode: str) -> None:
-    data = model_session.search(BLOG_QUERY, mode=mode, top_k=8)["data"]
+    data = model_session.search(SearchRequest(BLOG_QUERY, mode=mode, top_k=8))["data"]
     assert data["chunks"][0]["doc_name"] == "blog_setup.docx"
     floor = data["semantic_floor"]
     assert data["query_terms"]["stop_words"] == ["How", "do", "I"]
@@ -340,13 +353,12 @@ def test_the_blog_query_hits_have_evidence_beyond_stop_words(model_session, mode
 
 @pytest.mark.model
 def test_zero_score_filler_and_rag_padding_are_gone(model_session) -> None:
-    from kb_core.mcp.library import search_library
     from kb_core.mcp.results import hits_text
 
-    result = model_session.search("绿茶 冲泡", top_k=8)
+    result = model_session.search(SearchRequest("绿茶 冲泡", top_k=8))
     assert [c["doc_name"] for c in result["data"]["chunks"]] == ["绿茶冲泡.docx"]
     assert result["data"]["without_evidence"] > 0 and "left out" in result["message"]
-    listed = hits_text(search_library(model_session, "绿茶 冲泡", 8, "hybrid"))
+    listed = hits_text(model_session.search_knowledge_base("绿茶 冲泡", 8, "hybrid"))
     assert "(0.00)" not in listed and "绿茶冲泡.docx" in listed
     rag = model_session.rag_search(["绿茶", "水温"], top_k=3)["data"]
     assert rag["chunks"] and all(c["matched_keywords"] >= 1 and c["score"] > 0 for c in rag["chunks"])
@@ -363,7 +375,7 @@ def test_semantic_floor_is_measured_per_model_and_script(model_session) -> None:
     assert 0 < english.floor < 0.5 < chinese.floor  # an English-only model scores unrelated Chinese text high
     assert english.top == pytest.approx(1.0) == chinese.top  # no prompts: a text as query and as document is one vector
     assert hashing.floor != pytest.approx(english.floor)
-    blog = model_session.search(BLOG_QUERY, mode="semantic", top_k=1)["data"]["chunks"][0]
+    blog = model_session.search(SearchRequest(BLOG_QUERY, mode="semantic", top_k=1))["data"]["chunks"][0]
     assert blog["breakdown"]["vector_score"] > english.floor
 
 
@@ -377,8 +389,9 @@ def test_cli_and_mcp_show_no_zero_or_stop_word_only_hits(model_home: Path, tmp_p
     run = [sys.executable, "-m", "kb_core.cli", "--home", str(model_home)]
     subprocess.run([*run, "select", "real"], check=True, capture_output=True, cwd=REPO)
     for query in (TEA_QUERY, BLOG_QUERY):
-        out = subprocess.run([*run, "--json", "search", query, "--top-k", "8"], capture_output=True, text=True,
-                             cwd=REPO, check=True)
+        out = subprocess.run(
+            [*run, "--json", "search", query, "--top-k", "8"], capture_output=True, text=True, cwd=REPO, check=True
+        )
         chunks = json.loads(out.stdout)["data"]["chunks"]
         assert chunks and all(c["score"] > 0 and not only_stop_words(c["matched_terms"]) for c in chunks)
     text = subprocess.run([*run, "search", TEA_QUERY, "--explain"], capture_output=True, text=True, cwd=REPO).stdout

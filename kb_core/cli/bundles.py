@@ -7,13 +7,13 @@ import json
 from typing import TYPE_CHECKING
 
 from kb_core.cli.common import Commands
-from kb_core.envelope import Envelope
+from kb_core.envelopes import Envelope
 
 if TYPE_CHECKING:
-    from kb_core.session import Session
+    from kb_core.envelopes import Enveloped
 
 
-def _schema(session: Session, args: argparse.Namespace) -> Envelope:
+def _schema(session: Enveloped, args: argparse.Namespace) -> Envelope:
     return session.get_knowledge_schema(args.kb)
 
 
@@ -23,7 +23,7 @@ def _render_schema(envelope: Envelope) -> str:
     return f"{schema}\n\n# example bundle\n{data['example_yaml']}"
 
 
-def _bundle_import(session: Session, args: argparse.Namespace) -> Envelope:
+def _bundle_import(session: Enveloped, args: argparse.Namespace) -> Envelope:
     return session.import_knowledge_bundle(args.file, args.kb, delete_file=args.delete)
 
 
@@ -31,7 +31,7 @@ def _render_import(envelope: Envelope) -> str:
     return "\n".join(f"  {key}: {value}" for key, value in envelope["data"]["stats"].items())
 
 
-def _ontology_show(session: Session, args: argparse.Namespace) -> Envelope:
+def _ontology_show(session: Enveloped, args: argparse.Namespace) -> Envelope:
     return session.get_ontology(args.kb)
 
 
@@ -41,7 +41,7 @@ def _render_ontology(envelope: Envelope) -> str:
     return yaml.safe_dump(envelope["data"]["ontology"], sort_keys=False, allow_unicode=True)
 
 
-def _ontology_set(session: Session, args: argparse.Namespace) -> Envelope:
+def _ontology_set(session: Enveloped, args: argparse.Namespace) -> Envelope:
     return session.set_ontology(args.file, args.kb)
 
 

@@ -8,11 +8,11 @@ import argparse
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from kb_core.envelope import Envelope
+from kb_core.envelopes import Envelope
 from kb_core.i18n import DEFAULT_LANGUAGE, localize, translate
 
 if TYPE_CHECKING:
-    from kb_core.session import Session
+    from kb_core.envelopes import Enveloped
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 EXIT_SOME_FAILED = 3  # the command ran, but some of its items (files of an import) failed: each says why
@@ -29,8 +29,9 @@ def exit_status(envelope: Envelope) -> int:
         return EXIT_SOME_FAILED
     return EXIT_OK
 
-# A handler runs one session operation for the parsed command line; a renderer turns its envelope into text.
-Handler = Callable[["Session", argparse.Namespace], Envelope]
+# A handler runs one session operation for the parsed command line (the session answers envelopes); a renderer turns
+# its envelope into text.
+Handler = Callable[["Enveloped", argparse.Namespace], Envelope]
 Renderer = Callable[[Envelope], str]
 # The top-level parser's sub-commands: each group's ``register`` adds its commands to it.
 Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"

@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING, Any
 
 from kb_core.cli.common import Commands, say, t, table
 from kb_core.config import DEFAULT_KEYWORD_WEIGHT, DEFAULT_VECTOR_WEIGHT, FUSION_METHODS, SEARCH_MODES, WEIGHTINGS
-from kb_core.envelope import Envelope
+from kb_core.envelopes import Envelope
 
 if TYPE_CHECKING:
-    from kb_core.session import Session
+    from kb_core.envelopes import Enveloped
 
 
-def _import(session: Session, args: argparse.Namespace) -> Envelope:
+def _import(session: Enveloped, args: argparse.Namespace) -> Envelope:
     """Import as a job of the service (#34), with a progress line (what it does now, files, chunks, rate, time left)
     on a terminal. The first Ctrl-C or SIGTERM cancels the import cleanly (its parser processes and embedding stop
     within seconds, what was committed stays, the result lists the rest as cancelled); a second Ctrl-C aborts."""
@@ -139,22 +139,26 @@ def _render_docs(envelope: Envelope) -> str:
     )
 
 
-def _search(session: Session, args: argparse.Namespace) -> Envelope:
+def _search(session: Enveloped, args: argparse.Namespace) -> Envelope:
+    from kb_core.results import SearchRequest
+
     return session.search(
-        args.query,
-        top_k=args.top_k,
-        mode=args.mode,
-        vector_weight=args.vector_weight,
-        keyword_weight=args.keyword_weight,
-        jaccard_weight=args.jaccard_weight,
-        fusion=args.fusion,
-        doc_names=args.doc or None,
-        file_types=args.file_type or None,
-        kb_names=args.kb or None,
-        explain=args.explain or args.json,
-        weighting=args.weighting,
-        language_guard=args.language_guard,
-        min_score=args.min_score,
+        SearchRequest(
+            args.query,
+            top_k=args.top_k,
+            mode=args.mode,
+            vector_weight=args.vector_weight,
+            keyword_weight=args.keyword_weight,
+            jaccard_weight=args.jaccard_weight,
+            fusion=args.fusion,
+            doc_names=args.doc or (),
+            file_types=args.file_type or (),
+            kb_names=args.kb or (),
+            explain=args.explain or args.json,
+            weighting=args.weighting,
+            language_guard=args.language_guard,
+            min_score=args.min_score,
+        )
     )
 
 
@@ -220,7 +224,7 @@ def _render_search(envelope: Envelope) -> str:
     return "\n".join(lines) or t("(no results)")
 
 
-def _save_settings(session: Session, args: argparse.Namespace) -> Envelope:
+def _save_settings(session: Enveloped, args: argparse.Namespace) -> Envelope:
     return session.save_search_settings(
         kb_name=args.kb,
         mode=args.mode,

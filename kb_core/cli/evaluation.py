@@ -12,12 +12,13 @@ from typing import TYPE_CHECKING, Any
 
 from kb_core.cli.common import Commands, say, t
 from kb_core.config import DEFAULT_VECTOR_WEIGHT, FUSION_METHODS, SEARCH_MODES, WEIGHTINGS
-from kb_core.envelope import Envelope, envelope_of
+from kb_core.envelopes import Envelope, envelope_of
 from kb_core.i18n import msg
 from kb_core.results import JSONResult
 
 if TYPE_CHECKING:
-    from kb_core.session import Session
+    from kb_core.envelopes import Enveloped
+    from kb_core.operations import Operations
 
 _BAR: Any = None
 
@@ -40,12 +41,12 @@ def _progress(stage: str, done: int, total: int) -> None:
         _BAR = None
 
 
-def eval_handler(session: Session, args: argparse.Namespace) -> Envelope:
+def eval_handler(session: Enveloped, args: argparse.Namespace) -> Envelope:
     """``kb eval``: :func:`run_eval`'s envelope."""
-    return envelope_of(run_eval, session, args)
+    return envelope_of(run_eval, session.operations, args)
 
 
-def run_eval(session: Session, args: argparse.Namespace) -> JSONResult:
+def run_eval(session: Operations, args: argparse.Namespace) -> JSONResult:
     from kb_core.errors import InvalidArgument
     from kb_core.evaluation import EvaluationRequest, best_sweep_setting, run_evaluation, save_best
 

@@ -6,17 +6,17 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 from kb_core.cli.common import Commands, t
-from kb_core.envelope import Envelope
+from kb_core.envelopes import Envelope
 
 if TYPE_CHECKING:
-    from kb_core.session import Session
+    from kb_core.envelopes import Enveloped
 
 
-def _info(session: Session, args: argparse.Namespace) -> Envelope:
+def _info(session: Enveloped, args: argparse.Namespace) -> Envelope:
     envelope: Envelope = session.device_info()
     if envelope["success"]:
-        envelope["data"]["home"] = str(session.service.home.root)
-        envelope["data"]["store"] = session.service.store.label
+        envelope["data"]["home"] = str(session.operations.service.home.root)
+        envelope["data"]["store"] = session.operations.service.store.label
         models = session.embedding_models()
         if models["success"]:
             envelope["data"]["models"] = models["data"]["models"]

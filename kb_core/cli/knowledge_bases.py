@@ -8,10 +8,10 @@ import sys
 from typing import TYPE_CHECKING
 
 from kb_core.cli.common import Commands, UsageError, t, table
-from kb_core.envelope import Envelope
+from kb_core.envelopes import Envelope
 
 if TYPE_CHECKING:
-    from kb_core.session import Session
+    from kb_core.envelopes import Enveloped
 
 API_KEY_VARIABLE = "KB_EMBEDDING_API_KEY"
 
@@ -46,7 +46,7 @@ def _api_key(args: argparse.Namespace) -> str | None:
     return None
 
 
-def _create(session: Session, args: argparse.Namespace) -> Envelope:
+def _create(session: Enveloped, args: argparse.Namespace) -> Envelope:
     return session.create_knowledge_base(
         args.name, args.chunk_size, args.embedding_model, args.embedding_endpoint, _api_key(args)
     )

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 
 from kb_core.cli import bundles, documents, evaluation, info, knowledge_bases, mcp, transfer
 from kb_core.cli.common import EXIT_CLOSED_PIPE, Commands, UsageError, exit_status, say, set_language, t
-from kb_core.envelope import Envelope, failure
+from kb_core.envelopes import Envelope, Enveloped, failure
 from kb_core.i18n import LANGUAGES, language_from_environment
 
 HTTP_CLIENT_LOGGERS = ("httpx", "httpcore", "urllib3", "h11", "hpack")
@@ -116,7 +116,8 @@ def _run(argv: Sequence[str] | None) -> int:
         envelope: Envelope = failure(exc)
     else:
         try:
-            envelope = args.handler(service.session(CLI_SESSION, select_hint="`kb select NAME`"), args)
+            session = Enveloped(service.session(CLI_SESSION, select_hint="`kb select NAME`"))
+            envelope = args.handler(session, args)
         except UsageError as exc:
             parser.error(say(exc.args[0]) if exc.args else str(exc))
     if args.json:

@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING
 
 from kb_core.cli.common import Commands, say, t, table
 from kb_core.config import DEFAULT_HTTP_PORT, DEFAULT_RATE_PER_HOUR
-from kb_core.envelope import Envelope
+from kb_core.envelopes import Envelope
 from kb_core.i18n import msg
 
 if TYPE_CHECKING:
-    from kb_core.session import Session
+    from kb_core.envelopes import Enveloped
 
 logger = logging.getLogger(__name__)
 
@@ -47,15 +47,15 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def create_token(session: Session, args: argparse.Namespace) -> Envelope:
+def create_token(session: Enveloped, args: argparse.Namespace) -> Envelope:
     return session.create_token(args.scope, args.capability, args.rate)
 
 
-def list_tokens(session: Session, args: argparse.Namespace) -> Envelope:
+def list_tokens(session: Enveloped, args: argparse.Namespace) -> Envelope:
     return session.list_tokens()
 
 
-def revoke_token(session: Session, args: argparse.Namespace) -> Envelope:
+def revoke_token(session: Enveloped, args: argparse.Namespace) -> Envelope:
     return session.revoke_token(args.id)
 
 

@@ -6,17 +6,17 @@ import argparse
 from typing import TYPE_CHECKING
 
 from kb_core.cli.common import Commands
-from kb_core.envelope import Envelope
+from kb_core.envelopes import Envelope
 
 if TYPE_CHECKING:
-    from kb_core.session import Session
+    from kb_core.envelopes import Enveloped
 
 
-def _export(session: Session, args: argparse.Namespace) -> Envelope:
+def _export(session: Enveloped, args: argparse.Namespace) -> Envelope:
     return session.export_database(args.path, args.kb or None, overwrite=args.overwrite)
 
 
-def _import_db(session: Session, args: argparse.Namespace) -> Envelope:
+def _import_db(session: Enveloped, args: argparse.Namespace) -> Envelope:
     return session.import_database(args.path)
 
 

@@ -15,6 +15,7 @@ package, so loading one of them loads no cycle.
 
 from __future__ import annotations
 
+from kb_core.evaluation.report import METRICS, EvaluationReport, EvaluationSetting
 from kb_core.evaluation.run import (
     EvaluationOutcome,
     EvaluationRequest,
@@ -35,10 +36,7 @@ from kb_core.evaluation.runs import (
 from kb_core.evaluation.scoring import (
     DEFAULT_CHUNK_SIZE,
     DEFAULT_TOP_K,
-    METRICS,
     EvalProgress,
-    EvaluationReport,
-    EvaluationSetting,
     build_eval_kb,
     eval_kb_name,
     evaluate_folder,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from kb_core.beir import load_beir, load_beir_queries_qrels
 from kb_core.config import SEARCH_MODES
@@ -31,16 +31,11 @@ from kb_core.evaluation.scoring import (
 )
 
 if TYPE_CHECKING:
+    from kb_core.operations import Operations
     from kb_core.results import SavedSettings
-    from kb_core.seams import Resources, SessionAPI, SessionResources
+    from kb_core.seams import Resources
+    from kb_core.service import KnowledgeBaseService
     from kb_core.store import KnowledgeBaseRecord
-
-    class EvaluatingSession(SessionAPI, Protocol):
-        """The session an evaluation runs through: its service keeps the runs; it saves a KB's defaults."""
-
-        @property
-        def service(self) -> SessionResources: ...
-
 
 
 @dataclass(frozen=True)
@@ -101,13 +96,13 @@ def planned_settings(request: EvaluationRequest) -> tuple[list[EvaluationSetting
 
 
 def run_evaluation(
-    session: EvaluatingSession,
+    session: Operations,
     request: EvaluationRequest,
     *,
-    eval_service: Callable[[], Resources] | None = None,
+    eval_service: Callable[[], KnowledgeBaseService] | None = None,
     progress: EvalProgress | None = None,
 ) -> EvaluationOutcome:
-    """Run ``request`` through ``session`` (a :class:`~kb_core.session.Session`) and keep the run in its home.
+    """Run ``request`` through ``session`` (a :class:`~kb_core.operations.Operations`) and keep the run in its home.
 
     ``eval_service`` opens the evaluation home (``<home>/cache/eval``; default: the session's service's
     ``evaluation_service``), called only to build from a corpus.
@@ -115,21 +110,23 @@ def run_evaluation(
     settings, swept = planned_settings(request)
     sweep = sweep_weights(request.sweep_steps) if request.sweep_steps else None
     # A confined session (the app's, with KB_ALLOW_DIRS) reads the judgments only inside its folders (#37).
-    allowed_dirs = getattr(session, "allowed_dirs", None)
+    allowed_dirs = session.allowed_dirs
     # the session's principal may refuse the folder (before it is read) or the corpus build (a public demo)
-    session.operations.begin_evaluation(request.folder, None, request.build_corpus)
+    session.begin_evaluation(request.folder, None, request.build_corpus)
     if not request.build_corpus:
         # The user's own KB, judged by the folder's queries and qrels (corpus ids are document names).
         kb_service: Resources = session.service
         record = session.resolve_kb(request.kb_name)
         queries, qrels = load_beir_queries_qrels(request.folder, split=request.split, allowed_dirs=allowed_dirs)
         queries = _first(queries, request.max_queries)
-        session.operations.begin_evaluation(request.folder, len(queries), False)
+        session.begin_evaluation(request.folder, len(queries), False)
         dataset_name = request.dataset_name or Path(request.folder).resolve().name
         documents = None
         eval_session = session
     else:
-        kb_service = (eval_service or session.service.evaluation_service)()
+        # the session's service is the KnowledgeBaseService, whose evaluation home is one too
+        eval_home: KnowledgeBaseService = (eval_service or session.service.evaluation_service)()  # type: ignore[assignment]
+        kb_service = eval_home
         dataset = load_beir(request.folder, split=request.split, allowed_dirs=allowed_dirs)
         dataset = replace(dataset, queries=_first(dataset.queries, request.max_queries))
         record = build_eval_kb(
@@ -138,7 +135,7 @@ def run_evaluation(
         )
         queries, qrels = dataset.queries, {q: dataset.qrels[q] for q in dataset.queries}
         dataset_name, documents = dataset.name, len(dataset.corpus)
-        eval_session = kb_service.session()
+        eval_session = eval_home.session()
     if swept and request.sweep_full_depth:
         report = evaluate_kb(
             eval_session, queries, qrels, settings=settings + swept, top_k=request.depth, kb_name=record.name,
@@ -150,7 +147,7 @@ def run_evaluation(
             progress=progress,
         )
     run = record_run(
-        session.operations.evaluation_runs, kb_service, report, dataset=dataset_name, settings=settings + swept
+        session.evaluation_runs, kb_service, report, dataset=dataset_name, settings=settings + swept
     )
     return EvaluationOutcome(
         report, run, record, kb_service, dataset_name, documents, len(queries), settings + swept, swept,
@@ -168,12 +165,12 @@ def _first(queries: dict[str, str], count: int | None) -> dict[str, str]:
 
 
 def save_best(
-    session: EvaluatingSession, kb_name: str, best: dict[str, Any], *, mode: str | None = "hybrid"
+    session: Operations, kb_name: str, best: dict[str, Any], *, mode: str | None = "hybrid"
 ) -> SavedSettings:
     """The sweep point ``best`` (from :func:`~kb_core.evaluation.runs.best_sweep_setting`) as ``kb_name``'s default:
     its weights, fixed weighting, weighted fusion, and ``mode`` (None: the saved mode stays); the KB's other saved
     settings stay. Returns the saved settings; raises KBError (the front end shows either)."""
-    return session.operations.save_search_settings(
+    return session.save_search_settings(
         kb_name=kb_name,
         mode=mode,
         vector_weight=best["vector_weight"],

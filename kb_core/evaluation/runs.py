@@ -32,7 +32,7 @@ import pandas as pd
 
 from kb_core.config import DEFAULT_VECTOR_WEIGHT
 from kb_core.errors import InvalidArgument, KBError, StoreError
-from kb_core.evaluation.scoring import METRICS, EvaluationReport, EvaluationSetting
+from kb_core.evaluation.report import METRICS, EvaluationReport, EvaluationSetting
 from kb_core.json_text import json_text
 from kb_core.seams import Resources
 from kb_core.store.removal import remove_tree

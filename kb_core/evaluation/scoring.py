@@ -4,7 +4,7 @@ per search mode and weight setting, and score the rankings with nDCG@10, Recall@
 A BEIR folder holds ``corpus.jsonl`` (``{"_id", "title", "text"}``), ``queries.jsonl`` (``{"_id", "text"}``)
 and ``qrels.tsv`` (header ``query-id  corpus-id  score``; ``qrels/test.tsv`` in the original BEIR layout).
 
-Retrieval goes through the service exactly as a user's search does (``Session.search_chunks``): chunk hits are
+Retrieval goes through the service exactly as a user's search does (``Operations.search_chunks``): chunk hits are
 turned into a document ranking by the best chunk score per document (the BEIR/MaxP convention). Only queries
 with judgments are run.
 
@@ -28,20 +28,23 @@ import re
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from kb_core.beir import BeirDataset, load_beir
 from kb_core.config import SEARCH_MODES
 from kb_core.errors import InvalidArgument, KBNotFound
+from kb_core.evaluation.report import METRICS, EvaluationReport, EvaluationSetting
 from kb_core.results import SearchRequest
 from kb_core.retrieval.search import LANGUAGE_NOT_COVERED
-from kb_core.seams import Resources, SessionAPI
 from kb_core.store import KnowledgeBaseRecord
 from kb_core.store.atomic import file_sha256
+
+if TYPE_CHECKING:
+    from kb_core.operations import Operations
+    from kb_core.service import KnowledgeBaseService
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +61,6 @@ __all__ = [
     "sweep_weights",
 ]
 
-METRICS = ("ndcg@10", "recall@100", "mrr@10")
 # 512 tokens, the common RAG default (and the spec's own example): whole abstracts or sections per chunk;
 # measured on SciFact, hybrid nDCG@10 0.7265 at 512 against 0.7196 at 256 (chunks above the model's 256-token
 # window are embedded window by window and pooled).
@@ -92,7 +94,7 @@ def document_text(document: dict[str, str]) -> str:
 
 
 def build_eval_kb(
-    service: Resources,
+    service: KnowledgeBaseService,
     dataset: BeirDataset,
     *,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
@@ -110,7 +112,7 @@ def build_eval_kb(
 
     model = (embedding_model or "").strip() or DEFAULT_EMBEDDING_MODEL
     name = eval_kb_name(dataset, chunk_size, model)
-    operations = service.session().operations
+    operations = service.session()
     try:
         service.find_kb(name)
     except KBNotFound:
@@ -152,58 +154,6 @@ def build_eval_kb(
 
 
 # -- running and scoring --------------------------------------------------------------------------
-@dataclass(frozen=True)
-class EvaluationSetting:
-    """One search configuration. ``None`` means the KB's default (its saved settings, else 0.7/0.3 fixed weights
-    with weighted fusion)."""
-
-    mode: str
-    vector_weight: float | None = None
-    keyword_weight: float | None = None
-    weighting: str | None = None  # fixed | auto
-    fusion: str | None = None  # weighted | rrf
-
-    @property
-    def label(self) -> str:
-        if self.mode != "hybrid":
-            return self.mode
-        parts = ["hybrid"]
-        if self.fusion == "rrf":
-            parts.append("rrf")
-        if self.weighting == "auto":
-            parts.append("auto")
-        if self.vector_weight is not None or self.keyword_weight is not None:
-            parts.append(f"{self.vector_weight or 0:.2f}/{self.keyword_weight or 0:.2f}")
-        elif len(parts) == 1:
-            parts.append("(default)")
-        return " ".join(parts)
-
-    @property
-    def is_sweep_point(self) -> bool:
-        """A plain fixed-weight hybrid setting with explicit weights: one point of a weight sweep."""
-        return (
-            self.mode == "hybrid"
-            and self.vector_weight is not None
-            and self.weighting in (None, "fixed")
-            and self.fusion in (None, "weighted")
-        )
-
-    def overrides(self) -> dict[str, Any]:
-        """The search settings this configuration sets explicitly."""
-        values = {
-            "mode": self.mode,
-            "vector_weight": self.vector_weight,
-            "keyword_weight": self.keyword_weight,
-            "weighting": self.weighting,
-            "fusion": self.fusion,
-        }
-        if self.mode == "hybrid" and self.vector_weight is not None:
-            # a sweep point is the weights exactly as given, not the KB's saved auto weighting or RRF
-            values["weighting"] = self.weighting or "fixed"
-            values["fusion"] = self.fusion or "weighted"
-        return {k: v for k, v in values.items() if v is not None}
-
-
 def sweep_weights(steps: int = 10) -> list[float]:
     """Vector weights 0, 1/steps, ..., 1 for a sweep (the keyword weight is 1 − vector weight)."""
     return [round(i / steps, 4) for i in range(steps + 1)]
@@ -247,43 +197,6 @@ def settings_for(
     return settings
 
 
-@dataclass
-class EvaluationReport:
-    """``metrics``: one row per setting (setting, mode, vector_weight, keyword_weight, weighting, fusion, ndcg@10,
-    recall@100, mrr@10, queries, seconds); recall@100 is NaN when the ranking was evaluated less than 100 deep.
-    ``per_query``: one row per setting and query (setting, query_id, query, ndcg@10,
-    recall@100, mrr@10); sort by a metric for the worst queries. ``runs``: ``{setting: {qid: {doc_id: score}}}``.
-    """
-
-    metrics: pd.DataFrame
-    per_query: pd.DataFrame
-    runs: dict[str, dict[str, dict[str, float]]]
-    kb_name: str | None = None
-    warnings: list[str] = field(default_factory=list)
-
-    def worst_queries(self, setting: str | None = None, n: int = 10, metric: str = "ndcg@10") -> pd.DataFrame:
-        frame = self.per_query if setting is None else self.per_query[self.per_query["setting"] == setting]
-        return frame.sort_values([metric, "query_id"]).head(n).reset_index(drop=True)
-
-    def to_json(self, worst: int = 10) -> dict[str, Any]:
-        first = self.metrics["setting"].iloc[0] if not self.metrics.empty else None
-        worst_rows = self.worst_queries(first, worst) if first is not None else self.per_query.head(0)
-        return {
-            "kb_name": self.kb_name,
-            "metrics": _records(self.metrics),
-            "worst_queries": _records(worst_rows),
-            "warnings": self.warnings,
-        }
-
-
-def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
-    """Rows as JSON-ready dicts: NaN (a metric that was not measured) becomes None."""
-    return [
-        {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
-        for row in frame.to_dict("records")
-    ]
-
-
 def score_run(run: dict[str, dict[str, float]], qrels: dict[str, dict[str, int]]) -> dict[str, dict[str, float]]:
     """Per-query ``{qid: {metric: value}}`` for every judged query (a query without results scores 0)."""
     import ir_measures
@@ -321,7 +234,7 @@ def _merged_scores(head: dict[str, float], deep: dict[str, float]) -> dict[str, 
 
 
 def evaluate_kb(
-    session: SessionAPI,
+    session: Operations,
     queries: dict[str, str],
     qrels: dict[str, dict[str, int]],
     *,
@@ -365,15 +278,13 @@ def evaluate_kb(
         used = None
         overrides = setting.overrides()
         for done, qid in enumerate(judged, start=1):
-            outcome = session.search_chunks(
-                SearchRequest(queries[qid], kb_names=(kb,), settings={"top_k": HEAD_CHUNKS, **overrides})
-            )
+            outcome = session.search_chunks(SearchRequest(queries[qid], HEAD_CHUNKS, kb_names=(kb,), **overrides))
             notes, used = outcome.warnings, outcome.settings
             head = _document_ranking(outcome.hits, min(top_k, HEAD_DOCUMENTS))
             deep: dict[str, float] = {}
             if top_k > len(head):  # deeper than the head, or the head's 10 chunks held fewer than 10 documents
                 deeper = {"top_k": top_k * CHUNK_OVERFETCH, "deduplicate": False, **overrides}
-                more = session.search_chunks(SearchRequest(queries[qid], kb_names=(kb,), settings=deeper)).hits
+                more = session.search_chunks(SearchRequest(queries[qid], kb_names=(kb,), **deeper)).hits
                 deep = _document_ranking(more, top_k, head)
             run[qid] = _merged_scores(head, deep)
             for note in notes:
@@ -438,7 +349,7 @@ def language_warning(model: str, uncovered: Sequence[str], total: int, shown: in
 
 
 def evaluate_with_sweep(
-    session: SessionAPI,
+    session: Operations,
     queries: dict[str, str],
     qrels: dict[str, dict[str, int]],
     *,
@@ -468,7 +379,7 @@ def evaluate_with_sweep(
 
 
 def evaluate_folder(
-    service: Resources,
+    service: KnowledgeBaseService,
     folder: str | Path,
     *,
     modes: Sequence[str] = SEARCH_MODES,

@@ -11,13 +11,13 @@ import anyio
 from mcp.server.fastmcp import Context
 from mcp.types import CallToolResult
 
-from kb_core.envelope import Envelope, envelope_of
+from kb_core.envelopes import Envelope, envelope_of
 from kb_core.mcp.results import tool_result
 
 if TYPE_CHECKING:
     from kb_core.ingest.pipeline import ImportProgress
+    from kb_core.operations import Operations
     from kb_core.results import Result
-    from kb_core.session import Session
 
 logger = logging.getLogger(__name__)
 
@@ -25,7 +25,7 @@ logger = logging.getLogger(__name__)
 class SessionSource(Protocol):
     """The server, as the tools see it (the lifespan context of every request)."""
 
-    def session_for(self, ctx: Context) -> Session: ...
+    def session_for(self, ctx: Context) -> Operations: ...
 
 
 async def call(
@@ -43,7 +43,7 @@ async def call(
     session = source.session_for(ctx)
     if refusal is not None:
         return tool_result(refusal, text)
-    envelope = await anyio.to_thread.run_sync(lambda: envelope_of(operation, session.operations, *args, **kwargs))
+    envelope = await anyio.to_thread.run_sync(lambda: envelope_of(operation, session, *args, **kwargs))
     return tool_result(envelope, text)
 
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from kb_core.envelope import Envelope, failure
+from kb_core.envelopes import Envelope, failure
 from kb_core.errors import InvalidArgument, PermissionDenied
 from kb_core.safe_files import reject_nul
 

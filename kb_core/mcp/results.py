@@ -21,7 +21,7 @@ from typing import Any
 from mcp.shared.exceptions import McpError
 from mcp.types import INTERNAL_ERROR, INVALID_PARAMS, CallToolResult, ErrorData, TextContent
 
-from kb_core.envelope import Envelope
+from kb_core.envelopes import Envelope
 from kb_core.retrieval.narrative import hit_list_notes
 
 

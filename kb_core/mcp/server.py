@@ -2,7 +2,7 @@
 
 Built on the official MCP Python SDK v1 (``mcp.server.fastmcp.FastMCP``; v2 renamed it, so pyproject pins
 ``mcp<2``; the private parts it needs are reached only through :mod:`kb_core.mcp.sdk`). Every tool calls one
-:class:`kb_core.session.Session` method and returns the session envelope ``{success, message, data[, error]}``
+:class:`kb_core.operations.Operations` method and returns its envelope ``{success, message, data[, error]}``
 as structured content, with an output schema (:mod:`kb_core.mcp.models`).
 
 Errors follow one rule for every tool (:mod:`kb_core.mcp.results`); in addition unknown tools answer −32602
@@ -53,7 +53,7 @@ from pydantic import ConfigDict, ValidationError
 from starlette.applications import Starlette
 
 from kb_core.config import DEFAULT_HTTP_PORT
-from kb_core.envelope import failure
+from kb_core.envelopes import failure
 from kb_core.errors import KBError
 from kb_core.mcp import sdk
 from kb_core.mcp.access import ACCESS, check_token
@@ -66,8 +66,8 @@ from kb_core.rate_limits import SlidingWindowLimiter
 from kb_core.store.tokens import TokenRecord
 
 if TYPE_CHECKING:
+    from kb_core.operations import Operations
     from kb_core.service import KnowledgeBaseService
-    from kb_core.session import Session
 
 logger = logging.getLogger(__name__)
 
@@ -189,7 +189,7 @@ class KBMCPServer:
         self.http = http
         self.allowed_dirs = tuple(Path(d).expanduser().resolve() for d in allowed_dirs)
         self.limiter = SlidingWindowLimiter()
-        self._sessions: weakref.WeakKeyDictionary[Any, dict[str | None, Session]] = weakref.WeakKeyDictionary()
+        self._sessions: weakref.WeakKeyDictionary[Any, dict[str | None, Operations]] = weakref.WeakKeyDictionary()
         self._sessions_lock = threading.Lock()
         auth: dict[str, Any] = {}
         if http:
@@ -235,7 +235,7 @@ class KBMCPServer:
             raise McpError(ErrorData(code=INVALID_REQUEST, message="A valid bearer token is required."))
         return _Caller(record)
 
-    def session_for(self, ctx: Context) -> Session:
+    def session_for(self, ctx: Context) -> Operations:
         """The session of this MCP session and token (created on its first call)."""
         caller = self._caller(ctx)
         key = ctx.session

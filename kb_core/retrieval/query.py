@@ -1,7 +1,7 @@
 """Search features above the ranking code: a KB's settings for one call, rag_search's ranking, explanations.
 
 They take the process's resources (:class:`kb_core.seams.Resources`) and KB records and return typed data; the
-session (:mod:`kb_core.session`) wraps them into envelopes.
+session's operations (:mod:`kb_core.operations`) call them; the edges make envelopes of what they return.
 """
 
 from __future__ import annotations

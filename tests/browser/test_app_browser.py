@@ -10,6 +10,7 @@ import pytest
 from docx import Document
 
 from kb_core import KnowledgeBaseService
+from kb_core.envelopes import Enveloped
 
 pytestmark = pytest.mark.browser
 
@@ -125,7 +126,7 @@ def test_create_upload_search_breakdown_and_evaluate(served, pages, tmp_path: Pa
 
 
 def test_two_sessions_keep_different_current_kbs(served, pages, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    session = KnowledgeBaseService(served.home).session()
+    session = Enveloped(KnowledgeBaseService(served.home).session())
     for name, file in (("English docs", "kb_workbench_overview.txt"), ("中文文档", "知识库工作台概述.txt")):
         session.create_knowledge_base(name, 128, embedding_model="hashing")
         assert session.import_document([str(DEMO / file)], kb_name=name)["success"]

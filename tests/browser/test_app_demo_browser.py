@@ -16,7 +16,9 @@ import pytest
 
 from kb_core import KnowledgeBaseService
 from kb_core.demo import DEMO_KB_NAME
+from kb_core.envelopes import Enveloped
 from kb_core.evaluation import best_sweep_setting
+from kb_core.results import SearchRequest
 
 pytestmark = [pytest.mark.browser, pytest.mark.model]
 
@@ -65,7 +67,7 @@ def card_chunk_ids(page) -> list[str]:  # type: ignore[no-untyped-def]
 
 
 def home_session(app):  # type: ignore[no-untyped-def]
-    session = KnowledgeBaseService(app.home).session()
+    session = Enveloped(KnowledgeBaseService(app.home).session())
     session.select_knowledge_base(DEMO_KB_NAME)
     return session
 
@@ -142,13 +144,13 @@ def test_moving_the_vector_weight_slider_reorders_the_hits_and_their_breakdowns_
     # the hits shown are the engine's, in its order, for each setting; and the order moved
     session = home_session(demo_served)
     for shown, weight in ((at_07, 0.7), (at_02, 0.2)):
-        expected = session.search(QUERY, vector_weight=weight)["data"]["chunks"]
+        expected = session.search(SearchRequest(QUERY, vector_weight=weight))["data"]["chunks"]
         assert shown == [c["id"] for c in expected], weight
     assert at_07 != at_02
 
     # the top hit's breakdown recomputed with the weights used
     assert steps_02 != steps_07
-    top = session.search(QUERY, vector_weight=0.2)["data"]["chunks"][0]["breakdown"]
+    top = session.search(SearchRequest(QUERY, vector_weight=0.2))["data"]["chunks"][0]["breakdown"]
     assert f"fused: 0.20 × {top['vector_normalized']:.4f} + 0.80 × {top['keyword_normalized']:.4f} = " in steps_02
     assert f"{top['final_score']:.4f}" in steps_02 and "1 − exp(−" in steps_02
 

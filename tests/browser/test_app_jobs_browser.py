@@ -16,6 +16,7 @@ import pytest
 from docx import Document
 
 from kb_core import KnowledgeBaseService
+from kb_core.envelopes import Enveloped
 from tests.browser.conftest import RunningApp
 
 pytestmark = [pytest.mark.browser, pytest.mark.model, pytest.mark.slow]
@@ -69,7 +70,7 @@ def process_tree_cpu(pid: int) -> float:
 
 
 def in_flight(app: RunningApp) -> list[tuple[str, str]]:
-    session = KnowledgeBaseService(app.home).session()
+    session = Enveloped(KnowledgeBaseService(app.home).session())
     return [(d["name"], d["status"]) for d in session.list_documents(KB)["data"]["documents"]
             if d["status"] not in ("ready", "failed")]
 
@@ -84,7 +85,7 @@ def leftovers(app: RunningApp) -> list[str]:
 def jobs_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningApp]:
     root = tmp_path_factory.mktemp("jobs")
     (root / "tmp").mkdir()
-    session = KnowledgeBaseService(root / "home").session()
+    session = Enveloped(KnowledgeBaseService(root / "home").session())
     assert session.create_knowledge_base(KB, 256, embedding_model="multilingual-e5-small")["success"]
     app = RunningApp(root / "home", environment={"TMPDIR": str(root / "tmp")})
     try:
@@ -149,7 +150,7 @@ def test_an_import_goes_on_across_pages_and_a_reload_and_shows_its_results(
     results = page.locator('[data-testid="stDataFrame"]').last
     results.wait_for()
     wait_idle(page)
-    session = KnowledgeBaseService(jobs_app.home).session()
+    session = Enveloped(KnowledgeBaseService(jobs_app.home).session())
     listed = session.list_documents(KB)["data"]["documents"]
     assert sorted(d["name"] for d in listed) == sorted(f.name for f in files)
     # every upload is known by its own name, never by a temporary path
@@ -179,7 +180,7 @@ def test_cancel_stops_the_work_within_seconds_and_leaves_no_embedding_document(
     # went on for minutes before #34
     assert used < 0.3, f"the app used {used:.2f} CPU-s in 2 s, 5 s after the cancel"
     assert in_flight(jobs_app) == []  # never listed as "embedding"
-    session = KnowledgeBaseService(jobs_app.home).session()
+    session = Enveloped(KnowledgeBaseService(jobs_app.home).session())
     assert "big.txt" not in [d["name"] for d in session.list_documents(KB)["data"]["documents"]]
     assert session.verify()["data"]["problems"] == []
     assert leftovers(jobs_app) == []
@@ -194,7 +195,7 @@ def test_sigterm_stops_the_served_app_mid_import_within_seconds(
     page.get_by_text(re.compile(r"large\.txt: embedding \(\d+/\d+ chunks\)")).wait_for(timeout=180_000)
     seconds = jobs_app.stop()  # SIGTERM, as a service manager (or Ctrl-C at run.sh) stops it
     assert seconds is not None and seconds <= 10, f"the app took {seconds} s to stop (None: it had to be killed)"
-    session = KnowledgeBaseService(jobs_app.home).session()
+    session = Enveloped(KnowledgeBaseService(jobs_app.home).session())
     assert "large.txt" not in [d["name"] for d in session.list_documents(KB)["data"]["documents"]]
     assert in_flight(jobs_app) == []
     assert session.verify()["data"]["problems"] == []

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from kb_core import KnowledgeBaseService
+from kb_core.envelopes import Enveloped
 from tests.browser.test_app_browser import go_to, wait_idle
 
 pytestmark = pytest.mark.browser
@@ -56,7 +57,7 @@ def test_a_card_shows_the_passage_with_the_answer_and_all_of_the_chunk_on_demand
     served, page_1280, tmp_path: Path
 ) -> None:
     (tmp_path / "理赔指南.txt").write_text(GUIDE, encoding="utf-8")
-    session = KnowledgeBaseService(served.home).session()
+    session = Enveloped(KnowledgeBaseService(served.home).session())
     assert session.create_knowledge_base("保险", 1024, "hashing")["success"]
     assert session.import_document([str(tmp_path / "理赔指南.txt")], kb_name="保险")["success"]
     page = page_1280
@@ -90,7 +91,7 @@ def test_the_card_unfolds_in_chinese(served, browser, tmp_path: Path) -> None:  
     """With a Chinese browser the card's "show all" / "show less" are Chinese text (once CSS content, which no
     catalogue reaches), and the search lab's labels are Chinese."""
     (tmp_path / "理赔指南.txt").write_text(GUIDE, encoding="utf-8")
-    session = KnowledgeBaseService(served.home).session()
+    session = Enveloped(KnowledgeBaseService(served.home).session())
     assert session.create_knowledge_base("保险", 1024, "hashing")["success"]  # the only KB: a new session's current one
     assert session.import_document([str(tmp_path / "理赔指南.txt")], kb_name="保险")["success"]
     context = browser.new_context(viewport={"width": 1280, "height": 900}, locale="zh-CN")

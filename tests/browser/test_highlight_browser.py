@@ -12,6 +12,7 @@ import pytest
 from docx import Document
 
 from kb_core import KnowledgeBaseService
+from kb_core.envelopes import Enveloped
 from tests.browser.test_app_browser import go_to, wait_idle
 
 pytestmark = pytest.mark.browser
@@ -34,7 +35,7 @@ def test_a_result_card_marks_no_highlight_inside_a_word(served, pages, tmp_path:
     hostile.add_heading("Relay [login](https://evil.example/h) www.evil.example", level=1)
     hostile.add_paragraph(LINKS)
     hostile.save(str(tmp_path / "www.evil.example.docx"))
-    session = KnowledgeBaseService(served.home).session()
+    session = Enveloped(KnowledgeBaseService(served.home).session())
     assert session.create_knowledge_base("Mail", 64, "hashing")["success"]
     files = [str(tmp_path / "mail.docx"), str(tmp_path / "www.evil.example.docx")]
     assert session.import_document(files, kb_name="Mail")["success"]

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from kb_core import KnowledgeBaseService
+from kb_core.envelopes import Enveloped
 from tests.browser.conftest import ARTIFACTS, RunningApp
 from tests.browser.test_app_browser import choose, wait_idle
 
@@ -28,7 +29,7 @@ PAGES_ZH = ["知识库", "导入", "文档", "检索实验室", "评估", "知�
 @pytest.fixture(scope="module")
 def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningApp]:
     home = tmp_path_factory.mktemp("i18n") / "home"
-    session = KnowledgeBaseService(home).session()
+    session = Enveloped(KnowledgeBaseService(home).session())
     assert session.create_knowledge_base(KB, 256, "hashing")["success"]
     served = RunningApp(home)
     try:

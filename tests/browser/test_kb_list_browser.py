@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from kb_core import KnowledgeBaseService
+from kb_core.envelopes import Enveloped
 from tests.browser.conftest import RunningApp
 
 pytestmark = pytest.mark.browser
@@ -46,7 +47,7 @@ COUNTER = textwrap.dedent(
 
 @pytest.fixture
 def counted(tmp_path: Path) -> Iterator[tuple[RunningApp, Path]]:
-    session = KnowledgeBaseService(tmp_path / "home").session()
+    session = Enveloped(KnowledgeBaseService(tmp_path / "home").session())
     for name in ("Alpha", "Beta"):
         assert session.create_knowledge_base(name, 128, embedding_model="hashing")["success"]
     assert session.import_document([str(REPO / "data/demo/kb_workbench_overview.txt")], kb_name="Alpha")["success"]

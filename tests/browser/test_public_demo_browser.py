@@ -15,6 +15,7 @@ import pytest
 
 from kb_core import KnowledgeBaseService
 from kb_core.demo import DEMO_KB_NAME, ensure_demo_kb
+from kb_core.envelopes import Enveloped
 from tests.browser.conftest import ARTIFACTS, RunningApp
 
 pytestmark = [pytest.mark.browser]
@@ -23,7 +24,7 @@ OPERATOR_TOKEN = "operator-token-for-the-browser-test"
 
 
 def demo_home(home: Path) -> Path:
-    assert ensure_demo_kb(KnowledgeBaseService(home).session(), embedding_model="hashing")["success"]
+    assert ensure_demo_kb(Enveloped(KnowledgeBaseService(home).session()), embedding_model="hashing")["success"]
     return home
 
 

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from kb_core import KnowledgeBaseService
+from kb_core.envelopes import Enveloped
+from kb_core.results import SearchRequest
 from kb_core.store.postgres.embedded import LocalPostgres
 from tests.browser.conftest import RunningApp, browser, pages, pytest_runtest_makereport  # noqa: F401 (fixtures)
 from tests.browser.test_app_browser import create_in_form, go_to, wait_idle, write_docx
@@ -73,11 +75,11 @@ def test_import_in_one_app_and_search_in_another_on_one_url(  # type: ignore[no-
             app.stop()
 
     monkeypatch.delenv("KB_STORE")
-    folder = KnowledgeBaseService(tmp_path / "folder-home").session()
+    folder = Enveloped(KnowledgeBaseService(tmp_path / "folder-home").session())
     assert folder.create_knowledge_base(KB, 512, embedding_model="hashing")["success"]
     assert folder.select_knowledge_base(KB)["success"]
     assert folder.import_document(files, source="upload")["data"]["success_count"] == 2
-    best = folder.search(QUERY)["data"]["chunks"][0]
+    best = folder.search(SearchRequest(QUERY))["data"]["chunks"][0]
     assert best["doc_name"] in shown
     finals = re.findall(r"= final (\d\.\d{4})|final = fused = (\d\.\d{4})", shown)
     assert finals, shown[-2000:]

@@ -15,7 +15,8 @@ import yaml
 
 from kb_core import KnowledgeBaseService
 from kb_core.bundles.validation import node_id
-from kb_core.session import Session
+from kb_core.envelopes import Enveloped
+from kb_core.results import SearchRequest
 from tests.postgres.test_pg_service import assert_same_hits
 
 PEOPLE_ONTOLOGY = {
@@ -61,12 +62,12 @@ QUERIES = [("quantum error correction", {}), ("量子计算 纠错", {"mode": "k
 
 
 @pytest.fixture(scope="module")
-def stores(pg_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Session, Session, Path]]:
+def stores(pg_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Enveloped, Enveloped, Path]]:
     root = tmp_path_factory.mktemp("bundles")
     postgres_service = KnowledgeBaseService(root / "pg-home", store=pg_url)
     sessions = []
     for service in (KnowledgeBaseService(root / "folder-home"), postgres_service):
-        session = service.session()
+        session = Enveloped(service.session())
         assert session.create_knowledge_base("graph 图谱", 64, embedding_model="hashing")["success"]
         assert session.select_knowledge_base("graph 图谱")["success"]
         sessions.append(session)
@@ -106,25 +107,28 @@ def assert_close(mine: Any, theirs: Any, label: object) -> None:
         assert mine == theirs, label
 
 
-def graph(session: Session) -> str:
+def graph(session: Enveloped) -> str:
     view = session.graph_view(limit=1000)
     assert view["success"], view["message"]
     return json.dumps(plain(view["data"]), sort_keys=True, ensure_ascii=False)
 
 
-def same_state(folder: Session, postgres: Session) -> None:
+def same_state(folder: Enveloped, postgres: Enveloped) -> None:
     assert graph(postgres) == graph(folder)
     assert plain(postgres.get_ontology()["data"]) == plain(folder.get_ontology()["data"])
     names = [sorted(d["name"] for d in s.list_documents()["data"]["documents"]) for s in (postgres, folder)]
     assert names[0] == names[1]
     for query, settings in QUERIES:
-        answers = [s.search(query, top_k=8, **settings) for s in (postgres, folder)]
+        answers = [s.search(SearchRequest(query, top_k=8, **settings)) for s in (postgres, folder)]
         assert_same_hits(*answers, (query, settings))
-        expanded = [plain(s.expand_hits(a["data"]["chunks"])) for s, a in zip((postgres, folder), answers, strict=True)]
+        expanded = [
+            plain(s.operations.expand_hits(a["data"]["chunks"]))
+            for s, a in zip((postgres, folder), answers, strict=True)
+        ]
         assert_close(expanded[0], expanded[1], query)
 
 
-def test_bundles_and_ontologies_answer_as_the_folder_store(stores: tuple[Session, Session, Path]) -> None:
+def test_bundles_and_ontologies_answer_as_the_folder_store(stores: tuple[Enveloped, Enveloped, Path]) -> None:
     folder, postgres, root = stores
     assert postgres.get_knowledge_schema()["data"] == folder.get_knowledge_schema()["data"]
     for session in (postgres, folder):
@@ -155,14 +159,14 @@ def test_bundles_and_ontologies_answer_as_the_folder_store(stores: tuple[Session
     verified = postgres.verify()
     assert verified["success"] and verified["data"]["problems"] == [], verified["message"]
 
-    other = KnowledgeBaseService(root / "host-b", store=postgres.service.store.postgres.db.primary.url)  # type: ignore[union-attr]
-    host_b = other.session()
+    other = KnowledgeBaseService(root / "host-b", store=postgres.operations.service.store.postgres.db.primary.url)  # type: ignore[union-attr]
+    host_b = Enveloped(other.session())
     assert host_b.select_knowledge_base("graph 图谱")["success"]
     assert graph(host_b) == graph(postgres)  # the graph is in the database, not in host A's home
     other.close()
 
 
-def test_a_failed_graph_commit_leaves_neither_graph_nor_documents(stores: tuple[Session, Session, Path]) -> None:
+def test_a_failed_graph_commit_leaves_neither_graph_nor_documents(stores: tuple[Enveloped, Enveloped, Path]) -> None:
     """The graph and its bundle documents are one transaction: a commit that fails (here: another writer changed
     the graph meanwhile) leaves both as they were."""
     from kb_core.bundles import postgres as pg_bundles
@@ -183,10 +187,10 @@ def test_a_failed_graph_commit_leaves_neither_graph_nor_documents(stores: tuple[
     assert not failed["success"] and failed["error"]["code"] == "GRAPH_CHANGED", failed["message"]
     assert graph(postgres) == before_graph
     assert postgres.list_documents()["data"]["documents"] == before_docs
-    assert not postgres.search("zebras", mode="keyword")["data"]["chunks"]
+    assert not postgres.search(SearchRequest("zebras", mode="keyword"))["data"]["chunks"]
 
 
-def test_a_document_name_taken_meanwhile_fails_the_bundle_commit(stores: tuple[Session, Session, Path]) -> None:
+def test_a_document_name_taken_meanwhile_fails_the_bundle_commit(stores: tuple[Enveloped, Enveloped, Path]) -> None:
     """The graph names its documents before the commit; if another import took a name meanwhile, the commit fails
     (NAME_TAKEN) instead of committing a document under another name than the graph says."""
     import numpy as np
@@ -195,23 +199,26 @@ def test_a_document_name_taken_meanwhile_fails_the_bundle_commit(stores: tuple[S
     from tests.postgres.helpers import make_document
 
     _, postgres, _ = stores
-    store = postgres.service.store.postgres
+    store = postgres.operations.service.store.postgres
     assert store is not None
-    record = postgres.current_kb()
+    record = postgres.operations.current_kb()
     taken = postgres.list_documents()["data"]["documents"][0]["name"]
     before = postgres.list_documents()["data"]["documents"]
     with store.snapshot(record.id) as snapshot:
         dimension = snapshot.tables.dimension
     assert dimension is not None
     rng = np.random.default_rng(3)
-    document = make_document("doc_clash", ["text"], postgres.service.analyzer, rng, name=taken, dimension=dimension)
+    analyzer = postgres.operations.service.analyzer
+    document = make_document("doc_clash", ["text"], analyzer, rng, name=taken, dimension=dimension)
     with pytest.raises(Exception) as refused:
         store.commit(record.id, StoreChange(add=(document,), keep_names=True))
     assert getattr(refused.value, "code", None) == "NAME_TAKEN"
     assert postgres.list_documents()["data"]["documents"] == before
 
 
-def test_a_number_that_is_not_finite_is_a_bundle_error_on_both_stores(stores: tuple[Session, Session, Path]) -> None:
+def test_a_number_that_is_not_finite_is_a_bundle_error_on_both_stores(
+    stores: tuple[Enveloped, Enveloped, Path],
+) -> None:
     """``.nan`` passes ``{type: number}``; refused as BUNDLE_INVALID at its place (PostgreSQL once said STORE_ERROR)."""
     folder, postgres, root = stores
     ontology = {"nodes": {"Reading": {"identity": ["id"], "json_schema": {"type": "object", "properties": {

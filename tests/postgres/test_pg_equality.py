@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from kb_core import KnowledgeBaseService
+from kb_core.envelopes import Enveloped
 from kb_core.retrieval.fusion import Candidate, fuse
 from kb_core.retrieval.keyword_index import bm25_idf
 from kb_core.store.folder import FolderSearcher
@@ -50,7 +51,7 @@ class Pair:
     def __init__(self, service: KnowledgeBaseService, store: PostgresStore, kb_name: str) -> None:
         self.service = service
         self.store = store
-        self.session = service.session()
+        self.session = Enveloped(service.session())
         self.session.create_knowledge_base(kb_name, 64, embedding_model="hashing")
         self.session.select_knowledge_base(kb_name)
         self.record = service.find_kb(kb_name)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from kb_core.cli.main import main as cli_main
+from kb_core.envelopes import Enveloped
 from kb_core.service import KnowledgeBaseService
 from tests.postgres.conftest import new_database
 from tests.test_evaluation import CORPUS, QRELS, QUERIES
@@ -36,7 +37,7 @@ def test_an_evaluation_of_a_postgresql_kb_is_kept_with_its_fingerprint(
     )
     service = KnowledgeBaseService(tmp_path / "home", store=url)
     try:
-        session = service.session()
+        session = Enveloped(service.session())
         assert session.create_knowledge_base("judged", 64, embedding_model="hashing")["success"]
         assert session.import_document([str(p) for p in sorted(files.iterdir())], kb_name="judged")["success"]
     finally:

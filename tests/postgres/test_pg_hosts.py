@@ -20,6 +20,8 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
 from kb_core import KnowledgeBaseService
+from kb_core.envelopes import Enveloped
+from kb_core.results import SearchRequest
 from kb_core.store.postgres.embedded import LocalPostgres
 from tests.postgres.conftest import new_database
 from tests.postgres.test_pg_service import DEMO_FILES, KB, MODEL, ROOT, assert_same_hits, open_kb, run_cli
@@ -77,7 +79,7 @@ def test_mcp_over_http_on_one_host_searches_what_the_cli_imported_on_another(
     url = new_database(postgres_server, "t_mcp_http_hosts")
     host_a, host_b = tmp_path / "host-a", tmp_path / "host-b"
     service_a = KnowledgeBaseService(host_a, store=url)  # host A: this process and `kb` processes on its home
-    cli_a = service_a.session("cli")  # the current KB that `kb` commands on host A's home use
+    cli_a = Enveloped(service_a.session("cli"))  # the current KB that `kb` commands on host A's home use
     assert cli_a.create_knowledge_base(KB, 64, embedding_model=MODEL)["success"]
     assert cli_a.select_knowledge_base(KB)["success"]
     made = run_cli(host_a, "token", "create", "--scope", KB, "--capability", "read", store=url)
@@ -102,7 +104,9 @@ def test_mcp_over_http_on_one_host_searches_what_the_cli_imported_on_another(
         answers = mcp_calls(endpoint, token, calls)
         for (query, settings), answer in zip(QUERIES, answers[1:], strict=True):
             assert answer["data"]["chunks"], (query, settings)
-            assert_same_hits(answer, folder.search(query, top_k=8, **settings), ("mcp over http", query, settings))
+            assert_same_hits(
+                answer, folder.search(SearchRequest(query, top_k=8, **settings)), ("mcp over http", query, settings)
+            )
 
         service_a.token_store.revoke(made["data"]["id"])
         refused = httpx.post(endpoint, json={}, headers={"Authorization": f"Bearer {token}"}, timeout=10)

@@ -9,13 +9,14 @@ from pathlib import Path
 from typing import Any
 
 from kb_core import KnowledgeBaseService
+from kb_core.envelopes import Enveloped
 from kb_core.ingest.pipeline import FileProgress, ImportProgress
 
 
 def test_an_import_on_one_host_is_listed_on_another_while_it_runs(pg_url: str, tmp_path: Path) -> None:
     host_a = KnowledgeBaseService(tmp_path / "host-a", store=pg_url)
     host_b = KnowledgeBaseService(tmp_path / "host-b", store=pg_url)
-    a, b = host_a.session(), host_b.session()
+    a, b = Enveloped(host_a.session()), Enveloped(host_b.session())
     assert a.create_knowledge_base("在途 imports", 64, embedding_model="hashing")["success"]
     assert a.select_knowledge_base("在途 imports")["success"] and b.select_knowledge_base("在途 imports")["success"]
     files = []
@@ -46,7 +47,7 @@ def test_an_importer_whose_connection_died_is_not_listed(pg_url: str, tmp_path: 
     from kb_core.store.postgres.inflight import ImportAnnouncement, in_flight_documents
 
     service = KnowledgeBaseService(tmp_path / "home", store=pg_url)
-    session = service.session()
+    session = Enveloped(service.session())
     assert session.create_knowledge_base("killed import", 64, embedding_model="hashing")["success"]
     record = service.find_kb("killed import")
     assert service.store.postgres is not None

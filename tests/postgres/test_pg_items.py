@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from kb_core import KnowledgeBaseService
-from kb_core.session import Session
+from kb_core.envelopes import Enveloped
+from kb_core.results import SearchRequest
 from tests.postgres.test_pg_service import DEMO, assert_same_hits, open_kb
 
 FILES = [str(DEMO / n) for n in ("hybrid_search.docx", "得分解释.doc", "知识库工作台概述.txt", "score_breakdown.doc")]
@@ -22,7 +23,7 @@ PER_IMPORT = {"id", "doc_id", "created_at", "updated_at"}
 
 
 @pytest.fixture(scope="module")
-def stores(pg_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Session, Session]]:
+def stores(pg_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Enveloped, Enveloped]]:
     root = tmp_path_factory.mktemp("items")
     postgres_service = KnowledgeBaseService(root / "pg-home", store=pg_url)
     folder, postgres = open_kb(KnowledgeBaseService(root / "folder-home")), open_kb(postgres_service)
@@ -33,7 +34,7 @@ def stores(pg_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tu
     postgres_service.close()
 
 
-def documents(session: Session) -> dict[str, dict[str, Any]]:
+def documents(session: Enveloped) -> dict[str, dict[str, Any]]:
     return {d["name"]: d for d in session.list_documents()["data"]["documents"]}
 
 
@@ -52,7 +53,7 @@ def chunk_view(item: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def test_get_item_and_document_info_answer_as_the_folder_store(stores: tuple[Session, Session]) -> None:
+def test_get_item_and_document_info_answer_as_the_folder_store(stores: tuple[Enveloped, Enveloped]) -> None:
     folder, postgres = stores
     folder_docs, pg_docs = documents(folder), documents(postgres)
     assert folder_docs.keys() == pg_docs.keys() and len(pg_docs) == len(FILES)
@@ -84,7 +85,7 @@ def test_get_item_and_document_info_answer_as_the_folder_store(stores: tuple[Ses
     assert not missing["success"] and missing["error"]["code"] == folder.get_item("chk_unknown")["error"]["code"]
 
 
-def test_update_document_rechunks_the_kept_original_as_the_folder_store(stores: tuple[Session, Session]) -> None:
+def test_update_document_rechunks_the_kept_original_as_the_folder_store(stores: tuple[Enveloped, Enveloped]) -> None:
     folder, postgres = stores
     name = Path(FILES[1]).name  # a legacy .doc in Chinese
     before = documents(postgres)[name]
@@ -102,25 +103,31 @@ def test_update_document_rechunks_the_kept_original_as_the_folder_store(stores: 
     info = [s.get_document_info([documents(s)[name]["id"]])["data"]["documents"][0] for s in (postgres, folder)]
     assert info[0]["file_name"] == info[1]["file_name"]
     for query, settings in (("得分解释 混合检索", {}), ("score breakdown", {"mode": "keyword"})):
-        assert_same_hits(postgres.search(query, top_k=8, **settings), folder.search(query, top_k=8, **settings), query)
+        assert_same_hits(
+            postgres.search(SearchRequest(query, top_k=8, **settings)),
+            folder.search(SearchRequest(query, top_k=8, **settings)),
+            query,
+        )
     verified = postgres.verify()
     assert verified["success"] and verified["data"]["problems"] == [], verified["message"]
 
 
 @pytest.mark.parametrize("item_id", ["doc_\x00", "chk_abc\x00def", "\x00", "doc_" + "x" * 300, "chk_../../x"])
-def test_an_id_that_cannot_exist_is_not_found_on_both_stores(stores: tuple[Session, Session], item_id: str) -> None:
+def test_an_id_that_cannot_exist_is_not_found_on_both_stores(stores: tuple[Enveloped, Enveloped], item_id: str) -> None:
     """A NUL in an id once reached PostgreSQL, which answered STORE_ERROR naming the database."""
     for session in stores:
         item = session.get_item(item_id)
         assert item["error"]["code"] == "ITEM_NOT_FOUND", item
         info = session.get_document_info([item_id])
         assert info["error"]["code"] == "DOCUMENT_NOT_FOUND" and info["data"]["errors"][0]["id"] == item_id, info
-        explained = session.explain_search("hybrid", item_id)
+        explained = session.explain_search(SearchRequest("hybrid"), item_id)
         assert explained["error"]["code"] == "ITEM_NOT_FOUND", explained
         assert "postgresql" not in json.dumps([item, info, explained]).lower()
 
 
-def test_sql_metacharacters_are_stored_and_searched_literally(stores: tuple[Session, Session], tmp_path: Path) -> None:
+def test_sql_metacharacters_are_stored_and_searched_literally(
+    stores: tuple[Enveloped, Enveloped], tmp_path: Path
+) -> None:
     """What held in the attack pass, kept tested: names, texts and queries made of SQL are data, never SQL."""
     _, postgres = stores
     name = "x'); DROP TABLE kb_workbench.knowledge_bases; --"
@@ -132,8 +139,8 @@ def test_sql_metacharacters_are_stored_and_searched_literally(stores: tuple[Sess
     listed = {kb["name"] for kb in postgres.list_knowledge_bases()["data"]["knowledge_bases"]}
     assert name in listed and len(listed) >= 2  # the other KBs are all still there
     for query in ("DROP TABLE students", "' OR 1=1 --", "100% $1 %s"):
-        found = postgres.search(query, kb_names=[name], mode="keyword")
+        found = postgres.search(SearchRequest(query, kb_names=[name], mode="keyword"))
         assert found["success"], found["message"]
-    hits = postgres.search("Robert DROP students", kb_names=[name], mode="keyword")["data"]["chunks"]
+    hits = postgres.search(SearchRequest("Robert DROP students", kb_names=[name], mode="keyword"))["data"]["chunks"]
     assert hits and hits[0]["content"] == text and hits[0]["doc_name"] == document.name
     assert postgres.delete_knowledge_base(name)["success"]

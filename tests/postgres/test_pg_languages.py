@@ -8,6 +8,7 @@ from pathlib import Path
 import psycopg
 
 from kb_core import KnowledgeBaseService
+from kb_core.envelopes import Enveloped
 
 ENGLISH = "Hybrid search combines keyword scores with vector similarity, and the weights are shown with every hit."
 CHINESE = "混合检索把关键词检索和向量检索结合起来，每个结果都会显示它的得分是怎样算出来的。"
@@ -20,7 +21,7 @@ def test_languages_are_stored_listed_and_added_to_older_databases(pg_url: str, t
     (files / "中文.txt").write_text(CHINESE, encoding="utf-8")
     service = KnowledgeBaseService(tmp_path / "home", store=pg_url)
     try:
-        session = service.session()
+        session = Enveloped(service.session())
         assert session.create_knowledge_base("languages", 64, embedding_model="hashing")["success"]
         imported = session.import_document([str(files / "english.txt")], kb_name="languages")
         assert imported["data"]["success_count"] == 1
@@ -33,7 +34,7 @@ def test_languages_are_stored_listed_and_added_to_older_databases(pg_url: str, t
         conn.execute("ALTER TABLE kb_workbench.documents DROP COLUMN language")
     service = KnowledgeBaseService(tmp_path / "home", store=pg_url)  # the open adds it back, null in old rows
     try:
-        session = service.session()
+        session = Enveloped(service.session())
         assert session.import_document([str(files / "中文.txt")], kb_name="languages")["data"]["success_count"] == 1
         listed = {d["name"]: d["language"] for d in session.list_documents(kb_name="languages")["data"]["documents"]}
         assert listed == {"english.txt": None, "中文.txt": "zh"}

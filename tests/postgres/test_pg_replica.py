@@ -11,7 +11,9 @@ import psycopg
 import pytest
 
 from kb_core import KnowledgeBaseService
+from kb_core.envelopes import Enveloped
 from kb_core.errors import KBError
+from kb_core.results import SearchRequest
 from kb_core.retrieval.analysis import Analyzer
 from kb_core.store.postgres import PostgresStore, StoreChange
 from kb_core.store.postgres.embedded import LocalPostgres
@@ -92,18 +94,18 @@ def test_the_service_searches_the_standby_and_says_when_it_falls_back(
         replica_url = database_url(replica, pg_store)
         service = KnowledgeBaseService(tmp_path / "home", store=primary_url, read_url=replica_url)
         try:
-            session = service.session()
+            session = Enveloped(service.session())
             assert session.create_knowledge_base("standby 备用", 64, embedding_model="hashing")["success"]
             assert session.select_knowledge_base("standby 备用")["success"]
             note = tmp_path / "备用.txt"
             note.write_text("The standby serves searches; 备用服务器 提供 检索。\n" * 5, encoding="utf-8")
             assert session.import_document([str(note)])["success"]
             wait_for_replay(primary_url, replica_url)
-            served = session.search("备用服务器 standby searches")
+            served = session.search(SearchRequest("备用服务器 standby searches"))
             assert served["success"] and served["data"]["count"] >= 1
             assert served["data"]["warnings"] == []
             replica.stop()
-            fallen_back = session.search("备用服务器 standby searches")
+            fallen_back = session.search(SearchRequest("备用服务器 standby searches"))
             assert fallen_back["success"]
             assert [h["id"] for h in fallen_back["data"]["chunks"]] == [h["id"] for h in served["data"]["chunks"]]
             assert any(f"127.0.0.1:{replica.port}" in w for w in fallen_back["data"]["warnings"])

@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 
 from kb_core import KnowledgeBaseService
+from kb_core.envelopes import Enveloped
 from kb_core.errors import InvalidArgument, KBError
-from kb_core.session import Session
+from kb_core.results import SearchRequest
 from kb_core.store.base import NotOnPostgres
 from kb_core.store.postgres.embedded import LocalPostgres
 from tests.postgres.conftest import new_database
@@ -97,15 +98,15 @@ def assert_same_hits(postgres: dict[str, Any], folder: dict[str, Any], label: ob
                 assert abs(pg_weights[part][signal] - folder_weights[part][signal]) <= TOLERANCE, label
 
 
-def open_kb(service: KnowledgeBaseService) -> Session:
-    session = service.session()
+def open_kb(service: KnowledgeBaseService) -> Enveloped:
+    session = Enveloped(service.session())
     assert session.create_knowledge_base(KB, 64, embedding_model=MODEL)["success"]
     assert session.select_knowledge_base(KB)["success"]
     return session
 
 
 @pytest.fixture(scope="module")
-def stores(pg_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Session, Session]]:
+def stores(pg_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Enveloped, Enveloped]]:
     """The same KB in a folder store and (through the service, by URL) in PostgreSQL, the demo documents in both."""
     root = tmp_path_factory.mktemp("stores")
     folder_service = KnowledgeBaseService(root / "folder-home")
@@ -119,12 +120,12 @@ def stores(pg_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tu
     postgres_service.close()
 
 
-def compare_searches(folder: Session, postgres: Session) -> None:
+def compare_searches(folder: Enveloped, postgres: Enveloped) -> None:
     empty = []
     for query in QUERIES:
         for settings in SETTINGS:
-            answer = postgres.search(query, top_k=8, **settings)
-            assert_same_hits(answer, folder.search(query, top_k=8, **settings), (query, settings))
+            answer = postgres.search(SearchRequest(query, top_k=8, **settings))
+            assert_same_hits(answer, folder.search(SearchRequest(query, top_k=8, **settings)), (query, settings))
             if not answer["data"]["chunks"]:
                 empty.append((query, settings))
     # A hashing model's semantic hits clear its floor (#25) only for near-literal queries, and deletions leave some
@@ -134,7 +135,7 @@ def compare_searches(folder: Session, postgres: Session) -> None:
     )
 
 
-def test_the_service_on_a_url_gives_the_folder_stores_hits_and_breakdowns(stores: tuple[Session, Session]) -> None:
+def test_the_service_on_a_url_gives_the_folder_stores_hits_and_breakdowns(stores: tuple[Enveloped, Enveloped]) -> None:
     folder, postgres = stores
     pg_list = postgres.list_knowledge_bases()["data"]["knowledge_bases"]
     folder_list = folder.list_knowledge_bases()["data"]["knowledge_bases"]
@@ -158,20 +159,23 @@ def test_the_service_on_a_url_gives_the_folder_stores_hits_and_breakdowns(stores
     compare_searches(folder, postgres)
 
 
-def test_explain_search_agrees_between_the_stores(stores: tuple[Session, Session]) -> None:
+def test_explain_search_agrees_between_the_stores(stores: tuple[Enveloped, Enveloped]) -> None:
     folder, postgres = stores
     query = "评估与调参 BM25 权重"
-    pg_hit = postgres.search(query, top_k=8)["data"]["chunks"][5]
-    folder_id = next(h["id"] for h in folder.search(query, top_k=8)["data"]["chunks"] if hit_key(h) == hit_key(pg_hit))
-    pg_explained = postgres.explain_search(query, pg_hit["id"])
-    folder_explained = folder.explain_search(query, folder_id)
+    pg_hit = postgres.search(SearchRequest(query, top_k=8))["data"]["chunks"][5]
+    folder_hits = folder.search(SearchRequest(query, top_k=8))["data"]["chunks"]
+    folder_id = next(h["id"] for h in folder_hits if hit_key(h) == hit_key(pg_hit))
+    pg_explained = postgres.explain_search(SearchRequest(query), pg_hit["id"])
+    folder_explained = folder.explain_search(SearchRequest(query), folder_id)
     assert pg_explained["success"], pg_explained["message"]
     assert pg_explained["data"]["rank"] == folder_explained["data"]["rank"] == 6
     assert abs(pg_explained["data"]["score"] - folder_explained["data"]["score"]) <= TOLERANCE
     assert pg_explained["data"]["matched_terms"] == folder_explained["data"]["matched_terms"]
 
 
-def test_the_same_answers_after_deletions_and_a_later_import(stores: tuple[Session, Session], tmp_path: Path) -> None:
+def test_the_same_answers_after_deletions_and_a_later_import(
+    stores: tuple[Enveloped, Enveloped], tmp_path: Path
+) -> None:
     folder, postgres = stores
     for session in (folder, postgres):
         assert session.delete_document("hybrid_search.docx")["success"]
@@ -195,7 +199,7 @@ def test_two_hosts_on_one_url_and_the_command_line_answer_as_the_folder_store(
     """
     url = new_database(postgres_server, "t_two_hosts")  # empty: the first command creates the schema
     host_a = KnowledgeBaseService(tmp_path / "host-a", store=url)
-    a = host_a.session()
+    a = Enveloped(host_a.session())
     assert a.list_knowledge_bases()["data"]["count"] == 0  # host A is open (and has looked) before B writes
     host_b, env = tmp_path / "host-b", {"KB_STORE": url}
     created = run_cli(host_b, "create", KB, "--chunk-size", "64", "--embedding-model", MODEL, store=url)
@@ -219,12 +223,12 @@ def test_two_hosts_on_one_url_and_the_command_line_answer_as_the_folder_store(
     query = "知识库 混合检索 召回 hybrid search"
     searched = run_cli(host_b, "search", query, "--top-k", "8", env=env)  # A's commits, seen by B
     assert "第二份.txt" in {h["doc_name"] for h in searched["data"]["chunks"]}
-    assert_same_hits(searched, folder.search(query, top_k=8), "kb search on host B")
+    assert_same_hits(searched, folder.search(SearchRequest(query, top_k=8)), "kb search on host B")
     assert [k["document_count"] for k in a.list_knowledge_bases()["data"]["knowledge_bases"]] == [5]
     host_a.close()
 
 
-def test_operations_the_postgres_store_lacks_say_so(stores: tuple[Session, Session]) -> None:
+def test_operations_the_postgres_store_lacks_say_so(stores: tuple[Enveloped, Enveloped]) -> None:
     _, postgres = stores
     for result in (postgres.compact(),):
         assert not result["success"]
@@ -233,7 +237,7 @@ def test_operations_the_postgres_store_lacks_say_so(stores: tuple[Session, Sessi
 
 
 def test_each_store_gives_the_importer_its_own_sink_and_postgres_refuses_an_executor(
-    stores: tuple[Session, Session],
+    stores: tuple[Enveloped, Enveloped],
 ) -> None:
     """The importer's sink comes from the store (``KBStorage.sink``): the folder store's writes segments in worker
     processes, so parser processes answer with payloads; PostgreSQL's commits rows here, gets parsed files, and
@@ -243,23 +247,25 @@ def test_each_store_gives_the_importer_its_own_sink_and_postgres_refuses_an_exec
     class Ray:  # only the name is read before the refusal
         name = "ray"
 
-    folder_importer = folder.service.importer(folder.service.find_kb(KB), Ray())  # type: ignore[arg-type]
+    folder_importer = folder.operations.service.importer(folder.operations.service.find_kb(KB), Ray())  # type: ignore[arg-type]
     assert folder_importer.sink.writes_in_workers and folder_importer.parse_and_chunk is not None
     assert folder_importer.executor is not None and folder_importer.executor.name == "ray"
-    record = postgres.service.find_kb(KB)
-    importer = postgres.service.importer(record)
+    record = postgres.operations.service.find_kb(KB)
+    importer = postgres.operations.service.importer(record)
     assert not importer.sink.writes_in_workers and importer.parse_and_chunk is None and importer.executor is None
     with pytest.raises(NotOnPostgres, match="ray executor commits into folder stores only"):
-        postgres.service.importer(record, Ray())  # type: ignore[arg-type]
+        postgres.operations.service.importer(record, Ray())  # type: ignore[arg-type]
 
 
-def test_export_from_a_folder_import_db_into_postgres_and_back(stores: tuple[Session, Session], tmp_path: Path) -> None:
+def test_export_from_a_folder_import_db_into_postgres_and_back(
+    stores: tuple[Enveloped, Enveloped], tmp_path: Path
+) -> None:
     """``kb export`` of the folder KB, ``kb --store URL import-db`` of the file, then an export of the PostgreSQL KB
     imported into a new folder home: all three answer every search alike, with the same documents and chunks."""
     folder, postgres = stores
     exported = folder.export_database(str(tmp_path / "folder.kbx"))
     assert exported["success"], exported["message"]
-    url = postgres.service.store.postgres.db.primary.url  # type: ignore[union-attr]
+    url = postgres.operations.service.store.postgres.db.primary.url  # type: ignore[union-attr]
     imported = run_cli(tmp_path / "cli-home", "import-db", str(tmp_path / "folder.kbx"), store=url)
     assert imported["success"], imported["message"]
     moved = imported["data"]["knowledge_bases"][0]
@@ -271,7 +277,7 @@ def test_export_from_a_folder_import_db_into_postgres_and_back(stores: tuple[Ses
         assert back["success"], back["message"]
     finally:
         assert postgres.select_knowledge_base(KB)["success"]
-    returned = KnowledgeBaseService(tmp_path / "returned-home").session()
+    returned = Enveloped(KnowledgeBaseService(tmp_path / "returned-home").session())
     assert returned.import_database(str(tmp_path / "postgres.kbx"))["success"]
     assert returned.select_knowledge_base(moved)["success"]
     compare_searches(folder, returned)
@@ -302,7 +308,7 @@ def test_the_folder_store_stays_the_default(tmp_path: Path, monkeypatch: pytest.
     monkeypatch.delenv("KB_STORE", raising=False)
     service = KnowledgeBaseService(tmp_path / "home")
     assert service.store.postgres is None
-    session = service.session()
+    session = Enveloped(service.session())
     assert session.create_knowledge_base("folder kb", 64, embedding_model="hashing")["success"]
     assert (tmp_path / "home").is_dir() and any((tmp_path / "home").rglob("*"))
 
@@ -325,7 +331,7 @@ def test_an_mcp_server_on_the_url_and_a_service_share_commits(pg_url: str, tmp_p
     from mcp.client.stdio import stdio_client
 
     service = KnowledgeBaseService(tmp_path / "host-a", store=pg_url)
-    host_a = service.session()
+    host_a = Enveloped(service.session())
     assert host_a.create_knowledge_base("mcp 共享", 64, embedding_model="hashing")["success"]
     assert host_a.select_knowledge_base("mcp 共享")["success"]
     first = tmp_path / "standby.txt"
@@ -357,6 +363,6 @@ def test_an_mcp_server_on_the_url_and_a_service_share_commits(pg_url: str, tmp_p
 
     found = anyio.run(scenario)
     assert [h["doc_name"] for h in found["data"]["chunks"]] == ["standby.txt"]
-    seen = host_a.search("代理 共享 知识库", mode="keyword")
+    seen = host_a.search(SearchRequest("代理 共享 知识库", mode="keyword"))
     assert [h["doc_name"] for h in seen["data"]["chunks"]] == ["代理.txt"]
     service.close()

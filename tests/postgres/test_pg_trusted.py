@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 
 from kb_core import KnowledgeBaseService
+from kb_core.envelopes import Enveloped
+from kb_core.results import SearchRequest
 from tests.test_trusted_results import BLOG_QUERY, SUPPORT_TEXTS, TEA_QUERY, write_files
 
 pytestmark = pytest.mark.postgres
@@ -18,7 +20,7 @@ def sessions_on_both_stores(pg_url: str, tmp_path: Path, kb: str, files: list[st
     """Sessions on a PostgreSQL home and on a folder home, each with KB ``kb`` (hashing embedder) holding ``files``."""
     sessions = []
     for service in (KnowledgeBaseService(tmp_path / "pg-home", store=pg_url), KnowledgeBaseService(tmp_path / "f")):
-        session = service.session()
+        session = Enveloped(service.session())
         assert session.create_knowledge_base(kb, 64, "hashing")["success"]
         session.select_knowledge_base(kb)
         assert session.import_document(files)["data"]["failed_count"] == 0
@@ -30,21 +32,26 @@ def test_stop_words_evidence_and_min_score_on_postgres(pg_url: str, tmp_path: Pa
     postgres, folder = sessions_on_both_stores(pg_url, tmp_path, "trusted 可信", write_files(tmp_path / "files"))
     for query in (BLOG_QUERY, TEA_QUERY, "mail server section notes"):
         for mode in ("hybrid", "semantic", "keyword"):
-            found = postgres.search(query, mode=mode, top_k=8)["data"]
-            expected = folder.search(query, mode=mode, top_k=8)["data"]
+            found = postgres.search(SearchRequest(query, mode=mode, top_k=8))["data"]
+            expected = folder.search(SearchRequest(query, mode=mode, top_k=8))["data"]
             assert [c["content"] for c in found["chunks"]] == [c["content"] for c in expected["chunks"]]
             assert found["query_terms"] == expected["query_terms"]
             assert found["without_evidence"] == expected["without_evidence"]
             for hit in found["chunks"]:
                 assert hit["score"] > 0 and not {"how", "do", "i", "的", "用"} & set(hit["matched_terms"])
                 assert hit["doc_name"] != "年会通知.docx" or mode == "semantic"
-    scores = [c["score"] for c in postgres.search("mail server section notes", mode="keyword")["data"]["chunks"]]
+    scores = [
+        c["score"]
+        for c in postgres.search(SearchRequest("mail server section notes", mode="keyword"))["data"]["chunks"]
+    ]
     assert len(scores) >= 2
     cut = (scores[0] + scores[1]) / 2
     assert postgres.save_search_settings(min_score=cut)["success"]
-    again = KnowledgeBaseService(tmp_path / "pg-home-2", store=pg_url).session()  # another host reads the default
+    again = Enveloped(
+        KnowledgeBaseService(tmp_path / "pg-home-2", store=pg_url).session()
+    )  # another host reads the default
     again.select_knowledge_base("trusted 可信")
-    result = again.search("mail server section notes", mode="keyword")
+    result = again.search(SearchRequest("mail server section notes", mode="keyword"))
     assert len(result["data"]["chunks"]) == 1 and result["data"]["below_min_score"] == len(scores) - 1
     assert "not shown" in result["message"]
 
@@ -58,18 +65,19 @@ def test_support_terms_on_postgres_as_on_a_folder_store(pg_url: str, tmp_path: P
         paths.append(str(tmp_path / name))
     postgres, folder = sessions_on_both_stores(pg_url, tmp_path, "support 支持", paths)
     for mode in ("keyword", "hybrid"):
-        found = postgres.search(TEA_QUERY, mode=mode, top_k=8)["data"]
-        expected = folder.search(TEA_QUERY, mode=mode, top_k=8)["data"]
+        found = postgres.search(SearchRequest(TEA_QUERY, mode=mode, top_k=8))["data"]
+        expected = folder.search(SearchRequest(TEA_QUERY, mode=mode, top_k=8))["data"]
         assert [c["doc_name"] for c in found["chunks"]] == ["八十度的水.txt", "八十度水.txt"], mode
         assert [c["content"] for c in found["chunks"]] == [c["content"] for c in expected["chunks"]]
         assert [c["score"] for c in found["chunks"]] == pytest.approx([c["score"] for c in expected["chunks"]])
-        assert found["query_terms"] == expected["query_terms"] and found["without_evidence"] == expected[
-            "without_evidence"
-        ]
-    best = postgres.search(TEA_QUERY, mode="keyword", top_k=1)["data"]["chunks"][0]
-    explained = postgres.explain_search(TEA_QUERY, best["id"], mode="keyword")["data"]
+        assert (
+            found["query_terms"] == expected["query_terms"]
+            and found["without_evidence"] == expected["without_evidence"]
+        )
+    best = postgres.search(SearchRequest(TEA_QUERY, mode="keyword", top_k=1))["data"]["chunks"][0]
+    explained = postgres.explain_search(SearchRequest(TEA_QUERY, mode="keyword"), best["id"])["data"]
     assert explained["support_terms"] == ["度的", "的水"]
-    level = postgres.search("他说的水平", mode="keyword", top_k=1)["data"]["chunks"][0]
+    level = postgres.search(SearchRequest("他说的水平", mode="keyword", top_k=1))["data"]["chunks"][0]
     assert level["doc_name"] == "水平.txt"
-    alone = postgres.explain_search(TEA_QUERY, level["id"], mode="keyword")["data"]
+    alone = postgres.explain_search(SearchRequest(TEA_QUERY, mode="keyword"), level["id"])["data"]
     assert alone["evidence"] is False and alone["rank"] is None and alone["matched_terms"] == []

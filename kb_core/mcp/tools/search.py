@@ -9,7 +9,6 @@ from mcp.server.fastmcp import Context
 from mcp.types import CallToolResult
 from pydantic import Field
 
-from kb_core.mcp import library
 from kb_core.mcp.context import call
 from kb_core.mcp.models import (
     JACCARD_WEIGHT,
@@ -30,6 +29,7 @@ from kb_core.mcp.models import (
 )
 from kb_core.mcp.results import hits_text
 from kb_core.operations import Operations
+from kb_core.results import SearchRequest
 
 # The search settings search and explain_search both take, as clients read them.
 ModeArg = Annotated[SearchMode | None, Field(description="default from settings, usually hybrid")]
@@ -122,17 +122,19 @@ async def search(
     return await call(
         ctx,
         Operations.search,
-        query,
-        top_k=top_k,
-        expand_graph=expand_graph,
-        mode=mode,
-        vector_weight=vector_weight,
-        keyword_weight=keyword_weight,
-        weighting=weighting,
-        language_guard=language_guard,
-        fusion=fusion,
-        jaccard_weight=jaccard_weight,
-        min_score=min_score,
+        SearchRequest(
+            query,
+            top_k=top_k,
+            expand_graph=expand_graph,
+            mode=mode,
+            vector_weight=vector_weight,
+            keyword_weight=keyword_weight,
+            weighting=weighting,
+            language_guard=language_guard,
+            fusion=fusion,
+            jaccard_weight=jaccard_weight,
+            min_score=min_score,
+        ),
     )
 
 
@@ -178,14 +180,16 @@ async def explain_search(
     return await call(
         ctx,
         Operations.explain_search,
-        query,
+        SearchRequest(
+            query,
+            mode=mode,
+            vector_weight=vector_weight,
+            keyword_weight=keyword_weight,
+            weighting=weighting,
+            language_guard=language_guard,
+            fusion=fusion,
+        ),
         chunk_id,
-        mode=mode,
-        vector_weight=vector_weight,
-        keyword_weight=keyword_weight,
-        weighting=weighting,
-        language_guard=language_guard,
-        fusion=fusion,
         text=lambda e: e["message"],
     )
 
@@ -292,4 +296,6 @@ async def search_knowledge_base(
     某个知识库的向量化服务失败时，其他知识库照常检索，失败作为警告列出（文本中在命中结果之后；结构化内容中
     为 warnings 和 failed_knowledge_bases）；没有任何知识库能够检索时返回 -32603 错误（keyword 模式不需要向量化）。
     """
-    return await call(ctx, library.search_knowledge_base, query, limit, mode, expand_graph, min_score, text=hits_text)
+    return await call(
+        ctx, Operations.search_knowledge_base, query, limit, mode, expand_graph, min_score, text=hits_text
+    )
