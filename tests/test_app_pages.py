@@ -424,7 +424,8 @@ def test_one_vector_weight_slider_sets_both_weights_and_every_hit_uses_them(fill
         assert abs(total - stated) < 1e-3, step
     # auto weighting: the weights used are the ones the service calls auto, beside the ones asked
     test.radio(key=f"{base}_weighting").set_value("auto").run()
-    auto = session.search(SearchRequest("hybrid search weights", vector_weight=0.2, weighting="auto"))["data"]["weights"]
+    asked = SearchRequest("hybrid search weights", vector_weight=0.2, weighting="auto")
+    auto = session.search(asked)["data"]["weights"]
     assert metric(test, "Weights asked") == "0.20 / 0.80"
     assert metric(test, "Weights used · vector / keyword") == pair(auto["used"])
     assert metric(test, "Auto weighting would use") == pair(auto["auto"])
@@ -445,7 +446,8 @@ def test_one_search_per_change_none_for_settings_seen_before_until_the_kb_change
     assert other.import_document([str(DEMO / "evaluation_guide.docx")])["success"]
     test.run()
     assert service_counters(test) == (searches + 2, vectors)
-    assert shown_chunk_ids(test) == [c["id"] for c in other.search(SearchRequest("hybrid search weights"))["data"]["chunks"]]
+    expected = other.search(SearchRequest("hybrid search weights"))["data"]["chunks"]
+    assert shown_chunk_ids(test) == [c["id"] for c in expected]
     assert any("evaluation_guide.docx" in html_text(m) for m in texts(test, "markdown"))
 
 
