@@ -33,11 +33,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="also write the rows to this file")
     args = parser.parse_args(argv)
 
+    from kb_core import KnowledgeBaseService
     from kb_core.config import resolve_home
-    from kb_core.evaluation import evaluate_folder
-    from kb_core.service import open_eval_service
+    from kb_core.evaluation import EvaluationRequest, run_evaluation
 
-    service = open_eval_service(resolve_home(args.home))
+    session = KnowledgeBaseService(resolve_home(args.home)).session()
     rows = []
     for name in args.datasets:
         folder = SHARED / "eval" / DATASETS[name]
@@ -46,9 +46,10 @@ def main(argv: list[str] | None = None) -> int:
             continue
         for chunk_size in args.chunk_sizes:
             started = time.perf_counter()
-            _, report = evaluate_folder(
-                service, folder, chunk_size=chunk_size, max_queries=args.max_queries, top_k=args.depth
+            request = EvaluationRequest(
+                folder, build_corpus=True, chunk_size=chunk_size, max_queries=args.max_queries, depth=args.depth
             )
+            report = run_evaluation(session, request).report
             for row in report.metrics.to_dict("records"):
                 rows.append({"dataset": name, "chunk_size": chunk_size, **row})
             print(f"{name} chunk {chunk_size}: {time.perf_counter() - started:.0f} s", file=sys.stderr)

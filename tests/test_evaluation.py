@@ -10,21 +10,24 @@ import json
 import os
 import re
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from kb_core import KnowledgeBaseService
 from kb_core.beir import load_beir, load_beir_queries_qrels
 from kb_core.cli.main import main as cli_main
 from kb_core.envelopes import Enveloped
 from kb_core.errors import InvalidArgument
 from kb_core.evaluation import (
     METRICS,
+    EvaluationRequest,
     EvaluationSetting,
     build_eval_kb,
-    evaluate_folder,
     evaluate_kb,
     language_warning,
+    run_evaluation,
     score_run,
     settings_for,
     sweep_weights,
@@ -316,12 +319,14 @@ def test_the_evaluation_home_embeds_each_query_once_across_settings(
     assert set(embedded.values()) == {1}, embedded
 
 
-def test_evaluate_folder_limits_queries(eval_service, beir: Path) -> None:
-    dataset, report = evaluate_folder(eval_service, beir, modes=("keyword",), embedding_model="hashing", max_queries=2)
-    assert len(dataset.queries) == 2
-    assert report.metrics.loc[0, "queries"] == 2
-    with pytest.raises(InvalidArgument, match="max_queries"):
-        evaluate_folder(eval_service, beir, embedding_model="hashing", max_queries=0)
+def test_an_evaluation_of_a_corpus_limits_queries(tmp_path: Path, beir: Path) -> None:
+    session = KnowledgeBaseService(tmp_path / "home").session()
+    request = EvaluationRequest(beir, build_corpus=True, modes=("keyword",), embedding_model="hashing", max_queries=2)
+    outcome = run_evaluation(session, request)
+    assert outcome.queries == 2 and outcome.documents == len(load_beir(beir).corpus)
+    assert outcome.report.metrics.loc[0, "queries"] == 2
+    with pytest.raises(InvalidArgument, match="max-queries"):
+        run_evaluation(session, replace(request, max_queries=0))
 
 
 # -- CLI ------------------------------------------------------------------------------------------
@@ -437,8 +442,9 @@ def test_notebook_runs_on_a_fresh_clone_without_shared_on_the_demo_judgments(
 # -- the real model ----------------------------------------------------------------------------------
 @pytest.mark.model
 def test_real_model_evaluation_flags_chinese_and_finds_english_paraphrases(tmp_path: Path, beir: Path) -> None:
-    service = open_eval_service(tmp_path / "home")
-    _, report = evaluate_folder(service, beir, top_k=10, embedding_model="all-MiniLM-L6-v2")
+    session = KnowledgeBaseService(tmp_path / "home").session()
+    request = EvaluationRequest(beir, build_corpus=True, depth=10, embedding_model="all-MiniLM-L6-v2")
+    report = run_evaluation(session, request).report
     assert report.per_query["query_id"].nunique() == 6
     metrics = report.metrics.set_index("setting")
     semantic = report.per_query[report.per_query["setting"] == "semantic"].set_index("query_id")

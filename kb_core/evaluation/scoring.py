@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from kb_core.beir import BeirDataset, load_beir
+from kb_core.beir import BeirDataset
 from kb_core.config import SEARCH_MODES
 from kb_core.errors import InvalidArgument, KBNotFound
 from kb_core.evaluation.report import METRICS, EvaluationReport, EvaluationSetting
@@ -54,7 +54,6 @@ __all__ = [
     "EvaluationSetting",
     "build_eval_kb",
     "eval_kb_name",
-    "evaluate_folder",
     "evaluate_kb",
     "evaluate_with_sweep",
     "settings_for",
@@ -376,49 +375,3 @@ def evaluate_with_sweep(
         kb_name=report.kb_name,
         warnings=report.warnings + [w for w in swept.warnings if w not in report.warnings],
     )
-
-
-def evaluate_folder(
-    service: KnowledgeBaseService,
-    folder: str | Path,
-    *,
-    modes: Sequence[str] = SEARCH_MODES,
-    vector_weights: Sequence[float] | None = None,
-    settings: Sequence[EvaluationSetting] | None = None,
-    chunk_size: int = DEFAULT_CHUNK_SIZE,
-    embedding_model: str | None = None,
-    max_queries: int | None = None,
-    top_k: int = DEFAULT_TOP_K,
-    progress: EvalProgress | None = None,
-    split: str | None = None,
-) -> tuple[BeirDataset, EvaluationReport]:
-    """Load ``folder``, build or reuse its KB in ``service`` (pass ``service.evaluation_service()``), evaluate it.
-
-    ``max_queries`` keeps the first N judged queries (file order), for quick looks.
-    """
-    dataset = load_beir(folder, split=split)
-    if max_queries is not None:
-        if max_queries < 1:
-            raise InvalidArgument(f"max_queries must be at least 1, got {max_queries!r}.")
-        kept = list(dataset.queries)[:max_queries]
-        dataset = BeirDataset(
-            dataset.name,
-            dataset.folder,
-            dataset.corpus,
-            {q: dataset.queries[q] for q in kept},
-            {q: dataset.qrels[q] for q in kept},
-            dataset.corpus_path,
-        )
-    record = build_eval_kb(service, dataset, chunk_size=chunk_size, embedding_model=embedding_model, progress=progress)
-    report = evaluate_kb(
-        service.session(),
-        dataset.queries,
-        dataset.qrels,
-        modes=modes,
-        vector_weights=vector_weights,
-        settings=settings,
-        top_k=top_k,
-        kb_name=record.name,
-        progress=progress,
-    )
-    return dataset, report
