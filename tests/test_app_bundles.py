@@ -80,7 +80,7 @@ def texts(test: AppTest, kind: str) -> list[str]:
 
 
 def session_of(test: AppTest):  # type: ignore[no-untyped-def]
-    return test.session_state["kb_session"]
+    return Enveloped(test.session_state["kb_session"])
 
 
 def paste_and_import(test: AppTest, text: str) -> None:

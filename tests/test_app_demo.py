@@ -73,15 +73,16 @@ def test_demo_judgments_grade_demo_documents_for_english_and_chinese_questions(t
 
 
 def test_ensure_demo_kb_builds_once_and_leaves_the_selection_alone(tmp_path: Path) -> None:
-    session = Enveloped(KnowledgeBaseService(tmp_path / "home").session())
+    typed = KnowledgeBaseService(tmp_path / "home").session()
+    session = Enveloped(typed)
     seen: list[tuple[int, int]] = []
     result = ensure_demo_kb(
-        session, embedding_model="hashing", progress=lambda p: seen.append((p.files_done, p.files_total))
+        typed, embedding_model="hashing", progress=lambda p: seen.append((p.files_done, p.files_total))
     )
-    assert result is not None and result["success"], result
-    assert result["data"]["success_count"] == len(demo_files()) and result["data"]["failed_count"] == 0
+    assert result is not None and result.succeeded(), result
+    assert result.success_count == len(demo_files()) and result.failed_count == 0
     assert seen[-1] == (len(demo_files()), len(demo_files()))
-    assert ensure_demo_kb(session, embedding_model="hashing") is None
+    assert ensure_demo_kb(typed, embedding_model="hashing") is None
     listing = session.list_knowledge_bases()["data"]
     assert [kb["name"] for kb in listing["knowledge_bases"]] == [DEMO_KB_NAME]
     assert listing["current_kb_id"] is None
@@ -90,14 +91,15 @@ def test_ensure_demo_kb_builds_once_and_leaves_the_selection_alone(tmp_path: Pat
 def test_a_demo_build_cut_off_before_its_documents_is_filled_on_the_next_start(tmp_path: Path) -> None:
     # The app builds the demo inside a browser session's script run; closing the tab stops it after the KB was
     # created and before its documents were committed. The next start must not leave that empty KB as "the demo".
-    session = Enveloped(KnowledgeBaseService(tmp_path / "home").session())
+    typed = KnowledgeBaseService(tmp_path / "home").session()
+    session = Enveloped(typed)
     assert session.create_knowledge_base(DEMO_KB_NAME, 256, embedding_model="hashing")["success"]
-    assert not demo_exists(session)
-    result = ensure_demo_kb(session, embedding_model="hashing")
-    assert result is not None and result["success"], result
-    assert result["data"]["success_count"] == len(demo_files())
-    assert demo_exists(session)
-    assert ensure_demo_kb(session, embedding_model="hashing") is None  # a filled demo is left alone
+    assert not demo_exists(typed)
+    result = ensure_demo_kb(typed, embedding_model="hashing")
+    assert result is not None and result.succeeded(), result
+    assert result.success_count == len(demo_files())
+    assert demo_exists(typed)
+    assert ensure_demo_kb(typed, embedding_model="hashing") is None  # a filled demo is left alone
     listing = session.list_knowledge_bases()["data"]["knowledge_bases"]
     assert [(kb["name"], kb["document_count"]) for kb in listing] == [(DEMO_KB_NAME, len(demo_files()))]
 
@@ -120,7 +122,7 @@ def test_first_start_builds_the_demo_with_the_real_model_and_selects_it(
     assert any("Building the demo knowledge base" in m.value for m in test.markdown)
     assert test.get("progress") and not test.title  # no page before the demo is ready
     session = test.session_state["kb_session"]
-    jobs = session.operations.service.jobs.all()
+    jobs = session.service.jobs.all()
     assert len(jobs) == 1 and jobs[0].kb_name == DEMO_KB_NAME
     assert jobs[0].done.wait(300)
     seconds = time.perf_counter() - started
@@ -132,7 +134,7 @@ def test_first_start_builds_the_demo_with_the_real_model_and_selects_it(
     test.run()
     assert not test.exception, test.exception
     assert [t.value for t in test.title] == ["Knowledge bases"]
-    session = test.session_state["kb_session"]
+    session = Enveloped(test.session_state["kb_session"])
     assert session.operations.current_kb().name == DEMO_KB_NAME
     # the demo is bilingual: built with the model that reads Chinese too, so Chinese queries are not guarded
     assert session.operations.current_kb().embedding_model == "multilingual-e5-small"

@@ -64,7 +64,7 @@ def texts(test: AppTest, kind: str) -> list[str]:
 
 
 def kb_names(test: AppTest) -> list[str]:
-    listing = test.session_state["kb_session"].list_knowledge_bases()["data"]
+    listing = Enveloped(test.session_state["kb_session"]).list_knowledge_bases()["data"]
     return [kb["name"] for kb in listing["knowledge_bases"]]
 
 
@@ -108,7 +108,7 @@ def test_export_one_kb_to_a_server_path_then_import_it_back_renamed(home: Path, 
     assert any("nothing was overwritten" in c for c in texts(test, "caption"))
     assert sorted(kb_names(test)) == sorted(["Alpha", "Beta 乙", copy])
 
-    session = test.session_state["kb_session"]
+    session = Enveloped(test.session_state["kb_session"])
     original = session.search(SearchRequest("关键词", kb_names=["Alpha"], mode="keyword"))["data"]["chunks"]
     copied = session.search(SearchRequest("关键词", kb_names=[copy], mode="keyword"))["data"]["chunks"]
     assert [c["content"] for c in copied] == [c["content"] for c in original] and original
@@ -118,7 +118,7 @@ def test_export_one_kb_to_a_server_path_then_import_it_back_renamed(home: Path, 
 def test_damaged_or_missing_files_are_refused_readably_and_change_nothing(home: Path, tmp_path: Path) -> None:
     test = page()
     good = tmp_path / "good.kbx"
-    assert test.session_state["kb_session"].export_database(str(good))["success"]
+    assert Enveloped(test.session_state["kb_session"]).export_database(str(good))["success"]
     truncated = tmp_path / "truncated.kbx"
     truncated.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
     before = kb_names(test)

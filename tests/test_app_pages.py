@@ -94,7 +94,7 @@ def html_text(markdown: str) -> str:
 
 def current(test: AppTest) -> str | None:
     session = test.session_state["kb_session"]
-    return session.operations.current_kb().name if session.operations.current_kb_id else None
+    return session.current_kb().name if session.current_kb_id else None
 
 
 # -- knowledge bases -----------------------------------------------------------------------------
@@ -141,7 +141,7 @@ def test_a_kb_deleted_by_another_session_is_named_and_no_other_kb_is_used(filled
         warnings = texts(test, "warning")
         assert any("**Alpha**" in w and "no longer exists" in w and "Choose a knowledge base" in w for w in warnings)
         assert not test.text_input  # no search form: nothing is searched
-        session = test.session_state["kb_session"]
+        session = Enveloped(test.session_state["kb_session"])
         existing = [kb["id"] for kb in session.list_knowledge_bases()["data"]["knowledge_bases"]]
         assert session.operations.current_kb_id not in existing
     # (AppTest runs app.py's sidebar on the first run only: the picker's part is in the browser tests)
@@ -493,7 +493,7 @@ def test_save_as_kb_default_persists_every_setting_for_the_cli_and_mcp(filled: P
     search(test, "hybrid search weights")
     test.button(key="lab_save").click().run()
     assert any("Saved search defaults for 'Alpha'" in s for s in texts(test, "success"))
-    saved = Enveloped(KnowledgeBaseService(filled).session()).resolve_kb("Alpha").search_settings
+    saved = KnowledgeBaseService(filled).session().resolve_kb("Alpha").search_settings
     assert saved == {"mode": "hybrid", "top_k": 7, "vector_weight": 0.35, "keyword_weight": 0.65,
                      "jaccard_weight": 0.25, "fusion": "rrf", "weighting": "auto", "language_guard": False,
                      "min_score": 0.1}
@@ -509,7 +509,7 @@ def test_save_as_kb_default_persists_every_setting_for_the_cli_and_mcp(filled: P
     # keyword mode: the saved weights stay for hybrid
     test.selectbox(key=f"{again}_mode").set_value("keyword").run()
     test.button(key="lab_save").click().run()
-    saved = Enveloped(KnowledgeBaseService(filled).session()).resolve_kb("Alpha").search_settings
+    saved = KnowledgeBaseService(filled).session().resolve_kb("Alpha").search_settings
     assert saved["mode"] == "keyword" and saved["vector_weight"] == 0.35
 
 
@@ -628,8 +628,8 @@ def test_evaluate_folder_sweeps_keeps_the_run_and_saves_the_best_weights(
 
 
 def test_demo_judgments_are_offered_and_chosen_for_the_demo_kb(home: Path) -> None:
-    session = Enveloped(KnowledgeBaseService(home).session())
-    assert ensure_demo_kb(session, embedding_model="hashing")["success"]
+    built = ensure_demo_kb(KnowledgeBaseService(home).session(), embedding_model="hashing")
+    assert built is not None and built.succeeded()
     test = app("evaluate")
     assert test.radio(key="eval_source").value == "Demo judgments"
     test.toggle(key="eval_sweep").set_value(False)
@@ -647,7 +647,7 @@ def test_demo_judgments_are_offered_and_chosen_for_the_demo_kb(home: Path) -> No
 def keep_run(home: Path, settings: list, *, sweep: list[float] | None = None) -> str:
     """A kept run of the first two test judgments against Alpha, as `kb eval --kb Alpha` keeps one."""
     service = KnowledgeBaseService(home)
-    session = Enveloped(service.session())
+    session = service.session()
     queries, qrels = load_beir_queries_qrels(write_judgments(home.parent / "beir"))
     report = evaluate_with_sweep(session, queries, qrels, settings=settings, sweep=sweep, kb_name="Alpha")
     everything = list(settings) + [s for s in settings_for((), sweep) if s not in settings] if sweep else settings

@@ -283,7 +283,7 @@ def test_a_kb_whose_model_cannot_read_its_documents_offers_to_embed_them_again(
     assert session.operations.resolve_kb("notes (multilingual-e5-small)").search_settings["min_score"] == 0.2
     # the new KB reads Chinese: a question that shares no character with its answer finds it by meaning
     request = SearchRequest("小孩发烧了应该怎么办", kb_names=["notes (multilingual-e5-small)"], mode="semantic")
-    hits = session.search(SearchRequest(request))
+    hits = session.search(request)
     assert hits["data"]["chunks"][0]["doc_name"] == "发烧.txt"
     assert not any("does not read" in str(w.value) for w in test.warning)
 
