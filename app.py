@@ -13,7 +13,7 @@ from typing import Any
 import streamlit as st
 
 from kb_core import KBError, Operations
-from kb_core.demo import DEMO_EMBEDDING_MODEL, DEMO_KB_NAME, demo_exists, demo_files, start_demo_build
+from kb_core.session.demo import DEMO_EMBEDDING_MODEL, DEMO_KB_NAME, demo_exists, demo_files, start_demo_build
 from pages import _service
 from pages._demo import demo_banner, demo_build, demo_enabled, demo_lock, operator_sign_in, set_visitor_cookie
 from pages._errors import show_error

@@ -290,7 +290,7 @@ class Target:
     def kb(self, home: Path, arguments: list[str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
         store = ["--store", self.store] if self.store else []
         return subprocess.run(
-            [self.python, "-m", "kb_core.cli", "--home", str(home), *store, *arguments],
+            [self.python, "-m", "kb_core.edges.cli", "--home", str(home), *store, *arguments],
             cwd=self.work,
             env=self.environment(),
             input=stdin,
@@ -305,7 +305,7 @@ class Target:
 
 DISCOVER = """
 import argparse, json
-from kb_core.cli.main import build_parser
+from kb_core.edges.cli.main import build_parser
 
 def walk(parser, path):
     yield path
@@ -668,7 +668,7 @@ async def mcp_client(target: Target, home: Path, log_file: Path, body: Callable[
     store = ["--store", target.store] if target.store else []
     parameters = StdioServerParameters(
         command=target.python,
-        args=["-m", "kb_core.cli", "--home", str(home), *store, "mcp"],
+        args=["-m", "kb_core.edges.cli", "--home", str(home), *store, "mcp"],
         cwd=str(target.work),
         env=target.environment(),
     )

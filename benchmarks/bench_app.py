@@ -42,8 +42,8 @@ from typing import Any
 
 import numpy as np
 
-from kb_core.envelopes import Enveloped
-from kb_core.results import SearchRequest
+from kb_core.edges.envelopes import Enveloped
+from kb_core.features.results import SearchRequest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))

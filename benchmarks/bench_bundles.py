@@ -16,11 +16,11 @@ from pathlib import Path
 
 import yaml
 
-from kb_core import bundles
-from kb_core.bundles.loading import load_bundle_file
-from kb_core.envelopes import Enveloped
-from kb_core.results import SearchRequest
-from kb_core.service import KnowledgeBaseService
+from kb_core.edges.envelopes import Enveloped
+from kb_core.features import bundles
+from kb_core.features.bundles.loading import load_bundle_file
+from kb_core.features.results import SearchRequest
+from kb_core.session.service import KnowledgeBaseService
 
 WORDS_EN = [
     "vector",

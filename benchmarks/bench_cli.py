@@ -4,7 +4,7 @@
     python benchmarks/bench_cli.py --root /work/wt/old --root .      # another checkout as the reference, same run
 
 A home with the demo KB (data/demo, all-MiniLM-L6-v2) is built once in a temporary folder (or ``--home``). Each
-command then runs ``--runs`` times as ``python -m kb_core.cli --home HOME …`` (what the ``kb`` script runs) with
+command then runs ``--runs`` times as ``python -m kb_core.edges.cli --home HOME …`` (what the ``kb`` script runs) with
 ``PYTHONPATH`` and the working directory set to each ``--root``, the roots taking turns run by run so drift of the
 machine's speed hits them alike. ``kb search`` is cold every time: each process loads the model for its query
 (queries are never in the embedding cache). Reported per root and command: p50 and min wall seconds, the p50 of
@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kb_core.envelopes import Enveloped
+from kb_core.edges.envelopes import Enveloped
 
 ROOT = Path(__file__).resolve().parent.parent
 QUERY = "How are keyword and vector scores combined?"
@@ -64,7 +64,7 @@ def run_once(root: Path, argv: list[str]) -> tuple[float, float]:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-m", "kb_core.cli", *argv],
+        [sys.executable, "-m", "kb_core.edges.cli", *argv],
         cwd=root, env=environment(root), capture_output=True, text=True, encoding="utf-8", timeout=600,
     )
     elapsed = time.perf_counter() - start
@@ -77,7 +77,7 @@ def run_once(root: Path, argv: list[str]) -> tuple[float, float]:
 def heavy_imports(root: Path, argv: list[str]) -> dict[str, bool]:
     """Which heavy libraries the command imports (one run with ``-X importtime``)."""
     done = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "kb_core.cli", *argv],
+        [sys.executable, "-X", "importtime", "-m", "kb_core.edges.cli", *argv],
         cwd=root, env=environment(root), capture_output=True, text=True, encoding="utf-8", timeout=600,
     )
     names = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
@@ -88,7 +88,7 @@ def build_home(home: Path) -> None:
     """The demo KB, selected as the CLI's current KB (built with this checkout's code)."""
     sys.path.insert(0, str(ROOT))
     from kb_core import KnowledgeBaseService
-    from kb_core.demo import DEMO_KB_NAME, ensure_demo_kb
+    from kb_core.session.demo import DEMO_KB_NAME, ensure_demo_kb
 
     session = Enveloped(KnowledgeBaseService(home).session("cli"))
     if not any(kb["name"] == DEMO_KB_NAME for kb in session.list_knowledge_bases()["data"]["knowledge_bases"]):

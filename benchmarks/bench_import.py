@@ -64,7 +64,7 @@ import numpy as np
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from kb_core import KnowledgeBaseService
-from kb_core.envelopes import Enveloped
+from kb_core.edges.envelopes import Enveloped
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 SAMPLE = 4096  # chunk texts for the stored-vector check and the sampled encode() batches
@@ -131,7 +131,7 @@ def main() -> None:
                 path.write_text(f"{record['title']}\n\n{record['text']}", encoding="utf-8")
                 files.append(str(path))
         for model in args.model.split(","):
-            from kb_core.embedding import is_hashing_model
+            from kb_core.engines.embedding import is_hashing_model
 
             subset = files if is_hashing_model(model) or not args.model_documents else files[: args.model_documents]
             reports.append(measure(model.strip(), subset, args, Path(folder) / f"home-{len(reports)}"))
@@ -154,8 +154,8 @@ def measure(model_name: str, files: list[str], args: argparse.Namespace, home: P
     session.select_knowledge_base("bench")
     record = session.operations.current_kb()
     embedder = service.embedder(record)
-    from kb_core.embedding import is_hashing_model
-    from kb_core.ingest.parsing import parse_file
+    from kb_core.engines.embedding import is_hashing_model
+    from kb_core.engines.parsing import parse_file
 
     parse_file(Path(files[0]))  # starting the parser (and segment writer) processes is not part of any figure
     hashing = is_hashing_model(model_name)
@@ -339,8 +339,8 @@ def _chunk_texts(files: list[str], tokenizer: Any, chunk_size: int) -> list[str]
     16 files, one thread per process, as the pipeline sends them)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from kb_core.ingest.parsing import ParseLimits, parse_and_chunk_files
-    from kb_core.ingest.parsing.isolation import PARSER_PROCESSES
+    from kb_core.engines.parsing import ParseLimits, parse_and_chunk_files
+    from kb_core.engines.parsing.isolation import PARSER_PROCESSES
 
     requests = [files[i : i + 16] for i in range(0, len(files), 16)]
 
@@ -426,14 +426,14 @@ def _batch_summary(rows: list[int]) -> dict[str, Any]:
 
 
 def _budget(local: Any) -> int | None:
-    from kb_core.embedding.local import DEVICE_BATCH_TOKENS
+    from kb_core.engines.embedding.local import DEVICE_BATCH_TOKENS
 
     device = getattr(getattr(local, "model", None), "device", None)
     return DEVICE_BATCH_TOKENS if device is not None and device.type != "cpu" else None
 
 
 def _parser_processes() -> dict[str, int]:
-    from kb_core.ingest.parsing.isolation import PARSER_PROCESSES, WRITER_PROCESSES
+    from kb_core.engines.parsing.isolation import PARSER_PROCESSES, WRITER_PROCESSES
 
     return {"parsers": PARSER_PROCESSES, "segment_writers": WRITER_PROCESSES}
 

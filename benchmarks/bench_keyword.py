@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from kb_core.retrieval.analysis import Analyzer, default_analyzer
-from kb_core.retrieval.keyword_index import BM25Parameters, KeywordSearcher, KeywordSegment
+from kb_core.engines.analysis import Analyzer, default_analyzer
+from kb_core.engines.keyword_index import BM25Parameters, KeywordSearcher, KeywordSegment
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 EVAL = SHARED / "eval"

@@ -44,15 +44,15 @@ import numpy as np
 import scipy.sparse as sp
 
 from kb_core import KnowledgeBaseService
-from kb_core.beir import load_beir
-from kb_core.embedding import CachedEmbedder, EmbeddingCache, get_embedder
-from kb_core.embedding.wordpiece import bundled_model_path
-from kb_core.envelopes import Enveloped
-from kb_core.evaluation import build_eval_kb
-from kb_core.results import SearchRequest
-from kb_core.retrieval.keyword_index import bm25_idf, bm25_length_norm
-from kb_core.retrieval.search import MIN_CANDIDATES
-from kb_core.service import EVAL_HOME, open_eval_service
+from kb_core.edges.envelopes import Enveloped
+from kb_core.engines.embedding import CachedEmbedder, EmbeddingCache, get_embedder
+from kb_core.engines.embedding.wordpiece import bundled_model_path
+from kb_core.engines.keyword_index import bm25_idf, bm25_length_norm
+from kb_core.features.beir import load_beir
+from kb_core.features.results import SearchRequest
+from kb_core.features.retrieval.search import MIN_CANDIDATES
+from kb_core.session.evaluation import build_eval_kb
+from kb_core.session.service import EVAL_HOME, open_eval_service
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared" / "eval"

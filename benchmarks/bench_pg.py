@@ -14,7 +14,8 @@ wheel (loopback TCP, fsync on, shared_buffers 1 GB). Reports:
   into one segment, PostgreSQL in the state its imports left; queries alternate between the stores so both see the
   same machine; plus recall@10 of each store's vector candidates against an exact scan;
 * **hybrid search** p50/p95 at the full size, end to end but for the query embedding (given): candidates, fusion,
-  breakdowns, near-duplicate removal and the hits' rows (``kb_core.retrieval.search.rank`` over the folder store's
+  breakdowns, near-duplicate removal and the hits' rows (``kb_core.features.retrieval.search.rank`` over the folder
+  store's
   searcher and over a ``PostgresSearcher``; top 10, default settings);
 * **commit cost** of one small document (3 chunks) into the full KB, median of ``--repeats``, and for the folder
   store the searcher refresh its next search pays;
@@ -43,8 +44,8 @@ from bench_store import synthetic_texts
 from bench_vector import clustered_vectors
 
 from kb_core import KnowledgeBaseService
-from kb_core.envelopes import Enveloped
-from kb_core.retrieval.search import SearchFilters, SearchSettings, candidate_request, rank
+from kb_core.edges.envelopes import Enveloped
+from kb_core.features.retrieval.search import SearchFilters, SearchSettings, candidate_request, rank
 from kb_core.store import Change
 from kb_core.store.folder import FolderSearcher
 from kb_core.store.postgres import ChunkRecord, DocumentRecord, PostgresStore, PreparedDocument, StoreChange
@@ -253,7 +254,7 @@ def write_small_documents(
 ) -> tuple[float, float]:
     """A writer: ``count`` commits of one 3-chunk document each; returns (and puts on ``times``) when its commits
     began and ended (``time.time()``, comparable between processes)."""
-    from kb_core.retrieval.analysis import default_analyzer
+    from kb_core.engines.analysis import default_analyzer
 
     analyzer = default_analyzer()
     analyzer.tokens("warm up 预热")  # jieba's dictionary loads before the clock starts

@@ -27,8 +27,8 @@ from bench_store import commit_synthetic_segment, synthetic_texts
 from bench_vector import clustered_vectors
 
 from kb_core import KnowledgeBaseService
-from kb_core.envelopes import Enveloped
-from kb_core.retrieval.search import SearchFilters, SearchSettings, rank
+from kb_core.edges.envelopes import Enveloped
+from kb_core.features.retrieval.search import SearchFilters, SearchSettings, rank
 from kb_core.store.folder import FolderSearcher
 
 

@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 
 from kb_core import KnowledgeBaseService
-from kb_core.envelopes import Enveloped
-from kb_core.retrieval.keyword_index import KeywordSegment
-from kb_core.retrieval.vector_index import VectorSegment
+from kb_core.edges.envelopes import Enveloped
+from kb_core.engines.keyword_index import KeywordSegment
+from kb_core.engines.vector_index import VectorSegment
 from kb_core.store import Change
 from kb_core.store.folder import FolderSearcher
 from kb_core.store.segments import write_indexed_segment, write_segment_files

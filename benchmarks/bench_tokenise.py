@@ -30,12 +30,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch
 
-from kb_core.embedding.base import Tokenizer
-from kb_core.embedding.local import SentenceTransformerEmbedder
-from kb_core.embedding.model_input import InputTemplate
-from kb_core.embedding.wordpiece import HFTokenizerAdapter
-from kb_core.ingest.chunking import chunk_document
-from kb_core.ingest.parsing.base import ParsedDocument, TextBlock
+from kb_core.engines.chunking import chunk_document
+from kb_core.engines.embedding.base import Tokenizer
+from kb_core.engines.embedding.local import SentenceTransformerEmbedder
+from kb_core.engines.embedding.model_input import InputTemplate
+from kb_core.engines.embedding.wordpiece import HFTokenizerAdapter
+from kb_core.engines.parsing.base import ParsedDocument, TextBlock
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 

@@ -1,4 +1,4 @@
-"""Benchmark kb_core.retrieval.vector_index: approximate (HNSW, IVF) against an exact flat scan of the same vectors.
+"""Benchmark kb_core.engines.vector_index: approximate (HNSW, IVF) against an exact flat scan of the same vectors.
 
 Data: a synthetic mixture of Gaussian clusters in 384 dimensions, L2-normalised. Within-cluster noise has a
 power-law spectrum under a random rotation (like real sentence embeddings, whose variance is concentrated in
@@ -28,7 +28,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kb_core.retrieval.vector_index import VectorIndexSettings, VectorSegment
+from kb_core.engines.vector_index import VectorIndexSettings, VectorSegment
 
 DIM = 384
 
@@ -85,7 +85,7 @@ MEMORY_PROBE = """
 import json, resource, sys, time
 import numpy as np
 sys.path.insert(0, {root!r})
-from kb_core.retrieval.vector_index import VectorSegment
+from kb_core.engines.vector_index import VectorSegment
 seg = VectorSegment.load({directory!r}, mmap={mmap!r})
 queries = np.load({queries!r})
 lat = []

@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from kb_core import KnowledgeBaseService
-from kb_core.envelopes import Enveloped
-from kb_core.results import SearchRequest
+from kb_core.edges.envelopes import Enveloped
+from kb_core.features.results import SearchRequest
 
 SHARED = Path(__file__).resolve().parent.parent.parent / "shared" / "eval"
 DATASETS = {
@@ -158,9 +158,9 @@ def compare(reference: Path, candidate: Path) -> int:
 def build(home: Path, datasets: list[str]) -> None:
     """The evaluation KBs ``dump`` reads, in ``home/cache/eval``: the corpus of each dataset of ``../shared/eval``,
     all-MiniLM-L6-v2, chunk size 512 (what ``bench_latency.py --home`` and ``kb --home H eval`` build)."""
-    from kb_core.beir import load_beir
-    from kb_core.evaluation import build_eval_kb
-    from kb_core.service import EVAL_HOME, open_eval_service
+    from kb_core.features.beir import load_beir
+    from kb_core.session.evaluation import build_eval_kb
+    from kb_core.session.service import EVAL_HOME, open_eval_service
 
     service = open_eval_service(home)
     for name in datasets:

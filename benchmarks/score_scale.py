@@ -32,10 +32,10 @@ def main() -> int:
     parser.add_argument("--min-score", type=float, default=0.3, help="the threshold counted (default 0.3)")
     args = parser.parse_args()
 
-    from kb_core.beir import load_beir
-    from kb_core.evaluation.scoring import build_eval_kb
-    from kb_core.results import SearchRequest
-    from kb_core.service import open_eval_service
+    from kb_core.features.beir import load_beir
+    from kb_core.features.results import SearchRequest
+    from kb_core.session.evaluation.scoring import build_eval_kb
+    from kb_core.session.service import open_eval_service
 
     dataset = load_beir(args.folder)
     service = open_eval_service(args.home)

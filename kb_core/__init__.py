@@ -1,9 +1,9 @@
 """KB Workbench's domain package. Front ends use :class:`KnowledgeBaseService` and its sessions (an
 :class:`Operations`: typed results, :class:`KBError` raised); the edges turn them into envelopes
-(:mod:`kb_core.envelopes`).
+(:mod:`kb_core.edges.envelopes`).
 
 The names below are imported on first use (PEP 562): a parser worker process imports
-``kb_core.ingest.parsing`` without loading the service, the store, pandas and the rest.
+``kb_core.engines.parsing`` without loading the service, the store, pandas and the rest.
 """
 
 from __future__ import annotations
@@ -13,19 +13,19 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from kb_core.errors import KBError
-    from kb_core.operations import Operations
-    from kb_core.service import KnowledgeBaseService, open_service
+    from kb_core.base.errors import KBError
+    from kb_core.session.operations import Operations
+    from kb_core.session.service import KnowledgeBaseService, open_service
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 __all__ = ["KBError", "KnowledgeBaseService", "Operations", "open_service"]
 
 _HOMES = {
-    "KBError": "kb_core.errors",
-    "KnowledgeBaseService": "kb_core.service",
-    "open_service": "kb_core.service",
-    "Operations": "kb_core.operations",
+    "KBError": "kb_core.base.errors",
+    "KnowledgeBaseService": "kb_core.session.service",
+    "open_service": "kb_core.session.service",
+    "Operations": "kb_core.session.operations",
 }
 
 

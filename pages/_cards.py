@@ -7,7 +7,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from kb_core.retrieval.narrative import PARTS, contribution_parts, part_names, parts_sum
+from kb_core.features.retrieval.narrative import PARTS, contribution_parts, part_names, parts_sum
 from pages._i18n import say, t
 from pages._service import service
 
@@ -15,9 +15,10 @@ from pages._service import service
 def highlight(text: str, words: Sequence[str]) -> str:
     """HTML of ``text`` with the query's ``words`` marked as whole words where the analyzer finds them: Latin words by
     stem (``configuring`` marks configure and configuration, never the inside of another word), Chinese words where
-    jieba cuts them from the text; never stop words or one-letter words (:mod:`kb_core.retrieval.highlight`). Safe in
+    jieba cuts them from the text; never stop words or one-letter words (:mod:`kb_core.features.retrieval.highlight`).
+    Safe in
     ``st.markdown(..., unsafe_allow_html=True)``: the text can neither inject HTML nor be read as Markdown."""
-    from kb_core.retrieval.highlight import highlight_spans
+    from kb_core.features.retrieval.highlight import highlight_spans
 
     return _marked(text, highlight_spans(text, words, service().analyzer))
 

@@ -76,7 +76,7 @@ def operator_sign_in(sess: Operations) -> None:
 
 def demo_enabled() -> bool:
     """Whether the app builds and opens on the demo KB: always but with ``KB_DEMO=0``."""
-    from kb_core.public_demo import demo_setting
+    from kb_core.session.public_demo import demo_setting
 
     try:
         return demo_setting() != "off"
@@ -94,7 +94,7 @@ def demo_banner(sess: Operations) -> None:
     except KBError:  # no banner rather than a failure on every page
         return
     limits = data.get("limits") or {}
-    from kb_core.public_demo import format_duration
+    from kb_core.session.public_demo import format_duration
 
     if data.get("kind") == "operator":
         st.warning(

@@ -10,8 +10,8 @@ from typing import TypeVar
 import streamlit as st
 
 from kb_core import KBError
-from kb_core.i18n import msg
-from kb_core.results import Result
+from kb_core.base.i18n import msg
+from kb_core.features.results import Result
 from pages._i18n import say, t
 
 logger = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """The app's language: English or Simplified Chinese, from the browser's language unless the visitor switched in the
 sidebar (remembered for the browser session). ``t()`` says a template in that language; ``say()`` says a message of
-the service (a :class:`kb_core.i18n.Text`) in it. The catalogues are :mod:`kb_core.i18n`'s."""
+the service (a :class:`kb_core.base.i18n.Text`) in it. The catalogues are :mod:`kb_core.base.i18n`'s."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import streamlit as st
 
-from kb_core.i18n import LANGUAGES, language_of, localize, translate
+from kb_core.base.i18n import LANGUAGES, language_of, localize, translate
 
 LANGUAGE_KEY = "kb_language"
 

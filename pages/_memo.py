@@ -12,7 +12,7 @@ from typing import Generic, TypeVar
 
 import streamlit as st
 
-from kb_core.config import resolve_home
+from kb_core.base.config import resolve_home
 
 T = TypeVar("T")
 

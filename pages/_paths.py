@@ -9,7 +9,7 @@ from pathlib import Path
 import streamlit as st
 
 from kb_core import Operations
-from kb_core.safe_files import path_name_problem, shown_path
+from kb_core.base.safe_files import path_name_problem, shown_path
 from pages._i18n import t
 from pages._service import public_demo_enabled
 

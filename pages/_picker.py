@@ -16,7 +16,7 @@ import streamlit as st
 from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
 
 from kb_core import KBError, Operations
-from kb_core.results import KBList
+from kb_core.features.results import KBList
 from pages._errors import show_error
 from pages._i18n import t
 

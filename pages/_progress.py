@@ -10,8 +10,8 @@ from typing import Any
 import streamlit as st
 
 from kb_core import KBError, Operations
-from kb_core.ingest.pipeline import FileProgress, ImportProgress
-from kb_core.results import ImportReport
+from kb_core.features.ingest.pipeline import FileProgress, ImportProgress
+from kb_core.features.results import ImportReport
 from pages._i18n import say, t
 from pages._picker import select
 

@@ -15,16 +15,16 @@ from typing import TYPE_CHECKING
 import streamlit as st
 
 from kb_core import KBError, KnowledgeBaseService, Operations
-from kb_core.config import resolve_home
+from kb_core.base.config import resolve_home
 from pages._errors import show_error
 from pages._i18n import t
 
 if TYPE_CHECKING:
-    from kb_core.public_demo import PublicDemo
+    from kb_core.session.public_demo import PublicDemo
 
 SESSION_KEY = "kb_session"
 # KB_DEMO: unset, a private workbench that opens on the demo KB; 0, no demo KB (tests); 1, a public demo
-# (kb_core.public_demo: visitors in sandboxes, shared KBs read-only, quotas, an operator).
+# (kb_core.session.public_demo: visitors in sandboxes, shared KBs read-only, quotas, an operator).
 DEMO_ENVIRONMENT_VARIABLE = "KB_DEMO"
 VISITOR_COOKIE = "kb_visitor"
 VISITOR_TOKEN = re.compile(r"^[A-Za-z0-9_-]{24,64}$")
@@ -91,7 +91,7 @@ def service() -> KnowledgeBaseService:
 
 def public_demo_enabled() -> bool:
     """Whether the app runs as a public demo (``KB_DEMO=1``); a KB_DEMO the app does not understand stops it."""
-    from kb_core.public_demo import demo_setting
+    from kb_core.session.public_demo import demo_setting
 
     try:
         return demo_setting() == "public"
@@ -103,7 +103,7 @@ def public_demo_enabled() -> bool:
 
 @st.cache_resource
 def _demo_for(home: str) -> PublicDemo:
-    from kb_core.public_demo import PublicDemo
+    from kb_core.session.public_demo import PublicDemo
 
     demo = PublicDemo.from_environment(_service_for(home))
     demo.start_sweeper()  # visitor KBs are deleted at their expiry, whoever is visiting
@@ -124,7 +124,7 @@ def _visitor_token() -> str:
         cookie = st.context.cookies.get(VISITOR_COOKIE) or ""
         token = cookie if VISITOR_TOKEN.match(cookie) else None
         if token is None:
-            from kb_core.public_demo import PublicDemo
+            from kb_core.session.public_demo import PublicDemo
 
             token = PublicDemo.new_visitor_token()
         st.session_state["kb_visitor_token"] = token

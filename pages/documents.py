@@ -7,8 +7,8 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from kb_core.documents import human_size
-from kb_core.text_language import language_name
+from kb_core.engines.text_language import language_name
+from kb_core.features.documents import human_size
 from pages import _service
 from pages._errors import attempt
 from pages._i18n import say, t

@@ -15,10 +15,10 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from kb_core import KBError
-from kb_core.beir import confine_folder
-from kb_core.config import DEFAULT_VECTOR_WEIGHT, SEARCH_MODES
-from kb_core.demo import DEMO_KB_NAME, demo_judgments_folder
-from kb_core.retrieval.search import saved_search_settings
+from kb_core.base.config import DEFAULT_VECTOR_WEIGHT, SEARCH_MODES
+from kb_core.features.beir import confine_folder
+from kb_core.features.retrieval.search import saved_search_settings
+from kb_core.session.demo import DEMO_KB_NAME, demo_judgments_folder
 from pages import _service
 from pages._cards import table_height
 from pages._errors import attempt
@@ -27,7 +27,7 @@ from pages._paths import server_path_session
 from pages._picker import current_kb_name
 
 try:
-    from kb_core import evaluation
+    from kb_core.session import evaluation
 except ImportError:  # the module is optional for the rest of the app
     evaluation = None  # type: ignore[assignment]
 
@@ -40,7 +40,7 @@ METRIC_COLOURS = {"ndcg@10": "#1f4e9c", "recall@100": "#7fb3e6", "mrr@10": "#e07
 session = _service.session()
 st.title(t("Evaluate retrieval"))
 if evaluation is None:
-    st.error(t("The evaluation package (kb_core.evaluation) is not available here."))
+    st.error(t("The evaluation package (kb_core.session.evaluation) is not available here."))
     st.stop()
 
 

@@ -15,8 +15,8 @@ import pandas as pd
 import streamlit as st
 
 from kb_core import KBError, Operations
-from kb_core.documents import human_size
-from kb_core.results import ExportSummary, ImportSummary
+from kb_core.features.documents import human_size
+from kb_core.features.results import ExportSummary, ImportSummary
 from pages import _service
 from pages._errors import attempt, show_error
 from pages._i18n import say, t

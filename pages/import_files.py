@@ -11,7 +11,7 @@ from typing import Any
 import streamlit as st
 
 from kb_core import Operations
-from kb_core.results import ImportJobStatus
+from kb_core.features.results import ImportJobStatus
 from pages import _service
 from pages._demo import demo_limits_caption
 from pages._errors import attempt

@@ -10,8 +10,8 @@ import pandas as pd
 import streamlit as st
 
 from kb_core import KBError
-from kb_core.embedding.builtin import covers_script, reader_of, unread_documents
-from kb_core.text_language import language_name
+from kb_core.engines.embedding.builtin import covers_script, reader_of, unread_documents
+from kb_core.engines.text_language import language_name
 from pages import _service
 from pages._errors import attempt, show_error
 from pages._i18n import say, t

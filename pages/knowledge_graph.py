@@ -15,8 +15,8 @@ import streamlit as st
 import yaml
 
 from kb_core import KBError
-from kb_core.bundles.loading import load_bundle_text
-from kb_core.results import BundleImported
+from kb_core.features.bundles.loading import load_bundle_text
+from kb_core.features.results import BundleImported
 from pages import _service
 from pages._errors import attempt, show_error
 from pages._i18n import say, t

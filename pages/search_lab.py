@@ -17,10 +17,10 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from kb_core import KBError
-from kb_core.config import DEFAULT_VECTOR_WEIGHT, FUSION_METHODS, RRF_K, SEARCH_MODES, WEIGHTINGS
-from kb_core.results import SearchReport, SearchRequest
-from kb_core.retrieval import narrative
-from kb_core.retrieval.search import saved_search_settings
+from kb_core.base.config import DEFAULT_VECTOR_WEIGHT, FUSION_METHODS, RRF_K, SEARCH_MODES, WEIGHTINGS
+from kb_core.features.results import SearchReport, SearchRequest
+from kb_core.features.retrieval import narrative
+from kb_core.features.retrieval.search import saved_search_settings
 from pages import _service
 from pages._cards import highlight, inert, passage_card, query_terms, score_bars, weight_pair
 from pages._errors import attempt, show_error

@@ -1,4 +1,4 @@
-"""Derive the Chinese query stop words of kb_core/retrieval/stopwords.py from their sources (issue #25).
+"""Derive the Chinese query stop words of kb_core/engines/stopwords.py from their sources (issue #25).
 
 Rule: an entry of the stopwords-iso Chinese list (PyPI ``stopwordsiso``, MIT) is a stop word when jieba's own
 dictionary (the one our analyzer segments with) tags it as a closed-class function word — conjunction (c), adverb
@@ -48,16 +48,16 @@ def derive_chinese() -> list[str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="compare with kb_core.retrieval.stopwords")
+    parser.add_argument("--check", action="store_true", help="compare with kb_core.engines.stopwords")
     args = parser.parse_args()
     derived = derive_chinese()
     if args.check:
-        from kb_core.retrieval.stopwords import CHINESE_STOP_WORDS
+        from kb_core.engines.stopwords import CHINESE_STOP_WORDS
 
         if set(derived) != CHINESE_STOP_WORDS:
             print(f"differs: +{sorted(set(derived) - CHINESE_STOP_WORDS)} -{sorted(CHINESE_STOP_WORDS - set(derived))}")
             return 1
-        print(f"kb_core.retrieval.stopwords.CHINESE_STOP_WORDS matches the rule ({len(derived)} words)")
+        print(f"kb_core.engines.stopwords.CHINESE_STOP_WORDS matches the rule ({len(derived)} words)")
         return 0
     print(" ".join(derived))
     return 0

@@ -12,7 +12,7 @@ python="${PYTHON:-.venv/bin/python}"
 extra=()
 if [ "${KB_DEMO:-}" = 1 ]; then
   # Streamlit refuses a larger upload in the browser, before it reaches the server (whose memory holds uploads).
-  extra+=(--server.maxUploadSize "$("$python" -c 'from kb_core.public_demo import DemoLimits as D; print(D.from_environment().upload_limit_mb)')")
+  extra+=(--server.maxUploadSize "$("$python" -c 'from kb_core.session.public_demo import DemoLimits as D; print(D.from_environment().upload_limit_mb)')")
 fi
 exec "$python" -m streamlit run serve.py \
   --server.port "${PORT:-8501}" --server.address "${ADDRESS:-127.0.0.1}" ${extra[@]+"${extra[@]}"}

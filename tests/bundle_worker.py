@@ -10,8 +10,8 @@ import signal
 import sys
 from typing import Any
 
-from kb_core.bundles.graph import GraphStore
-from kb_core.cli.main import main
+from kb_core.edges.cli.main import main
+from kb_core.features.bundles.graph import GraphStore
 
 if __name__ == "__main__":
     home, kb_name, bundle = sys.argv[1:4]

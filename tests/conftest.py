@@ -14,7 +14,7 @@ import httpx
 import pytest
 from hypothesis import settings
 
-from kb_core.envelopes import Enveloped
+from kb_core.edges.envelopes import Enveloped
 
 # Property tests draw the same examples on every run, so CI results are reproducible.
 settings.register_profile("reproducible", derandomize=True)

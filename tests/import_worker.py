@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 from kb_core import KnowledgeBaseService
-from kb_core.envelopes import Enveloped
-from kb_core.ingest import pipeline as importer
-from kb_core.ingest.pipeline import ImportProgress
+from kb_core.edges.envelopes import Enveloped
+from kb_core.features.ingest import pipeline as importer
+from kb_core.features.ingest.pipeline import ImportProgress
 
 if __name__ == "__main__":
     home, folder = sys.argv[1], Path(sys.argv[2])

@@ -9,9 +9,9 @@ import sys
 import time
 
 from kb_core import KnowledgeBaseService
-from kb_core.envelopes import Enveloped
-from kb_core.ingest import pipeline as importer
-from kb_core.ingest.pipeline import ImportProgress
+from kb_core.edges.envelopes import Enveloped
+from kb_core.features.ingest import pipeline as importer
+from kb_core.features.ingest.pipeline import ImportProgress
 
 if __name__ == "__main__":
     home, address, files = sys.argv[1], sys.argv[2], sys.argv[3:]

@@ -13,8 +13,8 @@ import uuid
 from pathlib import Path
 
 from kb_core import KnowledgeBaseService
-from kb_core.envelopes import Enveloped
-from kb_core.errors import KBNotFound
+from kb_core.base.errors import KBNotFound
+from kb_core.edges.envelopes import Enveloped
 from kb_core.store import Change, catalog
 
 

@@ -9,8 +9,8 @@ import textwrap
 
 import pytest
 
-from kb_core.errors import InvalidArgument
-from kb_core.retrieval.analysis import ENGLISH_STOP_WORDS, Analyzer, analyzer_from_name, default_analyzer
+from kb_core.base.errors import InvalidArgument
+from kb_core.engines.analysis import ENGLISH_STOP_WORDS, Analyzer, analyzer_from_name, default_analyzer
 
 
 def test_english_is_lowercased_and_stemmed() -> None:
@@ -102,7 +102,7 @@ def test_jieba_loads_lazily_quietly_and_once_under_threads() -> None:
         """
         import sys
         from concurrent.futures import ThreadPoolExecutor
-        from kb_core.retrieval.analysis import default_analyzer
+        from kb_core.engines.analysis import default_analyzer
         assert "jieba" not in sys.modules, "jieba must load lazily"
         analyzer = default_analyzer()
         texts = ["知识库管理系统", "全文检索 search engine", "我们使用中文分词"] * 20

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kb_core.envelopes import Enveloped
-from kb_core.results import SearchRequest
+from kb_core.edges.envelopes import Enveloped
+from kb_core.features.results import SearchRequest
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:

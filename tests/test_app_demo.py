@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from kb_core import KnowledgeBaseService
-from kb_core.beir import load_beir_queries_qrels
-from kb_core.demo import DEMO_KB_NAME, demo_exists, demo_files, demo_judgments_folder, ensure_demo_kb
-from kb_core.envelopes import Enveloped
-from kb_core.ingest.parsing import parse_file
-from kb_core.results import SearchRequest
+from kb_core.edges.envelopes import Enveloped
+from kb_core.engines.parsing import parse_file
+from kb_core.features.beir import load_beir_queries_qrels
+from kb_core.features.results import SearchRequest
+from kb_core.session.demo import DEMO_KB_NAME, demo_exists, demo_files, demo_judgments_folder, ensure_demo_kb
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "data" / "demo"

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from kb_core.envelopes import Enveloped
-from kb_core.results import SearchRequest
+from kb_core.edges.envelopes import Enveloped
+from kb_core.features.results import SearchRequest
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "data" / "demo"
@@ -24,9 +24,9 @@ if str(REPO) not in sys.path:
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from kb_core import KnowledgeBaseService  # noqa: E402
-from kb_core.beir import load_beir_queries_qrels  # noqa: E402
-from kb_core.demo import DEMO_KB_NAME, ensure_demo_kb  # noqa: E402
-from kb_core.evaluation import (  # noqa: E402
+from kb_core.features.beir import load_beir_queries_qrels  # noqa: E402
+from kb_core.session.demo import DEMO_KB_NAME, ensure_demo_kb  # noqa: E402
+from kb_core.session.evaluation import (  # noqa: E402
     EvaluationSetting,
     best_sweep_setting,
     evaluate_with_sweep,

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from kb_core.envelopes import Enveloped
-from kb_core.results import SearchRequest
+from kb_core.edges.envelopes import Enveloped
+from kb_core.features.results import SearchRequest
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "data" / "demo"
@@ -127,7 +127,7 @@ def test_the_search_lab_in_chinese(filled: Path) -> None:
 def test_the_search_lab_says_the_search_notes_and_auto_weighting_reasons_in_chinese(filled: Path) -> None:
     """The notes under the weights are the search's own (#38), said in Chinese; auto weighting's reasons are said
     after one lead-in of the page's, each without the notes' own lead-in (自动权重：)."""
-    from kb_core.i18n import localize
+    from kb_core.base.i18n import localize
 
     query = "what is hybrid"
     test = chinese_app("search_lab")

@@ -36,40 +36,43 @@ def test_the_import_graph_report_finds_type_only_cycles_upward_and_private_impor
         tmp_path,
         {
             "kb_core/__init__.py": "",
-            "kb_core/errors.py": "class KBError(Exception): ...\n",
+            "kb_core/base/errors.py": "class KBError(Exception): ...\n",
             "kb_core/store/__init__.py": "",
             "kb_core/store/reader.py": (
                 "from __future__ import annotations\n"
                 "from typing import TYPE_CHECKING\n"
                 "if TYPE_CHECKING:\n"
-                "    from kb_core.operations import Operations\n"  # type-only, upward, and closes a cycle
+                "    from kb_core.session.operations import Operations\n"  # type-only, upward, and closes a cycle
                 "def _hidden() -> None: ...\n"
             ),
-            "kb_core/operations.py": (
+            "kb_core/session/operations.py": (
                 "from kb_core.store.reader import _hidden\n"  # a private name from another module
-                "from kb_core.envelopes import ok\n"
+                "from kb_core.edges.envelopes import ok\n"
                 "class Operations:\n"
                 "    def find(self, service) -> dict:\n"
                 "        if service.postgres is not None:\n"
                 "            return ok('m', 1)\n"
                 "        return {'success': True, 'message': 'm', 'data': None}\n"
             ),
-            "kb_core/envelopes.py": "def ok(message, data):\n    return {'success': True, 'message': message}\n",
-            "kb_core/brand_new.py": "import kb_core.errors\n",
+            "kb_core/edges/envelopes.py": "def ok(message, data):\n    return {'success': True, 'message': message}\n",
+            "kb_core/brand_new.py": "import kb_core.base.errors\n",
+            # a second session API: envelopes answered below the edges (Session before #38)
+            "kb_core/session/mirror.py": "class Session:\n    def search(self, query) -> Envelope: ...\n",
         },
     )
     report = graph.analyse(tmp_path)
     assert report["cycles_runtime"] == []
-    assert [c["modules"] for c in report["cycles_with_type_only"]] == [["operations", "store.reader"]]
+    assert [c["modules"] for c in report["cycles_with_type_only"]] == [["session.operations", "store.reader"]]
     upward = {(u["from"], u["to"], u["type_only"]) for u in report["upward_imports"]}
-    assert ("store.reader", "operations", True) in upward  # store → session
-    assert ("operations", "envelopes", False) in upward  # after #38 only the edges build envelopes
+    assert ("store.reader", "session.operations", True) in upward  # store → session
+    assert ("session.operations", "edges.envelopes", False) in upward  # after #38 only the edges build envelopes
     assert report["private_imports"] == [
-        {"module": "operations", "line": 1, "from": "store.reader", "name": "_hidden"}
+        {"module": "session.operations", "line": 1, "from": "store.reader", "name": "_hidden"}
     ]
-    assert report["store_branch_count"] == 1 and list(report["store_branches"]) == ["operations"]
-    assert report["envelope_sites"]["operations"] == 2  # the ok(...) call and the dict literal
+    assert report["store_branch_count"] == 1 and list(report["store_branches"]) == ["session.operations"]
+    assert report["envelope_sites"]["session.operations"] == 2  # the ok(...) call and the dict literal
     assert report["unassigned_modules"] == ["brand_new"]
+    assert report["session_mirror"]
     assert graph.problems(report)  # --check fails
 
 
@@ -79,11 +82,11 @@ def test_the_import_graph_report_passes_a_package_whose_layers_point_down(tmp_pa
         tmp_path,
         {
             "kb_core/__init__.py": "",
-            "kb_core/errors.py": "",
-            "kb_core/store/__init__.py": "from kb_core.errors import *\n",
-            "kb_core/retrieval/search.py": "from kb_core.store import *\n",
-            "kb_core/operations.py": "from kb_core.retrieval import search\n",
-            "kb_core/cli/main.py": "def main():\n    from kb_core.operations import Operations\n",
+            "kb_core/base/errors.py": "",
+            "kb_core/store/__init__.py": "from kb_core.base.errors import *\n",
+            "kb_core/features/retrieval/search.py": "from kb_core.store import *\n",
+            "kb_core/session/operations.py": "from kb_core.features.retrieval import search\n",
+            "kb_core/edges/cli/main.py": "def main():\n    from kb_core.session.operations import Operations\n",
         },
     )
     report = graph.analyse(tmp_path)

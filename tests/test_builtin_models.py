@@ -18,12 +18,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kb_core.embedding import builtin
-from kb_core.embedding.charsmap import lookup, precompiled_charsmap
-from kb_core.embedding.e5s1 import E5S1File, write_model_folder
-from kb_core.envelopes import Enveloped
-from kb_core.errors import EmbeddingError
-from kb_core.results import SearchRequest
+from kb_core.base.errors import EmbeddingError
+from kb_core.edges.envelopes import Enveloped
+from kb_core.engines.embedding import builtin
+from kb_core.engines.embedding.charsmap import lookup, precompiled_charsmap
+from kb_core.engines.embedding.e5s1 import E5S1File, write_model_folder
+from kb_core.features.results import SearchRequest
 from tests.e5s1_tiny import NORMALISER, write_tiny_e5s1
 
 # -- the precompiled charsmap -----------------------------------------------------------------------------------
@@ -149,7 +149,7 @@ def test_a_partial_or_stale_folder_is_rebuilt(tiny_builtin: Path, monkeypatch: p
 def test_same_size_damage_is_found_by_the_full_check_and_a_failed_load_rebuilds(
     tiny_builtin: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from kb_core.embedding.local import SentenceTransformerEmbedder
+    from kb_core.engines.embedding.local import SentenceTransformerEmbedder
 
     builds = _builds(monkeypatch)
     folder = builtin.model_folder(builtin.E5_SMALL)
@@ -199,7 +199,7 @@ def test_models_folder_defaults_to_the_user_cache(monkeypatch: pytest.MonkeyPatc
 def test_the_tiny_model_loads_with_its_prompts_and_windows(tiny_builtin: Path) -> None:
     """Prompts go before every text (query: / passage:), their tokens share the window, and the token-id path
     gives model.encode's vectors."""
-    from kb_core.embedding.local import SentenceTransformerEmbedder
+    from kb_core.engines.embedding.local import SentenceTransformerEmbedder
 
     embedder = SentenceTransformerEmbedder("Multilingual-E5-Small")  # any case, the built-in name
     assert embedder.name == builtin.E5_SMALL and embedder.model_key == "local:multilingual-e5-small"
@@ -221,7 +221,7 @@ def test_the_tiny_model_loads_with_its_prompts_and_windows(tiny_builtin: Path) -
 
 
 def test_sentencepiece_word_starts_guide_the_window_cuts(tiny_builtin: Path) -> None:
-    from kb_core.embedding.local import SentenceTransformerEmbedder
+    from kb_core.engines.embedding.local import SentenceTransformerEmbedder
 
     embedder = SentenceTransformerEmbedder(builtin.E5_SMALL)
     continues = embedder.tokenizer.continues_word
@@ -295,7 +295,7 @@ def _damage_weights(folder: Path, how: str) -> None:
 def test_a_folder_damaged_after_its_build_is_found_on_load_and_rebuilt(
     tiny_builtin: Path, monkeypatch: pytest.MonkeyPatch, how: str
 ) -> None:
-    from kb_core.embedding.local import SentenceTransformerEmbedder
+    from kb_core.engines.embedding.local import SentenceTransformerEmbedder
 
     builds = _builds(monkeypatch)
     folder = builtin.model_folder(builtin.E5_SMALL)
@@ -378,8 +378,8 @@ def test_a_disk_that_fills_while_the_folder_is_written_names_the_reason(tmp_path
         import os
         from pathlib import Path
         os.environ["KB_MODELS_DIR"] = {str(tmp_path / "models")!r}
-        from kb_core.embedding import builtin
-        from kb_core.errors import EmbeddingError
+        from kb_core.engines.embedding import builtin
+        from kb_core.base.errors import EmbeddingError
         builtin._e5_source = lambda: Path({str(source)!r})
         try:
             builtin.model_folder(builtin.E5_SMALL)
@@ -401,7 +401,7 @@ def test_a_long_query_vector_reads_its_first_two_windows_and_the_search_says_so(
     """A 4,000-character Chinese query (the limit) cost 9-12 s of embedding on multilingual-e5-small: every window of
     it took a forward pass. Its vector now comes from its first two windows, and the search says so."""
     from kb_core import KnowledgeBaseService
-    from kb_core.embedding.local import SentenceTransformerEmbedder
+    from kb_core.engines.embedding.local import SentenceTransformerEmbedder
 
     embedder = SentenceTransformerEmbedder(builtin.E5_SMALL, device=None)
     long_query = "混合检索的权重如何配置 hybrid search weights " * 400

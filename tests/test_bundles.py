@@ -11,13 +11,13 @@ import pytest
 import yaml
 from jsonschema import Draft7Validator
 
-from kb_core import bundles
-from kb_core.bundles.loading import load_bundle_text
-from kb_core.bundles.validation import node_id
-from kb_core.envelopes import Enveloped
-from kb_core.errors import ImportFormatError
-from kb_core.results import SearchRequest
-from kb_core.service import KnowledgeBaseService
+from kb_core.base.errors import ImportFormatError
+from kb_core.edges.envelopes import Enveloped
+from kb_core.features import bundles
+from kb_core.features.bundles.loading import load_bundle_text
+from kb_core.features.bundles.validation import node_id
+from kb_core.features.results import SearchRequest
+from kb_core.session.service import KnowledgeBaseService
 
 SPEC_BUNDLE = """\
 - type: Document
@@ -359,7 +359,7 @@ def test_shadow_export_rebuilds_an_identical_graph_and_search(tmp_path: Path) ->
 
 
 def test_cli_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from kb_core.cli.main import main
+    from kb_core.edges.cli.main import main
 
     home = str(tmp_path / "home")
     assert main(["--home", home, "create", "c", "--chunk-size", "64", "--embedding-model", "hashing"]) == 0
@@ -387,7 +387,7 @@ def test_a_kill_between_index_and_graph_commit_is_found_by_verify_and_rolled_bac
     import subprocess
     import sys
 
-    from kb_core.cli.main import main
+    from kb_core.edges.cli.main import main
 
     home = tmp_path / "home"
     session = Enveloped(KnowledgeBaseService(home).session())

@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 import yaml
 
-from kb_core import bundles
-from kb_core.bundles.loading import BundleLimits, load_bundle_text
-from kb_core.bundles.validation import BundleValidator
-from kb_core.envelopes import Enveloped
-from kb_core.errors import ImportFormatError
-from kb_core.service import KnowledgeBaseService
+from kb_core.base.errors import ImportFormatError
+from kb_core.edges.envelopes import Enveloped
+from kb_core.features import bundles
+from kb_core.features.bundles.loading import BundleLimits, load_bundle_text
+from kb_core.features.bundles.validation import BundleValidator
+from kb_core.session.service import KnowledgeBaseService
 from tests.bounded import peak_mb, run_bounded
 
 # A list or mapping that contains itself: expanding it never ends.
@@ -35,8 +35,8 @@ CYCLES = {
 def test_alias_cycle_is_refused_at_once_in_bounded_memory(text: str) -> None:
     out = run_bounded(
         f"""
-        from kb_core.bundles.loading import load_bundle_text
-        from kb_core.errors import ImportFormatError
+        from kb_core.features.bundles.loading import load_bundle_text
+        from kb_core.base.errors import ImportFormatError
         try:
             load_bundle_text({text!r})
         except ImportFormatError as exc:
@@ -66,7 +66,7 @@ def test_alias_cycle_through_the_cli_is_a_bundle_refusal(tmp_path: Path) -> None
     out = run_bounded(
         f"""
         import json
-        from kb_core.cli.main import main
+        from kb_core.edges.cli.main import main
         home = {str(home)!r}
         assert main(["--home", home, "create", "c", "--chunk-size", "64", "--embedding-model", "hashing"]) == 0
         assert main(["--home", home, "select", "c"]) == 0
@@ -90,8 +90,8 @@ def test_alias_cycle_through_the_service_changes_nothing(tmp_path: Path) -> None
     out = run_bounded(
         f"""
         import json
-        from kb_core.envelopes import Enveloped
-        from kb_core.service import KnowledgeBaseService
+        from kb_core.edges.envelopes import Enveloped
+        from kb_core.session.service import KnowledgeBaseService
         session = Enveloped(KnowledgeBaseService({str(tmp_path / "home")!r}).session())
         assert session.create_knowledge_base("graph", 128, embedding_model="hashing")["success"]
         assert session.select_knowledge_base("graph")["success"]
@@ -117,8 +117,8 @@ def test_billion_laughs_dag_at_the_alias_limit_is_refused_in_linear_time() -> No
     out = run_bounded(
         f"""
         import time
-        from kb_core.bundles.loading import load_bundle_text
-        from kb_core.errors import ImportFormatError
+        from kb_core.features.bundles.loading import load_bundle_text
+        from kb_core.base.errors import ImportFormatError
         started = time.perf_counter()
         try:
             load_bundle_text({chr(10).join(lines)!r})
@@ -255,8 +255,8 @@ def test_an_ontology_with_a_number_that_is_not_finite_is_refused(session: Any) -
 
 
 def test_json_is_never_written_with_nan(tmp_path: Path) -> None:
-    from kb_core.errors import KBError
-    from kb_core.store.atomic import write_json_atomically
+    from kb_core.base.atomic import write_json_atomically
+    from kb_core.base.errors import KBError
 
     with pytest.raises(KBError) as refused:
         write_json_atomically(tmp_path / "state.json", {"weights": [0.7, float("nan")]})
@@ -270,8 +270,8 @@ def test_a_flat_bundle_over_the_value_budget_is_refused_as_it_is_read(line: str)
     1.04 GB) and the refusal blamed aliases ("billion laughs?"). 500,000 values under a 200,000-value budget."""
     out = run_bounded(
         f"""
-        from kb_core.bundles.loading import BundleLimits, load_bundle_text
-        from kb_core.errors import ImportFormatError
+        from kb_core.features.bundles.loading import BundleLimits, load_bundle_text
+        from kb_core.base.errors import ImportFormatError
         try:
             load_bundle_text({line!r} * 500_000, BundleLimits(max_values=200_000))
         except ImportFormatError as exc:

@@ -10,11 +10,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft7Validator
 
-from kb_core import bundles
-from kb_core.bundles.ontology import default_ontology
-from kb_core.bundles.validation import BundleValidator
-from kb_core.envelopes import Enveloped
-from kb_core.service import KnowledgeBaseService
+from kb_core.edges.envelopes import Enveloped
+from kb_core.features import bundles
+from kb_core.features.bundles.ontology import default_ontology
+from kb_core.features.bundles.validation import BundleValidator
+from kb_core.session.service import KnowledgeBaseService
 
 ONTOLOGY = default_ontology()
 VALIDATOR = BundleValidator(ONTOLOGY)

@@ -1,7 +1,8 @@
 """Scores that mean the same on every model (#35), with both real models.
 
 The semantic part of a score is the cosine on the model's measured scale (unrelated text 0, a near-identical text 1;
-:mod:`kb_core.embedding.calibration`), so on a KB with multilingual-e5-small and on one with all-MiniLM-L6-v2 holding
+:mod:`kb_core.engines.embedding.calibration`), so on a KB with multilingual-e5-small and on one with all-MiniLM-L6-v2
+holding
 the same Chinese and English documents, one ``min_score`` separates answers from questions no document answers.
 """
 
@@ -10,8 +11,8 @@ from __future__ import annotations
 import pytest
 
 from kb_core import KnowledgeBaseService
-from kb_core.envelopes import Enveloped
-from kb_core.results import SearchRequest
+from kb_core.edges.envelopes import Enveloped
+from kb_core.features.results import SearchRequest
 
 pytestmark = pytest.mark.model
 

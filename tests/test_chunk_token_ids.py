@@ -10,15 +10,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kb_core.embedding import CachedEmbedder, EmbeddingCache, HashingEmbedder, get_embedder
-from kb_core.embedding.base import ProgressCallback, TokenIds
-from kb_core.embedding.local import SentenceTransformerEmbedder
-from kb_core.embedding.wordpiece import HFTokenizerAdapter, bundled_tokenizer
-from kb_core.envelopes import Enveloped
-from kb_core.ingest.chunking import Chunk, chunk_document
-from kb_core.ingest.parsing import parse_file
-from kb_core.ingest.parsing.base import ParsedDocument
-from kb_core.ingest.parsing.txt_parser import split_paragraphs
+from kb_core.edges.envelopes import Enveloped
+from kb_core.engines.chunking import Chunk, chunk_document
+from kb_core.engines.embedding import CachedEmbedder, EmbeddingCache, HashingEmbedder, get_embedder
+from kb_core.engines.embedding.base import ProgressCallback, TokenIds
+from kb_core.engines.embedding.local import SentenceTransformerEmbedder
+from kb_core.engines.embedding.wordpiece import HFTokenizerAdapter, bundled_tokenizer
+from kb_core.engines.parsing import parse_file
+from kb_core.engines.parsing.base import ParsedDocument
+from kb_core.engines.parsing.txt_parser import split_paragraphs
 from tests.counting_tokenizer import CountingBackend
 
 WINDOW = 254  # all-MiniLM-L6-v2: 256 tokens with [CLS] and [SEP]
@@ -166,7 +166,7 @@ def test_hashing_embedder_accepts_and_ignores_ids() -> None:
 
 
 def test_endpoint_embedder_accepts_and_ignores_ids(monkeypatch: pytest.MonkeyPatch) -> None:
-    from kb_core.embedding.endpoint import EndpointEmbedder
+    from kb_core.engines.embedding.endpoint import EndpointEmbedder
 
     emb = EndpointEmbedder("http://127.0.0.1:9/v1", "m")
     sent: list[list[str]] = []

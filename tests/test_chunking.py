@@ -15,10 +15,10 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from kb_core.embedding.hashing import HashingTokenizer
-from kb_core.embedding.wordpiece import bundled_tokenizer
-from kb_core.errors import InvalidArgument
-from kb_core.ingest.chunking import Chunk, chunk_document, default_overlap, max_chunk_chars
+from kb_core.base.errors import InvalidArgument
+from kb_core.engines.chunking import Chunk, chunk_document, default_overlap, max_chunk_chars
+from kb_core.engines.embedding.hashing import HashingTokenizer
+from kb_core.engines.embedding.wordpiece import bundled_tokenizer
 
 
 @dataclass(frozen=True)

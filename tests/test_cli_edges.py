@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from kb_core.cli.main import main
+from kb_core.edges.cli.main import main
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def _kb(home: Path, *args: str | bytes, close_stdout: bool = False) -> subprocess.CompletedProcess[bytes]:
-    command: list[str | bytes] = [sys.executable, "-m", "kb_core.cli", "--home", str(home), *args]
+    command: list[str | bytes] = [sys.executable, "-m", "kb_core.edges.cli", "--home", str(home), *args]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO_ROOT)}
     if not close_stdout:
         return subprocess.run(command, capture_output=True, timeout=120, cwd=REPO_ROOT, env=env)

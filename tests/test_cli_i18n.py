@@ -23,7 +23,7 @@ def kb(home: Path, *args: str, lang: str = "C.UTF-8") -> subprocess.CompletedPro
     env = {key: value for key, value in os.environ.items() if key not in LOCALE_VARIABLES}
     env.update({"LANG": lang, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO_ROOT), "PYTHONIOENCODING": "utf-8"})
     return subprocess.run(
-        [sys.executable, "-m", "kb_core.cli", "--home", str(home), *args],
+        [sys.executable, "-m", "kb_core.edges.cli", "--home", str(home), *args],
         capture_output=True, text=True, encoding="utf-8", timeout=180, cwd=REPO_ROOT, env=env,
     )  # fmt: skip
 

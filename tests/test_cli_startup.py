@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from kb_core import KnowledgeBaseService
-from kb_core.embedding.device import cpu_only_build, torch_build_is_cpu_only
-from kb_core.envelopes import Enveloped
-from kb_core.results import SearchRequest
+from kb_core.edges.envelopes import Enveloped
+from kb_core.engines.embedding.device import cpu_only_build, torch_build_is_cpu_only
+from kb_core.features.results import SearchRequest
 from tests.conftest import REPO_ROOT
 
 HEAVY = ("torch", "transformers", "sentence_transformers")
@@ -23,7 +23,7 @@ HEAVY = ("torch", "transformers", "sentence_transformers")
 # Runs ``kb ARGV`` for each ARGV given as JSON, in order, in one process; after each, which heavy modules are loaded.
 RUNNER = """
 import contextlib, io, json, sys
-from kb_core.cli.main import main
+from kb_core.edges.cli.main import main
 report = []
 for argv in json.loads(sys.argv[1]):
     out = io.StringIO()

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from kb_core.results import SearchRequest
+from kb_core.features.results import SearchRequest
 
 
 @pytest.fixture

@@ -10,17 +10,17 @@ import numpy as np
 import pytest
 
 from kb_core import KnowledgeBaseService
-from kb_core.cli.main import main as kb_main
-from kb_core.embedding import CachedEmbedder, EmbeddingCache
-from kb_core.embedding.device import (
+from kb_core.base.errors import InvalidArgument
+from kb_core.edges.cli.main import main as kb_main
+from kb_core.edges.envelopes import Enveloped
+from kb_core.engines.embedding import CachedEmbedder, EmbeddingCache
+from kb_core.engines.embedding.device import (
     DeviceRequest,
     available_devices,
     cpu_threads,
     device_request,
     resolve_device,
 )
-from kb_core.envelopes import Enveloped
-from kb_core.errors import InvalidArgument
 
 TEXTS = [
     "Hybrid retrieval combines BM25 keyword scores with dense vector similarity.",
@@ -78,7 +78,7 @@ def test_float16_on_the_cpu_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_the_model_key_has_no_device_in_it() -> None:
-    from kb_core.embedding.local import SentenceTransformerEmbedder
+    from kb_core.engines.embedding.local import SentenceTransformerEmbedder
 
     keys = {
         SentenceTransformerEmbedder(device=DeviceRequest(spec, precision)).model_key
@@ -89,7 +89,7 @@ def test_the_model_key_has_no_device_in_it() -> None:
 
 @pytest.mark.model
 def test_vectors_cached_on_one_device_are_served_to_another(tmp_path: Path) -> None:
-    from kb_core.embedding.local import SentenceTransformerEmbedder
+    from kb_core.engines.embedding.local import SentenceTransformerEmbedder
 
     cache = EmbeddingCache(tmp_path / "embeddings.sqlite")
     on_cpu = CachedEmbedder(SentenceTransformerEmbedder(device=DeviceRequest("cpu")), cache)
@@ -104,7 +104,7 @@ def test_vectors_cached_on_one_device_are_served_to_another(tmp_path: Path) -> N
 @pytest.mark.model
 @pytest.mark.skipif(_cuda_available(), reason="needs a machine without CUDA to show queries avoid the GPU")
 def test_queries_are_embedded_on_the_cpu_whatever_the_document_device() -> None:
-    from kb_core.embedding.local import SentenceTransformerEmbedder
+    from kb_core.engines.embedding.local import SentenceTransformerEmbedder
 
     gpu_documents = SentenceTransformerEmbedder(device=DeviceRequest("cuda"))
     cpu = SentenceTransformerEmbedder(device=DeviceRequest("cpu"))
@@ -119,7 +119,7 @@ def test_queries_are_embedded_on_the_cpu_whatever_the_document_device() -> None:
 def test_gpu_and_cpu_vectors_agree() -> None:
     if not _cuda_available():
         pytest.skip("no CUDA device here (torch.cuda.is_available() is False): GPU vectors cannot be compared")
-    from kb_core.embedding.local import SentenceTransformerEmbedder
+    from kb_core.engines.embedding.local import SentenceTransformerEmbedder
 
     long_text = " ".join(TEXTS * 40)  # several 256-token windows
     texts = [*TEXTS, long_text]
@@ -176,7 +176,7 @@ def feeding_against_the_library(fed: object, texts: list[str]) -> tuple[np.ndarr
 @pytest.mark.model
 def test_device_feeding_is_as_close_to_the_librarys_encode_as_the_library_is_to_itself_on_the_cpu() -> None:
     """The GPU test's check, run on the CPU (fed like a device), where float32 also meets a fixed 0.9999."""
-    from kb_core.embedding.local import DEVICE_BATCH_TOKENS, SentenceTransformerEmbedder
+    from kb_core.engines.embedding.local import DEVICE_BATCH_TOKENS, SentenceTransformerEmbedder
 
     fed = SentenceTransformerEmbedder(device=DeviceRequest("cpu"), device_batch_tokens=DEVICE_BATCH_TOKENS)
     ours, floor = feeding_against_the_library(fed, chunk_like_texts(24))
@@ -193,7 +193,7 @@ def test_gpu_feeding_gives_the_librarys_own_vectors_on_the_same_device() -> None
     vectors agree to 0.9999."""
     if not _cuda_available():
         pytest.skip("no CUDA device here (torch.cuda.is_available() is False): the GPU feeding cannot run")
-    from kb_core.embedding.local import DEVICE_BATCH_TOKENS, MAX_DEVICE_BATCH, SentenceTransformerEmbedder
+    from kb_core.engines.embedding.local import DEVICE_BATCH_TOKENS, MAX_DEVICE_BATCH, SentenceTransformerEmbedder
 
     texts = chunk_like_texts(2000)
     gpu = SentenceTransformerEmbedder(device=DeviceRequest("cuda"))

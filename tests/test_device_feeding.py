@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from kb_core import KnowledgeBaseService
-from kb_core.embedding import CachedEmbedder
-from kb_core.embedding.device import DeviceRequest
-from kb_core.embedding.local import SentenceTransformerEmbedder
-from kb_core.envelopes import Enveloped
+from kb_core.edges.envelopes import Enveloped
+from kb_core.engines.embedding import CachedEmbedder
+from kb_core.engines.embedding.device import DeviceRequest
+from kb_core.engines.embedding.local import SentenceTransformerEmbedder
 
 pytestmark = pytest.mark.model
 
@@ -91,19 +91,19 @@ def test_a_device_import_embeds_parsed_chunks_while_later_files_are_still_parsed
     stored vectors stay the library's."""
     import time
 
-    import kb_core.ingest.parsing
-    from kb_core.ingest import pipeline
+    import kb_core.engines.parsing
+    from kb_core.features.ingest import pipeline
 
     monkeypatch.setattr(pipeline, "EMBED_BATCH", 16)
     monkeypatch.setattr(pipeline, "FILES_PER_REQUEST", 2)
-    real = kb_core.ingest.parsing.parse_and_chunk_files
+    real = kb_core.engines.parsing.parse_and_chunk_files
 
     def the_last_files_parse_slowly(paths, *args, **kwargs):
         if any(Path(p).name.startswith("late") for p in paths):
             time.sleep(3)
         return real(paths, *args, **kwargs)
 
-    monkeypatch.setattr(kb_core.ingest.parsing, "parse_and_chunk_files", the_last_files_parse_slowly)
+    monkeypatch.setattr(kb_core.engines.parsing, "parse_and_chunk_files", the_last_files_parse_slowly)
     service = KnowledgeBaseService(tmp_path / "home")
     session = Enveloped(service.session())
     assert session.create_knowledge_base("docs", 32, "all-MiniLM-L6-v2")["success"]
@@ -115,7 +115,7 @@ def test_a_device_import_embeds_parsed_chunks_while_later_files_are_still_parsed
         path = tmp_path / f"{name}.txt"
         path.write_text("\n\n".join(TEXTS[i::6]), encoding="utf-8")
         files.append(str(path))
-    kb_core.ingest.parsing.parse_file(Path(files[0]))  # the parser processes started before the import
+    kb_core.engines.parsing.parse_file(Path(files[0]))  # the parser processes started before the import
     seen: list[object] = []
     try:
         result = session.import_document(files, kb_name="docs", progress=seen.append)

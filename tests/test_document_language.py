@@ -10,11 +10,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from kb_core import KnowledgeBaseService
-from kb_core.cli.main import main
-from kb_core.embedding import HashingEmbedder
-from kb_core.envelopes import Enveloped
+from kb_core.edges.cli.main import main
+from kb_core.edges.envelopes import Enveloped
+from kb_core.engines.embedding import HashingEmbedder
+from kb_core.engines.text_language import document_language, language_name
 from kb_core.store import catalog
-from kb_core.text_language import document_language, language_name
 
 ENGLISH = "Hybrid search combines keyword scores with vector similarity, and the weights are shown with every hit."
 CHINESE = "混合检索把关键词检索和向量检索结合起来，每个结果都会显示它的得分是怎样算出来的。支持 BM25 和 FAISS。"

@@ -13,7 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kb_core.embedding import (
+from kb_core.base.errors import EmbeddingError, InvalidArgument
+from kb_core.edges.envelopes import Enveloped
+from kb_core.engines.embedding import (
     CachedEmbedder,
     Embedder,
     EmbeddingCache,
@@ -21,9 +23,7 @@ from kb_core.embedding import (
     create_embedder,
     get_embedder,
 )
-from kb_core.embedding.base import ProgressCallback, Tokenizer
-from kb_core.envelopes import Enveloped
-from kb_core.errors import EmbeddingError, InvalidArgument
+from kb_core.engines.embedding.base import ProgressCallback, Tokenizer
 
 EN_ZH = [
     "The cat sat on the mat.",
@@ -76,7 +76,7 @@ def _hashing_reference(text: str, dimension: int) -> np.ndarray:
     """The hashing embedder's definition, feature by feature (the embedder computes it batch-wise from a memo)."""
     import hashlib
 
-    from kb_core.embedding.hashing import _TOKEN_RE
+    from kb_core.engines.embedding.hashing import _TOKEN_RE
 
     words = [m.group(0).lower() for m in _TOKEN_RE.finditer(text)]
     joined = "".join(words)
@@ -140,8 +140,8 @@ def test_get_embedder_shares_one_instance_across_threads() -> None:
 
 def test_importing_and_creating_the_default_embedder_does_not_load_torch() -> None:
     code = (
-        "import sys, kb_core.embedding, kb_core.ingest.chunking\n"
-        "e = kb_core.embedding.create_embedder()\n"  # the default, multilingual-e5-small (#35)
+        "import sys, kb_core.engines.embedding, kb_core.engines.chunking\n"
+        "e = kb_core.engines.embedding.create_embedder()\n"  # the default, multilingual-e5-small (#35)
         "assert e.name == 'multilingual-e5-small' and e.max_input_tokens == 512\n"
         "assert e.tokenizer.count('hello world') in (2, 3)\n"
         "print(sorted(m for m in ('torch', 'sentence_transformers', 'transformers') if m in sys.modules))\n"
@@ -344,7 +344,7 @@ def test_embed_documents_equals_raw_model_encode(minilm, record_property) -> Non
 
 def test_a_local_kb_remembers_query_vectors_for_repeated_searches(tmp_path: Path) -> None:
     from kb_core import KnowledgeBaseService
-    from kb_core.service import QUERY_MEMO
+    from kb_core.session.service import QUERY_MEMO
 
     service = KnowledgeBaseService(tmp_path / "home")
     session = Enveloped(service.session())

@@ -13,9 +13,9 @@ import httpx
 import numpy as np
 import pytest
 
-from kb_core.embedding import create_embedder
-from kb_core.embedding.endpoint import EndpointEmbedder
-from kb_core.errors import EmbeddingError, InvalidArgument
+from kb_core.base.errors import EmbeddingError, InvalidArgument
+from kb_core.engines.embedding import create_embedder
+from kb_core.engines.embedding.endpoint import EndpointEmbedder
 from tests.conftest import free_port
 
 SECRET = "sk-test-5f1e9c0d-never-show-me"

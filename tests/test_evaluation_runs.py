@@ -10,9 +10,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from kb_core.cli.main import main as cli_main
-from kb_core.envelopes import Enveloped
-from kb_core.evaluation import (
+from kb_core.edges.cli.main import main as cli_main
+from kb_core.edges.envelopes import Enveloped
+from kb_core.features.results import SearchRequest
+from kb_core.session.evaluation import (
     EvaluationReport,
     EvaluationRunStore,
     EvaluationSetting,
@@ -20,8 +21,7 @@ from kb_core.evaluation import (
     compare_runs,
     kb_fingerprint,
 )
-from kb_core.results import SearchRequest
-from kb_core.service import KnowledgeBaseService
+from kb_core.session.service import KnowledgeBaseService
 from tests.test_evaluation import CORPUS, QRELS, QUERIES, write_beir
 
 
@@ -259,7 +259,7 @@ def test_one_run_evaluation_keeps_the_run_and_save_best_sets_hybrid_unless_told_
 ) -> None:
     """The orchestration the CLI and the app share: the sweep 10 deep (no Recall@100) or, as the app may ask, 100
     deep; the run kept in the user's home; the best point saved with mode hybrid, or with the saved mode kept."""
-    from kb_core.evaluation import EvaluationRequest, run_evaluation, save_best
+    from kb_core.session.evaluation import EvaluationRequest, run_evaluation, save_best
 
     home, judgments = judged_kb
     session = Enveloped(KnowledgeBaseService(home).session("cli"))

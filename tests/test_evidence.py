@@ -9,12 +9,12 @@ import pytest
 from docx import Document
 
 from kb_core import KnowledgeBaseService
-from kb_core.envelopes import Enveloped
-from kb_core.ingest.chunking import chunk_document
-from kb_core.ingest.parsing import parse_file
-from kb_core.results import SearchRequest
-from kb_core.retrieval.analysis import default_analyzer
-from kb_core.retrieval.highlight import highlight_spans, passage
+from kb_core.edges.envelopes import Enveloped
+from kb_core.engines.analysis import default_analyzer
+from kb_core.engines.chunking import chunk_document
+from kb_core.engines.parsing import parse_file
+from kb_core.features.results import SearchRequest
+from kb_core.features.retrieval.highlight import highlight_spans, passage
 
 QUERY = "保险理赔需要哪些材料？"
 # Written so that the bigrams straddling the query's words (险理, 赔需) occur in the text too: 风险理念, 索赔需知.
@@ -109,7 +109,7 @@ def test_a_title_and_a_heading_without_text_go_with_the_text_under_them(tmp_path
     document.save(str(path))
     parsed = parse_file(path)
     assert [b.heading for b in parsed.blocks] == [True, True, False, True, True, False]
-    from kb_core.embedding.hashing import HashingTokenizer
+    from kb_core.engines.embedding.hashing import HashingTokenizer
 
     chunks = chunk_document(parsed, HashingTokenizer(), 512)
     assert [(c.content, c.chapter) for c in chunks] == [

@@ -1,4 +1,4 @@
-"""kb_core.retrieval.fusion: [0, 1] scores, exact weights, recomputable breakdowns, pure-signal orderings, RRF,
+"""kb_core.engines.fusion: [0, 1] scores, exact weights, recomputable breakdowns, pure-signal orderings, RRF,
 the language guard, auto weights."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kb_core.errors import InvalidArgument
-from kb_core.retrieval.fusion import (
+from kb_core.base.errors import InvalidArgument
+from kb_core.engines.fusion import (
     Candidate,
     ScoreBreakdown,
     auto_weights,
@@ -20,7 +20,7 @@ from kb_core.retrieval.fusion import (
     keyword_normalized,
     vector_normalized,
 )
-from kb_core.retrieval.weights import script_coverage, signal_quality
+from kb_core.engines.weights import script_coverage, signal_quality
 
 
 def make_pool(vector: list[float | None], keyword: list[float | None], terms: list[set[str]] | None = None):
@@ -313,7 +313,7 @@ def test_breakdown_dicts_of_hits_equal_the_breakdowns(options: dict) -> None:
     """Search builds its hits' breakdowns column by column; each must equal ``asdict`` of the breakdown."""
     import dataclasses
 
-    from kb_core.retrieval.fusion import CandidateArrays, fuse_arrays, single_signal_ranking
+    from kb_core.engines.fusion import CandidateArrays, fuse_arrays, single_signal_ranking
 
     rng = np.random.default_rng(3)
     n = 40

@@ -25,8 +25,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kb_core.errors import ParseError
-from kb_core.ingest.parsing import ParsedDocument, ParseLimits, parse_file
+from kb_core.base.errors import ParseError
+from kb_core.engines.parsing import ParsedDocument, ParseLimits, parse_file
 from tests.bounded import run_bounded
 from tests.word_files import TEXT_FC, compound_file, piece, word97
 
@@ -282,10 +282,10 @@ def test_text_files(tmp_path_factory: pytest.TempPathFactory, content: bytes, ed
 BUNDLE_FUZZ = r'''
 import sys, time
 from hypothesis import HealthCheck, given, settings, strategies as st
-from kb_core.bundles import default_ontology, example_yaml
-from kb_core.bundles.loading import load_bundle_text
-from kb_core.bundles.validation import BundleValidator
-from kb_core.errors import ImportFormatError
+from kb_core.features.bundles import default_ontology, example_yaml
+from kb_core.features.bundles.loading import load_bundle_text
+from kb_core.features.bundles.validation import BundleValidator
+from kb_core.base.errors import ImportFormatError
 
 validator = BundleValidator(default_ontology())
 example = example_yaml(default_ontology())
@@ -347,8 +347,8 @@ import hashlib, json, sys, time, zipfile
 from pathlib import Path
 from hypothesis import HealthCheck, given, settings, strategies as st
 from kb_core import KnowledgeBaseService
-from kb_core.envelopes import Enveloped
-from kb_core.transfer.format import MANIFEST_MEMBER, TransferLimits
+from kb_core.edges.envelopes import Enveloped
+from kb_core.features.transfer.format import MANIFEST_MEMBER, TransferLimits
 from tests.lying_zip import claim_compressed_size, set_sizes
 
 root = Path(sys.argv[2])
@@ -438,10 +438,10 @@ def test_exports_with_lying_headers_and_wide_manifests(tmp_path: Path) -> None:
 FLAT_YAML_FUZZ = r'''
 import sys, time
 from hypothesis import HealthCheck, given, settings, strategies as st
-from kb_core.bundles import default_ontology
-from kb_core.bundles.loading import BundleLimits, load_bundle_text
-from kb_core.bundles.validation import BundleValidator
-from kb_core.errors import ImportFormatError
+from kb_core.features.bundles import default_ontology
+from kb_core.features.bundles.loading import BundleLimits, load_bundle_text
+from kb_core.features.bundles.validation import BundleValidator
+from kb_core.base.errors import ImportFormatError
 
 LIMITS = BundleLimits(max_values=20_000, max_text_chars=200_000)
 validator = BundleValidator(default_ontology())

@@ -17,8 +17,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kb_core.envelopes import Enveloped
-from kb_core.errors import EmbeddingError, InvalidArgument, KBError
+from kb_core.base.errors import EmbeddingError, InvalidArgument, KBError
+from kb_core.edges.envelopes import Enveloped
 
 pytestmark = pytest.mark.slow
 
@@ -38,7 +38,7 @@ NAME_BYTES = st.one_of(
 @FUZZ
 @given(NAME_BYTES)
 def test_any_name_is_either_usable_or_refused_with_a_reason_that_can_be_shown(name: bytes) -> None:
-    from kb_core.safe_files import NAME_MAX_BYTES, path_name_problem, shown_path
+    from kb_core.base.safe_files import NAME_MAX_BYTES, path_name_problem, shown_path
 
     raw = os.fsdecode(b"/tmp/" + name)  # what Python's argv or os.listdir gives for it
     problem = path_name_problem(raw)
@@ -98,7 +98,7 @@ DAMAGES = st.one_of(
 
 @pytest.fixture(scope="module")
 def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    from kb_core.embedding import builtin
+    from kb_core.engines.embedding import builtin
     from tests.e5s1_tiny import write_tiny_e5s1
 
     root = tmp_path_factory.mktemp("models")
@@ -117,7 +117,7 @@ def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 def test_any_damage_to_a_built_folder_is_rebuilt_or_a_clear_error(
     tiny_models: Path, damage: tuple[str, int, float, bytes]
 ) -> None:
-    from kb_core.embedding import builtin
+    from kb_core.engines.embedding import builtin
 
     kind, which, where, data = damage
     files = sorted(p for p in tiny_models.rglob("*") if p.is_file() and p.name != builtin.CHECKED)
@@ -193,7 +193,7 @@ ADDRESSES = st.one_of(
 @given(ADDRESSES)
 def test_any_ray_address_is_probed_or_refused_clearly(address: str) -> None:
     pytest.importorskip("ray.data", reason="the optional extra kb-workbench[ray] (Ray Data) is not installed")
-    from kb_core.ingest.executors.ray_data import probe_address
+    from kb_core.features.ingest.executors.ray_data import probe_address
 
     if any(c.isalpha() for c in address.split("://")[-1].split(":")[0]) and "localhost" not in address:
         address = "127.0.0.1" + address[len(address.split(":")[0]) :]  # no name lookups on a machine off the net
@@ -209,7 +209,7 @@ def test_any_ray_address_is_probed_or_refused_clearly(address: str) -> None:
 @given(st.binary(max_size=40))
 def test_whatever_answers_at_the_address_ends_in_a_verdict(answering: _Answering, reply: bytes) -> None:
     pytest.importorskip("ray.data", reason="the optional extra kb-workbench[ray] (Ray Data) is not installed")
-    from kb_core.ingest.executors.ray_data import probe_address
+    from kb_core.features.ingest.executors.ray_data import probe_address
 
     answering.reply = reply
     settings_frame = len(reply) >= 9 and reply[3] == 4 and reply[5:9] == bytes(4)

@@ -2,7 +2,7 @@
 
 Moving ``trash`` or ``staging`` to a bigger disk with a link is a normal thing to do; the start-up clean-up once
 deleted every sub-folder of such a link's target. Every deletion now goes through
-:func:`kb_core.store.removal.remove_tree`, which never follows a link below the folder it cleans.
+:func:`kb_core.base.removal.remove_tree`, which never follows a link below the folder it cleans.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from kb_core.cli.main import main
-from kb_core.ingest.files import wait_for_staging_removals
+from kb_core.edges.cli.main import main
+from kb_core.features.ingest.files import wait_for_staging_removals
 
 
 def _plant(folder: Path) -> list[Path]:
@@ -85,7 +85,7 @@ def test_a_linked_kbs_folder_is_not_swept(tmp_path: Path, capsys: pytest.Capture
 
 
 def test_remove_tree_refuses_links_and_paths_outside(tmp_path: Path) -> None:
-    from kb_core.store.removal import remove_tree
+    from kb_core.base.removal import remove_tree
 
     inside = tmp_path / "home"
     outside = tmp_path / "outside"

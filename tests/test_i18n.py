@@ -9,9 +9,9 @@ import string
 
 import pytest
 
-from kb_core.errors import InvalidArgument
-from kb_core.i18n import Text, keys, language_from_environment, language_of, localize, msg, translate
-from kb_core.validation import validate_chunk_size, validate_kb_name
+from kb_core.base.errors import InvalidArgument
+from kb_core.base.i18n import Text, keys, language_from_environment, language_of, localize, msg, translate
+from kb_core.base.validation import validate_chunk_size, validate_kb_name
 
 CJK = re.compile(r"[\u4e00-\u9fff]")
 
@@ -30,7 +30,7 @@ def test_both_catalogues_have_exactly_the_keys_the_code_uses() -> None:
     used = keys.keys()
     english = {m.id for m in keys.read(keys.template_path()) if m.id}
     chinese = {m.id for m in keys.read(keys.catalogue_path("zh")) if m.id}
-    refresh = "run `python -m kb_core.i18n.keys`"
+    refresh = "run `python -m kb_core.base.i18n.keys`"
     assert english == used, f"{refresh}: missing {sorted(used - english)[:5]}, stale {sorted(english - used)[:5]}"
     assert chinese == english, f"missing in zh {sorted(english - chinese)[:5]}, stale {sorted(chinese - english)[:5]}"
 

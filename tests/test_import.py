@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from kb_core.envelopes import Enveloped
-from kb_core.results import SearchRequest
+from kb_core.edges.envelopes import Enveloped
+from kb_core.features.results import SearchRequest
 from tests.conftest import shared_path
 
 
@@ -211,7 +211,7 @@ def test_staging_copies_are_removed_after_the_import_and_by_the_next_open_if_it_
     kb, service, home: Path, tmp_path: Path
 ) -> None:
     from kb_core import KnowledgeBaseService
-    from kb_core.ingest import files
+    from kb_core.features.ingest import files
 
     paths = [str(write(tmp_path, f"s{i}.txt", f"staging copy {i}. 副本{i}。")) for i in range(20)]
     assert kb.import_document(paths)["data"]["success_count"] == 20
@@ -263,6 +263,6 @@ def test_a_homes_import_staging_left_by_dead_processes_is_removed_when_the_home_
     ],
 )
 def test_a_file_name_becomes_a_safe_document_name(given: str, name: str) -> None:
-    from kb_core.ingest.files import safe_document_name
+    from kb_core.features.ingest.files import safe_document_name
 
     assert safe_document_name(given) == name

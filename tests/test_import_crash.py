@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from kb_core import KnowledgeBaseService
-from kb_core.envelopes import Enveloped
-from kb_core.results import SearchRequest
+from kb_core.edges.envelopes import Enveloped
+from kb_core.features.results import SearchRequest
 from kb_core.store.verify import verify_home
 
 WORKER = Path(__file__).with_name("import_worker.py")

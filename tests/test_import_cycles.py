@@ -66,8 +66,8 @@ def imported_modules(name: str, path: Path, known: dict[str, Path]) -> set[str]:
 def test_kb_core_has_no_import_cycles_even_through_function_level_imports() -> None:
     known = module_names()
     graph = {name: imported_modules(name, path, known) for name, path in known.items()}
-    assert "kb_core.operations" in graph["kb_core.service"]  # function-level imports are counted
-    assert graph["kb_core.cli.main"], "the walk finds imports"
+    assert "kb_core.session.operations" in graph["kb_core.session.service"]  # function-level imports are counted
+    assert graph["kb_core.edges.cli.main"], "the walk finds imports"
     assert GRAPH.cycles(graph) == []
 
 
@@ -82,7 +82,7 @@ def test_layers_point_down_and_what_is_left_of_28_does_not_grow() -> None:
     no upward import. No store-choosing branch is left: the store, chosen once by ``open_store``, answers which half
     of a feature runs (``Store.choose``) and which sink an import commits through (``KBStorage.sink``); no module
     beyond those four imports store/postgres. Features and the session return typed results and raise KBError:
-    envelopes are built only at the edges, by ``kb_core.envelopes`` (#38), nothing below the edges reads one, and
+    envelopes are built only at the edges, by ``kb_core.edges.envelopes`` (#38), nothing below the edges reads one, and
     there is one session API (no envelope mirror of it)."""
     report = GRAPH.analyse(PACKAGE.parent)
     assert report["unassigned_modules"] == []
@@ -91,7 +91,7 @@ def test_layers_point_down_and_what_is_left_of_28_does_not_grow() -> None:
     upward = sorted((u["from"], u["to"]) for u in report["upward_imports"])
     assert upward == [], upward
     builders = set(report["envelope_sites"])
-    assert "envelopes" in builders and all(GRAPH.layer_of(f"kb_core.{m}") == "edges" for m in builders), builders
+    assert "edges.envelopes" in builders and all(GRAPH.layer_of(f"kb_core.{m}") == "edges" for m in builders), builders
     assert report["enveloped_functions"] == {}, report["enveloped_functions"]
     assert report["operations_api"]["public_methods"] > 30 and report["operations_api"]["returning_envelope"] == 0
     assert report["envelope_reads_below_edges"] == {}, report["envelope_reads_below_edges"]
@@ -100,4 +100,21 @@ def test_layers_point_down_and_what_is_left_of_28_does_not_grow() -> None:
     # PostgreSQL code is imported only by the store's protocol and factory and the features' PostgreSQL halves (the
     # service reaches the database through its store).
     outside = sorted(report["postgres_imported_outside_store_postgres"])
-    assert outside == ["bundles.postgres", "store.base", "store.factory", "transfer.postgres"], outside
+    expected = ["features.bundles.postgres", "features.transfer.postgres", "store.base", "store.factory"]
+    assert outside == expected, outside
+
+
+def test_the_layers_are_folders() -> None:
+    """#38: a module's layer is the folder it lives in. The layer map names one folder of kb_core per layer (the app's
+    files beside the edges), kb_core's top holds only the facade, and every module lives in one layer's folder."""
+    in_kb_core = [prefix for _, prefixes in GRAPH.LAYERS for prefix in prefixes if prefix.startswith("kb_core")]
+    assert [prefix.count(".") for prefix in in_kb_core] == [1] * len(GRAPH.LAYERS), GRAPH.LAYERS
+    for prefix in in_kb_core:
+        assert (PACKAGE / prefix.split(".")[1] / "__init__.py").is_file(), prefix
+    top = sorted(p.name for p in PACKAGE.iterdir() if p.suffix == ".py" or (p.is_dir() and p.name != "__pycache__"))
+    assert top == sorted(["__init__.py", *(prefix.split(".")[1] for prefix in in_kb_core)]), top
+    layers = {name: GRAPH.layer_of(name) for name in module_names()}
+    assert None not in layers.values(), [name for name, layer in layers.items() if layer is None]
+    for name, layer in layers.items():
+        if name != "kb_core":
+            assert name.split(".")[1] == dict((n, p[0].split(".")[1]) for n, p in GRAPH.LAYERS)[layer], name

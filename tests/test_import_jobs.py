@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from kb_core import KnowledgeBaseService
-from kb_core.envelopes import Enveloped
-from kb_core.results import EmbeddingSource
+from kb_core.edges.envelopes import Enveloped
+from kb_core.features.results import EmbeddingSource
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -118,7 +118,7 @@ def test_uploads_are_known_by_their_names_and_their_files_are_removed(session: A
     assert all(d["source_label"] == "文件上传" for d in info)  # as the tool specification words it
     item = session.get_item(documents[0]["id"])["data"]
     assert "kb-upload" not in str(item) and "staging" not in str(item)
-    from kb_core.ingest.files import wait_for_staging_removals
+    from kb_core.features.ingest.files import wait_for_staging_removals
 
     wait_for_staging_removals()
     assert list(session.operations.service.home.root.glob("kbs/*/staging/*")) == []

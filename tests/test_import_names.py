@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from kb_core.cli.main import main
-from kb_core.envelopes import Enveloped
+from kb_core.edges.cli.main import main
+from kb_core.edges.envelopes import Enveloped
 
 
 def _cli(capsys: pytest.CaptureFixture[str], home: Path, *args: str) -> tuple[int, dict]:

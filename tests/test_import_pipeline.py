@@ -11,16 +11,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kb_core.embedding import HashingEmbedder
-from kb_core.envelopes import Enveloped
-from kb_core.ingest import pipeline as importer_module
-from kb_core.ingest.chunking import chunk_document
-from kb_core.ingest.files import wait_for_staging_removals
-from kb_core.ingest.parsing import parse_file
-from kb_core.ingest.payloads import FilePayload
-from kb_core.results import SearchRequest
-from kb_core.retrieval.keyword_index import KeywordSegment
-from kb_core.retrieval.near_duplicates import text_signatures
+from kb_core.edges.envelopes import Enveloped
+from kb_core.engines.chunking import chunk_document
+from kb_core.engines.embedding import HashingEmbedder
+from kb_core.engines.keyword_index import KeywordSegment
+from kb_core.engines.near_duplicates import text_signatures
+from kb_core.engines.parsing import parse_file
+from kb_core.engines.payloads import FilePayload
+from kb_core.features.ingest import pipeline as importer_module
+from kb_core.features.ingest.files import wait_for_staging_removals
+from kb_core.features.results import SearchRequest
 from kb_core.store import catalog
 
 EN = (
@@ -63,9 +63,9 @@ def test_pipelined_import_equals_file_by_file_reference(
     monkeypatch.setattr(importer_module, "COMMIT_CHUNKS", commit_chunks)
     monkeypatch.setattr(importer_module, "WRITER_PROCESSES", writers)
     if prepared_by == "importer":  # no preparation from the parser processes: this process embeds and analyses
-        import kb_core.ingest.parsing
+        import kb_core.engines.parsing
 
-        real = kb_core.ingest.parsing.parse_and_chunk_files
+        real = kb_core.engines.parsing.parse_and_chunk_files
 
         def without_preparation(*args, **kwargs):
             outcomes = real(*args, **kwargs)
@@ -74,7 +74,7 @@ def test_pipelined_import_equals_file_by_file_reference(
                     o.prepared, o.embedded = None, False
             return [o if isinstance(o, Exception | FilePayload) else (*o[:2], None) for o in outcomes]
 
-        monkeypatch.setattr(kb_core.ingest.parsing, "parse_and_chunk_files", without_preparation)
+        monkeypatch.setattr(kb_core.engines.parsing, "parse_and_chunk_files", without_preparation)
     folder = tmp_path / "files"
     folder.mkdir()
     files = corpus(folder)
@@ -224,10 +224,10 @@ def test_kb_import_cancels_on_ctrl_c_keeping_the_kb_consistent(tmp_path: Path) -
         (folder / f"note_{i}.txt").write_text(f"Note {i}: {EN} 第{i}条笔记。{ZH}", encoding="utf-8")
     repo = Path(__file__).resolve().parents[1]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")])}
-    from kb_core.cli.main import main as kb_main
+    from kb_core.edges.cli.main import main as kb_main
 
     assert kb_main(["--home", str(home), "select", "kb"]) == 0
-    command = [sys.executable, "-m", "kb_core.cli", "--home", str(home), "--json", "import"]
+    command = [sys.executable, "-m", "kb_core.edges.cli", "--home", str(home), "--json", "import"]
     process = subprocess.Popen(
         [*command, *sorted(str(p) for p in folder.iterdir())], stdout=subprocess.PIPE, text=True, env=env
     )
@@ -327,7 +327,7 @@ def test_an_imports_last_documents_are_split_over_the_writers_short_of_a_compact
     parser processes are idle by then; the import's end waits for a part of that write), in pieces of a quarter of
     ``COMMIT_CHUNKS`` at least (documents stay whole), and never into more segments than the KB holds before an
     automatic compaction."""
-    from kb_core.ingest.parsing.isolation import PARSER_PROCESSES
+    from kb_core.engines.parsing.isolation import PARSER_PROCESSES
     from kb_core.store import compaction
 
     monkeypatch.setattr(importer_module, "COMMIT_CHUNKS", 40)
@@ -412,7 +412,7 @@ def test_a_failed_write_of_an_early_last_piece_keeps_the_committed_prefix(
     """#29: the write of a piece cut before the last files were parsed fails (a full disk): the segments before it
     stay committed, nothing after it is committed (though the writers wrote some at once), every later file fails
     with the reason, and the KB verifies."""
-    from kb_core.errors import StoreError
+    from kb_core.base.errors import StoreError
     from kb_core.store.folder_sink import FolderSink
 
     monkeypatch.setattr(importer_module, "COMMIT_CHUNKS", 40)
@@ -462,7 +462,7 @@ def test_a_failed_commit_keeps_the_committed_prefix_with_segments_written_after_
     """#29: the commit thread's second commit fails while the writers have written later segments: what stays is
     the first commit's documents, nothing later is committed past the hole, every later file fails with the reason,
     no written segment is left in staging, and the KB verifies."""
-    from kb_core.errors import StoreError
+    from kb_core.base.errors import StoreError
     from kb_core.store.folder_sink import FolderSink
     from kb_core.store.kb_store import KBStore
 
@@ -508,7 +508,7 @@ def test_once_every_file_is_parsed_the_idle_parser_processes_write_segments_too(
 ) -> None:
     """#29: with one segment writer, the import's last documents are written by more than one process at once
     after the last file is parsed (the parser processes are idle by then), not one after another."""
-    from kb_core.ingest.parsing.isolation import PARSER_PROCESSES
+    from kb_core.engines.parsing.isolation import PARSER_PROCESSES
     from kb_core.store.folder_sink import FolderSink
 
     monkeypatch.setattr(importer_module, "COMMIT_CHUNKS", 40)
@@ -585,7 +585,7 @@ class _DeviceLikeEmbedder(HashingEmbedder):
         self.lock = threading.Lock()
 
     def embed_documents(self, texts, progress=None, *, token_ids=None):  # type: ignore[no-untyped-def]
-        from kb_core.errors import EmbeddingError
+        from kb_core.base.errors import EmbeddingError
 
         with self.lock:
             self.calls += 1

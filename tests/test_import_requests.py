@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 
 from kb_core import KnowledgeBaseService
-from kb_core.embedding import HashingEmbedder
-from kb_core.envelopes import Enveloped
-from kb_core.errors import ParseError
-from kb_core.ingest.chunking import chunk_document
-from kb_core.ingest.files import wait_for_staging_removals
-from kb_core.ingest.parsing import ParseLimits, parse_and_chunk_files, parse_file_inprocess
-from kb_core.ingest.prepared import prepare_chunks
-from kb_core.retrieval.analysis import default_analyzer
+from kb_core.base.errors import ParseError
+from kb_core.edges.envelopes import Enveloped
+from kb_core.engines.analysis import default_analyzer
+from kb_core.engines.chunking import chunk_document
+from kb_core.engines.embedding import HashingEmbedder
+from kb_core.engines.parsing import ParseLimits, parse_and_chunk_files, parse_file_inprocess
+from kb_core.engines.prepared import prepare_chunks
+from kb_core.features.ingest.files import wait_for_staging_removals
 from tests.parser_hooks import copy_then_change_the_source
 
 EN = "Retrieval-augmented generation answers from retrieved passages; keyword postings and vectors. "
@@ -89,7 +89,7 @@ def test_files_of_one_request_are_prepared_as_each_would_be_alone(tmp_path: Path
 def test_staging_copies_keep_their_checks_and_are_what_is_imported(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import kb_core.ingest.parsing
+    import kb_core.engines.parsing
 
     allowed, outside = tmp_path / "allowed", tmp_path / "outside"
     allowed.mkdir()
@@ -109,14 +109,14 @@ def test_staging_copies_keep_their_checks_and_are_what_is_imported(
 
     # Every source changes once the pipeline has copied it: what is imported is the copy, taken at the check.
     # (The parser process makes the copy, just before it parses the file.)
-    real = kb_core.ingest.parsing.parse_and_chunk_files
+    real = kb_core.engines.parsing.parse_and_chunk_files
 
     def change_sources_then_parse(*args, stages=None, **kwargs):
         assert stages is not None and all(stages)
         stages = [functools.partial(copy_then_change_the_source, stage) for stage in stages]
         return real(*args, stages=stages, **kwargs)
 
-    monkeypatch.setattr(kb_core.ingest.parsing, "parse_and_chunk_files", change_sources_then_parse)
+    monkeypatch.setattr(kb_core.engines.parsing, "parse_and_chunk_files", change_sources_then_parse)
     names = [str(good[0]), str(secret), str(big), str(good[1])]
     result = session.import_document(names)
     data = result["data"]
@@ -136,19 +136,19 @@ def test_parser_requests_copy_into_folders_of_their_own(
     """#29: the parser processes make the staging copies; requests in flight at once copy into different folders (on
     many cores, 15 processes creating files in one folder queued on its lock), and a name repeated in one folder still
     gets a folder of its own, so every file imports as itself."""
-    import kb_core.ingest.parsing
-    from kb_core.ingest import pipeline
+    import kb_core.engines.parsing
+    from kb_core.features.ingest import pipeline
 
     monkeypatch.setattr(pipeline, "FILES_PER_REQUEST", 4)
     monkeypatch.setattr(pipeline, "PARSE_WORKERS", 3)
-    real = kb_core.ingest.parsing.parse_and_chunk_files
+    real = kb_core.engines.parsing.parse_and_chunk_files
     requests: list[list[tuple[Path, Path]]] = []
 
     def recording(*args, stages=None, **kwargs):
         requests.append([(Path(stage.args[0]), Path(stage.args[1])) for stage in stages])  # file, where it is copied
         return real(*args, stages=stages, **kwargs)
 
-    monkeypatch.setattr(kb_core.ingest.parsing, "parse_and_chunk_files", recording)
+    monkeypatch.setattr(kb_core.engines.parsing, "parse_and_chunk_files", recording)
     files = []
     for i in range(30):
         folder = tmp_path / f"from_{i}"

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kb_core.errors import InvalidArgument, StoreError
-from kb_core.retrieval.analysis import Analyzer, default_analyzer
-from kb_core.retrieval.keyword_index import (
+from kb_core.base.errors import InvalidArgument, StoreError
+from kb_core.engines.analysis import Analyzer, default_analyzer
+from kb_core.engines.keyword_index import (
     KEYWORD_FILE,
     BM25Parameters,
     KeywordSearcher,

@@ -8,7 +8,7 @@ import stat
 import pytest
 
 from kb_core import KnowledgeBaseService
-from kb_core.envelopes import Enveloped
+from kb_core.edges.envelopes import Enveloped
 
 
 def test_create_returns_the_spec_fields(session) -> None:

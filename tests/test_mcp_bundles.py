@@ -14,7 +14,7 @@ import yaml
 from jsonschema import Draft7Validator
 from mcp import ClientSession
 
-from kb_core.bundles.validation import node_id
+from kb_core.features.bundles.validation import node_id
 from tests.test_mcp_server import call, ok, rpc_error, run_stdio, tool_error
 
 BUNDLE = """\

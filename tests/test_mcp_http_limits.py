@@ -25,7 +25,7 @@ import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
-from kb_core.mcp import http_limits
+from kb_core.edges.mcp import http_limits
 from kb_core.store.tokens import TokenStore
 from tests.conftest import REPO_ROOT, free_port
 
@@ -45,7 +45,7 @@ def server(tmp_path: Path) -> Iterator[tuple[str, str, Path]]:
     log = tmp_path / "server.log"
     with open(log, "wb") as output:
         process = subprocess.Popen(
-            [sys.executable, "-m", "kb_core.cli", "--home", str(home), "mcp", "--http", "--port", str(port)],
+            [sys.executable, "-m", "kb_core.edges.cli", "--home", str(home), "mcp", "--http", "--port", str(port)],
             stdout=output, stderr=subprocess.STDOUT, cwd=REPO_ROOT, preexec_fn=_usual_open_files_limit,
             env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO_ROOT)},
         )  # fmt: skip

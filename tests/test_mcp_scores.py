@@ -10,7 +10,7 @@ import pytest
 from mcp import ClientSession
 
 from kb_core import KnowledgeBaseService
-from kb_core.envelopes import Enveloped
+from kb_core.edges.envelopes import Enveloped
 from tests.test_mcp_server import call, ok, rpc_error, run_stdio, tool_error
 
 TEXTS = {

@@ -30,10 +30,10 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import McpError
 from mcp.types import INVALID_PARAMS, CallToolResult
 
-from kb_core.cli.main import main
-from kb_core.envelopes import Enveloped
-from kb_core.mcp import paths as mcp_paths
-from kb_core.mcp.server import KBMCPServer
+from kb_core.edges.cli.main import main
+from kb_core.edges.envelopes import Enveloped
+from kb_core.edges.mcp import paths as mcp_paths
+from kb_core.edges.mcp.server import KBMCPServer
 from kb_core.store.tokens import TokenStore
 from tests.conftest import REPO_ROOT, free_port
 from tests.parser_hooks import copy_then_swap_the_folder
@@ -150,7 +150,7 @@ def run_before(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str, action: C
 def test_import_document_reads_only_the_file_that_was_checked(
     live: LiveServer, monkeypatch: pytest.MonkeyPatch, moment: str
 ) -> None:
-    import kb_core.ingest.parsing
+    import kb_core.engines.parsing
 
     inbox = live.allowed / "inbox"
     inbox.mkdir()
@@ -160,14 +160,14 @@ def test_import_document_reads_only_the_file_that_was_checked(
     if moment == "after the path check":
         run_after(monkeypatch, mcp_paths, "confine_paths", swap)
     else:  # the parser process opens and copies the file, then the swap (tests/parser_hooks.py)
-        real = kb_core.ingest.parsing.parse_and_chunk_files
+        real = kb_core.engines.parsing.parse_and_chunk_files
 
         def swap_after_the_copies(*args: Any, stages: Any = None, **kwargs: Any) -> Any:
             assert stages is not None and all(stages)
             hooked = [functools.partial(copy_then_swap_the_folder, s, str(inbox), str(live.outside)) for s in stages]
             return real(*args, stages=hooked, **kwargs)
 
-        monkeypatch.setattr(kb_core.ingest.parsing, "parse_and_chunk_files", swap_after_the_copies)
+        monkeypatch.setattr(kb_core.engines.parsing, "parse_and_chunk_files", swap_after_the_copies)
 
     async def scenario(s: ClientSession) -> CallToolResult:
         assert not (await call(s, "select_knowledge_base", kb_name="docs")).isError
@@ -193,7 +193,7 @@ def test_import_document_reads_only_the_file_that_was_checked(
 def test_bundle_import_never_reads_or_deletes_a_file_outside(
     live: LiveServer, monkeypatch: pytest.MonkeyPatch, moment: str
 ) -> None:
-    import kb_core.bundles.api
+    import kb_core.features.bundles.api
 
     drop = live.allowed / "drop"
     drop.mkdir()
@@ -204,7 +204,7 @@ def test_bundle_import_never_reads_or_deletes_a_file_outside(
     if moment == "after the path check":
         run_after(monkeypatch, mcp_paths, "confine_path", swap)
     else:
-        run_after(monkeypatch, kb_core.bundles.api, "_commit_graph", swap)
+        run_after(monkeypatch, kb_core.features.bundles.api, "_commit_graph", swap)
 
     async def scenario(s: ClientSession) -> CallToolResult:
         assert not (await call(s, "select_knowledge_base", kb_name="docs")).isError
@@ -225,7 +225,7 @@ def test_bundle_import_never_reads_or_deletes_a_file_outside(
 def test_export_never_writes_outside_the_allowed_folders(
     live: LiveServer, monkeypatch: pytest.MonkeyPatch, moment: str
 ) -> None:
-    import kb_core.transfer.export
+    import kb_core.features.transfer.export
 
     out = live.allowed / "out"
     out.mkdir()
@@ -233,7 +233,7 @@ def test_export_never_writes_outside_the_allowed_folders(
     if moment == "after the path check":
         run_after(monkeypatch, mcp_paths, "confine_path", swap)
     else:
-        run_before(monkeypatch, kb_core.transfer.export, "_write_export", swap)
+        run_before(monkeypatch, kb_core.features.transfer.export, "_write_export", swap)
 
     result = live.run(lambda s: call(s, "export_database", export_path=str(out / "backup.kbx")))
     assert out.is_symlink()  # the swap happened
@@ -342,7 +342,7 @@ def initialize_request(url: str, token: str, host: str | None = None, origin: st
 def start_cli_server(home: Path, log: Path, *args: str) -> subprocess.Popen[bytes]:
     with open(log, "wb") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "kb_core.cli", "--home", str(home), "mcp", "--http", *args],
+            [sys.executable, "-m", "kb_core.edges.cli", "--home", str(home), "mcp", "--http", *args],
             stdout=out,
             stderr=subprocess.STDOUT,
             cwd=REPO_ROOT,
@@ -510,7 +510,7 @@ def test_nan_infinity_and_lone_surrogates_are_invalid_params_over_stdio(tmp_path
     from tests.test_mcp_server import server_env
 
     process = subprocess.Popen(
-        [sys.executable, "-m", "kb_core.cli", "--home", str(tmp_path / "home"), "mcp"],
+        [sys.executable, "-m", "kb_core.edges.cli", "--home", str(tmp_path / "home"), "mcp"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=REPO_ROOT, env=server_env(),
     )  # fmt: skip
     assert process.stdin is not None and process.stdout is not None

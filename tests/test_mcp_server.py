@@ -1,6 +1,6 @@
 """End-to-end tests of the MCP server, driven by the SDK's own client.
 
-stdio: ``python -m kb_core.cli --home TMP mcp`` as a subprocess. HTTP: ``kb mcp --http`` on a free
+stdio: ``python -m kb_core.edges.cli --home TMP mcp`` as a subprocess. HTTP: ``kb mcp --http`` on a free
 loopback port, one server for the module, always killed at the end. KBs use the fast "hashing"
 embedder except the one test marked ``model``.
 """
@@ -29,7 +29,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import McpError
 from mcp.types import CallToolResult
 
-from kb_core.envelopes import Enveloped
+from kb_core.edges.envelopes import Enveloped
 from kb_core.store.tokens import TokenStore
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -108,7 +108,7 @@ async def rpc_error(session: ClientSession, name: str, code: int, **arguments: A
 def stdio_params(home: Path) -> StdioServerParameters:
     return StdioServerParameters(
         command=sys.executable,
-        args=["-m", "kb_core.cli", "--home", str(home), "mcp"],
+        args=["-m", "kb_core.edges.cli", "--home", str(home), "mcp"],
         cwd=str(REPO_ROOT),
         env=server_env(),
     )
@@ -297,7 +297,7 @@ def test_stdio_stdout_carries_protocol_messages_only(tmp_path: Path) -> None:
         },
     ]
     process = subprocess.Popen(
-        [sys.executable, "-m", "kb_core.cli", "--home", str(tmp_path / "home"), "-v", "mcp"],
+        [sys.executable, "-m", "kb_core.edges.cli", "--home", str(tmp_path / "home"), "-v", "mcp"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -371,7 +371,7 @@ class HttpServer:
             [
                 sys.executable,
                 "-m",
-                "kb_core.cli",
+                "kb_core.edges.cli",
                 "--home",
                 str(self.home),
                 "mcp",

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from kb_core.cli.main import main
-from kb_core.rate_limits import SlidingWindowLimiter
+from kb_core.base.rate_limits import SlidingWindowLimiter
+from kb_core.edges.cli.main import main
 from kb_core.store.tokens import TokenStore
 
 

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from kb_core.envelopes import Enveloped
-from kb_core.errors import ParseError
-from kb_core.i18n import Text, localize
-from kb_core.ingest.parsing import ParseLimits, parse_file
-from kb_core.public_demo import DemoLimits, PublicDemo
-from kb_core.results import SearchRequest
-from kb_core.service import KnowledgeBaseService
+from kb_core.base.errors import ParseError
+from kb_core.base.i18n import Text, localize
+from kb_core.edges.envelopes import Enveloped
+from kb_core.engines.parsing import ParseLimits, parse_file
+from kb_core.features.results import SearchRequest
+from kb_core.session.public_demo import DemoLimits, PublicDemo
+from kb_core.session.service import KnowledgeBaseService
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 ENCRYPTED = SHARED / "fixtures" / "docs" / "apache-poi" / "PasswordProtected.doc"

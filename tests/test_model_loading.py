@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 
 from kb_core import KnowledgeBaseService
-from kb_core.envelopes import Enveloped
-from kb_core.service import MODEL_LOAD_SECONDS
+from kb_core.edges.envelopes import Enveloped
+from kb_core.session.service import MODEL_LOAD_SECONDS
 
 
 @pytest.mark.model
 def test_the_model_load_is_announced_timed_and_remembered_for_the_next_process(tmp_path: Path) -> None:
-    from kb_core.embedding.local import SentenceTransformerEmbedder
+    from kb_core.engines.embedding.local import SentenceTransformerEmbedder
 
     def open_session() -> Any:
         # a model instance of its own, so the test does not depend on what other tests loaded in this process

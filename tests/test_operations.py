@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from kb_core.envelopes import Enveloped, envelope_of
-from kb_core.errors import KBError, KBNotFound
-from kb_core.results import ImportReport, KBCreated, KBList, RagResult, Verification
+from kb_core.base.errors import KBError, KBNotFound
+from kb_core.edges.envelopes import Enveloped, envelope_of
+from kb_core.features.results import ImportReport, KBCreated, KBList, RagResult, Verification
 
 
 def test_operations_return_results_and_raise_kb_errors(session: Any, tmp_path: Path) -> None:
@@ -78,7 +78,7 @@ def test_enveloped_offers_exactly_the_operations_and_says_where_the_rest_is(serv
     created = enveloped.create_knowledge_base("notes", 64, embedding_model="hashing")
     assert created == {"success": True, "message": created["message"], "data": created["data"]}
     assert created["data"]["kb_name"] == "notes"
-    # an operation declared once in a feature (kb_core.bundles.api) and taken by Operations is offered as well
+    # an operation declared once in a feature (kb_core.features.bundles.api) and taken by Operations is offered as well
     assert enveloped.get_ontology("notes")["success"]
     assert enveloped.select_knowledge_base("nowhere")["error"]["code"] == "KB_NOT_FOUND"
     for name in ("visible_kbs", "current_kb_id", "search_chunks", "service", "_set_current", "no_such_operation"):

@@ -15,8 +15,8 @@ from docx.enum.text import WD_BREAK
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kb_core.errors import ParseError
-from kb_core.ingest.parsing import (
+from kb_core.base.errors import ParseError
+from kb_core.engines.parsing import (
     SUPPORTED_TYPES,
     ParsedDocument,
     ParseLimits,
@@ -441,8 +441,8 @@ def test_a_docx_whose_headers_lie_is_refused_while_inflating(tmp_path: Path) -> 
     out = run_bounded(
         f"""
         from pathlib import Path
-        from kb_core.errors import ParseError
-        from kb_core.ingest.parsing import parse_file_inprocess
+        from kb_core.base.errors import ParseError
+        from kb_core.engines.parsing import parse_file_inprocess
         try:
             parse_file_inprocess(Path({str(bomb)!r}))
         except ParseError as exc:

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from kb_core.errors import InvalidArgument, ParseError
-from kb_core.ingest.parsing import ParseLimits, parse_file, parse_file_inprocess
+from kb_core.base.errors import InvalidArgument, ParseError
+from kb_core.engines.parsing import ParseLimits, parse_file, parse_file_inprocess
 from tests.bounded import peak_mb, run_bounded
 from tests.word_files import TEXT_FC, compound_file, piece, word97
 
@@ -105,8 +105,8 @@ def test_amplifying_piece_table_is_refused_in_bounded_time_and_memory(tmp_path: 
     out = run_bounded(
         f"""
         import time
-        from kb_core.errors import InvalidArgument, ParseError
-        from kb_core.ingest.parsing import parse_file_inprocess
+        from kb_core.base.errors import InvalidArgument, ParseError
+        from kb_core.engines.parsing import parse_file_inprocess
         started = time.perf_counter()
         try:
             doc = parse_file_inprocess({str(path)!r})
@@ -266,10 +266,10 @@ def test_a_worker_without_an_optional_package_still_loads_everything_else_at_sta
 
     code = (
         "import sys; sys.modules['charset_normalizer'] = None\n"
-        "from kb_core.ingest.parsing.isolation import _preload\n"
+        "from kb_core.engines.parsing.isolation import _preload\n"
         "_preload()\n"
-        "wanted = ['kb_core.retrieval.vector_index', 'kb_core.retrieval.keyword_index', 'kb_core.store.segments',\n"
-        "          'kb_core.ingest.parsing.docx_parser', 'encodings.gb18030']\n"
+        "wanted = ['kb_core.engines.vector_index', 'kb_core.engines.keyword_index', 'kb_core.store.segments',\n"
+        "          'kb_core.engines.parsing.docx_parser', 'encodings.gb18030']\n"
         "print([m for m in wanted if m not in sys.modules])\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
@@ -330,7 +330,7 @@ def test_a_docx_listing_too_many_parts_is_refused_before_its_directory_is_parsed
     the count is now read from the end record first."""
     import zipfile
 
-    from kb_core.ingest.parsing import docx_parser
+    from kb_core.engines.parsing import docx_parser
 
     path = tmp_path / "many.docx"
     with zipfile.ZipFile(path, "w") as out:

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from kb_core import KnowledgeBaseService
-from kb_core.demo import DEMO_FOLDER, demo_judgments_folder, ensure_demo_kb
-from kb_core.envelopes import Enveloped
-from kb_core.public_demo import DemoLimits, PublicDemo, demo_setting, parse_duration
-from kb_core.results import SearchRequest
+from kb_core.edges.envelopes import Enveloped
+from kb_core.features.results import SearchRequest
+from kb_core.session.demo import DEMO_FOLDER, demo_judgments_folder, ensure_demo_kb
+from kb_core.session.public_demo import DemoLimits, PublicDemo, demo_setting, parse_duration
 
 TEXT = "Hybrid search mixes keyword and vector scores. 混合检索结合关键词与向量。 "
 
@@ -124,7 +124,7 @@ def test_visitors_own_sandboxes_and_read_only_shared_kbs(site: tuple[KnowledgeBa
     assert code(a.publish_knowledge_base(mine)) == "PERMISSION_DENIED"  # publishing is the operator's
 
     # the operator: a wrong secret is refused; the right one sees and changes everything
-    from kb_core.errors import PermissionDenied
+    from kb_core.base.errors import PermissionDenied
 
     with pytest.raises(PermissionDenied):
         demo.operator_session("guess")
@@ -195,7 +195,7 @@ def test_visitor_quotas_refuse_with_the_limit_named(tmp_path: Path) -> None:
 
 
 def test_a_visitors_evaluation_runs_are_its_own(site: tuple[KnowledgeBaseService, PublicDemo, Clock]) -> None:
-    from kb_core.evaluation import EvaluationRequest, run_evaluation
+    from kb_core.session.evaluation import EvaluationRequest, run_evaluation
 
     _, demo, _ = site
     a, b = Enveloped(demo.visitor_session("a" * 32)), Enveloped(demo.visitor_session("b" * 32))
@@ -209,7 +209,7 @@ def test_a_visitors_evaluation_runs_are_its_own(site: tuple[KnowledgeBaseService
     assert [r["id"] for r in a.list_evaluation_runs()["data"]["runs"]] == [outcome.run.id]
     assert b.list_evaluation_runs()["data"]["runs"] == []  # B does not see A's judged queries
     assert code(b.compare_evaluation_runs(outcome.run.id, outcome.run.id)) == "RUN_NOT_FOUND"
-    from kb_core.errors import KBError
+    from kb_core.base.errors import KBError
 
     with pytest.raises(KBError, match="at most 2 judged queries"):
         small = PublicDemo(
@@ -219,7 +219,7 @@ def test_a_visitors_evaluation_runs_are_its_own(site: tuple[KnowledgeBaseService
 
 
 def test_visitor_kbs_expire_and_the_sweep_deletes_them(site: tuple[KnowledgeBaseService, PublicDemo, Clock]) -> None:
-    from kb_core.evaluation import EvaluationRequest, run_evaluation
+    from kb_core.session.evaluation import EvaluationRequest, run_evaluation
 
     service, demo, clock = site
     visitor = Enveloped(demo.visitor_session("e" * 32))
@@ -280,7 +280,7 @@ def test_a_visitor_reads_no_server_path(site: tuple[KnowledgeBaseService, Public
     assert code(visitor.export_database(str(tmp_path / "out.kbx"))) == "PERMISSION_DENIED"
     with pytest.raises(Exception, match="Files on the server are off"):
         visitor.operations.confined([tmp_path])
-    from kb_core.errors import KBError
+    from kb_core.base.errors import KBError
 
     refusals = []
     for folder in (Path("/etc"), tmp_path / "no-such-folder", demo_judgments_folder() or tmp_path):

@@ -1,4 +1,5 @@
-"""Query vectors from the numpy forward pass (kb_core.embedding.query_forward) equal the torch model's, and models it
+"""Query vectors from the numpy forward pass (kb_core.engines.embedding.query_forward) equal the torch model's, and
+models it
 does not compute exactly are left to the torch model."""
 
 from __future__ import annotations
@@ -10,22 +11,22 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kb_core.embedding.query_forward import BertQueryEncoder
-from kb_core.embedding.wordpiece import bundled_model_path, bundled_tokenizer
+from kb_core.engines.embedding.query_forward import BertQueryEncoder
+from kb_core.engines.embedding.wordpiece import bundled_model_path, bundled_tokenizer
 
 QUERIES = [
     "How are keyword and vector scores combined?",
     "混合检索如何计算得分？",
     "BM25 与 cosine similarity 的加权 fusion",
     "a",
-    # over 256 tokens: embedded in two windows (a query's vector reads its first two, kb_core.embedding.local)
+    # over 256 tokens: embedded in two windows (a query's vector reads its first two, kb_core.engines.embedding.local)
     " ".join(["retrieval", "augmented", "generation", "知识库"] * 70),
 ]
 
 
 @pytest.mark.model
 def test_query_vectors_equal_the_torch_models_in_english_chinese_and_windows() -> None:
-    from kb_core.embedding.local import SentenceTransformerEmbedder
+    from kb_core.engines.embedding.local import SentenceTransformerEmbedder
 
     embedder = SentenceTransformerEmbedder()  # queries only: no document model loaded in it, so the numpy path
     assert len(embedder.windows(QUERIES[-1])) > 1

@@ -13,10 +13,10 @@ import pytest
 from mcp import ClientSession
 
 from kb_core import KnowledgeBaseService
-from kb_core.cli.main import main
-from kb_core.envelopes import Enveloped
-from kb_core.results import SearchRequest
-from kb_core.validation import QUERY_MAX_CHARS, RAG_KEYWORD_MAX_CHARS, RAG_MAX_KEYWORDS
+from kb_core.base.validation import QUERY_MAX_CHARS, RAG_KEYWORD_MAX_CHARS, RAG_MAX_KEYWORDS
+from kb_core.edges.cli.main import main
+from kb_core.edges.envelopes import Enveloped
+from kb_core.features.results import SearchRequest
 
 REPO = Path(__file__).resolve().parents[1]
 LONG = "检索" * (QUERY_MAX_CHARS // 2) + "!"  # one character over the limit

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from kb_core import KnowledgeBaseService
-from kb_core.envelopes import Enveloped
+from kb_core.edges.envelopes import Enveloped
 
 pytestmark = pytest.mark.slow
 
@@ -118,7 +118,7 @@ def cluster_nodes() -> list[dict[str, Any]]:
 def test_a_killed_embedding_actor_is_retried_losing_nothing_and_a_re_run_is_cached(
     cluster: Any, tmp_path: Path
 ) -> None:
-    from kb_core.ingest.executors import ray_data
+    from kb_core.features.ingest.executors import ray_data
 
     marker = tmp_path / "crash-once"
     marker.touch()
@@ -182,8 +182,8 @@ def test_a_killed_driver_leaves_the_kb_consistent_and_a_re_run_completes_it_from
     kept = session.list_documents("ray")["data"]["documents"]
     assert kept and len(kept) < len(files) and all(d["status"] == "ready" for d in kept)
     # What the crashed run embedded stayed in the home's embedding cache: a re-run costs those texts no model time.
-    from kb_core.embedding import EmbeddingCache
-    from kb_core.embedding.cache import text_digest
+    from kb_core.engines.embedding import EmbeddingCache
+    from kb_core.engines.embedding.cache import text_digest
 
     _, committed_chunks = contents(KnowledgeBaseService(home), "ray")
     with EmbeddingCache(service.home.embedding_cache_path) as cache:
@@ -206,7 +206,7 @@ def test_cancel_and_progress_work_for_the_ray_executor(cluster: Any, tmp_path: P
     import threading
     import time
 
-    from kb_core.ingest import pipeline as importer
+    from kb_core.features.ingest import pipeline as importer
 
     session = Enveloped(KnowledgeBaseService(tmp_path / "home").session())
     assert session.create_knowledge_base("ray", 96, embedding_model="hashing")["success"]
@@ -263,7 +263,7 @@ def test_an_endpoint_kb_is_refused_by_the_ray_executor(tmp_path: Path) -> None:
 
 
 def test_kb_import_executor_options(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from kb_core.cli.main import main as kb_main
+    from kb_core.edges.cli.main import main as kb_main
 
     home = str(tmp_path / "home")
     note = tmp_path / "说明.txt"
@@ -281,7 +281,7 @@ def test_kb_import_executor_options(tmp_path: Path, capsys: pytest.CaptureFixtur
 
 @pytest.mark.model
 def test_a_device_the_workers_lack_fails_the_files_with_the_reason(cluster: Any, tmp_path: Path) -> None:
-    from kb_core.embedding.device import available_devices
+    from kb_core.engines.embedding.device import available_devices
 
     if any(d.startswith("cuda") for d in available_devices()):
         pytest.skip("this machine has CUDA: asking for it cannot fail here")
@@ -302,9 +302,9 @@ def test_the_embedding_stage_uses_the_chunkers_token_ids_and_tokenises_no_chunk_
     to the embedding stage, which embeds from them alone, giving the vectors of an embedder tokenising itself."""
     import pandas as pd
 
-    from kb_core.embedding.device import DeviceRequest
-    from kb_core.ingest.executors.ray_data import ChunkEmbedder, parse_and_chunk, unpack_token_ids
-    from kb_core.ingest.parsing import ParseLimits
+    from kb_core.engines.embedding.device import DeviceRequest
+    from kb_core.engines.parsing import ParseLimits
+    from kb_core.features.ingest.executors.ray_data import ChunkEmbedder, parse_and_chunk, unpack_token_ids
     from tests.counting_tokenizer import CountingBackend
 
     files = [p for p in DEMO_FILES if p.suffix == ".txt"]
@@ -348,7 +348,7 @@ def _kb(home: Path, *arguments: str, timeout: float = 120) -> Any:
     import sys
 
     return subprocess.run(
-        [sys.executable, "-m", "kb_core.cli", "--home", str(home), *arguments],
+        [sys.executable, "-m", "kb_core.edges.cli", "--home", str(home), *arguments],
         capture_output=True,
         text=True,
         encoding="utf-8",
@@ -403,7 +403,7 @@ def test_a_cluster_that_dies_mid_import_ends_it_in_seconds_keeping_what_was_comm
         [
             sys.executable,
             "-m",
-            "kb_core.cli",
+            "kb_core.edges.cli",
             "--json",
             "--home",
             str(home),
@@ -554,7 +554,7 @@ def test_ctrl_c_and_sigterm_stop_the_ray_driver(tmp_path: Path, how: str) -> Non
     home, note = _note_home(tmp_path)
     listener = _Listener("grpc")
     importing = subprocess.Popen(
-        [sys.executable, "-m", "kb_core.cli", "--home", str(home), "import", str(note), "--executor", "ray",
+        [sys.executable, "-m", "kb_core.edges.cli", "--home", str(home), "import", str(note), "--executor", "ray",
          "--address", listener.address],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,  # its own "terminal"
     )  # fmt: skip
@@ -604,7 +604,7 @@ def test_a_ray_import_holds_no_file_in_the_importing_process_or_the_driver(clust
         import threading, time
         from pathlib import Path
         from kb_core import KnowledgeBaseService
-        from kb_core.ingest.executors import ray_data
+        from kb_core.features.ingest.executors import ray_data
 
         def status(pid, key):
             for line in open(f"/proc/{{pid}}/status", encoding="utf-8"):
@@ -630,7 +630,7 @@ def test_a_ray_import_holds_no_file_in_the_importing_process_or_the_driver(clust
 
         ray_data._Driver.__init__ = watched
         import ray.data  # what the executor imports here, before the import begins
-        from kb_core.envelopes import Enveloped
+        from kb_core.edges.envelopes import Enveloped
         session = Enveloped(KnowledgeBaseService(Path({str(home)!r})).session())
         before = status("self", "VmRSS:")
         result = session.import_document({files!r}, kb_name="kb", executor="ray", executor_address={cluster.address!r})

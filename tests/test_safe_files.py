@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from mcp import ClientSession
 
-from kb_core.cli.main import main
-from kb_core.envelopes import Enveloped
+from kb_core.edges.cli.main import main
+from kb_core.edges.envelopes import Enveloped
 from tests.parser_hooks import fifo_after_the_type_check
 
 FIFO = "is a FIFO (named pipe), not a regular file"
@@ -75,17 +75,17 @@ def test_import_says_what_each_path_is_and_never_blocks(kb, specials: dict[str, 
 def test_a_fifo_swapped_in_after_the_check_does_not_block(kb, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The file passes the type check, then becomes a FIFO before it is opened: the open must not wait. (The parser
     process checks, opens and copies the file: the swap happens there, tests/parser_hooks.py.)"""
-    import kb_core.ingest.parsing
+    import kb_core.engines.parsing
 
     path = tmp_path / "notes.txt"
     path.write_text("a regular file at first", encoding="utf-8")
-    real = kb_core.ingest.parsing.parse_and_chunk_files
+    real = kb_core.engines.parsing.parse_and_chunk_files
 
     def swap_in_the_parser(*args: object, stages: object = None, **kwargs: object) -> object:
         assert stages is not None
         return real(*args, stages=[functools.partial(fifo_after_the_type_check, s) for s in stages], **kwargs)
 
-    monkeypatch.setattr(kb_core.ingest.parsing, "parse_and_chunk_files", swap_in_the_parser)
+    monkeypatch.setattr(kb_core.engines.parsing, "parse_and_chunk_files", swap_in_the_parser)
     result = kb.import_document([str(path)])
     assert result["data"]["failed_count"] == 1
     assert "FIFO" in result["data"]["failed_files"][0]["error"]

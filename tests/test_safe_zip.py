@@ -1,4 +1,4 @@
-"""kb_core.safe_zip: a member is inflated counting what it really produces, whatever its headers claim."""
+"""kb_core.base.safe_zip: a member is inflated counting what it really produces, whatever its headers claim."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import zipfile
 
 import pytest
 
-from kb_core.safe_zip import InflateLimits, UnsafeMember, iter_member
+from kb_core.base.safe_zip import InflateLimits, UnsafeMember, iter_member
 from tests.lying_zip import claim_compressed_size, set_sizes
 
 LIMITS = InflateLimits(max_bytes=1 << 30, max_ratio=200, ratio_floor=1 << 20)

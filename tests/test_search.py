@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kb_core.envelopes import Enveloped
-from kb_core.results import SearchRequest
-from kb_core.retrieval.keyword_index import BM25Parameters
+from kb_core.edges.envelopes import Enveloped
+from kb_core.engines.keyword_index import BM25Parameters
+from kb_core.features.results import SearchRequest
 
 ENGLISH = [
     "Hybrid retrieval combines keyword search with dense vectors.",
@@ -366,7 +366,7 @@ SIGNATURE_QUERIES = ("near duplicate detection signatures", "检索 向量", "ke
 
 def test_segments_store_signatures_so_search_never_shingles_text(kb_with_copies, service, monkeypatch) -> None:
     import kb_core.store.reader
-    from kb_core.retrieval.near_duplicates import text_signatures
+    from kb_core.engines.near_duplicates import text_signatures
     from kb_core.store import catalog
 
     for segment in service.reader(kb_with_copies.operations.current_kb().id).snapshot().segments:
@@ -444,8 +444,8 @@ def test_keyword_search_fetches_only_the_rows_it_can_return_with_the_same_hits(k
     """Keyword-only search (Jaccard weight 0, no filter) asks BM25 for top_k + the dedup margin rows instead of
     over-fetching 10 × top_k; its hits, scores and breakdowns equal those of the full over-fetch (which explaining
     a row still takes)."""
-    from kb_core.retrieval.keyword_index import KeywordSearcher
-    from kb_core.retrieval.search import SearchFilters, SearchSettings
+    from kb_core.engines.keyword_index import KeywordSearcher
+    from kb_core.features.retrieval.search import SearchFilters, SearchSettings
 
     fetched: list[int] = []
     original = KeywordSearcher.search_terms_arrays
@@ -478,7 +478,7 @@ def test_a_hits_json_is_the_callers_copy_with_the_fields_in_order(kb, service) -
     matched terms or breakdown notes changes neither the hit nor another hit's JSON."""
     import dataclasses
 
-    from kb_core.results import SearchHit, SearchRequest
+    from kb_core.features.results import SearchHit, SearchRequest
 
     outcome = kb.operations.search_chunks(SearchRequest("检索 retrieval", top_k=5, mode="hybrid"))
     assert len(outcome.hits) >= 2
@@ -505,8 +505,8 @@ def test_semantic_search_fetches_only_the_rows_it_can_return_with_the_same_hits(
     rows (+ 1 to see a tie) instead of 10 × top_k; its hits, scores and breakdowns equal those of the full
     over-fetch. Where the last wanted row ties with the next one (here: two copies of one document, so equal
     vectors), a longer search could break the tie differently, so it over-fetches."""
-    from kb_core.retrieval.search import SearchFilters, SearchSettings
-    from kb_core.retrieval.vector_index import VectorSearcher
+    from kb_core.engines.vector_index import VectorSearcher
+    from kb_core.features.retrieval.search import SearchFilters, SearchSettings
     from kb_core.store.folder import FolderSearcher
 
     for name in ("twin-a.txt", "twin-b.txt"):
@@ -544,7 +544,7 @@ def test_explain_search_refuses_what_a_search_request_sets_that_it_cannot_use(kb
     """One SearchRequest serves search and explain_search (#38); explain_search scores one chunk with the query and the
     scoring settings, searching its KB 1,000 deep, so a request that sets top_k, min_score, filters or KBs is refused
     by name instead of being silently half used; the scoring settings it takes are used."""
-    from kb_core.results import SearchRequest
+    from kb_core.features.results import SearchRequest
 
     chunk = kb.search(SearchRequest("keyword search", top_k=1, mode="keyword"))["data"]["chunks"][0]["id"]
     for given, field in (
@@ -562,7 +562,7 @@ def test_explain_search_refuses_what_a_search_request_sets_that_it_cannot_use(kb
 
 
 def test_a_search_request_takes_lists_and_says_which_settings_were_given() -> None:
-    from kb_core.results import SearchRequest
+    from kb_core.features.results import SearchRequest
 
     request = SearchRequest("q", 3, "keyword", doc_names=["a.txt"], kb_names=None)  # type: ignore[arg-type]
     assert request.doc_names == ("a.txt",) and request.kb_names == ()

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from kb_core import KnowledgeBaseService
-from kb_core.envelopes import Enveloped
-from kb_core.results import SearchRequest
+from kb_core.edges.envelopes import Enveloped
+from kb_core.features.results import SearchRequest
 
 ENGLISH = {
     "paraphrase.txt": "Driving at a steady moderate speed and keeping the tyres inflated lowers how much petrol a "
@@ -94,7 +94,7 @@ def test_multi_kb_hits_merge_on_one_scale(hashing_kb, tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def model_kb(tmp_path_factory: pytest.TempPathFactory):
     """The demo documents (English and Chinese, TXT/DOCX/DOC) with the real model, as the app's demo KB holds them."""
-    from kb_core.demo import demo_files
+    from kb_core.session.demo import demo_files
 
     root = tmp_path_factory.mktemp("weights-model")
     session = Enveloped(KnowledgeBaseService(root / "home").session())

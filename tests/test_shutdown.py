@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from kb_core import KnowledgeBaseService
-from kb_core.envelopes import Enveloped
+from kb_core.edges.envelopes import Enveloped
 from kb_core.store.tokens import TokenStore
 
 pytestmark = pytest.mark.slow
@@ -90,10 +90,10 @@ def assert_clean(home: Path) -> None:
 
 def test_sigterm_cancels_a_running_kb_import(tmp_path: Path) -> None:
     home, files = prepared(tmp_path)
-    assert subprocess.run([sys.executable, "-m", "kb_core.cli", "--home", str(home), "select", "kb"],
+    assert subprocess.run([sys.executable, "-m", "kb_core.edges.cli", "--home", str(home), "select", "kb"],
                           env=environment(), check=False).returncode == 0
     process = subprocess.Popen(
-        [sys.executable, "-m", "kb_core.cli", "--home", str(home), "--json", "import", *files],
+        [sys.executable, "-m", "kb_core.edges.cli", "--home", str(home), "--json", "import", *files],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment(),
     )
     wait_for_import(home, process)
@@ -118,7 +118,7 @@ def test_sigterm_stops_kb_mcp_http_during_an_import_job(tmp_path: Path) -> None:
     log = tmp_path / "server.log"
     with open(log, "wb") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "kb_core.cli", "--home", str(home), "mcp", "--http", "--port", str(port),
+            [sys.executable, "-m", "kb_core.edges.cli", "--home", str(home), "mcp", "--http", "--port", str(port),
              "--allow-dir", str(tmp_path)],
             stdout=out, stderr=subprocess.STDOUT, env=environment(),
         )
@@ -154,7 +154,7 @@ def test_sigterm_stops_kb_mcp_http_during_an_import_job(tmp_path: Path) -> None:
 def test_sigterm_stops_kb_mcp_stdio_during_an_import_call(tmp_path: Path) -> None:
     home, files = prepared(tmp_path)
     process = subprocess.Popen(
-        [sys.executable, "-m", "kb_core.cli", "--home", str(home), "mcp"],
+        [sys.executable, "-m", "kb_core.edges.cli", "--home", str(home), "mcp"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=environment(),
     )
     assert process.stdin is not None and process.stdout is not None

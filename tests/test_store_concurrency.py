@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from kb_core import KnowledgeBaseService
-from kb_core.envelopes import Enveloped
+from kb_core.edges.envelopes import Enveloped
 from kb_core.store.verify import verify_home
 
 WORKER = Path(__file__).with_name("store_worker.py")
@@ -43,7 +43,7 @@ def test_creates_from_four_processes_are_all_kept(tmp_path: Path) -> None:
     home = tmp_path / "home"
     KnowledgeBaseService(home)
     script = (
-        "import sys; from kb_core import KnowledgeBaseService as S; from kb_core.envelopes import Enveloped;\n"
+        "import sys; from kb_core import KnowledgeBaseService as S; from kb_core.edges.envelopes import Enveloped;\n"
         "s = Enveloped(S(sys.argv[1]).session());\n"
         "ok = [s.create_knowledge_base(f'p{sys.argv[2]}-{i}', 256, 'hashing')['success'] for i in range(15)];\n"
         "dup = [s.create_knowledge_base(f'shared-{i}', 256, 'hashing')['success'] for i in range(5)];\n"

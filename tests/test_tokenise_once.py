@@ -8,10 +8,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kb_core.embedding import get_embedder
-from kb_core.embedding.local import SentenceTransformerEmbedder
-from kb_core.embedding.model_input import InputTemplate
-from kb_core.embedding.wordpiece import bundled_tokenizer
+from kb_core.engines.embedding import get_embedder
+from kb_core.engines.embedding.local import SentenceTransformerEmbedder
+from kb_core.engines.embedding.model_input import InputTemplate
+from kb_core.engines.embedding.wordpiece import bundled_tokenizer
 from tests.counting_tokenizer import CountingBackend
 
 pytestmark = pytest.mark.model

@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 
 from kb_core import KnowledgeBaseService
-from kb_core.envelopes import Enveloped
-from kb_core.results import SearchRequest
-from kb_core.transfer.format import FORMAT_VERSION, MANIFEST_MEMBER, TransferLimits
+from kb_core.edges.envelopes import Enveloped
+from kb_core.features.results import SearchRequest
+from kb_core.features.transfer.format import FORMAT_VERSION, MANIFEST_MEMBER, TransferLimits
 from tests.bounded import run_bounded
 from tests.lying_zip import claim_compressed_size
 
@@ -167,7 +167,7 @@ def test_round_trip_into_an_empty_home_gives_the_same_search_results(source: dic
                 assert_same_results(expected, search_rows(target, kb, query, mode))
         assert found >= len(QUERIES)
     # The export holds no signatures (its format is unchanged); the import computes them with the segments.
-    from kb_core.retrieval.near_duplicates import text_signatures
+    from kb_core.engines.near_duplicates import text_signatures
     from kb_core.store import catalog
 
     for record in target.operations.visible_kbs():
@@ -435,7 +435,7 @@ def import_in_a_bounded_child(home: Path, export: Path, file_mb: int | None = No
     return run_bounded(
         f"""
         from kb_core import KnowledgeBaseService
-        from kb_core.envelopes import Enveloped
+        from kb_core.edges.envelopes import Enveloped
         result = Enveloped(KnowledgeBaseService({str(home)!r}).session()).import_database({str(export)!r})
         print("code:", result["error"]["code"] if not result["success"] else "none", result["message"])
         """,
@@ -684,7 +684,7 @@ def test_round_trip_with_the_real_model(tmp_path: Path) -> None:
 
 
 def test_cli_export_and_import_db(small_export: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from kb_core.cli.main import main
+    from kb_core.edges.cli.main import main
 
     home = tmp_path / "cli-home"
     assert main(["--home", str(home), "import-db", str(small_export)]) == 0
@@ -828,7 +828,7 @@ def test_graph_links_follow_fresh_ids_and_renamed_documents(graph_export: dict[s
 
 
 def graph_nodes(home: Path, session: Any, kb_name: str) -> dict[str, dict[str, Any]]:
-    from kb_core.bundles.graph import GraphStore
+    from kb_core.features.bundles.graph import GraphStore
 
     return GraphStore(home / "kbs" / session.operations.resolve_kb(kb_name).id).load().nodes
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from kb_core import KnowledgeBaseService
-from kb_core.envelopes import Enveloped
-from kb_core.transfer import archive
-from kb_core.transfer.format import TransferLimits
+from kb_core.edges.envelopes import Enveloped
+from kb_core.features.transfer import archive
+from kb_core.features.transfer.format import TransferLimits
 from tests.bounded import run_bounded
 
 
@@ -32,7 +32,7 @@ def test_a_repeated_member_name_among_50001_is_refused_in_bounded_time(tmp_path:
         f"""
         from pathlib import Path
         from kb_core import KnowledgeBaseService
-        from kb_core.envelopes import Enveloped
+        from kb_core.edges.envelopes import Enveloped
         session = Enveloped(KnowledgeBaseService(Path({str(tmp_path / "home")!r})).session())
         envelope = session.import_database({str(bad)!r})
         print(envelope["error"]["code"], envelope["message"])

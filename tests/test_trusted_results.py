@@ -13,11 +13,11 @@ import pytest
 from docx import Document
 
 from kb_core import KnowledgeBaseService
-from kb_core.envelopes import Enveloped
-from kb_core.results import SearchRequest
-from kb_core.retrieval.analysis import default_analyzer
-from kb_core.retrieval.highlight import highlight_spans
-from kb_core.retrieval.stopwords import CHINESE_STOP_WORDS, ENGLISH_STOP_WORDS
+from kb_core.edges.envelopes import Enveloped
+from kb_core.engines.analysis import default_analyzer
+from kb_core.engines.stopwords import CHINESE_STOP_WORDS, ENGLISH_STOP_WORDS
+from kb_core.features.results import SearchRequest
+from kb_core.features.retrieval.highlight import highlight_spans
 
 REPO = Path(__file__).resolve().parents[1]
 TEA_QUERY = "绿茶应该用多少度的水冲泡？"
@@ -220,7 +220,7 @@ def test_min_score_hides_hits_below_it_says_how_many_and_is_saved_per_kb(hashing
 
 
 def test_search_knowledge_base_drops_copies_from_another_kb_and_says_how_many(hashing_session, tmp_path) -> None:
-    from kb_core.mcp.results import hits_text
+    from kb_core.edges.mcp.results import hits_text
 
     assert hashing_session.create_knowledge_base("copy", 64, "hashing")["success"]
     assert hashing_session.import_document(write_files(tmp_path / "again"), kb_name="copy")["success"]
@@ -255,7 +255,7 @@ def test_create_refuses_a_model_that_is_neither_installed_nor_cached(tmp_path: P
 
 def test_cli_messages_name_the_cli_command(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    run = [sys.executable, "-m", "kb_core.cli", "--home", str(home)]
+    run = [sys.executable, "-m", "kb_core.edges.cli", "--home", str(home)]
     created = subprocess.run(
         [*run, "create", "cli kb", "--chunk-size", "64", "--embedding-model", "hashing"],
         capture_output=True,
@@ -269,8 +269,8 @@ def test_cli_messages_name_the_cli_command(tmp_path: Path) -> None:
 
 
 def test_mcp_path_rules_relative_paths_and_the_write_refusal(tmp_path: Path) -> None:
-    from kb_core.errors import InvalidArgument, PermissionDenied
-    from kb_core.mcp.paths import confine_path, relative_path_refusal
+    from kb_core.base.errors import InvalidArgument, PermissionDenied
+    from kb_core.edges.mcp.paths import confine_path, relative_path_refusal
 
     refused = relative_path_refusal("relative.kbx", "export_path")
     assert refused is not None and refused["error"]["code"] == "INVALID_ARGUMENT"
@@ -289,7 +289,7 @@ def test_mcp_search_tools_document_their_defaults_and_take_every_knob() -> None:
     import importlib
     import inspect
 
-    tools = importlib.import_module("kb_core.mcp.tools.search")
+    tools = importlib.import_module("kb_core.edges.mcp.tools.search")
 
     assert {"jaccard_weight", "min_score"} <= set(inspect.signature(tools.search).parameters)
     assert "min_score" in inspect.signature(tools.rag_search).parameters
@@ -353,7 +353,7 @@ def test_the_blog_query_hits_have_evidence_beyond_stop_words(model_session, mode
 
 @pytest.mark.model
 def test_zero_score_filler_and_rag_padding_are_gone(model_session) -> None:
-    from kb_core.mcp.results import hits_text
+    from kb_core.edges.mcp.results import hits_text
 
     result = model_session.search(SearchRequest("绿茶 冲泡", top_k=8))
     assert [c["doc_name"] for c in result["data"]["chunks"]] == ["绿茶冲泡.docx"]
@@ -366,8 +366,8 @@ def test_zero_score_filler_and_rag_padding_are_gone(model_session) -> None:
 
 @pytest.mark.model
 def test_semantic_floor_is_measured_per_model_and_script(model_session) -> None:
-    from kb_core.embedding import get_embedder
-    from kb_core.embedding.calibration import measure_scale
+    from kb_core.engines.embedding import get_embedder
+    from kb_core.engines.embedding.calibration import measure_scale
 
     model = get_embedder("all-MiniLM-L6-v2")
     english, chinese = measure_scale(model, "latin"), measure_scale(model, "cjk")
@@ -386,7 +386,7 @@ def test_cli_and_mcp_show_no_zero_or_stop_word_only_hits(model_home: Path, tmp_p
     from mcp.client.stdio import stdio_client
     from mcp.shared.exceptions import McpError
 
-    run = [sys.executable, "-m", "kb_core.cli", "--home", str(model_home)]
+    run = [sys.executable, "-m", "kb_core.edges.cli", "--home", str(model_home)]
     subprocess.run([*run, "select", "real"], check=True, capture_output=True, cwd=REPO)
     for query in (TEA_QUERY, BLOG_QUERY):
         out = subprocess.run(

@@ -1,4 +1,4 @@
-"""kb_core.retrieval.vector_index: exact search equals numpy, deleted rows never return, approximate recall,
+"""kb_core.engines.vector_index: exact search equals numpy, deleted rows never return, approximate recall,
 persistence."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kb_core.errors import InvalidArgument, StoreError
-from kb_core.retrieval.vector_index import (
+from kb_core.base.errors import InvalidArgument, StoreError
+from kb_core.engines.vector_index import (
     EXACT_FILENAME,
     INDEX_FILENAME,
     ExactVectors,
@@ -227,7 +227,7 @@ def test_quantised_hnsw_without_its_exact_vectors_is_a_clear_store_error(tmp_pat
 
 @pytest.mark.parametrize("window", [64 << 20, 256, 4096])
 def test_exact_vectors_read_any_rows_from_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, window: int) -> None:
-    import kb_core.retrieval.vector_index as vector_index
+    import kb_core.engines.vector_index as vector_index
 
     monkeypatch.setattr(vector_index, "_READ_WINDOW_BYTES", window)
     real_pread = os.pread

@@ -12,8 +12,8 @@ import signal
 import sys
 from typing import Any
 
-from kb_core.cli.main import main
-from kb_core.transfer import restore as transfer
+from kb_core.edges.cli.main import main
+from kb_core.features.transfer import restore as transfer
 
 if __name__ == "__main__":
     home, export, mode = sys.argv[1:4]

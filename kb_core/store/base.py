@@ -16,15 +16,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from kb_core.errors import KBError
+from kb_core.base.errors import KBError
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from kb_core.retrieval.analysis import Analyzer
-    from kb_core.retrieval.fusion import CandidateArrays
-    from kb_core.retrieval.keyword_index import RowTerms
-    from kb_core.retrieval.near_duplicates import TextSignatures
+    from kb_core.engines.analysis import Analyzer
+    from kb_core.engines.fusion import CandidateArrays
+    from kb_core.engines.keyword_index import RowTerms
+    from kb_core.engines.near_duplicates import TextSignatures
     from kb_core.store.folder_sink import SegmentWriter
     from kb_core.store.kb_store import KBStore
     from kb_core.store.postgres import PostgresStore
@@ -67,7 +67,7 @@ class NotOnPostgres(KBError):
 
 @dataclass(frozen=True)
 class CandidateRequest:
-    """What :func:`kb_core.retrieval.search.rank` asks a :class:`Searcher` for, computed once from the search
+    """What :func:`kb_core.features.retrieval.search.rank` asks a :class:`Searcher` for, computed once from the search
     settings and filters, so the stores need neither.
 
     ``fetch`` rows are over-fetched from each signal the ``mode`` uses (``query`` for the keyword index, ``vector``
@@ -131,7 +131,8 @@ class Searcher(Protocol):
 
 class KBStorage(Protocol):
     """One knowledge base of a store. Reads are as of now (each call sees every commit made before it, by any
-    process); a KB deleted meanwhile reads as :class:`~kb_core.errors.KBNotFound` unless a method says otherwise."""
+    process); a KB deleted meanwhile reads as :class:`~kb_core.base.errors.KBNotFound` unless a method says
+    otherwise."""
 
     record: KnowledgeBaseRecord
 
@@ -230,7 +231,8 @@ class TokenStorage(Protocol):
         ...
 
 
-# A feature's own check of one folder KB (the bundle index against its graph: kb_core.bundles.indexing): a problem
+# A feature's own check of one folder KB (the bundle index against its graph: kb_core.features.bundles.indexing): a
+# problem
 # as a sentence, or None.
 KBCheck = Callable[["KBStore"], "str | None"]
 
@@ -278,7 +280,7 @@ class Store(Protocol):
         embedding_endpoint: str | None,
         api_key: str | None,
     ) -> KnowledgeBaseRecord:
-        """Register a new KB; :class:`~kb_core.errors.KBExists` when the name (ignoring case) is taken, decided
+        """Register a new KB; :class:`~kb_core.base.errors.KBExists` when the name (ignoring case) is taken, decided
         atomically (under the registry lock, or by the database's unique name key)."""
         ...
 

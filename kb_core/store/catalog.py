@@ -20,10 +20,10 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from kb_core.errors import StoreError
-from kb_core.retrieval.near_duplicates import TextSignatures, text_signatures
-from kb_core.store.atomic import prefetch, write_atomically, write_json_atomically
-from kb_core.store.files import CHUNK_ROWS_FILE, CHUNKS_FILE, DOCUMENTS_FILE, SEGMENT_INFO_FILE, TEXTS_FILE
+from kb_core.base.atomic import prefetch, write_atomically, write_json_atomically
+from kb_core.base.errors import StoreError
+from kb_core.base.files import CHUNK_ROWS_FILE, CHUNKS_FILE, DOCUMENTS_FILE, SEGMENT_INFO_FILE, TEXTS_FILE
+from kb_core.engines.near_duplicates import TextSignatures, text_signatures
 
 DOCUMENTS_SCHEMA = pa.schema(
     [
@@ -42,7 +42,7 @@ DOCUMENTS_SCHEMA = pa.schema(
         ("created_at", pa.string()),
         ("updated_at", pa.string()),
         ("original", pa.string()),  # path of the kept original, relative to the segment folder
-        # the detected language (kb_core.text_language: zh, en, ...); null for failed documents and in segments
+        # the detected language (kb_core.engines.text_language: zh, en, ...); null for failed documents and in segments
         # written before it was stored (read with this schema, their files give null)
         ("language", pa.string()),
     ]
@@ -79,7 +79,7 @@ _PARQUET_ROW_GROUP = 16_384  # chunks of at most 8,192 tokens: well under 2 GB o
 CHUNK_FIELDS_SCHEMA = pa.schema(
     [pa.field(f.name, pa.large_string() if f.type == pa.string() else f.type) for f in CHUNKS_SCHEMA]
 )
-# Near-duplicate signatures of each chunk (kb_core.retrieval.near_duplicates.TextSignatures), computed once when the
+# Near-duplicate signatures of each chunk (kb_core.engines.near_duplicates.TextSignatures), computed once when the
 # segment is written so a search never shingles chunk text; only in the row store (the catalog table stays as
 # documented).
 SIGNATURE_SCHEMA = pa.schema(

@@ -22,9 +22,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from kb_core.errors import StoreError
+from kb_core.base.errors import StoreError
+from kb_core.base.files import DOCUMENTS_FILE, TEXTS_FILE
 from kb_core.store import Change, KBStore, Manifest, catalog, utc_now
-from kb_core.store.files import DOCUMENTS_FILE, TEXTS_FILE
 from kb_core.store.reader import LoadedSegment
 
 logger = logging.getLogger(__name__)
@@ -104,8 +104,8 @@ def _check_nothing_lost(manifest: Manifest, chosen: Sequence[str], change: Chang
 def _write_merged(
     store: KBStore, manifest: Manifest, chosen: Sequence[str], segment_id: str, target: Path, analyzer: Any
 ) -> tuple[dict[str, int], int]:
-    from kb_core.retrieval.keyword_index import KeywordSegment
-    from kb_core.retrieval.vector_index import VectorSegment
+    from kb_core.engines.keyword_index import KeywordSegment
+    from kb_core.engines.vector_index import VectorSegment
 
     documents: list[pa.Table] = []
     chunks: list[pa.Table] = []

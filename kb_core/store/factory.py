@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kb_core.config import resolve_store
+from kb_core.base.config import resolve_store
 from kb_core.store.base import Store
 from kb_core.store.registry import Home
 

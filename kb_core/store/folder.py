@@ -16,19 +16,19 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from kb_core.errors import DocumentNotFound, KBError, KBExists, KBNotFound
-from kb_core.i18n import msg
-from kb_core.retrieval.fusion import CandidateArrays
-from kb_core.retrieval.near_duplicates import TextSignatures
+from kb_core.base.errors import DocumentNotFound, KBError, KBExists, KBNotFound
+from kb_core.base.i18n import msg
+from kb_core.base.removal import own_folder
+from kb_core.base.validation import name_key
+from kb_core.engines.fusion import CandidateArrays
+from kb_core.engines.near_duplicates import TextSignatures
 from kb_core.store.kb_store import Change, KBStore
 from kb_core.store.reader import KBReader, Snapshot
 from kb_core.store.registry import Home, KnowledgeBaseRecord, new_id, utc_now
-from kb_core.store.removal import own_folder
-from kb_core.validation import name_key
 
 if TYPE_CHECKING:
-    from kb_core.retrieval.analysis import Analyzer
-    from kb_core.retrieval.keyword_index import RowTerms
+    from kb_core.engines.analysis import Analyzer
+    from kb_core.engines.keyword_index import RowTerms
     from kb_core.store.base import CandidateRequest, Database, KBCheck, RowKey, Searcher, T
     from kb_core.store.folder_sink import FolderSink, SegmentWriter
     from kb_core.store.tokens import TokenStore
@@ -164,7 +164,7 @@ class FolderStore:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        from kb_core.store.files import DOCUMENTS_FILE
+        from kb_core.base.files import DOCUMENTS_FILE
 
         ids: set[str] = set()
         for record in self.home.knowledge_bases():
@@ -359,8 +359,8 @@ class FolderSearcher:
     ``(segment index, row)``. Built once per snapshot version and cached on it."""
 
     def __init__(self, snapshot: Snapshot, analyzer: Analyzer, embedding_model: str) -> None:
-        from kb_core.retrieval.keyword_index import KeywordSearcher
-        from kb_core.retrieval.vector_index import VectorSearcher
+        from kb_core.engines.keyword_index import KeywordSearcher
+        from kb_core.engines.vector_index import VectorSearcher
 
         self.snapshot = snapshot
         self.kb_id = snapshot.kb_id

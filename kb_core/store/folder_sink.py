@@ -23,11 +23,11 @@ from typing import Any
 
 import numpy as np
 
-from kb_core.errors import DocumentNotFound, KBError, KBNotFound, StoreError
-from kb_core.ingest.timing import StageClock
-from kb_core.json_text import json_text
+from kb_core.base.atomic import owner_pid, pid_is_alive, read_json, remove_stale_temporaries, write_bytes_atomically
+from kb_core.base.errors import DocumentNotFound, KBError, KBNotFound, StoreError
+from kb_core.base.json_text import json_text
+from kb_core.engines.timing import StageClock
 from kb_core.store import Change, KBStore, Manifest, StagedSegment, catalog
-from kb_core.store.atomic import owner_pid, pid_is_alive, read_json, remove_stale_temporaries, write_bytes_atomically
 from kb_core.store.reader import KBReader
 from kb_core.store.segment_jobs import SegmentDocument, SegmentJob, WrittenSegment
 from kb_core.store.segments import write_document_segment

@@ -39,19 +39,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kb_core.errors import KBNotFound, StoreError
-from kb_core.store.atomic import (
+from kb_core.base.atomic import (
     fsync_directory,
     read_json,
     remove_abandoned_folders,
     remove_stale_temporaries,
     write_json_atomically,
 )
-from kb_core.store.files import SEGMENT_INFO_FILE
-from kb_core.store.locking import try_writer_lock, writer_lock
+from kb_core.base.errors import KBNotFound, StoreError
+from kb_core.base.files import SEGMENT_INFO_FILE
+from kb_core.base.locking import try_writer_lock, writer_lock
+from kb_core.base.removal import own_folder, remove_tree
+from kb_core.base.versioned import VersionedJSON
 from kb_core.store.registry import utc_now
-from kb_core.store.removal import own_folder, remove_tree
-from kb_core.store.versioned import VersionedJSON
 
 logger = logging.getLogger(__name__)
 

@@ -21,14 +21,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from kb_core.retrieval.near_duplicates import TextSignatures, text_signatures
+from kb_core.base.files import CHUNKS_FILE
+from kb_core.engines.near_duplicates import TextSignatures, text_signatures
 from kb_core.store import catalog
-from kb_core.store.files import CHUNKS_FILE
 from kb_core.store.kb_store import KBStore, Manifest
 
 if TYPE_CHECKING:
-    from kb_core.retrieval.keyword_index import KeywordSegment
-    from kb_core.retrieval.vector_index import VectorSegment
+    from kb_core.engines.keyword_index import KeywordSegment
+    from kb_core.engines.vector_index import VectorSegment
 
 logger = logging.getLogger(__name__)
 
@@ -105,13 +105,13 @@ class LoadedSegment:
 
     @cached_property
     def keyword(self) -> KeywordSegment:
-        from kb_core.retrieval.keyword_index import KeywordSegment
+        from kb_core.engines.keyword_index import KeywordSegment
 
         return KeywordSegment.load(self.folder)
 
     @cached_property
     def vectors(self) -> VectorSegment:
-        from kb_core.retrieval.vector_index import VectorSegment
+        from kb_core.engines.vector_index import VectorSegment
 
         return VectorSegment.load(self.folder)
 

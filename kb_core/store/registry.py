@@ -30,10 +30,7 @@ from typing import Any
 
 from filelock import FileLock
 
-from kb_core.errors import KBNotFound, StoreError
-from kb_core.redaction import shown_endpoint
-from kb_core.safe_files import path_name_problem, shown_path
-from kb_core.store.atomic import (
+from kb_core.base.atomic import (
     owner_pid,
     pid_is_alive,
     read_json,
@@ -43,8 +40,11 @@ from kb_core.store.atomic import (
     write_bytes_atomically,
     write_json_atomically,
 )
-from kb_core.store.locking import lock_if_free, try_writer_lock, writer_lock
-from kb_core.store.removal import remove_tree, report_link, symlink_in_path
+from kb_core.base.errors import KBNotFound, StoreError
+from kb_core.base.locking import lock_if_free, try_writer_lock, writer_lock
+from kb_core.base.redaction import shown_endpoint
+from kb_core.base.removal import remove_tree, report_link, symlink_in_path
+from kb_core.base.safe_files import path_name_problem, shown_path
 
 logger = logging.getLogger(__name__)
 

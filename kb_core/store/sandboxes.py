@@ -1,4 +1,5 @@
-"""The ledger of a public demo (``KB_DEMO=1``, :mod:`kb_core.public_demo`): which visitor owns which knowledge base
+"""The ledger of a public demo (``KB_DEMO=1``, :mod:`kb_core.session.public_demo`): which visitor owns which knowledge
+base
 and until when, and which knowledge bases are published (shared, read-only to visitors).
 
 One JSON file, ``HOME/demo/ledger.json``, replaced atomically under a file lock, so several app processes on one home
@@ -17,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kb_core.store.atomic import write_json_atomically
-from kb_core.store.locking import writer_lock
+from kb_core.base.atomic import write_json_atomically
+from kb_core.base.locking import writer_lock
 
 logger = logging.getLogger(__name__)
 

@@ -1,8 +1,8 @@
 """Segments written by worker processes (#29): what the importing process sends a segment writer, and what the
 writer does with it.
 
-The importing process hands over the documents' parser payloads (:class:`~kb_core.ingest.payloads.FilePayload`,
-unopened) with their names and vectors; a worker process (:func:`kb_core.ingest.parsing.isolation.
+The importing process hands over the documents' parser payloads (:class:`~kb_core.engines.payloads.FilePayload`,
+unopened) with their names and vectors; a worker process (:func:`kb_core.engines.parsing.isolation.
 write_segment_in_worker`) runs :func:`write_segment_job`, which writes exactly the segment
 :func:`kb_core.store.segments.write_document_segment` writes for the same documents in the importing process; the
 importing process only commits it (:mod:`kb_core.store.folder_sink`).
@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from kb_core.ingest.payloads import FilePayload
-    from kb_core.retrieval.analysis import Analyzer
+    from kb_core.engines.analysis import Analyzer
+    from kb_core.engines.payloads import FilePayload
     from kb_core.store.sink import ImportSource
 
 

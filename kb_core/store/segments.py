@@ -1,7 +1,8 @@
 """The one segment writer: catalog rows, keyword and vector indexes, originals, ``segment.json`` last.
 
-Used by the import pipeline (:mod:`kb_core.ingest.pipeline`), knowledge bundles and the restore of export files.
-File names: :mod:`kb_core.store.files`.
+Used by the import pipeline (:mod:`kb_core.features.ingest.pipeline`), knowledge bundles and the restore of export
+files.
+File names: :mod:`kb_core.base.files`.
 """
 
 from __future__ import annotations
@@ -15,14 +16,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from kb_core.engines.text_language import document_language
 from kb_core.store import StagedSegment, catalog, utc_now
-from kb_core.text_language import document_language
 
 if TYPE_CHECKING:
-    from kb_core.embedding.base import Embedder
-    from kb_core.ingest.prepared import PreparedChunks
-    from kb_core.retrieval.analysis import Analyzer
-    from kb_core.retrieval.near_duplicates import TextSignatures
+    from kb_core.engines.analysis import Analyzer
+    from kb_core.engines.embedding.base import Embedder
+    from kb_core.engines.near_duplicates import TextSignatures
+    from kb_core.engines.prepared import PreparedChunks
 
 
 def write_document_segment(
@@ -31,12 +32,12 @@ def write_document_segment(
     """Write the segment of these imported documents (failed ones recorded, not kept); their catalog rows.
     ``private``: the KB's staging folder, whose copies are hard-linked into the segment (see :func:`keep_original`).
 
-    A document's ``prepared`` chunks (:class:`~kb_core.ingest.prepared.PreparedChunks`: its chunks' terms and
+    A document's ``prepared`` chunks (:class:`~kb_core.engines.prepared.PreparedChunks`: its chunks' terms and
     signatures, made by a parser process) are merged as they are; a document without them is prepared here."""
-    from kb_core.ingest.prepared import merge_terms, prepare_chunks
-    from kb_core.retrieval.keyword_index import KeywordSegment
-    from kb_core.retrieval.near_duplicates import TextSignatures
-    from kb_core.retrieval.vector_index import VectorSegment
+    from kb_core.engines.keyword_index import KeywordSegment
+    from kb_core.engines.near_duplicates import TextSignatures
+    from kb_core.engines.prepared import merge_terms, prepare_chunks
+    from kb_core.engines.vector_index import VectorSegment
 
     now = utc_now()
     prepared: list[PreparedChunks] = []
@@ -148,8 +149,8 @@ def write_segment_files(
 ) -> None:
     """Build a staged segment's indexes and write every file; ``segment.json`` last, marking it complete.
     ``model_key``: the identity of the model that made ``vectors`` (stored with the vector index)."""
-    from kb_core.retrieval.keyword_index import KeywordSegment
-    from kb_core.retrieval.vector_index import VectorSegment
+    from kb_core.engines.keyword_index import KeywordSegment
+    from kb_core.engines.vector_index import VectorSegment
 
     write_indexed_segment(
         staged,

@@ -1,6 +1,7 @@
 """What the import pipeline hands a store, and the interface through which it commits (#28).
 
-The pipeline (:mod:`kb_core.ingest.pipeline`) parses, chunks and embeds; each store commits the documents its own
+The pipeline (:mod:`kb_core.features.ingest.pipeline`) parses, chunks and embeds; each store commits the documents its
+own
 way through a :class:`DocumentSink`: the folder store writes segments and commits them under the KB's lock
 (:mod:`kb_core.store.folder_sink`), PostgreSQL writes rows in one transaction
 (:mod:`kb_core.store.postgres.importing`). Names and replacements are decided inside the sink's commit, against the
@@ -19,9 +20,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 if TYPE_CHECKING:
-    from kb_core.ingest.payloads import FilePayload
-    from kb_core.ingest.prepared import PreparedChunks
-    from kb_core.ingest.timing import StageClock
+    from kb_core.engines.payloads import FilePayload
+    from kb_core.engines.prepared import PreparedChunks
+    from kb_core.engines.timing import StageClock
 
 PUBLISH_INTERVAL = 1.0  # seconds between updates of an import's in-flight document list
 IN_FLIGHT = ("pending", "parsing", "embedding")  # the statuses of a file an import is still working on

@@ -5,7 +5,7 @@ token is stored: a token is 256 random bits, so a fast hash is enough (a slow pa
 only matter for guessable secrets). The token itself is shown once, when it is created.
 
 A token has a scope (every knowledge base, or a fixed set of KB ids resolved from names at creation),
-a capability (``read`` or ``write``) and a rate limit per hour (enforced by :mod:`kb_core.rate_limits`).
+a capability (``read`` or ``write``) and a rate limit per hour (enforced by :mod:`kb_core.base.rate_limits`).
 The PostgreSQL store keeps the same records in its database (:mod:`kb_core.store.postgres.store`).
 """
 
@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from kb_core.config import DEFAULT_RATE_PER_HOUR
-from kb_core.errors import InvalidArgument, KBError
-from kb_core.store.atomic import read_json, write_json_atomically
-from kb_core.store.locking import writer_lock
+from kb_core.base.atomic import read_json, write_json_atomically
+from kb_core.base.config import DEFAULT_RATE_PER_HOUR
+from kb_core.base.errors import InvalidArgument, KBError
+from kb_core.base.locking import writer_lock
 from kb_core.store.registry import new_id, utc_now
 
 logger = logging.getLogger(__name__)

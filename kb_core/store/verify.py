@@ -9,8 +9,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from kb_core.base.files import CHUNK_ROWS_FILE, CHUNKS_FILE, DOCUMENTS_FILE, EXACT_VECTORS_FILE, SEGMENT_INFO_FILE
 from kb_core.store.catalog import read_segment_info
-from kb_core.store.files import CHUNK_ROWS_FILE, CHUNKS_FILE, DOCUMENTS_FILE, EXACT_VECTORS_FILE, SEGMENT_INFO_FILE
 from kb_core.store.kb_store import KBStore, Manifest
 from kb_core.store.registry import Home
 

@@ -10,7 +10,7 @@ import pytest
 from docx import Document
 
 from kb_core import KnowledgeBaseService
-from kb_core.envelopes import Enveloped
+from kb_core.edges.envelopes import Enveloped
 
 pytestmark = pytest.mark.browser
 

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from kb_core import KnowledgeBaseService
-from kb_core.demo import DEMO_KB_NAME
-from kb_core.envelopes import Enveloped
-from kb_core.evaluation import best_sweep_setting
-from kb_core.results import SearchRequest
+from kb_core.edges.envelopes import Enveloped
+from kb_core.features.results import SearchRequest
+from kb_core.session.demo import DEMO_KB_NAME
+from kb_core.session.evaluation import best_sweep_setting
 
 pytestmark = [pytest.mark.browser, pytest.mark.model]
 
@@ -189,7 +189,7 @@ def test_evaluate_demo_sweep_then_save_best_as_default_for_the_cli(demo_served, 
 
     # a later search from the CLI, with no settings given, uses them
     cli = subprocess.run(
-        [sys.executable, "-m", "kb_core.cli", "--home", str(demo_served.home), "--json", "search",
+        [sys.executable, "-m", "kb_core.edges.cli", "--home", str(demo_served.home), "--json", "search",
          "How are keyword and vector scores combined?", "--kb", DEMO_KB_NAME],
         cwd=REPO, capture_output=True, text=True, encoding="utf-8", timeout=300,
         env={**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},

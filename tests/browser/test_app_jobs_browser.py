@@ -16,7 +16,7 @@ import pytest
 from docx import Document
 
 from kb_core import KnowledgeBaseService
-from kb_core.envelopes import Enveloped
+from kb_core.edges.envelopes import Enveloped
 from tests.browser.conftest import RunningApp
 
 pytestmark = [pytest.mark.browser, pytest.mark.model, pytest.mark.slow]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kb_core import KnowledgeBaseService
-from kb_core.envelopes import Enveloped
+from kb_core.edges.envelopes import Enveloped
 from tests.browser.test_app_browser import go_to, wait_idle
 
 pytestmark = pytest.mark.browser

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from kb_core import KnowledgeBaseService
-from kb_core.envelopes import Enveloped
+from kb_core.edges.envelopes import Enveloped
 from tests.browser.conftest import ARTIFACTS, RunningApp
 from tests.browser.test_app_browser import choose, wait_idle
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from kb_core import KnowledgeBaseService
-from kb_core.envelopes import Enveloped
+from kb_core.edges.envelopes import Enveloped
 from tests.browser.conftest import RunningApp
 
 pytestmark = pytest.mark.browser
@@ -29,7 +29,7 @@ COUNTER = textwrap.dedent(
     '''
     import os
 
-    from kb_core.operations import Operations
+    from kb_core.session.operations import Operations
 
     _read = Operations.list_knowledge_bases
 

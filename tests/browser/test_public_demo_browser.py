@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from kb_core import KnowledgeBaseService
-from kb_core.demo import DEMO_KB_NAME, ensure_demo_kb
-from kb_core.envelopes import Enveloped
+from kb_core.edges.envelopes import Enveloped
+from kb_core.session.demo import DEMO_KB_NAME, ensure_demo_kb
 from tests.browser.conftest import ARTIFACTS, RunningApp
 
 pytestmark = [pytest.mark.browser]

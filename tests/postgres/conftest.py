@@ -15,8 +15,8 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from kb_core.errors import StoreError
-from kb_core.retrieval.analysis import Analyzer, default_analyzer
+from kb_core.base.errors import StoreError
+from kb_core.engines.analysis import Analyzer, default_analyzer
 from kb_core.store.postgres import PostgresStore
 from kb_core.store.postgres.embedded import LocalPostgres
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kb_core.retrieval.analysis import Analyzer
+from kb_core.engines.analysis import Analyzer
 from kb_core.store.postgres import ChunkRecord, DocumentRecord, PreparedDocument
 
 

@@ -17,7 +17,7 @@ import sys
 
 import numpy as np
 
-from kb_core.retrieval.analysis import default_analyzer
+from kb_core.engines.analysis import default_analyzer
 from kb_core.store.postgres import PostgresStore, StoreChange
 from tests.postgres.helpers import make_document
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from kb_core import KnowledgeBaseService
-from kb_core.envelopes import Enveloped
-from kb_core.results import SearchRequest
+from kb_core.edges.envelopes import Enveloped
+from kb_core.features.results import SearchRequest
 from kb_core.store.postgres.embedded import LocalPostgres
 from tests.browser.conftest import RunningApp, browser, pages, pytest_runtest_makereport  # noqa: F401 (fixtures)
 from tests.browser.test_app_browser import create_in_form, go_to, wait_idle, write_docx

@@ -14,9 +14,9 @@ import pytest
 import yaml
 
 from kb_core import KnowledgeBaseService
-from kb_core.bundles.validation import node_id
-from kb_core.envelopes import Enveloped
-from kb_core.results import SearchRequest
+from kb_core.edges.envelopes import Enveloped
+from kb_core.features.bundles.validation import node_id
+from kb_core.features.results import SearchRequest
 from tests.postgres.test_pg_service import assert_same_hits
 
 PEOPLE_ONTOLOGY = {
@@ -169,7 +169,7 @@ def test_bundles_and_ontologies_answer_as_the_folder_store(stores: tuple[Envelop
 def test_a_failed_graph_commit_leaves_neither_graph_nor_documents(stores: tuple[Enveloped, Enveloped, Path]) -> None:
     """The graph and its bundle documents are one transaction: a commit that fails (here: another writer changed
     the graph meanwhile) leaves both as they were."""
-    from kb_core.bundles import postgres as pg_bundles
+    from kb_core.features.bundles import postgres as pg_bundles
 
     _, postgres, root = stores
     before_graph, before_docs = graph(postgres), postgres.list_documents()["data"]["documents"]

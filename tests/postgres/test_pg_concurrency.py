@@ -16,7 +16,7 @@ import numpy as np
 import psycopg
 import pytest
 
-from kb_core.retrieval.analysis import Analyzer
+from kb_core.engines.analysis import Analyzer
 from kb_core.store.postgres import PostgresStore, StoreChange
 from tests.postgres.helpers import make_document
 

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from kb_core import KnowledgeBaseService
-from kb_core.envelopes import Enveloped
-from kb_core.retrieval.fusion import Candidate, fuse
-from kb_core.retrieval.keyword_index import bm25_idf
+from kb_core.edges.envelopes import Enveloped
+from kb_core.engines.fusion import Candidate, fuse
+from kb_core.engines.keyword_index import bm25_idf
 from kb_core.store.folder import FolderSearcher
 from kb_core.store.postgres import (
     ChunkRecord,

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from kb_core.errors import InvalidArgument, KBError
-from kb_core.retrieval.analysis import Analyzer
+from kb_core.base.errors import InvalidArgument, KBError
+from kb_core.engines.analysis import Analyzer
 from kb_core.store.postgres import PostgresStore, StoreChange, parse_database_url
 from kb_core.store.postgres.embedded import LocalPostgres, find_install_dir, free_loopback_port
 from tests.postgres.helpers import make_document
@@ -173,7 +173,7 @@ def test_a_password_of_any_shape_never_appears_in_a_message_a_log_or_kb_info(
 ) -> None:  # fmt: skip
     """Once libpq printed the password back (a space, a bad %), or half of it as a host name (an unescaped @), and the
     URL error printed the whole URL (an unescaped / # ?, or ?password= beside a bad parameter)."""
-    from kb_core.cli.main import main
+    from kb_core.edges.cli.main import main
 
     url = SHAPES[shape].format(port=postgres_server.port)
     monkeypatch.setenv("KB_STORE", "")  # kb --store sets it for the process: restored after the test
@@ -196,7 +196,7 @@ def test_a_password_of_any_shape_never_appears_in_a_message_a_log_or_kb_info(
 def test_kb_info_names_the_store_without_its_password(
     postgres_server: LocalPostgres, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from kb_core.cli.main import main
+    from kb_core.edges.cli.main import main
 
     monkeypatch.setenv("KB_STORE", "")
     with psycopg.connect(postgres_server.url(), autocommit=True) as conn:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from kb_core.cli.main import main as cli_main
-from kb_core.envelopes import Enveloped
-from kb_core.service import KnowledgeBaseService
+from kb_core.edges.cli.main import main as cli_main
+from kb_core.edges.envelopes import Enveloped
+from kb_core.session.service import KnowledgeBaseService
 from tests.postgres.conftest import new_database
 from tests.test_evaluation import CORPUS, QRELS, QUERIES
 

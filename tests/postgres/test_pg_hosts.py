@@ -20,8 +20,8 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
 from kb_core import KnowledgeBaseService
-from kb_core.envelopes import Enveloped
-from kb_core.results import SearchRequest
+from kb_core.edges.envelopes import Enveloped
+from kb_core.features.results import SearchRequest
 from kb_core.store.postgres.embedded import LocalPostgres
 from tests.postgres.conftest import new_database
 from tests.postgres.test_pg_service import DEMO_FILES, KB, MODEL, ROOT, assert_same_hits, open_kb, run_cli
@@ -43,7 +43,7 @@ def free_port() -> int:
 
 def start_mcp_http(url: str, home: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
     with open(log, "wb") as out:
-        command = [sys.executable, "-m", "kb_core.cli", "--store", url, "--home", str(home), "mcp", "--http"]
+        command = [sys.executable, "-m", "kb_core.edges.cli", "--store", url, "--home", str(home), "mcp", "--http"]
         return subprocess.Popen(
             [*command, "--port", str(port)],
             stdout=out,

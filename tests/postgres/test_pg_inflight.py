@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from kb_core import KnowledgeBaseService
-from kb_core.envelopes import Enveloped
-from kb_core.ingest.pipeline import FileProgress, ImportProgress
+from kb_core.edges.envelopes import Enveloped
+from kb_core.features.ingest.pipeline import FileProgress, ImportProgress
 
 
 def test_an_import_on_one_host_is_listed_on_another_while_it_runs(pg_url: str, tmp_path: Path) -> None:

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from kb_core import KnowledgeBaseService
-from kb_core.envelopes import Enveloped
-from kb_core.results import SearchRequest
+from kb_core.edges.envelopes import Enveloped
+from kb_core.features.results import SearchRequest
 from tests.postgres.test_pg_service import DEMO, assert_same_hits, open_kb
 
 FILES = [str(DEMO / n) for n in ("hybrid_search.docx", "得分解释.doc", "知识库工作台概述.txt", "score_breakdown.doc")]

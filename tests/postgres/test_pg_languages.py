@@ -8,7 +8,7 @@ from pathlib import Path
 import psycopg
 
 from kb_core import KnowledgeBaseService
-from kb_core.envelopes import Enveloped
+from kb_core.edges.envelopes import Enveloped
 
 ENGLISH = "Hybrid search combines keyword scores with vector similarity, and the weights are shown with every hit."
 CHINESE = "混合检索把关键词检索和向量检索结合起来，每个结果都会显示它的得分是怎样算出来的。"

@@ -11,10 +11,10 @@ import psycopg
 import pytest
 
 from kb_core import KnowledgeBaseService
-from kb_core.envelopes import Enveloped
-from kb_core.errors import KBError
-from kb_core.results import SearchRequest
-from kb_core.retrieval.analysis import Analyzer
+from kb_core.base.errors import KBError
+from kb_core.edges.envelopes import Enveloped
+from kb_core.engines.analysis import Analyzer
+from kb_core.features.results import SearchRequest
 from kb_core.store.postgres import PostgresStore, StoreChange
 from kb_core.store.postgres.embedded import LocalPostgres
 from tests.postgres.helpers import make_document

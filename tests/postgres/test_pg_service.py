@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from kb_core import KnowledgeBaseService
-from kb_core.envelopes import Enveloped
-from kb_core.errors import InvalidArgument, KBError
-from kb_core.results import SearchRequest
+from kb_core.base.errors import InvalidArgument, KBError
+from kb_core.edges.envelopes import Enveloped
+from kb_core.features.results import SearchRequest
 from kb_core.store.base import NotOnPostgres
 from kb_core.store.postgres.embedded import LocalPostgres
 from tests.postgres.conftest import new_database
@@ -51,7 +51,7 @@ SETTINGS: list[dict[str, Any]] = [
 
 def run_cli(home: Path, *args: str, store: str | None = None, env: dict[str, str] | None = None) -> dict[str, Any]:
     """``kb [--store URL] --home HOME --json ARGS`` in a new process; its envelope."""
-    command = [sys.executable, "-m", "kb_core.cli", "--home", str(home), "--json"]
+    command = [sys.executable, "-m", "kb_core.edges.cli", "--home", str(home), "--json"]
     if store is not None:
         command[3:3] = ["--store", store]
     environment = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", **(env or {})}
@@ -316,7 +316,7 @@ def test_the_folder_store_stays_the_default(tmp_path: Path, monkeypatch: pytest.
 def test_evaluation_kbs_stay_in_a_folder_when_kb_store_is_set(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``store="folder"`` (``kb --store folder``) overrides ``$KB_STORE``; the evaluation home uses it, so evaluation
     KBs never land in the shared database."""
-    from kb_core.service import open_eval_service
+    from kb_core.session.service import open_eval_service
 
     monkeypatch.setenv("KB_STORE", "postgresql://kb@127.0.0.1:9/kb")  # down: connecting would fail
     assert KnowledgeBaseService(tmp_path / "home", store="folder").store.postgres is None
@@ -341,7 +341,7 @@ def test_an_mcp_server_on_the_url_and_a_service_share_commits(pg_url: str, tmp_p
     second.write_text("多个 代理 通过 MCP 服务器 共享 一个 知识库。\n" * 5, encoding="utf-8")
     parameters = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "kb_core.cli", "--store", pg_url, "--home", str(tmp_path / "host-b"), "mcp"],
+        args=["-m", "kb_core.edges.cli", "--store", pg_url, "--home", str(tmp_path / "host-b"), "mcp"],
         cwd=str(ROOT),
         env={**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"},
     )

@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import psycopg
 
-from kb_core.retrieval.analysis import Analyzer
-from kb_core.retrieval.near_duplicates import text_signatures
+from kb_core.engines.analysis import Analyzer
+from kb_core.engines.near_duplicates import text_signatures
 from kb_core.store.postgres import PostgresStore, StoreChange
 from kb_core.store.postgres.searching import PostgresSearcher
 from tests.postgres.helpers import make_document

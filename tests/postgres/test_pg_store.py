@@ -10,8 +10,8 @@ import numpy as np
 import psycopg
 import pytest
 
-from kb_core.errors import DocumentNotFound, InvalidArgument, KBExists, KBNotFound, StoreError
-from kb_core.retrieval.analysis import Analyzer
+from kb_core.base.errors import DocumentNotFound, InvalidArgument, KBExists, KBNotFound, StoreError
+from kb_core.engines.analysis import Analyzer
 from kb_core.store.postgres import PostgresStore, StoreChange
 from kb_core.store.postgres import snapshot as postgres_snapshot
 from kb_core.store.postgres.embedded import LocalPostgres

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from kb_core import KnowledgeBaseService
-from kb_core.envelopes import Enveloped
-from kb_core.results import SearchRequest
+from kb_core.edges.envelopes import Enveloped
+from kb_core.features.results import SearchRequest
 from tests.test_trusted_results import BLOG_QUERY, SUPPORT_TEXTS, TEA_QUERY, write_files
 
 pytestmark = pytest.mark.postgres

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kb_core import KnowledgeBaseService
-from kb_core.envelopes import Enveloped
+from kb_core.edges.envelopes import Enveloped
 
 
 def test_the_kb_version_moves_with_every_commit_from_any_host(pg_url: str, tmp_path: Path) -> None:

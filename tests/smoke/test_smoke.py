@@ -29,7 +29,7 @@ DEMO = REPO_ROOT / "data" / "demo"
 def kb(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     return subprocess.run(
-        [sys.executable, "-m", "kb_core.cli", "--home", str(home), *args],
+        [sys.executable, "-m", "kb_core.edges.cli", "--home", str(home), *args],
         capture_output=True, text=True, encoding="utf-8", timeout=300, env=env, check=False,
     )
 
@@ -56,7 +56,11 @@ def filled_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_the_command_line_is_installed_and_documents_itself() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "kb_core.cli", "--help"], capture_output=True, text=True, encoding="utf-8", check=False
+        [sys.executable, "-m", "kb_core.edges.cli", "--help"],
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        check=False,
     )
     assert done.returncode == 0 and "import" in done.stdout and "search" in done.stdout
 
@@ -78,7 +82,7 @@ def test_an_mcp_client_lists_and_searches_over_stdio(filled_home: Path) -> None:
 
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "kb_core.cli", "--home", str(filled_home), "mcp"],
+        args=["-m", "kb_core.edges.cli", "--home", str(filled_home), "mcp"],
         cwd=str(REPO_ROOT),
         env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
     )

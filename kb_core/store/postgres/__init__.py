@@ -16,7 +16,7 @@ store (:mod:`kb_core.store.folder`) does:
 * :class:`PreparedDocument` — a document analysed and embedded outside any transaction, ready to commit;
 * :class:`~kb_core.store.postgres.searching.PostgresSearcher` and :class:`~kb_core.store.postgres.importing.
   PostgresSink`: what the service searches and imports with (export files and knowledge bundles on PostgreSQL
-  live with their features: :mod:`kb_core.transfer.postgres`, :mod:`kb_core.bundles.postgres`);
+  live with their features: :mod:`kb_core.features.transfer.postgres`, :mod:`kb_core.features.bundles.postgres`);
 * :mod:`~kb_core.store.postgres.backend` (the store protocol's Store and KBStorage: items, document info),
   :mod:`~kb_core.store.postgres.tokens` (MCP bearer tokens) and :mod:`~kb_core.store.postgres.inflight` (running
   imports' in-flight documents, seen by every host): what the service routes to on PostgreSQL;

@@ -13,16 +13,16 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kb_core.errors import KBNotFound
+from kb_core.base.errors import KBNotFound
+from kb_core.base.removal import own_folder
 from kb_core.store.base import POSTGRES_OPERATIONS, FolderAccess, KBCheck, NotOnPostgres
 from kb_core.store.postgres.records import StoreChange
 from kb_core.store.postgres.searching import PostgresSearcher
 from kb_core.store.postgres.store import PostgresStore
 from kb_core.store.registry import Home, KnowledgeBaseRecord
-from kb_core.store.removal import own_folder
 
 if TYPE_CHECKING:
-    from kb_core.retrieval.analysis import Analyzer
+    from kb_core.engines.analysis import Analyzer
     from kb_core.store.base import T
     from kb_core.store.folder_sink import SegmentWriter
     from kb_core.store.postgres.importing import PostgresSink

@@ -5,7 +5,7 @@ accepted too). :class:`Database` holds a ``psycopg_pool.ConnectionPool`` for the
 (a streaming standby), a second pool that read-only snapshots prefer; if the standby cannot be reached they fall
 back to the primary and say so in a warning.
 
-Every ``psycopg`` failure leaves this package as a :class:`kb_core.errors.KBError` whose message names the server
+Every ``psycopg`` failure leaves this package as a :class:`kb_core.base.errors.KBError` whose message names the server
 (the URL without its password) and the problem. A password never appears in a message or a log line, whatever the
 URL's shape: a URL that fails to parse is shown through :func:`redact_url` (which hides the user information and
 any ``password=`` option even when the URL is malformed), libpq's own text is cleared of every form of the password
@@ -30,8 +30,8 @@ import psycopg.conninfo
 import psycopg.errors
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from kb_core.errors import InvalidArgument, KBError, StoreError
-from kb_core.redaction import redact_url, scrub_passwords, url_passwords
+from kb_core.base.errors import InvalidArgument, KBError, StoreError
+from kb_core.base.redaction import redact_url, scrub_passwords, url_passwords
 
 logger = logging.getLogger(__name__)
 

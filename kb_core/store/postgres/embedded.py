@@ -40,8 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from kb_core.errors import StoreError
-from kb_core.json_text import json_text
+from kb_core.base.errors import StoreError
+from kb_core.base.json_text import json_text
 
 logger = logging.getLogger(__name__)
 

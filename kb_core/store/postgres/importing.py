@@ -1,7 +1,7 @@
 """Imports into a PostgreSQL KB: the pipeline's documents (parse → chunk → embed), committed as SQL rows.
 
 :class:`PostgresSink` is the PostgreSQL store's :class:`~kb_core.store.sink.DocumentSink`: the import pipeline
-(:class:`kb_core.ingest.pipeline.Importer`) does everything before the commit (parsing in isolated workers,
+(:class:`kb_core.features.ingest.pipeline.Importer`) does everything before the commit (parsing in isolated workers,
 chunking, shared embedding batches, progress, failed files), so a document gets the same text, chunks and vectors
 in both stores. ``write`` builds one :class:`PreparedDocument` per document (the analysis, outside any
 transaction); ``commit`` writes them with :meth:`PostgresStore.commit`: one transaction, in which names are
@@ -17,16 +17,16 @@ from typing import Any
 
 import numpy as np
 
-from kb_core.errors import DocumentNotFound
-from kb_core.ingest.timing import StageClock
+from kb_core.base.errors import DocumentNotFound
+from kb_core.base.removal import remove_tree
+from kb_core.engines.text_language import document_language
+from kb_core.engines.timing import StageClock
 from kb_core.store import utc_now
 from kb_core.store.postgres.inflight import ImportAnnouncement
 from kb_core.store.postgres.records import ChunkRecord, DocumentRecord, PreparedDocument, StoreChange
 from kb_core.store.postgres.store import PostgresStore
-from kb_core.store.removal import remove_tree
 from kb_core.store.segments import chunk_row
 from kb_core.store.sink import ImportSource, ImportState, IncomingDocument, WrittenBatch
-from kb_core.text_language import document_language
 
 __all__ = ["PostgresSink"]
 

@@ -19,8 +19,8 @@ import psycopg
 import psycopg.errors
 from psycopg import sql
 
-from kb_core.errors import KBNotFound
-from kb_core.json_text import json_text
+from kb_core.base.errors import KBNotFound
+from kb_core.base.json_text import json_text
 from kb_core.store.postgres import schema
 from kb_core.store.postgres.connection import database_errors
 from kb_core.store.postgres.store import PostgresStore

@@ -3,7 +3,7 @@
 The columns of :class:`DocumentRecord` and :class:`ChunkRecord` are exactly those of the folder store's parquet
 catalog (:data:`kb_core.store.catalog.DOCUMENTS_SCHEMA`, :data:`kb_core.store.catalog.CHUNKS_SCHEMA`), so the
 two stores describe documents and chunks the same way. :class:`PreparedDocument` is a document ready to commit:
-its chunks already embedded and analysed (analysis stays in Python, :mod:`kb_core.retrieval.analysis`, so both
+its chunks already embedded and analysed (analysis stays in Python, :mod:`kb_core.engines.analysis`, so both
 stores index the same terms); building one does all the slow work, so a commit's transaction only writes rows.
 """
 
@@ -17,9 +17,9 @@ from typing import Any, Literal
 
 import numpy as np
 
-from kb_core.errors import InvalidArgument
-from kb_core.retrieval.analysis import Analyzer
-from kb_core.retrieval.near_duplicates import TextSignatures, text_signatures
+from kb_core.base.errors import InvalidArgument
+from kb_core.engines.analysis import Analyzer
+from kb_core.engines.near_duplicates import TextSignatures, text_signatures
 from kb_core.store import catalog
 
 __all__ = [
@@ -55,7 +55,7 @@ class DocumentRecord:
     created_at: str | None
     updated_at: str | None
     original: str | None  # the kept original's name (``files/DOC_ID.EXT``, as in a segment folder)
-    language: str | None = None  # detected from the text (kb_core.text_language); null for failed documents
+    language: str | None = None  # detected from the text (kb_core.engines.text_language); null for failed documents
 
     def to_row(self) -> dict[str, Any]:
         return asdict(self)

@@ -47,7 +47,7 @@ import logging
 import psycopg
 from psycopg import sql
 
-from kb_core.errors import StoreError
+from kb_core.base.errors import StoreError
 
 logger = logging.getLogger(__name__)
 

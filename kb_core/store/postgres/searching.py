@@ -1,4 +1,5 @@
-"""Search over a PostgreSQL snapshot with the folder store's ranking code (:func:`kb_core.retrieval.search.rank`).
+"""Search over a PostgreSQL snapshot with the folder store's ranking code
+(:func:`kb_core.features.retrieval.search.rank`).
 
 :class:`PostgresSearcher` is the store's :class:`~kb_core.store.base.Searcher`: candidates scored
 on both signals, the keyword reference, chunk and document rows — computed by :class:`PostgresSnapshot` in SQL. Fusion,
@@ -14,10 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from kb_core.retrieval.analysis import Analyzer
-from kb_core.retrieval.fusion import CandidateArrays
-from kb_core.retrieval.keyword_index import RowTerms
-from kb_core.retrieval.near_duplicates import SKETCH_EMPTY, TextSignatures, text_signatures
+from kb_core.engines.analysis import Analyzer
+from kb_core.engines.fusion import CandidateArrays
+from kb_core.engines.keyword_index import RowTerms
+from kb_core.engines.near_duplicates import SKETCH_EMPTY, TextSignatures, text_signatures
 from kb_core.store.base import CandidateRequest, RowKey
 from kb_core.store.postgres.snapshot import PostgresSnapshot, QueryTerms
 

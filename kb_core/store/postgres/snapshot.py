@@ -5,14 +5,14 @@ A :class:`PostgresSnapshot` lives inside one ``REPEATABLE READ READ ONLY`` trans
 so a search never mixes rows or statistics from before and after a commit. Rows are addressed by ``row_id``, the
 chunk's position in insertion order (the tie-break of equal scores, as the folder store's segment and row order).
 
-Retrieval, with exactly the folder store's formulas (:mod:`kb_core.retrieval.keyword_index`,
-:mod:`kb_core.retrieval.vector_index`):
+Retrieval, with exactly the folder store's formulas (:mod:`kb_core.engines.keyword_index`,
+:mod:`kb_core.engines.vector_index`):
 
 * :meth:`~PostgresSnapshot.query_terms`: the query's analysed terms (analysis stays in Python), their df and
   ``idf = ln(1 + (N − df + 0.5) / (df + 0.5))`` from the live statistics; ``reference`` = Σ idf of the terms
   present (the keyword score scale of the fusion);
 * :meth:`~PostgresSnapshot.keyword_candidates`: the top k rows by BM25 (k1, b of
-  :class:`kb_core.retrieval.keyword_index.BM25Parameters`, the ``(k1 + 1)`` factor kept), summed over the query terms'
+  :class:`kb_core.engines.keyword_index.BM25Parameters`, the ``(k1 + 1)`` factor kept), summed over the query terms'
   postings by one ``GROUP BY`` in SQL;
 * :meth:`~PostgresSnapshot.vector_candidates`: the top k rows by cosine: the HNSW index (``<=>``, iterative scan)
   proposes ``k + max(k // 2, 42)`` rows, which are rescored exactly (the stored float32 vectors' inner product,
@@ -33,9 +33,9 @@ import psycopg
 import psycopg.errors
 from psycopg import sql
 
-from kb_core.errors import InvalidArgument, KBNotFound
-from kb_core.retrieval.analysis import Analyzer
-from kb_core.retrieval.keyword_index import BM25Parameters, RowTerms
+from kb_core.base.errors import InvalidArgument, KBNotFound
+from kb_core.engines.analysis import Analyzer
+from kb_core.engines.keyword_index import BM25Parameters, RowTerms
 from kb_core.store.postgres import schema
 from kb_core.store.postgres.connection import DatabaseTarget
 from kb_core.store.postgres.records import ChunkRecord, DocumentRecord, KeywordStatistics
@@ -109,7 +109,7 @@ class KBTables:
 @dataclass(frozen=True)
 class QueryTerms:
     """The distinct analysed terms of a query, in order of first appearance, then its support terms (which add to
-    the BM25 of a row holding one of ``terms`` and find none on their own: :attr:`kb_core.retrieval.analysis.
+    the BM25 of a row holding one of ``terms`` and find none on their own: :attr:`kb_core.engines.analysis.
     QueryTerms.support`), with the df and idf of each in one snapshot (``term_id`` None and df 0 for a term no live
     row holds). ``term_ids``, ``df`` and ``idf`` follow :attr:`scored_terms`."""
 
@@ -126,7 +126,7 @@ class QueryTerms:
     @property
     def reference(self) -> float:
         """Σ idf over the query's terms (not its support terms) the live rows hold: the BM25 of an average-length
-        row holding each term once (:meth:`kb_core.retrieval.keyword_index.KeywordSearcher.reference_score`)."""
+        row holding each term once (:meth:`kb_core.engines.keyword_index.KeywordSearcher.reference_score`)."""
         total = 0.0
         for df, idf in zip(self.df[: len(self.terms)], self.idf[: len(self.terms)], strict=True):
             if df:
@@ -349,7 +349,7 @@ class PostgresSnapshot:
             "kept": len(query.terms),  # positions below it are the query's terms, the rest support terms
         }
 
-    # BM25 of one posting as kb_core.retrieval.keyword_index computes it, the same float8 operations in the same order:
+    # BM25 of one posting as kb_core.engines.keyword_index computes it, the same float8 operations in the same order:
     # idf · (tf · (k1 + 1)) / (tf + k1 · (1 − b + b · dl / avgdl))
     _CONTRIBUTION = "q.idf * (p.tf * %(k1p1)s) / (p.tf + %(k1)s * (1 - %(b)s + %(b)s * (p.dl / %(avgdl)s)))"
 

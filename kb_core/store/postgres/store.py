@@ -32,10 +32,11 @@ import psycopg
 import psycopg.errors
 from psycopg import sql
 
-from kb_core.errors import InvalidArgument, KBError, KBExists, KBNotFound, StoreError
-from kb_core.i18n import msg
-from kb_core.json_text import json_text
-from kb_core.retrieval.keyword_index import BM25Parameters
+from kb_core.base.errors import InvalidArgument, KBError, KBExists, KBNotFound, StoreError
+from kb_core.base.i18n import msg
+from kb_core.base.json_text import json_text
+from kb_core.base.validation import name_key
+from kb_core.engines.keyword_index import BM25Parameters
 from kb_core.store.postgres import schema
 from kb_core.store.postgres.connection import Database, DatabaseTarget, database_errors
 from kb_core.store.postgres.records import CommitResult, StoreChange
@@ -43,7 +44,6 @@ from kb_core.store.postgres.snapshot import KBTables, PostgresSnapshot, VectorSe
 from kb_core.store.postgres.writing import CommitWriting
 from kb_core.store.registry import KnowledgeBaseRecord, new_id, utc_now
 from kb_core.store.tokens import DEFAULT_RATE_PER_HOUR, TOKEN_PREFIX, TokenRecord, hash_token, new_token
-from kb_core.validation import name_key
 
 logger = logging.getLogger(__name__)
 
@@ -193,7 +193,7 @@ class PostgresStore(CommitWriting):
         """Register a KB and create its tables in one transaction (validate ``name`` and ``chunk_size`` first).
 
         ``dimension`` may be left out: the first commit with vectors sets it. ``analyzer`` is the name of the
-        :class:`kb_core.retrieval.analysis.Analyzer` its chunks are analysed with (checked at every commit and search).
+        :class:`kb_core.engines.analysis.Analyzer` its chunks are analysed with (checked at every commit and search).
         """
         if dimension is not None and (not isinstance(dimension, int) or dimension < 1 or dimension > 16_000):
             raise InvalidArgument(f"dimension must be a whole number from 1 to 16000, got {dimension!r}.")

@@ -16,9 +16,9 @@ import psycopg
 import psycopg.errors
 from psycopg import sql
 
-from kb_core.errors import DocumentNotFound, InvalidArgument, StoreError
-from kb_core.json_text import json_text
-from kb_core.retrieval.near_duplicates import TextSignatures, text_signatures
+from kb_core.base.errors import DocumentNotFound, InvalidArgument, StoreError
+from kb_core.base.json_text import json_text
+from kb_core.engines.near_duplicates import TextSignatures, text_signatures
 from kb_core.store.postgres import schema
 from kb_core.store.postgres.records import DocumentRecord, PreparedDocument, StoreChange
 from kb_core.store.postgres.snapshot import KBTables

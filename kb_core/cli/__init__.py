@@ -1,2 +1,0 @@
-"""The ``kb`` command line: :func:`kb_core.cli.main.main`, one module per command group (listed in
-:data:`kb_core.cli.main.COMMAND_GROUPS`), and what they share in :mod:`kb_core.cli.common`."""
