@@ -15,8 +15,7 @@ wheel (loopback TCP, fsync on, shared_buffers 1 GB). Reports:
   same machine; plus recall@10 of each store's vector candidates against an exact scan;
 * **hybrid search** p50/p95 at the full size, end to end but for the query embedding (given): candidates, fusion,
   breakdowns, near-duplicate removal and the hits' rows (``kb_core.features.retrieval.search.rank`` over the folder
-  store's
-  searcher and over a ``PostgresSearcher``; top 10, default settings);
+  store's searcher and over a ``PostgresSearcher``; top 10, default settings);
 * **commit cost** of one small document (3 chunks) into the full KB, median of ``--repeats``, and for the folder
   store the searcher refresh its next search pays;
 * **two concurrent writer processes** on the full KB, each committing ``--writer-commits`` small documents: the

@@ -1,10 +1,9 @@
 """Quality targets of issue 4, part 7: nDCG@10 per search mode on ../shared/eval, at one or more chunk sizes.
 
 Runs the same code as ``kb eval`` (:mod:`kb_core.session.evaluation`) with the default model and default search
-settings,
-and prints one table (markdown) plus the targets. Evaluation KBs and the embedding cache live in
-``<home>/cache/eval``, so a second run only searches. On two idle cores the first SciFact build (5,183 abstracts)
-takes roughly 15 minutes, mostly embedding.
+settings, and prints one table (markdown) plus the targets. Evaluation KBs and the embedding cache live in
+``<home>/cache/eval``, so a second run only searches. On two idle cores the first SciFact build (5,183 abstracts) takes
+roughly 15 minutes, mostly embedding.
 
     python benchmarks/quality.py                          # both datasets, chunk size 256
     python benchmarks/quality.py --chunk-sizes 256 512 --datasets scifact

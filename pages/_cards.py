@@ -16,8 +16,7 @@ def highlight(text: str, words: Sequence[str]) -> str:
     """HTML of ``text`` with the query's ``words`` marked as whole words where the analyzer finds them: Latin words by
     stem (``configuring`` marks configure and configuration, never the inside of another word), Chinese words where
     jieba cuts them from the text; never stop words or one-letter words (:mod:`kb_core.features.retrieval.highlight`).
-    Safe in
-    ``st.markdown(..., unsafe_allow_html=True)``: the text can neither inject HTML nor be read as Markdown."""
+    Safe in ``st.markdown(..., unsafe_allow_html=True)``: the text can neither inject HTML nor be read as Markdown."""
     from kb_core.features.retrieval.highlight import highlight_spans
 
     return _marked(text, highlight_spans(text, words, service().analyzer))

@@ -2,8 +2,7 @@
 
 The semantic part of a score is the cosine on the model's measured scale (unrelated text 0, a near-identical text 1;
 :mod:`kb_core.engines.embedding.calibration`), so on a KB with multilingual-e5-small and on one with all-MiniLM-L6-v2
-holding
-the same Chinese and English documents, one ``min_score`` separates answers from questions no document answers.
+holding the same Chinese and English documents, one ``min_score`` separates answers from questions no document answers.
 """
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
 """Query vectors from the numpy forward pass (kb_core.engines.embedding.query_forward) equal the torch model's, and
-models it
-does not compute exactly are left to the torch model."""
+models it does not compute exactly are left to the torch model."""
 
 from __future__ import annotations
 

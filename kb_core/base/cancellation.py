@@ -4,8 +4,7 @@ threads that do it.
 The import pipeline runs its work on threads of its own (parser requests, embedding calls); the code deep inside
 them (a parser process's answer being waited for, a model's forward pass) cannot take a cancel argument through
 every interface in between (the :class:`~kb_core.engines.embedding.base.Embedder` protocol, a service's embedder
-factory).
-So the thread that runs a piece of work enters :func:`cancel_scope` with the work's event, and that code asks
+factory). So the thread that runs a piece of work enters :func:`cancel_scope` with the work's event, and that code asks
 :func:`cancel_requested` or calls :func:`raise_if_cancelled`, which raises :class:`~kb_core.base.errors.Cancelled`.
 """
 

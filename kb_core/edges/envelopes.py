@@ -1,11 +1,10 @@
 """The result envelope the front ends show, ``{success, message, data}``, made in one place at the edges.
 
 The session's operations (:class:`kb_core.session.operations.Operations`) return typed results
-(:mod:`kb_core.features.results`) and
-raise :class:`KBError`; :func:`envelope_of` turns one call into an envelope (a failure also carries
-``error: {code, details}`` with a stable code from :mod:`kb_core.base.errors`), and :func:`failure` is its refusal form.
-The CLI and the MCP server call operations through it; :class:`Enveloped` answers every operation of a session as
-an envelope, for front ends and tests that read envelopes, without declaring any operation again.
+(:mod:`kb_core.features.results`) and raise :class:`KBError`; :func:`envelope_of` turns one call into an envelope (a
+failure also carries ``error: {code, details}`` with a stable code from :mod:`kb_core.base.errors`), and :func:`failure`
+is its refusal form. The CLI and the MCP server call operations through it; :class:`Enveloped` answers every operation
+of a session as an envelope, for front ends and tests that read envelopes, without declaring any operation again.
 
 Imports stay light (the operations load on the first session): ``kb --help`` imports this module.
 """

@@ -9,13 +9,12 @@ signal is put on an absolute [0, 1] scale that does not depend on the other cand
     keyword_reference  = Σ idf(t) over the query's terms that occur in the KB (its support terms left out)
 
 ``zero`` and ``top`` are the model's semantic scale for the query's script
-(:mod:`kb_core.engines.embedding.calibration`):
-what unrelated text scores on average (→ 0) and what a near-identical text scores (→ 1). Cosines themselves are not
-comparable across models (multilingual-e5-small gives unrelated text 0.74–0.81, all-MiniLM-L6-v2 0.04), so a raw
-cosine of 0.6 meant "relevant" on one model and "anything" on the other; on the scale, the question a calibration
-sentence answers scores about 0.7 on both. Every breakdown reports the anchors (``semantic_zero``,
-``semantic_top``) and the model's floor (``semantic_floor``: the cosine a chunk must exceed to count as semantic
-evidence).
+(:mod:`kb_core.engines.embedding.calibration`): what unrelated text scores on average (→ 0) and what a near-identical
+text scores (→ 1). Cosines themselves are not comparable across models (multilingual-e5-small gives unrelated text
+0.74–0.81, all-MiniLM-L6-v2 0.04), so a raw cosine of 0.6 meant "relevant" on one model and "anything" on the other; on
+the scale, the question a calibration sentence answers scores about 0.7 on both. Every breakdown reports the anchors
+(``semantic_zero``, ``semantic_top``) and the model's floor (``semantic_floor``: the cosine a chunk must exceed to count
+as semantic evidence).
 
 ``keyword_reference`` is the BM25 of a *reference match*: a chunk of average length holding each query term once
 (each term then contributes exactly its idf). So a keyword score of 0.63 (1 − 1/e) means as much keyword evidence

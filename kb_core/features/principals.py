@@ -1,8 +1,7 @@
 """Who a session acts for, and what that lets it see and change: the one access mechanism every front end obeys.
 
 A :class:`kb_core.session.operations.Operations` holds one principal and asks it before it shows or changes a knowledge
-base,
-creates one, imports, searches or evaluates:
+base, creates one, imports, searches or evaluates:
 
 - :class:`Principal` (the default): a local user (the CLI, MCP over stdio, a private app) who sees and changes
   everything;

@@ -28,8 +28,8 @@ class SearchRequest:
     Keyword-only, for the session's own callers: ``deduplicate=False`` keeps near-duplicate chunks (evaluation's deep
     pass); with ``skip_failing`` a KB whose query embedding fails is left out (see
     :meth:`kb_core.session.operations.Operations.search_chunks`); with ``drop_copies`` (search_knowledge_base) a hit
-    whose text
-    is the same as a better-ranked hit's from another KB (a KB and its imported copy) is dropped and counted."""
+    whose text is the same as a better-ranked hit's from another KB (a KB and its imported copy) is dropped and
+    counted."""
 
     query: str
     top_k: int | None = None
@@ -94,9 +94,8 @@ class SearchResult(SearchOutcome):
 # -- what each session operation returns ----------------------------------------------------------------------------
 # Each result says in ``message`` what a person reads (the CLI prints it, MCP clients show it) and in ``to_json()``
 # the data of the envelope ``{success, message, data}`` that :func:`kb_core.edges.envelopes.envelope_of` builds from it
-# at the
-# edges: the dataclass's fields in order (key order is part of the contract), less ``message`` and the fields marked
-# ``HIDDEN``, and less the ``OPTIONAL`` fields that are None.
+# at the edges: the dataclass's fields in order (key order is part of the contract), less ``message`` and the fields
+# marked ``HIDDEN``, and less the ``OPTIONAL`` fields that are None.
 HIDDEN: Mapping[str, bool] = {"hidden": True}
 OPTIONAL: Mapping[str, bool] = {"optional": True}
 
@@ -321,8 +320,7 @@ class SearchReport(Result):
     without_evidence: int
     duplicates_dropped: int
     # The narrative's notes (kb_core.features.retrieval.narrative.result_notes), as the message says them: for a front
-    # end
-    # that says them apart (the search lab); the JSON has the message and the counts.
+    # end that says them apart (the search lab); the JSON has the message and the counts.
     notes: list[Note] = field(default_factory=list, metadata=HIDDEN)
 
 

@@ -1,13 +1,11 @@
 """The typed seams between the session layer and the features below it (bundles, transfer, ingest, retrieval).
 
 Features take a :class:`Scope` (what a session, :class:`kb_core.session.operations.Operations`, offers them: the KBs it
-may
-see, and the process's :class:`Resources`) instead of importing the service or the session, so both can delegate to
+may see, and the process's :class:`Resources`) instead of importing the service or the session, so both can delegate to
 them without an import cycle. :class:`kb_core.session.service.KnowledgeBaseService` and
 :class:`kb_core.session.operations.Operations` satisfy these protocols; a new store (e.g. PostgreSQL) plugs in behind
-the same
-methods. The session's operations themselves are declared once, on ``Operations``: what drives them (evaluation, the
-demo build, the edges) sits at or above the session layer and names that class.
+the same methods. The session's operations themselves are declared once, on ``Operations``: what drives them
+(evaluation, the demo build, the edges) sits at or above the session layer and names that class.
 """
 
 from __future__ import annotations
@@ -82,8 +80,7 @@ class ImportResources(Protocol):
 
 class SessionResources(Resources, Protocol):
     """What a session (:class:`kb_core.session.operations.Operations`) asks of the process (the service satisfies it),
-    so
-    the session needs no import of the service that makes sessions."""
+    so the session needs no import of the service that makes sessions."""
 
     @property
     def background(self) -> ThreadPoolExecutor: ...

@@ -1489,8 +1489,8 @@ class Operations:
         self, export_path: str, kb_names: Sequence[str] | None = None, overwrite: bool = False
     ) -> ExportSummary:
         """Write every visible KB (or the named ones) into one portable file; see :mod:`kb_core.features.transfer`. An
-        existing
-        file at ``export_path`` is replaced only with ``overwrite``. Data: ``{source_path: the home, export_path}``."""
+        existing file at ``export_path`` is replaced only with ``overwrite``. Data: ``{source_path: the home,
+        export_path}``."""
         from kb_core.features.transfer.export import export_database
 
         return export_database(self, export_path, kb_names, overwrite=overwrite)

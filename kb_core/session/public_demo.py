@@ -11,9 +11,8 @@ quotas, and an operator.
   and sees each visitor's usage. No server paths either: the whole demo has none.
 
 Everything here is enforced in the session (:class:`kb_core.features.principals.Principal`); the app only hides what
-would be
-refused. The ownership of KBs lives in the home's ledger (:mod:`kb_core.store.sandboxes`); usage counts and rate
-windows live in this process.
+would be refused. The ownership of KBs lives in the home's ledger (:mod:`kb_core.store.sandboxes`); usage counts and
+rate windows live in this process.
 """
 
 from __future__ import annotations

@@ -196,8 +196,8 @@ class KnowledgeBaseService:
         (resolved folders) confines the files it reads and writes by path (the MCP server's --allow-dir over HTTP);
         ``select_hint`` says in messages how its front end selects a KB (default: the MCP tool,
         ``select_knowledge_base(kb_name)``). ``principal``: who it acts for (:mod:`kb_core.features.principals`;
-        default a
-        local user, or the token ``scope``); ``absolute_paths_only``: a relative file path fails (MCP clients)."""
+        default a local user, or the token ``scope``); ``absolute_paths_only``: a relative file path fails (MCP
+        clients)."""
         from kb_core.session.operations import Operations
 
         return Operations(
@@ -358,10 +358,10 @@ class KnowledgeBaseService:
 
     def semantic_scale(self, record: KnowledgeBaseRecord, query: str) -> SemanticScale:
         """The scale the cosines of ``record``'s model are read on for ``query``
-        (:mod:`kb_core.engines.embedding.calibration`):
-        its zero (what unrelated text in the query's script scores on average), its floor (a chunk must exceed it for
-        semantic evidence) and its top (what a near-identical text scores), measured once and kept in the home. If the
-        model cannot embed the calibration texts (an endpoint down) the scale is the unmeasured one this time, logged.
+        (:mod:`kb_core.engines.embedding.calibration`): its zero (what unrelated text in the query's script scores on
+        average), its floor (a chunk must exceed it for semantic evidence) and its top (what a near-identical text
+        scores), measured once and kept in the home. If the model cannot embed the calibration texts (an endpoint down)
+        the scale is the unmeasured one this time, logged.
         """
         from kb_core.engines.embedding.calibration import CALIBRATION_VERSION, SemanticScale, measure_scale
         from kb_core.features.retrieval.search import detect_language

@@ -232,8 +232,7 @@ class TokenStorage(Protocol):
 
 
 # A feature's own check of one folder KB (the bundle index against its graph: kb_core.features.bundles.indexing): a
-# problem
-# as a sentence, or None.
+# problem as a sentence, or None.
 KBCheck = Callable[["KBStore"], "str | None"]
 
 

@@ -1,6 +1,5 @@
 """The ledger of a public demo (``KB_DEMO=1``, :mod:`kb_core.session.public_demo`): which visitor owns which knowledge
-base
-and until when, and which knowledge bases are published (shared, read-only to visitors).
+base and until when, and which knowledge bases are published (shared, read-only to visitors).
 
 One JSON file, ``HOME/demo/ledger.json``, replaced atomically under a file lock, so several app processes on one home
 agree. It changes only when a visitor creates a KB, the operator publishes or unpublishes one, or KBs expire; reads

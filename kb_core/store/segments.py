@@ -1,8 +1,7 @@
 """The one segment writer: catalog rows, keyword and vector indexes, originals, ``segment.json`` last.
 
 Used by the import pipeline (:mod:`kb_core.features.ingest.pipeline`), knowledge bundles and the restore of export
-files.
-File names: :mod:`kb_core.base.files`.
+files. File names: :mod:`kb_core.base.files`.
 """
 
 from __future__ import annotations

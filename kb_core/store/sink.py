@@ -1,11 +1,10 @@
 """What the import pipeline hands a store, and the interface through which it commits (#28).
 
 The pipeline (:mod:`kb_core.features.ingest.pipeline`) parses, chunks and embeds; each store commits the documents its
-own
-way through a :class:`DocumentSink`: the folder store writes segments and commits them under the KB's lock
-(:mod:`kb_core.store.folder_sink`), PostgreSQL writes rows in one transaction
-(:mod:`kb_core.store.postgres.importing`). Names and replacements are decided inside the sink's commit, against the
-live documents of that moment, by the same rule in both (:func:`timestamped_name`).
+own way through a :class:`DocumentSink`: the folder store writes segments and commits them under the KB's lock
+(:mod:`kb_core.store.folder_sink`), PostgreSQL writes rows in one transaction (:mod:`kb_core.store.postgres.importing`).
+Names and replacements are decided inside the sink's commit, against the live documents of that moment, by the same rule
+in both (:func:`timestamped_name`).
 """
 
 from __future__ import annotations

@@ -37,9 +37,9 @@ async def call(
     **kwargs: Any,
 ) -> CallToolResult:
     """Run ``operation(operations, *args, **kwargs)`` on the caller's session (an
-    :class:`kb_core.session.operations.Operations`
-    method, or a function of one) off the event loop, and return its envelope as the tool result; ``refusal`` (an
-    argument the tool refuses before anything runs) answers instead when given."""
+    :class:`kb_core.session.operations.Operations` method, or a function of one) off the event loop, and return its
+    envelope as the tool result; ``refusal`` (an argument the tool refuses before anything runs) answers instead when
+    given."""
     source: SessionSource = ctx.request_context.lifespan_context
     session = source.session_for(ctx)
     if refusal is not None:

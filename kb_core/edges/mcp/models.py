@@ -2,8 +2,7 @@
 
 They give clients an output schema; the data itself comes from the session's envelopes. A data model whose fields are
 a result dataclass's (:mod:`kb_core.features.results`) is made from it by :func:`data_model`, which names, orders and
-types
-the fields once; the published schemas (tools/list) are the same as when they were written out here. The models
+types the fields once; the published schemas (tools/list) are the same as when they were written out here. The models
 whose fields a feature shapes (search hits aside, which ``SearchHit`` types) stay written out.
 """
 

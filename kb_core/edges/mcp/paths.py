@@ -2,8 +2,7 @@
 
 This early check gives one clear refusal for the whole call (an export, an import-db, a bundle); the session checks
 again on the files it opens (see :mod:`kb_core.base.safe_files`), which is what a folder swapped for a symlink after
-this
-check meets. ``import_document``'s files are judged one by one: the session fails each bad path alone, with its
+this check meets. ``import_document``'s files are judged one by one: the session fails each bad path alone, with its
 reason in ``failed_files``, and imports the rest.
 """
 

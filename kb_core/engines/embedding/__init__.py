@@ -118,8 +118,7 @@ def _in_hub_cache(name: str) -> bool:
 
 def available_models() -> list[str]:
     """Names of the local models usable offline: the built-in ones (:mod:`kb_core.engines.embedding.builtin`), the
-    hashing
-    embedder for tests, then those in the local Hugging Face cache."""
+    hashing embedder for tests, then those in the local Hugging Face cache."""
     from kb_core.engines.embedding.builtin import BUILTIN_MODELS
 
     names = [*BUILTIN_MODELS, "hashing"]

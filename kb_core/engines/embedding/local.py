@@ -41,9 +41,8 @@ Queries always run on the CPU in float32: a query is one short text, which a CPU
 must not wait behind an import's batch on a busy GPU (or behind the document model's lock on the CPU). For a BERT
 model (all-MiniLM-L6-v2 and multilingual-e5-small among them) that is the numpy forward pass of
 :mod:`kb_core.engines.embedding.query_forward`, so a search loads neither torch nor transformers, unless the document
-model
-is loaded on the CPU in float32 already: then its own weights serve queries too (under a lock of their own; the two
-give the same vectors to ~1e-7). Any other model gets the torch model on the CPU, loaded on the first query — the
+model is loaded on the CPU in float32 already: then its own weights serve queries too (under a lock of their own; the
+two give the same vectors to ~1e-7). Any other model gets the torch model on the CPU, loaded on the first query — the
 document model's weights where documents are embedded on the CPU in float32 too, else a second, CPU copy.
 """
 
@@ -257,9 +256,8 @@ def _forward_ids(
 
 def _stop_between_layers(model: SentenceTransformer) -> None:
     """Check for a cancel (:mod:`kb_core.base.cancellation`) before each layer of the model's encoder: a batch on a
-    busy CPU
-    takes seconds, and a cancelled import must stop its embedding within them (#34). The check costs a Python call
-    per layer and batch; on a search thread (no cancel scope) it never fires."""
+    busy CPU takes seconds, and a cancelled import must stop its embedding within them (#34). The check costs a Python
+    call per layer and batch; on a search thread (no cancel scope) it never fires."""
     import torch
 
     def check(module: Any, args: Any) -> None:

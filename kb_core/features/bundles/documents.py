@@ -1,7 +1,6 @@
 """The documents a knowledge bundle's graph indexes, shared by the folder store's sync
 (:mod:`kb_core.features.bundles.indexing`) and the PostgreSQL one (:mod:`kb_core.features.bundles.postgres`): each
-node's
-indexed text, its display name, which nodes a sync must (re-)index or drop, and their chunks and vectors."""
+node's indexed text, its display name, which nodes a sync must (re-)index or drop, and their chunks and vectors."""
 
 from __future__ import annotations
 

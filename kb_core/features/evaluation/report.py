@@ -1,7 +1,6 @@
 """What an evaluation measures and reports: the metrics, one search configuration (:class:`EvaluationSetting`) and
 the report of a run (:class:`EvaluationReport`). Plain data: the kept runs (:mod:`kb_core.features.evaluation.runs`,
-below
-the session) and the scoring that drives a session (:mod:`kb_core.session.evaluation.scoring`) both use them.
+below the session) and the scoring that drives a session (:mod:`kb_core.session.evaluation.scoring`) both use them.
 """
 
 from __future__ import annotations

@@ -238,11 +238,10 @@ class Importer:
 
         ``cancel``, once set, stops the import: the parser processes working for it are killed and its embedding
         stops before the model's next layer (:mod:`kb_core.base.cancellation`); what was committed (or handed to a
-        segment
-        writer) stays, every other file fails with "cancelled", and nothing half-done is left behind (the commit
-        protocol). ``imported``: the KB's documents as the import began; a new file of the same name and content as
-        one of them is not embedded nor committed again, and its progress says ``already_imported`` (re-running an
-        import that was killed). ``chunk_budget``: a file that would pass it fails, before it is embedded."""
+        segment writer) stays, every other file fails with "cancelled", and nothing half-done is left behind (the commit
+        protocol). ``imported``: the KB's documents as the import began; a new file of the same name and content as one
+        of them is not embedded nor committed again, and its progress says ``already_imported`` (re-running an import
+        that was killed). ``chunk_budget``: a file that would pass it fails, before it is embedded."""
         with cancel_scope(cancel):
             return self._run(sources, chunk_size, progress_callback, cancel, imported, chunk_budget)
 

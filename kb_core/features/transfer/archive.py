@@ -118,9 +118,8 @@ def _extract(
     handle: IO[bytes], info: zipfile.ZipInfo, target: Path | None, limits: InflateLimits
 ) -> tuple[str, int, bytes | None]:
     """Stream one member, counting the bytes really inflated (:mod:`kb_core.base.safe_zip`: never past its declared
-    size,
-    ``limits.max_bytes`` or the ratio limit, whatever its headers claim); returns (sha256, size, bytes if target is
-    None)."""
+    size, ``limits.max_bytes`` or the ratio limit, whatever its headers claim); returns (sha256, size, bytes if target
+    is None)."""
     digest = hashlib.sha256()
     size = 0
     kept = io.BytesIO() if target is None else None

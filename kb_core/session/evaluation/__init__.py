@@ -1,17 +1,14 @@
 """Retrieval evaluation on BEIR-format folders, one package for the idea (#28):
 
-* :mod:`~kb_core.session.evaluation.scoring`: settings and weight sweeps, building (and caching) a KB from a corpus,
-running
-  the judged queries through the session and scoring them (nDCG@10, Recall@100, MRR@10);
+* :mod:`~kb_core.session.evaluation.scoring`: settings and weight sweeps, building (and caching) a KB from a
+  corpus, running the judged queries through the session and scoring them (nDCG@10, Recall@100, MRR@10);
 * :mod:`~kb_core.features.evaluation.runs`: the kept runs of a home and their query-by-query comparison;
-* :mod:`~kb_core.session.evaluation.run`: one evaluation start to finish, :func:`run_evaluation`, and :func:`save_best`,
-  which ``kb eval`` and the app's Evaluate page call (they only parse and show).
+* :mod:`~kb_core.session.evaluation.run`: one evaluation start to finish, :func:`run_evaluation`, and
+  :func:`save_best`, which ``kb eval``, the app's Evaluate page, the notebook and ``benchmarks/quality.py`` call.
 
-The package is a feature: it takes the session and its resources through :mod:`kb_core.features.seams` and never
-imports the
-service. The evaluation home (``<home>/cache/eval``) is opened by the session layer
-(:meth:`kb_core.session.service.KnowledgeBaseService.evaluation_service`, reached through
-:class:`kb_core.features.seams.Resources`). Its modules import each other, never this
+It drives a session's typed operations as a front end would, so it sits in the session layer (#38); the kept runs
+and the report's types are features below it. The evaluation home (``<home>/cache/eval``) is opened by the service
+(:meth:`kb_core.session.service.KnowledgeBaseService.evaluation_service`). Its modules import each other, never this
 package, so loading one of them loads no cycle.
 """
 

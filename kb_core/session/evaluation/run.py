@@ -2,9 +2,7 @@
 corpus in the evaluation home), run the settings and the weight sweep, keep the run; and the sweep's best point
 saved as a KB's default. ``kb eval`` and the app's Evaluate page parse, show and call these; nothing else.
 
-The evaluation home is a service of its own, opened by the session layer and reached through the seams
-(``session.service.evaluation_service()``, :class:`kb_core.features.seams.Resources`): this feature never imports the
-service.
+The evaluation home is a service of its own: ``session.service.evaluation_service()``.
 """
 
 from __future__ import annotations
@@ -170,9 +168,8 @@ def save_best(
     session: Operations, kb_name: str, best: dict[str, Any], *, mode: str | None = "hybrid"
 ) -> SavedSettings:
     """The sweep point ``best`` (from :func:`~kb_core.features.evaluation.runs.best_sweep_setting`) as ``kb_name``'s
-    default:
-    its weights, fixed weighting, weighted fusion, and ``mode`` (None: the saved mode stays); the KB's other saved
-    settings stay. Returns the saved settings; raises KBError (the front end shows either)."""
+    default: its weights, fixed weighting, weighted fusion, and ``mode`` (None: the saved mode stays); the KB's other
+    saved settings stay. Returns the saved settings; raises KBError (the front end shows either)."""
     return session.save_search_settings(
         kb_name=kb_name,
         mode=mode,

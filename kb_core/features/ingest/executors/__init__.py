@@ -2,8 +2,7 @@
 
 ``local`` (the default) is the importer's own thread pool in this process. ``ray``
 (:mod:`kb_core.features.ingest.executors.ray_data`, optional extra ``kb-workbench[ray]``) runs them as Ray Data stages
-on a Ray
-cluster. Every executor hands back :class:`ExecutedDocument` results; the importer commits them in this process
+on a Ray cluster. Every executor hands back :class:`ExecutedDocument` results; the importer commits them in this process
 through the store's commit protocol, so the KB's consistency never depends on where the work ran.
 """
 
