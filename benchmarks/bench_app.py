@@ -14,12 +14,12 @@ multilingual-e5-small model; that first start is timed too) and driven in Debian
   0.70 and as many back up (the way back repeats settings already searched).
 
 Each interaction is timed from the action to **results rendered**: the result cards show the chunk ids and the
-scores (3 decimals) that ``Session.search`` gives for that query and those settings, the "Weights asked" metric
+scores (3 decimals) that ``Operations.search`` gives for that query and those settings, the "Weights asked" metric
 shows the new weights, and Streamlit's running indicator (``[data-testid="stStatusWidget"]``) is gone, i.e. the
 script run is over and nothing more will change. "visible" is the moment the ranking is shown (the run may still
 be going: the old app went on searching for its other tabs).
 
-The reference is the same search through ``Session.search`` in this process on the same home, timed right before
+The reference is the same search through ``Operations.search`` in this process on the same home, timed right before
 the action: for a click the query's first search here (its query vector computed by the model), for a notch a
 search with the query vector remembered (as in the app). Reported: p50 / p95 of each, the ratio to the reference
 and the issue's target (p50 ≤ 3 × the service search + 300 ms), the load average before and after, where the app
@@ -42,7 +42,6 @@ from typing import Any
 
 import numpy as np
 
-from kb_core.edges.envelopes import Enveloped
 from kb_core.features.results import SearchRequest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -133,12 +132,13 @@ def percentiles(samples: list[float]) -> dict[str, float]:
 
 
 class Reference:
-    """``Session.search`` in this process over the app's home: the expected ranking and the service time."""
+    """``Operations.search`` in this process over the app's home (the call the search lab makes): the expected
+    ranking and the service time."""
 
     def __init__(self, home: Path) -> None:
         from kb_core import KnowledgeBaseService
 
-        self.session = Enveloped(KnowledgeBaseService(home).session())
+        self.session = KnowledgeBaseService(home).session()
         self.session.select_knowledge_base(DEMO_KB_NAME)
         # the model loads once, as in the app before the first search
         self.session.search(SearchRequest("warm up the model"))
@@ -148,8 +148,7 @@ class Reference:
         start = time.perf_counter()
         result = self.session.search(SearchRequest(query, vector_weight=vector_weight, keyword_weight=keyword_weight))
         elapsed = time.perf_counter() - start
-        assert result["success"], result["message"]
-        chunks = result["data"]["chunks"]
+        chunks = result.chunks
         want = {
             "ids": [c["id"] for c in chunks],
             "scores": [f"{c['score']:.3f}" for c in chunks],

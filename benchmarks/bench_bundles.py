@@ -17,7 +17,6 @@ from pathlib import Path
 import yaml
 
 from kb_core.edges.envelopes import Enveloped
-from kb_core.features import bundles
 from kb_core.features.bundles.loading import load_bundle_file
 from kb_core.features.results import SearchRequest
 from kb_core.session.service import KnowledgeBaseService
@@ -103,7 +102,7 @@ def main() -> None:
 
         started = time.perf_counter()
         hits = session.search(SearchRequest("向量 检索 graph", top_k=5))["data"]["chunks"]
-        expanded = bundles.expand_hits(session.operations, hits)
+        expanded = session.operations.expand_hits(hits)
         figures["search_plus_expand_s"] = round(time.perf_counter() - started, 3)
         figures["expanded_hits"] = len(expanded) - len(hits)
 

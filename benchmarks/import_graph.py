@@ -16,8 +16,8 @@ Reported:
 * **upward imports**: edges from a module to a module of a higher layer (:data:`LAYERS`, lowest first:
   base → engines → store → features → session → edges); sideways edges inside a layer are allowed (the cycles
   catch their loops);
-* **PostgreSQL outside the store**: modules outside ``kb_core/store/postgres`` that import from it (after #28 only
-  the store factory does);
+* **PostgreSQL outside the store**: modules outside ``kb_core/store/postgres`` that import from it (the store's
+  protocol and factory, and the PostgreSQL halves of bundles and transfer);
 * **private names across modules**: ``from M import _name`` (and ``import M`` then ``M._name``) where ``M`` is another
   module; also ``x._name`` on an object other than ``self``/``cls`` (reported apart: it may be the module's own type);
 * **store-choosing branches**: comparisons of ``…postgres`` with ``None`` (``if service.postgres is not None``,
@@ -26,12 +26,12 @@ Reported:
   literals), ``@enveloped`` functions, and reads of ``["success"]`` below the edges (an envelope turned back into
   data or an exception);
 * **the session API**: ``Operations``' public methods, how many return an ``Envelope`` (none: envelopes are made at
-  the edges, by ``kb_core.edges.envelopes``), and the operations it takes from a feature by name (bundles); whether the
-  hand-written envelope mirror ``kb_core.session`` is back;
+  the edges, by ``kb_core.edges.envelopes``), and the operations it takes from a feature by name (bundles); whether a
+  second session API is back (a class below the edges whose methods return ``Envelope``, as ``Session`` was);
 * **one of each idea**: literal lists of the search modes, and ``0.7``/``0.3`` weight literals.
 
-The layer of a module is the first rule of :data:`LAYERS` whose prefix matches it (the longest prefixes are listed
-first within a layer, so a module's own rule wins). The choices, and why, are in the comments of :data:`LAYERS`.
+The layer of a module is the folder it lives in (:data:`LAYERS`: one line per folder, #38); what each folder holds
+is in the comment above it.
 """
 
 from __future__ import annotations

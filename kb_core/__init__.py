@@ -1,6 +1,6 @@
 """KB Workbench's domain package. Front ends use :class:`KnowledgeBaseService` and its sessions (an
-:class:`Operations`: typed results, :class:`KBError` raised); the edges turn them into envelopes
-(:mod:`kb_core.edges.envelopes`).
+:class:`Operations`: typed results, :class:`KBError` raised; a search takes a :class:`SearchRequest`); the edges
+turn them into envelopes (:mod:`kb_core.edges.envelopes`).
 
 The names below are imported on first use (PEP 562): a parser worker process imports
 ``kb_core.engines.parsing`` without loading the service, the store, pandas and the rest.
@@ -14,18 +14,19 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from kb_core.base.errors import KBError
+    from kb_core.features.results import SearchRequest
     from kb_core.session.operations import Operations
-    from kb_core.session.service import KnowledgeBaseService, open_service
+    from kb_core.session.service import KnowledgeBaseService
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 
-__all__ = ["KBError", "KnowledgeBaseService", "Operations", "open_service"]
+__all__ = ["KBError", "KnowledgeBaseService", "Operations", "SearchRequest"]
 
 _HOMES = {
     "KBError": "kb_core.base.errors",
     "KnowledgeBaseService": "kb_core.session.service",
-    "open_service": "kb_core.session.service",
     "Operations": "kb_core.session.operations",
+    "SearchRequest": "kb_core.features.results",
 }
 
 

@@ -30,7 +30,7 @@ def t(template: str, /, **params: Any) -> str:
 
 
 def say(text: Any) -> str:
-    """A message of the service (an envelope's ``message``, an error's) in this session's language."""
+    """A message of the service (a result's ``message``, an error's) in this session's language."""
     return str(localize(text, language()))
 
 
@@ -44,3 +44,13 @@ def language_switch() -> None:
     if picked != current:
         st.session_state[LANGUAGE_KEY] = picked
         st.rerun()
+
+
+def mode_labels() -> dict[str, str]:
+    """The search modes (the option values of kb_core.base.config.SEARCH_MODES) as a person reads them; made as the
+    page runs, so that a widget's format_func called outside the script run (AppTest does) needs no language."""
+    return {"hybrid": t("hybrid"), "semantic": t("semantic"), "keyword": t("keyword")}
+
+
+def mode_label(mode: str) -> str:
+    return mode_labels().get(mode, mode)

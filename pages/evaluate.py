@@ -18,18 +18,14 @@ from kb_core import KBError
 from kb_core.base.config import DEFAULT_VECTOR_WEIGHT, SEARCH_MODES
 from kb_core.features.beir import confine_folder
 from kb_core.features.retrieval.search import saved_search_settings
+from kb_core.session import evaluation
 from kb_core.session.demo import DEMO_KB_NAME, demo_judgments_folder
 from pages import _service
 from pages._cards import table_height
 from pages._errors import attempt
-from pages._i18n import say, t
+from pages._i18n import mode_label, mode_labels, say, t
 from pages._paths import server_path_session
 from pages._picker import current_kb_name
-
-try:
-    from kb_core.session import evaluation
-except ImportError:  # the module is optional for the rest of the app
-    evaluation = None  # type: ignore[assignment]
 
 DEMO = "Demo judgments"
 FOLDER = "Folder on the server"
@@ -39,9 +35,6 @@ METRIC_COLOURS = {"ndcg@10": "#1f4e9c", "recall@100": "#7fb3e6", "mrr@10": "#e07
 
 session = _service.session()
 st.title(t("Evaluate retrieval"))
-if evaluation is None:
-    st.error(t("The evaluation package (kb_core.session.evaluation) is not available here."))
-    st.stop()
 
 
 # Option labels are looked up in dicts made as the page runs: a widget's format_func may also be called outside the
@@ -49,14 +42,6 @@ if evaluation is None:
 def source_labels() -> dict[str, str]:
     """Where judgments come from (the option values) as a person reads it."""
     return {DEMO: t("Demo judgments"), FOLDER: t("Folder on the server"), UPLOAD: t("Upload files")}
-
-
-def mode_labels() -> dict[str, str]:
-    return {"hybrid": t("hybrid"), "semantic": t("semantic"), "keyword": t("keyword")}
-
-
-def mode_label(mode: str) -> str:
-    return mode_labels().get(mode, mode)
 
 
 def table_columns() -> dict[str, Any]:

@@ -24,7 +24,7 @@ from kb_core.features.retrieval.search import saved_search_settings
 from pages import _service
 from pages._cards import highlight, inert, passage_card, query_terms, score_bars, weight_pair
 from pages._errors import attempt, show_error
-from pages._i18n import language, say, t
+from pages._i18n import language, mode_label, mode_labels, say, t
 from pages._memo import Remembered, remembered
 from pages._picker import require_current_kb
 
@@ -48,15 +48,6 @@ def vector_share(settings: dict[str, Any]) -> float:
 
 # Option labels are looked up in dicts made as the page runs: a widget's format_func may also be called outside the
 # script run (AppTest does), where the session's language cannot be read.
-def mode_labels() -> dict[str, str]:
-    """The search modes (option values) as a person reads them."""
-    return {"hybrid": t("hybrid"), "semantic": t("semantic"), "keyword": t("keyword")}
-
-
-def mode_label(mode: str) -> str:
-    return mode_labels().get(mode, mode)
-
-
 def weighting_labels() -> dict[str, str]:
     return {weighting: say(narrative.weighting_label(weighting)) for weighting in WEIGHTINGS}
 

@@ -10,7 +10,7 @@ with content verbs. The list alone holds content words (人 person, 冲 to brew,
     .venv/bin/python scripts/derive_stopwords.py            # print the list
     .venv/bin/python scripts/derive_stopwords.py --check    # exit 1 if the module's list differs
 
-tests/test_stopwords.py runs the check, so the shipped list and the rule cannot drift apart.
+tests/test_trusted_results.py runs the check, so the shipped list and the rule cannot drift apart.
 """
 
 from __future__ import annotations

@@ -13,7 +13,6 @@ from jsonschema import Draft7Validator
 
 from kb_core.base.errors import ImportFormatError
 from kb_core.edges.envelopes import Enveloped
-from kb_core.features import bundles
 from kb_core.features.bundles.loading import load_bundle_text
 from kb_core.features.bundles.validation import node_id
 from kb_core.features.results import SearchRequest
@@ -316,7 +315,7 @@ def test_get_node_and_search_expansion(session: Any, tmp_path: Path) -> None:
     assert node["neighbours"][0]["node"]["identity"] == {"doc_uri": "a"}
     assert session.get_node("node_missing")["error"]["code"] == "ITEM_NOT_FOUND"
     hits = session.search(SearchRequest("quantum", mode="keyword", top_k=1))["data"]["chunks"]
-    expanded = bundles.expand_hits(session.operations, hits)
+    expanded = session.operations.expand_hits(hits)
     assert len(expanded) == 2 and "graph" not in hits[0]  # input untouched
     assert expanded[0]["graph"]["related"][0]["edge_type"] == "REFERENCES"
     added = expanded[1]

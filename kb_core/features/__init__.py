@@ -1,3 +1,3 @@
-"""What a session orchestrates, above the store: import, search and its narrative, bundles, transfer,
-evaluation, the demo KB, and the typed results they return.
+"""What a session orchestrates, above the store: import, search and its narrative, bundles, transfer, kept
+evaluation runs, and the typed requests and results they share.
 """

@@ -1,7 +1,7 @@
 """A knowledge base's documents as front ends show them: rows, chunk rows, item lookup and document info.
 
 Features over the store protocol (:mod:`kb_core.store.base`); they take the process's resources and KB records,
-raise KBError and return plain JSON-ready data (the session wraps it into envelopes).
+raise KBError and return plain JSON-ready data (the session's operations return it in typed results).
 """
 
 from __future__ import annotations

@@ -10,26 +10,21 @@ the same methods. The session's operations themselves are declared once, on ``Op
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from concurrent.futures import ThreadPoolExecutor
     from contextlib import AbstractContextManager
 
     from kb_core.engines.analysis import Analyzer
     from kb_core.engines.embedding.base import Embedder
-    from kb_core.engines.embedding.calibration import SemanticScale
-    from kb_core.engines.embedding.device import DeviceChoice
     from kb_core.engines.parsing import ParseLimits
     from kb_core.features.ingest.executors import DocumentExecutor
     from kb_core.features.ingest.pipeline import Importer
     from kb_core.features.principals import ImportAllowance, Principal
-    from kb_core.features.results import EmbeddingSource
-    from kb_core.features.retrieval.search import RankedHits, SearchFilters, SearchSettings
     from kb_core.store import Home, KBStore, KnowledgeBaseRecord
-    from kb_core.store.base import Store, TokenStorage
+    from kb_core.store.base import Store
     from kb_core.store.reader import KBReader
 
 
@@ -76,60 +71,6 @@ class ImportResources(Protocol):
     def documents(self, record: KnowledgeBaseRecord) -> list[dict[str, Any]]: ...
 
     def compact_quietly(self, record: KnowledgeBaseRecord) -> None: ...
-
-
-class SessionResources(Resources, Protocol):
-    """What a session (:class:`kb_core.session.operations.Operations`) asks of the process (the service satisfies it),
-    so the session needs no import of the service that makes sessions."""
-
-    @property
-    def background(self) -> ThreadPoolExecutor: ...
-
-    @property
-    def token_store(self) -> TokenStorage: ...
-
-    @property
-    def evaluation_runs(self) -> Any: ...  # kb_core.features.evaluation.runs.EvaluationRunStore
-
-    @property
-    def jobs(self) -> Any: ...  # kb_core.session.jobs.JobRegistry: the session layer's own, typed there
-
-    def create_kb(
-        self, kb_name: str, chunk_size: int, source: EmbeddingSource, progress: Callable[[str], None] | None = None
-    ) -> KnowledgeBaseRecord: ...
-
-    def delete_kb(self, record: KnowledgeBaseRecord) -> None: ...
-
-    def documents(self, record: KnowledgeBaseRecord) -> list[dict[str, Any]]: ...
-
-    def has_chunk(self, record: KnowledgeBaseRecord, chunk_id: str) -> bool: ...
-
-    def kb_counts(self, record: KnowledgeBaseRecord) -> tuple[int, int, int]: ...
-
-    def kb_version(self, record: KnowledgeBaseRecord) -> int: ...
-
-    def compact(self, record: KnowledgeBaseRecord, everything: bool = False) -> dict[str, int]: ...
-
-    def search_kb(
-        self,
-        record: KnowledgeBaseRecord,
-        query: str,
-        settings: SearchSettings,
-        filters: SearchFilters,
-        explain_chunk_ids: Sequence[str] = (),
-    ) -> RankedHits: ...
-
-    def semantic_scale(self, record: KnowledgeBaseRecord, query: str) -> SemanticScale: ...
-
-    def device(self) -> DeviceChoice: ...
-
-    def model_load_state(self, record: KnowledgeBaseRecord | None, model: str | None = None) -> dict[str, Any]: ...
-
-    def load_model(self, record: KnowledgeBaseRecord | None, model: str | None = None) -> float: ...
-
-    def import_executor(
-        self, record: KnowledgeBaseRecord, executor: str, address: str | None = None
-    ) -> DocumentExecutor | None: ...
 
 
 class Scope(Protocol):

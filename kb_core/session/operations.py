@@ -3,8 +3,9 @@ and every operation a front end offers, each returning a result of :mod:`kb_core
 :class:`kb_core.base.errors.KBError`.
 
 The CLI keeps one session per home (persisted), each MCP session and each browser session has its own (in memory).
-Features below it (store/, retrieval/, ingest/, bundles/, transfer/) take the process's resources and a KB record,
-raise KBError and return typed data; the operations validate arguments, call them and say what happened.
+The features below it (``kb_core/features``: retrieval, ingest, bundles, transfer, …, over the store) take the
+process's resources and a KB record, raise KBError and return typed data; the operations validate arguments, call
+them and say what happened.
 The edges answer each operation as an envelope (:mod:`kb_core.edges.envelopes`).
 
 Why over 600 lines: this is the API surface, some 40 public operations that each validate their arguments, call
@@ -118,8 +119,8 @@ if TYPE_CHECKING:
     from kb_core.features.evaluation.runs import EvaluationRunStore
     from kb_core.features.ingest.files import FileOutcome
     from kb_core.features.ingest.pipeline import ChunkBudget, ImportProgress
-    from kb_core.features.seams import SessionResources
     from kb_core.features.transfer.format import TransferLimits
+    from kb_core.session.resources import SessionResources
     from kb_core.store.tokens import TokenRecord
 
 logger = logging.getLogger(__name__)
@@ -1438,7 +1439,7 @@ class Operations:
     # -- MCP bearer tokens (kb token create|list|revoke) ---------------------------------------
     def create_token(self, scope: str, capability: str, rate_per_hour: int) -> TokenCreated:
         """A new bearer token for the MCP HTTP server; ``scope``: 'all' or comma-separated KB names. The token is
-        in this envelope only (the home or the database keeps its SHA-256)."""
+        in this result only (the home or the database keeps its SHA-256)."""
         self._administration(msg("Creating an MCP token"))
         raw_scope = (scope or "").strip()
         if not raw_scope:

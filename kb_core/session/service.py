@@ -93,7 +93,6 @@ __all__ = [
     "KnowledgeBaseService",
     "NotOnPostgres",
     "open_eval_service",
-    "open_service",
 ]
 
 
@@ -647,10 +646,6 @@ def prepare_embedding_model(model: str, progress: Callable[[str], None] | None =
     if builtin.built:
         model_folder(builtin.name, progress)
     return builtin.name
-
-
-def open_service(home: str | Path | None = None) -> KnowledgeBaseService:
-    return KnowledgeBaseService(home)
 
 
 def open_eval_service(service_or_home: KnowledgeBaseService | str | os.PathLike[str]) -> KnowledgeBaseService:

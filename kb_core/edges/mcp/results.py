@@ -1,4 +1,4 @@
-"""From session envelopes to MCP tool results, and the texts that clients show.
+"""From envelopes to MCP tool results, and the texts that clients show.
 
 Errors (one rule for every tool):
 

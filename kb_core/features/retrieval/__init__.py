@@ -1,1 +1,2 @@
-"""Retrieval: text analysis, the keyword (BM25) and vector indexes, score fusion and ranked search."""
+"""Retrieval: ranked search over a store's searcher, per-call settings, the narrative of a search and highlights;
+the indexes, analysis and fusion it ranks with are engines (:mod:`kb_core.engines`)."""

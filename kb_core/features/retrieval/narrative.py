@@ -1,8 +1,9 @@
 """The narrative of a search, written once: a hit's score breakdown as rows, parts, sums and steps, what its scores
 mean, and the notes on a result (what ``min_score`` hid, copies dropped, candidates left out, stop words).
 
-Everything here is a :class:`kb_core.base.i18n.Text` (English that remembers its template) or a structure of them; the
-edges only render it: the CLI and MCP as the English it is, the pages said in the reader's language (``say``). No
+The notes, labels and breakdown rows are :class:`kb_core.base.i18n.Text` (English that remembers its template), so
+the pages say them in the reader's language (``say``); the steps, the formula and the arithmetic are English
+sentences around the figures (still English in the Chinese app: docs/app.md). The edges only render what is here: no
 edge writes a note or a step of its own (the datasette way: one data method, many renderers).
 """
 
