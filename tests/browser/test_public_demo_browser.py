@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from kb_core import KnowledgeBaseService
-from kb_core.edges.envelopes import Enveloped
 from kb_core.session.demo import DEMO_KB_NAME, ensure_demo_kb
 from tests.browser.conftest import ARTIFACTS, RunningApp
 
@@ -24,7 +23,8 @@ OPERATOR_TOKEN = "operator-token-for-the-browser-test"
 
 
 def demo_home(home: Path) -> Path:
-    assert ensure_demo_kb(Enveloped(KnowledgeBaseService(home).session()), embedding_model="hashing")["success"]
+    built = ensure_demo_kb(KnowledgeBaseService(home).session(), embedding_model="hashing")
+    assert built is not None and built.succeeded()
     return home
 
 

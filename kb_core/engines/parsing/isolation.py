@@ -230,10 +230,11 @@ def _preload() -> None:
     # The parsers and their native libraries first: a shared object mapped after the memory cap of a request can
     # fail to map (lxml's etree did, in CI) and would read as a malformed file.
     modules = [f"kb_core.engines.parsing.{m}" for m in ("txt_parser", "docx_parser", "doc_parser")]
-    modules += [f"kb_core.features.ingest.{m}" for m in ("chunking", "prepared", "payloads", "pipeline", "timing")]
+    modules += [f"kb_core.engines.{m}" for m in ("chunking", "prepared", "payloads", "timing")]
+    modules += ["kb_core.features.ingest.pipeline"]
     modules += [f"kb_core.store.{m}" for m in ("segment_jobs", "segments", "catalog")]
-    modules += [f"kb_core.{m}" for m in ("embedding.hashing", "embedding.wordpiece")]
-    modules += [f"kb_core.features.retrieval.{m}" for m in ("near_duplicates", "keyword_index", "vector_index")]
+    modules += [f"kb_core.engines.embedding.{m}" for m in ("hashing", "wordpiece")]
+    modules += [f"kb_core.engines.{m}" for m in ("near_duplicates", "keyword_index", "vector_index")]
     modules += ["tokenizers", "charset_normalizer"]  # a model's tokenizer chunks here too
     for module in modules:
         with contextlib.suppress(Exception):
