@@ -27,7 +27,7 @@ Reported:
   data or an exception);
 * **the session API**: ``Operations``' public methods, how many return an ``Envelope`` (none: envelopes are made at
   the edges, by ``kb_core.edges.envelopes``), and the operations it takes from a feature by name (bundles); whether a
-  second session API is back (a class below the edges whose methods return ``Envelope``, as ``Session`` was);
+  second session API is back (functions below the edges that return ``Envelope``, as ``Session``'s did);
 * **one of each idea**: literal lists of the search modes, and ``0.7``/``0.3`` weight literals.
 
 The layer of a module is the folder it lives in (:data:`LAYERS`: one line per folder, #38); what each folder holds
@@ -129,6 +129,7 @@ class ModuleFacts:
     envelope_sites: list[tuple[int, str]] = field(default_factory=list)
     enveloped: list[tuple[int, str]] = field(default_factory=list)
     envelope_reads: list[int] = field(default_factory=list)
+    envelope_returns: list[tuple[int, str]] = field(default_factory=list)  # (line, function) annotated -> Envelope
     mode_lists: list[int] = field(default_factory=list)
     weight_literals: list[tuple[int, float]] = field(default_factory=list)
 
@@ -272,6 +273,8 @@ class _Visitor(ast.NodeVisitor):
         for decorator in node.decorator_list:
             if ast.unparse(decorator).split(".")[-1] == "enveloped":
                 self.facts.enveloped.append((node.lineno, node.name))
+        if node.returns is not None and ast.unparse(node.returns) == "Envelope":
+            self.facts.envelope_returns.append((node.lineno, node.name))
         for default, argument in zip(
             reversed(node.args.defaults), reversed(node.args.posonlyargs + node.args.args), strict=False
         ):
@@ -466,14 +469,9 @@ def analyse(root: Path) -> dict[str, Any]:
         for m in facts.values()
         if m.envelope_reads and layer_of(m.name) not in ("edges", None)
     }
-    # A second session API: a class answering envelopes below the edges (the Session of before #38), by its
-    # methods' declared return type.
-    session_mirror = any(
-        session_methods(m, name).get("returns", {}).get("Envelope")
-        for m in facts.values()
-        if layer_of(m.name) not in ("edges", None)
-        for name in ("Session", "Operations")
-    )
+    # A second session API: functions answering envelopes below the edges (the Session of before #38), by their
+    # declared return type.
+    session_mirror = any(m.envelope_returns for m in facts.values() if layer_of(m.name) not in ("edges", None))
     operations_api = session_methods(facts.get("kb_core.session.operations"), "Operations")
     layer_lines: Counter[str] = Counter()
     layer_modules: Counter[str] = Counter()
@@ -618,7 +616,7 @@ def print_report(report: dict[str, Any]) -> None:
             f"{typed.get('taken_from_features')} taken from a feature by name"
         )
         print("  " + ", ".join(f"{count} -> {annotation}" for annotation, count in typed.get("returns", {}).items()))
-    print(f"  a second session API (a class below the edges whose methods return Envelope): "
+    print(f"  a second session API (functions below the edges that return Envelope): "
           f"{'present' if report['session_mirror'] else 'none'}")
     heading(f"literal lists of the search modes: {sum(len(v) for v in report['mode_lists'].values())}")
     for module, lines in report["mode_lists"].items():
