@@ -106,9 +106,10 @@ def demo_gate() -> None:
     home = str(_service.service().home.root)
     holder = demo_build(home)
     waited = st.session_state.get("demo_waited")
-    if waited is not None:  # this session watched the build: say how it ended, once
+    ended = job_status(builder, waited) if waited is not None else None
+    if waited is not None and (ended is None or ended["state"] not in RUNNING):
+        # this session watched the build and it has ended: say how, once (a page opened meanwhile waits on)
         st.session_state.pop("demo_waited")
-        ended = job_status(builder, waited)
         with suppress(KBError):  # gone already: nothing left to list
             builder.dismiss_import_job(waited)  # not one of this visitor's own imports
         if ended is not None and ended["state"] == "finished":
