@@ -3,7 +3,6 @@ documents its model cannot read offers to embed them again with a model that can
 
 from __future__ import annotations
 
-import logging
 import re
 from contextlib import nullcontext
 
@@ -38,10 +37,6 @@ try:
                device=say(session.device_info().device["description"]))
 except KBError as error:
     device = t("Embedding device: {device}", device=say(error.message))
-except Exception:  # torch missing or broken here: the page still opens, the trace goes to the log
-    logging.getLogger(__name__).exception("the embedding device could not be read")
-    device = t("Embedding device: {device}",
-               device=t("The operation failed because of an internal error; see the log."))
 st.caption(
     device,
     help=t("Set with KB_DEVICE (auto, cpu, cuda, cuda:N, mps) before starting the app; float16 on CUDA unless "

@@ -24,7 +24,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from kb_core.base.errors import InvalidArgument
+from kb_core.base.errors import EmbeddingError, InvalidArgument
 from kb_core.base.i18n import msg
 
 log = logging.getLogger(__name__)
@@ -154,7 +154,12 @@ def available_devices() -> tuple[str, ...]:
     """``cpu`` plus each CUDA device and MPS that torch can use here (imports torch unless its build is CPU-only)."""
     if torch_build_is_cpu_only():
         return ("cpu",)
-    import torch
+    try:
+        import torch
+    except ImportError as error:  # an install without torch (or a broken one): said, not a crash of the caller
+        raise EmbeddingError(
+            msg("PyTorch cannot be imported here ({error}): local embedding models cannot run.", error=str(error))
+        ) from error
 
     found = ["cpu"]
     if torch.cuda.is_available():
